@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, builds, runs every test under
+# CTest, then the same suite under ASan+UBSan, then each fuzz target for a
+# bounded time. Needs root for the network-namespace tests (they skip otherwise).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+jobs=$(nproc)
+
+echo "== build + tests (RelWithDebInfo)"
+scripts/build.sh build
+(cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
+
+echo "== build + tests (ASan + UBSan)"
+scripts/build.sh build-asan -DCRESCENT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+   CRESCENT_SANITIZED=1 ctest --output-on-failure -j"$jobs" --timeout 900)
+
+echo "== fuzz targets (libFuzzer, bounded)"
+CC=clang scripts/build.sh build-fuzz -DCRESCENT_FUZZ=ON -DCMAKE_C_COMPILER=clang
+fuzz_secs=${CRESCENT_FUZZ_SECONDS:-30}
+shopt -s nullglob
+for f in build-fuzz/fuzz/fuzz_*; do
+  [ -x "$f" ] || continue
+  echo "-- $f (${fuzz_secs}s)"
+  corpus="fuzz/corpus/$(basename "$f")"; mkdir -p "build-fuzz/corpus/$(basename "$f")"
+  "$f" -max_total_time="$fuzz_secs" -rss_limit_mb=2048 "build-fuzz/corpus/$(basename "$f")" \
+       $( [ -d "$corpus" ] && echo "$corpus" ) 2>"build-fuzz/$(basename "$f").log" \
+    || { tail -50 "build-fuzz/$(basename "$f").log"; exit 1; }
+done
+echo "== all tests passed"

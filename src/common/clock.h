@@ -1,0 +1,14 @@
+/* Monotonic clock helpers (header-only). */
+#ifndef CR_COMMON_CLOCK_H
+#define CR_COMMON_CLOCK_H
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t cr__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static inline uint64_t cr__now_ms(void) { return cr__now_ns() / 1000000ull; }
+#endif

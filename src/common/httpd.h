@@ -1,0 +1,53 @@
+/* Thin wrapper over libmicrohttpd: one handler callback per server, request
+ * bodies collected up to a bound, responses built by the handler.
+ * Used by crescent-metadata (the HTTP metadata service), the master's admin
+ * endpoints (/metrics, /health, ...) and crescent-conductor.
+ *
+ * Threads: MHD runs its own threads; the handler may be called concurrently
+ * from several threads and must be thread-safe. */
+#ifndef CR_COMMON_HTTPD_H
+#define CR_COMMON_HTTPD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cr__httpd cr__httpd_t;
+
+typedef struct cr__http_req {
+    const char *method; /* "GET", "PUT", "POST", "DELETE", ... */
+    const char *path;   /* URL path without the query string, e.g. "/metadata" */
+    const char *body;   /* NUL-terminated copy of the body (NULL-safe: "" if none) */
+    size_t body_len;
+    void *impl; /* private: used by cr__http_req_arg() */
+} cr__http_req_t;
+
+typedef struct cr__http_resp {
+    int status;               /* HTTP status; default 200 */
+    const char *content_type; /* static string; default "text/plain" */
+    char *body;               /* malloc'd; freed by the server after sending */
+    size_t body_len;
+} cr__http_resp_t;
+
+typedef void (*cr__http_handler_fn)(void *user, const cr__http_req_t *req, cr__http_resp_t *resp);
+
+/* Value of query argument `name` (URL-decoded), or NULL. Valid during the handler. */
+const char *cr__http_req_arg(const cr__http_req_t *req, const char *name);
+
+/* Sets the response: copies len bytes of body. Returns 0 or -ENOMEM. */
+int cr__http_resp_set(cr__http_resp_t *resp, int status, const char *content_type,
+                      const void *body, size_t len);
+/* Sets a formatted text response. Returns 0 or -ENOMEM. */
+int cr__http_resp_printf(cr__http_resp_t *resp, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Starts a server on host:port (host NULL/"" = all addresses, port 0 =
+ * ephemeral). Bodies larger than max_body get 413 without calling the
+ * handler. Returns 0 and *out, or -EADDRINUSE / -EINVAL / -ENOMEM. */
+int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_handler_fn fn,
+                    void *user, cr__httpd_t **out);
+/* The bound port. */
+uint16_t cr__httpd_port(const cr__httpd_t *srv);
+/* Stops the server (waits for handlers to return) and frees it. NULL is a no-op. */
+void cr__httpd_stop(cr__httpd_t *srv);
+
+#endif

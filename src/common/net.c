@@ -1,0 +1,203 @@
+#include "common/net.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+int cr__net_split_hostport(const char *s, char *host, uint16_t *port, int allow_zero)
+{
+    if (!s)
+        return -EINVAL;
+    const char *colon;
+    size_t hl;
+    const char *h = s;
+    if (s[0] == '[') {
+        const char *rb = strchr(s, ']');
+        if (!rb || rb[1] != ':')
+            return -EINVAL;
+        h = s + 1;
+        hl = (size_t)(rb - h);
+        colon = rb + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return -EINVAL;
+        hl = (size_t)(colon - s);
+    }
+    if (hl == 0 || hl >= CR__HOST_MAX)
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || p < (allow_zero ? 0 : 1) || p > 65535)
+        return -EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    *port = (uint16_t)p;
+    return 0;
+}
+
+int cr__net_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = (host && *host) ? 0 : AI_PASSIVE;
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", port);
+    int rc = getaddrinfo((host && *host) ? host : NULL, ps, &hints, &res);
+    if (rc || !res)
+        return rc == EAI_NONAME || rc == EAI_FAIL ? -EHOSTUNREACH : -EINVAL;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+int cr__net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = cr__net_resolve(host, port, &ss, &len);
+    if (rc)
+        return rc;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&ss, len) || listen(fd, backlog)) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    if (bound_port) {
+        struct sockaddr_storage b;
+        socklen_t bl = sizeof b;
+        getsockname(fd, (struct sockaddr *)&b, &bl);
+        *bound_port = ntohs(b.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&b)->sin6_port
+                                                   : ((struct sockaddr_in *)&b)->sin_port);
+    }
+    return fd;
+}
+
+int cr__net_connect(const char *host, uint16_t port, const char *src_host, int timeout_ms)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int rc = cr__net_resolve(host, port, &ss, &len);
+    if (rc)
+        return rc;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    if (src_host && *src_host) {
+        struct sockaddr_storage ls;
+        socklen_t ll;
+        if ((rc = cr__net_resolve(src_host, 0, &ls, &ll)) ||
+            bind(fd, (struct sockaddr *)&ls, ll)) {
+            rc = rc ? rc : -errno;
+            close(fd);
+            return rc;
+        }
+    }
+    if (connect(fd, (struct sockaddr *)&ss, len) && errno != EINPROGRESS) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int pr;
+    do
+        pr = poll(&p, 1, timeout_ms < 0 ? -1 : timeout_ms);
+    while (pr < 0 && errno == EINTR);
+    if (pr <= 0) {
+        close(fd);
+        return pr == 0 ? -ETIMEDOUT : -errno;
+    }
+    int err = 0;
+    socklen_t el = sizeof err;
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    if (err) {
+        close(fd);
+        return -err;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static int wait_fd(int fd, short ev, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = ev};
+    int r;
+    do
+        r = poll(&p, 1, timeout_ms);
+    while (r < 0 && errno == EINTR);
+    if (r == 0)
+        return -ETIMEDOUT;
+    return r < 0 ? -errno : 0;
+}
+
+int cr__net_read_full(int fd, void *buf, size_t len, int timeout_ms)
+{
+    char *p = buf;
+    while (len) {
+        if (timeout_ms >= 0) {
+            int w = wait_fd(fd, POLLIN, timeout_ms);
+            if (w)
+                return w;
+        }
+        ssize_t n = recv(fd, p, len, 0);
+        if (n == 0)
+            return -ECONNRESET;
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int cr__net_write_full(int fd, const void *buf, size_t len, int timeout_ms)
+{
+    const char *p = buf;
+    while (len) {
+        if (timeout_ms >= 0) {
+            int w = wait_fd(fd, POLLOUT, timeout_ms);
+            if (w)
+                return w;
+        }
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return errno == EPIPE ? -ECONNRESET : -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int cr__net_set_timeouts(int fd, int timeout_ms)
+{
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ||
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv))
+        return -errno;
+    return 0;
+}

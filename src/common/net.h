@@ -1,0 +1,39 @@
+/* Small socket helpers shared by the transports, the master RPC and tools. */
+#ifndef CR_COMMON_NET_H
+#define CR_COMMON_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define CR__HOST_MAX 256
+
+/* Splits "host:port" or "[v6]:port" into host (NUL-terminated, < CR__HOST_MAX)
+ * and port. Returns 0, or -EINVAL if malformed or port not in 1..65535
+ * (port 0 is allowed only when allow_zero). */
+int cr__net_split_hostport(const char *s, char *host, uint16_t *port, int allow_zero);
+
+/* Resolves host (numeric or name) + port to a sockaddr. Returns 0 or -EHOSTUNREACH/-EINVAL. */
+int cr__net_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss, socklen_t *len);
+
+/* Listening TCP socket bound to host:port (port 0 = ephemeral; host NULL or
+ * "" = any). On success returns the fd and writes the bound port. Returns
+ * -errno on failure. */
+int cr__net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_port);
+
+/* Connects with a timeout (ms). Optional local bind address src_host (for
+ * choosing a NIC), may be NULL. Returns the connected, blocking fd with
+ * TCP_NODELAY set, or -errno (-ETIMEDOUT on timeout). */
+int cr__net_connect(const char *host, uint16_t port, const char *src_host, int timeout_ms);
+
+/* Reads/writes exactly len bytes on a blocking fd, retrying on EINTR and
+ * short transfers. poll()s with timeout_ms between partial transfers
+ * (timeout_ms < 0: no timeout). Returns 0, -ECONNRESET on EOF, -ETIMEDOUT,
+ * or -errno. */
+int cr__net_read_full(int fd, void *buf, size_t len, int timeout_ms);
+int cr__net_write_full(int fd, const void *buf, size_t len, int timeout_ms);
+
+/* Sets SO_RCVTIMEO/SO_SNDTIMEO (ms, 0 = none). Returns 0 or -errno. */
+int cr__net_set_timeouts(int fd, int timeout_ms);
+
+#endif

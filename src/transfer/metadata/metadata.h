@@ -1,0 +1,46 @@
+/* Metadata backends: a small key/value interface over the central
+ * metadata services (HTTP, etcd). "p2p" has no backend: descriptors are
+ * fetched from the peer itself over its TCP port (see transport/tcp). */
+#ifndef CR_TRANSFER_METADATA_H
+#define CR_TRANSFER_METADATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cr__meta cr__meta_t;
+
+#define CR__META_KEY_MAX 1024
+#define CR__META_VALUE_MAX (16u << 20)
+
+/* Opens a backend for uri: "http://host:port/path" or
+ * "etcd://host:port[,host:port...]". timeout_ms bounds every call.
+ * Returns 0 and *out; -EINVAL for a malformed or unsupported URI (including
+ * "p2p", which callers handle themselves). */
+int cr__meta_open(const char *uri, int timeout_ms, cr__meta_t **out);
+
+/* Gets a value: *val is malloc'd (NUL-terminated, caller frees), *len its
+ * length. Returns 0, -ENOENT (no such key), -EHOSTUNREACH/-ETIMEDOUT
+ * (service down; for etcd every endpoint was tried), -EINVAL. */
+int cr__meta_get(cr__meta_t *m, const char *key, char **val, size_t *len);
+
+/* Puts a value (overwrites). Returns 0 or a negative errno as above. */
+int cr__meta_put(cr__meta_t *m, const char *key, const void *val, size_t len);
+
+/* Deletes a key. Deleting a missing key is 0. */
+int cr__meta_del(cr__meta_t *m, const char *key);
+
+/* Closes; NULL is a no-op. */
+void cr__meta_close(cr__meta_t *m);
+
+/* Embedded HTTP metadata server (the Mooncake contract): GET/PUT/DELETE
+ * <path>?key=K on host:port. GET of a missing key is 404. Values are kept in
+ * memory, bounded by CR__META_KEY_MAX / CR__META_VALUE_MAX per entry and
+ * max_bytes in total (507 when full). Used by crescent-metadata and inside
+ * crescent-master. */
+typedef struct cr__meta_server cr__meta_server_t;
+int cr__meta_server_start(const char *host, uint16_t port, const char *path, size_t max_bytes,
+                          cr__meta_server_t **out);
+uint16_t cr__meta_server_port(const cr__meta_server_t *s);
+void cr__meta_server_stop(cr__meta_server_t *s);
+
+#endif
