@@ -17,7 +17,10 @@ scripts/build.sh build-asan -DCRESCENT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
    CRESCENT_SANITIZED=1 ctest --output-on-failure -j"$jobs" --timeout 900)
 
 echo "== fuzz targets (libFuzzer, bounded)"
-CC=clang scripts/build.sh build-fuzz -DCRESCENT_FUZZ=ON -DCMAKE_C_COMPILER=clang
+cmake -S . -B build-fuzz -DCRESCENT_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  >build-fuzz.cmake.log 2>&1 || { cat build-fuzz.cmake.log; exit 1; }
+fuzz_targets=$(cmake --build build-fuzz --target help | sed -n 's/^\.\.\. \(fuzz_[A-Za-z0-9_]*\).*/\1/p')
+for t in $fuzz_targets; do cmake --build build-fuzz --target "$t" -j"$jobs"; done
 fuzz_secs=${CRESCENT_FUZZ_SECONDS:-30}
 shopt -s nullglob
 for f in build-fuzz/fuzz/fuzz_*; do
