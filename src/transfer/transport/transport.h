@@ -80,9 +80,13 @@ struct cr_xfer_transport_ops {
      * negative return means none were started and the engine fails them. */
     int (*submit)(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **tasks, size_t n);
     /* Sends a notification to peer (engine payload, opaque to the transport).
-     * Returns 0 once the peer acknowledged it, or -errno. May block up to the timeout. */
+     * Returns 0 once the peer acknowledged it, or -errno. May block up to the timeout.
+     * May be NULL (shm sets it NULL): the engine then sends the notification
+     * through tcp to the same peer (its descriptor's NICs). */
     int (*notify)(void *state, cr__xfer_peer_t *peer, const void *msg, size_t len);
-    /* The peer is being closed/refreshed: drop per-peer state. Optional. */
+    /* The peer is being closed/refreshed: drop per-peer state. Optional.
+     * (shm: in-flight tasks keep their own reference, so this is safe while
+     * tasks to the peer are still running.) */
     void (*peer_forget)(void *state, cr__xfer_peer_t *peer);
 };
 
