@@ -1,0 +1,232 @@
+/* crescent Store client: one object that issues requests to the distributed
+ * KV-cache store and, with a non-zero global segment size, contributes
+ * memory to the pool (Mooncake's client has both roles).  Prefix: cr_store_.
+ *
+ * Model
+ *   - The master (crescent-master) keeps only metadata: which keys exist,
+ *     where their replicas live, leases. Data moves client-to-client through
+ *     the Transfer Engine (transfer.h): a put writes every replica straight
+ *     into the memory other clients contributed, a get reads one replica.
+ *   - A client with global_segment_size > 0 allocates that much memory,
+ *     pre-faults it, registers it with its TE engine and mounts it at the
+ *     master. A background thread heartbeats the master and remounts when the
+ *     master no longer knows the client (e.g. after a master restart).
+ *   - Zero-copy calls (put_from, get_into, batch_*) take memory the caller
+ *     registered with cr_store_register_buffer(). Copying calls (put, get)
+ *     take any memory and stage it through the client's own local buffer
+ *     (local_buffer_size bytes, registered at create), in chunks if needed.
+ *
+ * Status convention: 0 success, negative error. Store errors are Mooncake's
+ * ErrorCode values (common.h): CR_E_INVALID_PARAMS (-600),
+ * CR_E_OBJECT_NOT_FOUND (-704), CR_E_OBJECT_ALREADY_EXISTS (-705),
+ * CR_E_OBJECT_HAS_LEASE (-706), CR_E_NO_AVAILABLE_HANDLE (-200, pool full),
+ * CR_E_TRANSFER_FAIL (-800), CR_E_RPC_FAIL (-900), CR_E_BUFFER_OVERFLOW (-10,
+ * caller's buffer too small), CR_E_LEASE_EXPIRED (-707, a read outlived its
+ * lease and was discarded), CR_E_INVALID_KEY (-400); -ENOMEM on allocation
+ * failure. cr_strerror() describes any of them.
+ *
+ * Consistency (the stale-read contract): bytes returned by a get are always
+ * bytes some completed put of that key wrote. A get that cannot prove this
+ * (its lease expired before the data arrived, every replica failed) returns
+ * an error and leaves the caller's buffer content unspecified, never a
+ * success with other bytes.
+ *
+ * Threads: every function is thread-safe; one client may be shared by many
+ * threads. Failures of one key in a batch never fail the other keys.
+ */
+#ifndef CRESCENT_STORE_H
+#define CRESCENT_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crescent/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cr_store cr_store_t;
+
+#define CR_STORE_KEY_MAX 4096        /* bytes in a key, excluding the NUL */
+#define CR_STORE_BATCH_MAX 4096      /* keys in one batch call */
+#define CR_STORE_REPLICA_MAX 8       /* replica_num upper bound */
+#define CR_STORE_PREFERRED_MAX 8     /* preferred segments in one config */
+#define CR_STORE_VALUE_MAX (1ull << 36) /* 64 GiB: bound on one object */
+
+/* ---- client ----------------------------------------------------------- */
+
+enum cr_store_param_field {
+    CR_STORE_PARAM_LOCAL_HOSTNAME = 1u << 0,
+    CR_STORE_PARAM_METADATA_URI = 1u << 1,
+    CR_STORE_PARAM_MASTER_ADDR = 1u << 2,
+    CR_STORE_PARAM_GLOBAL_SEGMENT_SIZE = 1u << 3,
+    CR_STORE_PARAM_LOCAL_BUFFER_SIZE = 1u << 4,
+    CR_STORE_PARAM_PROTOCOL = 1u << 5,
+    CR_STORE_PARAM_DEVICE_NAMES = 1u << 6,
+    CR_STORE_PARAM_RPC_TIMEOUT_MS = 1u << 7,
+    CR_STORE_PARAM_TRANSFER_TIMEOUT_MS = 1u << 8,
+    CR_STORE_PARAM_HEARTBEAT_MS = 1u << 9,
+    CR_STORE_PARAM_TE_PORT = 1u << 10,
+};
+
+/* Parameters of cr_store_create(). Only fields whose bit is set in
+ * field_mask are read; the others take the documented default. Strings are
+ * copied; the caller keeps ownership. */
+typedef struct cr_store_params {
+    uint64_t field_mask;
+    /* This client's host address; its TE segment is named after it
+     * ("<local_hostname>:<te port>", made unique per process by the port).
+     * Also the NIC the TE listens on unless device_names is set.
+     * Default "127.0.0.1". */
+    const char *local_hostname;
+    /* TE metadata service: "http://host:port/metadata", "etcd://...", or
+     * "p2p". Default "p2p". */
+    const char *metadata_uri;
+    /* Master address "host:port". Default "127.0.0.1:50051". */
+    const char *master_addr;
+    /* Bytes of memory this client contributes to the pool (0 = pure
+     * client). Rounded up to 4 KiB. Default 0. */
+    uint64_t global_segment_size;
+    /* Bytes of registered staging memory for the copying put/get.
+     * Default 16 MiB, minimum 64 KiB. */
+    uint64_t local_buffer_size;
+    /* TE transports: "tcp" (default) or "tcp,shm"; "rdma" is -EINVAL. */
+    const char *protocol;
+    /* Comma-separated local IP addresses (NICs) for the TE. Default:
+     * local_hostname. */
+    const char *device_names;
+    /* Bound on one master RPC in ms. Default 5000. */
+    unsigned rpc_timeout_ms;
+    /* Bound on one data transfer in ms. Default 30000. */
+    unsigned transfer_timeout_ms;
+    /* Heartbeat period in ms. Default 1000. */
+    unsigned heartbeat_ms;
+    /* TE listening port (0 = ephemeral). Default 0. */
+    uint16_t te_port;
+} cr_store_params_t;
+
+/* Creates a client: starts its TE engine, registers its local buffer,
+ * connects to the master and, if global_segment_size > 0, allocates,
+ * pre-faults, registers and mounts the contributed segment, then starts the
+ * heartbeat thread. Returns 0 and *out, or CR_E_INVALID_PARAMS (bad
+ * parameter), CR_E_RPC_FAIL (master unreachable), -ENOMEM, or a TE error
+ * (-EADDRINUSE, -EHOSTUNREACH). Destroy *out with cr_store_destroy(). */
+CR_API int cr_store_create(const cr_store_params_t *params, cr_store_t **out);
+
+/* Unmounts the contributed segment (its objects become misses), stops the
+ * heartbeat thread and the TE engine and frees everything. Must not race
+ * with other calls on the same client. NULL is a no-op. */
+CR_API void cr_store_destroy(cr_store_t *store);
+
+/* The TE segment name this client publishes (static for its lifetime). */
+CR_API const char *cr_store_segment_name(const cr_store_t *store);
+
+/* ---- registered memory ---------------------------------------------------- */
+
+/* Registers [addr, addr+len) for the zero-copy calls. The memory stays
+ * owned by the caller and must stay valid until unregistered. Returns 0,
+ * CR_E_INVALID_PARAMS (NULL, 0 length, overlapping a registration) or a
+ * TE error. */
+CR_API int cr_store_register_buffer(cr_store_t *store, void *addr, size_t len);
+
+/* Unregisters the range that starts at addr (waits for transfers using it).
+ * Returns 0 or CR_E_INVALID_PARAMS if addr starts no registration. */
+CR_API int cr_store_unregister_buffer(cr_store_t *store, void *addr);
+
+/* ---- replication ---------------------------------------------------------- */
+
+/* How a put places its replicas. NULL config = the defaults. */
+typedef struct cr_store_replicate_config {
+    /* Replicas, each on a distinct segment (1..CR_STORE_REPLICA_MAX).
+     * 0 means 1. */
+    uint32_t replica_num;
+    /* Segment names to place replicas on first (may be NULL when
+     * n_preferred is 0); at most CR_STORE_PREFERRED_MAX. */
+    const char *const *preferred_segments;
+    size_t n_preferred;
+    /* Soft pin: evicted only after unpinned objects (and not before the
+     * master's soft-pin TTL). */
+    int soft_pin;
+    /* Hard pin: never evicted; only remove frees it. */
+    int hard_pin;
+} cr_store_replicate_config_t;
+
+/* ---- single-key operations ------------------------------------------------ */
+
+/* Stores a copy of value[0..len) under key (1..CR_STORE_KEY_MAX bytes,
+ * NUL-terminated). value may be any memory; it is staged through the local
+ * buffer. The key becomes visible only when every replica is written; on
+ * any failure the put is revoked and nothing is visible. Returns 0,
+ * CR_E_OBJECT_ALREADY_EXISTS, CR_E_NO_AVAILABLE_HANDLE (pool full even
+ * after eviction), CR_E_INVALID_KEY, CR_E_INVALID_PARAMS (len 0 or over
+ * CR_STORE_VALUE_MAX, replica_num too large), CR_E_TRANSFER_FAIL,
+ * CR_E_RPC_FAIL. */
+CR_API int cr_store_put(cr_store_t *store, const char *key, const void *value, size_t len,
+                        const cr_store_replicate_config_t *config);
+
+/* Zero-copy put: like cr_store_put() but buf must lie in memory registered
+ * with cr_store_register_buffer() (else CR_E_INVALID_PARAMS); no staging. */
+CR_API int cr_store_put_from(cr_store_t *store, const char *key, const void *buf, size_t len,
+                             const cr_store_replicate_config_t *config);
+
+/* Copies the value of key into buf (any memory, cap bytes) and sets *len.
+ * Returns 0, CR_E_OBJECT_NOT_FOUND, CR_E_BUFFER_OVERFLOW (cap smaller than
+ * the value; *len untouched, use cr_store_get_size), CR_E_LEASE_EXPIRED,
+ * CR_E_TRANSFER_FAIL (every replica failed), CR_E_RPC_FAIL, CR_E_INVALID_KEY. */
+CR_API int cr_store_get(cr_store_t *store, const char *key, void *buf, size_t cap, size_t *len);
+
+/* Like cr_store_get() but allocates the buffer: on success *out is a
+ * malloc'd buffer of *len bytes that the caller frees with free(). */
+CR_API int cr_store_get_alloc(cr_store_t *store, const char *key, void **out, size_t *len);
+
+/* Zero-copy get: buf must lie in registered memory (cap bytes). Same
+ * returns as cr_store_get(). */
+CR_API int cr_store_get_into(cr_store_t *store, const char *key, void *buf, size_t cap,
+                             size_t *len);
+
+/* Size of the value of key in *size. Returns 0, CR_E_OBJECT_NOT_FOUND,
+ * CR_E_INVALID_KEY, CR_E_RPC_FAIL. */
+CR_API int cr_store_get_size(cr_store_t *store, const char *key, uint64_t *size);
+
+/* 1 if key exists (completely written), 0 if not, or a negative error. */
+CR_API int cr_store_exist(cr_store_t *store, const char *key);
+
+/* Removes key. Without force, a key with a live read lease is not removed
+ * (CR_E_OBJECT_HAS_LEASE); with force it is (readers holding a lease then
+ * get an error, never other bytes). Returns 0, CR_E_OBJECT_NOT_FOUND,
+ * CR_E_OBJECT_HAS_LEASE, CR_E_INVALID_KEY, CR_E_RPC_FAIL. */
+CR_API int cr_store_remove(cr_store_t *store, const char *key, int force);
+
+/* Removes every key without a live lease; *removed (optional) gets the
+ * count. Returns 0 or CR_E_RPC_FAIL. */
+CR_API int cr_store_remove_all(cr_store_t *store, uint64_t *removed);
+
+/* ---- batches (one master round-trip per phase, one TE batch for all keys) ---- */
+
+/* Zero-copy puts of n keys (1..CR_STORE_BATCH_MAX): keys[i] from
+ * bufs[i][0..lens[i]) (registered memory). results[i] gets each key's
+ * status (as cr_store_put_from). Returns 0 if every key succeeded, else the
+ * first failing key's status; CR_E_INVALID_PARAMS (NULL arrays, n out of
+ * range) with results untouched. */
+CR_API int cr_store_batch_put_from(cr_store_t *store, const char *const *keys,
+                                   const void *const *bufs, const size_t *lens, size_t n,
+                                   const cr_store_replicate_config_t *config, int *results);
+
+/* Zero-copy gets of n keys into bufs[i] (registered, caps[i] bytes).
+ * lens[i] gets the value size of each successful key; results[i] each
+ * key's status (as cr_store_get_into). Returns as cr_store_batch_put_from. */
+CR_API int cr_store_batch_get_into(cr_store_t *store, const char *const *keys,
+                                   void *const *bufs, const size_t *caps, size_t n,
+                                   size_t *lens, int *results);
+
+/* Existence of n keys: results[i] = 1 (exists), 0 (not), or a negative
+ * error for that key. Returns 0, or CR_E_INVALID_PARAMS / CR_E_RPC_FAIL
+ * (results untouched). */
+CR_API int cr_store_batch_is_exist(cr_store_t *store, const char *const *keys, size_t n,
+                                   int *results);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
