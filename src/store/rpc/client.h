@@ -1,0 +1,53 @@
+/* Blocking RPC client for the store control plane (protocol.h).
+ *
+ * One cr__rpc_client_t = one TCP connection to the master, opened lazily
+ * and reopened after a failure. Calls are serialised by an internal mutex
+ * (thread-safe, one request in flight per client); a caller wanting
+ * parallel calls uses several clients.
+ *
+ * Retry rule: when a call fails because the connection broke (EOF/reset,
+ * write error) or could not be opened, the client closes the socket, and
+ * for idempotent types (PING, MOUNT, UNMOUNT, GET_REPLICA_LIST, EXIST,
+ * GET_SIZE, VALIDATE and their batch forms) reconnects and resends once.
+ * Non-idempotent calls (PUT_*, REMOVE*) are not resent (they could have
+ * been applied): they fail with CR_E_RPC_FAIL and the next call reconnects.
+ * A timeout always closes the connection (a late reply must never be
+ * matched to a later request).
+ */
+#ifndef CR_STORE_RPC_CLIENT_H
+#define CR_STORE_RPC_CLIENT_H
+
+#include <stdint.h>
+
+#include "store/rpc/protocol.h"
+
+typedef struct cr__rpc_client cr__rpc_client_t;
+
+/* Creates a client for the master at addr ("host:port"; copied). No
+ * connection is made yet. connect_timeout_ms bounds connecting,
+ * call_timeout_ms bounds one whole call (send + wait for the reply).
+ * Returns 0 and *out, -EINVAL (malformed addr, timeouts <= 0) or -ENOMEM.
+ * Free with cr__rpc_client_destroy(). */
+int cr__rpc_client_create(const char *addr, int connect_timeout_ms, int call_timeout_ms,
+                          cr__rpc_client_t **out);
+
+/* Opens the connection now if it is not open (optional: calls connect
+ * lazily). Returns 0, CR_E_RPC_FAIL (with the errno logged) or -ENOMEM. */
+int cr__rpc_client_connect(cr__rpc_client_t *c);
+
+/* Sends req (its req_id is ignored: the client assigns one) and waits for
+ * the matching reply, decoded into *reply (caller frees with
+ * cr__rpc_msg_free; untouched on failure). Returns 0 when a reply was
+ * received — the master's verdict is then in reply->status and in each
+ * item's status — or: -EINVAL (req does not encode: bad type, a bound
+ * exceeded), -ENOMEM, CR_E_RPC_FAIL (cannot connect, connection lost,
+ * timeout, malformed reply or a reply of the wrong type/id). */
+int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
+
+/* Closes the connection (the next call reconnects). */
+void cr__rpc_client_disconnect(cr__rpc_client_t *c);
+
+/* Closes and frees; NULL is a no-op. Must not race with a call. */
+void cr__rpc_client_destroy(cr__rpc_client_t *c);
+
+#endif
