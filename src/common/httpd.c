@@ -1,0 +1,256 @@
+/* HTTP server wrapper over libmicrohttpd (see httpd.h).
+ *
+ * Threads: MHD's internal polling threads (a small pool); the handler runs
+ * on them. Each connection carries a struct conn_state (allocated on the
+ * first callback of a request, freed by MHD's request-completed callback)
+ * that accumulates the body up to max_body. A body announced larger than
+ * max_body (Content-Length) is refused with 413 before it is read; a body
+ * that turns out larger (chunked upload) is drained and answered with 413;
+ * in neither case is the handler called. */
+#include "common/httpd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/net.h"
+
+#define HTTPD_THREADS 2
+#define HTTPD_CONN_LIMIT 256     /* concurrent connections */
+#define HTTPD_CONN_TIMEOUT_S 30  /* idle connection timeout */
+#define HTTPD_INITIAL_BODY 4096
+
+struct cr__httpd {
+    struct MHD_Daemon *mhd;
+    uint16_t port;
+    size_t max_body;
+    cr__http_handler_fn fn;
+    void *user;
+};
+
+struct conn_state {
+    char *body; /* NUL-terminated when the handler sees it */
+    size_t len, cap;
+    int too_big;
+};
+
+static enum MHD_Result queue_static(struct MHD_Connection *c, unsigned status, const char *text)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Appends data to the body, growing geometrically up to max_body (+1 for the NUL). */
+static int body_append(struct conn_state *st, const char *data, size_t n, size_t max_body)
+{
+    if (st->too_big || n > max_body - st->len) {
+        st->too_big = 1;
+        return 0;
+    }
+    if (st->len + n + 1 > st->cap) {
+        size_t cap = st->cap ? st->cap : HTTPD_INITIAL_BODY;
+        while (cap < st->len + n + 1)
+            cap = cap > (SIZE_MAX / 2) ? SIZE_MAX : cap * 2;
+        if (cap > max_body + 1)
+            cap = max_body + 1;
+        char *nb = realloc(st->body, cap);
+        if (!nb)
+            return -ENOMEM;
+        st->body = nb;
+        st->cap = cap;
+    }
+    memcpy(st->body + st->len, data, n);
+    st->len += n;
+    return 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    cr__httpd_t *srv = cls;
+    struct conn_state *st = *con_cls;
+
+    if (!st) { /* first call for this request: headers only */
+        st = calloc(1, sizeof *st);
+        if (!st)
+            return MHD_NO;
+        *con_cls = st;
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (errno || end == cl || v > srv->max_body) {
+                st->too_big = 1;
+                return queue_static(conn, MHD_HTTP_CONTENT_TOO_LARGE, "request body too large\n");
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (body_append(st, upload_data, *upload_data_size, srv->max_body))
+            return MHD_NO; /* out of memory: drop the connection */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (st->too_big)
+        return queue_static(conn, MHD_HTTP_CONTENT_TOO_LARGE, "request body too large\n");
+
+    cr__http_req_t req = {
+        .method = method,
+        .path = url,
+        .body = st->body ? st->body : "",
+        .body_len = st->len,
+        .impl = conn,
+    };
+    if (st->body)
+        st->body[st->len] = '\0';
+    cr__http_resp_t resp = {.status = 200, .content_type = "text/plain"};
+    srv->fn(srv->user, &req, &resp);
+
+    struct MHD_Response *r;
+    if (resp.body)
+        r = MHD_create_response_from_buffer(resp.body_len, resp.body, MHD_RESPMEM_MUST_FREE);
+    else
+        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(resp.body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            resp.content_type ? resp.content_type : "text/plain");
+    int status = resp.status >= 100 && resp.status <= 599 ? resp.status : 500;
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)conn, (void)toe;
+    struct conn_state *st = *con_cls;
+    if (st) {
+        free(st->body);
+        free(st);
+        *con_cls = NULL;
+    }
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    if (n && buf[n - 1] == '\n')
+        buf[n - 1] = '\0';
+    CR_LOG_INFO("httpd", "%s", buf);
+}
+
+const char *cr__http_req_arg(const cr__http_req_t *req, const char *name)
+{
+    if (!req || !req->impl || !name)
+        return NULL;
+    return MHD_lookup_connection_value((struct MHD_Connection *)req->impl,
+                                       MHD_GET_ARGUMENT_KIND, name);
+}
+
+int cr__http_resp_set(cr__http_resp_t *resp, int status, const char *content_type,
+                      const void *body, size_t len)
+{
+    char *copy = malloc(len ? len : 1);
+    if (!copy)
+        return -ENOMEM;
+    if (len)
+        memcpy(copy, body, len);
+    free(resp->body);
+    resp->body = copy;
+    resp->body_len = len;
+    resp->status = status;
+    if (content_type)
+        resp->content_type = content_type;
+    return 0;
+}
+
+int cr__http_resp_printf(cr__http_resp_t *resp, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -ENOMEM;
+    free(resp->body);
+    resp->body = s;
+    resp->body_len = (size_t)n;
+    resp->status = status;
+    resp->content_type = "text/plain";
+    return 0;
+}
+
+int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_handler_fn fn,
+                    void *user, cr__httpd_t **out)
+{
+    if (!fn || !out || max_body >= SIZE_MAX / 2)
+        return -EINVAL;
+    cr__httpd_t *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return -ENOMEM;
+    srv->max_body = max_body;
+    srv->fn = fn;
+    srv->user = user;
+    /* Bind ourselves: gives a precise errno (-EADDRINUSE), host selection
+     * and the ephemeral port without relying on MHD's address handling. */
+    int fd = cr__net_listen(host, port, 128, &srv->port);
+    if (fd < 0) {
+        free(srv);
+        return fd;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    srv->mhd = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+        on_request, srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTPD_THREADS,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTPD_CONN_LIMIT,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTPD_CONN_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+    if (!srv->mhd) {
+        CR_LOG_ERROR("httpd", "MHD_start_daemon failed on port %u", srv->port);
+        close(fd);
+        free(srv);
+        return -ENOMEM;
+    }
+    *out = srv;
+    return 0;
+}
+
+uint16_t cr__httpd_port(const cr__httpd_t *srv) { return srv ? srv->port : 0; }
+
+void cr__httpd_stop(cr__httpd_t *srv)
+{
+    if (!srv)
+        return;
+    MHD_stop_daemon(srv->mhd); /* joins the threads and closes the listen socket */
+    free(srv);
+}

@@ -1,0 +1,268 @@
+/* cr__meta_*: URI parsing, dispatch to the backend, and the libcurl helper
+ * shared by the http and etcd backends. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "transfer/metadata/meta_internal.h"
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+int cr__meta_check_key(const char *key)
+{
+    if (!key)
+        return -EINVAL;
+    size_t n = strnlen(key, CR__META_KEY_MAX);
+    return n == 0 || n >= CR__META_KEY_MAX ? -EINVAL : 0;
+}
+
+/* "http://host[:port][/path]" — kept verbatim as the base URL. */
+static int parse_http(const char *uri, cr__meta_t *m)
+{
+    const char *rest = uri + strlen("http://");
+    size_t n = strlen(uri);
+    if (n >= CR__META_URL_MAX - 8 || !*rest || *rest == '/' || *rest == ':' ||
+        strpbrk(uri, " \t\r\n?#"))
+        return -EINVAL;
+    /* authority must be host[:port] with a valid port if present */
+    char auth[CR__HOST_MAX + 8];
+    size_t alen = strcspn(rest, "/");
+    if (alen >= sizeof auth)
+        return -EINVAL;
+    memcpy(auth, rest, alen);
+    auth[alen] = '\0';
+    if (strchr(auth, '@'))
+        return -EINVAL;
+    const char *colon = strrchr(auth, ':');
+    if (colon && (auth[0] != '[' || strchr(auth, ']') < colon)) {
+        char host[CR__HOST_MAX];
+        uint16_t port;
+        if (cr__net_split_hostport(auth, host, &port, 0))
+            return -EINVAL;
+    }
+    memcpy(m->ep[0], uri, n + 1);
+    m->n_ep = 1;
+    return 0;
+}
+
+/* "etcd://h1:2379[,h2:2379...][/ignored]" -> "http://h1:2379", ... */
+static int parse_etcd(const char *uri, cr__meta_t *m)
+{
+    const char *p = uri + strlen("etcd://");
+    size_t list_len = strcspn(p, "/");
+    if (list_len == 0)
+        return -EINVAL;
+    m->n_ep = 0;
+    while (list_len > 0) {
+        size_t item = strcspn(p, ",/");
+        if (item > list_len)
+            item = list_len;
+        char hp[CR__HOST_MAX + 8], host[CR__HOST_MAX];
+        uint16_t port;
+        if (item == 0 || item >= sizeof hp || m->n_ep >= CR__META_MAX_ENDPOINTS)
+            return -EINVAL;
+        memcpy(hp, p, item);
+        hp[item] = '\0';
+        if (cr__net_split_hostport(hp, host, &port, 0))
+            return -EINVAL;
+        int is_v6 = strchr(host, ':') != NULL;
+        snprintf(m->ep[m->n_ep++], CR__META_URL_MAX, "http://%s%s%s:%u", is_v6 ? "[" : "", host,
+                 is_v6 ? "]" : "", port);
+        p += item;
+        list_len -= item;
+        if (list_len > 0) { /* skip the comma */
+            p++;
+            list_len--;
+            if (list_len == 0)
+                return -EINVAL; /* trailing comma */
+        }
+    }
+    return 0;
+}
+
+int cr__meta_open(const char *uri, int timeout_ms, cr__meta_t **out)
+{
+    if (!uri || !out)
+        return -EINVAL;
+    pthread_once(&curl_once, curl_init_once);
+    cr__meta_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return -ENOMEM;
+    m->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
+    int rc;
+    if (strncmp(uri, "http://", 7) == 0) {
+        m->ops = &cr__meta_http_ops;
+        rc = parse_http(uri, m);
+    } else if (strncmp(uri, "etcd://", 7) == 0) {
+        m->ops = &cr__meta_etcd_ops;
+        rc = parse_etcd(uri, m);
+    } else {
+        rc = -EINVAL; /* includes "p2p": handled by the caller */
+    }
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    m->curl = curl_easy_init();
+    if (!m->curl) {
+        free(m);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    *out = m;
+    return 0;
+}
+
+void cr__meta_close(cr__meta_t *m)
+{
+    if (!m)
+        return;
+    curl_easy_cleanup(m->curl);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+int cr__meta_get(cr__meta_t *m, const char *key, char **val, size_t *len)
+{
+    if (!m || !val || cr__meta_check_key(key))
+        return -EINVAL;
+    pthread_mutex_lock(&m->mu);
+    int rc = m->ops->get(m, key, val, len);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__meta_put(cr__meta_t *m, const char *key, const void *val, size_t len)
+{
+    if (!m || (!val && len) || len > CR__META_VALUE_MAX || cr__meta_check_key(key))
+        return -EINVAL;
+    pthread_mutex_lock(&m->mu);
+    int rc = m->ops->put(m, key, val ? val : "", len);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__meta_del(cr__meta_t *m, const char *key)
+{
+    if (!m || cr__meta_check_key(key))
+        return -EINVAL;
+    pthread_mutex_lock(&m->mu);
+    int rc = m->ops->del(m, key);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* ---- libcurl helper ---------------------------------------------------- */
+
+struct sink {
+    char *p;
+    size_t len, cap, max;
+    int overflow;
+};
+
+static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    struct sink *s = ud;
+    size_t n = size * nmemb;
+    if (n > s->max - s->len) {
+        s->overflow = 1;
+        return 0; /* aborts the transfer */
+    }
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 1024;
+        while (cap < s->len + n + 1)
+            cap *= 2;
+        char *np = realloc(s->p, cap);
+        if (!np)
+            return 0;
+        s->p = np;
+        s->cap = cap;
+    }
+    memcpy(s->p + s->len, ptr, n);
+    s->len += n;
+    s->p[s->len] = '\0';
+    return n;
+}
+
+static size_t sink_discard(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    (void)ptr, (void)ud;
+    return size * nmemb;
+}
+
+int cr__meta_http_exchange(cr__meta_t *m, const char *method, const char *url,
+                           const void *body, size_t body_len, const char *content_type,
+                           size_t resp_max, char **resp, size_t *resp_len)
+{
+    CURL *c = m->curl;
+    curl_easy_reset(c); /* keeps the connection cache */
+    struct sink s = {.max = resp_max};
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Expect:");
+    if (content_type && hdrs) {
+        char h[128];
+        snprintf(h, sizeof h, "Content-Type: %s", content_type);
+        struct curl_slist *h2 = curl_slist_append(hdrs, h);
+        if (h2)
+            hdrs = h2;
+    }
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)m->timeout_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)m->timeout_ms);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_NOPROXY, "*"); /* never route metadata via a proxy */
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    if (strcmp(method, "GET") == 0) {
+        curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    } else {
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+        if (body || strcmp(method, "PUT") == 0 || strcmp(method, "POST") == 0) {
+            curl_easy_setopt(c, CURLOPT_POSTFIELDS, body ? (const char *)body : "");
+            curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+        }
+    }
+    if (resp) {
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+    } else {
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_discard);
+    }
+    CURLcode cc = curl_easy_perform(c);
+    curl_slist_free_all(hdrs);
+    int rc;
+    switch (cc) {
+    case CURLE_OK: {
+        long status = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        rc = status > 0 ? (int)status : -EHOSTUNREACH;
+        break;
+    }
+    case CURLE_OPERATION_TIMEDOUT:
+        rc = -ETIMEDOUT;
+        break;
+    case CURLE_WRITE_ERROR:
+        rc = s.overflow ? -EMSGSIZE : -ENOMEM;
+        break;
+    case CURLE_OUT_OF_MEMORY:
+        rc = -ENOMEM;
+        break;
+    default: /* could not resolve/connect, connection reset, empty reply, ... */
+        CR_LOG_DEBUG("meta", "%s %s: %s", method, url, curl_easy_strerror(cc));
+        rc = -EHOSTUNREACH;
+        break;
+    }
+    if (rc > 0 && resp) {
+        if (!s.p && !(s.p = calloc(1, 1)))
+            return -ENOMEM;
+        *resp = s.p;
+        if (resp_len)
+            *resp_len = s.len;
+    } else {
+        free(s.p);
+    }
+    return rc;
+}

@@ -1,0 +1,319 @@
+/* HTTP server wrapper (src/common/httpd.c) driven by libcurl on 127.0.0.1. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+
+#include "common/httpd.h"
+
+#define MAX_BODY 65536
+
+static int handler_calls; /* guarded by calls_mu */
+static pthread_mutex_t calls_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Echo handler:
+ *   /echo   -> "<method> <path> x=<arg x or (null)> len=<body_len>\n<body>"
+ *   /status -> status from ?code=N, body "custom", content type application/json
+ *   /binary -> body echoed verbatim as application/octet-stream */
+static void handler(void *user, const cr__http_req_t *req, cr__http_resp_t *resp)
+{
+    (void)user;
+    pthread_mutex_lock(&calls_mu);
+    handler_calls++;
+    pthread_mutex_unlock(&calls_mu);
+    if (strcmp(req->path, "/status") == 0) {
+        const char *code = cr__http_req_arg(req, "code");
+        cr__http_resp_set(resp, code ? atoi(code) : 200, "application/json", "custom", 6);
+        return;
+    }
+    if (strcmp(req->path, "/binary") == 0) {
+        cr__http_resp_set(resp, 200, "application/octet-stream", req->body, req->body_len);
+        return;
+    }
+    if (strcmp(req->path, "/empty") == 0)
+        return; /* default: 200, no body */
+    const char *x = cr__http_req_arg(req, "x");
+    cr__http_resp_printf(resp, 200, "%s %s x=%s len=%zu\n%s", req->method, req->path,
+                         x ? x : "(null)", req->body_len, req->body);
+}
+
+static int calls(void)
+{
+    pthread_mutex_lock(&calls_mu);
+    int n = handler_calls;
+    pthread_mutex_unlock(&calls_mu);
+    return n;
+}
+
+struct buf {
+    char *p;
+    size_t len;
+};
+
+static size_t on_data(char *ptr, size_t size, size_t n, void *ud)
+{
+    struct buf *b = ud;
+    size_t add = size * n;
+    char *np = realloc(b->p, b->len + add + 1);
+    if (!np)
+        return 0;
+    b->p = np;
+    memcpy(b->p + b->len, ptr, add);
+    b->len += add;
+    b->p[b->len] = '\0';
+    return add;
+}
+
+struct upload {
+    const char *p;
+    size_t len, off;
+};
+
+static size_t on_read(char *ptr, size_t size, size_t n, void *ud)
+{
+    struct upload *u = ud;
+    size_t want = size * n, left = u->len - u->off;
+    size_t k = want < left ? want : left;
+    memcpy(ptr, u->p + u->off, k);
+    u->off += k;
+    return k;
+}
+
+/* Performs one request. chunked: send the body with Transfer-Encoding: chunked.
+ * Returns the HTTP status (or -1 on transport error); *out gets the body. */
+static long request(uint16_t port, const char *method, const char *path_query, const void *body,
+                    size_t len, int chunked, struct buf *out, char *ctype, size_t ctype_cap)
+{
+    CURL *c = curl_easy_init();
+    assert_non_null(c);
+    char url[512];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u%s", port, path_query);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
+    struct curl_slist *hdrs = NULL;
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    struct upload up = {body, len, 0};
+    if (body && chunked) {
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(c, CURLOPT_READDATA, &up);
+        hdrs = curl_slist_append(hdrs, "Transfer-Encoding: chunked");
+    } else if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    CURLcode rc = curl_easy_perform(c);
+    long status = -1;
+    if (rc == CURLE_OK) {
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+        if (ctype) {
+            char *ct = NULL;
+            curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+            snprintf(ctype, ctype_cap, "%s", ct ? ct : "");
+        }
+    } else {
+        fprintf(stderr, "curl %s %s: %s\n", method, url, curl_easy_strerror(rc));
+    }
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(c);
+    return status;
+}
+
+static cr__httpd_t *srv;
+
+static int setup(void **state)
+{
+    (void)state;
+    handler_calls = 0;
+    int rc = cr__httpd_start("127.0.0.1", 0, MAX_BODY, handler, NULL, &srv);
+    if (rc) {
+        fprintf(stderr, "cr__httpd_start: %d\n", rc);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    cr__httpd_stop(srv);
+    srv = NULL;
+    return 0;
+}
+
+static void test_get_with_query(void **state)
+{
+    (void)state;
+    uint16_t port = cr__httpd_port(srv);
+    assert_true(port != 0);
+    struct buf b = {0};
+    long st = request(port, "GET", "/echo?x=a%20b%26c&y=2", NULL, 0, 0, &b, NULL, 0);
+    assert_int_equal(st, 200);
+    assert_string_equal(b.p, "GET /echo x=a b&c len=0\n");
+    free(b.p);
+    b = (struct buf){0};
+    st = request(port, "GET", "/echo", NULL, 0, 0, &b, NULL, 0);
+    assert_int_equal(st, 200);
+    assert_string_equal(b.p, "GET /echo x=(null) len=0\n");
+    free(b.p);
+}
+
+static void test_put_body_and_status(void **state)
+{
+    (void)state;
+    uint16_t port = cr__httpd_port(srv);
+    struct buf b = {0};
+    long st = request(port, "PUT", "/echo?x=k", "hello", 5, 0, &b, NULL, 0);
+    assert_int_equal(st, 200);
+    assert_string_equal(b.p, "PUT /echo x=k len=5\nhello");
+    free(b.p);
+
+    b = (struct buf){0};
+    char ct[128];
+    st = request(port, "DELETE", "/status?code=404", NULL, 0, 0, &b, ct, sizeof ct);
+    assert_int_equal(st, 404);
+    assert_string_equal(b.p, "custom");
+    assert_string_equal(ct, "application/json");
+    free(b.p);
+
+    b = (struct buf){0};
+    st = request(port, "POST", "/empty", "x", 1, 0, &b, NULL, 0);
+    assert_int_equal(st, 200);
+    assert_int_equal(b.len, 0);
+    free(b.p);
+}
+
+static void test_binary_body_roundtrip(void **state)
+{
+    (void)state;
+    uint16_t port = cr__httpd_port(srv);
+    size_t n = MAX_BODY; /* exactly the bound: accepted */
+    unsigned char *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (unsigned char)(i * 131 + 7); /* includes NUL bytes */
+    struct buf b = {0};
+    long st = request(port, "PUT", "/binary", data, n, 0, &b, NULL, 0);
+    assert_int_equal(st, 200);
+    assert_int_equal(b.len, n);
+    assert_memory_equal(b.p, data, n);
+    free(b.p);
+    /* same through a chunked upload */
+    b = (struct buf){0};
+    st = request(port, "PUT", "/binary", data, n, 1, &b, NULL, 0);
+    assert_int_equal(st, 200);
+    assert_int_equal(b.len, n);
+    assert_memory_equal(b.p, data, n);
+    free(b.p);
+    free(data);
+}
+
+static void test_body_too_large_is_413(void **state)
+{
+    (void)state;
+    uint16_t port = cr__httpd_port(srv);
+    size_t n = MAX_BODY + 1;
+    char *data = calloc(1, n);
+    int before = calls();
+    struct buf b = {0};
+    long st = request(port, "PUT", "/binary", data, n, 0, &b, NULL, 0);
+    assert_int_equal(st, 413);
+    free(b.p);
+    /* chunked: no Content-Length, discovered while reading */
+    char *big = calloc(1, 4 * n);
+    b = (struct buf){0};
+    st = request(port, "PUT", "/binary", big, 4 * n, 1, &b, NULL, 0);
+    assert_int_equal(st, 413);
+    free(b.p);
+    free(big);
+    free(data);
+    assert_int_equal(calls(), before); /* handler never saw them */
+    /* and the server still works */
+    b = (struct buf){0};
+    st = request(port, "GET", "/echo?x=1", NULL, 0, 0, &b, NULL, 0);
+    assert_int_equal(st, 200);
+    free(b.p);
+}
+
+struct worker {
+    uint16_t port;
+    int id, ok;
+};
+
+static void *client_thread(void *arg)
+{
+    struct worker *w = arg;
+    for (int i = 0; i < 20; i++) {
+        char q[64], body[64], want[160];
+        snprintf(q, sizeof q, "/echo?x=%d-%d", w->id, i);
+        int bl = snprintf(body, sizeof body, "body-%d-%d", w->id, i);
+        snprintf(want, sizeof want, "PUT /echo x=%d-%d len=%d\n%s", w->id, i, bl, body);
+        struct buf b = {0};
+        long st = request(w->port, "PUT", q, body, (size_t)bl, 0, &b, NULL, 0);
+        if (st != 200 || !b.p || strcmp(b.p, want) != 0) {
+            fprintf(stderr, "worker %d req %d: expected 200 '%s', got %ld '%s'\n", w->id, i, want,
+                    st, b.p ? b.p : "");
+            free(b.p);
+            return NULL;
+        }
+        free(b.p);
+    }
+    w->ok = 1;
+    return NULL;
+}
+
+static void test_concurrent_clients(void **state)
+{
+    (void)state;
+    pthread_t th[4];
+    struct worker w[4];
+    int before = calls();
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct worker){cr__httpd_port(srv), i, 0};
+        pthread_create(&th[i], NULL, client_thread, &w[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(w[i].ok);
+    }
+    assert_int_equal(calls() - before, 80);
+}
+
+static void test_port_in_use_and_bad_args(void **state)
+{
+    (void)state;
+    cr__httpd_t *other = NULL;
+    int rc = cr__httpd_start("127.0.0.1", cr__httpd_port(srv), 1024, handler, NULL, &other);
+    assert_int_equal(rc, -EADDRINUSE);
+    assert_null(other);
+    assert_int_equal(cr__httpd_start("127.0.0.1", 0, 1024, NULL, NULL, &other), -EINVAL);
+    cr__httpd_stop(NULL); /* no-op */
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_get_with_query, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_body_and_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_binary_body_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_body_too_large_is_413, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_port_in_use_and_bad_args, setup, teardown),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
