@@ -1,0 +1,489 @@
+/* Store client: lifecycle, heartbeat/remount thread, registrations, the TE
+ * segment handle cache and the master connection pool. */
+#include "store/client/client.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
+
+#define COMP "store-client"
+#define SEG_ALIGN 4096ull
+
+static void copy_str(char *dst, size_t cap, const char *src, const char *def)
+{
+    snprintf(dst, cap, "%s", src ? src : def);
+}
+
+int cr__sc_check_key(const char *key)
+{
+    if (!key || !key[0])
+        return CR_E_INVALID_KEY;
+    if (strnlen(key, CR_STORE_KEY_MAX + 1) > CR_STORE_KEY_MAX)
+        return CR_E_INVALID_KEY;
+    return 0;
+}
+
+cr__rpc_client_t *cr__sc_rpc(cr_store_t *s)
+{
+    unsigned i = atomic_fetch_add_explicit(&s->rpc_rr, 1, memory_order_relaxed);
+    return s->rpc[i % CR__SC_RPC_CONNS];
+}
+
+int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
+{
+    int rc = cr__rpc_client_call(cr__sc_rpc(s), req, reply);
+    if (rc == -ENOMEM || rc == 0)
+        return rc;
+    return rc == -EINVAL ? CR_E_INVALID_PARAMS : CR_E_RPC_FAIL;
+}
+
+/* ---- registrations -------------------------------------------------------- */
+
+int cr__sc_is_registered(cr_store_t *s, const void *p, size_t len)
+{
+    uintptr_t a = (uintptr_t)p;
+    int ok = 0;
+    pthread_rwlock_rdlock(&s->reg_lock);
+    for (size_t i = 0; i < s->n_regs; i++) {
+        const cr__sc_reg_t *r = &s->regs[i];
+        if (a >= r->addr && len <= r->len && a - r->addr <= r->len - len) {
+            ok = 1;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&s->reg_lock);
+    return ok;
+}
+
+int cr__sc_is_local(const cr_store_t *s, const char *segment, uint64_t addr, uint64_t len)
+{
+    if (!s->seg_base || strcmp(segment, s->seg_name) != 0)
+        return 0;
+    uint64_t b = (uint64_t)(uintptr_t)s->seg_base;
+    return addr >= b && len <= s->seg_size && addr - b <= s->seg_size - len;
+}
+
+int cr_store_register_buffer(cr_store_t *s, void *addr, size_t len)
+{
+    if (!s || !addr || len == 0 || (uintptr_t)addr + len < (uintptr_t)addr)
+        return CR_E_INVALID_PARAMS;
+    uintptr_t a = (uintptr_t)addr;
+    pthread_rwlock_wrlock(&s->reg_lock);
+    int rc = 0;
+    if (s->n_regs >= CR__SC_REGS_MAX)
+        rc = CR_E_INVALID_PARAMS;
+    for (size_t i = 0; !rc && i < s->n_regs; i++)
+        if (a < s->regs[i].addr + s->regs[i].len && s->regs[i].addr < a + len)
+            rc = CR_E_INVALID_PARAMS; /* overlap */
+    if (!rc) {
+        rc = cr_xfer_mem_register(s->te, addr, len, "cpu:0");
+        if (rc == -EEXIST || rc == -EINVAL)
+            rc = CR_E_INVALID_PARAMS;
+    }
+    if (!rc) {
+        s->regs[s->n_regs].addr = a;
+        s->regs[s->n_regs].len = len;
+        s->n_regs++;
+    }
+    pthread_rwlock_unlock(&s->reg_lock);
+    if (rc)
+        CR_LOG_WARN(COMP, "register_buffer(%p, %zu): %s", addr, len, cr_strerror(rc));
+    return rc;
+}
+
+int cr_store_unregister_buffer(cr_store_t *s, void *addr)
+{
+    if (!s || !addr)
+        return CR_E_INVALID_PARAMS;
+    pthread_rwlock_wrlock(&s->reg_lock);
+    int rc = CR_E_INVALID_PARAMS;
+    for (size_t i = 0; i < s->n_regs; i++) {
+        if (s->regs[i].addr == (uintptr_t)addr) {
+            rc = cr_xfer_mem_unregister(s->te, addr);
+            if (rc == -ENOENT)
+                rc = CR_E_INVALID_PARAMS;
+            s->regs[i] = s->regs[--s->n_regs];
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&s->reg_lock);
+    return rc;
+}
+
+/* ---- segment handle cache ------------------------------------------------- */
+
+int cr__sc_segment(cr_store_t *s, const char *name, cr_xfer_segment_t *out)
+{
+    pthread_mutex_lock(&s->seg_mu);
+    for (size_t i = 0; i < s->n_segs; i++) {
+        if (!strcmp(s->segs[i].name, name)) {
+            *out = s->segs[i].handle;
+            pthread_mutex_unlock(&s->seg_mu);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&s->seg_mu);
+    /* open outside the lock: it may do a metadata lookup */
+    cr_xfer_segment_t h;
+    int rc = cr_xfer_segment_open(s->te, name, &h);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->seg_mu);
+    for (size_t i = 0; i < s->n_segs; i++) {
+        if (!strcmp(s->segs[i].name, name)) { /* raced with another opener */
+            *out = s->segs[i].handle;
+            pthread_mutex_unlock(&s->seg_mu);
+            cr_xfer_segment_close(s->te, h);
+            return 0;
+        }
+    }
+    if (s->n_segs == CR__SC_SEG_CACHE) { /* bounded: drop the oldest */
+        cr_xfer_segment_close(s->te, s->segs[0].handle);
+        memmove(&s->segs[0], &s->segs[1], (CR__SC_SEG_CACHE - 1) * sizeof s->segs[0]);
+        s->n_segs--;
+    }
+    snprintf(s->segs[s->n_segs].name, sizeof s->segs[0].name, "%s", name);
+    s->segs[s->n_segs].handle = h;
+    s->n_segs++;
+    *out = h;
+    pthread_mutex_unlock(&s->seg_mu);
+    return 0;
+}
+
+void cr__sc_segment_forget(cr_store_t *s, const char *name)
+{
+    /* Handles are kept (a concurrent transfer may still use one); the TE
+     * refreshes a segment's descriptor itself after a failure. Only the
+     * cache entry's position is refreshed here to keep the hot ones. */
+    (void)s;
+    (void)name;
+}
+
+/* ---- mount + heartbeat ---------------------------------------------------- */
+
+static int mount_segment(cr_store_t *s, cr__rpc_client_t *c)
+{
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = CR__RPC_MOUNT_SEGMENT;
+    req.client_id = s->id;
+    req.segment = s->seg_name;
+    req.base = (uint64_t)(uintptr_t)s->seg_base;
+    req.size = s->seg_size;
+    int rc = cr__rpc_client_call(c, &req, &rep);
+    if (rc)
+        return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;
+    rc = rep.status;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+static int unmount_segment(cr_store_t *s, cr__rpc_client_t *c)
+{
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = CR__RPC_UNMOUNT_SEGMENT;
+    req.client_id = s->id;
+    req.segment = s->seg_name;
+    int rc = cr__rpc_client_call(c, &req, &rep);
+    if (rc)
+        return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;
+    rc = rep.status;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+/* Returns 0 and *flags, or an error. */
+static int ping(cr_store_t *s, cr__rpc_client_t *c, uint32_t *flags)
+{
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = CR__RPC_PING;
+    req.client_id = s->id;
+    int rc = cr__rpc_client_call(c, &req, &rep);
+    if (rc)
+        return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;
+    rc = rep.status;
+    *flags = rep.flags;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+static void *hb_main(void *arg)
+{
+    cr_store_t *s = arg;
+    int failing = 0;
+    pthread_mutex_lock(&s->hb_mu);
+    while (!s->hb_stop) {
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        uint64_t ns = (uint64_t)dl.tv_nsec + (uint64_t)s->hb_ms * 1000000ull;
+        dl.tv_sec += (time_t)(ns / 1000000000ull);
+        dl.tv_nsec = (long)(ns % 1000000000ull);
+        while (!s->hb_stop && pthread_cond_timedwait(&s->hb_cv, &s->hb_mu, &dl) != ETIMEDOUT)
+            ;
+        if (s->hb_stop)
+            break;
+        pthread_mutex_unlock(&s->hb_mu);
+
+        uint32_t flags = 0;
+        int rc = ping(s, s->hb_rpc, &flags);
+        if (rc) {
+            if (!failing)
+                CR_LOG_WARN(COMP, "heartbeat to %s failed: %s", s->master_addr, cr_strerror(rc));
+            failing = 1;
+            atomic_store(&s->mounted, 0);
+        } else {
+            if (failing)
+                CR_LOG_INFO(COMP, "master %s reachable again", s->master_addr);
+            failing = 0;
+            if ((flags & CR__RPC_F_NEED_REMOUNT) || !atomic_load(&s->mounted)) {
+                if (s->seg_base) {
+                    rc = mount_segment(s, s->hb_rpc);
+                    if (rc == 0) {
+                        atomic_store(&s->mounted, 1);
+                        atomic_fetch_add(&s->remounts, 1);
+                        CR_LOG_INFO(COMP, "remounted segment %s at %s", s->seg_name,
+                                    s->master_addr);
+                    } else {
+                        CR_LOG_WARN(COMP, "remount of %s failed: %s", s->seg_name,
+                                    cr_strerror(rc));
+                    }
+                } else {
+                    atomic_store(&s->mounted, 1);
+                }
+            }
+        }
+        pthread_mutex_lock(&s->hb_mu);
+    }
+    pthread_mutex_unlock(&s->hb_mu);
+    return NULL;
+}
+
+/* ---- create / destroy ----------------------------------------------------- */
+
+static void random_id(cr__rpc_client_id_t *id)
+{
+    uint64_t v[2] = {0, 0};
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(v, sizeof v, 1, f) != 1)
+            v[0] = 0;
+        fclose(f);
+    }
+    if (!v[0] && !v[1]) {
+        v[0] = cr__now_ns() ^ ((uint64_t)getpid() << 32);
+        v[1] = (uint64_t)(uintptr_t)id;
+    }
+    id->hi = v[0];
+    id->lo = v[1];
+}
+
+static void *map_prefaulted(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static int protocol_to_transports(const char *proto, char *out, size_t cap)
+{
+    if (!strcmp(proto, "tcp") || !strcmp(proto, "shm") || !strcmp(proto, "tcp,shm") ||
+        !strcmp(proto, "shm,tcp")) {
+        snprintf(out, cap, "%s", proto);
+        return 0;
+    }
+    return CR_E_INVALID_PARAMS;
+}
+
+static void teardown(cr_store_t *s)
+{
+    if (s->hb_started) {
+        pthread_mutex_lock(&s->hb_mu);
+        s->hb_stop = 1;
+        pthread_cond_broadcast(&s->hb_cv);
+        pthread_mutex_unlock(&s->hb_mu);
+        pthread_join(s->hb_thread, NULL);
+    }
+    if (s->seg_base && atomic_load(&s->mounted) && s->hb_rpc) {
+        int rc = unmount_segment(s, s->hb_rpc);
+        if (rc && rc != CR_E_SEGMENT_NOT_FOUND)
+            CR_LOG_WARN(COMP, "unmount of %s failed: %s", s->seg_name, cr_strerror(rc));
+    }
+    for (size_t i = 0; i < CR__SC_RPC_CONNS; i++)
+        cr__rpc_client_destroy(s->rpc[i]);
+    cr__rpc_client_destroy(s->hb_rpc);
+    /* the engine goes first: it stops serving remote accesses to the memory */
+    cr_xfer_engine_destroy(s->te);
+    if (s->lbuf) {
+        cr__staging_fini(&s->staging);
+        munmap(s->lbuf, s->lbuf_size);
+    }
+    if (s->seg_base)
+        munmap(s->seg_base, s->seg_size);
+    pthread_rwlock_destroy(&s->reg_lock);
+    pthread_mutex_destroy(&s->seg_mu);
+    pthread_mutex_destroy(&s->hb_mu);
+    pthread_cond_destroy(&s->hb_cv);
+    free(s);
+}
+
+int cr_store_create(const cr_store_params_t *p, cr_store_t **out)
+{
+    if (!p || !out)
+        return CR_E_INVALID_PARAMS;
+    uint64_t m = p->field_mask;
+    cr_store_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    pthread_rwlock_init(&s->reg_lock, NULL);
+    pthread_mutex_init(&s->seg_mu, NULL);
+    pthread_mutex_init(&s->hb_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->hb_cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    copy_str(s->hostname, sizeof s->hostname,
+             (m & CR_STORE_PARAM_LOCAL_HOSTNAME) ? p->local_hostname : NULL, "127.0.0.1");
+    copy_str(s->metadata_uri, sizeof s->metadata_uri,
+             (m & CR_STORE_PARAM_METADATA_URI) ? p->metadata_uri : NULL, "p2p");
+    copy_str(s->master_addr, sizeof s->master_addr,
+             (m & CR_STORE_PARAM_MASTER_ADDR) ? p->master_addr : NULL, "127.0.0.1:50051");
+    copy_str(s->protocol, sizeof s->protocol, (m & CR_STORE_PARAM_PROTOCOL) ? p->protocol : NULL,
+             "tcp");
+    copy_str(s->devices, sizeof s->devices,
+             (m & CR_STORE_PARAM_DEVICE_NAMES) && p->device_names && p->device_names[0]
+                 ? p->device_names
+                 : NULL,
+             s->hostname);
+    s->seg_size = (m & CR_STORE_PARAM_GLOBAL_SEGMENT_SIZE) ? p->global_segment_size : 0;
+    s->lbuf_size = (m & CR_STORE_PARAM_LOCAL_BUFFER_SIZE) ? p->local_buffer_size : 16ull << 20;
+    s->rpc_timeout_ms = (m & CR_STORE_PARAM_RPC_TIMEOUT_MS) ? p->rpc_timeout_ms : 5000;
+    s->xfer_timeout_ms = (m & CR_STORE_PARAM_TRANSFER_TIMEOUT_MS) ? p->transfer_timeout_ms : 30000;
+    s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : 1000;
+    s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
+    const char *stall = getenv("CRESCENT_STORE_TEST_GET_STALL_MS");
+    if (stall)
+        s->test_get_stall_ms = strtoull(stall, NULL, 10);
+
+    int rc = CR_E_INVALID_PARAMS;
+    char transports[64];
+    const char *why = NULL;
+    if (!s->hostname[0])
+        why = "empty local_hostname";
+    else if (protocol_to_transports(s->protocol, transports, sizeof transports))
+        why = "protocol must be tcp, shm or tcp,shm";
+    else if (s->seg_size > (1ull << 40))
+        why = "global_segment_size over 1 TiB";
+    else if (s->lbuf_size < (64u << 10) || s->lbuf_size > (1ull << 36))
+        why = "local_buffer_size must be 64 KiB..64 GiB";
+    else if (!s->rpc_timeout_ms || !s->xfer_timeout_ms || !s->hb_ms || s->rpc_timeout_ms > 3600000 ||
+             s->xfer_timeout_ms > 3600000 || s->hb_ms > 3600000)
+        why = "timeouts must be 1 ms..1 h";
+    else {
+        char h[CR__HOST_MAX];
+        uint16_t port;
+        if (cr__net_split_hostport(s->master_addr, h, &port, 0))
+            why = "master_addr must be host:port";
+    }
+    if (why) {
+        CR_LOG_ERROR(COMP, "cr_store_create: %s", why);
+        goto fail;
+    }
+    s->seg_size = (s->seg_size + SEG_ALIGN - 1) & ~(SEG_ALIGN - 1);
+    s->lbuf_size = (s->lbuf_size + SEG_ALIGN - 1) & ~(SEG_ALIGN - 1);
+    random_id(&s->id);
+
+    cr_xfer_params_t xp = {0};
+    xp.field_mask = CR_XFER_PARAM_METADATA_URI | CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_NICS |
+                    CR_XFER_PARAM_PORT | CR_XFER_PARAM_TIMEOUT_MS;
+    xp.metadata_uri = s->metadata_uri;
+    xp.transports = transports;
+    xp.nics = s->devices;
+    xp.port = s->te_port;
+    xp.timeout_ms = s->xfer_timeout_ms;
+    rc = cr_xfer_engine_create(&xp, &s->te);
+    if (rc) {
+        CR_LOG_ERROR(COMP, "transfer engine: %s", cr_strerror(rc));
+        if (rc == -EINVAL)
+            rc = CR_E_INVALID_PARAMS;
+        goto fail;
+    }
+    snprintf(s->seg_name, sizeof s->seg_name, "%s", cr_xfer_engine_name(s->te));
+
+    rc = -ENOMEM;
+    s->lbuf = map_prefaulted(s->lbuf_size);
+    if (!s->lbuf)
+        goto fail;
+    cr__staging_init(&s->staging, s->lbuf, s->lbuf_size);
+    rc = cr_xfer_mem_register(s->te, s->lbuf, s->lbuf_size, "cpu:0");
+    if (rc)
+        goto fail;
+    if (s->seg_size) {
+        rc = -ENOMEM;
+        s->seg_base = map_prefaulted(s->seg_size);
+        if (!s->seg_base) {
+            CR_LOG_ERROR(COMP, "cannot map a %llu-byte segment",
+                         (unsigned long long)s->seg_size);
+            goto fail;
+        }
+        rc = cr_xfer_mem_register(s->te, s->seg_base, s->seg_size, "cpu:0");
+        if (rc)
+            goto fail;
+    }
+
+    for (size_t i = 0; i < CR__SC_RPC_CONNS; i++) {
+        rc = cr__rpc_client_create(s->master_addr, (int)s->rpc_timeout_ms, (int)s->rpc_timeout_ms,
+                                   &s->rpc[i]);
+        if (rc)
+            goto fail;
+    }
+    rc = cr__rpc_client_create(s->master_addr, (int)s->rpc_timeout_ms, (int)s->rpc_timeout_ms,
+                               &s->hb_rpc);
+    if (rc)
+        goto fail;
+
+    uint32_t flags;
+    rc = ping(s, s->hb_rpc, &flags);
+    if (rc) {
+        CR_LOG_ERROR(COMP, "master %s: %s", s->master_addr, cr_strerror(rc));
+        goto fail;
+    }
+    if (s->seg_base) {
+        rc = mount_segment(s, s->hb_rpc);
+        if (rc) {
+            CR_LOG_ERROR(COMP, "mount of %s at %s failed: %s", s->seg_name, s->master_addr,
+                         cr_strerror(rc));
+            goto fail;
+        }
+    }
+    atomic_store(&s->mounted, 1);
+    if (pthread_create(&s->hb_thread, NULL, hb_main, s)) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    s->hb_started = 1;
+    *out = s;
+    return 0;
+fail:
+    teardown(s);
+    return rc;
+}
+
+void cr_store_destroy(cr_store_t *s)
+{
+    if (s)
+        teardown(s);
+}
+
+const char *cr_store_segment_name(const cr_store_t *s)
+{
+    return s ? s->seg_name : "";
+}

@@ -1,0 +1,107 @@
+/* Internal structure of the store client (include/crescent/store.h).
+ *
+ * Files: client.c (create/destroy, heartbeat + remount thread, registered
+ * buffers, TE segment handle cache, RPC pool), ops.c (put/get/batch data
+ * paths), staging.c (allocator over the local staging buffer).
+ *
+ * Locks (never nested except as noted):
+ *   reg_lock (rwlock)  guards regs/n_regs (user registrations)
+ *   seg_mu             guards the segment handle cache
+ *   hb_mu              guards hb_stop, mounted (heartbeat thread state)
+ *   each cr__rpc_client_t serialises its own calls internally
+ */
+#ifndef CR_STORE_CLIENT_CLIENT_H
+#define CR_STORE_CLIENT_CLIENT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "crescent/store.h"
+#include "crescent/transfer.h"
+#include "store/client/staging.h"
+#include "store/rpc/client.h"
+#include "store/rpc/protocol.h"
+
+#define CR__SC_RPC_CONNS 8       /* master connections for requests */
+#define CR__SC_SEG_CACHE 1024    /* cached TE segment handles */
+#define CR__SC_REGS_MAX 4096     /* user registrations */
+#define CR__SC_STR 256
+
+typedef struct cr__sc_reg {
+    uintptr_t addr;
+    size_t len;
+} cr__sc_reg_t;
+
+typedef struct cr__sc_seg {
+    char name[CR_XFER_NAME_MAX];
+    cr_xfer_segment_t handle;
+} cr__sc_seg_t;
+
+struct cr_store {
+    /* configuration (immutable after create) */
+    char hostname[CR__SC_STR];
+    char metadata_uri[CR__SC_STR];
+    char master_addr[CR__SC_STR];
+    char protocol[CR__SC_STR];
+    char devices[CR__SC_STR];
+    uint64_t seg_size;
+    uint64_t lbuf_size;
+    unsigned rpc_timeout_ms;
+    unsigned xfer_timeout_ms;
+    unsigned hb_ms;
+    uint16_t te_port;
+    uint64_t test_get_stall_ms; /* CRESCENT_STORE_TEST_GET_STALL_MS: tests only */
+
+    cr_xfer_engine_t *te;
+    char seg_name[CR_XFER_NAME_MAX];
+    uint8_t *seg_base; /* contributed segment (mmap), NULL for a pure client */
+    uint8_t *lbuf;     /* staging buffer (mmap) */
+    cr__staging_t staging;
+    cr__rpc_client_id_t id;
+
+    cr__rpc_client_t *rpc[CR__SC_RPC_CONNS];
+    atomic_uint rpc_rr;
+    cr__rpc_client_t *hb_rpc; /* heartbeat thread's own connection */
+
+    pthread_t hb_thread;
+    int hb_started;
+    pthread_mutex_t hb_mu;
+    pthread_cond_t hb_cv;
+    int hb_stop;       /* guarded by hb_mu */
+    atomic_int mounted; /* segment currently mounted (as far as we know) */
+    atomic_ullong remounts;
+
+    pthread_rwlock_t reg_lock;
+    size_t n_regs; /* guarded by reg_lock */
+    cr__sc_reg_t regs[CR__SC_REGS_MAX];
+
+    pthread_mutex_t seg_mu;
+    size_t n_segs; /* guarded by seg_mu */
+    cr__sc_seg_t segs[CR__SC_SEG_CACHE];
+};
+
+/* An RPC connection for one call (round robin over the pool). */
+cr__rpc_client_t *cr__sc_rpc(cr_store_t *s);
+
+/* One call; maps transport failures to CR_E_RPC_FAIL. On 0, *reply owns
+ * an arena. */
+int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
+
+/* TE handle of a segment by name (cached). Returns 0 or a negative errno. */
+int cr__sc_segment(cr_store_t *s, const char *name, cr_xfer_segment_t *out);
+/* Drops a cached handle after a transfer failure so that the next use
+ * reopens (refreshes) it. */
+void cr__sc_segment_forget(cr_store_t *s, const char *name);
+
+/* 1 if [p, p+len) lies in one user registration. */
+int cr__sc_is_registered(cr_store_t *s, const void *p, size_t len);
+
+/* 1 if [addr, addr+len) lies in this client's own contributed segment. */
+int cr__sc_is_local(const cr_store_t *s, const char *segment, uint64_t addr, uint64_t len);
+
+/* Validates a key; returns 0 or CR_E_INVALID_KEY. */
+int cr__sc_check_key(const char *key);
+
+#endif

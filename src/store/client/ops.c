@@ -1,0 +1,1029 @@
+/* Store client data paths: put/get (copying, zero-copy), batches, and the
+ * small metadata calls.
+ *
+ * put:  PutStart (allocates every replica, returns the put deadline)
+ *       -> TE WRITE of every shard of every replica (memcpy for shards on
+ *       this client's own segment) -> PutEnd; PutRevoke on any failure.
+ * get:  GetReplicaList (a read lease) -> read one replica (memcpy if it is on
+ *       this client's own segment, else TE READ; the next replica on
+ *       failure) -> if the lease may have expired meanwhile, Validate the
+ *       replica read (protocol.h "stale-read contract"); bytes that cannot
+ *       be validated are never returned.
+ * Batches use one master round-trip per phase and one TE batch for all
+ * keys; every key keeps its own status. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "store/client/client.h"
+
+#define COMP "store-client"
+#define INLINE_REQS 32
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+typedef struct reqvec {
+    cr_xfer_request_t *v;
+    size_t n, cap;
+    int err; /* sticky -ENOMEM / over bound */
+    cr_xfer_request_t inl[INLINE_REQS];
+} reqvec_t;
+
+static void rv_init(reqvec_t *r)
+{
+    r->v = r->inl;
+    r->n = 0;
+    r->cap = INLINE_REQS;
+    r->err = 0;
+}
+
+static void rv_free(reqvec_t *r)
+{
+    if (r->v != r->inl)
+        free(r->v);
+}
+
+static int rv_push(reqvec_t *r, const cr_xfer_request_t *q)
+{
+    if (r->err)
+        return r->err;
+    if (r->n == r->cap) {
+        size_t nc = r->cap * 2;
+        if (nc > CR_XFER_BATCH_MAX)
+            return r->err = CR_E_INVALID_PARAMS;
+        cr_xfer_request_t *nv = malloc(nc * sizeof *nv);
+        if (!nv)
+            return r->err = -ENOMEM;
+        memcpy(nv, r->v, r->n * sizeof *nv);
+        if (r->v != r->inl)
+            free(r->v);
+        r->v = nv;
+        r->cap = nc;
+    }
+    r->v[r->n++] = *q;
+    return 0;
+}
+
+/* Runs reqs as one TE batch and waits; per-request status in st (n
+ * entries, 0 or negative errno). Returns 0 if all succeeded, else the first
+ * error. */
+static int run_batch(cr_store_t *s, const cr_xfer_request_t *reqs, size_t n, int *st)
+{
+    if (n == 0)
+        return 0;
+    cr_xfer_batch_t *b = NULL;
+    int rc = cr_xfer_batch_alloc(s->te, n, &b);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            st[i] = rc;
+        return rc;
+    }
+    rc = cr_xfer_batch_submit(b, reqs, n);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            st[i] = rc;
+        cr_xfer_batch_free(b);
+        return rc;
+    }
+    cr_xfer_batch_wait(b, -1);
+    int first = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr_xfer_status_t xs;
+        if (cr_xfer_batch_status(b, i, &xs))
+            st[i] = -EIO;
+        else if (xs.state == CR_XFER_STATE_COMPLETED)
+            st[i] = 0;
+        else if (xs.state == CR_XFER_STATE_FAILED)
+            st[i] = xs.error ? xs.error : -EIO;
+        else
+            st[i] = -ETIMEDOUT;
+        if (st[i] && !first)
+            first = st[i];
+    }
+    /* wait(-1) returns when every request finished (the engine's request
+     * timeout bounds it), so the batch is idle here; a still-busy batch
+     * would be a TE bug: wait once more rather than leak it. */
+    while (cr_xfer_batch_free(b) == -EBUSY)
+        cr_xfer_batch_wait(b, 100);
+    return first;
+}
+
+static int map_te_error(int rc)
+{
+    if (rc == 0 || rc == -ENOMEM)
+        return rc;
+    return CR_E_TRANSFER_FAIL;
+}
+
+/* Checks a replica list from the master: shard lens sum to size, names are
+ * set. Returns 0 or CR_E_INVALID_REPLICA. */
+static int check_replicas(const cr__rpc_item_t *it)
+{
+    if (it->n_replicas == 0 || it->n_replicas > CR__RPC_REPLICA_MAX)
+        return CR_E_INVALID_REPLICA;
+    for (uint32_t r = 0; r < it->n_replicas; r++) {
+        const cr__rpc_replica_t *rep = &it->replicas[r];
+        uint64_t sum = 0;
+        if (rep->n_shards == 0 || !rep->shards)
+            return CR_E_INVALID_REPLICA;
+        for (uint32_t k = 0; k < rep->n_shards; k++) {
+            if (!rep->shards[k].segment || !rep->shards[k].segment[0] ||
+                rep->shards[k].len > it->size - sum)
+                return CR_E_INVALID_REPLICA;
+            sum += rep->shards[k].len;
+        }
+        if (sum != it->size)
+            return CR_E_INVALID_REPLICA;
+    }
+    return 0;
+}
+
+/* Adds the requests moving value bytes [off, off+len) of replica rep
+ * from/to local memory at local (which holds exactly those bytes). Shards
+ * on this client's own segment are copied right away by memcpy. Returns 0,
+ * CR_E_TRANSFER_FAIL (segment cannot be opened) or -ENOMEM. */
+static int add_range(cr_store_t *s, reqvec_t *rv, const cr__rpc_replica_t *rep, uint64_t off,
+                     uint64_t len, uint8_t *local, cr_xfer_opcode_t op)
+{
+    uint64_t pos = 0; /* value offset of the current shard */
+    for (uint32_t k = 0; k < rep->n_shards && len; k++) {
+        const cr__rpc_shard_t *sh = &rep->shards[k];
+        uint64_t s_end = pos + sh->len;
+        if (s_end > off) {
+            uint64_t in = off - pos; /* offset inside the shard */
+            uint64_t n = sh->len - in < len ? sh->len - in : len;
+            uint64_t taddr = sh->addr + in;
+            if (cr__sc_is_local(s, sh->segment, taddr, n)) {
+                if (op == CR_XFER_WRITE)
+                    memcpy((void *)(uintptr_t)taddr, local, n);
+                else
+                    memcpy(local, (const void *)(uintptr_t)taddr, n);
+            } else {
+                cr_xfer_request_t q = {.opcode = op,
+                                       .local_addr = local,
+                                       .target_addr = taddr,
+                                       .length = n};
+                int rc = cr__sc_segment(s, sh->segment, &q.target);
+                if (rc) {
+                    CR_LOG_WARN(COMP, "segment %s: %s", sh->segment, cr_strerror(rc));
+                    return rc == -ENOMEM ? rc : CR_E_TRANSFER_FAIL;
+                }
+                rc = rv_push(rv, &q);
+                if (rc)
+                    return rc;
+            }
+            local += n;
+            off += n;
+            len -= n;
+        }
+        pos = s_end;
+    }
+    return 0;
+}
+
+/* Replica visiting order: a replica on this client's own segment first. */
+static void replica_order(const cr_store_t *s, const cr__rpc_item_t *it, uint32_t *order)
+{
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < it->n_replicas; r++)
+        if (s->seg_base && !strcmp(it->replicas[r].shards[0].segment, s->seg_name))
+            order[n++] = r;
+    for (uint32_t r = 0; r < it->n_replicas; r++)
+        if (!(s->seg_base && !strcmp(it->replicas[r].shards[0].segment, s->seg_name)))
+            order[n++] = r;
+}
+
+/* Reads value bytes [off, off+len) into dst (registered memory) from the
+ * first replica (in order) that delivers them; sets that replica's bit in
+ * *used. Returns 0 or CR_E_TRANSFER_FAIL / -ENOMEM. */
+static int read_range(cr_store_t *s, const cr__rpc_item_t *it, const uint32_t *order,
+                      uint32_t n_order, uint64_t off, uint64_t len, uint8_t *dst, uint32_t *used)
+{
+    int last = CR_E_TRANSFER_FAIL;
+    for (uint32_t i = 0; i < n_order; i++) {
+        uint32_t r = order[i];
+        reqvec_t rv;
+        rv_init(&rv);
+        int rc = add_range(s, &rv, &it->replicas[r], off, len, dst, CR_XFER_READ);
+        if (!rc && rv.n) {
+            int stack_st[INLINE_REQS];
+            int *st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
+            if (!st)
+                rc = -ENOMEM;
+            else {
+                rc = map_te_error(run_batch(s, rv.v, rv.n, st));
+                if (st != stack_st)
+                    free(st);
+            }
+        }
+        rv_free(&rv);
+        if (rc == 0) {
+            *used |= 1u << r;
+            return 0;
+        }
+        CR_LOG_INFO(COMP, "read of %s replica %u failed (%s), trying the next", it->key, r,
+                    cr_strerror(rc));
+        last = rc;
+        if (rc == -ENOMEM)
+            break;
+    }
+    return last;
+}
+
+/* Remaining time until deadline (ms, monotonic), 0 if past. */
+static int64_t remaining_ms(uint64_t deadline_ms)
+{
+    uint64_t now = cr__now_ms();
+    return now >= deadline_ms ? 0 : (int64_t)(deadline_ms - now);
+}
+
+/* A read that took elapsed_ms under a lease of lease_ms needs validation
+ * when it may have outlived the lease (with a safety margin for clock
+ * granularity and the master's reply travel). */
+static int needs_validation(uint64_t elapsed_ms, uint64_t lease_ms)
+{
+    uint64_t margin = 10 + lease_ms / 10;
+    return lease_ms <= margin || elapsed_ms >= lease_ms - margin;
+}
+
+/* ---- RPC message builders ------------------------------------------------- */
+
+/* Builds an object-op request of n items (keys) of single or batch type. */
+static int build_items(cr__rpc_msg_t *req, uint16_t single_type, const char *const *keys, size_t n)
+{
+    memset(req, 0, sizeof *req);
+    req->type = n == 1 ? single_type : (uint16_t)(single_type + CR__RPC_BATCH_OFFSET);
+    req->n_items = (uint32_t)n;
+    req->items = cr__rpc_msg_alloc(req, n * sizeof *req->items);
+    if (!req->items)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        req->items[i].key = keys[i];
+        req->items[i].key_len = (uint32_t)strlen(keys[i]);
+    }
+    return 0;
+}
+
+/* Calls and checks the reply has n items; on an RPC-level failure fills
+ * results[] with the error and returns it. On 0 the caller frees *rep. */
+static int call_items(cr_store_t *s, cr__rpc_msg_t *req, cr__rpc_msg_t *rep, size_t n)
+{
+    int rc = cr__sc_call(s, req, rep);
+    cr__rpc_msg_free(req);
+    if (rc)
+        return rc;
+    if (rep->n_items != n) {
+        rc = rep->status ? rep->status : CR_E_RPC_FAIL;
+        cr__rpc_msg_free(rep);
+        return rc;
+    }
+    return 0;
+}
+
+static void cfg_to_rpc(const cr_store_replicate_config_t *c, cr__rpc_repl_cfg_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->replica_num = 1;
+    if (!c)
+        return;
+    o->replica_num = c->replica_num ? c->replica_num : 1;
+    o->flags = (c->soft_pin ? CR__RPC_CFG_SOFT_PIN : 0) | (c->hard_pin ? CR__RPC_CFG_HARD_PIN : 0);
+    o->n_preferred = (uint32_t)c->n_preferred;
+    o->preferred = (const char **)c->preferred_segments;
+}
+
+static int check_cfg(const cr_store_replicate_config_t *c)
+{
+    if (!c)
+        return 0;
+    if (c->replica_num > CR_STORE_REPLICA_MAX || c->n_preferred > CR_STORE_PREFERRED_MAX ||
+        (c->n_preferred && !c->preferred_segments))
+        return CR_E_INVALID_PARAMS;
+    for (size_t i = 0; i < c->n_preferred; i++)
+        if (!c->preferred_segments[i] ||
+            strnlen(c->preferred_segments[i], CR_XFER_NAME_MAX) >= CR_XFER_NAME_MAX)
+            return CR_E_INVALID_PARAMS;
+    return 0;
+}
+
+/* PutEnd (ok != 0) or PutRevoke for the keys with mask[i] set. Writes the
+ * master's per-key verdict to results[i] for PutEnd. */
+static void put_finish(cr_store_t *s, const char *const *keys, const cr__rpc_item_t *started,
+                       size_t n, const uint8_t *mask, int end, int *results)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m += mask[i] != 0;
+    if (!m)
+        return;
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = m == 1 ? (end ? CR__RPC_PUT_END : CR__RPC_PUT_REVOKE)
+                      : (end ? CR__RPC_BATCH_PUT_END : CR__RPC_BATCH_PUT_REVOKE);
+    req.items = cr__rpc_msg_alloc(&req, m * sizeof *req.items);
+    size_t *idx = malloc(m * sizeof *idx);
+    int rc = -ENOMEM;
+    if (req.items && idx) {
+        size_t j = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!mask[i])
+                continue;
+            idx[j] = i;
+            req.items[j].key = keys[i];
+            req.items[j].key_len = (uint32_t)strlen(keys[i]);
+            req.items[j].version = started[i].version;
+            j++;
+        }
+        req.n_items = (uint32_t)m;
+        rc = call_items(s, &req, &rep, m);
+    } else {
+        cr__rpc_msg_free(&req);
+    }
+    if (rc == 0) {
+        for (size_t j = 0; j < m; j++) {
+            if (end)
+                results[idx[j]] = rep.items[j].status;
+            else if (rep.items[j].status && rep.items[j].status != CR_E_OBJECT_NOT_FOUND)
+                CR_LOG_WARN(COMP, "PutRevoke(%s): %s", keys[idx[j]],
+                            cr_strerror(rep.items[j].status));
+        }
+        cr__rpc_msg_free(&rep);
+    } else {
+        /* An unanswered PutEnd leaves the put to expire at its deadline:
+         * the key stays invisible, which is what the caller is told. */
+        CR_LOG_WARN(COMP, "%s of %zu keys failed: %s", end ? "PutEnd" : "PutRevoke", m,
+                    cr_strerror(rc));
+        if (end)
+            for (size_t j = 0; j < m; j++)
+                results[idx[j]] = rc;
+    }
+    free(idx);
+}
+
+/* ---- put ------------------------------------------------------------------ */
+
+/* Core of put / put_from / batch_put_from. srcs[i] is the value of keys[i]
+ * (registered memory when !staged). */
+static int do_put(cr_store_t *s, const char *const *keys, const void *const *srcs,
+                  const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
+                  int *results)
+{
+    uint64_t t0 = cr__now_ms();
+    cr__rpc_msg_t req, rep = {0};
+    int rc = build_items(&req, CR__RPC_PUT_START, keys, n);
+    if (rc)
+        return rc;
+    cr__rpc_repl_cfg_t rcfg;
+    cfg_to_rpc(cfg, &rcfg);
+    for (size_t i = 0; i < n; i++) {
+        req.items[i].size = lens[i];
+        req.items[i].cfg = rcfg;
+    }
+    rc = call_items(s, &req, &rep, n);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc;
+        return rc;
+    }
+    uint8_t *started = calloc(n, 2); /* [0,n): PutStart ok; [n,2n): data written */
+    size_t *first = malloc((n + 1) * sizeof *first);
+    reqvec_t rv;
+    rv_init(&rv);
+    if (!started || !first) {
+        free(started);
+        free(first);
+        /* nothing transferred: revoke whatever was started */
+        uint8_t *mask = calloc(n, 1);
+        for (size_t i = 0; mask && i < n; i++)
+            mask[i] = rep.items[i].status == 0;
+        if (mask)
+            put_finish(s, keys, rep.items, n, mask, 0, results);
+        free(mask);
+        cr__rpc_msg_free(&rep);
+        for (size_t i = 0; i < n; i++)
+            results[i] = -ENOMEM;
+        return -ENOMEM;
+    }
+    uint8_t *ok = started + n;
+    uint64_t deadline = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        cr__rpc_item_t *it = &rep.items[i];
+        results[i] = it->status;
+        if (it->status)
+            continue;
+        started[i] = 1;
+        it->size = lens[i]; /* PutStart's reply carries no size */
+        if (check_replicas(it)) {
+            CR_LOG_ERROR(COMP, "PutStart(%s): malformed replica list", keys[i]);
+            results[i] = CR_E_INVALID_REPLICA;
+            continue;
+        }
+        uint64_t dl = t0 + it->lease_ms;
+        if (dl < deadline)
+            deadline = dl;
+    }
+
+    if (!staged) {
+        /* one TE batch for every replica of every key */
+        for (size_t i = 0; i < n; i++) {
+            first[i] = rv.n;
+            if (!started[i] || results[i])
+                continue;
+            const cr__rpc_item_t *it = &rep.items[i];
+            for (uint32_t r = 0; r < it->n_replicas && !results[i]; r++)
+                results[i] = add_range(s, &rv, &it->replicas[r], 0, lens[i],
+                                       (uint8_t *)(uintptr_t)srcs[i], CR_XFER_WRITE);
+        }
+        first[n] = rv.n;
+        int *st = NULL;
+        if (rv.err) {
+            for (size_t i = 0; i < n; i++)
+                if (started[i] && !results[i])
+                    results[i] = rv.err;
+        } else if (rv.n) {
+            st = malloc(rv.n * sizeof *st);
+            if (!st) {
+                for (size_t i = 0; i < n; i++)
+                    if (started[i] && !results[i])
+                        results[i] = -ENOMEM;
+            } else if (remaining_ms(deadline) == 0) {
+                /* never start writes into space the master may reclaim */
+                for (size_t i = 0; i < n; i++)
+                    if (started[i] && !results[i])
+                        results[i] = CR_E_LEASE_EXPIRED;
+            } else {
+                run_batch(s, rv.v, rv.n, st);
+                for (size_t i = 0; i < n; i++)
+                    for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
+                        if (st[q])
+                            results[i] = CR_E_TRANSFER_FAIL;
+            }
+        }
+        free(st);
+    } else {
+        /* copying put of one key: chunks through the staging buffer */
+        size_t chunk = s->staging.size / 4;
+        if (chunk < CR__STAGING_ALIGN)
+            chunk = s->staging.size;
+        for (size_t i = 0; i < n; i++) {
+            if (!started[i] || results[i])
+                continue;
+            const cr__rpc_item_t *it = &rep.items[i];
+            const uint8_t *src = srcs[i];
+            for (uint64_t off = 0; off < lens[i] && !results[i];) {
+                size_t c = lens[i] - off < chunk ? (size_t)(lens[i] - off) : chunk;
+                int64_t rem = remaining_ms(deadline);
+                uint8_t *stg = rem ? cr__staging_alloc(&s->staging, c, (int)(rem > 60000 ? 60000 : rem)) : NULL;
+                if (!stg) {
+                    results[i] = CR_E_LEASE_EXPIRED;
+                    break;
+                }
+                memcpy(stg, src + off, c);
+                rv.n = 0;
+                for (uint32_t r = 0; r < it->n_replicas && !results[i]; r++)
+                    results[i] = add_range(s, &rv, &it->replicas[r], off, c, stg, CR_XFER_WRITE);
+                if (!results[i] && rv.err)
+                    results[i] = rv.err;
+                if (!results[i] && rv.n) {
+                    int stack_st[INLINE_REQS];
+                    int *st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
+                    if (!st)
+                        results[i] = -ENOMEM;
+                    else if (remaining_ms(deadline) == 0)
+                        results[i] = CR_E_LEASE_EXPIRED;
+                    else if (run_batch(s, rv.v, rv.n, st))
+                        results[i] = CR_E_TRANSFER_FAIL;
+                    if (st && st != stack_st)
+                        free(st);
+                }
+                cr__staging_free(&s->staging, stg, c);
+                off += c;
+            }
+        }
+    }
+    rv_free(&rv);
+
+    for (size_t i = 0; i < n; i++)
+        ok[i] = started[i] && results[i] == 0;
+    for (size_t i = 0; i < n; i++)
+        started[i] = started[i] && !ok[i]; /* now: to revoke */
+    put_finish(s, keys, rep.items, n, ok, 1, results);
+    put_finish(s, keys, rep.items, n, started, 0, results);
+    cr__rpc_msg_free(&rep);
+    free(started);
+    free(first);
+    int firsterr = 0;
+    for (size_t i = 0; i < n && !firsterr; i++)
+        firsterr = results[i];
+    return firsterr;
+}
+
+static int check_value(const void *v, size_t len)
+{
+    if (!v || len == 0 || len > CR_STORE_VALUE_MAX)
+        return CR_E_INVALID_PARAMS;
+    return 0;
+}
+
+int cr_store_put(cr_store_t *s, const char *key, const void *value, size_t len,
+                 const cr_store_replicate_config_t *config)
+{
+    if (!s)
+        return CR_E_INVALID_PARAMS;
+    int rc = cr__sc_check_key(key);
+    if (!rc)
+        rc = check_value(value, len);
+    if (!rc)
+        rc = check_cfg(config);
+    if (rc)
+        return rc;
+    /* A registered source needs no staging. */
+    int staged = !cr__sc_is_registered(s, value, len);
+    int res;
+    return do_put(s, &key, &value, &len, 1, config, staged, &res);
+}
+
+int cr_store_put_from(cr_store_t *s, const char *key, const void *buf, size_t len,
+                      const cr_store_replicate_config_t *config)
+{
+    if (!s)
+        return CR_E_INVALID_PARAMS;
+    int rc = cr__sc_check_key(key);
+    if (!rc)
+        rc = check_value(buf, len);
+    if (!rc)
+        rc = check_cfg(config);
+    if (!rc && !cr__sc_is_registered(s, buf, len))
+        rc = CR_E_INVALID_PARAMS;
+    if (rc)
+        return rc;
+    int res;
+    return do_put(s, &key, &buf, &len, 1, config, 0, &res);
+}
+
+int cr_store_batch_put_from(cr_store_t *s, const char *const *keys, const void *const *bufs,
+                            const size_t *lens, size_t n,
+                            const cr_store_replicate_config_t *config, int *results)
+{
+    if (!s || !keys || !bufs || !lens || !results || n == 0 || n > CR_STORE_BATCH_MAX ||
+        check_cfg(config))
+        return CR_E_INVALID_PARAMS;
+    /* Keys with bad input get their own error; the others go ahead. */
+    const char **k2 = malloc(n * sizeof *k2);
+    const void **b2 = malloc(n * sizeof *b2);
+    size_t *l2 = malloc(n * sizeof *l2);
+    size_t *idx = malloc(n * sizeof *idx);
+    int *r2 = malloc(n * sizeof *r2);
+    int rc = -ENOMEM;
+    if (!k2 || !b2 || !l2 || !idx || !r2)
+        goto out;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        int e = cr__sc_check_key(keys[i]);
+        if (!e)
+            e = check_value(bufs[i], lens[i]);
+        if (!e && !cr__sc_is_registered(s, bufs[i], lens[i]))
+            e = CR_E_INVALID_PARAMS;
+        for (size_t j = 0; !e && j < m; j++)
+            if (!strcmp(k2[j], keys[i]))
+                e = CR_E_OBJECT_ALREADY_EXISTS; /* duplicate key in one batch */
+        results[i] = e;
+        if (e)
+            continue;
+        k2[m] = keys[i];
+        b2[m] = bufs[i];
+        l2[m] = lens[i];
+        idx[m] = i;
+        m++;
+    }
+    if (m)
+        do_put(s, k2, b2, l2, m, config, 0, r2);
+    for (size_t j = 0; j < m; j++)
+        results[idx[j]] = r2[j];
+    rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = results[i];
+out:
+    free(k2);
+    free(b2);
+    free(l2);
+    free(idx);
+    free(r2);
+    return rc;
+}
+
+/* ---- get ------------------------------------------------------------------ */
+
+/* Validates (key, version, replica) for the given items; results[i] set to
+ * CR_E_LEASE_EXPIRED for a key whose bytes cannot be proven good. */
+static void validate(cr_store_t *s, const cr__rpc_item_t *items, const uint32_t *used,
+                     const size_t *which, size_t m, int *results)
+{
+    size_t total = 0;
+    for (size_t j = 0; j < m; j++)
+        total += (size_t)__builtin_popcount(used[j]);
+    if (!total)
+        return;
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = total == 1 ? CR__RPC_VALIDATE : CR__RPC_BATCH_VALIDATE;
+    req.items = cr__rpc_msg_alloc(&req, total * sizeof *req.items);
+    size_t *owner = malloc(total * sizeof *owner);
+    int rc = -ENOMEM;
+    if (req.items && owner && total <= CR__RPC_BATCH_MAX) {
+        size_t t = 0;
+        for (size_t j = 0; j < m; j++) {
+            const cr__rpc_item_t *it = &items[j];
+            for (uint32_t r = 0; r < it->n_replicas; r++) {
+                if (!(used[j] & (1u << r)))
+                    continue;
+                req.items[t].key = it->key;
+                req.items[t].key_len = it->key_len;
+                req.items[t].version = it->version;
+                req.items[t].replica_id = it->replicas[r].replica_id;
+                owner[t++] = j;
+            }
+        }
+        req.n_items = (uint32_t)total;
+        rc = call_items(s, &req, &rep, total);
+    } else {
+        cr__rpc_msg_free(&req);
+    }
+    if (rc == 0) {
+        for (size_t t = 0; t < total; t++)
+            if (rep.items[t].status) {
+                CR_LOG_INFO(COMP, "read of %s outlived its lease and failed validation (%s)",
+                            items[owner[t]].key, cr_strerror(rep.items[t].status));
+                results[which[owner[t]]] = CR_E_LEASE_EXPIRED;
+            }
+        cr__rpc_msg_free(&rep);
+    } else {
+        for (size_t t = 0; t < total; t++)
+            results[which[owner ? owner[t] : 0]] = CR_E_LEASE_EXPIRED;
+    }
+    free(owner);
+}
+
+static void test_stall(cr_store_t *s)
+{
+    if (s->test_get_stall_ms)
+        usleep((useconds_t)(s->test_get_stall_ms * 1000));
+}
+
+/* Core of the gets. dsts[i] is registered memory unless staged (then any
+ * memory; only n == 1). */
+static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, const size_t *caps,
+                  size_t n, size_t *lens, int staged, int *results)
+{
+    uint64_t t0 = cr__now_ms();
+    cr__rpc_msg_t req, rep = {0};
+    int rc = build_items(&req, CR__RPC_GET_REPLICA_LIST, keys, n);
+    if (rc)
+        return rc;
+    rc = call_items(s, &req, &rep, n);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc;
+        return rc;
+    }
+    test_stall(s);
+    uint32_t *orders = malloc(n * CR__RPC_REPLICA_MAX * sizeof *orders);
+    uint32_t *used = calloc(n, sizeof *used);
+    size_t *first = malloc((n + 1) * sizeof *first);
+    size_t *which = malloc(n * sizeof *which);
+    uint64_t *sizes = malloc(n * sizeof *sizes);
+    reqvec_t rv;
+    rv_init(&rv);
+    if (!orders || !used || !first || !which || !sizes) {
+        rc = -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        cr__rpc_item_t *it = &rep.items[i];
+        results[i] = it->status;
+        if (it->status)
+            continue;
+        if (it->size > caps[i]) {
+            results[i] = CR_E_BUFFER_OVERFLOW;
+            continue;
+        }
+        results[i] = check_replicas(it);
+        if (results[i]) {
+            CR_LOG_ERROR(COMP, "GetReplicaList(%s): malformed replica list", keys[i]);
+            continue;
+        }
+        replica_order(s, it, &orders[i * CR__RPC_REPLICA_MAX]);
+    }
+
+    if (!staged) {
+        /* first choice of every key in one TE batch */
+        for (size_t i = 0; i < n; i++) {
+            first[i] = rv.n;
+            if (results[i])
+                continue;
+            const cr__rpc_item_t *it = &rep.items[i];
+            uint32_t r = orders[i * CR__RPC_REPLICA_MAX];
+            results[i] = add_range(s, &rv, &it->replicas[r], 0, it->size, dsts[i], CR_XFER_READ);
+            if (!results[i])
+                used[i] = 1u << r;
+        }
+        first[n] = rv.n;
+        if (rv.err) {
+            for (size_t i = 0; i < n; i++)
+                if (!results[i])
+                    results[i] = rv.err;
+        } else if (rv.n) {
+            int *st = malloc(rv.n * sizeof *st);
+            if (!st) {
+                for (size_t i = 0; i < n; i++)
+                    if (!results[i])
+                        results[i] = -ENOMEM;
+            } else {
+                run_batch(s, rv.v, rv.n, st);
+                for (size_t i = 0; i < n; i++)
+                    for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
+                        if (st[q])
+                            results[i] = CR_E_TRANSFER_FAIL;
+                free(st);
+            }
+        }
+        /* failover: the other replicas of keys whose first choice failed */
+        for (size_t i = 0; i < n; i++) {
+            if (results[i] != CR_E_TRANSFER_FAIL || rep.items[i].n_replicas < 2)
+                continue;
+            const cr__rpc_item_t *it = &rep.items[i];
+            used[i] = 0;
+            results[i] = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX + 1],
+                                    it->n_replicas - 1, 0, it->size, dsts[i], &used[i]);
+        }
+    } else {
+        /* copying get of one key, in chunks through the staging buffer */
+        size_t chunk = s->staging.size / 4;
+        if (chunk < CR__STAGING_ALIGN)
+            chunk = s->staging.size;
+        for (size_t i = 0; i < n; i++) {
+            if (results[i])
+                continue;
+            const cr__rpc_item_t *it = &rep.items[i];
+            uint8_t *dst = dsts[i];
+            for (uint64_t off = 0; off < it->size && !results[i];) {
+                size_t c = it->size - off < chunk ? (size_t)(it->size - off) : chunk;
+                uint8_t *stg = cr__staging_alloc(&s->staging, c, (int)s->xfer_timeout_ms);
+                if (!stg) {
+                    results[i] = CR_E_TRANSFER_FAIL;
+                    break;
+                }
+                results[i] = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX],
+                                        it->n_replicas, off, c, stg, &used[i]);
+                if (!results[i])
+                    memcpy(dst + off, stg, c);
+                cr__staging_free(&s->staging, stg, c);
+                off += c;
+            }
+        }
+    }
+
+    for (size_t i = 0; i < n; i++)
+        sizes[i] = rep.items[i].size;
+    /* stale-read contract: validate reads that may have outlived the lease */
+    {
+        size_t m = 0;
+        uint64_t elapsed = cr__now_ms() - t0;
+        for (size_t i = 0; i < n; i++) {
+            if (results[i] || !needs_validation(elapsed, rep.items[i].lease_ms))
+                continue;
+            rep.items[m] = rep.items[i]; /* compact (shallow; arena owns data) */
+            used[m] = used[i];
+            which[m] = i;
+            m++;
+        }
+        if (m)
+            validate(s, rep.items, used, which, m, results);
+        for (size_t i = 0; i < n; i++)
+            if (!results[i])
+                lens[i] = (size_t)sizes[i];
+    }
+out:
+    rv_free(&rv);
+    free(orders);
+    free(used);
+    free(first);
+    free(which);
+    free(sizes);
+    cr__rpc_msg_free(&rep);
+    int firsterr = 0;
+    for (size_t i = 0; i < n && !firsterr; i++)
+        firsterr = results[i];
+    return firsterr;
+}
+
+int cr_store_get_into(cr_store_t *s, const char *key, void *buf, size_t cap, size_t *len)
+{
+    if (!s)
+        return CR_E_INVALID_PARAMS;
+    int rc = cr__sc_check_key(key);
+    if (rc)
+        return rc;
+    if (!buf || !len || cap == 0 || !cr__sc_is_registered(s, buf, cap))
+        return CR_E_INVALID_PARAMS;
+    int res;
+    size_t l = 0;
+    rc = do_get(s, &key, &buf, &cap, 1, &l, 0, &res);
+    if (!rc)
+        *len = l;
+    return rc;
+}
+
+int cr_store_get(cr_store_t *s, const char *key, void *buf, size_t cap, size_t *len)
+{
+    if (!s)
+        return CR_E_INVALID_PARAMS;
+    int rc = cr__sc_check_key(key);
+    if (rc)
+        return rc;
+    if (!buf || !len || cap == 0)
+        return CR_E_INVALID_PARAMS;
+    int staged = !cr__sc_is_registered(s, buf, cap);
+    int res;
+    size_t l = 0;
+    rc = do_get(s, &key, &buf, &cap, 1, &l, staged, &res);
+    if (!rc)
+        *len = l;
+    return rc;
+}
+
+int cr_store_get_alloc(cr_store_t *s, const char *key, void **out, size_t *len)
+{
+    if (!s || !out || !len)
+        return CR_E_INVALID_PARAMS;
+    /* size, then get; retried a few times if the key is replaced by a
+     * bigger value in between */
+    for (int attempt = 0; attempt < 4; attempt++) {
+        uint64_t size;
+        int rc = cr_store_get_size(s, key, &size);
+        if (rc)
+            return rc;
+        if (size == 0 || size > CR_STORE_VALUE_MAX)
+            return CR_E_INVALID_REPLICA;
+        void *buf = malloc(size);
+        if (!buf)
+            return -ENOMEM;
+        size_t l;
+        rc = cr_store_get(s, key, buf, size, &l);
+        if (rc == 0) {
+            *out = buf;
+            *len = l;
+            return 0;
+        }
+        free(buf);
+        if (rc != CR_E_BUFFER_OVERFLOW)
+            return rc;
+    }
+    return CR_E_BUFFER_OVERFLOW;
+}
+
+int cr_store_batch_get_into(cr_store_t *s, const char *const *keys, void *const *bufs,
+                            const size_t *caps, size_t n, size_t *lens, int *results)
+{
+    if (!s || !keys || !bufs || !caps || !lens || !results || n == 0 || n > CR_STORE_BATCH_MAX)
+        return CR_E_INVALID_PARAMS;
+    const char **k2 = malloc(n * sizeof *k2);
+    void **b2 = malloc(n * sizeof *b2);
+    size_t *c2 = malloc(n * sizeof *c2);
+    size_t *l2 = malloc(n * sizeof *l2);
+    size_t *idx = malloc(n * sizeof *idx);
+    int *r2 = malloc(n * sizeof *r2);
+    int rc = -ENOMEM;
+    if (!k2 || !b2 || !c2 || !l2 || !idx || !r2)
+        goto out;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        int e = cr__sc_check_key(keys[i]);
+        if (!e && (!bufs[i] || caps[i] == 0 || !cr__sc_is_registered(s, bufs[i], caps[i])))
+            e = CR_E_INVALID_PARAMS;
+        results[i] = e;
+        if (e)
+            continue;
+        k2[m] = keys[i];
+        b2[m] = bufs[i];
+        c2[m] = caps[i];
+        idx[m] = i;
+        m++;
+    }
+    if (m)
+        do_get(s, k2, b2, c2, m, l2, 0, r2);
+    for (size_t j = 0; j < m; j++) {
+        results[idx[j]] = r2[j];
+        if (!r2[j])
+            lens[idx[j]] = l2[j];
+    }
+    rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = results[i];
+out:
+    free(k2);
+    free(b2);
+    free(c2);
+    free(l2);
+    free(idx);
+    free(r2);
+    return rc;
+}
+
+/* ---- metadata calls ------------------------------------------------------- */
+
+static int single_item(cr_store_t *s, uint16_t type, const char *key, uint32_t flags,
+                       cr__rpc_msg_t *rep)
+{
+    int rc = cr__sc_check_key(key);
+    if (rc)
+        return rc;
+    cr__rpc_msg_t req;
+    rc = build_items(&req, type, &key, 1);
+    if (rc)
+        return rc;
+    req.items[0].flags = flags;
+    return call_items(s, &req, rep, 1);
+}
+
+int cr_store_get_size(cr_store_t *s, const char *key, uint64_t *size)
+{
+    if (!s || !size)
+        return CR_E_INVALID_PARAMS;
+    cr__rpc_msg_t rep = {0};
+    int rc = single_item(s, CR__RPC_GET_SIZE, key, 0, &rep);
+    if (rc)
+        return rc;
+    rc = rep.items[0].status;
+    if (!rc)
+        *size = rep.items[0].size;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+int cr_store_exist(cr_store_t *s, const char *key)
+{
+    if (!s)
+        return CR_E_INVALID_PARAMS;
+    cr__rpc_msg_t rep = {0};
+    int rc = single_item(s, CR__RPC_EXIST, key, 0, &rep);
+    if (rc)
+        return rc;
+    rc = rep.items[0].status;
+    cr__rpc_msg_free(&rep);
+    return rc == 0 ? 1 : rc == CR_E_OBJECT_NOT_FOUND ? 0 : rc;
+}
+
+int cr_store_remove(cr_store_t *s, const char *key, int force)
+{
+    if (!s)
+        return CR_E_INVALID_PARAMS;
+    cr__rpc_msg_t rep = {0};
+    int rc = single_item(s, CR__RPC_REMOVE, key, force ? CR__RPC_F_FORCE : 0, &rep);
+    if (rc)
+        return rc;
+    rc = rep.items[0].status;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+int cr_store_remove_all(cr_store_t *s, uint64_t *removed)
+{
+    if (!s)
+        return CR_E_INVALID_PARAMS;
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = CR__RPC_REMOVE_ALL;
+    int rc = cr__sc_call(s, &req, &rep);
+    if (rc)
+        return rc;
+    rc = rep.status;
+    if (!rc && removed)
+        *removed = rep.count;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+int cr_store_batch_is_exist(cr_store_t *s, const char *const *keys, size_t n, int *results)
+{
+    if (!s || !keys || !results || n == 0 || n > CR_STORE_BATCH_MAX)
+        return CR_E_INVALID_PARAMS;
+    for (size_t i = 0; i < n; i++)
+        if (cr__sc_check_key(keys[i]))
+            return CR_E_INVALID_KEY;
+    cr__rpc_msg_t req, rep = {0};
+    int rc = build_items(&req, CR__RPC_EXIST, keys, n);
+    if (rc)
+        return rc;
+    rc = call_items(s, &req, &rep, n);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        int st = rep.items[i].status;
+        results[i] = st == 0 ? 1 : st == CR_E_OBJECT_NOT_FOUND ? 0 : st;
+    }
+    cr__rpc_msg_free(&rep);
+    return 0;
+}

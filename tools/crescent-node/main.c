@@ -1,0 +1,132 @@
+/* crescent-node: a standalone storage daemon that only contributes memory to
+ * the store. It mounts global_segment_size bytes at the master, heartbeats
+ * (the client library's background thread; it remounts after a master
+ * restart) and unmounts on SIGTERM/SIGINT before exiting 0.
+ *
+ * Prints one line "crescent-node: ready segment=<name>" to stdout once the
+ * segment is mounted (scripts and tests wait for it). */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/config.h"
+#include "crescent/store.h"
+
+typedef struct node_cfg {
+    char master_server_address[CR__CFG_STR_MAX];
+    uint64_t global_segment_size;
+    char metadata_server[CR__CFG_STR_MAX];
+    char local_hostname[CR__CFG_STR_MAX];
+    char protocol[CR__CFG_STR_MAX];
+    char device_name[CR__CFG_STR_MAX];
+    int64_t te_port;
+    int64_t heartbeat_ms;
+    int64_t rpc_timeout_ms;
+    char ready_file[CR__CFG_STR_MAX];
+} node_cfg_t;
+
+#define OPT(n, d, h, t) {#n, d, h, t, offsetof(node_cfg_t, n)}
+static const cr__cfg_opt_t opts[] = {
+    OPT(master_server_address, "127.0.0.1:50051", "master address host:port", CR__CFG_STR),
+    OPT(global_segment_size, "256MB", "memory contributed to the pool", CR__CFG_SIZE),
+    OPT(metadata_server, "p2p",
+        "TE metadata: http://host:port/metadata, etcd://host:port or p2p", CR__CFG_STR),
+    OPT(local_hostname, "127.0.0.1", "this node's address (TE NIC and segment name)",
+        CR__CFG_STR),
+    OPT(protocol, "tcp", "TE transports: tcp or tcp,shm", CR__CFG_STR),
+    OPT(device_name, "", "comma-separated NIC addresses (default: local_hostname)",
+        CR__CFG_STR),
+    OPT(te_port, "0", "TE listening port (0 = ephemeral)", CR__CFG_INT),
+    OPT(heartbeat_ms, "1000", "heartbeat period in ms", CR__CFG_INT),
+    OPT(rpc_timeout_ms, "5000", "bound on one master RPC in ms", CR__CFG_INT),
+    OPT(ready_file, "", "write the segment name to this file once mounted", CR__CFG_STR),
+};
+
+int main(int argc, char **argv)
+{
+    node_cfg_t cfg;
+    char err[256] = "";
+    int rc = cr__cfg_parse(opts, sizeof opts / sizeof opts[0], &cfg, argc, argv, 1,
+                           "CRESCENT_NODE_", NULL, 0, NULL, err, sizeof err);
+    if (rc == 1) {
+        cr__cfg_usage(stdout, "crescent-node",
+                      "storage daemon: contributes memory to the crescent store", opts,
+                      sizeof opts / sizeof opts[0]);
+        return 0;
+    }
+    if (rc) {
+        fprintf(stderr, "crescent-node: %s\n", err);
+        return 2;
+    }
+    if (cfg.global_segment_size == 0) {
+        fprintf(stderr, "crescent-node: --global_segment_size must be > 0\n");
+        return 2;
+    }
+    if (cfg.te_port < 0 || cfg.te_port > 65535 || cfg.heartbeat_ms <= 0 ||
+        cfg.rpc_timeout_ms <= 0) {
+        fprintf(stderr, "crescent-node: bad --te_port/--heartbeat_ms/--rpc_timeout_ms\n");
+        return 2;
+    }
+
+    /* Block the stop signals before any thread starts so that only sigwait
+     * below receives them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    cr_store_params_t p = {0};
+    p.field_mask = CR_STORE_PARAM_LOCAL_HOSTNAME | CR_STORE_PARAM_METADATA_URI |
+                   CR_STORE_PARAM_MASTER_ADDR | CR_STORE_PARAM_GLOBAL_SEGMENT_SIZE |
+                   CR_STORE_PARAM_PROTOCOL | CR_STORE_PARAM_TE_PORT |
+                   CR_STORE_PARAM_HEARTBEAT_MS | CR_STORE_PARAM_RPC_TIMEOUT_MS |
+                   CR_STORE_PARAM_LOCAL_BUFFER_SIZE;
+    p.local_hostname = cfg.local_hostname;
+    p.metadata_uri = cfg.metadata_server;
+    p.master_addr = cfg.master_server_address;
+    p.global_segment_size = cfg.global_segment_size;
+    p.local_buffer_size = 64 * 1024; /* serves no requests of its own */
+    p.protocol = cfg.protocol;
+    p.te_port = (uint16_t)cfg.te_port;
+    p.heartbeat_ms = (unsigned)cfg.heartbeat_ms;
+    p.rpc_timeout_ms = (unsigned)cfg.rpc_timeout_ms;
+    if (cfg.device_name[0]) {
+        p.field_mask |= CR_STORE_PARAM_DEVICE_NAMES;
+        p.device_names = cfg.device_name;
+    }
+    cr_store_t *st = NULL;
+    rc = cr_store_create(&p, &st);
+    if (rc) {
+        fprintf(stderr, "crescent-node: cannot start: %s (%d)\n", cr_strerror(rc), rc);
+        return 1;
+    }
+    const char *name = cr_store_segment_name(st);
+    if (cfg.ready_file[0]) {
+        char tmp[CR__CFG_STR_MAX + 8];
+        snprintf(tmp, sizeof tmp, "%s.tmp", cfg.ready_file);
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            fprintf(f, "%s\n", name);
+            fclose(f);
+            rename(tmp, cfg.ready_file);
+        }
+    }
+    printf("crescent-node: ready segment=%s size=%llu master=%s\n", name,
+           (unsigned long long)cfg.global_segment_size, cfg.master_server_address);
+    fflush(stdout);
+
+    int sig = 0;
+    while (sigwait(&set, &sig) != 0)
+        ;
+    fprintf(stderr, "crescent-node: signal %d, unmounting\n", sig);
+    cr_store_destroy(st);
+    return 0;
+}
