@@ -1,0 +1,307 @@
+/* Scheduler: chooses prefill + decode instances for a request (Mooncake
+ * Algorithm 1 and the baseline policies), with SLO-based rejection. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crescent/conductor.h"
+
+typedef struct dload {
+    uint32_t batch, max_batch;
+    uint64_t ctx;
+} dload_t;
+
+struct cr_cond_sched {
+    cr_cond_policy_t policy;
+    cr_cond_model_t model;
+    uint32_t block_tokens;
+    double threshold, ttft_slo, tbt_slo, min_gain;
+    uint64_t rng;
+    uint32_t rr;
+    cr_cond_index_t *idx;
+    uint32_t np, nd;
+    double *busy;          /* [np] prefill busy-until */
+    dload_t *dl;           /* [nd] */
+    uint32_t prefix[CR_COND_MAX_INSTANCES];
+};
+
+static const char *const names[CR_COND_POLICY_COUNT] = {"random", "load_balance", "local_cache",
+                                                        "global_cache", "cost_fetch"};
+
+const char *cr_cond_policy_name(cr_cond_policy_t p)
+{
+    return (unsigned)p < CR_COND_POLICY_COUNT ? names[p] : "unknown";
+}
+
+int cr_cond_policy_parse(const char *name, cr_cond_policy_t *out)
+{
+    static const struct {
+        const char *n;
+        cr_cond_policy_t p;
+    } alias[] = {{"lb", CR_COND_POLICY_LOAD_BALANCE},
+                 {"local", CR_COND_POLICY_LOCAL_CACHE},
+                 {"global", CR_COND_POLICY_GLOBAL_CACHE},
+                 {"ours", CR_COND_POLICY_COST_FETCH}};
+    if (!name || !out)
+        return -EINVAL;
+    for (int i = 0; i < CR_COND_POLICY_COUNT; i++)
+        if (!strcmp(name, names[i])) {
+            *out = (cr_cond_policy_t)i;
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof alias / sizeof alias[0]; i++)
+        if (!strcmp(name, alias[i].n)) {
+            *out = alias[i].p;
+            return 0;
+        }
+    return -EINVAL;
+}
+
+int cr_cond_sched_create(const cr_cond_sched_params_t *p, cr_cond_index_t *idx,
+                         uint32_t n_prefill, uint32_t n_decode, cr_cond_sched_t **out)
+{
+    if (!out || n_prefill == 0 || n_prefill > CR_COND_MAX_INSTANCES || n_decode == 0 ||
+        n_decode > (1u << 20))
+        return -EINVAL;
+    cr_cond_sched_t s;
+    memset(&s, 0, sizeof s);
+    s.policy = CR_COND_POLICY_GLOBAL_CACHE;
+    cr_cond_model_default(&s.model);
+    s.block_tokens = CR_COND_DEFAULT_BLOCK_TOKENS;
+    s.threshold = 1.25;
+    s.rng = 1;
+    if (p) {
+        uint64_t f = p->field_mask;
+        if (f & CR_COND_SCHED_PARAM_POLICY)
+            s.policy = p->policy;
+        if (f & CR_COND_SCHED_PARAM_MODEL)
+            s.model = p->model;
+        if (f & CR_COND_SCHED_PARAM_BLOCK_TOKENS)
+            s.block_tokens = p->block_tokens;
+        if (f & CR_COND_SCHED_PARAM_BALANCE_THRESHOLD)
+            s.threshold = p->balance_threshold;
+        if (f & CR_COND_SCHED_PARAM_TTFT_SLO)
+            s.ttft_slo = p->ttft_slo_s;
+        if (f & CR_COND_SCHED_PARAM_TBT_SLO)
+            s.tbt_slo = p->tbt_slo_s;
+        if (f & CR_COND_SCHED_PARAM_SEED)
+            s.rng = p->seed ? p->seed : 1;
+        if (f & CR_COND_SCHED_PARAM_FETCH_MIN_GAIN)
+            s.min_gain = p->fetch_min_gain_s;
+    }
+    if ((unsigned)s.policy >= CR_COND_POLICY_COUNT || s.block_tokens == 0 ||
+        s.block_tokens > CR_COND_MAX_BLOCK_TOKENS || !(s.threshold >= 0) ||
+        !(s.ttft_slo >= 0) || !(s.tbt_slo >= 0) || !isfinite(s.min_gain))
+        return -EINVAL;
+    s.idx = idx;
+    s.np = n_prefill;
+    s.nd = n_decode;
+    cr_cond_sched_t *r = malloc(sizeof *r);
+    double *busy = calloc(n_prefill, sizeof *busy);
+    dload_t *dl = calloc(n_decode, sizeof *dl);
+    if (!r || !busy || !dl) {
+        free(r);
+        free(busy);
+        free(dl);
+        return -ENOMEM;
+    }
+    *r = s;
+    r->busy = busy;
+    r->dl = dl;
+    *out = r;
+    return 0;
+}
+
+void cr_cond_sched_destroy(cr_cond_sched_t *s)
+{
+    if (!s)
+        return;
+    free(s->busy);
+    free(s->dl);
+    free(s);
+}
+
+int cr_cond_sched_set_prefill_load(cr_cond_sched_t *s, uint32_t inst, double busy_until)
+{
+    if (!s || inst >= s->np || !isfinite(busy_until))
+        return -EINVAL;
+    s->busy[inst] = busy_until;
+    return 0;
+}
+
+int cr_cond_sched_set_decode_load(cr_cond_sched_t *s, uint32_t inst, uint32_t batch,
+                                  uint64_t ctx, uint32_t max_batch)
+{
+    if (!s || inst >= s->nd)
+        return -EINVAL;
+    s->dl[inst].batch = batch;
+    s->dl[inst].ctx = ctx;
+    s->dl[inst].max_batch = max_batch;
+    return 0;
+}
+
+static uint64_t rnd(cr_cond_sched_t *s)
+{
+    uint64_t x = s->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    s->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Reusable tokens for `blocks` prefix blocks: at least one token is always
+ * computed (the last one, whose logits give the first output token). */
+static uint64_t reuse_tokens(const cr_cond_sched_t *s, uint64_t blocks, uint64_t input_len)
+{
+    uint64_t t = blocks * s->block_tokens;
+    if (input_len == 0)
+        return 0;
+    return t >= input_len ? input_len - 1 : t;
+}
+
+static double est_tbt(const cr_cond_sched_t *s, const dload_t *d, uint64_t input_len)
+{
+    return cr_cond_cost_decode_step(&s->model, d->batch + 1, d->ctx + input_len);
+}
+
+int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
+                           cr_cond_decision_t *out)
+{
+    if (!s || !req || !out || (req->n_blocks && !req->block_hashes) || !isfinite(req->now))
+        return -EINVAL;
+    const cr_cond_model_t *m = &s->model;
+    uint32_t np = s->np;
+    uint32_t *prefix = s->prefix;
+    if (s->idx && req->n_blocks) {
+        int rc = cr_cond_index_match_all(s->idx, req->block_hashes, req->n_blocks, prefix, np);
+        if (rc)
+            return rc;
+    } else {
+        memset(prefix, 0, np * sizeof *prefix);
+    }
+    uint32_t best_len = 0, best_inst = 0;
+    for (uint32_t i = 0; i < np; i++)
+        if (prefix[i] > best_len) {
+            best_len = prefix[i];
+            best_inst = i;
+        }
+    uint64_t n = req->input_len;
+    uint32_t start = s->rr++ % np; /* rotate the scan so ties spread out */
+
+    cr_cond_decision_t d;
+    memset(&d, 0, sizeof d);
+    d.fetch_from = -1;
+    double best = INFINITY;
+    switch (s->policy) {
+    case CR_COND_POLICY_RANDOM:
+    case CR_COND_POLICY_LOAD_BALANCE: {
+        uint32_t p = 0;
+        if (s->policy == CR_COND_POLICY_RANDOM) {
+            p = (uint32_t)(rnd(s) % np);
+        } else {
+            for (uint32_t k = 0; k < np; k++) {
+                uint32_t i = (start + k) % np;
+                double q = cr_cond_cost_queue(req->now, s->busy[i]);
+                if (q < best) {
+                    best = q;
+                    p = i;
+                }
+            }
+        }
+        /* the chosen engine still reuses whatever prefix it holds */
+        d.prefill = p;
+        d.local_prefix_blocks = d.reused_blocks = prefix[p];
+        d.est_queue_s = cr_cond_cost_queue(req->now, s->busy[p]);
+        d.reused_tokens = reuse_tokens(s, prefix[p], n);
+        d.est_prefill_s = cr_cond_cost_prefill(m, n, d.reused_tokens);
+        break;
+    }
+    case CR_COND_POLICY_LOCAL_CACHE:
+    case CR_COND_POLICY_GLOBAL_CACHE:
+    case CR_COND_POLICY_COST_FETCH:
+        for (uint32_t k = 0; k < np; k++) {
+            uint32_t i = (start + k) % np;
+            double q = cr_cond_cost_queue(req->now, s->busy[i]);
+            uint32_t reuse = prefix[i];
+            double tx = 0, ttft;
+            uint64_t rt = reuse_tokens(s, reuse, n);
+            double pf = cr_cond_cost_prefill(m, n, rt);
+            ttft = q + pf;
+            if (s->policy == CR_COND_POLICY_GLOBAL_CACHE && best_len > prefix[i] &&
+                (prefix[i] == 0 || (double)best_len / prefix[i] > s->threshold)) {
+                /* Algorithm 1: fetch the best prefix; transfer + queue + prefill */
+                reuse = best_len;
+                rt = reuse_tokens(s, reuse, n);
+                tx = cr_cond_cost_transfer(m, rt - reuse_tokens(s, prefix[i], n));
+                pf = cr_cond_cost_prefill(m, n, rt);
+                ttft = tx + q + pf;
+            } else if (s->policy == CR_COND_POLICY_COST_FETCH && best_len > prefix[i]) {
+                /* ours: fetch only if it pays off; the fetch overlaps queueing */
+                uint64_t frt = reuse_tokens(s, best_len, n);
+                double ftx = cr_cond_cost_transfer(m, frt - rt);
+                double fpf = cr_cond_cost_prefill(m, n, frt);
+                double fttft = (ftx > q ? ftx : q) + fpf;
+                if (fttft + s->min_gain < ttft) {
+                    reuse = best_len;
+                    rt = frt;
+                    tx = ftx;
+                    pf = fpf;
+                    ttft = fttft;
+                }
+            }
+            if (ttft < best) {
+                best = ttft;
+                d.prefill = i;
+                d.local_prefix_blocks = prefix[i];
+                d.reused_blocks = reuse;
+                d.reused_tokens = rt;
+                d.est_queue_s = q;
+                d.est_prefill_s = pf;
+                d.est_transfer_s = tx;
+            }
+        }
+        if (d.reused_blocks > d.local_prefix_blocks)
+            d.fetch_from = (int32_t)best_inst;
+        break;
+    default:
+        return -EINVAL;
+    }
+    if (s->policy == CR_COND_POLICY_COST_FETCH)
+        d.est_ttft_s = (d.est_transfer_s > d.est_queue_s ? d.est_transfer_s : d.est_queue_s) +
+                       d.est_prefill_s;
+    else
+        d.est_ttft_s = d.est_transfer_s + d.est_queue_s + d.est_prefill_s;
+
+    /* decode instance: lowest TBT with this request added, among those with
+     * room (all, if none has room); random for the random policy */
+    double btbt = INFINITY;
+    int have_room = 0;
+    for (uint32_t i = 0; i < s->nd; i++)
+        if (!s->dl[i].max_batch || s->dl[i].batch < s->dl[i].max_batch)
+            have_room = 1;
+    if (s->policy == CR_COND_POLICY_RANDOM) {
+        d.decode = (uint32_t)(rnd(s) % s->nd);
+        btbt = est_tbt(s, &s->dl[d.decode], n);
+    } else {
+        uint32_t ds = start % s->nd;
+        for (uint32_t k = 0; k < s->nd; k++) {
+            uint32_t i = (ds + k) % s->nd;
+            const dload_t *dl = &s->dl[i];
+            if (have_room && dl->max_batch && dl->batch >= dl->max_batch)
+                continue;
+            double t = est_tbt(s, dl, n);
+            if (t < btbt) {
+                btbt = t;
+                d.decode = i;
+            }
+        }
+    }
+    d.est_tbt_s = btbt;
+    if ((s->ttft_slo > 0 && d.est_ttft_s > s->ttft_slo) ||
+        (s->tbt_slo > 0 && d.est_tbt_s > s->tbt_slo) || !have_room)
+        d.rejected = (s->ttft_slo > 0 || s->tbt_slo > 0) ? 1 : 0;
+    *out = d;
+    return 0;
+}

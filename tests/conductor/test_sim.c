@@ -1,0 +1,200 @@
+/* Simulator on tiny synthetic traces. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "conductor/internal.h"
+
+/* Builds a trace of n requests: request i arrives at i * gap_ms, has
+ * nblocks blocks of 512 tokens; the first `shared` blocks come from one of
+ * `groups` shared prefixes (group i % groups), the rest are unique. */
+static void synth(cr__cond_trace_t *t, size_t n, double gap_ms, uint32_t nblocks,
+                  uint32_t shared, uint32_t groups, uint32_t out_len)
+{
+    memset(t, 0, sizeof *t);
+    t->reqs = calloc(n, sizeof *t->reqs);
+    t->hashes = calloc(n * nblocks, sizeof *t->hashes);
+    assert_non_null(t->reqs);
+    assert_non_null(t->hashes);
+    uint64_t uniq = 1000000;
+    for (size_t i = 0; i < n; i++) {
+        cr__cond_trace_req_t *r = &t->reqs[i];
+        r->ts_ms = (double)i * gap_ms;
+        r->input_len = nblocks * 512;
+        r->output_len = out_len;
+        r->n_blocks = nblocks;
+        r->off = t->n_hashes;
+        for (uint32_t b = 0; b < nblocks; b++)
+            t->hashes[t->n_hashes++] = b < shared ? (i % groups) * 1000 + b : uniq++;
+    }
+    t->n = n;
+}
+
+static void test_single_request_exact_ttft(void **st)
+{
+    (void)st;
+    cr__cond_trace_t t;
+    synth(&t, 1, 0, 8, 0, 1, 10);
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 1;
+    c.n_decode = 1;
+    c.chunk_tokens = 1024;
+    cr__cond_sim_result_t r;
+    double ttft[1];
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r, ttft), 0);
+    double want = 0;
+    for (uint64_t a = 0; a < 4096; a += 1024)
+        want += cr_cond_cost_prefill(&c.model, a + 1024, a);
+    assert_int_equal(r.completed, 1);
+    assert_int_equal(r.rejected, 0);
+    assert_float_equal(ttft[0], want, 1e-9);
+    assert_float_equal(r.ttft.mean, want, 1e-9);
+    assert_float_equal(r.prefill_gpu_s, want, 1e-9);
+    /* TBT: the KV transfer to decode then 9 steps of batch 1 */
+    double tb = cr_cond_cost_transfer(&c.model, 4096);
+    for (uint32_t g = 0; g < 9; g++)
+        tb += cr_cond_cost_decode_step(&c.model, 1, 4096 + g);
+    assert_float_equal(r.tbt.mean, tb / 9, 1e-9);
+    cr__cond_trace_free(&t);
+}
+
+static void test_prefix_reuse_local(void **st)
+{
+    (void)st;
+    cr__cond_trace_t t;
+    /* 2 requests, same 6-block prefix, second arrives after the first is done */
+    synth(&t, 2, 60000, 8, 6, 1, 2);
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 2;
+    c.n_decode = 1;
+    c.policy = CR_COND_POLICY_LOCAL_CACHE;
+    cr__cond_sim_result_t r;
+    double ttft[2];
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r, ttft), 0);
+    /* second request reuses 6 of 16 blocks' worth of input tokens */
+    assert_float_equal(r.hit_local, 6.0 * 512 / (2.0 * 8 * 512), 1e-9);
+    assert_float_equal(r.hit_remote, 0, 1e-12);
+    assert_true(ttft[1] < ttft[0]);
+    cr__cond_trace_free(&t);
+}
+
+static double run_policy(const cr__cond_trace_t *t, cr_cond_policy_t p, cr__cond_sim_result_t *r)
+{
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 4;
+    c.n_decode = 2;
+    c.policy = p;
+    c.cache_blocks = 400;
+    assert_int_equal(cr__cond_sim_run(t, &c, r, NULL), 0);
+    assert_int_equal(r->completed + r->rejected, t->n);
+    return r->ttft.mean;
+}
+
+static void test_policy_ordering_on_shared_prefixes(void **st)
+{
+    (void)st;
+    cr__cond_trace_t t;
+    /* 400 requests of 16 blocks, 12 shared among 8 groups, ~load 0.8 */
+    synth(&t, 400, 450, 16, 12, 8, 20);
+    cr__cond_sim_result_t rr, rl, rg, rc;
+    double random = run_policy(&t, CR_COND_POLICY_RANDOM, &rr);
+    double local = run_policy(&t, CR_COND_POLICY_LOCAL_CACHE, &rl);
+    double global = run_policy(&t, CR_COND_POLICY_GLOBAL_CACHE, &rg);
+    double ours = run_policy(&t, CR_COND_POLICY_COST_FETCH, &rc);
+    print_message("avg TTFT random %.3f local %.3f global %.3f cost_fetch %.3f\n", random, local,
+                  global, ours);
+    print_message("hits: local-aware %.3f/%.3f global %.3f/%.3f\n", rl.hit_local, rl.hit_remote,
+                  rg.hit_local, rg.hit_remote);
+    if (!(random > local && local >= global))
+        fail_msg("expected random > local >= global, got %.3f %.3f %.3f", random, local, global);
+    /* cache-aware policies reuse about 12/16 of the tokens */
+    assert_true(rg.hit_local + rg.hit_remote > 0.6);
+    assert_true(rr.hit_local + rr.hit_remote < rg.hit_local + rg.hit_remote);
+    cr__cond_trace_free(&t);
+}
+
+static void test_rejection_and_rate_scale(void **st)
+{
+    (void)st;
+    cr__cond_trace_t t;
+    synth(&t, 200, 100, 16, 0, 1, 10); /* overloaded: 10 req/s of ~1 s prefills */
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 2;
+    c.n_decode = 1;
+    cr__cond_sim_result_t r1, r2;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r1, NULL), 0);
+    assert_int_equal(r1.rejected, 0);
+    c.reject_ttft = 5;
+    c.slo_ttft = 5;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r2, NULL), 0);
+    assert_true(r2.rejected > 0);
+    assert_int_equal(r2.completed + r2.rejected, 200);
+    /* admitted requests meet the TTFT SLO (estimates are exact here) */
+    if (!(r2.ttft.max <= 5 + 1e-6))
+        fail_msg("max TTFT %.3f > 5 with rejection at 5", r2.ttft.max);
+    assert_true(r1.ttft.max > 5);
+    /* halving the arrival rate lowers TTFT */
+    c.reject_ttft = 0;
+    c.rate_scale = 0.5;
+    cr__cond_sim_result_t r3;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r3, NULL), 0);
+    assert_true(r3.ttft.mean < r1.ttft.mean);
+    /* a subset replay */
+    c.first = 50;
+    c.count = 20;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r3, NULL), 0);
+    assert_int_equal(r3.n, 20);
+    c.first = 500;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r3, NULL), -EINVAL);
+    cr__cond_trace_free(&t);
+}
+
+static void test_hit_rate_grows_with_capacity(void **st)
+{
+    (void)st;
+    cr__cond_trace_t t;
+    synth(&t, 300, 2000, 8, 6, 40, 5);
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 4;
+    c.n_decode = 1;
+    c.policy = CR_COND_POLICY_GLOBAL_CACHE;
+    double prev = -1;
+    uint64_t caps[4] = {8, 32, 128, 0};
+    for (int i = 0; i < 4; i++) {
+        c.cache_blocks = caps[i];
+        cr__cond_sim_result_t r;
+        assert_int_equal(cr__cond_sim_run(&t, &c, &r, NULL), 0);
+        double h = r.hit_local + r.hit_remote;
+        if (!(h >= prev))
+            fail_msg("hit rate %.3f at capacity %llu below %.3f at smaller capacity", h,
+                     (unsigned long long)caps[i], prev);
+        prev = h;
+    }
+    assert_true(prev > 0.6);
+    cr__cond_trace_free(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_request_exact_ttft),
+        cmocka_unit_test(test_prefix_reuse_local),
+        cmocka_unit_test(test_policy_ordering_on_shared_prefixes),
+        cmocka_unit_test(test_rejection_and_rate_scale),
+        cmocka_unit_test(test_hit_rate_grows_with_capacity),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
