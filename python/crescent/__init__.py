@@ -1,0 +1,40 @@
+"""crescent: KVCache-centric disaggregated serving infrastructure (C11) for Python.
+
+    from crescent.store import DistributedStore, ReplicateConfig
+    from crescent.engine import TransferEngine
+
+The native parts live in the C extension ``crescent._crescent``; the
+``mooncake`` compatibility package (python/compat) re-exports these classes
+under Mooncake's names.
+"""
+from crescent import _crescent
+from crescent._crescent import strerror
+
+__version__ = _crescent.__version__
+
+__all__ = ["strerror", "__version__", "find_executable"]
+
+
+def find_executable(name):
+    """Path of a crescent executable (``crescent-master``, ``crescent-metadata``,
+    ...): $CRESCENT_BIN_DIR, then the build tree this package was built in,
+    then $PATH. Returns None when not found."""
+    import os
+    import shutil
+
+    cands = []
+    env = os.environ.get("CRESCENT_BIN_DIR")
+    if env:
+        cands.append(os.path.join(env, name))
+    try:
+        from crescent import _paths
+
+        b = _paths.BUILD_DIR
+        cands += [os.path.join(b, "tools", name, name), os.path.join(b, "tools", name),
+                  os.path.join(b, "bin", name), os.path.join(b, name)]
+    except ImportError:
+        pass
+    for c in cands:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return shutil.which(name)

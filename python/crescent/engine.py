@@ -1,0 +1,86 @@
+"""Transfer Engine for Python (Mooncake's ``mooncake.engine`` API).
+
+    engine = TransferEngine()
+    engine.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "")
+    engine.register_memory(addr, length)
+    engine.transfer_sync_write(peer_name, addr, peer_addr, length)
+
+Every method of the native type releases the GIL while it moves data; one
+engine may be shared by several Python threads.  Addresses are ints (e.g.
+``numpy_array.ctypes.data``); wherever a local buffer address is expected, a
+buffer-protocol object (numpy array, bytearray, memoryview, mmap) is accepted
+as well and its length is used when the length argument is omitted.
+"""
+import enum
+
+from crescent import _crescent
+
+__all__ = ["TransferEngine", "TransferOpcode", "TransferNotify"]
+
+
+class TransferOpcode(enum.IntEnum):
+    """Direction of a transfer (values as Mooncake's)."""
+    READ = 0
+    WRITE = 1
+
+
+class TransferNotify:
+    """A notification: ``name`` and ``msg`` (str). Sent with transfer_sync(...,
+    notify=...) after the transfer's writes landed; received with
+    get_notifies().  On the wire the payload is ``name + "\\0" + msg`` (UTF-8);
+    a payload without NUL (sent by C code) arrives with the sender's segment
+    name as ``name``."""
+    __slots__ = ("name", "msg")
+
+    def __init__(self, name="", msg=""):
+        self.name = name
+        self.msg = msg
+
+    def _payload(self):
+        name = self.name.encode() if isinstance(self.name, str) else bytes(self.name)
+        msg = self.msg.encode("utf-8", "surrogateescape") if isinstance(self.msg, str) else bytes(self.msg)
+        return name + b"\0" + msg
+
+    def __eq__(self, other):
+        return isinstance(other, TransferNotify) and (self.name, self.msg) == (other.name, other.msg)
+
+    def __repr__(self):
+        return "TransferNotify(name=%r, msg=%r)" % (self.name, self.msg)
+
+
+class TransferEngine(_crescent.TransferEngine):
+    """Mooncake-compatible Transfer Engine (see the module doc)."""
+
+    def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode,
+                      notify=None, transport_hint=""):
+        """Synchronous transfer of one range in direction ``opcode``; ``notify``
+        (TransferNotify) is delivered once the data landed. Returns 0 or a
+        negative status."""
+        return self._transfer_sync(target_hostname, [buffer], [peer_buffer_address], [length],
+                                   int(opcode), notify._payload() if notify is not None else None)
+
+    def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                            opcode, notify=None, transport_hint=""):
+        """Synchronous batch transfer; see transfer_sync()."""
+        return self._transfer_sync(target_hostname, buffers, peer_buffer_addresses, lengths,
+                                   int(opcode), notify._payload() if notify is not None else None)
+
+    def send_notify(self, target_hostname, notify):
+        """Sends a TransferNotify now (no ordering with data). Returns 0 or negative."""
+        return self._send_notify(target_hostname, notify._payload())
+
+    def get_notifies(self):
+        """Pops the notifications received so far: list of TransferNotify."""
+        out = []
+        for sender, payload in self._get_notifies_raw():
+            name, sep, msg = payload.partition(b"\0")
+            if not sep:
+                name, msg = sender.encode(), payload
+            out.append(TransferNotify(name.decode("utf-8", "surrogateescape"),
+                                      msg.decode("utf-8", "surrogateescape")))
+        return out
+
+    def get_engine(self):
+        """Mooncake returns its C++ engine for reuse by the store; crescent's
+        store runs its own engine, so this returns the engine itself."""
+        return self

@@ -1,0 +1,105 @@
+"""Distributed KV-cache store client for Python (Mooncake's ``mooncake.store`` API).
+
+    store = DistributedStore()
+    store.setup("127.0.0.1", "http://127.0.0.1:8080/metadata", "512MB", "64MB",
+                "tcp", "", "127.0.0.1:50051")
+    store.put("key", b"value"); store.get("key")
+
+Return conventions are Mooncake's: 0 / negative ErrorCode values (-704 object
+not found, -705 already exists, ...), ``get`` returns b"" on a miss,
+``is_exist`` 1/0/negative, zero-copy reads return the number of bytes read.
+Bad argument types raise TypeError, bad values (negative sizes, buffers too
+small) ValueError.  Pointers may be ints or buffer-protocol objects.
+"""
+import struct
+
+from crescent import _crescent
+
+__all__ = ["DistributedStore", "ReplicateConfig", "BufferHandle"]
+
+BufferHandle = _crescent.BufferHandle
+
+
+class ReplicateConfig:
+    """How a put places its replicas (Mooncake's ReplicateConfig)."""
+    __slots__ = ("replica_num", "with_soft_pin", "with_hard_pin", "preferred_segments",
+                 "prefer_alloc_in_same_node")
+
+    def __init__(self, replica_num=1, with_soft_pin=False, with_hard_pin=False,
+                 preferred_segments=None, prefer_alloc_in_same_node=False):
+        self.replica_num = replica_num
+        self.with_soft_pin = with_soft_pin
+        self.with_hard_pin = with_hard_pin
+        self.preferred_segments = list(preferred_segments or [])
+        self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
+
+    # Mooncake's single-segment spelling.
+    @property
+    def preferred_segment(self):
+        return self.preferred_segments[0] if self.preferred_segments else ""
+
+    @preferred_segment.setter
+    def preferred_segment(self, seg):
+        self.preferred_segments = [seg] if seg else []
+
+    def __repr__(self):
+        return ("ReplicateConfig(replica_num=%r, with_soft_pin=%r, with_hard_pin=%r, "
+                "preferred_segments=%r)" % (self.replica_num, self.with_soft_pin,
+                                            self.with_hard_pin, self.preferred_segments))
+
+
+# Tensor objects: a 48-byte header then the raw C-contiguous data.
+#   magic "CRTN", u32 version=1, i32 dtype, i32 ndim, i64 shape[4]
+_TENSOR_HDR = struct.Struct("<4sIii4q")
+_DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32",
+           "int64", "bool"]
+
+
+def _torch():
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise RuntimeError("put_tensor/get_tensor need PyTorch (import torch failed)") from e
+    return torch
+
+
+class DistributedStore(_crescent.DistributedStore):
+    """Mooncake-compatible store client (see the module doc)."""
+
+    def put_tensor(self, key, tensor, config=None):
+        """Stores a CPU copy of a PyTorch tensor (header + data). Returns 0 or negative."""
+        torch = _torch()
+        t = tensor.detach().to("cpu").contiguous()
+        name = str(t.dtype).replace("torch.", "")
+        if name not in _DTYPES or t.dim() > 4:
+            return -600
+        shape = list(t.shape) + [-1] * (4 - t.dim())
+        hdr = _TENSOR_HDR.pack(b"CRTN", 1, _DTYPES.index(name), t.dim(), *shape)
+        raw = t.view(torch.uint8) if t.dtype != torch.bool else t.to(torch.uint8)
+        data = raw.reshape(-1).numpy().tobytes() if t.numel() else b""
+        return self.put_parts(key, hdr, data, config=config)
+
+    def pub_tensor(self, key, tensor, config=None):
+        return self.put_tensor(key, tensor, config)
+
+    def get_tensor(self, key):
+        """The tensor stored by put_tensor(), or None when missing."""
+        torch = _torch()
+        buf = self.get(key)
+        if len(buf) < _TENSOR_HDR.size:
+            return None
+        magic, ver, dt, ndim, *shape = _TENSOR_HDR.unpack_from(buf)
+        if magic != b"CRTN" or ver != 1 or not 0 <= dt < len(_DTYPES) or not 0 <= ndim <= 4:
+            return None
+        import numpy as np
+        dtype = getattr(torch, _DTYPES[dt])
+        raw = torch.from_numpy(np.frombuffer(buf, dtype=np.uint8, offset=_TENSOR_HDR.size).copy())
+        if dtype == torch.bool:
+            return raw.to(torch.bool).reshape(shape[:ndim])
+        return raw.view(dtype).reshape(shape[:ndim])
+
+    def batch_put_tensor(self, keys, tensors_list):
+        return [self.put_tensor(k, t) for k, t in zip(keys, tensors_list)]
+
+    def batch_get_tensor(self, keys):
+        return [self.get_tensor(k) for k in keys]
