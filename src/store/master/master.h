@@ -1,0 +1,197 @@
+/* Store master state: mounted segments (one offset allocator each),
+ * clients and their heartbeats, objects (two-phase put, replicas, leases,
+ * pins), eviction, quarantine of freed space. Metadata only: the master
+ * never touches the memory it allocates.
+ *
+ * Every function takes the current time now_ms (a monotonic clock in ms,
+ * cr__now_ms() in the service) so that tests drive time explicitly.
+ * Thread-safe: one mutex guards the whole state; a batch is handled under
+ * one acquisition.
+ *
+ * Object lifecycle:
+ *   PutStart -> PENDING (invisible: Exist/Get/Remove see OBJECT_NOT_FOUND,
+ *               a second PutStart sees OBJECT_ALREADY_EXISTS)
+ *   PutEnd(version) -> COMPLETE (visible, on the LRU list)
+ *   PutRevoke(version) or put deadline passed -> gone, space freed
+ *   Remove / eviction / last replica's segment gone -> gone
+ * Freed space whose object may still be read (live lease) or written (a
+ * put reclaimed at its deadline) is quarantined, not reused, until the
+ * lease expires / for another put timeout.
+ */
+#ifndef CR_STORE_MASTER_MASTER_H
+#define CR_STORE_MASTER_MASTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/rpc/protocol.h"
+
+typedef struct cr__master cr__master_t;
+
+typedef struct cr__master_cfg {
+    uint64_t lease_ttl_ms;        /* --default_kv_lease_ttl (5000) */
+    uint64_t soft_pin_ttl_ms;     /* --default_kv_soft_pin_ttl (1800000) */
+    uint64_t client_ttl_ms;       /* --client_ttl seconds * 1000 (10 s) */
+    uint64_t put_timeout_ms;      /* --put_start_timeout seconds * 1000 (30 s) */
+    double high_watermark;        /* --eviction_high_watermark_ratio (0.90) */
+    double eviction_ratio;        /* --eviction_ratio (0.05) */
+    uint32_t evict_max_visit;     /* objects visited per eviction pass (65536) */
+    unsigned granule_shift;       /* allocator granule, 1 << shift bytes (6) */
+    uint64_t min_stripe;          /* smallest shard when striping (1 MiB) */
+} cr__master_cfg_t;
+
+/* Fills c with the defaults above. */
+void cr__master_cfg_default(cr__master_cfg_t *c);
+
+/* Creates an empty master. master_id (also the first object version) is
+ * taken from the realtime clock in microseconds, so versions never repeat
+ * across restarts. Returns 0 and *out, -EINVAL or -ENOMEM. */
+int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out);
+void cr__master_destroy(cr__master_t *m);
+
+uint64_t cr__master_id(const cr__master_t *m);
+
+/* ---- clients and segments ----------------------------------------------- */
+
+/* Heartbeat. Registers an unknown client and then returns
+ * CR__RPC_F_NEED_REMOUNT in *flags (it was never seen, or it expired and
+ * its segments were dropped); 0 otherwise. Returns 0. */
+int cr__master_ping(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now_ms, uint32_t *flags);
+
+/* Mounts [base, base+size) of TE segment name for client id (refreshes the
+ * client's heartbeat). Returns 0 (also for an identical remount),
+ * CR_E_SEGMENT_ALREADY_EXISTS (name mounted by another client or with a
+ * different range), CR_E_INVALID_PARAMS (empty/oversized name, size under
+ * one granule, base+size overflow), -ENOMEM. */
+int cr__master_mount(cr__master_t *m, cr__rpc_client_id_t id, const char *name, uint64_t base,
+                     uint64_t size, uint64_t now_ms);
+
+/* Unmounts: every replica with a shard there is dropped (objects left with
+ * no replica vanish). Returns 0, CR_E_SEGMENT_NOT_FOUND (no such name, or
+ * mounted by another client). */
+int cr__master_unmount(cr__master_t *m, cr__rpc_client_id_t id, const char *name,
+                       uint64_t now_ms);
+
+/* ---- objects --------------------------------------------------------------
+ * Single-key operations; keys are key_len bytes (1..CR__RPC_KEY_MAX, no
+ * NUL byte, else CR_E_INVALID_KEY). Results that carry replicas are written
+ * into *it (an rpc item: version, size, lease_ms, replicas) with arrays
+ * allocated in msg's arena (cr__rpc_msg_alloc). */
+
+/* Returns 0 (it: version, lease_ms = put deadline, replicas),
+ * CR_E_OBJECT_ALREADY_EXISTS, CR_E_INVALID_KEY, CR_E_INVALID_PARAMS (size 0
+ * or > CR__RPC_VALUE_MAX, replica_num > CR__RPC_REPLICA_MAX),
+ * CR_E_NO_AVAILABLE_HANDLE (not enough space / distinct segments even after
+ * eviction), -ENOMEM. */
+int cr__master_put_start(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
+                         const cr__rpc_repl_cfg_t *cfg, uint64_t now_ms, cr__rpc_msg_t *msg,
+                         cr__rpc_item_t *it);
+/* Returns 0 (also if already complete with this version),
+ * CR_E_OBJECT_NOT_FOUND (no pending put of that version), CR_E_INVALID_KEY. */
+int cr__master_put_end(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                       uint64_t now_ms);
+/* Returns 0, CR_E_OBJECT_NOT_FOUND, CR_E_INVALID_PARAMS (already complete),
+ * CR_E_INVALID_KEY. */
+int cr__master_put_revoke(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                          uint64_t now_ms);
+/* Grants/extends a read lease. Returns 0 (it: version, size, lease_ms,
+ * live replicas), CR_E_OBJECT_NOT_FOUND (absent or incomplete),
+ * CR_E_INVALID_KEY, -ENOMEM. */
+int cr__master_get_replicas(cr__master_t *m, const char *key, size_t key_len, uint64_t now_ms,
+                            cr__rpc_msg_t *msg, cr__rpc_item_t *it);
+/* 0 if complete, else CR_E_OBJECT_NOT_FOUND / CR_E_INVALID_KEY. */
+int cr__master_exist(cr__master_t *m, const char *key, size_t key_len, uint64_t now_ms);
+int cr__master_get_size(cr__master_t *m, const char *key, size_t key_len, uint64_t now_ms,
+                        uint64_t *size);
+/* Returns 0, CR_E_OBJECT_NOT_FOUND, CR_E_OBJECT_HAS_LEASE (lease live and
+ * !force), CR_E_INVALID_KEY. */
+int cr__master_remove(cr__master_t *m, const char *key, size_t key_len, int force,
+                      uint64_t now_ms);
+/* Removes every complete object (without a live lease unless force).
+ * *count gets how many. Returns 0. */
+int cr__master_remove_all(cr__master_t *m, int force, uint64_t now_ms, uint64_t *count);
+/* Stale-read check (protocol.h): 0 if the object of this version is
+ * complete and replica_id is still attached; CR_E_OBJECT_NOT_FOUND (gone or
+ * another version), CR_E_REPLICA_IS_GONE (that replica was dropped). */
+int cr__master_validate(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                        uint64_t replica_id, uint64_t now_ms);
+
+/* Periodic work, call every ~100 ms: expires silent clients, reclaims puts
+ * past their deadline, releases due quarantine, evicts above the high
+ * watermark. Bounded work per call except client expiry (a scan). */
+void cr__master_tick(cr__master_t *m, uint64_t now_ms);
+
+/* Runs one eviction step now (as on the watermark); returns objects evicted. */
+uint64_t cr__master_evict(cr__master_t *m, uint64_t need_bytes, uint64_t now_ms);
+
+/* ---- rpc dispatch ------------------------------------------------------ */
+
+/* Serves one decoded request (any type): fills reply (type/req_id already
+ * set) and counts it in the metrics. Batch items are handled under one
+ * lock; per-key failures are per item. */
+void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                       uint64_t now_ms);
+
+/* ---- metrics and admin ------------------------------------------------- */
+
+/* The one metrics list: X(name, type, help). Counters end in _total. */
+#define CR__MASTER_METRICS(X)                                                                  \
+    X(rpc_ping_total, counter, "Ping requests")                                                \
+    X(rpc_mount_segment_total, counter, "MountSegment requests")                               \
+    X(rpc_unmount_segment_total, counter, "UnmountSegment requests")                           \
+    X(rpc_remove_all_total, counter, "RemoveAll requests")                                     \
+    X(rpc_put_start_total, counter, "PutStart keys (single and batch)")                        \
+    X(rpc_put_end_total, counter, "PutEnd keys")                                               \
+    X(rpc_put_revoke_total, counter, "PutRevoke keys")                                         \
+    X(rpc_get_replica_list_total, counter, "GetReplicaList keys")                              \
+    X(rpc_exist_total, counter, "Exist keys")                                                  \
+    X(rpc_get_size_total, counter, "GetSize keys")                                             \
+    X(rpc_remove_total, counter, "Remove keys")                                                \
+    X(rpc_validate_total, counter, "Validate keys")                                            \
+    X(rpc_batch_requests_total, counter, "Batch requests (any batch type)")                    \
+    X(rpc_errors_total, counter, "Keys or requests answered with an error status")             \
+    X(hits_total, counter, "GetReplicaList that found a complete object")                      \
+    X(misses_total, counter, "GetReplicaList that found nothing")                              \
+    X(validate_failures_total, counter, "Validate that reported stale bytes")                  \
+    X(puts_completed_total, counter, "Objects made visible by PutEnd")                         \
+    X(puts_revoked_total, counter, "Puts revoked by the writer")                               \
+    X(puts_timed_out_total, counter, "Puts reclaimed at their deadline")                       \
+    X(alloc_failures_total, counter, "PutStart that found no space even after eviction")       \
+    X(evictions_total, counter, "Objects evicted")                                             \
+    X(evicted_bytes_total, counter, "Bytes of replica space freed by eviction")                \
+    X(eviction_steps_total, counter, "Eviction steps run")                                     \
+    X(removed_objects_total, counter, "Objects removed by Remove/RemoveAll")                   \
+    X(replicas_dropped_total, counter, "Replicas dropped because their segment went away")     \
+    X(objects_lost_total, counter, "Objects that vanished with their last replica")            \
+    X(clients_expired_total, counter, "Clients whose heartbeat lapsed (segments unmounted)")   \
+    X(quarantined_bytes_total, counter, "Bytes put in quarantine before reuse")
+
+#define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
+enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };
+
+typedef struct cr__master_stats {
+    uint64_t counters[CR__MM_COUNT];
+    uint64_t keys;            /* complete objects */
+    uint64_t pending_puts;    /* incomplete objects */
+    uint64_t segments, clients;
+    uint64_t capacity_bytes;  /* sum of mounted segment capacities */
+    uint64_t allocated_bytes; /* allocated (objects + pending + quarantine) */
+    uint64_t quarantine_bytes;
+    uint64_t leased_objects;  /* (not computed: 0) */
+} cr__master_stats_t;
+
+void cr__master_stats(cr__master_t *m, cr__master_stats_t *st);
+
+/* Prometheus text exposition of the stats (malloc'd NUL-terminated string
+ * in *out, caller frees). Returns 0 or -ENOMEM. */
+int cr__master_metrics_text(cr__master_t *m, char **out, size_t *len);
+
+/* JSON description of one key (state, version, size, lease, pins,
+ * replicas) in *out (malloc'd). Returns 0, CR_E_OBJECT_NOT_FOUND, -ENOMEM. */
+int cr__master_query_key_json(cr__master_t *m, const char *key, size_t key_len,
+                              uint64_t now_ms, char **out, size_t *len);
+
+/* JSON array of mounted segments (name, base, size, used, client). */
+int cr__master_segments_json(cr__master_t *m, char **out, size_t *len);
+
+#endif

@@ -1,0 +1,247 @@
+/* Blocking store RPC client (client.h). */
+#include "store/rpc/client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
+
+struct cr__rpc_client {
+    pthread_mutex_t mu;
+    char host[CR__HOST_MAX]; /* immutable */
+    uint16_t port;
+    int connect_timeout_ms, call_timeout_ms;
+    int fd;               /* guarded by mu; -1 when closed */
+    uint64_t next_req_id; /* guarded by mu */
+    cr__rpc_buf_t out;    /* guarded by mu */
+};
+
+int cr__rpc_client_create(const char *addr, int connect_timeout_ms, int call_timeout_ms,
+                          cr__rpc_client_t **out)
+{
+    if (!addr || !out || connect_timeout_ms <= 0 || call_timeout_ms <= 0)
+        return -EINVAL;
+    cr__rpc_client_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    if (cr__net_split_hostport(addr, c->host, &c->port, 0)) {
+        free(c);
+        return -EINVAL;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    c->connect_timeout_ms = connect_timeout_ms;
+    c->call_timeout_ms = call_timeout_ms;
+    c->fd = -1;
+    c->next_req_id = 1;
+    cr__rpc_buf_init(&c->out);
+    *out = c;
+    return 0;
+}
+
+static void close_locked(cr__rpc_client_t *c)
+{
+    if (c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
+}
+
+static int connect_locked(cr__rpc_client_t *c)
+{
+    if (c->fd >= 0) {
+        /* A cached connection that the master closed (idle timeout,
+         * restart) is readable (EOF) or hung up: drop it before sending, so
+         * that even non-idempotent calls go out on a live connection. */
+        struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+        if (poll(&pf, 1, 0) == 0)
+            return 0;
+        close_locked(c);
+    }
+    int fd = cr__net_connect(c->host, c->port, NULL, c->connect_timeout_ms);
+    if (fd < 0) {
+        CR_LOG_DEBUG("rpc", "connect %s:%u: %s", c->host, c->port, cr_strerror(fd));
+        return CR_E_RPC_FAIL;
+    }
+    c->fd = fd;
+    return 0;
+}
+
+int cr__rpc_client_connect(cr__rpc_client_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = connect_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+void cr__rpc_client_disconnect(cr__rpc_client_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    close_locked(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void cr__rpc_client_destroy(cr__rpc_client_t *c)
+{
+    if (!c)
+        return;
+    close_locked(c);
+    cr__rpc_buf_free(&c->out);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static int remaining_ms(uint64_t deadline)
+{
+    uint64_t now = cr__now_ms();
+    return now >= deadline ? 0 : (int)(deadline - now);
+}
+
+/* Transfers exactly n bytes before deadline. Returns 0, -ETIMEDOUT,
+ * -ECONNRESET (EOF) or -errno. *moved counts bytes transferred. */
+static int io_full(int fd, void *buf, size_t n, int writing, uint64_t deadline, size_t *moved)
+{
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < n) {
+        struct pollfd pf = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
+        int ms = remaining_ms(deadline);
+        if (ms == 0)
+            return -ETIMEDOUT;
+        int pr = poll(&pf, 1, ms);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr < 0)
+            return -errno;
+        if (pr == 0)
+            return -ETIMEDOUT;
+        ssize_t k = writing ? send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                            : recv(fd, p + done, n - done, MSG_DONTWAIT);
+        if (k == 0 && !writing)
+            return -ECONNRESET;
+        if (k < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return errno == EPIPE ? -ECONNRESET : -errno;
+        }
+        done += (size_t)k;
+        if (moved)
+            *moved += (size_t)k;
+    }
+    return 0;
+}
+
+static int idempotent(uint16_t type)
+{
+    switch (type) {
+    case CR__RPC_PING:
+    case CR__RPC_MOUNT_SEGMENT:
+    case CR__RPC_UNMOUNT_SEGMENT:
+    case CR__RPC_GET_REPLICA_LIST:
+    case CR__RPC_EXIST:
+    case CR__RPC_GET_SIZE:
+    case CR__RPC_VALIDATE:
+    case CR__RPC_BATCH_GET_REPLICA_LIST:
+    case CR__RPC_BATCH_EXIST:
+    case CR__RPC_BATCH_GET_SIZE:
+    case CR__RPC_BATCH_VALIDATE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* One attempt. Returns 0 with *reply, -EAGAIN (connection broke: retry
+ * allowed if idempotent), or CR_E_RPC_FAIL / -ENOMEM. */
+static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, uint64_t deadline,
+                          int fresh, cr__rpc_msg_t *reply)
+{
+    if (connect_locked(c))
+        return CR_E_RPC_FAIL;
+    size_t sent = 0;
+    int rc = io_full(c->fd, c->out.data, c->out.len, 1, deadline, &sent);
+    if (rc) {
+        close_locked(c);
+        /* a stale cached connection fails at once: allow one retry */
+        return (rc == -ECONNRESET || rc == -ECONNREFUSED || rc == -ENOTCONN) && !fresh
+                   ? -EAGAIN
+                   : CR_E_RPC_FAIL;
+    }
+    uint8_t hb[CR__RPC_HDR_SIZE];
+    size_t got = 0;
+    rc = io_full(c->fd, hb, sizeof hb, 0, deadline, &got);
+    if (rc) {
+        close_locked(c);
+        return rc == -ECONNRESET && got == 0 && !fresh ? -EAGAIN : CR_E_RPC_FAIL;
+    }
+    cr__rpc_hdr_t h;
+    if (cr__rpc_decode_hdr(hb, &h) || h.req_id != req_id ||
+        h.type != (uint16_t)(type | CR__RPC_REPLY)) {
+        CR_LOG_WARN("rpc", "bad reply header from %s:%u for %s", c->host, c->port,
+                    cr__rpc_type_name(type));
+        close_locked(c);
+        return CR_E_RPC_FAIL;
+    }
+    uint8_t *payload = NULL;
+    if (h.payload_len) {
+        payload = malloc(h.payload_len);
+        if (!payload) {
+            close_locked(c);
+            return -ENOMEM;
+        }
+        rc = io_full(c->fd, payload, h.payload_len, 0, deadline, NULL);
+        if (rc) {
+            free(payload);
+            close_locked(c);
+            return CR_E_RPC_FAIL;
+        }
+    }
+    rc = cr__rpc_decode(&h, payload, h.payload_len, reply);
+    free(payload);
+    if (rc) {
+        CR_LOG_WARN("rpc", "malformed %s reply from %s:%u", cr__rpc_type_name(type), c->host,
+                    c->port);
+        close_locked(c);
+        return rc == -ENOMEM ? -ENOMEM : CR_E_RPC_FAIL;
+    }
+    return 0;
+}
+
+int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
+{
+    if (!c || !req || !reply || (req->type & CR__RPC_REPLY))
+        return -EINVAL;
+    pthread_mutex_lock(&c->mu);
+    cr__rpc_msg_t m = *req;
+    m.req_id = c->next_req_id++;
+    m.status = 0;
+    int rc = cr__rpc_encode(&m, &c->out);
+    if (rc) {
+        pthread_mutex_unlock(&c->mu);
+        return rc == -E2BIG ? -EINVAL : rc;
+    }
+    uint64_t deadline = cr__now_ms() + (uint64_t)c->call_timeout_ms;
+    cr__rpc_msg_t r;
+    memset(&r, 0, sizeof r);
+    int fresh = c->fd < 0;
+    rc = attempt_locked(c, req->type, m.req_id, deadline, fresh, &r);
+    if (rc == -EAGAIN) {
+        if (idempotent(req->type))
+            rc = attempt_locked(c, req->type, m.req_id, deadline, 1, &r);
+        else
+            rc = CR_E_RPC_FAIL;
+        if (rc == -EAGAIN)
+            rc = CR_E_RPC_FAIL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc == 0)
+        *reply = r;
+    return rc;
+}

@@ -1,0 +1,637 @@
+/* Encoding and bounded decoding of the store control-plane frames
+ * (protocol.h, docs/protocol.md). */
+#include "store/rpc/protocol.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- arena -------------------------------------------------------------- */
+
+typedef struct arena_blk {
+    struct arena_blk *next;
+    size_t used, cap;
+    _Alignas(16) uint8_t data[];
+} arena_blk_t;
+
+#define ARENA_CHUNK 4096
+
+void *cr__rpc_msg_alloc(cr__rpc_msg_t *m, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    if (n == 0)
+        n = 16;
+    arena_blk_t *b = m->arena;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = n > ARENA_CHUNK ? n : ARENA_CHUNK;
+        arena_blk_t *nb = malloc(sizeof *nb + cap);
+        if (!nb)
+            return NULL;
+        nb->used = 0;
+        nb->cap = cap;
+        if (b && n > ARENA_CHUNK / 2) {
+            /* big one-off: keep the current block on top for small allocs */
+            nb->next = b->next;
+            b->next = nb;
+        } else {
+            nb->next = b;
+            m->arena = nb;
+        }
+        b = nb;
+    }
+    void *p = b->data + b->used;
+    b->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *cr__rpc_msg_strdup(cr__rpc_msg_t *m, const char *s, size_t len)
+{
+    char *d = cr__rpc_msg_alloc(m, len + 1);
+    if (!d)
+        return NULL;
+    if (len)
+        memcpy(d, s, len);
+    d[len] = 0;
+    return d;
+}
+
+void cr__rpc_msg_free(cr__rpc_msg_t *m)
+{
+    if (!m)
+        return;
+    arena_blk_t *b = m->arena;
+    while (b) {
+        arena_blk_t *n = b->next;
+        free(b);
+        b = n;
+    }
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- types -------------------------------------------------------------- */
+
+static const struct {
+    uint16_t type;
+    const char *name;
+} type_names[] = {
+    {CR__RPC_PING, "ping"},
+    {CR__RPC_MOUNT_SEGMENT, "mount_segment"},
+    {CR__RPC_UNMOUNT_SEGMENT, "unmount_segment"},
+    {CR__RPC_REMOVE_ALL, "remove_all"},
+    {CR__RPC_PUT_START, "put_start"},
+    {CR__RPC_PUT_END, "put_end"},
+    {CR__RPC_PUT_REVOKE, "put_revoke"},
+    {CR__RPC_GET_REPLICA_LIST, "get_replica_list"},
+    {CR__RPC_EXIST, "exist"},
+    {CR__RPC_GET_SIZE, "get_size"},
+    {CR__RPC_REMOVE, "remove"},
+    {CR__RPC_VALIDATE, "validate"},
+    {CR__RPC_BATCH_PUT_START, "batch_put_start"},
+    {CR__RPC_BATCH_PUT_END, "batch_put_end"},
+    {CR__RPC_BATCH_PUT_REVOKE, "batch_put_revoke"},
+    {CR__RPC_BATCH_GET_REPLICA_LIST, "batch_get_replica_list"},
+    {CR__RPC_BATCH_EXIST, "batch_exist"},
+    {CR__RPC_BATCH_GET_SIZE, "batch_get_size"},
+    {CR__RPC_BATCH_REMOVE, "batch_remove"},
+    {CR__RPC_BATCH_VALIDATE, "batch_validate"},
+};
+
+const char *cr__rpc_type_name(uint16_t type)
+{
+    type &= (uint16_t)~CR__RPC_REPLY;
+    for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++)
+        if (type_names[i].type == type)
+            return type_names[i].name;
+    return "?";
+}
+
+int cr__rpc_type_valid(uint16_t type) { return cr__rpc_type_name(type)[0] != '?'; }
+
+int cr__rpc_type_has_items(uint16_t type)
+{
+    type &= (uint16_t)~CR__RPC_REPLY;
+    return cr__rpc_type_valid(type) && type >= CR__RPC_PUT_START;
+}
+
+/* single-key base type of an object op */
+static uint16_t base_type(uint16_t type)
+{
+    type &= (uint16_t)~CR__RPC_REPLY;
+    return type >= CR__RPC_BATCH_PUT_START ? (uint16_t)(type - CR__RPC_BATCH_OFFSET) : type;
+}
+
+static int is_batch(uint16_t type)
+{
+    type &= (uint16_t)~CR__RPC_REPLY;
+    return type >= CR__RPC_BATCH_PUT_START;
+}
+
+/* ---- output buffer ------------------------------------------------------ */
+
+void cr__rpc_buf_init(cr__rpc_buf_t *b) { memset(b, 0, sizeof *b); }
+
+void cr__rpc_buf_free(cr__rpc_buf_t *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+static uint8_t *w_reserve(cr__rpc_buf_t *b, size_t n)
+{
+    if (b->err)
+        return NULL;
+    if (b->len + n > (size_t)CR__RPC_HDR_SIZE + CR__RPC_PAYLOAD_MAX) {
+        b->err = -E2BIG;
+        return NULL;
+    }
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *d = realloc(b->data, cap);
+        if (!d) {
+            b->err = -ENOMEM;
+            return NULL;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    uint8_t *p = b->data + b->len;
+    b->len += n;
+    return p;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void w_u16(cr__rpc_buf_t *b, uint16_t v)
+{
+    uint8_t *p = w_reserve(b, 2);
+    if (p)
+        put_le(p, v, 2);
+}
+static void w_u32(cr__rpc_buf_t *b, uint32_t v)
+{
+    uint8_t *p = w_reserve(b, 4);
+    if (p)
+        put_le(p, v, 4);
+}
+static void w_u64(cr__rpc_buf_t *b, uint64_t v)
+{
+    uint8_t *p = w_reserve(b, 8);
+    if (p)
+        put_le(p, v, 8);
+}
+static void w_bytes(cr__rpc_buf_t *b, const void *s, size_t n)
+{
+    uint8_t *p = w_reserve(b, n);
+    if (p && n)
+        memcpy(p, s, n);
+}
+
+/* ---- encoder ------------------------------------------------------------ */
+
+static int seg_ok(const char *s)
+{
+    return s && strnlen(s, CR__RPC_SEGMENT_NAME_MAX) < CR__RPC_SEGMENT_NAME_MAX;
+}
+
+static int w_seg(cr__rpc_buf_t *b, const char *s)
+{
+    if (!seg_ok(s))
+        return -EINVAL;
+    size_t l = strlen(s);
+    w_u16(b, (uint16_t)l);
+    w_bytes(b, s, l);
+    return 0;
+}
+
+static int w_replicas(cr__rpc_buf_t *b, const cr__rpc_item_t *it)
+{
+    if (it->n_replicas > CR__RPC_REPLICA_MAX || (it->n_replicas && !it->replicas))
+        return -EINVAL;
+    w_u32(b, it->n_replicas);
+    for (uint32_t r = 0; r < it->n_replicas; r++) {
+        const cr__rpc_replica_t *rp = &it->replicas[r];
+        if (rp->n_shards < 1 || rp->n_shards > CR__RPC_SHARD_MAX || !rp->shards)
+            return -EINVAL;
+        w_u64(b, rp->replica_id);
+        w_u32(b, rp->n_shards);
+        for (uint32_t s = 0; s < rp->n_shards; s++) {
+            if (w_seg(b, rp->shards[s].segment))
+                return -EINVAL;
+            w_u64(b, rp->shards[s].addr);
+            w_u64(b, rp->shards[s].len);
+        }
+    }
+    return 0;
+}
+
+static int w_item(cr__rpc_buf_t *b, uint16_t bt, int reply, const cr__rpc_item_t *it)
+{
+    if (reply) {
+        w_u32(b, (uint32_t)it->status);
+        switch (bt) {
+        case CR__RPC_PUT_START:
+            w_u64(b, it->version);
+            w_u32(b, it->lease_ms);
+            return w_replicas(b, it);
+        case CR__RPC_GET_REPLICA_LIST:
+            w_u64(b, it->version);
+            w_u64(b, it->size);
+            w_u32(b, it->lease_ms);
+            return w_replicas(b, it);
+        case CR__RPC_GET_SIZE:
+            w_u64(b, it->size);
+            return 0;
+        default:
+            return 0;
+        }
+    }
+    if (it->key_len > CR__RPC_KEY_MAX || (it->key_len && !it->key))
+        return -EINVAL;
+    w_u32(b, it->key_len);
+    w_bytes(b, it->key, it->key_len);
+    switch (bt) {
+    case CR__RPC_PUT_START:
+        if (it->cfg.n_preferred > CR__RPC_PREFERRED_MAX ||
+            (it->cfg.n_preferred && !it->cfg.preferred))
+            return -EINVAL;
+        w_u64(b, it->size);
+        w_u32(b, it->cfg.replica_num);
+        w_u32(b, it->cfg.flags);
+        w_u32(b, it->cfg.n_preferred);
+        for (uint32_t i = 0; i < it->cfg.n_preferred; i++)
+            if (w_seg(b, it->cfg.preferred[i]))
+                return -EINVAL;
+        return 0;
+    case CR__RPC_PUT_END:
+    case CR__RPC_PUT_REVOKE:
+        w_u64(b, it->version);
+        return 0;
+    case CR__RPC_REMOVE:
+        w_u32(b, it->flags);
+        return 0;
+    case CR__RPC_VALIDATE:
+        w_u64(b, it->version);
+        w_u64(b, it->replica_id);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
+{
+    b->len = 0;
+    b->err = 0;
+    uint16_t type = m->type;
+    int reply = (type & CR__RPC_REPLY) != 0;
+    if (!cr__rpc_type_valid(type))
+        return -EINVAL;
+    uint8_t *h = w_reserve(b, CR__RPC_HDR_SIZE);
+    if (!h)
+        return b->err;
+    int rc = 0;
+    uint16_t bt = base_type(type);
+    if (reply && m->status != 0 && !(cr__rpc_type_has_items(type) && m->n_items)) {
+        /* error reply without items: empty payload */
+    } else if (cr__rpc_type_has_items(type)) {
+        if (m->n_items > CR__RPC_BATCH_MAX || (m->n_items && !m->items))
+            return -EINVAL;
+        if (!reply && (m->n_items == 0 || (!is_batch(type) && m->n_items != 1)))
+            return -EINVAL;
+        w_u32(b, m->n_items);
+        for (uint32_t i = 0; i < m->n_items && !rc; i++)
+            rc = w_item(b, bt, reply, &m->items[i]);
+    } else {
+        switch (bt) {
+        case CR__RPC_PING:
+            if (reply) {
+                w_u32(b, m->flags);
+                w_u64(b, m->master_id);
+                w_u64(b, m->count);
+            } else {
+                w_u64(b, m->client_id.hi);
+                w_u64(b, m->client_id.lo);
+            }
+            break;
+        case CR__RPC_MOUNT_SEGMENT:
+        case CR__RPC_UNMOUNT_SEGMENT:
+            if (!reply) {
+                w_u64(b, m->client_id.hi);
+                w_u64(b, m->client_id.lo);
+                rc = w_seg(b, m->segment);
+                if (bt == CR__RPC_MOUNT_SEGMENT) {
+                    w_u64(b, m->base);
+                    w_u64(b, m->size);
+                }
+            }
+            break;
+        case CR__RPC_REMOVE_ALL:
+            if (reply)
+                w_u64(b, m->count);
+            else
+                w_u32(b, m->flags);
+            break;
+        }
+    }
+    if (rc)
+        return rc;
+    if (b->err)
+        return b->err;
+    size_t plen = b->len - CR__RPC_HDR_SIZE;
+    h = b->data; /* may have moved */
+    put_le(h + 0, CR__RPC_MAGIC, 4);
+    put_le(h + 4, CR__RPC_VERSION, 2);
+    put_le(h + 6, type, 2);
+    put_le(h + 8, m->req_id, 8);
+    put_le(h + 16, plen, 4);
+    put_le(h + 20, (uint32_t)m->status, 4);
+    put_le(h + 24, 0, 4);
+    put_le(h + 28, 0, 4);
+    return 0;
+}
+
+/* ---- decoder ------------------------------------------------------------ */
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+int cr__rpc_decode_hdr(const void *buf, cr__rpc_hdr_t *h)
+{
+    const uint8_t *p = buf;
+    cr__rpc_hdr_t t;
+    t.magic = (uint32_t)get_le(p, 4);
+    t.version = (uint16_t)get_le(p + 4, 2);
+    t.type = (uint16_t)get_le(p + 6, 2);
+    t.req_id = get_le(p + 8, 8);
+    t.payload_len = (uint32_t)get_le(p + 16, 4);
+    t.status = (int32_t)(uint32_t)get_le(p + 20, 4);
+    t.flags = (uint32_t)get_le(p + 24, 4);
+    t.reserved = (uint32_t)get_le(p + 28, 4);
+    if (t.magic != CR__RPC_MAGIC || t.version != CR__RPC_VERSION ||
+        t.payload_len > CR__RPC_PAYLOAD_MAX)
+        return -EPROTO;
+    *h = t;
+    return 0;
+}
+
+typedef struct rd {
+    const uint8_t *p;
+    size_t left;
+    int bad;
+} rd_t;
+
+static const uint8_t *r_take(rd_t *r, size_t n)
+{
+    if (r->bad || r->left < n) {
+        r->bad = 1;
+        return NULL;
+    }
+    const uint8_t *p = r->p;
+    r->p += n;
+    r->left -= n;
+    return p;
+}
+static uint64_t r_uint(rd_t *r, int n)
+{
+    const uint8_t *p = r_take(r, (size_t)n);
+    return p ? get_le(p, n) : 0;
+}
+#define r_u16(r) ((uint16_t)r_uint(r, 2))
+#define r_u32(r) ((uint32_t)r_uint(r, 4))
+#define r_u64(r) (r_uint(r, 8))
+
+/* segment name: u16 len (< CR__RPC_SEGMENT_NAME_MAX), bytes without NUL */
+static const char *r_seg(rd_t *r, cr__rpc_msg_t *m, int *nomem)
+{
+    uint16_t l = r_u16(r);
+    if (r->bad || l >= CR__RPC_SEGMENT_NAME_MAX) {
+        r->bad = 1;
+        return NULL;
+    }
+    const uint8_t *p = r_take(r, l);
+    if (!p || memchr(p, 0, l)) {
+        r->bad = 1;
+        return NULL;
+    }
+    char *s = cr__rpc_msg_strdup(m, (const char *)p, l);
+    if (!s)
+        *nomem = 1;
+    return s;
+}
+
+/* smallest encoded size of one item, per base type and direction; used to
+ * bound counts against the bytes left before allocating arrays */
+static size_t min_item(uint16_t bt, int reply)
+{
+    if (reply) {
+        switch (bt) {
+        case CR__RPC_PUT_START: return 4 + 8 + 4 + 4;
+        case CR__RPC_GET_REPLICA_LIST: return 4 + 8 + 8 + 4 + 4;
+        case CR__RPC_GET_SIZE: return 4 + 8;
+        default: return 4;
+        }
+    }
+    switch (bt) {
+    case CR__RPC_PUT_START: return 4 + 8 + 12;
+    case CR__RPC_PUT_END:
+    case CR__RPC_PUT_REVOKE: return 4 + 8;
+    case CR__RPC_REMOVE: return 4 + 4;
+    case CR__RPC_VALIDATE: return 4 + 16;
+    default: return 4;
+    }
+}
+
+static int r_replicas(rd_t *r, cr__rpc_msg_t *m, cr__rpc_item_t *it, int *nomem)
+{
+    uint32_t n = r_u32(r);
+    /* one replica is at least 8 + 4 + one shard (2 + 16) bytes */
+    if (r->bad || n > CR__RPC_REPLICA_MAX || (size_t)n * 30 > r->left)
+        return -1;
+    it->n_replicas = n;
+    if (!n)
+        return 0;
+    it->replicas = cr__rpc_msg_alloc(m, n * sizeof *it->replicas);
+    if (!it->replicas) {
+        *nomem = 1;
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        cr__rpc_replica_t *rp = &it->replicas[i];
+        rp->replica_id = r_u64(r);
+        rp->n_shards = r_u32(r);
+        if (r->bad || rp->n_shards < 1 || rp->n_shards > CR__RPC_SHARD_MAX ||
+            (size_t)rp->n_shards * 18 > r->left)
+            return -1;
+        rp->shards = cr__rpc_msg_alloc(m, rp->n_shards * sizeof *rp->shards);
+        if (!rp->shards) {
+            *nomem = 1;
+            return -1;
+        }
+        for (uint32_t s = 0; s < rp->n_shards; s++) {
+            rp->shards[s].segment = r_seg(r, m, nomem);
+            if (!rp->shards[s].segment)
+                return -1;
+            rp->shards[s].addr = r_u64(r);
+            rp->shards[s].len = r_u64(r);
+        }
+    }
+    return r->bad ? -1 : 0;
+}
+
+static int r_item(rd_t *r, cr__rpc_msg_t *m, uint16_t bt, int reply, cr__rpc_item_t *it,
+                  int *nomem)
+{
+    if (reply) {
+        it->status = (int32_t)r_u32(r);
+        switch (bt) {
+        case CR__RPC_PUT_START:
+            it->version = r_u64(r);
+            it->lease_ms = r_u32(r);
+            return r_replicas(r, m, it, nomem);
+        case CR__RPC_GET_REPLICA_LIST:
+            it->version = r_u64(r);
+            it->size = r_u64(r);
+            it->lease_ms = r_u32(r);
+            return r_replicas(r, m, it, nomem);
+        case CR__RPC_GET_SIZE:
+            it->size = r_u64(r);
+            break;
+        default:
+            break;
+        }
+        return r->bad ? -1 : 0;
+    }
+    uint32_t kl = r_u32(r);
+    if (r->bad || kl > CR__RPC_KEY_MAX)
+        return -1;
+    const uint8_t *kp = r_take(r, kl);
+    if (!kp)
+        return -1;
+    it->key_len = kl;
+    it->key = cr__rpc_msg_strdup(m, (const char *)kp, kl);
+    if (!it->key) {
+        *nomem = 1;
+        return -1;
+    }
+    switch (bt) {
+    case CR__RPC_PUT_START: {
+        it->size = r_u64(r);
+        it->cfg.replica_num = r_u32(r);
+        it->cfg.flags = r_u32(r);
+        uint32_t np = r_u32(r);
+        if (r->bad || np > CR__RPC_PREFERRED_MAX || (size_t)np * 2 > r->left)
+            return -1;
+        it->cfg.n_preferred = np;
+        if (np) {
+            it->cfg.preferred = cr__rpc_msg_alloc(m, np * sizeof(char *));
+            if (!it->cfg.preferred) {
+                *nomem = 1;
+                return -1;
+            }
+            for (uint32_t i = 0; i < np; i++)
+                if (!(it->cfg.preferred[i] = r_seg(r, m, nomem)))
+                    return -1;
+        }
+        break;
+    }
+    case CR__RPC_PUT_END:
+    case CR__RPC_PUT_REVOKE:
+        it->version = r_u64(r);
+        break;
+    case CR__RPC_REMOVE:
+        it->flags = r_u32(r);
+        break;
+    case CR__RPC_VALIDATE:
+        it->version = r_u64(r);
+        it->replica_id = r_u64(r);
+        break;
+    default:
+        break;
+    }
+    return r->bad ? -1 : 0;
+}
+
+int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__rpc_msg_t *out)
+{
+    cr__rpc_msg_t m;
+    memset(&m, 0, sizeof m);
+    if (len != h->payload_len || len > CR__RPC_PAYLOAD_MAX || (len && !payload))
+        return -EBADMSG;
+    uint16_t type = h->type;
+    int reply = (type & CR__RPC_REPLY) != 0;
+    if (!cr__rpc_type_valid(type))
+        return -EBADMSG;
+    m.type = type;
+    m.req_id = h->req_id;
+    m.status = h->status;
+    rd_t r = {.p = payload, .left = len, .bad = 0};
+    int nomem = 0, rc = 0;
+    uint16_t bt = base_type(type);
+    if (reply && h->status != 0 && len == 0) {
+        /* error reply without payload */
+    } else if (cr__rpc_type_has_items(type)) {
+        uint32_t n = r_u32(&r);
+        if (r.bad || n > CR__RPC_BATCH_MAX || (!reply && n == 0) ||
+            (!reply && !is_batch(type) && n != 1) || (size_t)n * min_item(bt, reply) > r.left) {
+            rc = -1;
+        } else if (n) {
+            m.n_items = n;
+            m.items = cr__rpc_msg_alloc(&m, (size_t)n * sizeof *m.items);
+            if (!m.items)
+                nomem = 1, rc = -1;
+            for (uint32_t i = 0; i < n && !rc; i++)
+                rc = r_item(&r, &m, bt, reply, &m.items[i], &nomem);
+        }
+    } else {
+        switch (bt) {
+        case CR__RPC_PING:
+            if (reply) {
+                m.flags = r_u32(&r);
+                m.master_id = r_u64(&r);
+                m.count = r_u64(&r);
+            } else {
+                m.client_id.hi = r_u64(&r);
+                m.client_id.lo = r_u64(&r);
+            }
+            break;
+        case CR__RPC_MOUNT_SEGMENT:
+        case CR__RPC_UNMOUNT_SEGMENT:
+            if (!reply) {
+                m.client_id.hi = r_u64(&r);
+                m.client_id.lo = r_u64(&r);
+                m.segment = r_seg(&r, &m, &nomem);
+                if (!m.segment)
+                    rc = -1;
+                if (bt == CR__RPC_MOUNT_SEGMENT) {
+                    m.base = r_u64(&r);
+                    m.size = r_u64(&r);
+                }
+            }
+            break;
+        case CR__RPC_REMOVE_ALL:
+            if (reply)
+                m.count = r_u64(&r);
+            else
+                m.flags = r_u32(&r);
+            break;
+        }
+    }
+    if (rc || r.bad || r.left != 0) {
+        cr__rpc_msg_free(&m);
+        return nomem ? -ENOMEM : -EBADMSG;
+    }
+    *out = m;
+    return 0;
+}

@@ -1,0 +1,437 @@
+/* Store RPC server: epoll event loops (server.h). */
+#include "store/rpc/server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
+
+#define MAX_LOOPS 16
+
+typedef struct conn {
+    int fd;
+    struct conn *prev, *next; /* loop's connection list */
+    uint8_t hdr[CR__RPC_HDR_SIZE];
+    size_t hdr_got;
+    cr__rpc_hdr_t h; /* valid once hdr_got == CR__RPC_HDR_SIZE */
+    uint8_t *payload;
+    size_t payload_got, payload_cap;
+    cr__rpc_buf_t out; /* pending reply */
+    size_t out_off;
+    uint64_t last_ms;       /* last byte in or out */
+    uint64_t frame_start_ms; /* first byte of the current partial frame */
+    int writing;            /* waiting for EPOLLOUT; not reading */
+} conn_t;
+
+typedef struct loop {
+    struct cr__rpc_server *srv;
+    pthread_t thread;
+    int ep;
+    conn_t *conns; /* owned by this loop's thread */
+} loop_t;
+
+struct cr__rpc_server {
+    cr__rpc_server_params_t p;
+    int lfd, evfd;
+    uint16_t port;
+    int n_loops;
+    loop_t loops[MAX_LOOPS];
+    /* counters: relaxed atomics */
+    uint64_t conns_accepted, conns_rejected, conns_open, frames, bad_frames, closed_bad_header,
+        closed_timeout;
+};
+
+#define INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
+#define DEC(x) __atomic_sub_fetch(&(x), 1, __ATOMIC_RELAXED)
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+static void conn_close(loop_t *l, conn_t *c)
+{
+    epoll_ctl(l->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    free(c->payload);
+    cr__rpc_buf_free(&c->out);
+    free(c);
+    DEC(l->srv->conns_open);
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A header-only error reply; works for types the encoder does not know. */
+static int error_reply(conn_t *c, uint16_t type, uint64_t req_id, int status)
+{
+    c->out.len = 0;
+    if (c->out.cap < CR__RPC_HDR_SIZE) {
+        uint8_t *d = realloc(c->out.data, CR__RPC_HDR_SIZE);
+        if (!d)
+            return -ENOMEM;
+        c->out.data = d;
+        c->out.cap = CR__RPC_HDR_SIZE;
+    }
+    uint8_t *h = c->out.data;
+    memset(h, 0, CR__RPC_HDR_SIZE);
+    put_le(h, CR__RPC_MAGIC, 4);
+    put_le(h + 4, CR__RPC_VERSION, 2);
+    put_le(h + 6, type | CR__RPC_REPLY, 2);
+    put_le(h + 8, req_id, 8);
+    put_le(h + 20, (uint32_t)status, 4);
+    c->out.len = CR__RPC_HDR_SIZE;
+    return 0;
+}
+
+/* Handles the complete frame in c; leaves the reply in c->out. */
+static int handle_frame(struct cr__rpc_server *s, conn_t *c)
+{
+    INC(s->frames);
+    cr__rpc_msg_t req;
+    int rc = -EBADMSG;
+    if (!(c->h.type & CR__RPC_REPLY))
+        rc = cr__rpc_decode(&c->h, c->payload, c->h.payload_len, &req);
+    if (rc) {
+        INC(s->bad_frames);
+        CR_LOG_INFO("rpc", "fd %d: undecodable %s frame (%u bytes): %s", c->fd,
+                    cr__rpc_type_name(c->h.type), c->h.payload_len, cr_strerror(rc));
+        return error_reply(c, c->h.type, c->h.req_id,
+                           rc == -ENOMEM ? CR_E_INTERNAL_ERROR : CR_E_INVALID_PARAMS);
+    }
+    cr__rpc_msg_t rep;
+    memset(&rep, 0, sizeof rep);
+    rep.type = (uint16_t)(req.type | CR__RPC_REPLY);
+    rep.req_id = req.req_id;
+    s->p.fn(s->p.user, &req, &rep);
+    rep.type = (uint16_t)(req.type | CR__RPC_REPLY);
+    rep.req_id = req.req_id;
+    rc = cr__rpc_encode(&rep, &c->out);
+    cr__rpc_msg_free(&rep);
+    cr__rpc_msg_free(&req);
+    if (rc) {
+        CR_LOG_ERROR("rpc", "reply to %s does not encode: %s", cr__rpc_type_name(c->h.type),
+                     cr_strerror(rc));
+        return error_reply(c, c->h.type, c->h.req_id, CR_E_INTERNAL_ERROR);
+    }
+    return 0;
+}
+
+static void set_events(loop_t *l, conn_t *c, uint32_t ev)
+{
+    struct epoll_event e = {.events = ev, .data.ptr = c};
+    epoll_ctl(l->ep, EPOLL_CTL_MOD, c->fd, &e);
+}
+
+/* Writes pending output. Returns 0 (done or would block) or -1 (close). */
+static int conn_flush(loop_t *l, conn_t *c, uint64_t now)
+{
+    while (c->out_off < c->out.len) {
+        ssize_t k = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                if (!c->writing) {
+                    c->writing = 1;
+                    set_events(l, c, EPOLLOUT);
+                }
+                return 0;
+            }
+            return -1;
+        }
+        c->out_off += (size_t)k;
+        c->last_ms = now;
+    }
+    c->out.len = 0;
+    c->out_off = 0;
+    if (c->out.cap > (1u << 20)) { /* do not keep a big reply buffer around */
+        cr__rpc_buf_free(&c->out);
+    }
+    if (c->writing) {
+        c->writing = 0;
+        set_events(l, c, EPOLLIN | EPOLLRDHUP);
+    }
+    return 0;
+}
+
+/* Reads and serves frames until the socket would block or a reply is
+ * pending. Returns 0 or -1 (close). */
+static int conn_read(loop_t *l, conn_t *c, uint64_t now)
+{
+    struct cr__rpc_server *s = l->srv;
+    for (;;) {
+        if (c->writing)
+            return 0;
+        if (c->hdr_got < CR__RPC_HDR_SIZE) {
+            ssize_t k = recv(c->fd, c->hdr + c->hdr_got, CR__RPC_HDR_SIZE - c->hdr_got,
+                             MSG_DONTWAIT);
+            if (k == 0)
+                return -1;
+            if (k < 0)
+                return errno == EAGAIN || errno == EINTR ? 0 : -1;
+            if (c->hdr_got == 0)
+                c->frame_start_ms = now;
+            c->hdr_got += (size_t)k;
+            c->last_ms = now;
+            if (c->hdr_got < CR__RPC_HDR_SIZE)
+                continue;
+            if (cr__rpc_decode_hdr(c->hdr, &c->h)) {
+                INC(s->closed_bad_header);
+                CR_LOG_INFO("rpc", "fd %d: bad frame header, closing", c->fd);
+                return -1;
+            }
+            c->payload_got = 0;
+        }
+        if (c->payload_got < c->h.payload_len) {
+            /* grow with the bytes actually received, never to payload_len
+             * up front: a peer announcing 64 MiB costs only what it sends */
+            size_t want = c->h.payload_len - c->payload_got;
+            if (c->payload_cap - c->payload_got < want && c->payload_cap < c->h.payload_len) {
+                size_t cap = c->payload_cap ? c->payload_cap * 2 : 4096;
+                if (cap < c->payload_got + 4096)
+                    cap = c->payload_got + 4096;
+                if (cap > c->h.payload_len)
+                    cap = c->h.payload_len;
+                uint8_t *d = realloc(c->payload, cap);
+                if (!d)
+                    return -1;
+                c->payload = d;
+                c->payload_cap = cap;
+            }
+            size_t room = c->payload_cap - c->payload_got;
+            ssize_t k = recv(c->fd, c->payload + c->payload_got, room < want ? room : want,
+                             MSG_DONTWAIT);
+            if (k == 0)
+                return -1;
+            if (k < 0)
+                return errno == EAGAIN || errno == EINTR ? 0 : -1;
+            c->payload_got += (size_t)k;
+            c->last_ms = now;
+            if (c->payload_got < c->h.payload_len)
+                continue;
+        }
+        /* complete frame */
+        int rc = handle_frame(s, c);
+        c->hdr_got = 0;
+        c->payload_got = 0;
+        if (c->payload_cap > (1u << 20)) {
+            free(c->payload);
+            c->payload = NULL;
+            c->payload_cap = 0;
+        }
+        if (rc)
+            return -1;
+        if (conn_flush(l, c, now))
+            return -1;
+    }
+}
+
+static void do_accept(loop_t *l, uint64_t now)
+{
+    struct cr__rpc_server *s = l->srv;
+    for (;;) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        if ((int)LOAD(s->conns_open) >= s->p.max_conns) {
+            INC(s->conns_rejected);
+            close(fd);
+            continue;
+        }
+        conn_t *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = fd;
+        c->last_ms = now;
+        cr__rpc_buf_init(&c->out);
+        struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+        if (epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &e)) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = l->conns;
+        if (l->conns)
+            l->conns->prev = c;
+        l->conns = c;
+        INC(s->conns_accepted);
+        INC(s->conns_open);
+    }
+}
+
+static void sweep(loop_t *l, uint64_t now)
+{
+    struct cr__rpc_server *s = l->srv;
+    conn_t *c = l->conns;
+    while (c) {
+        conn_t *n = c->next;
+        int partial = c->hdr_got > 0 || c->writing;
+        if ((partial && now - c->frame_start_ms > (uint64_t)s->p.frame_timeout_ms) ||
+            now - c->last_ms > (uint64_t)s->p.idle_timeout_ms) {
+            INC(s->closed_timeout);
+            CR_LOG_INFO("rpc", "fd %d: timed out, closing", c->fd);
+            conn_close(l, c);
+        }
+        c = n;
+    }
+}
+
+static void *loop_main(void *arg)
+{
+    loop_t *l = arg;
+    struct cr__rpc_server *s = l->srv;
+    struct epoll_event evs[64];
+    uint64_t last_sweep = cr__now_ms();
+    for (;;) {
+        int n = epoll_wait(l->ep, evs, 64, 500);
+        uint64_t now = cr__now_ms();
+        for (int i = 0; i < n; i++) {
+            void *ptr = evs[i].data.ptr;
+            if (ptr == &s->evfd)
+                goto out;
+            if (ptr == &s->lfd) {
+                do_accept(l, now);
+                continue;
+            }
+            conn_t *c = ptr;
+            int bad = 0;
+            if (c->writing && (evs[i].events & EPOLLOUT)) {
+                if (conn_flush(l, c, now))
+                    bad = 1;
+            }
+            if (!bad && !c->writing && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)))
+                bad = conn_read(l, c, now) != 0;
+            if (!bad && (evs[i].events & EPOLLERR))
+                bad = 1;
+            if (bad)
+                conn_close(l, c);
+        }
+        if (now - last_sweep >= 250) {
+            sweep(l, now);
+            last_sweep = now;
+        }
+    }
+out:
+    while (l->conns)
+        conn_close(l, l->conns);
+    return NULL;
+}
+
+int cr__rpc_server_start(const cr__rpc_server_params_t *p, cr__rpc_server_t **out)
+{
+    if (!p || !p->fn || !out)
+        return -EINVAL;
+    struct cr__rpc_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->p = *p;
+    if (s->p.n_threads <= 0)
+        s->p.n_threads = 2;
+    if (s->p.n_threads > MAX_LOOPS)
+        s->p.n_threads = MAX_LOOPS;
+    if (s->p.max_conns <= 0)
+        s->p.max_conns = 1024;
+    if (s->p.idle_timeout_ms <= 0)
+        s->p.idle_timeout_ms = 600000;
+    if (s->p.frame_timeout_ms <= 0)
+        s->p.frame_timeout_ms = 10000;
+    s->p.host = NULL; /* not kept */
+    int rc;
+    s->lfd = cr__net_listen(p->host, p->port, 512, &s->port);
+    if (s->lfd < 0) {
+        rc = s->lfd;
+        free(s);
+        return rc;
+    }
+    fcntl(s->lfd, F_SETFL, fcntl(s->lfd, F_GETFL) | O_NONBLOCK);
+    s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->evfd < 0) {
+        rc = -errno;
+        close(s->lfd);
+        free(s);
+        return rc;
+    }
+    int started = 0;
+    rc = 0;
+    for (int i = 0; i < s->p.n_threads; i++) {
+        loop_t *l = &s->loops[i];
+        l->srv = s;
+        l->ep = epoll_create1(EPOLL_CLOEXEC);
+        if (l->ep < 0) {
+            rc = -errno;
+            break;
+        }
+        struct epoll_event e = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &s->lfd};
+        struct epoll_event w = {.events = EPOLLIN, .data.ptr = &s->evfd};
+        if (epoll_ctl(l->ep, EPOLL_CTL_ADD, s->lfd, &e) ||
+            epoll_ctl(l->ep, EPOLL_CTL_ADD, s->evfd, &w)) {
+            rc = -errno;
+            close(l->ep);
+            break;
+        }
+        if ((rc = -pthread_create(&l->thread, NULL, loop_main, l))) {
+            close(l->ep);
+            break;
+        }
+        started++;
+    }
+    s->n_loops = started;
+    if (rc) {
+        cr__rpc_server_stop(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+uint16_t cr__rpc_server_port(const cr__rpc_server_t *s) { return s->port; }
+
+void cr__rpc_server_stats(const cr__rpc_server_t *s, cr__rpc_server_stats_t *o)
+{
+    o->conns_accepted = LOAD(s->conns_accepted);
+    o->conns_rejected = LOAD(s->conns_rejected);
+    o->conns_open = LOAD(s->conns_open);
+    o->frames = LOAD(s->frames);
+    o->bad_frames = LOAD(s->bad_frames);
+    o->closed_bad_header = LOAD(s->closed_bad_header);
+    o->closed_timeout = LOAD(s->closed_timeout);
+}
+
+void cr__rpc_server_stop(cr__rpc_server_t *s)
+{
+    if (!s)
+        return;
+    uint64_t one = 1;
+    if (write(s->evfd, &one, sizeof one) < 0) {
+        /* eventfd write only fails on overflow; the loops are woken anyway */
+    }
+    for (int i = 0; i < s->n_loops; i++) {
+        pthread_join(s->loops[i].thread, NULL);
+        close(s->loops[i].ep);
+    }
+    close(s->evfd);
+    close(s->lfd);
+    free(s);
+}

@@ -1,0 +1,62 @@
+/* Store RPC server loop: accepts TCP connections, reads frames
+ * (protocol.h), calls one handler per request and writes its reply.
+ *
+ * Threads: n_threads event loops (epoll), each owning the connections it
+ * accepted; the handler is called from those threads, concurrently, and
+ * must be thread-safe. Each connection processes one request at a time and
+ * stops reading until its reply is written (bounded memory per connection).
+ *
+ * Bad input: a frame with a bad magic/version/oversized length closes that
+ * connection; a payload that does not decode gets an error reply
+ * (CR_E_INVALID_PARAMS) and the connection stays open. A partial frame
+ * older than frame_timeout_ms and a connection idle longer than
+ * idle_timeout_ms are closed. Connections over max_conns are accepted and
+ * closed at once. None of this affects other connections.
+ */
+#ifndef CR_STORE_RPC_SERVER_H
+#define CR_STORE_RPC_SERVER_H
+
+#include <stdint.h>
+
+#include "store/rpc/protocol.h"
+
+typedef struct cr__rpc_server cr__rpc_server_t;
+
+/* Fills reply for req. reply arrives zeroed with type = req->type |
+ * CR__RPC_REPLY and req_id set; the handler sets status, fields and items,
+ * allocating with cr__rpc_msg_alloc(reply, ...). The server encodes, sends
+ * and frees it. If the reply does not encode, an error reply with
+ * CR_E_INTERNAL_ERROR is sent instead. */
+typedef void (*cr__rpc_handler_fn)(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
+
+typedef struct cr__rpc_server_params {
+    const char *host;     /* bind address; NULL/"" = any */
+    uint16_t port;        /* 0 = ephemeral */
+    int n_threads;        /* event loops, default 2 when <= 0 */
+    int max_conns;        /* default 1024 when <= 0 */
+    int idle_timeout_ms;  /* default 10 min when <= 0 */
+    int frame_timeout_ms; /* default 10 s when <= 0 */
+    cr__rpc_handler_fn fn;
+    void *user;
+} cr__rpc_server_params_t;
+
+typedef struct cr__rpc_server_stats {
+    uint64_t conns_accepted, conns_rejected, conns_open;
+    uint64_t frames, bad_frames, closed_bad_header, closed_timeout;
+} cr__rpc_server_stats_t;
+
+/* Binds, listens and starts the loops. Returns 0 and *out, -EINVAL,
+ * -EADDRINUSE or another -errno. Stop with cr__rpc_server_stop(). */
+int cr__rpc_server_start(const cr__rpc_server_params_t *p, cr__rpc_server_t **out);
+
+/* The bound TCP port. */
+uint16_t cr__rpc_server_port(const cr__rpc_server_t *s);
+
+/* Snapshot of the counters (relaxed atomics). */
+void cr__rpc_server_stats(const cr__rpc_server_t *s, cr__rpc_server_stats_t *out);
+
+/* Stops the loops (waits for running handlers), closes every connection
+ * and frees. NULL is a no-op. */
+void cr__rpc_server_stop(cr__rpc_server_t *s);
+
+#endif
