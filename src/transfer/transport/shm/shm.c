@@ -1,0 +1,650 @@
+/* shm transport: same-host transfers with one kernel copy.
+ *
+ * The initiator copies straight between its registered buffer and the peer's
+ * registered buffer with process_vm_readv (READ) / process_vm_writev (WRITE)
+ * against the peer's pid from its descriptor. No memory is remapped, nothing
+ * runs on the peer, and the bytes cross exactly once (see
+ * docs/architecture/shm.md for why this and not memfd mappings).
+ *
+ * Threads: a small pool of workers (cfg->io_threads, clamped to 1..4) takes
+ * work from one FIFO. A task longer than SHM_CHUNK is claimed chunk by chunk,
+ * so one large task is split over all workers; consecutive small tasks to the
+ * same peer with the same opcode are merged into one syscall (up to
+ * SHM_MAX_IOV iovecs), so small requests cost a fraction of a syscall each.
+ *
+ * Safety: every task's target range is checked against the snapshot of the
+ * peer's registered buffers taken when the per-peer state was created (the
+ * engine drops that state via peer_forget when it refreshes the descriptor).
+ * The peer process is pinned by a pidfd: before each copy the worker checks
+ * the pidfd, so a pid reused after the peer exited is never written to.
+ * A vanished peer (ESRCH or pidfd readable) fails its tasks with
+ * -ECONNRESET, a range the peer no longer maps with -EFAULT, a denied access
+ * with -EACCES; never a crash.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "transfer/transport/transport.h"
+
+#define SHM_LOG "shm"
+#define SHM_CHUNK (4ull << 20)       /* bytes one worker claims of a large task */
+#define SHM_SMALL (256ull << 10)     /* tasks up to this size may be merged */
+#define SHM_MAX_IOV 64               /* iovecs merged into one syscall */
+#define SHM_MAX_THREADS 4
+#define SHM_FREE_ITEMS_MAX 4096      /* cached work items kept for reuse */
+#define SHM_PROBE_BUFFERS 4          /* registered buffers tried by can_reach */
+
+/* Per-peer state, shared by the peer's queued items (one reference each)
+ * and by peer->transport_peer (one reference, dropped by peer_forget). */
+typedef struct shm_peer {
+    atomic_int refs;
+    pid_t pid;
+    int pidfd;       /* -1 when pidfd_open is unavailable */
+    atomic_int dead; /* the process is gone: fail fast */
+    uint32_t n_ranges;
+    struct shm_range {
+        uint64_t addr, len;
+    } *ranges; /* sorted by addr, snapshot of desc.buffers */
+    struct shm_peer *reg_prev, *reg_next; /* registry, guarded by shm_state.peers_lock */
+} shm_peer_t;
+
+/* One queued task. next/next_off are guarded by the queue lock. */
+typedef struct shm_item {
+    struct shm_item *next;
+    cr__xfer_task_t *task;
+    shm_peer_t *peer;
+    uint64_t next_off;           /* first byte not yet claimed by a worker */
+    atomic_uint_fast64_t pending; /* bytes not yet finished (claimed or not) */
+    atomic_int err;              /* first error, 0 if none */
+} shm_item_t;
+
+typedef struct shm_state {
+    cr_xfer_engine_t *engine;
+    char host_id[CR__HOST_ID_MAX];
+    unsigned long long net_ino;
+
+    pthread_mutex_t lock; /* guards head, tail, free_items, n_free, stop */
+    pthread_cond_t cond;
+    shm_item_t *head, *tail;
+    shm_item_t *free_items;
+    size_t n_free;
+    int stop;
+
+    unsigned n_threads;
+    pthread_t threads[SHM_MAX_THREADS];
+
+    pthread_mutex_t peers_lock; /* guards the registry and peer->transport_peer writes */
+    shm_peer_t *peers;
+} shm_state_t;
+
+/* ---- peers --------------------------------------------------------------- */
+
+static int shm_pidfd_open(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* 1 if the process behind pidfd has exited. */
+static int shm_pidfd_exited(int pidfd)
+{
+    if (pidfd < 0)
+        return 0;
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+static unsigned long long shm_ns_inode(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+static void shm_peer_unref(shm_peer_t *sp)
+{
+    if (sp && atomic_fetch_sub(&sp->refs, 1) == 1) {
+        if (sp->pidfd >= 0)
+            close(sp->pidfd);
+        free(sp->ranges);
+        free(sp);
+    }
+}
+
+static int shm_range_cmp(const void *a, const void *b)
+{
+    const struct shm_range *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* 1 if [addr, addr+len) lies inside one range of sp. */
+static int shm_peer_contains(const shm_peer_t *sp, uint64_t addr, uint64_t len)
+{
+    if (len == 0 || addr + len < addr)
+        return 0;
+    size_t lo = 0, hi = sp->n_ranges;
+    while (lo < hi) { /* last range with start <= addr */
+        size_t mid = lo + (hi - lo) / 2;
+        if (sp->ranges[mid].addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return 0;
+    const struct shm_range *r = &sp->ranges[lo - 1];
+    return addr - r->addr <= r->len && len <= r->len - (addr - r->addr);
+}
+
+static shm_peer_t *shm_peer_new(const cr__seg_desc_t *d)
+{
+    shm_peer_t *sp = calloc(1, sizeof *sp);
+    if (!sp)
+        return NULL;
+    atomic_init(&sp->refs, 1);
+    atomic_init(&sp->dead, 0);
+    sp->pid = d->pid;
+    if (d->n_buffers) {
+        sp->ranges = malloc(sizeof *sp->ranges * d->n_buffers);
+        if (!sp->ranges) {
+            free(sp);
+            return NULL;
+        }
+        for (uint32_t i = 0; i < d->n_buffers; i++) {
+            sp->ranges[i].addr = d->buffers[i].addr;
+            sp->ranges[i].len = d->buffers[i].len;
+        }
+        sp->n_ranges = d->n_buffers;
+        qsort(sp->ranges, sp->n_ranges, sizeof *sp->ranges, shm_range_cmp);
+    }
+    sp->pidfd = shm_pidfd_open(sp->pid);
+    if (sp->pidfd < 0 && errno == ESRCH)
+        atomic_store(&sp->dead, 1);
+    return sp;
+}
+
+/* Returns the peer's state with one extra reference for the caller, creating
+ * it on first use. NULL on -ENOMEM. */
+static shm_peer_t *shm_peer_get(shm_state_t *st, cr__xfer_peer_t *peer)
+{
+    pthread_mutex_lock(&st->peers_lock);
+    shm_peer_t *sp = peer->transport_peer;
+    if (!sp) {
+        sp = shm_peer_new(&peer->desc);
+        if (sp) {
+            sp->reg_next = st->peers;
+            if (st->peers)
+                st->peers->reg_prev = sp;
+            st->peers = sp;
+            peer->transport_peer = sp;
+        }
+    }
+    if (sp)
+        atomic_fetch_add(&sp->refs, 1);
+    pthread_mutex_unlock(&st->peers_lock);
+    return sp;
+}
+
+static void shm_peer_unlink_locked(shm_state_t *st, shm_peer_t *sp)
+{
+    if (sp->reg_prev)
+        sp->reg_prev->reg_next = sp->reg_next;
+    else
+        st->peers = sp->reg_next;
+    if (sp->reg_next)
+        sp->reg_next->reg_prev = sp->reg_prev;
+    sp->reg_prev = sp->reg_next = NULL;
+}
+
+static void shm_peer_forget(void *state, cr__xfer_peer_t *peer)
+{
+    shm_state_t *st = state;
+    pthread_mutex_lock(&st->peers_lock);
+    shm_peer_t *sp = peer->transport_peer;
+    peer->transport_peer = NULL;
+    if (sp)
+        shm_peer_unlink_locked(st, sp);
+    pthread_mutex_unlock(&st->peers_lock);
+    shm_peer_unref(sp);
+}
+
+/* ---- copying ------------------------------------------------------------- */
+
+static int shm_errno_status(int e)
+{
+    switch (e) {
+    case ESRCH:
+        return -ECONNRESET; /* peer exited */
+    case EPERM:
+    case EACCES:
+        return -EACCES; /* crescent never returns -EPERM (common.h) */
+    case ENOMEM:
+        return -ENOMEM;
+    case EFAULT:
+        return -EFAULT;
+    default:
+        return e > 0 ? -e : -EIO;
+    }
+}
+
+/* Moves the bytes described by n (local, remote) iovec pairs of equal
+ * lengths. Returns the number of leading bytes moved (== total on success)
+ * and sets *err on a short transfer. */
+static uint64_t shm_copy(pid_t pid, int pidfd, cr_xfer_opcode_t op, struct iovec *liov,
+                         struct iovec *riov, int n, int *err)
+{
+    uint64_t done = 0;
+    int i = 0;
+    *err = 0;
+    while (i < n) {
+        if (shm_pidfd_exited(pidfd)) {
+            *err = -ECONNRESET;
+            return done;
+        }
+        ssize_t r = op == CR_XFER_READ ? process_vm_readv(pid, liov + i, (unsigned long)(n - i),
+                                                          riov + i, (unsigned long)(n - i), 0)
+                                       : process_vm_writev(pid, liov + i, (unsigned long)(n - i),
+                                                           riov + i, (unsigned long)(n - i), 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            *err = shm_errno_status(errno);
+            return done;
+        }
+        if (r == 0) { /* nothing moved although bytes remain: the first iov faults */
+            *err = -EFAULT;
+            return done;
+        }
+        done += (uint64_t)r;
+        /* advance over what was moved; a partial element is resumed */
+        size_t left = (size_t)r;
+        while (i < n && left >= liov[i].iov_len) {
+            left -= liov[i].iov_len;
+            i++;
+        }
+        if (i < n && left) {
+            liov[i].iov_base = (char *)liov[i].iov_base + left;
+            liov[i].iov_len -= left;
+            riov[i].iov_base = (char *)riov[i].iov_base + left;
+            riov[i].iov_len -= left;
+        }
+    }
+    return done;
+}
+
+/* ---- queue --------------------------------------------------------------- */
+
+static void shm_item_release_locked(shm_state_t *st, shm_item_t *it)
+{
+    if (st->n_free < SHM_FREE_ITEMS_MAX) {
+        it->next = st->free_items;
+        st->free_items = it;
+        st->n_free++;
+    } else {
+        free(it);
+    }
+}
+
+/* Records that len bytes of it finished (err 0 or -errno); the call that
+ * finishes the last byte completes the task and recycles the item. */
+static void shm_item_finish(shm_state_t *st, shm_item_t *it, uint64_t len, int err)
+{
+    if (err) {
+        int zero = 0;
+        atomic_compare_exchange_strong(&it->err, &zero, err);
+        if (err == -ECONNRESET)
+            atomic_store(&it->peer->dead, 1);
+    } else if (len) {
+        cr__xfer_task_progress(it->task, len);
+    }
+    if (atomic_fetch_sub(&it->pending, len) != len)
+        return;
+    cr__xfer_task_t *task = it->task;
+    int e = atomic_load(&it->err);
+    shm_peer_unref(it->peer);
+    pthread_mutex_lock(&st->lock);
+    shm_item_release_locked(st, it);
+    pthread_mutex_unlock(&st->lock);
+    cr__xfer_task_done(task, e);
+}
+
+/* A status that fails the item before any copy, or 0. */
+static int shm_item_precheck(const shm_item_t *it)
+{
+    int e = atomic_load(&it->err);
+    if (e)
+        return e;
+    if (atomic_load(&it->peer->dead))
+        return -ECONNRESET;
+    if (it->task->deadline_ns && cr__now_ns() > it->task->deadline_ns)
+        return -ETIMEDOUT;
+    return 0;
+}
+
+static void shm_iov_set(struct iovec *liov, struct iovec *riov, const cr__xfer_task_t *t,
+                        uint64_t off, uint64_t len)
+{
+    liov->iov_base = t->local + off;
+    liov->iov_len = (size_t)len;
+    riov->iov_base = (void *)(uintptr_t)(t->remote_addr + off);
+    riov->iov_len = (size_t)len;
+}
+
+static void *shm_worker(void *arg)
+{
+    shm_state_t *st = arg;
+    shm_item_t *group[SHM_MAX_IOV];
+    struct iovec liov[SHM_MAX_IOV], riov[SHM_MAX_IOV];
+
+    for (;;) {
+        pthread_mutex_lock(&st->lock);
+        while (!st->stop && !st->head)
+            pthread_cond_wait(&st->cond, &st->lock);
+        if (st->stop) {
+            pthread_mutex_unlock(&st->lock);
+            return NULL;
+        }
+        shm_item_t *it = st->head;
+        uint64_t tlen = it->task->length;
+        uint64_t off = it->next_off;
+        int ng = 1;
+        group[0] = it;
+        uint64_t len;
+        if (off == 0 && tlen <= SHM_SMALL) {
+            /* whole small task: merge followers of the same peer and opcode */
+            len = tlen;
+            uint64_t sum = tlen;
+            shm_item_t *nx = it->next;
+            while (nx && ng < SHM_MAX_IOV && nx->peer == it->peer &&
+                   nx->task->opcode == it->task->opcode && nx->task->length <= SHM_SMALL &&
+                   sum + nx->task->length <= SHM_CHUNK) {
+                sum += nx->task->length;
+                nx->next_off = nx->task->length;
+                group[ng++] = nx;
+                nx = nx->next;
+            }
+            it->next_off = tlen;
+            st->head = nx;
+        } else {
+            /* a chunk; a task that already failed is drained in one claim */
+            len = SHM_CHUNK;
+            if (atomic_load(&it->err) || tlen - off < SHM_CHUNK)
+                len = tlen - off;
+            it->next_off = off + len;
+            if (it->next_off == tlen)
+                st->head = it->next;
+        }
+        if (!st->head)
+            st->tail = NULL;
+        pthread_mutex_unlock(&st->lock);
+
+        /* items that fail before copying are finished right away */
+        int nc = 0;
+        for (int g = 0; g < ng; g++) {
+            shm_item_t *x = group[g];
+            uint64_t xoff = g == 0 ? off : 0;
+            uint64_t xlen = g == 0 ? len : x->task->length;
+            int e = shm_item_precheck(x);
+            if (e) {
+                shm_item_finish(st, x, xlen, e);
+                continue;
+            }
+            group[nc] = x;
+            shm_iov_set(&liov[nc], &riov[nc], x->task, xoff, xlen);
+            nc++;
+        }
+        if (!nc)
+            continue;
+        {
+            /* lengths before the copy advances the iovecs */
+            uint64_t lens[SHM_MAX_IOV];
+            for (int g = 0; g < nc; g++)
+                lens[g] = liov[g].iov_len;
+            int err;
+            shm_peer_t *sp = group[0]->peer;
+            uint64_t moved = shm_copy(sp->pid, sp->pidfd, group[0]->task->opcode, liov, riov,
+                                      nc, &err);
+            for (int g = 0; g < nc; g++) {
+                if (moved >= lens[g]) {
+                    moved -= lens[g];
+                    shm_item_finish(st, group[g], lens[g], 0);
+                } else if (nc == 1 || err == -ECONNRESET || err == -EACCES) {
+                    /* the remainder fails too (or there is nothing to isolate) */
+                    shm_item_finish(st, group[g], lens[g], err ? err : -EFAULT);
+                    moved = 0;
+                } else {
+                    /* a merged syscall stopped in this item: retry it (and the
+                     * rest) one by one so only the faulty item fails */
+                    moved = 0;
+                    struct iovec l1, r1;
+                    int e1;
+                    shm_iov_set(&l1, &r1, group[g]->task, 0, lens[g]);
+                    uint64_t m1 = shm_copy(sp->pid, sp->pidfd, group[g]->task->opcode, &l1,
+                                           &r1, 1, &e1);
+                    shm_item_finish(st, group[g], lens[g], m1 == lens[g] ? 0 : (e1 ? e1 : -EFAULT));
+                }
+            }
+        }
+    }
+}
+
+/* ---- ops ----------------------------------------------------------------- */
+
+static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **tasks, size_t n)
+{
+    shm_state_t *st = state;
+    if (!n)
+        return 0;
+    shm_peer_t *sp = shm_peer_get(st, peer);
+    if (!sp)
+        return -ENOMEM;
+
+    /* items: from the cache, the rest malloc'd before anything is queued */
+    shm_item_t *list = NULL;
+    size_t got = 0;
+    pthread_mutex_lock(&st->lock);
+    while (got < n && st->free_items) {
+        shm_item_t *it = st->free_items;
+        st->free_items = it->next;
+        st->n_free--;
+        it->next = list;
+        list = it;
+        got++;
+    }
+    pthread_mutex_unlock(&st->lock);
+    for (; got < n; got++) {
+        shm_item_t *it = malloc(sizeof *it);
+        if (!it) {
+            pthread_mutex_lock(&st->lock);
+            while (list) {
+                shm_item_t *nx = list->next;
+                shm_item_release_locked(st, list);
+                list = nx;
+            }
+            pthread_mutex_unlock(&st->lock);
+            shm_peer_unref(sp);
+            return -ENOMEM;
+        }
+        it->next = list;
+        list = it;
+    }
+
+    shm_item_t *first = NULL, *last = NULL;
+    for (size_t i = 0; i < n; i++) {
+        shm_item_t *it = list;
+        list = it->next;
+        cr__xfer_task_t *t = tasks[i];
+        it->next = NULL;
+        it->task = t;
+        it->peer = sp;
+        it->next_off = 0;
+        atomic_init(&it->pending, t->length);
+        /* the engine validated too; this guards against a descriptor that
+         * changed under us and against engine bugs: never touch the peer
+         * outside what it registered */
+        atomic_init(&it->err, shm_peer_contains(sp, t->remote_addr, t->length) ? 0 : -EFAULT);
+        if (i)
+            atomic_fetch_add(&sp->refs, 1); /* one reference per item */
+        if (last)
+            last->next = it;
+        else
+            first = it;
+        last = it;
+    }
+
+    pthread_mutex_lock(&st->lock);
+    if (st->tail)
+        st->tail->next = first;
+    else
+        st->head = first;
+    st->tail = last;
+    if (n > 1 || last->task->length > SHM_CHUNK)
+        pthread_cond_broadcast(&st->cond);
+    else
+        pthread_cond_signal(&st->cond);
+    pthread_mutex_unlock(&st->lock);
+    return 0;
+}
+
+static int shm_can_reach(void *state, const cr__seg_desc_t *d)
+{
+    shm_state_t *st = state;
+    if (!d || d->pid <= 0 || strncmp(d->host_id, st->host_id, CR__HOST_ID_MAX) != 0)
+        return 0;
+    /* the pid must name a process in our network namespace (a recycled pid
+     * or a /proc of another pid namespace would not) */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/net", (int)d->pid);
+    if (shm_ns_inode(path) != st->net_ino) {
+        CR_LOG_INFO(SHM_LOG, "peer %s pid %d: not in our network namespace, no shm", d->name,
+                    (int)d->pid);
+        return 0;
+    }
+    if (d->n_buffers == 0) {
+        /* nothing to probe yet: opening /proc/pid/mem runs the same ptrace
+         * access check that process_vm_readv does */
+        snprintf(path, sizeof path, "/proc/%d/mem", (int)d->pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            CR_LOG_INFO(SHM_LOG, "peer %s pid %d: %s, no shm", d->name, (int)d->pid,
+                        strerror(errno));
+            return 0;
+        }
+        close(fd);
+        return 1;
+    }
+    int e = 0;
+    for (uint32_t i = 0; i < d->n_buffers && i < SHM_PROBE_BUFFERS; i++) {
+        char byte;
+        struct iovec l = {.iov_base = &byte, .iov_len = 1};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)d->buffers[i].addr, .iov_len = 1};
+        if (d->buffers[i].len && process_vm_readv(d->pid, &l, 1, &r, 1, 0) == 1)
+            return 1;
+        e = errno;
+    }
+    CR_LOG_INFO(SHM_LOG, "peer %s pid %d: probe read failed (%s), no shm", d->name, (int)d->pid,
+                strerror(e));
+    return 0;
+}
+
+static void shm_destroy(void *state)
+{
+    shm_state_t *st = state;
+    if (!st)
+        return;
+    pthread_mutex_lock(&st->lock);
+    st->stop = 1;
+    pthread_cond_broadcast(&st->cond);
+    pthread_mutex_unlock(&st->lock);
+    for (unsigned i = 0; i < st->n_threads; i++)
+        pthread_join(st->threads[i], NULL);
+
+    /* workers finished their claimed chunks: every queued item now owes
+     * exactly its unclaimed bytes */
+    pthread_mutex_lock(&st->lock);
+    shm_item_t *it = st->head;
+    st->head = st->tail = NULL;
+    pthread_mutex_unlock(&st->lock);
+    while (it) {
+        shm_item_t *nx = it->next;
+        uint64_t rest = it->task->length - it->next_off;
+        /* a merged follower was claimed as a whole; it is never left here */
+        shm_item_finish(st, it, rest, -ECANCELED);
+        it = nx;
+    }
+    while (st->free_items) {
+        shm_item_t *x = st->free_items;
+        st->free_items = x->next;
+        free(x);
+    }
+    pthread_mutex_lock(&st->peers_lock);
+    while (st->peers) {
+        shm_peer_t *sp = st->peers;
+        shm_peer_unlink_locked(st, sp);
+        shm_peer_unref(sp); /* the registry's (transport_peer) reference */
+    }
+    pthread_mutex_unlock(&st->peers_lock);
+    pthread_mutex_destroy(&st->peers_lock);
+    pthread_cond_destroy(&st->cond);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+static int shm_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg,
+                      cr__seg_desc_t *local, void **state)
+{
+    shm_state_t *st = calloc(1, sizeof *st);
+    if (!st)
+        return -ENOMEM;
+    st->engine = engine;
+    cr__seg_host_id(st->host_id);
+    st->net_ino = shm_ns_inode("/proc/self/ns/net");
+    if (local && !local->host_id[0]) {
+        memcpy(local->host_id, st->host_id, sizeof st->host_id);
+        local->pid = (int32_t)getpid();
+    }
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_cond_init(&st->cond, NULL);
+    pthread_mutex_init(&st->peers_lock, NULL);
+    unsigned nt = cfg && cfg->io_threads ? cfg->io_threads : 2;
+    if (nt > SHM_MAX_THREADS)
+        nt = SHM_MAX_THREADS;
+    for (unsigned i = 0; i < nt; i++) {
+        int rc = pthread_create(&st->threads[i], NULL, shm_worker, st);
+        if (rc) {
+            CR_LOG_ERROR(SHM_LOG, "pthread_create: %s", strerror(rc));
+            shm_destroy(st);
+            return -rc;
+        }
+        st->n_threads++;
+    }
+    *state = st;
+    return 0;
+}
+
+const struct cr_xfer_transport_ops cr__xfer_shm_ops = {
+    .name = "shm",
+    .create = shm_create,
+    .destroy = shm_destroy,
+    .can_reach = shm_can_reach,
+    .submit = shm_submit,
+    .notify = NULL, /* the engine sends notifications to shm peers over tcp */
+    .peer_forget = shm_peer_forget,
+};
