@@ -1,0 +1,46 @@
+/* ZMQ SUB side of crescent-conductor (internal): one thread owns one ZMQ
+ * context and every SUB socket (ZMQ sockets are not thread-safe), polls them
+ * together with an eventfd that carries add/remove commands from the HTTP
+ * threads, and hands each received message to a callback.
+ *
+ * Message framing accepted (vLLM ZmqEventPublisher sends the first):
+ *   3 frames: [topic, seq (8 bytes, big-endian), payload]
+ *   2 frames: [seq (8 bytes), payload] or [topic, payload]
+ *   1 frame : [payload]
+ * Anything else is counted as a bad frame and dropped. Each socket has
+ * ZMQ_MAXMSGSIZE set, so an oversized message closes that connection (ZMQ
+ * reconnects) instead of being buffered.
+ */
+#ifndef CR_CONDUCTOR_SERVICE_ZSUB_H
+#define CR_CONDUCTOR_SERVICE_ZSUB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cr__zsub cr__zsub_t;
+
+/* Called on the ZMQ thread for every message of a subscribed slot.
+ * has_seq/seq: the publisher's sequence number when the framing carries one.
+ * payload is valid during the call only. bad_frame: 1 when the framing was
+ * not recognised (payload NULL then). */
+typedef void (*cr__zsub_msg_fn)(void *user, uint32_t slot, uint32_t gen, int has_seq,
+                                uint64_t seq, const void *payload, size_t len, int bad_frame);
+
+/* Starts the thread. max_msg bounds one message (ZMQ_MAXMSGSIZE), hwm is
+ * the receive high-water mark. Returns 0 and *out, or -errno. */
+int cr__zsub_start(cr__zsub_msg_fn fn, void *user, size_t max_msg, int hwm, cr__zsub_t **out);
+
+/* Subscribes slot (tagged gen) to endpoint (all topics). Synchronous: returns
+ * once the thread created and connected the socket. Returns 0, -EINVAL (bad
+ * endpoint; message in err), -EEXIST (slot in use) or -errno. */
+int cr__zsub_add(cr__zsub_t *z, uint32_t slot, uint32_t gen, const char *endpoint, char *err,
+                 size_t errlen);
+
+/* Closes the socket of slot; no callback for it is made after this returns.
+ * Returns 0 or -ENOENT. */
+int cr__zsub_remove(cr__zsub_t *z, uint32_t slot);
+
+/* Stops the thread and closes every socket. NULL is a no-op. */
+void cr__zsub_stop(cr__zsub_t *z);
+
+#endif
