@@ -1,0 +1,247 @@
+/* crescent-master: the store master service (metadata + allocation only;
+ * data moves client-to-client through the Transfer Engine).
+ *
+ *   crescent-master [--rpc_port 50051] [--rpc_address 0.0.0.0]
+ *                   [--enable_http_metadata_server] [--http_metadata_server_port 8080]
+ *                   [--metrics_port 9003] [--port_file FILE] ...   (--help lists all)
+ *
+ * Once everything listens it prints one line on stdout
+ *   listening rpc=PORT metrics=PORT http_metadata=PORT
+ * (http_metadata=0 when the embedded metadata server is off; any port may be
+ * 0 on the command line = ephemeral) and writes the same line to --port_file
+ * if given. Runs until SIGINT/SIGTERM, then stops and exits 0. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/httpd.h"
+#include "common/log.h"
+#include "crescent/common.h"
+#include "store/master/admin.h"
+#include "store/master/master.h"
+#include "store/rpc/server.h"
+#include "transfer/metadata/metadata.h"
+
+typedef struct master_opts {
+    char rpc_address[CR__CFG_STR_MAX];
+    int64_t rpc_port;
+    int64_t rpc_thread_num;
+    int64_t max_connections;
+    double rpc_idle_timeout;
+    int64_t default_kv_lease_ttl;
+    int64_t default_kv_soft_pin_ttl;
+    double eviction_high_watermark_ratio;
+    double eviction_ratio;
+    double client_ttl;
+    double put_start_timeout;
+    int enable_http_metadata_server;
+    char http_metadata_server_host[CR__CFG_STR_MAX];
+    int64_t http_metadata_server_port;
+    char metrics_address[CR__CFG_STR_MAX];
+    int64_t metrics_port;
+    char port_file[CR__CFG_STR_MAX];
+} master_opts_t;
+
+#define OPT(n, d, h, t) {#n, d, h, t, offsetof(master_opts_t, n)}
+static const cr__cfg_opt_t opts[] = {
+    OPT(rpc_address, "0.0.0.0", "address the RPC service binds", CR__CFG_STR),
+    OPT(rpc_port, "50051", "RPC port (0 = ephemeral)", CR__CFG_INT),
+    OPT(rpc_thread_num, "2", "RPC event-loop threads", CR__CFG_INT),
+    OPT(max_connections, "1024", "bound on open RPC connections", CR__CFG_INT),
+    OPT(rpc_idle_timeout, "600", "seconds before an idle RPC connection is closed", CR__CFG_DOUBLE),
+    OPT(default_kv_lease_ttl, "5000", "read lease granted by GetReplicaList, ms", CR__CFG_INT),
+    OPT(default_kv_soft_pin_ttl, "1800000", "soft pin lifetime, ms", CR__CFG_INT),
+    OPT(eviction_high_watermark_ratio, "0.90", "usage fraction that triggers eviction",
+        CR__CFG_DOUBLE),
+    OPT(eviction_ratio, "0.05", "fraction of capacity freed per eviction step", CR__CFG_DOUBLE),
+    OPT(client_ttl, "10", "seconds without a heartbeat before a client's segments are unmounted",
+        CR__CFG_DOUBLE),
+    OPT(put_start_timeout, "30", "seconds a put may stay unfinished before it is reclaimed",
+        CR__CFG_DOUBLE),
+    OPT(enable_http_metadata_server, "false", "run the embedded HTTP metadata server",
+        CR__CFG_BOOL),
+    OPT(http_metadata_server_host, "0.0.0.0", "address of the embedded metadata server",
+        CR__CFG_STR),
+    OPT(http_metadata_server_port, "8080", "port of the embedded metadata server (0 = ephemeral)",
+        CR__CFG_INT),
+    OPT(metrics_address, "0.0.0.0", "address of the HTTP admin/metrics server", CR__CFG_STR),
+    OPT(metrics_port, "9003",
+        "HTTP admin port: /metrics /health /query_key /get_all_segments (0 = ephemeral, -1 = off)",
+        CR__CFG_INT),
+    OPT(port_file, "", "write the 'listening ...' line to this file too", CR__CFG_STR),
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+#define SUMMARY "crescent store master: segments, objects, leases, eviction (metadata only)"
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static int g_stop;
+
+static void *ticker(void *arg)
+{
+    cr__master_t *m = arg;
+    pthread_mutex_lock(&g_mu);
+    while (!g_stop) {
+        pthread_mutex_unlock(&g_mu);
+        cr__master_tick(m, cr__now_ms());
+        pthread_mutex_lock(&g_mu);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (!g_stop)
+            pthread_cond_timedwait(&g_cv, &g_mu, &ts);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return NULL;
+}
+
+static void handle(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
+{
+    cr__master_handle(user, req, reply, cr__now_ms());
+}
+
+static int port_ok(int64_t p, int allow_off) { return (p >= 0 || (allow_off && p == -1)) && p <= 65535; }
+
+int main(int argc, char **argv)
+{
+    master_opts_t o;
+    char err[256] = "";
+    int rc = cr__cfg_parse(opts, N_OPTS, &o, argc, argv, 1, "CRESCENT_MASTER_", NULL, 0, NULL,
+                           err, sizeof err);
+    if (rc == 1) {
+        cr__cfg_usage(stdout, "crescent-master", SUMMARY, opts, N_OPTS);
+        return 0;
+    }
+    if (rc) {
+        fprintf(stderr, "crescent-master: %s\n", err);
+        return 2;
+    }
+    if (!port_ok(o.rpc_port, 0) || !port_ok(o.metrics_port, 1) ||
+        !port_ok(o.http_metadata_server_port, 0) || o.default_kv_lease_ttl <= 0 ||
+        o.default_kv_soft_pin_ttl < 0 || o.eviction_high_watermark_ratio <= 0 ||
+        o.eviction_high_watermark_ratio > 1 || o.eviction_ratio < 0 || o.eviction_ratio > 1 ||
+        o.client_ttl <= 0 || o.put_start_timeout <= 0 || o.rpc_idle_timeout <= 0 ||
+        o.max_connections <= 0 || o.rpc_thread_num <= 0 || o.rpc_thread_num > 16) {
+        fprintf(stderr, "crescent-master: invalid option value (see --help): ports 0..65535, "
+                        "positive ttls/timeouts, ratios in (0,1], 1..16 rpc threads\n");
+        return 2;
+    }
+
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    cr__master_cfg_t mc;
+    cr__master_cfg_default(&mc);
+    mc.lease_ttl_ms = (uint64_t)o.default_kv_lease_ttl;
+    mc.soft_pin_ttl_ms = (uint64_t)o.default_kv_soft_pin_ttl;
+    mc.client_ttl_ms = (uint64_t)(o.client_ttl * 1000.0);
+    mc.put_timeout_ms = (uint64_t)(o.put_start_timeout * 1000.0);
+    mc.high_watermark = o.eviction_high_watermark_ratio;
+    mc.eviction_ratio = o.eviction_ratio;
+    cr__master_t *m = NULL;
+    cr__rpc_server_t *rpc = NULL;
+    cr__httpd_t *admin = NULL;
+    cr__meta_server_t *meta = NULL;
+    pthread_t tick;
+    int tick_started = 0, exit_code = 1;
+
+    if ((rc = cr__master_create(&mc, &m))) {
+        fprintf(stderr, "crescent-master: cannot create master state: %s\n", cr_strerror(rc));
+        return 1;
+    }
+    if (o.enable_http_metadata_server) {
+        rc = cr__meta_server_start(o.http_metadata_server_host,
+                                   (uint16_t)o.http_metadata_server_port, "/metadata",
+                                   (size_t)1 << 30, &meta);
+        if (rc) {
+            fprintf(stderr, "crescent-master: cannot start HTTP metadata server on %s:%lld: %s\n",
+                    o.http_metadata_server_host, (long long)o.http_metadata_server_port,
+                    cr_strerror(rc));
+            goto out;
+        }
+    }
+    if (o.metrics_port >= 0) {
+        rc = cr__httpd_start(o.metrics_address, (uint16_t)o.metrics_port, 4096,
+                             cr__master_admin_handler, m, &admin);
+        if (rc) {
+            fprintf(stderr, "crescent-master: cannot start metrics server on %s:%lld: %s\n",
+                    o.metrics_address, (long long)o.metrics_port, cr_strerror(rc));
+            goto out;
+        }
+    }
+    cr__rpc_server_params_t sp = {
+        .host = o.rpc_address,
+        .port = (uint16_t)o.rpc_port,
+        .n_threads = (int)o.rpc_thread_num,
+        .max_conns = (int)o.max_connections,
+        .idle_timeout_ms = (int)(o.rpc_idle_timeout * 1000.0),
+        .frame_timeout_ms = 10000,
+        .fn = handle,
+        .user = m,
+    };
+    if ((rc = cr__rpc_server_start(&sp, &rpc))) {
+        fprintf(stderr, "crescent-master: cannot listen for RPC on %s:%lld: %s\n", o.rpc_address,
+                (long long)o.rpc_port, cr_strerror(rc));
+        goto out;
+    }
+    if ((rc = -pthread_create(&tick, NULL, ticker, m))) {
+        fprintf(stderr, "crescent-master: cannot start ticker: %s\n", cr_strerror(rc));
+        goto out;
+    }
+    tick_started = 1;
+
+    char line[128];
+    snprintf(line, sizeof line, "listening rpc=%u metrics=%u http_metadata=%u\n",
+             cr__rpc_server_port(rpc), admin ? cr__httpd_port(admin) : 0,
+             meta ? cr__meta_server_port(meta) : 0);
+    if (o.port_file[0]) {
+        char tmp[CR__CFG_STR_MAX + 8];
+        snprintf(tmp, sizeof tmp, "%s.tmp", o.port_file);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fputs(line, f) < 0 || fclose(f) != 0 || rename(tmp, o.port_file) != 0) {
+            fprintf(stderr, "crescent-master: cannot write --port_file %s: %s\n", o.port_file,
+                    strerror(errno));
+            goto out;
+        }
+    }
+    fputs(line, stdout);
+    fflush(stdout);
+    CR_LOG_INFO("master", "id %llu, lease %lld ms, client ttl %.1f s, put timeout %.1f s",
+                (unsigned long long)cr__master_id(m), (long long)o.default_kv_lease_ttl,
+                o.client_ttl, o.put_start_timeout);
+
+    int sig = 0;
+    while (sigwait(&set, &sig) != 0)
+        ;
+    fprintf(stderr, "crescent-master: signal %d, stopping\n", sig);
+    exit_code = 0;
+out:
+    if (tick_started) {
+        pthread_mutex_lock(&g_mu);
+        g_stop = 1;
+        pthread_cond_signal(&g_cv);
+        pthread_mutex_unlock(&g_mu);
+        pthread_join(tick, NULL);
+    }
+    cr__rpc_server_stop(rpc);
+    cr__httpd_stop(admin);
+    cr__meta_server_stop(meta);
+    cr__master_destroy(m);
+    return exit_code;
+}
