@@ -1,0 +1,306 @@
+#!/usr/bin/python3
+"""Transfer Engine benchmarks: crescent next to a reference measured in the
+same run on the same machine, with ratios (crescent / reference).
+
+Cases (each figure is the median over --reps runs of --seconds each):
+  a  TCP loopback, 4 MiB requests, READ and WRITE  vs  iperf3 -l 1M on loopback
+  b  TCP loopback, 64 KiB requests, READ and WRITE vs  iperf3 -l 64K on loopback
+  c  shm, 16 MiB requests, READ and WRITE          vs  single-thread memcpy of 16 MiB
+  d  4 KiB requests in batches of 128 (tcp and shm): requests/s and p99 latency
+     (reference: none; iperf3 has no request notion)
+  e  TCP between two network namespaces over a veth pair, 4 MiB READ/WRITE
+     vs iperf3 between the same namespaces (created here and always deleted;
+     addresses only inside them; needs root, skipped otherwise)
+
+Usage: bench/te/run.sh [--build build] [--reps 3] [--seconds 3] [--cases abcde]
+                       [--out results.md]
+Prints a markdown table (also written to --out). Never fails on timing; exits
+non-zero only if a tool fails to run.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+procs = []  # background processes to kill on exit
+netns = []  # namespaces to delete on exit
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    procs.clear()
+    for ns in netns:
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+    netns.clear()
+
+
+def parse_result(text):
+    for line in text.splitlines():
+        if line.startswith("RESULT "):
+            return dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+    return None
+
+
+def start_target(bench, args, prefix=()):
+    rf = tempfile.mktemp(prefix="crescent-bench-ready-")
+    cmd = list(prefix) + [bench, "--mode", "target", "--ready_file", rf] + list(args)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    procs.append(p)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if os.path.exists(rf):
+            name = open(rf).read().strip()
+            os.unlink(rf)
+            return p, name
+        if p.poll() is not None:
+            raise RuntimeError("target exited: %s" % p.stderr.read())
+        time.sleep(0.05)
+    raise RuntimeError("target did not become ready: %s" % " ".join(cmd))
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    if p in procs:
+        procs.remove(p)
+
+
+def run_initiator(bench, args, secs, prefix=()):
+    cmd = list(prefix) + [bench, "--mode", "initiator", "--duration", str(secs)] + list(args)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=secs * 4 + 60)
+    res = parse_result(r.stdout)
+    if r.returncode != 0 or not res:
+        raise RuntimeError("initiator failed (%d): %s\n%s" % (r.returncode, " ".join(cmd), r.stderr))
+    return res
+
+
+def iperf3(host, port, length, secs, client_prefix=()):
+    cmd = list(client_prefix) + ["iperf3", "-c", host, "-p", str(port), "-l", length, "-t",
+                                 str(secs), "-J"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=secs * 4 + 30)
+    if r.returncode != 0:
+        raise RuntimeError("iperf3 failed: %s\n%s%s" % (" ".join(cmd), r.stdout[-500:], r.stderr))
+    j = json.loads(r.stdout)
+    return j["end"]["sum_received"]["bits_per_second"] / 8 / 1e9
+
+
+def start_iperf3_server(port, prefix=()):
+    p = subprocess.Popen(list(prefix) + ["iperf3", "-s", "-p", str(port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(p)
+    time.sleep(0.5)
+    return p
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, case, what, ref_name, ref, ours, unit="GB/s", extra=""):
+        ratio = (ours / ref) if ref and ref == ref and ref > 0 else None
+        self.rows.append((case, what, ref_name, ref, ours, unit, ratio, extra))
+        log("  %-4s %-34s ref=%s crescent=%.3f %s %s %s" % (
+            case, what, "-" if ref is None else "%.3f" % ref, ours, unit,
+            "" if ratio is None else "ratio=%.2f" % ratio, extra))
+
+    def markdown(self):
+        out = ["| case | crescent | reference | reference | crescent | unit | ratio | notes |",
+               "|---|---|---|---|---|---|---|---|"]
+        for case, what, ref_name, ref, ours, unit, ratio, extra in self.rows:
+            out.append("| %s | %s | %s | %s | %.3f | %s | %s | %s |" % (
+                case, what, ref_name or "-", "-" if ref is None else "%.3f" % ref, ours, unit,
+                "-" if ratio is None else "%.2f" % ratio, extra))
+        return "\n".join(out)
+
+
+def bench_pair(bench, seg, base_args, ops, reps, secs, prefix=()):
+    """Runs the initiator for each op reps times; returns {op: [results]}."""
+    out = {}
+    for op in ops:
+        out[op] = []
+        for _ in range(reps):
+            out[op].append(run_initiator(bench, ["--segment", seg, "--operation", op] + base_args,
+                                         secs, prefix))
+    return out
+
+
+def case_tcp(t, bench, reps, secs, case, block, batch, iperf_len):
+    port = free_port()
+    srv = start_iperf3_server(port)
+    ref = med([iperf3("127.0.0.1", port, iperf_len, secs) for _ in range(reps)])
+    stop(srv)
+    tgt, seg = start_target(bench, ["--protocol", "tcp", "--buffer_size", "512MiB"])
+    try:
+        res = bench_pair(bench, seg, ["--protocol", "tcp", "--block_size", block, "--batch_size",
+                                      str(batch), "--threads", "2"], ["read", "write"], reps, secs)
+    finally:
+        stop(tgt)
+    for op, rs in res.items():
+        t.add(case, "tcp loopback %s %s x%d" % (block, op.upper(), batch),
+              "iperf3 -l %s loopback" % iperf_len, ref, med([float(r["gbps"]) for r in rs]),
+              extra="p99 %.0f us/req" % med([float(r["p99_us"]) for r in rs]))
+
+
+def case_shm(t, bench, memcpy_ref, reps, secs):
+    refs = []
+    for _ in range(reps):
+        r = subprocess.run([memcpy_ref, "--block", str(16 << 20), "--span", str(512 << 20),
+                            "--seconds", str(secs)], capture_output=True, text=True, timeout=secs * 4 + 30)
+        refs.append(float(parse_result(r.stdout)["gbps"]))
+    ref = med(refs)
+    tgt, seg = start_target(bench, ["--protocol", "shm", "--buffer_size", "512MiB"])
+    try:
+        res = bench_pair(bench, seg, ["--protocol", "shm", "--block_size", "16MiB",
+                                      "--batch_size", "4", "--threads", "1"],
+                         ["read", "write"], reps, secs)
+    finally:
+        stop(tgt)
+    for op, rs in res.items():
+        t.add("c", "shm 16MiB %s x4, 1 thread" % op.upper(), "memcpy 16MiB, 1 thread", ref,
+              med([float(r["gbps"]) for r in rs]), extra="transport=%s" % rs[0]["transport"])
+
+
+def case_small(t, bench, reps, secs):
+    for proto in ("tcp", "shm"):
+        tgt, seg = start_target(bench, ["--protocol", proto, "--buffer_size", "64MiB"])
+        try:
+            res = bench_pair(bench, seg, ["--protocol", proto, "--block_size", "4KiB",
+                                          "--batch_size", "128", "--threads", "1"],
+                             ["read", "write"], reps, secs)
+        finally:
+            stop(tgt)
+        for op, rs in res.items():
+            t.add("d", "%s 4KiB %s x128, 1 thread" % (proto, op.upper()), None, None,
+                  med([float(r["req_per_s"]) for r in rs]), unit="req/s",
+                  extra="p99 %.0f us/req, batch p99 %.0f us" % (
+                      med([float(r["p99_us"]) for r in rs]),
+                      med([float(r["batch_p99_us"]) for r in rs])))
+
+
+def case_netns(t, bench, reps, secs):
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        log("  e: skipped (needs root and iproute2)")
+        return
+    tag = str(os.getpid() % 100000)
+    a, b = "crb-a-" + tag, "crb-b-" + tag
+    va, vb = "crbva" + tag, "crbvb" + tag
+    ipa, ipb = "10.213.%d.1" % (os.getpid() % 250), "10.213.%d.2" % (os.getpid() % 250)
+
+    def sh(*cmd):
+        subprocess.run(cmd, check=True)
+    for ns in (a, b):
+        sh("ip", "netns", "add", ns)
+        netns.append(ns)
+    sh("ip", "link", "add", va, "type", "veth", "peer", "name", vb)
+    sh("ip", "link", "set", va, "netns", a)
+    sh("ip", "link", "set", vb, "netns", b)
+    for ns, dev, ip in ((a, va, ipa), (b, vb, ipb)):
+        sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", dev)
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+    pa, pb = ("ip", "netns", "exec", a), ("ip", "netns", "exec", b)
+    port = 5201
+    srv = start_iperf3_server(port, pb)
+    ref = med([iperf3(ipb, port, "1M", secs, pa) for _ in range(reps)])
+    stop(srv)
+    tgt, seg = start_target(bench, ["--protocol", "tcp", "--nics", ipb, "--buffer_size", "512MiB"],
+                            pb)
+    try:
+        res = bench_pair(bench, seg, ["--protocol", "tcp", "--nics", ipa, "--block_size", "4MiB",
+                                      "--batch_size", "8", "--threads", "2"],
+                         ["read", "write"], reps, secs, pa)
+    finally:
+        stop(tgt)
+    for op, rs in res.items():
+        t.add("e", "tcp netns/veth 4MiB %s x8" % op.upper(), "iperf3 -l 1M netns/veth", ref,
+              med([float(r["gbps"]) for r in rs]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3)
+    ap.add_argument("--cases", default="abcde")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    bench = os.path.join(a.build, "tools", "crescent-bench", "crescent-bench")
+    if not os.access(bench, os.X_OK):
+        sys.exit("crescent-bench not found at %s (build first: scripts/build.sh)" % bench)
+    memcpy_ref = os.path.join(a.build, "bench-te-memcpy_ref")
+    if "c" in a.cases:
+        subprocess.run([os.environ.get("CC", "cc"), "-O2", "-o", memcpy_ref,
+                        os.path.join(ROOT, "bench", "te", "memcpy_ref.c")], check=True)
+    if "a" in a.cases or "b" in a.cases or "e" in a.cases:
+        if not shutil.which("iperf3"):
+            sys.exit("iperf3 not installed (scripts/install-deps.sh)")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: (cleanup(), sys.exit(130)))
+    t = Table()
+    secs = a.seconds
+    try:
+        if "a" in a.cases:
+            log("a: tcp loopback 4 MiB vs iperf3 -l 1M")
+            case_tcp(t, bench, a.reps, secs, "a", "4MiB", 8, "1M")
+        if "b" in a.cases:
+            log("b: tcp loopback 64 KiB vs iperf3 -l 64K")
+            case_tcp(t, bench, a.reps, secs, "b", "64KiB", 128, "64K")
+        if "c" in a.cases:
+            log("c: shm 16 MiB vs memcpy")
+            case_shm(t, bench, memcpy_ref, a.reps, secs)
+        if "d" in a.cases:
+            log("d: 4 KiB requests, batches of 128")
+            case_small(t, bench, a.reps, secs)
+        if "e" in a.cases:
+            log("e: tcp between network namespaces vs iperf3")
+            case_netns(t, bench, a.reps, secs)
+    finally:
+        cleanup()
+    md = ("Transfer Engine benchmark, %s, %d cores, median of %d x %.0fs; GB/s = 1e9 bytes/s; "
+          "ratio = crescent / reference\n\n" % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                               os.cpu_count(), a.reps, secs)) + t.markdown()
+    print(md)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(md + "\n")
+
+
+if __name__ == "__main__":
+    main()

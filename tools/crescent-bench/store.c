@@ -1,0 +1,419 @@
+/* crescent-bench store: Store put/get/batch throughput and latency.
+ *
+ *   crescent-bench store --master_server_address 127.0.0.1:50051
+ *       --op put|get|putget|batch_put|batch_get|batch_putget|exist
+ *       --value_size 1MB --threads 4 --ops 200 [--batch 32] [--replica_num 1]
+ *       [--metadata_server p2p] [--local_hostname 127.0.0.1] [--verify]
+ *
+ * One client object shared by --threads threads (the client is
+ * thread-safe), each with its own registered buffer, using the zero-copy
+ * calls (put_from / get_into / batch_*), as Mooncake's store benchmark does.
+ * put:  each thread puts --ops fresh keys. get: each thread first puts
+ * --keys keys (untimed), then does --ops gets over them round-robin.
+ * putget / batch_putget: the put phase (timed) then the get phase over the
+ * keys just put. exist: batch_is_exist of --batch keys per call, half of
+ * them present. Keys are removed at the end unless --keep.
+ *
+ * Output: one line per timed phase
+ *   RESULT bench=store op=put value_size=... threads=... batch=... ops=...
+ *          seconds=... gbps=... ops_per_s=... p50_us=... p99_us=... p999_us=...
+ *          errors=... verify=ok|off|FAILED
+ * gbps is 1e9 bytes/s; latency is per call (a batch call for batch ops).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "common/clock.h"
+#include "common/config.h"
+#include "crescent/store.h"
+
+typedef struct sb_cfg {
+    char master_server_address[CR__CFG_STR_MAX];
+    char metadata_server[CR__CFG_STR_MAX];
+    char local_hostname[CR__CFG_STR_MAX];
+    char protocol[CR__CFG_STR_MAX];
+    char op[CR__CFG_STR_MAX];
+    char key_prefix[CR__CFG_STR_MAX];
+    uint64_t value_size;
+    uint64_t global_segment_size;
+    int64_t threads;
+    int64_t ops;
+    int64_t keys;
+    int64_t batch;
+    int64_t replica_num;
+    int verify;
+    int keep;
+} sb_cfg_t;
+
+#define OPT(n, d, h, t) {#n, d, h, t, offsetof(sb_cfg_t, n)}
+static const cr__cfg_opt_t sb_opts[] = {
+    OPT(master_server_address, "127.0.0.1:50051", "master host:port", CR__CFG_STR),
+    OPT(metadata_server, "p2p", "TE metadata URI", CR__CFG_STR),
+    OPT(local_hostname, "127.0.0.1", "this client's address", CR__CFG_STR),
+    OPT(protocol, "tcp", "TE transports: tcp or tcp,shm", CR__CFG_STR),
+    OPT(op, "putget", "put|get|putget|batch_put|batch_get|batch_putget|exist", CR__CFG_STR),
+    OPT(key_prefix, "", "key prefix (default: bench-<pid>)", CR__CFG_STR),
+    OPT(value_size, "1MB", "bytes per value (4KB..16MB typical)", CR__CFG_SIZE),
+    OPT(global_segment_size, "0", "memory this bench client contributes (0 = none)",
+        CR__CFG_SIZE),
+    OPT(threads, "4", "client threads", CR__CFG_INT),
+    OPT(ops, "100", "timed calls per thread (get/put ops; batch calls for batch ops)",
+        CR__CFG_INT),
+    OPT(keys, "16", "keys per thread for get (prefilled, read round-robin)", CR__CFG_INT),
+    OPT(batch, "32", "keys per batch call", CR__CFG_INT),
+    OPT(replica_num, "1", "replicas per put", CR__CFG_INT),
+    OPT(verify, "false", "check every byte read against the written pattern", CR__CFG_BOOL),
+    OPT(keep, "false", "do not remove the keys at the end", CR__CFG_BOOL),
+};
+
+typedef struct sb_thread {
+    pthread_t tid;
+    int idx;
+    const sb_cfg_t *cfg;
+    cr_store_t *st;
+    uint8_t *buf; /* registered: slots of value_size bytes */
+    size_t slots;
+    cr_bench_lat_t lat;
+    uint64_t calls, keys_done, errors, verify_fail;
+    uint64_t n_put; /* keys this thread has put (0..n_put-1) */
+} sb_thread_t;
+
+static pthread_barrier_t g_bar;
+static const char *g_phase;
+
+static void key_name(char *k, size_t cap, const sb_cfg_t *c, int t, uint64_t i)
+{
+    snprintf(k, cap, "%s-%d-%" PRIu64, c->key_prefix, t, i);
+}
+
+static uint64_t seed_of(int t, uint64_t i) { return ((uint64_t)t << 40) ^ (i * 2654435761u) ^ 0x5bd1e995u; }
+
+/* One call of the phase; returns the number of keys it handled. */
+static uint64_t one_call(sb_thread_t *th, uint64_t call)
+{
+    const sb_cfg_t *c = th->cfg;
+    size_t vs = c->value_size;
+    char kbuf[CR_STORE_BATCH_MAX][64];
+    const char *keys[CR_STORE_BATCH_MAX];
+    const void *cbufs[CR_STORE_BATCH_MAX];
+    void *bufs[CR_STORE_BATCH_MAX];
+    size_t lens[CR_STORE_BATCH_MAX], caps[CR_STORE_BATCH_MAX];
+    int res[CR_STORE_BATCH_MAX];
+    int batch = (int)c->batch;
+    uint64_t t0;
+    int rc;
+
+    if (!strcmp(g_phase, "put")) {
+        uint64_t i = th->n_put;
+        key_name(kbuf[0], 64, c, th->idx, i);
+        uint8_t *slot = th->buf + (i % th->slots) * vs;
+        if (c->verify)
+            cr_bench_pattern_fill(slot, 0, vs, seed_of(th->idx, i));
+        cr_store_replicate_config_t rc_ = {.replica_num = (uint32_t)c->replica_num};
+        t0 = cr__now_ns();
+        rc = cr_store_put_from(th->st, kbuf[0], slot, vs, &rc_);
+        cr_bench_lat_add(&th->lat, cr__now_ns() - t0);
+        if (rc) {
+            th->errors++;
+            if (th->errors < 5)
+                fprintf(stderr, "put %s: %s\n", kbuf[0], cr_strerror(rc));
+        }
+        th->n_put++;
+        return 1;
+    }
+    if (!strcmp(g_phase, "get")) {
+        uint64_t i = th->n_put ? call % th->n_put : 0;
+        key_name(kbuf[0], 64, c, th->idx, i);
+        uint8_t *slot = th->buf;
+        size_t got = 0;
+        t0 = cr__now_ns();
+        rc = cr_store_get_into(th->st, kbuf[0], slot, vs, &got);
+        cr_bench_lat_add(&th->lat, cr__now_ns() - t0);
+        if (rc) {
+            th->errors++;
+            if (th->errors < 5)
+                fprintf(stderr, "get %s: %s\n", kbuf[0], cr_strerror(rc));
+        } else if (c->verify && (got != vs ||
+                                 cr_bench_pattern_check(slot, 0, vs, seed_of(th->idx, i)) !=
+                                     (size_t)-1)) {
+            th->verify_fail++;
+        }
+        return 1;
+    }
+    if (!strcmp(g_phase, "batch_put")) {
+        cr_store_replicate_config_t rc_ = {.replica_num = (uint32_t)c->replica_num};
+        for (int b = 0; b < batch; b++) {
+            uint64_t i = th->n_put + (uint64_t)b;
+            key_name(kbuf[b], 64, c, th->idx, i);
+            keys[b] = kbuf[b];
+            uint8_t *slot = th->buf + (i % th->slots) * vs;
+            if (c->verify)
+                cr_bench_pattern_fill(slot, 0, vs, seed_of(th->idx, i));
+            cbufs[b] = slot;
+            lens[b] = vs;
+        }
+        t0 = cr__now_ns();
+        cr_store_batch_put_from(th->st, keys, cbufs, lens, (size_t)batch, &rc_, res);
+        cr_bench_lat_add(&th->lat, cr__now_ns() - t0);
+        for (int b = 0; b < batch; b++)
+            if (res[b]) {
+                th->errors++;
+                if (th->errors < 5)
+                    fprintf(stderr, "batch_put %s: %s\n", keys[b], cr_strerror(res[b]));
+            }
+        th->n_put += (uint64_t)batch;
+        return (uint64_t)batch;
+    }
+    if (!strcmp(g_phase, "batch_get")) {
+        uint64_t base = th->n_put ? (call * (uint64_t)batch) % th->n_put : 0;
+        int nb = batch < (int)th->slots ? batch : (int)th->slots;
+        for (int b = 0; b < nb; b++) {
+            uint64_t i = th->n_put ? (base + (uint64_t)b) % th->n_put : 0;
+            key_name(kbuf[b], 64, c, th->idx, i);
+            keys[b] = kbuf[b];
+            bufs[b] = th->buf + (size_t)b * vs;
+            caps[b] = vs;
+        }
+        t0 = cr__now_ns();
+        cr_store_batch_get_into(th->st, keys, bufs, caps, (size_t)nb, lens, res);
+        cr_bench_lat_add(&th->lat, cr__now_ns() - t0);
+        for (int b = 0; b < nb; b++) {
+            uint64_t i = th->n_put ? (base + (uint64_t)b) % th->n_put : 0;
+            if (res[b]) {
+                th->errors++;
+                if (th->errors < 5)
+                    fprintf(stderr, "batch_get %s: %s\n", keys[b], cr_strerror(res[b]));
+            } else if (c->verify && (lens[b] != vs ||
+                                     cr_bench_pattern_check(bufs[b], 0, vs, seed_of(th->idx, i)) !=
+                                         (size_t)-1)) {
+                th->verify_fail++;
+            }
+        }
+        return (uint64_t)nb;
+    }
+    /* exist: half present (keys put in the prefill), half absent */
+    for (int b = 0; b < batch; b++) {
+        uint64_t i = (call * (uint64_t)batch + (uint64_t)b);
+        if (b & 1)
+            snprintf(kbuf[b], 64, "%s-absent-%d-%" PRIu64, c->key_prefix, th->idx, i);
+        else
+            key_name(kbuf[b], 64, c, th->idx, th->n_put ? i % th->n_put : 0);
+        keys[b] = kbuf[b];
+    }
+    t0 = cr__now_ns();
+    rc = cr_store_batch_is_exist(th->st, keys, (size_t)batch, res);
+    cr_bench_lat_add(&th->lat, cr__now_ns() - t0);
+    if (rc)
+        th->errors += (uint64_t)batch;
+    else
+        for (int b = 0; b < batch; b++)
+            if (res[b] != ((b & 1) ? 0 : 1))
+                th->verify_fail++;
+    return (uint64_t)batch;
+}
+
+static void *thread_main(void *a)
+{
+    sb_thread_t *th = a;
+    pthread_barrier_wait(&g_bar); /* phase start */
+    for (uint64_t call = 0; call < (uint64_t)th->cfg->ops; call++) {
+        th->calls++;
+        th->keys_done += one_call(th, call);
+    }
+    pthread_barrier_wait(&g_bar); /* phase end */
+    return NULL;
+}
+
+static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *c)
+{
+    g_phase = phase;
+    for (int i = 0; i < n; i++) {
+        th[i].calls = th[i].keys_done = th[i].errors = th[i].verify_fail = 0;
+        th[i].lat.n_seen = 0;
+    }
+    pthread_barrier_init(&g_bar, NULL, (unsigned)n + 1);
+    for (int i = 0; i < n; i++)
+        pthread_create(&th[i].tid, NULL, thread_main, &th[i]);
+    pthread_barrier_wait(&g_bar);
+    uint64_t t0 = cr__now_ns();
+    pthread_barrier_wait(&g_bar);
+    uint64_t t1 = cr__now_ns();
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i].tid, NULL);
+    pthread_barrier_destroy(&g_bar);
+
+    cr_bench_lat_t all;
+    if (cr_bench_lat_init(&all, 7))
+        return -ENOMEM;
+    uint64_t calls = 0, keys = 0, errors = 0, vfail = 0;
+    for (int i = 0; i < n; i++) {
+        calls += th[i].calls;
+        keys += th[i].keys_done;
+        errors += th[i].errors;
+        vfail += th[i].verify_fail;
+        cr_bench_lat_merge(&all, &th[i].lat);
+    }
+    double secs = (double)(t1 - t0) / 1e9;
+    if (secs <= 0)
+        secs = 1e-9;
+    int is_exist = !strcmp(phase, "exist");
+    uint64_t bytes = is_exist ? 0 : (keys - (errors < keys ? errors : keys)) * c->value_size;
+    printf("RESULT bench=store op=%s value_size=%" PRIu64 " threads=%d batch=%d replica_num=%d "
+           "calls=%" PRIu64 " keys=%" PRIu64 " seconds=%.3f gbps=%.3f keys_per_s=%.0f "
+           "calls_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f errors=%" PRIu64
+           " verify=%s\n",
+           phase, c->value_size, n,
+           (!strncmp(phase, "batch", 5) || is_exist) ? (int)c->batch : 1, (int)c->replica_num,
+           calls, keys, secs, (double)bytes / secs / 1e9, (double)keys / secs,
+           (double)calls / secs, cr_bench_lat_pct_us(&all, 50), cr_bench_lat_pct_us(&all, 99),
+           cr_bench_lat_pct_us(&all, 99.9), errors,
+           (c->verify || is_exist) ? (vfail ? "FAILED" : "ok") : "off");
+    fflush(stdout);
+    cr_bench_lat_free(&all);
+    return (int)(errors + vfail ? 1 : 0);
+}
+
+int cr_bench_store_main(int argc, char **argv)
+{
+    sb_cfg_t c;
+    char err[256] = "";
+    int rc = cr__cfg_parse(sb_opts, sizeof sb_opts / sizeof sb_opts[0], &c, argc, argv, 1,
+                           "CRESCENT_BENCH_", NULL, 0, NULL, err, sizeof err);
+    if (rc == 1) {
+        cr__cfg_usage(stdout, "crescent-bench store", "store put/get throughput and latency",
+                      sb_opts, sizeof sb_opts / sizeof sb_opts[0]);
+        return 0;
+    }
+    if (rc) {
+        fprintf(stderr, "crescent-bench store: %s\n", err);
+        return 2;
+    }
+    const char *ops[] = {"put", "get", "putget", "batch_put", "batch_get", "batch_putget", "exist"};
+    int op_ok = 0;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        op_ok |= !strcmp(c.op, ops[i]);
+    if (!op_ok || c.value_size == 0 || c.value_size > (1ull << 32) || c.threads < 1 ||
+        c.threads > 256 || c.ops < 1 || c.keys < 1 || c.batch < 1 ||
+        c.batch > CR_STORE_BATCH_MAX || c.replica_num < 1 || c.replica_num > CR_STORE_REPLICA_MAX) {
+        fprintf(stderr, "crescent-bench store: bad --op/--value_size/--threads/--ops/--keys/"
+                        "--batch/--replica_num (see --help)\n");
+        return 2;
+    }
+    if (!c.key_prefix[0])
+        snprintf(c.key_prefix, sizeof c.key_prefix, "bench-%d", (int)getpid());
+    int batched = !strncmp(c.op, "batch", 5);
+    /* slots per thread: one value per key for get phases (bounded to 1 GiB
+     * per thread), the batch size for batch ops */
+    uint64_t keys_needed = (uint64_t)c.keys;
+    if (!strcmp(c.op, "putget") || !strcmp(c.op, "put"))
+        keys_needed = (uint64_t)c.ops;
+    if (batched)
+        keys_needed = (uint64_t)c.batch;
+    uint64_t slots = keys_needed;
+    if (slots * c.value_size > (1ull << 30))
+        slots = (1ull << 30) / c.value_size;
+    if (slots < 1)
+        slots = 1;
+    if (batched && slots < (uint64_t)c.batch) {
+        fprintf(stderr, "crescent-bench store: --batch x --value_size over 1 GiB per thread\n");
+        return 2;
+    }
+
+    cr_store_params_t p = {0};
+    p.field_mask = CR_STORE_PARAM_LOCAL_HOSTNAME | CR_STORE_PARAM_METADATA_URI |
+                   CR_STORE_PARAM_MASTER_ADDR | CR_STORE_PARAM_GLOBAL_SEGMENT_SIZE |
+                   CR_STORE_PARAM_PROTOCOL;
+    p.local_hostname = c.local_hostname;
+    p.metadata_uri = c.metadata_server;
+    p.master_addr = c.master_server_address;
+    p.global_segment_size = c.global_segment_size;
+    p.protocol = c.protocol;
+    cr_store_t *st = NULL;
+    rc = cr_store_create(&p, &st);
+    if (rc) {
+        fprintf(stderr, "crescent-bench store: client: %s (%d)\n", cr_strerror(rc), rc);
+        return 1;
+    }
+    int n = (int)c.threads;
+    sb_thread_t *th = calloc((size_t)n, sizeof *th);
+    int ret = 1;
+    if (!th)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        th[i].idx = i;
+        th[i].cfg = &c;
+        th[i].st = st;
+        th[i].slots = (size_t)slots;
+        th[i].buf = cr_bench_alloc_prefaulted((size_t)(slots * c.value_size));
+        if (!th[i].buf || cr_bench_lat_init(&th[i].lat, (uint64_t)i + 1) ||
+            cr_store_register_buffer(st, th[i].buf, (size_t)(slots * c.value_size))) {
+            fprintf(stderr, "crescent-bench store: cannot allocate/register buffers\n");
+            goto out;
+        }
+        if (!c.verify)
+            memset(th[i].buf, 0x5a, (size_t)(slots * c.value_size));
+    }
+
+    ret = 0;
+    if (!strcmp(c.op, "put") || !strcmp(c.op, "putget") || !strcmp(c.op, "batch_put") ||
+        !strcmp(c.op, "batch_putget")) {
+        ret |= run_phase(batched ? "batch_put" : "put", th, n, &c);
+    } else {
+        /* prefill (untimed, not reported) */
+        sb_cfg_t pc = c;
+        pc.ops = c.keys;
+        pc.verify = 1;
+        for (int i = 0; i < n; i++)
+            th[i].cfg = &pc;
+        g_phase = "put";
+        for (int i = 0; i < n; i++)
+            for (int64_t k = 0; k < c.keys; k++)
+                one_call(&th[i], (uint64_t)k);
+        for (int i = 0; i < n; i++) {
+            th[i].cfg = &c;
+            if (th[i].errors)
+                fprintf(stderr, "crescent-bench store: %" PRIu64 " prefill puts failed\n",
+                        th[i].errors);
+        }
+        if (!strcmp(c.op, "get") || !strcmp(c.op, "batch_get"))
+            ret |= run_phase(batched ? "batch_get" : "get", th, n, &c);
+        else
+            ret |= run_phase("exist", th, n, &c);
+    }
+    if (!strcmp(c.op, "putget") || !strcmp(c.op, "batch_putget")) {
+        /* gets over the keys just put; for put phases each slot was rewritten
+         * per key, so only the last `slots` keys match their slot: verify
+         * reads against the pattern of their own key instead */
+        ret |= run_phase(batched ? "batch_get" : "get", th, n, &c);
+    }
+    if (!c.keep) {
+        for (int i = 0; i < n; i++)
+            for (uint64_t k = 0; k < th[i].n_put; k++) {
+                char key[64];
+                key_name(key, sizeof key, &c, i, k);
+                cr_store_remove(st, key, 1);
+            }
+    }
+out:
+    if (th) {
+        for (int i = 0; i < n; i++) {
+            if (th[i].buf) {
+                cr_store_unregister_buffer(st, th[i].buf);
+                cr_bench_free(th[i].buf, (size_t)(slots * c.value_size));
+            }
+            cr_bench_lat_free(&th[i].lat);
+        }
+        free(th);
+    }
+    cr_store_destroy(st);
+    return ret;
+}
