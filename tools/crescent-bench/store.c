@@ -92,7 +92,7 @@ static const char *g_phase;
 
 static void key_name(char *k, size_t cap, const sb_cfg_t *c, int t, uint64_t i)
 {
-    snprintf(k, cap, "%s-%d-%" PRIu64, c->key_prefix, t, i);
+    snprintf(k, cap, "%.40s-%d-%" PRIu64, c->key_prefix, t, i);
 }
 
 static uint64_t seed_of(int t, uint64_t i) { return ((uint64_t)t << 40) ^ (i * 2654435761u) ^ 0x5bd1e995u; }
@@ -102,7 +102,7 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
 {
     const sb_cfg_t *c = th->cfg;
     size_t vs = c->value_size;
-    char kbuf[CR_STORE_BATCH_MAX][64];
+    char kbuf[CR_STORE_BATCH_MAX][96];
     const char *keys[CR_STORE_BATCH_MAX];
     const void *cbufs[CR_STORE_BATCH_MAX];
     void *bufs[CR_STORE_BATCH_MAX];
@@ -114,7 +114,7 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
 
     if (!strcmp(g_phase, "put")) {
         uint64_t i = th->n_put;
-        key_name(kbuf[0], 64, c, th->idx, i);
+        key_name(kbuf[0], 96, c, th->idx, i);
         uint8_t *slot = th->buf + (i % th->slots) * vs;
         if (c->verify)
             cr_bench_pattern_fill(slot, 0, vs, seed_of(th->idx, i));
@@ -132,7 +132,7 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
     }
     if (!strcmp(g_phase, "get")) {
         uint64_t i = th->n_put ? call % th->n_put : 0;
-        key_name(kbuf[0], 64, c, th->idx, i);
+        key_name(kbuf[0], 96, c, th->idx, i);
         uint8_t *slot = th->buf;
         size_t got = 0;
         t0 = cr__now_ns();
@@ -153,7 +153,7 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
         cr_store_replicate_config_t rc_ = {.replica_num = (uint32_t)c->replica_num};
         for (int b = 0; b < batch; b++) {
             uint64_t i = th->n_put + (uint64_t)b;
-            key_name(kbuf[b], 64, c, th->idx, i);
+            key_name(kbuf[b], 96, c, th->idx, i);
             keys[b] = kbuf[b];
             uint8_t *slot = th->buf + (i % th->slots) * vs;
             if (c->verify)
@@ -178,7 +178,7 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
         int nb = batch < (int)th->slots ? batch : (int)th->slots;
         for (int b = 0; b < nb; b++) {
             uint64_t i = th->n_put ? (base + (uint64_t)b) % th->n_put : 0;
-            key_name(kbuf[b], 64, c, th->idx, i);
+            key_name(kbuf[b], 96, c, th->idx, i);
             keys[b] = kbuf[b];
             bufs[b] = th->buf + (size_t)b * vs;
             caps[b] = vs;
@@ -204,9 +204,9 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
     for (int b = 0; b < batch; b++) {
         uint64_t i = (call * (uint64_t)batch + (uint64_t)b);
         if (b & 1)
-            snprintf(kbuf[b], 64, "%s-absent-%d-%" PRIu64, c->key_prefix, th->idx, i);
+            snprintf(kbuf[b], 96, "%.32s-absent-%d-%" PRIu64, c->key_prefix, th->idx, i);
         else
-            key_name(kbuf[b], 64, c, th->idx, th->n_put ? i % th->n_put : 0);
+            key_name(kbuf[b], 96, c, th->idx, th->n_put ? i % th->n_put : 0);
         keys[b] = kbuf[b];
     }
     t0 = cr__now_ns();
@@ -398,7 +398,7 @@ int cr_bench_store_main(int argc, char **argv)
     if (!c.keep) {
         for (int i = 0; i < n; i++)
             for (uint64_t k = 0; k < th[i].n_put; k++) {
-                char key[64];
+                char key[96];
                 key_name(key, sizeof key, &c, i, k);
                 cr_store_remove(st, key, 1);
             }

@@ -293,10 +293,12 @@ static void *map_prefaulted(size_t len)
 
 static int protocol_to_transports(const char *proto, char *out, size_t cap)
 {
-    if (!strcmp(proto, "tcp") || !strcmp(proto, "shm") || !strcmp(proto, "tcp,shm") ||
-        !strcmp(proto, "shm,tcp")) {
-        snprintf(out, cap, "%s", proto);
-        return 0;
+    static const char *ok[] = {"tcp", "shm", "tcp,shm", "shm,tcp"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        if (!strcmp(proto, ok[i])) {
+            snprintf(out, cap, "%s", ok[i]);
+            return 0;
+        }
     }
     return CR_E_INVALID_PARAMS;
 }
