@@ -46,6 +46,10 @@ typedef struct cr__xfer_peer {
     void *transport_peer; /* transport's per-peer state, created lazily by the transport */
     int64_t handle;
     atomic_int refs;
+    /* added by te-core (engine-owned): */
+    char name[CR_XFER_NAME_MAX]; /* segment name as opened */
+    atomic_int stale;            /* refetch the descriptor before the next use */
+    cr_xfer_engine_t *engine;
 } cr__xfer_peer_t;
 
 /* One request of a batch, as the transport sees it. */
@@ -63,6 +67,17 @@ typedef struct cr__xfer_task {
     atomic_int state;           /* cr_xfer_state_t */
     atomic_int error;
     atomic_uint_fast64_t bytes; /* confirmed bytes, for progress */
+    /* added by te-core. Local NICs (bit i = cfg->nics[i]) the engine's
+     * topology prefers for the local buffer's location, and the secondary
+     * ones; a transport with several paths uses preferred NICs while any of
+     * them works, then secondary, then any. */
+    uint32_t nic_pref_mask, nic_sec_mask;
+    /* scratch for the transport that runs the task (tcp uses them for its
+     * work queue and slice accounting; another transport may use them too) */
+    struct cr__xfer_task *tp_next;
+    uint64_t tp_carved;
+    atomic_uint_fast64_t tp_settled;
+    atomic_int tp_error;
 } cr__xfer_task_t;
 
 struct cr_xfer_transport_ops {
@@ -117,5 +132,21 @@ int cr__xfer_local_desc_json(cr_xfer_engine_t *engine, char **json, size_t *len)
 
 /* The engine's configuration. */
 const cr__xfer_config_t *cr__xfer_engine_config(const cr_xfer_engine_t *engine);
+
+/* added by te-core: copies the peer's current NIC list (under the engine's
+ * peer lock; the descriptor may be refreshed concurrently). Returns the
+ * number of NICs copied (<= cap). */
+uint32_t cr__xfer_peer_nics(cr__xfer_peer_t *peer, cr__seg_nic_t *out, uint32_t cap);
+
+/* added by te-core: the tcp transport's client for the p2p GET_DESC control
+ * message: fetches the descriptor JSON served by host:port (malloc'd, NUL
+ * terminated, caller frees). Returns 0, -ECONNREFUSED/-ETIMEDOUT/-EPROTO... */
+int cr__xfer_tcp_fetch_desc(const char *host, uint16_t port, int timeout_ms, char **json,
+                            size_t *len);
+
+/* added by te-core: sends a notification over tcp to a peer whatever its
+ * data transport is (used when a transport's notify is NULL). */
+int cr__xfer_tcp_notify_peer(void *tcp_state, cr__xfer_peer_t *peer, const void *msg,
+                             size_t len);
 
 #endif

@@ -1,0 +1,279 @@
+/* Engine lifecycle: parameters -> configuration, transports, publication of
+ * the local segment descriptor, teardown. See docs/architecture/transfer-core.md. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "transfer/xfer_internal.h"
+
+/* Optional pieces written by other engineers: resolved at link time if
+ * present (te-shm: shm transport + host id; te-meta: metadata backends). */
+#pragma weak cr__xfer_shm_ops
+#pragma weak cr__seg_host_id
+#pragma weak cr__meta_open
+#pragma weak cr__meta_put
+#pragma weak cr__meta_del
+#pragma weak cr__meta_close
+
+#define LOGC "xfer"
+
+static int copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        return -EINVAL;
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+static int parse_transports(const char *s, cr__xfer_config_t *c)
+{
+    c->enable_tcp = c->enable_shm = 0;
+    char buf[128];
+    if (copy_str(buf, sizeof buf, s))
+        return -EINVAL;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        if (!strcasecmp(t, "tcp"))
+            c->enable_tcp = 1;
+        else if (!strcasecmp(t, "shm"))
+            c->enable_shm = 1;
+        else
+            return -EINVAL;
+    }
+    return c->enable_tcp || c->enable_shm ? 0 : -EINVAL;
+}
+
+static int parse_nics(const char *s, cr__xfer_config_t *c)
+{
+    char buf[CR_XFER_MAX_NICS * 64 + 64];
+    if (copy_str(buf, sizeof buf, s))
+        return -EINVAL;
+    c->n_nics = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        unsigned char tmp[16];
+        if (c->n_nics >= CR_XFER_MAX_NICS || strlen(t) >= sizeof c->nics[0])
+            return -EINVAL;
+        if (inet_pton(AF_INET, t, tmp) != 1 && inet_pton(AF_INET6, t, tmp) != 1)
+            return -EINVAL;
+        for (uint32_t i = 0; i < c->n_nics; i++)
+            if (!strcmp(c->nics[i], t))
+                return -EINVAL;
+        strcpy(c->nics[c->n_nics++], t);
+    }
+    return c->n_nics ? 0 : -EINVAL;
+}
+
+static int build_config(const cr_xfer_params_t *p, cr__xfer_config_t *c)
+{
+    uint64_t m = p ? p->field_mask : 0;
+    memset(c, 0, sizeof *c);
+    const char *uri = (m & CR_XFER_PARAM_METADATA_URI) && p->metadata_uri ? p->metadata_uri : "p2p";
+    if (copy_str(c->metadata_uri, sizeof c->metadata_uri, uri))
+        return -EINVAL;
+    c->p2p = !strcasecmp(uri, "p2p") || !strcasecmp(uri, "P2PHANDSHAKE");
+    if (parse_transports((m & CR_XFER_PARAM_TRANSPORTS) && p->transports ? p->transports
+                                                                          : "tcp,shm",
+                         c))
+        return -EINVAL;
+    if (parse_nics((m & CR_XFER_PARAM_NICS) && p->nics ? p->nics : "127.0.0.1", c))
+        return -EINVAL;
+    if ((m & CR_XFER_PARAM_TOPOLOGY_FILE) && p->topology_file &&
+        copy_str(c->topology_file, sizeof c->topology_file, p->topology_file))
+        return -EINVAL;
+    c->port = (m & CR_XFER_PARAM_PORT) ? p->port : 0;
+    c->slice_size = (m & CR_XFER_PARAM_SLICE_SIZE) ? p->slice_size : CR__XFER_DEFAULT_SLICE;
+    if (c->slice_size < CR__XFER_MIN_SLICE || c->slice_size > CR__XFER_MAX_SLICE)
+        return -EINVAL;
+    c->io_threads = (m & CR_XFER_PARAM_IO_THREADS) ? p->io_threads : 2;
+    if (c->io_threads < 1 || c->io_threads > 64)
+        return -EINVAL;
+    c->conns_per_path = (m & CR_XFER_PARAM_CONNS_PER_PATH) ? p->conns_per_path : 2;
+    if (c->conns_per_path < 1 || c->conns_per_path > 16)
+        return -EINVAL;
+    c->timeout_ms = (m & CR_XFER_PARAM_TIMEOUT_MS) ? p->timeout_ms : 30000;
+    if (c->timeout_ms < 1 || c->timeout_ms > 24u * 3600 * 1000)
+        return -EINVAL;
+    if ((m & CR_XFER_PARAM_LOCAL_NAME) && p->local_name) {
+        if (!p->local_name[0] || copy_str(c->local_name, sizeof c->local_name, p->local_name))
+            return -EINVAL;
+        if (c->p2p) {
+            /* p2p: the name is how peers reach us, so it must be host:port */
+            char host[CR__HOST_MAX];
+            uint16_t port;
+            if (cr__net_split_hostport(c->local_name, host, &port, 0))
+                return -EINVAL;
+            if (!(m & CR_XFER_PARAM_PORT) || c->port == 0)
+                c->port = port;
+            else if (c->port != port)
+                return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+int cr__xfer_publish(cr_xfer_engine_t *e)
+{
+    pthread_mutex_lock(&e->publish_lock);
+    e->local.version = atomic_fetch_add(&e->version, 1) + 1;
+    int rc = 0;
+    if (e->meta) {
+        char *json = NULL;
+        size_t len = 0;
+        rc = cr__xfer_mem_snapshot(e, &e->local);
+        if (!rc)
+            rc = cr__seg_desc_encode(&e->local, &json, &len);
+        if (!rc) {
+            char key[CR__META_KEY_MAX];
+            snprintf(key, sizeof key, "%s%s", CR__SEG_KEY_PREFIX, e->local.name);
+            rc = cr__meta_put(e->meta, key, json, len);
+            if (rc)
+                CR_LOG_WARN(LOGC, "publishing segment %s failed: %s", e->local.name,
+                            cr_strerror(rc));
+        }
+        free(json);
+    }
+    pthread_mutex_unlock(&e->publish_lock);
+    return rc;
+}
+
+int cr__xfer_local_desc_json(cr_xfer_engine_t *e, char **json, size_t *len)
+{
+    pthread_mutex_lock(&e->publish_lock);
+    int rc = cr__xfer_mem_snapshot(e, &e->local);
+    if (!rc)
+        rc = cr__seg_desc_encode(&e->local, json, len);
+    pthread_mutex_unlock(&e->publish_lock);
+    return rc;
+}
+
+const cr__xfer_config_t *cr__xfer_engine_config(const cr_xfer_engine_t *e) { return &e->cfg; }
+
+static void teardown(cr_xfer_engine_t *e, int published)
+{
+    atomic_store(&e->destroying, 1);
+    if (published && e->meta) {
+        char key[CR__META_KEY_MAX];
+        snprintf(key, sizeof key, "%s%s", CR__SEG_KEY_PREFIX, e->local.name);
+        int rc = cr__meta_del(e->meta, key);
+        if (rc)
+            CR_LOG_WARN(LOGC, "unpublishing %s failed: %s", e->local.name, cr_strerror(rc));
+    }
+    /* the notifier thread sends through the transports: stop it first */
+    cr__xfer_notify_fini(e);
+    /* transports fail whatever is in flight with -ECANCELED and stop serving */
+    if (e->shm && e->shm_ops)
+        e->shm_ops->destroy(e->shm);
+    e->shm = NULL;
+    if (e->tcp)
+        cr__xfer_tcp_ops.destroy(e->tcp);
+    e->tcp = NULL;
+    cr__xfer_batches_fini(e);
+    cr__xfer_peers_fini(e);
+    cr__xfer_mem_fini(e);
+    if (e->meta && cr__meta_close)
+        cr__meta_close(e->meta);
+    cr__xfer_topology_free(&e->topo);
+    free(e->local.buffers);
+    pthread_mutex_destroy(&e->peer_lock);
+    pthread_mutex_destroy(&e->publish_lock);
+    pthread_mutex_destroy(&e->batch_list_lock);
+    free(e);
+}
+
+int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out)
+{
+    if (!out)
+        return -EINVAL;
+    cr_xfer_engine_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return -ENOMEM;
+    pthread_mutex_init(&e->peer_lock, NULL);
+    pthread_mutex_init(&e->publish_lock, NULL);
+    pthread_mutex_init(&e->batch_list_lock, NULL);
+    int rc = build_config(params, &e->cfg);
+    if (rc)
+        goto fail_early;
+    if ((rc = cr__xfer_mem_init(e)) != 0)
+        goto fail_early;
+    if ((rc = cr__xfer_notify_init(e)) != 0)
+        goto fail;
+    if (e->cfg.topology_file[0] &&
+        (rc = cr__xfer_topology_load(e->cfg.topology_file, &e->cfg, &e->topo)) != 0)
+        goto fail;
+
+    cr__seg_desc_t *d = &e->local;
+    if (cr__seg_host_id)
+        cr__seg_host_id(d->host_id);
+    else
+        snprintf(d->host_id, sizeof d->host_id, "pid-%d", (int)getpid());
+    d->pid = (int32_t)getpid();
+    d->n_nics = e->cfg.n_nics;
+    for (uint32_t i = 0; i < e->cfg.n_nics; i++)
+        strcpy(d->nics[i].addr, e->cfg.nics[i]);
+
+    /* tcp is always created: its port also carries the control messages
+     * (p2p descriptor fetch, notifications); enable_tcp only decides
+     * whether it may carry data. */
+    if ((rc = cr__xfer_tcp_ops.create(e, &e->cfg, d, &e->tcp)) != 0)
+        goto fail;
+    if (e->cfg.enable_shm && &cr__xfer_shm_ops != NULL) {
+        e->shm_ops = &cr__xfer_shm_ops;
+        int src = e->shm_ops->create(e, &e->cfg, d, &e->shm);
+        if (src) {
+            CR_LOG_WARN(LOGC, "shm transport unavailable (%s); using tcp only", cr_strerror(src));
+            e->shm = NULL;
+            e->shm_ops = NULL;
+        }
+    }
+    if (!e->cfg.local_name[0])
+        snprintf(e->cfg.local_name, sizeof e->cfg.local_name,
+                 strchr(d->nics[0].addr, ':') ? "[%s]:%u" : "%s:%u", d->nics[0].addr,
+                 d->nics[0].port);
+    strcpy(d->name, e->cfg.local_name);
+
+    if (!e->cfg.p2p) {
+        if (!cr__meta_open) {
+            CR_LOG_ERROR(LOGC, "metadata backends are not built in; use p2p");
+            rc = -EINVAL;
+            goto fail;
+        }
+        rc = cr__meta_open(e->cfg.metadata_uri, (int)e->cfg.timeout_ms, &e->meta);
+        if (rc)
+            goto fail;
+        if ((rc = cr__xfer_publish(e)) != 0) {
+            rc = rc == -EINVAL || rc == -ENOMEM ? rc : -EHOSTUNREACH;
+            goto fail;
+        }
+    }
+    CR_LOG_INFO(LOGC, "engine %s up (tcp%s, %u NICs, slice %zu)", d->name,
+                e->shm ? "+shm" : "", d->n_nics, e->cfg.slice_size);
+    *out = e;
+    return 0;
+fail:
+    teardown(e, 0);
+    return rc;
+fail_early:
+    pthread_mutex_destroy(&e->peer_lock);
+    pthread_mutex_destroy(&e->publish_lock);
+    pthread_mutex_destroy(&e->batch_list_lock);
+    free(e);
+    return rc;
+}
+
+void cr_xfer_engine_destroy(cr_xfer_engine_t *e)
+{
+    if (e)
+        teardown(e, 1);
+}
+
+const char *cr_xfer_engine_name(const cr_xfer_engine_t *e) { return e ? e->local.name : NULL; }
+
+uint16_t cr_xfer_engine_port(const cr_xfer_engine_t *e) { return e ? e->local.nics[0].port : 0; }

@@ -1,0 +1,224 @@
+/* tcp transport: the ops table, create/destroy, the watchdog thread and the
+ * control-message clients (p2p descriptor fetch, notifications). Data path:
+ * tcp_client.c (initiator) and tcp_server.c (target). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "transfer/transport/tcp/tcp_internal.h"
+
+#define LOGC "tcp"
+
+static uint64_t env_u64(const char *name, uint64_t def, uint64_t lo, uint64_t hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return def;
+    char *end;
+    unsigned long long x = strtoull(v, &end, 0);
+    if (*end == 'k' || *end == 'K')
+        x <<= 10;
+    else if (*end == 'm' || *end == 'M')
+        x <<= 20;
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+static void *watchdog_main(void *arg)
+{
+    tcp_state_t *st = arg;
+    pthread_mutex_lock(&st->wd_mu);
+    while (!atomic_load(&st->stopping)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&st->wd_cv, &st->wd_mu, &ts);
+        if (atomic_load(&st->stopping))
+            break;
+        pthread_mutex_unlock(&st->wd_mu);
+        cr__tcp_watchdog_scan(st);
+        pthread_mutex_lock(&st->wd_mu);
+    }
+    pthread_mutex_unlock(&st->wd_mu);
+    return NULL;
+}
+
+static void tcp_destroy(void *state)
+{
+    tcp_state_t *st = state;
+    if (!st)
+        return;
+    atomic_store(&st->stopping, 1);
+    if (st->watchdog_started) {
+        pthread_mutex_lock(&st->wd_mu);
+        pthread_cond_broadcast(&st->wd_cv);
+        pthread_mutex_unlock(&st->wd_mu);
+        pthread_join(st->watchdog, NULL);
+    }
+    cr__tcp_peers_stop(st); /* in-flight requests fail with -ECANCELED */
+    cr__tcp_server_stop(st);
+    pthread_mutex_destroy(&st->srv_mu);
+    pthread_cond_destroy(&st->srv_cv);
+    pthread_mutex_destroy(&st->peers_mu);
+    pthread_mutex_destroy(&st->wd_mu);
+    pthread_cond_destroy(&st->wd_cv);
+    free(st);
+}
+
+static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr__seg_desc_t *local,
+                      void **state)
+{
+    tcp_state_t *st = calloc(1, sizeof *st);
+    if (!st)
+        return -ENOMEM;
+    st->engine = engine;
+    st->cfg = *cfg;
+    uint64_t stall = (uint64_t)cfg->timeout_ms / 4;
+    stall = stall < 200 ? 200 : stall > 3000 ? 3000 : stall;
+    st->stall_ns = env_u64("CRESCENT_TCP_STALL_MS", stall, 50, 600000) * 1000000ull;
+    st->window_bytes = env_u64("CRESCENT_TCP_WINDOW", 8u << 20, 64u << 10, 1u << 30);
+    if (st->window_bytes < cfg->slice_size)
+        st->window_bytes = cfg->slice_size;
+    st->sockbuf = (int)env_u64("CRESCENT_TCP_SOCKBUF", 0, 0, 1u << 30);
+    for (int i = 0; i < CR_XFER_MAX_NICS; i++)
+        st->listen_fd[i] = -1;
+    pthread_mutex_init(&st->srv_mu, NULL);
+    pthread_cond_init(&st->srv_cv, NULL);
+    pthread_mutex_init(&st->peers_mu, NULL);
+    pthread_mutex_init(&st->wd_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st->wd_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    int rc = cr__tcp_server_start(st, local);
+    if (rc) {
+        tcp_destroy(st);
+        return rc;
+    }
+    if (pthread_create(&st->watchdog, NULL, watchdog_main, st)) {
+        tcp_destroy(st);
+        return -ENOMEM;
+    }
+    st->watchdog_started = 1;
+    *state = st;
+    return 0;
+}
+
+static int tcp_can_reach(void *state, const cr__seg_desc_t *d)
+{
+    (void)state;
+    return d->n_nics > 0;
+}
+
+/* ---- control messages ------------------------------------------------------ */
+
+int cr__xfer_tcp_fetch_desc(const char *host, uint16_t port, int timeout_ms, char **json,
+                            size_t *len)
+{
+    int fd = cr__net_connect(host, port, NULL, timeout_ms);
+    if (fd < 0)
+        return fd;
+    cr__tcp_hdr_t h;
+    cr__tcp_hdr_enc(&h, CR__TCP_GET_DESC, 0, 0, 0, 0);
+    int rc = cr__net_write_full(fd, &h, sizeof h, timeout_ms);
+    if (!rc)
+        rc = cr__net_read_full(fd, &h, sizeof h, timeout_ms);
+    if (!rc && (cr__tcp_hdr_dec(&h) || h.opcode != (CR__TCP_GET_DESC | CR__TCP_RESP) ||
+                h.len > CR__SEG_DESC_MAX_JSON || h.status > 0))
+        rc = -EPROTO;
+    if (!rc && h.status)
+        rc = h.status;
+    char *buf = NULL;
+    if (!rc && !(buf = malloc(h.len + 1)))
+        rc = -ENOMEM;
+    if (!rc)
+        rc = cr__net_read_full(fd, buf, h.len, timeout_ms);
+    close(fd);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[h.len] = 0;
+    *json = buf;
+    *len = h.len;
+    return 0;
+}
+
+static int ctl_connect(tcp_state_t *st, cr__xfer_peer_t *xp, int timeout_ms)
+{
+    cr__seg_nic_t nics[CR_XFER_MAX_NICS];
+    uint32_t n = cr__xfer_peer_nics(xp, nics, CR_XFER_MAX_NICS);
+    int rc = -EHOSTUNREACH;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *src = st->cfg.nics[i % st->cfg.n_nics];
+        rc = cr__net_connect(nics[i].addr, nics[i].port, src, timeout_ms);
+        if (rc >= 0)
+            return rc;
+    }
+    return rc;
+}
+
+int cr__xfer_tcp_notify_peer(void *state, cr__xfer_peer_t *xp, const void *msg, size_t len)
+{
+    tcp_state_t *st = state;
+    if (len > CR__TCP_MAX_NOTIFY)
+        return -EINVAL;
+    if (atomic_load(&st->stopping))
+        return -ECANCELED;
+    tcp_peer_t *p = cr__tcp_peer_get(st, xp);
+    if (!p)
+        return -ENOMEM;
+    int to = (int)(st->cfg.timeout_ms < 10000 ? st->cfg.timeout_ms : 10000);
+    int rc = -EHOSTUNREACH;
+    pthread_mutex_lock(&p->ctl_mu);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (p->ctl_fd < 0) {
+            int fd = ctl_connect(st, xp, to);
+            if (fd < 0) {
+                rc = fd;
+                break;
+            }
+            p->ctl_fd = fd;
+        }
+        cr__tcp_hdr_t h;
+        cr__tcp_hdr_enc(&h, CR__TCP_NOTIFY, 0, 0, 0, len);
+        struct iovec iov[2] = {{&h, sizeof h}, {(void *)msg, len}};
+        rc = cr__net_set_timeouts(p->ctl_fd, to);
+        if (!rc)
+            rc = cr__tcp_writev_full(p->ctl_fd, iov, len ? 2 : 1);
+        if (!rc)
+            rc = cr__net_read_full(p->ctl_fd, &h, sizeof h, to);
+        if (!rc && (cr__tcp_hdr_dec(&h) || h.opcode != (CR__TCP_NOTIFY | CR__TCP_RESP) ||
+                    h.len != 0 || h.status > 0))
+            rc = -EPROTO;
+        if (!rc) {
+            rc = h.status;
+            break;
+        }
+        close(p->ctl_fd); /* broken control connection: reconnect once */
+        p->ctl_fd = -1;
+    }
+    pthread_mutex_unlock(&p->ctl_mu);
+    return rc;
+}
+
+const struct cr_xfer_transport_ops cr__xfer_tcp_ops = {
+    .name = "tcp",
+    .create = tcp_create,
+    .destroy = tcp_destroy,
+    .can_reach = tcp_can_reach,
+    .submit = cr__tcp_submit,
+    .notify = cr__xfer_tcp_notify_peer,
+    .peer_forget = NULL, /* connections are kept for a reopen; freed at destroy */
+};

@@ -1,0 +1,705 @@
+/* tcp transport, initiating side: per-peer work queue, paths, connections,
+ * slicing, failover. See tcp_internal.h for the threads and locks. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "transfer/transport/tcp/tcp_internal.h"
+
+#define LOGC "tcp"
+#define CARVE_MAX 64 /* slices one sender takes per lock acquisition */
+
+/* ---- task accounting --------------------------------------------------- */
+
+/* Settles len bytes of task t with err (0 or -errno). The last settlement
+ * finishes the task; t must not be touched afterwards. */
+static void settle(tcp_peer_t *p, cr__xfer_task_t *t, uint64_t len, int err)
+{
+    if (err) {
+        int z = 0;
+        atomic_compare_exchange_strong(&t->tp_error, &z, err);
+    } else {
+        cr__xfer_task_progress(t, len);
+    }
+    uint64_t total = t->length;
+    if (atomic_fetch_add(&t->tp_settled, len) + len == total) {
+        int e = atomic_load(&t->tp_error);
+        atomic_fetch_sub(&p->outstanding, 1);
+        cr__xfer_task_done(t, e);
+    }
+}
+
+/* Fails the uncarved rest of queued task t (caller holds p->mu and has
+ * unlinked t). */
+static void fail_rest_locked(tcp_peer_t *p, cr__xfer_task_t *t, int err)
+{
+    uint64_t rest = t->length - t->tp_carved;
+    t->tp_carved = t->length;
+    if (rest)
+        settle(p, t, rest, err);
+}
+
+static int retry_push_locked(tcp_peer_t *p, const tcp_slice_t *s)
+{
+    if (p->n_retry == p->cap_retry) {
+        size_t nc = p->cap_retry ? 2 * p->cap_retry : 64;
+        tcp_slice_t *n = realloc(p->retry, nc * sizeof *n);
+        if (!n)
+            return -ENOMEM;
+        p->retry = n;
+        p->cap_retry = nc;
+    }
+    p->retry[p->n_retry++] = *s;
+    return 0;
+}
+
+/* Fails everything queued on the peer (tasks and retry slices). */
+static void fail_queued_locked(tcp_peer_t *p, int err)
+{
+    while (p->n_retry) {
+        tcp_slice_t s = p->retry[--p->n_retry];
+        settle(p, s.task, s.len, err);
+    }
+    while (p->q_head) {
+        cr__xfer_task_t *t = p->q_head;
+        p->q_head = t->tp_next;
+        if (!p->q_head)
+            p->q_tail = NULL;
+        fail_rest_locked(p, t, err);
+    }
+}
+
+/* ---- paths --------------------------------------------------------------- */
+
+static int path_up(const tcp_path_t *pa, uint64_t now)
+{
+    return atomic_load(&pa->down_until_ns) <= now;
+}
+
+static uint32_t up_lnic_mask(tcp_peer_t *p, uint64_t now)
+{
+    uint32_t m = 0;
+    for (int i = 0; i < p->n_paths; i++)
+        if (path_up(&p->paths[i], now))
+            m |= 1u << p->paths[i].lnic;
+    return m;
+}
+
+/* May a connection on local NIC lnic carry task t? Preferred NICs while any
+ * of them is up, then secondary ones, then any. */
+static int allowed(const cr__xfer_task_t *t, int lnic, uint32_t up)
+{
+    uint32_t pref = t->nic_pref_mask & up, sec = t->nic_sec_mask & up;
+    if (pref)
+        return (pref >> lnic) & 1;
+    if (sec)
+        return (sec >> lnic) & 1;
+    return 1;
+}
+
+static int all_paths_down(tcp_peer_t *p, uint64_t now)
+{
+    for (int i = 0; i < p->n_paths; i++)
+        if (path_up(&p->paths[i], now))
+            return 0;
+    return 1;
+}
+
+/* ---- carving --------------------------------------------------------------- */
+
+static uint32_t ring_used(tcp_conn_t *c)
+{
+    return atomic_load(&c->sent) - atomic_load(&c->head);
+}
+
+/* Takes up to max slices for connection c (caller holds p->mu). */
+static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max, uint64_t now)
+{
+    tcp_state_t *st = p->st;
+    uint64_t budget = st->window_bytes > atomic_load(&c->inflight_bytes)
+                          ? st->window_bytes - atomic_load(&c->inflight_bytes)
+                          : 0;
+    int force_one = atomic_load(&c->inflight_bytes) == 0; /* always make progress */
+    int n = 0;
+    while (n < max && p->n_retry && (budget || force_one)) {
+        tcp_slice_t s = p->retry[--p->n_retry];
+        if (now > s.task->deadline_ns) {
+            settle(p, s.task, s.len, -ETIMEDOUT);
+            continue;
+        }
+        out[n++] = s;
+        budget = budget > s.len ? budget - s.len : 0;
+        force_one = 0;
+    }
+    uint32_t up = up_lnic_mask(p, now);
+    int lnic = p->paths[c->path].lnic;
+    uint64_t slice = st->cfg.slice_size;
+    cr__xfer_task_t **pp = &p->q_head, *prev = NULL;
+    int scanned = 0;
+    while (*pp && n < max && (budget || force_one) && scanned++ < 256) {
+        cr__xfer_task_t *t = *pp;
+        int expired = now > t->deadline_ns, failed = atomic_load(&t->tp_error) != 0;
+        if (!expired && !failed && !allowed(t, lnic, up)) {
+            prev = t;
+            pp = &t->tp_next;
+            continue;
+        }
+        if (!expired && !failed) {
+            while (n < max && t->tp_carved < t->length && (budget || force_one)) {
+                uint64_t len = t->length - t->tp_carved;
+                if (len > slice)
+                    len = slice;
+                out[n].task = t;
+                out[n].off = t->tp_carved;
+                out[n].len = (uint32_t)len;
+                out[n].op = t->opcode == CR_XFER_WRITE ? CR__TCP_WRITE : CR__TCP_READ;
+                n++;
+                t->tp_carved += len;
+                budget = budget > len ? budget - len : 0;
+                force_one = 0;
+            }
+        }
+        if (t->tp_carved == t->length || expired || failed) {
+            *pp = t->tp_next; /* unlink */
+            if (p->q_tail == t)
+                p->q_tail = prev;
+            if (t->tp_carved < t->length)
+                fail_rest_locked(p, t, expired ? -ETIMEDOUT : atomic_load(&t->tp_error));
+            continue;
+        }
+        prev = t;
+        pp = &t->tp_next;
+    }
+    return n;
+}
+
+static int has_work_locked(tcp_peer_t *p, tcp_conn_t *c, uint64_t now)
+{
+    if (p->n_retry)
+        return 1;
+    uint32_t up = up_lnic_mask(p, now);
+    int lnic = p->paths[c->path].lnic, scanned = 0;
+    for (cr__xfer_task_t *t = p->q_head; t && scanned++ < 256; t = t->tp_next)
+        if (allowed(t, lnic, up) || now > t->deadline_ns || atomic_load(&t->tp_error))
+            return 1;
+    return 0;
+}
+
+/* ---- connections --------------------------------------------------------- */
+
+static void cond_wait_until(tcp_peer_t *p, uint64_t until_ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(until_ns / 1000000000ull),
+                          .tv_nsec = (long)(until_ns % 1000000000ull)};
+    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+}
+
+static void *receiver_main(void *arg);
+
+static int conn_open(tcp_conn_t *c)
+{
+    tcp_peer_t *p = c->peer;
+    tcp_state_t *st = p->st;
+    tcp_path_t *pa = &p->paths[c->path];
+    cr__seg_nic_t nics[CR_XFER_MAX_NICS];
+    uint32_t nn = cr__xfer_peer_nics(p->xp, nics, CR_XFER_MAX_NICS);
+    if ((uint32_t)pa->rnic >= nn)
+        return -EHOSTUNREACH;
+    int ct = (int)(st->cfg.timeout_ms < 5000 ? st->cfg.timeout_ms : 5000);
+    int fd = cr__net_connect(nics[pa->rnic].addr, nics[pa->rnic].port, st->cfg.nics[pa->lnic], ct);
+    if (fd < 0)
+        return fd;
+    cr__tcp_tune_socket(st, fd);
+    pthread_mutex_lock(&p->mu);
+    c->fd = fd;
+    atomic_store(&c->dead, 0);
+    atomic_store(&c->head, 0);
+    atomic_store(&c->sent, 0);
+    atomic_store(&c->inflight_bytes, 0);
+    atomic_store(&c->last_progress_ns, cr__now_ns());
+    pthread_mutex_unlock(&p->mu);
+    if (pthread_create(&c->receiver, NULL, receiver_main, c)) {
+        pthread_mutex_lock(&p->mu);
+        c->fd = -1;
+        pthread_mutex_unlock(&p->mu);
+        close(fd);
+        return -ENOMEM;
+    }
+    c->receiver_running = 1;
+    return 0;
+}
+
+/* Tears the connection down (sender thread only): its in-flight slices go
+ * back to the peer's retry list, or fail when the engine stops / their
+ * deadline passed. */
+static void conn_fail(tcp_conn_t *c, int err)
+{
+    tcp_peer_t *p = c->peer;
+    atomic_store(&c->dead, 1);
+    pthread_mutex_lock(&p->mu);
+    if (c->fd >= 0)
+        shutdown(c->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&p->mu);
+    if (c->receiver_running) {
+        pthread_join(c->receiver, NULL);
+        c->receiver_running = 0;
+    }
+    uint64_t now = cr__now_ns();
+    pthread_mutex_lock(&p->mu);
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    uint32_t h = atomic_load(&c->head), s = atomic_load(&c->sent);
+    int stopping = p->stopping || atomic_load(&p->st->stopping);
+    for (; h != s; h++) {
+        tcp_slice_t *sl = &c->ring[h % TCP_RING];
+        if (stopping)
+            settle(p, sl->task, sl->len, -ECANCELED);
+        else if (now > sl->task->deadline_ns)
+            settle(p, sl->task, sl->len, -ETIMEDOUT);
+        else if (retry_push_locked(p, sl))
+            settle(p, sl->task, sl->len, -ENOMEM);
+    }
+    atomic_store(&c->head, 0);
+    atomic_store(&c->sent, 0);
+    atomic_store(&c->inflight_bytes, 0);
+    if (s != 0 && !stopping)
+        CR_LOG_INFO(LOGC, "connection to %s (path %d) failed: %s; retrying its slices",
+                    p->xp->name, c->path, cr_strerror(err));
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* A connect on path failed: set the path aside; with every path down, fail
+ * what is queued (the peer is unreachable). */
+static void path_failed(tcp_conn_t *c, int err)
+{
+    tcp_peer_t *p = c->peer;
+    uint64_t now = cr__now_ns();
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->paths[c->path].down_until_ns, now + TCP_REPROBE_NS);
+    if (all_paths_down(p, now)) {
+        CR_LOG_WARN(LOGC, "segment %s unreachable on every path: %s", p->xp->name,
+                    cr_strerror(err));
+        fail_queued_locked(p, err == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH);
+    }
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void *sender_main(void *arg)
+{
+    tcp_conn_t *c = arg;
+    tcp_peer_t *p = c->peer;
+    tcp_path_t *pa = &p->paths[c->path];
+    tcp_slice_t sl[CARVE_MAX];
+    cr__tcp_hdr_t hdr[CARVE_MAX];
+    struct iovec iov[2 * CARVE_MAX];
+    for (;;) {
+        if (c->fd < 0) {
+            pthread_mutex_lock(&p->mu);
+            uint64_t now = cr__now_ns();
+            while (!p->stopping && !has_work_locked(p, c, now)) {
+                pthread_cond_wait(&p->cv, &p->mu);
+                now = cr__now_ns();
+            }
+            if (p->stopping) {
+                pthread_mutex_unlock(&p->mu);
+                break;
+            }
+            uint64_t du = atomic_load(&pa->down_until_ns);
+            if (now < du) { /* path set aside: re-probe later */
+                cond_wait_until(p, du);
+                pthread_mutex_unlock(&p->mu);
+                continue;
+            }
+            pthread_mutex_unlock(&p->mu);
+            int rc = conn_open(c);
+            if (rc) {
+                CR_LOG_INFO(LOGC, "connect to %s (path %d) failed: %s", p->xp->name, c->path,
+                            cr_strerror(rc));
+                path_failed(c, rc);
+                continue;
+            }
+            atomic_store(&pa->down_until_ns, 0);
+        }
+
+        pthread_mutex_lock(&p->mu);
+        int n = 0;
+        for (;;) {
+            if (p->stopping || atomic_load(&c->dead))
+                break;
+            uint64_t now = cr__now_ns();
+            uint32_t used0 = ring_used(c);
+            uint64_t infl0 = atomic_load(&c->inflight_bytes);
+            uint32_t room = TCP_RING - used0;
+            if (room > 0) {
+                n = carve_locked(p, c, sl, room < CARVE_MAX ? (int)room : CARVE_MAX, now);
+                if (n)
+                    break;
+            }
+            /* nothing we may send now: wait for work (submit broadcasts
+             * under p->mu) or for ring/window space (the receiver
+             * broadcasts when it sees space_waiter; re-check after
+             * announcing so that a completion in between is not lost) */
+            atomic_store(&c->space_waiter, 1);
+            if (ring_used(c) != used0 || atomic_load(&c->inflight_bytes) != infl0) {
+                atomic_store(&c->space_waiter, 0);
+                continue;
+            }
+            pthread_cond_wait(&p->cv, &p->mu);
+            atomic_store(&c->space_waiter, 0);
+        }
+        int stop = p->stopping, dead = atomic_load(&c->dead);
+        pthread_mutex_unlock(&p->mu);
+        if (stop && n == 0)
+            break;
+        if (dead && n == 0) {
+            conn_fail(c, -ECONNRESET);
+            continue;
+        }
+        /* publish to the ring before sending: the receiver matches replies */
+        uint32_t s = atomic_load(&c->sent);
+        if (s == atomic_load(&c->head))
+            atomic_store(&c->last_progress_ns, cr__now_ns());
+        int cnt = 0;
+        uint64_t bytes = 0;
+        for (int i = 0; i < n; i++) {
+            c->ring[(s + (uint32_t)i) % TCP_RING] = sl[i];
+            cr__tcp_hdr_enc(&hdr[i], sl[i].op, 0, s + (uint32_t)i,
+                            sl[i].task->remote_addr + sl[i].off, sl[i].len);
+            iov[cnt].iov_base = &hdr[i];
+            iov[cnt++].iov_len = sizeof hdr[i];
+            if (sl[i].op == CR__TCP_WRITE) {
+                iov[cnt].iov_base = sl[i].task->local + sl[i].off;
+                iov[cnt++].iov_len = sl[i].len;
+            }
+            bytes += sl[i].len;
+        }
+        atomic_fetch_add(&c->inflight_bytes, bytes);
+        atomic_store_explicit(&c->sent, s + (uint32_t)n, memory_order_release);
+        int rc = cr__tcp_writev_full(c->fd, iov, cnt);
+        if (rc)
+            conn_fail(c, rc);
+    }
+    /* stopping: cut the connection; in-flight slices fail with -ECANCELED */
+    if (c->fd >= 0 || c->receiver_running)
+        conn_fail(c, -ECANCELED);
+    return NULL;
+}
+
+/* ---- receiver ---------------------------------------------------------------- */
+
+static int recv_some(int fd, void *buf, size_t len, int all)
+{
+    for (;;) {
+        ssize_t n = recv(fd, buf, len, all ? MSG_WAITALL : 0);
+        if (n > 0)
+            return (int)n;
+        if (n == 0)
+            return -ECONNRESET;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+static int recv_all(int fd, char *buf, size_t len)
+{
+    while (len) {
+        int n = recv_some(fd, buf, len > (1u << 30) ? (1u << 30) : len, 1);
+        if (n < 0)
+            return n;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void *receiver_main(void *arg)
+{
+    tcp_conn_t *c = arg;
+    tcp_peer_t *p = c->peer;
+    int fd = c->fd;
+    cr__tcp_hdr_t hb[32];
+    size_t have = 0; /* bytes in hb */
+    int rc = 0;
+    uint32_t h = atomic_load(&c->head);
+    for (;;) {
+        uint32_t s = atomic_load_explicit(&c->sent, memory_order_acquire);
+        /* how many reply headers we may read at once: consecutive WRITE acks
+         * carry no payload, a READ reply is followed by its payload */
+        size_t want = 1;
+        if (s != h && c->ring[h % TCP_RING].op == CR__TCP_WRITE) {
+            want = 0;
+            for (uint32_t k = h; k != s && want < 32 && c->ring[k % TCP_RING].op == CR__TCP_WRITE;
+                 k++)
+                want++;
+        }
+        size_t want_bytes = want * sizeof hb[0];
+        if (have < want_bytes) {
+            int n = recv_some(fd, (char *)hb + have, want_bytes - have, 0);
+            if (n < 0) {
+                rc = n;
+                break;
+            }
+            have += (size_t)n;
+        }
+        size_t used = 0;
+        while (have - used >= sizeof hb[0]) {
+            s = atomic_load_explicit(&c->sent, memory_order_acquire);
+            if (h == s) {
+                rc = -EPROTO; /* a reply nobody asked for */
+                break;
+            }
+            cr__tcp_hdr_t *r = &hb[used / sizeof hb[0]];
+            tcp_slice_t *sl = &c->ring[h % TCP_RING];
+            if (cr__tcp_hdr_dec(r) || r->opcode != (sl->op | CR__TCP_RESP) || r->seq != h) {
+                rc = -EPROTO;
+                break;
+            }
+            int status = r->status > 0 || r->status < -4095 ? -EPROTO : r->status;
+            if (sl->op == CR__TCP_READ && status == 0) {
+                if (r->len != sl->len || have - used != sizeof hb[0]) {
+                    rc = -EPROTO;
+                    break;
+                }
+                if ((rc = recv_all(fd, sl->task->local + sl->off, sl->len)) != 0)
+                    break;
+            }
+            used += sizeof hb[0];
+            uint32_t len = sl->len;
+            settle(p, sl->task, len, status);
+            atomic_fetch_sub(&c->inflight_bytes, len);
+            atomic_store_explicit(&c->head, ++h, memory_order_release);
+            atomic_store(&c->last_progress_ns, cr__now_ns());
+        }
+        if (rc)
+            break;
+        if (used) {
+            memmove(hb, (char *)hb + used, have - used);
+            have -= used;
+            if (atomic_load(&c->space_waiter)) {
+                pthread_mutex_lock(&p->mu);
+                pthread_cond_broadcast(&p->cv);
+                pthread_mutex_unlock(&p->mu);
+            }
+        }
+    }
+    if (rc != -ECONNRESET || atomic_load(&c->sent) != h)
+        CR_LOG_DEBUG(LOGC, "receiver for %s ends: %s", p->xp->name, cr_strerror(rc));
+    atomic_store(&c->dead, 1);
+    pthread_mutex_lock(&p->mu);
+    if (c->fd >= 0)
+        shutdown(c->fd, SHUT_RDWR); /* unblocks the sender's writev */
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* ---- peers ------------------------------------------------------------------ */
+
+static void peer_free(tcp_peer_t *p)
+{
+    for (int i = 0; i < p->n_conns; i++)
+        free(p->conns[i]);
+    free(p->conns);
+    free(p->retry);
+    if (p->ctl_fd >= 0)
+        close(p->ctl_fd);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->ctl_mu);
+    free(p);
+}
+
+static void peer_stop(tcp_peer_t *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stopping = 1;
+    for (int i = 0; i < p->n_conns; i++)
+        if (p->conns[i]->fd >= 0)
+            shutdown(p->conns[i]->fd, SHUT_RDWR);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_conns; i++)
+        if (p->conns[i]->sender_started)
+            pthread_join(p->conns[i]->sender, NULL);
+    pthread_mutex_lock(&p->mu);
+    fail_queued_locked(p, -ECANCELED);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static tcp_peer_t *peer_create(tcp_state_t *st, cr__xfer_peer_t *xp)
+{
+    tcp_peer_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->st = st;
+    p->xp = xp;
+    p->ctl_fd = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->ctl_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    cr__seg_nic_t nics[CR_XFER_MAX_NICS];
+    uint32_t nr = cr__xfer_peer_nics(xp, nics, CR_XFER_MAX_NICS);
+    uint32_t nl = st->cfg.n_nics;
+    if (nr == 0)
+        nr = 1; /* connect fails later with -EHOSTUNREACH */
+    /* NIC k talks to remote NIC k (mod counts): max(nl, nr) paths */
+    p->n_paths = (int)(nl > nr ? nl : nr);
+    for (int i = 0; i < p->n_paths; i++) {
+        p->paths[i].lnic = i % (int)nl;
+        p->paths[i].rnic = i % (int)nr;
+    }
+    p->n_conns = p->n_paths * (int)st->cfg.conns_per_path;
+    p->conns = calloc((size_t)p->n_conns, sizeof *p->conns);
+    if (!p->conns)
+        goto fail;
+    for (int i = 0; i < p->n_conns; i++) {
+        tcp_conn_t *c = calloc(1, sizeof *c);
+        if (!c)
+            goto fail;
+        c->peer = p;
+        c->path = i % p->n_paths;
+        c->fd = -1;
+        p->conns[i] = c;
+    }
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 256u << 10);
+    for (int i = 0; i < p->n_conns; i++) {
+        if (pthread_create(&p->conns[i]->sender, &at, sender_main, p->conns[i])) {
+            pthread_attr_destroy(&at);
+            peer_stop(p);
+            goto fail;
+        }
+        p->conns[i]->sender_started = 1;
+    }
+    pthread_attr_destroy(&at);
+    return p;
+fail:
+    peer_free(p);
+    return NULL;
+}
+
+tcp_peer_t *cr__tcp_peer_get(tcp_state_t *st, cr__xfer_peer_t *xp)
+{
+    pthread_mutex_lock(&st->peers_mu);
+    tcp_peer_t *p = xp->transport_peer;
+    if (!p && !atomic_load(&st->stopping)) {
+        p = peer_create(st, xp);
+        if (p) {
+            p->next = st->peers;
+            st->peers = p;
+            xp->transport_peer = p;
+        }
+    }
+    pthread_mutex_unlock(&st->peers_mu);
+    return p;
+}
+
+int cr__tcp_submit(void *state, cr__xfer_peer_t *xp, cr__xfer_task_t **tasks, size_t n)
+{
+    tcp_state_t *st = state;
+    if (atomic_load(&st->stopping))
+        return -ECANCELED;
+    tcp_peer_t *p = cr__tcp_peer_get(st, xp);
+    if (!p)
+        return -ENOMEM;
+    pthread_mutex_lock(&p->mu);
+    if (p->stopping) {
+        pthread_mutex_unlock(&p->mu);
+        return -ECANCELED;
+    }
+    for (size_t i = 0; i < n; i++) {
+        cr__xfer_task_t *t = tasks[i];
+        t->tp_next = NULL;
+        t->tp_carved = 0;
+        atomic_store(&t->tp_settled, 0);
+        atomic_store(&t->tp_error, 0);
+        if (p->q_tail)
+            p->q_tail->tp_next = t;
+        else
+            p->q_head = t;
+        p->q_tail = t;
+    }
+    atomic_fetch_add(&p->outstanding, n);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+void cr__tcp_peers_stop(tcp_state_t *st)
+{
+    pthread_mutex_lock(&st->peers_mu);
+    tcp_peer_t *p = st->peers;
+    st->peers = NULL;
+    pthread_mutex_unlock(&st->peers_mu);
+    while (p) {
+        tcp_peer_t *n = p->next;
+        peer_stop(p);
+        p->xp->transport_peer = NULL;
+        peer_free(p);
+        p = n;
+    }
+}
+
+/* Watchdog pass: cut connections that stopped making progress (their
+ * slices are retried elsewhere) and fail queued work past its deadline. */
+void cr__tcp_watchdog_scan(tcp_state_t *st)
+{
+    uint64_t now = cr__now_ns();
+    pthread_mutex_lock(&st->peers_mu);
+    for (tcp_peer_t *p = st->peers; p; p = p->next) {
+        pthread_mutex_lock(&p->mu);
+        for (int i = 0; i < p->n_conns; i++) {
+            tcp_conn_t *c = p->conns[i];
+            if (c->fd < 0 || atomic_load(&c->dead) || ring_used(c) == 0)
+                continue;
+            uint64_t lp = atomic_load(&c->last_progress_ns);
+            if (now > lp && now - lp > st->stall_ns) {
+                CR_LOG_WARN(LOGC, "connection to %s (path %d) stalled for %llu ms: cutting it",
+                            p->xp->name, c->path, (unsigned long long)((now - lp) / 1000000));
+                atomic_store(&c->dead, 1);
+                shutdown(c->fd, SHUT_RDWR);
+            }
+        }
+        /* deadlines of queued work */
+        for (size_t i = 0; i < p->n_retry;) {
+            if (now > p->retry[i].task->deadline_ns) {
+                tcp_slice_t s = p->retry[i];
+                p->retry[i] = p->retry[--p->n_retry];
+                settle(p, s.task, s.len, -ETIMEDOUT);
+            } else {
+                i++;
+            }
+        }
+        cr__xfer_task_t **pp = &p->q_head, *prev = NULL;
+        while (*pp) {
+            cr__xfer_task_t *t = *pp;
+            if (now > t->deadline_ns) {
+                *pp = t->tp_next;
+                if (p->q_tail == t)
+                    p->q_tail = prev;
+                fail_rest_locked(p, t, -ETIMEDOUT);
+                continue;
+            }
+            prev = t;
+            pp = &t->tp_next;
+        }
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_unlock(&st->peers_mu);
+}

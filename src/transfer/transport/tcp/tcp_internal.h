@@ -1,0 +1,135 @@
+/* tcp transport internals (docs/architecture/transfer-core.md, "tcp").
+ *
+ * Client side, per peer: paths (local NIC, remote NIC), each with
+ * conns_per_path connections. Each connection has one sender thread (carves
+ * slices from the peer's work queue and writes header+payload with one
+ * writev) and one receiver thread (reads responses in order and lands READ
+ * payloads straight into the destination). A connection's in-flight slices
+ * live in its ring between head (receiver) and sent (sender).
+ *
+ * Server side: one acceptor thread polls the listeners; each accepted
+ * connection is served by one thread.
+ *
+ * Locks: peer->mu guards the peer's work queue, retry list, connection fds
+ * and ring ownership changes; st->peers_mu the peer list; st->srv_mu the
+ * accepted-connection list. Order: st->peers_mu -> peer->mu -> (engine batch
+ * locks inside task completion).
+ */
+#ifndef CR_TRANSFER_TCP_INTERNAL_H
+#define CR_TRANSFER_TCP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "transfer/transport/tcp/tcp_wire.h"
+#include "transfer/transport/transport.h"
+
+#define TCP_RING 1024u /* in-flight slices per connection (power of 2) */
+#define TCP_MAX_PATHS CR_XFER_MAX_NICS
+#define TCP_REPROBE_NS 1000000000ull /* a failed path is retried after 1 s */
+#define TCP_MAX_SRV_CONNS 1024
+
+typedef struct tcp_slice {
+    cr__xfer_task_t *task;
+    uint64_t off;
+    uint32_t len;
+    uint8_t op; /* CR__TCP_WRITE / CR__TCP_READ */
+} tcp_slice_t;
+
+struct tcp_peer;
+
+typedef struct tcp_conn {
+    struct tcp_peer *peer;
+    int path;
+    int fd; /* changed under peer->mu by the sender only */
+    pthread_t sender, receiver;
+    int sender_started, receiver_running;
+    atomic_uint head, sent; /* free-running ring indices */
+    atomic_uint_fast64_t inflight_bytes;
+    atomic_int dead;
+    atomic_int space_waiter;
+    atomic_uint_fast64_t last_progress_ns;
+    tcp_slice_t ring[TCP_RING];
+} tcp_conn_t;
+
+typedef struct tcp_path {
+    int lnic, rnic;
+    atomic_uint_fast64_t down_until_ns; /* 0 = up */
+} tcp_path_t;
+
+typedef struct tcp_peer {
+    struct tcp_state *st;
+    cr__xfer_peer_t *xp;
+    struct tcp_peer *next; /* st->peers */
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* work arrived / ring space / stop (CLOCK_MONOTONIC) */
+    cr__xfer_task_t *q_head, *q_tail; /* tasks with uncarved bytes */
+    tcp_slice_t *retry;               /* slices to resend (failed connection) */
+    size_t n_retry, cap_retry;
+    int stopping;
+    atomic_size_t outstanding; /* tasks submitted, not finished */
+    int n_paths;
+    tcp_path_t paths[TCP_MAX_PATHS];
+    int n_conns;
+    tcp_conn_t **conns;
+    pthread_mutex_t ctl_mu; /* control connection (notifications) */
+    int ctl_fd;
+} tcp_peer_t;
+
+typedef struct srv_conn {
+    struct tcp_state *st;
+    struct srv_conn *prev, *next;
+    int fd;
+    int nic;
+    char *scratch; /* lazily allocated drain buffer */
+} srv_conn_t;
+
+typedef struct tcp_state {
+    cr_xfer_engine_t *engine;
+    cr__xfer_config_t cfg;
+    uint64_t stall_ns;      /* a connection with work in flight and no progress for this long is cut */
+    uint64_t window_bytes;  /* in-flight bytes per connection */
+    int sockbuf;            /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
+    atomic_int stopping;
+    /* server */
+    int n_listen;
+    int listen_fd[CR_XFER_MAX_NICS];
+    uint16_t port;
+    int wake[2];
+    pthread_t acceptor;
+    int acceptor_started;
+    pthread_mutex_t srv_mu;
+    pthread_cond_t srv_cv;
+    srv_conn_t *srv_list;
+    int n_srv;
+    /* client */
+    pthread_mutex_t peers_mu;
+    tcp_peer_t *peers;
+    pthread_t watchdog;
+    int watchdog_started;
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cv;
+} tcp_state_t;
+
+/* tcp_server.c */
+int cr__tcp_server_start(tcp_state_t *st, cr__seg_desc_t *local);
+void cr__tcp_server_stop(tcp_state_t *st);
+void cr__tcp_tune_socket(tcp_state_t *st, int fd);
+
+/* tcp_client.c */
+tcp_peer_t *cr__tcp_peer_get(tcp_state_t *st, cr__xfer_peer_t *xp);
+int cr__tcp_submit(void *state, cr__xfer_peer_t *xp, cr__xfer_task_t **tasks, size_t n);
+void cr__tcp_peers_stop(tcp_state_t *st);
+void cr__tcp_watchdog_scan(tcp_state_t *st);
+
+/* writes all iovecs (advancing them); returns 0 or -errno */
+int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt);
+
+/* Test hook: simulate the failure (down=1) or repair (down=0) of local NIC
+ * `nic` on the serving side: its listener is closed and connections
+ * accepted on it are cut. Returns 0 or -errno. */
+int cr__xfer_tcp_debug_nic(void *state, int nic, int down);
+
+#endif

@@ -1,0 +1,434 @@
+/* tcp transport, serving side: listeners, one acceptor thread, one thread
+ * per accepted connection. Every WRITE/READ is checked with
+ * cr__xfer_mem_pin() before memory is touched; a bad header (magic,
+ * version, opcode, oversized length) closes that connection only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "transfer/transport/tcp/tcp_internal.h"
+#include "transfer/xfer_internal.h"
+
+#define LOGC "tcp"
+#define SCRATCH (64u << 10)
+#define ACK_BATCH 32
+#define ACK_FLUSH_BYTES (1u << 20)
+
+void cr__tcp_tune_socket(tcp_state_t *st, int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (st->sockbuf > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &st->sockbuf, sizeof st->sockbuf);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &st->sockbuf, sizeof st->sockbuf);
+    }
+}
+
+int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt)
+{
+    while (cnt > 0) {
+        ssize_t n = writev(fd, iov, cnt > 1024 ? 1024 : cnt);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EPIPE ? -ECONNRESET : errno == EAGAIN ? -ETIMEDOUT : -errno;
+        }
+        while (cnt > 0 && (size_t)n >= iov->iov_len) {
+            n -= (ssize_t)iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + n;
+            iov->iov_len -= (size_t)n;
+        }
+    }
+    return 0;
+}
+
+/* blocking read of exactly len bytes; SO_RCVTIMEO bounds each wait */
+static int recv_full(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t n = recv(fd, p, len, MSG_WAITALL);
+        if (n == 0)
+            return -ECONNRESET;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN ? -ETIMEDOUT : -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+typedef struct ack_buf {
+    cr__tcp_hdr_t h[ACK_BATCH + 1];
+    int n;
+    uint64_t bytes;
+} ack_buf_t;
+
+static int acks_flush(int fd, ack_buf_t *a, struct iovec *extra, int n_extra)
+{
+    struct iovec iov[4];
+    int cnt = 0;
+    if (a->n) {
+        iov[cnt].iov_base = a->h;
+        iov[cnt].iov_len = (size_t)a->n * sizeof a->h[0];
+        cnt++;
+    }
+    for (int i = 0; i < n_extra; i++)
+        iov[cnt++] = extra[i];
+    a->n = 0;
+    a->bytes = 0;
+    return cnt ? cr__tcp_writev_full(fd, iov, cnt) : 0;
+}
+
+/* reads and throws away len bytes (payload of a refused WRITE) */
+static int drain(srv_conn_t *sc, uint64_t len)
+{
+    if (!sc->scratch && !(sc->scratch = malloc(SCRATCH)))
+        return -ENOMEM;
+    while (len) {
+        size_t k = len < SCRATCH ? (size_t)len : SCRATCH;
+        int rc = recv_full(sc->fd, sc->scratch, k);
+        if (rc)
+            return rc;
+        len -= k;
+    }
+    return 0;
+}
+
+/* Serves one request whose header is h. Returns 0 to continue, <0 to close. */
+static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
+{
+    tcp_state_t *st = sc->st;
+    cr_xfer_engine_t *e = st->engine;
+    int fd = sc->fd;
+    cr__tcp_hdr_t r;
+    void *tok;
+    int rc;
+    switch (h->opcode) {
+    case CR__TCP_WRITE: {
+        if (h->len == 0 || h->len > CR__TCP_MAX_SLICE)
+            return -EPROTO;
+        int status = cr__xfer_mem_pin(e, h->addr, h->len, &tok);
+        if (status == 0) {
+            rc = recv_full(fd, (void *)(uintptr_t)h->addr, h->len);
+            cr__xfer_mem_unpin(e, tok);
+        } else {
+            CR_LOG_INFO(LOGC, "refused WRITE 0x%llx+%llu: %s", (unsigned long long)h->addr,
+                        (unsigned long long)h->len, cr_strerror(status));
+            rc = drain(sc, h->len);
+        }
+        if (rc)
+            return rc;
+        cr__tcp_hdr_enc(&acks->h[acks->n++], CR__TCP_WRITE | CR__TCP_RESP, status, h->seq,
+                        h->addr, 0);
+        acks->bytes += h->len;
+        if (acks->n >= ACK_BATCH || acks->bytes >= ACK_FLUSH_BYTES)
+            return acks_flush(fd, acks, NULL, 0);
+        return 0;
+    }
+    case CR__TCP_READ: {
+        if (h->len == 0 || h->len > CR__TCP_MAX_SLICE)
+            return -EPROTO;
+        int status = cr__xfer_mem_pin(e, h->addr, h->len, &tok);
+        cr__tcp_hdr_enc(&r, CR__TCP_READ | CR__TCP_RESP, status, h->seq, h->addr,
+                        status ? 0 : h->len);
+        struct iovec iov[2] = {{&r, sizeof r}, {(void *)(uintptr_t)h->addr, h->len}};
+        rc = acks_flush(fd, acks, iov, status ? 1 : 2);
+        if (status == 0)
+            cr__xfer_mem_unpin(e, tok);
+        else
+            CR_LOG_INFO(LOGC, "refused READ 0x%llx+%llu: %s", (unsigned long long)h->addr,
+                        (unsigned long long)h->len, cr_strerror(status));
+        return rc;
+    }
+    case CR__TCP_GET_DESC: {
+        if (h->len != 0)
+            return -EPROTO;
+        char *json = NULL;
+        size_t len = 0;
+        int status = cr__xfer_local_desc_json(e, &json, &len);
+        cr__tcp_hdr_enc(&r, CR__TCP_GET_DESC | CR__TCP_RESP, status, h->seq, 0,
+                        status ? 0 : len);
+        struct iovec iov[2] = {{&r, sizeof r}, {json, len}};
+        rc = acks_flush(fd, acks, iov, status ? 1 : 2);
+        free(json);
+        return rc;
+    }
+    case CR__TCP_NOTIFY: {
+        if (h->len > CR__TCP_MAX_NOTIFY)
+            return -EPROTO;
+        char buf[CR__TCP_MAX_NOTIFY];
+        if ((rc = recv_full(fd, buf, h->len)) != 0)
+            return rc;
+        int status = cr__xfer_notify_payload_deliver(e, buf, h->len);
+        cr__tcp_hdr_enc(&r, CR__TCP_NOTIFY | CR__TCP_RESP, status, h->seq, 0, 0);
+        struct iovec iov[1] = {{&r, sizeof r}};
+        return acks_flush(fd, acks, iov, 1);
+    }
+    default:
+        return -EPROTO;
+    }
+}
+
+static void *srv_main(void *arg)
+{
+    srv_conn_t *sc = arg;
+    tcp_state_t *st = sc->st;
+    int fd = sc->fd;
+    ack_buf_t acks;
+    acks.n = 0;
+    acks.bytes = 0;
+    int rc = 0;
+    for (;;) {
+        cr__tcp_hdr_t h;
+        ssize_t n = recv(fd, &h, sizeof h, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            /* idle: answer what we owe, then wait without a time limit */
+            if ((rc = acks_flush(fd, &acks, NULL, 0)) != 0)
+                break;
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, -1) < 0 && errno != EINTR) {
+                rc = -errno;
+                break;
+            }
+            if (atomic_load(&st->stopping)) {
+                rc = -ECANCELED;
+                break;
+            }
+            continue;
+        }
+        if (n == 0) {
+            rc = -ECONNRESET;
+            break;
+        }
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        if ((size_t)n < sizeof h && (rc = recv_full(fd, (char *)&h + n, sizeof h - (size_t)n)))
+            break;
+        if (cr__tcp_hdr_dec(&h)) {
+            CR_LOG_WARN(LOGC, "bad header (magic/version) from a client: closing its connection");
+            rc = -EPROTO;
+            break;
+        }
+        if ((rc = serve_one(sc, &h, &acks)) != 0) {
+            if (rc == -EPROTO)
+                CR_LOG_WARN(LOGC, "bad request (opcode %u, len %llu): closing the connection",
+                            h.opcode, (unsigned long long)h.len);
+            break;
+        }
+    }
+    CR_LOG_DEBUG(LOGC, "server connection closed: %s", cr_strerror(rc));
+    pthread_mutex_lock(&st->srv_mu);
+    if (sc->prev)
+        sc->prev->next = sc->next;
+    else
+        st->srv_list = sc->next;
+    if (sc->next)
+        sc->next->prev = sc->prev;
+    st->n_srv--;
+    close(sc->fd);
+    pthread_cond_broadcast(&st->srv_cv);
+    pthread_mutex_unlock(&st->srv_mu);
+    free(sc->scratch);
+    free(sc);
+    return NULL;
+}
+
+static void accept_one(tcp_state_t *st, int lfd, int nic)
+{
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    cr__tcp_tune_socket(st, fd);
+    /* bounds a stalled client mid-message; idle waits use poll() */
+    cr__net_set_timeouts(fd, (int)st->cfg.timeout_ms);
+    srv_conn_t *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+        close(fd);
+        return;
+    }
+    sc->st = st;
+    sc->fd = fd;
+    sc->nic = nic;
+    pthread_mutex_lock(&st->srv_mu);
+    if (st->n_srv >= TCP_MAX_SRV_CONNS || atomic_load(&st->stopping)) {
+        pthread_mutex_unlock(&st->srv_mu);
+        CR_LOG_WARN(LOGC, "too many connections: refusing one");
+        close(fd);
+        free(sc);
+        return;
+    }
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 256u << 10);
+    pthread_t th;
+    sc->next = st->srv_list;
+    if (st->srv_list)
+        st->srv_list->prev = sc;
+    st->srv_list = sc;
+    st->n_srv++;
+    if (pthread_create(&th, &at, srv_main, sc)) {
+        st->srv_list = sc->next;
+        if (sc->next)
+            sc->next->prev = NULL;
+        st->n_srv--;
+        close(fd);
+        free(sc);
+    }
+    pthread_mutex_unlock(&st->srv_mu);
+    pthread_attr_destroy(&at);
+}
+
+static void *acceptor_main(void *arg)
+{
+    tcp_state_t *st = arg;
+    struct pollfd p[CR_XFER_MAX_NICS + 1];
+    int map[CR_XFER_MAX_NICS + 1];
+    while (!atomic_load(&st->stopping)) {
+        int n = 0;
+        p[n].fd = st->wake[0];
+        p[n].events = POLLIN;
+        map[n++] = -1;
+        pthread_mutex_lock(&st->srv_mu);
+        for (int i = 0; i < st->n_listen; i++)
+            if (st->listen_fd[i] >= 0) {
+                p[n].fd = st->listen_fd[i];
+                p[n].events = POLLIN;
+                map[n++] = i;
+            }
+        pthread_mutex_unlock(&st->srv_mu);
+        if (poll(p, (nfds_t)n, -1) < 0)
+            continue;
+        if (p[0].revents) {
+            char b[64];
+            if (read(st->wake[0], b, sizeof b) < 0) {
+                /* nothing: the wake pipe only interrupts poll */
+            }
+            continue; /* listener set may have changed */
+        }
+        for (int i = 1; i < n; i++)
+            if (p[i].revents & POLLIN)
+                accept_one(st, p[i].fd, map[i]);
+    }
+    return NULL;
+}
+
+static void wake_acceptor(tcp_state_t *st)
+{
+    char c = 1;
+    if (write(st->wake[1], &c, 1) < 0) {
+        /* pipe full: the acceptor is already due to wake up */
+    }
+}
+
+int cr__tcp_server_start(tcp_state_t *st, cr__seg_desc_t *local)
+{
+    if (pipe2(st->wake, O_CLOEXEC | O_NONBLOCK))
+        return -errno;
+    uint16_t port = st->cfg.port;
+    int rc = 0;
+    for (int attempt = 0; attempt < 16; attempt++) {
+        rc = 0;
+        uint16_t want = port;
+        for (uint32_t i = 0; i < st->cfg.n_nics; i++) {
+            uint16_t bound = 0;
+            int fd = cr__net_listen(st->cfg.nics[i], want, 512, &bound);
+            if (fd < 0) {
+                rc = fd;
+                break;
+            }
+            st->listen_fd[st->n_listen++] = fd;
+            want = bound; /* same port on every NIC */
+        }
+        if (rc == 0) {
+            st->port = want;
+            break;
+        }
+        while (st->n_listen > 0)
+            close(st->listen_fd[--st->n_listen]);
+        if (port != 0 || rc != -EADDRINUSE)
+            break; /* a fixed port is taken, or a real error: give up */
+    }
+    if (rc) {
+        close(st->wake[0]);
+        close(st->wake[1]);
+        return rc;
+    }
+    for (uint32_t i = 0; i < st->cfg.n_nics; i++)
+        local->nics[i].port = st->port;
+    if (pthread_create(&st->acceptor, NULL, acceptor_main, st)) {
+        while (st->n_listen > 0)
+            close(st->listen_fd[--st->n_listen]);
+        close(st->wake[0]);
+        close(st->wake[1]);
+        return -ENOMEM;
+    }
+    st->acceptor_started = 1;
+    return 0;
+}
+
+void cr__tcp_server_stop(tcp_state_t *st)
+{
+    if (st->acceptor_started) {
+        wake_acceptor(st);
+        pthread_join(st->acceptor, NULL);
+        st->acceptor_started = 0;
+        close(st->wake[0]);
+        close(st->wake[1]);
+    }
+    for (int i = 0; i < st->n_listen; i++)
+        if (st->listen_fd[i] >= 0)
+            close(st->listen_fd[i]);
+    st->n_listen = 0;
+    pthread_mutex_lock(&st->srv_mu);
+    for (srv_conn_t *sc = st->srv_list; sc; sc = sc->next)
+        shutdown(sc->fd, SHUT_RDWR);
+    while (st->n_srv > 0)
+        pthread_cond_wait(&st->srv_cv, &st->srv_mu);
+    pthread_mutex_unlock(&st->srv_mu);
+}
+
+int cr__xfer_tcp_debug_nic(void *state, int nic, int down)
+{
+    tcp_state_t *st = state;
+    if (nic < 0 || nic >= st->n_listen)
+        return -EINVAL;
+    pthread_mutex_lock(&st->srv_mu);
+    int rc = 0;
+    if (down) {
+        if (st->listen_fd[nic] >= 0)
+            close(st->listen_fd[nic]);
+        st->listen_fd[nic] = -1;
+        for (srv_conn_t *sc = st->srv_list; sc; sc = sc->next)
+            if (sc->nic == nic)
+                shutdown(sc->fd, SHUT_RDWR);
+    } else if (st->listen_fd[nic] < 0) {
+        int fd = cr__net_listen(st->cfg.nics[nic], st->port, 512, NULL);
+        if (fd < 0)
+            rc = fd;
+        else
+            st->listen_fd[nic] = fd;
+    }
+    pthread_mutex_unlock(&st->srv_mu);
+    wake_acceptor(st);
+    return rc;
+}

@@ -1,0 +1,537 @@
+/* Transfer engine core over tcp, two engines in one process (p2p metadata):
+ * parameters, registration, segments, data correctness from 1 byte to
+ * 256 MiB (unaligned), batches of 1024, per-request errors, stale
+ * descriptors, notifications, -EBUSY, timeouts, cancel on destroy. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "fake_peer.h"
+#include "transfer/xfer_internal.h"
+#include "xfer_test_util.h"
+
+typedef struct fix {
+    cr_xfer_engine_t *a, *b; /* a initiates, b is the target */
+    cr_xfer_segment_t seg;   /* b opened by a */
+    size_t len;
+    char *abuf, *bbuf;
+} fix_t;
+
+static int setup(void **state)
+{
+    fix_t *f = calloc(1, sizeof *f);
+    f->len = 64u << 20;
+    if (xt_engine(&f->a, NULL, "tcp", 10000) || xt_engine(&f->b, NULL, "tcp", 10000))
+        return -1;
+    f->abuf = xt_alloc(f->len);
+    f->bbuf = xt_alloc(f->len);
+    if (!f->abuf || !f->bbuf)
+        return -1;
+    if (cr_xfer_mem_register(f->a, f->abuf, f->len, "cpu:0") ||
+        cr_xfer_mem_register(f->b, f->bbuf, f->len, "cpu:0"))
+        return -1;
+    if (cr_xfer_segment_open(f->a, cr_xfer_engine_name(f->b), &f->seg))
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fix_t *f = *state;
+    cr_xfer_engine_destroy(f->a);
+    cr_xfer_engine_destroy(f->b);
+    xt_free(f->abuf, f->len);
+    xt_free(f->bbuf, f->len);
+    free(f);
+    return 0;
+}
+
+static cr_xfer_request_t req(cr_xfer_opcode_t op, void *local, cr_xfer_segment_t seg,
+                             const void *remote, uint64_t len)
+{
+    cr_xfer_request_t r = {.opcode = op,
+                           .local_addr = local,
+                           .target = seg,
+                           .target_addr = (uint64_t)(uintptr_t)remote,
+                           .length = len};
+    return r;
+}
+
+/* ---- parameters --------------------------------------------------------- */
+
+static void test_params(void **state)
+{
+    (void)state;
+    cr_xfer_engine_t *e = NULL;
+    cr_xfer_params_t p;
+    memset(&p, 0, sizeof p);
+    const struct {
+        uint64_t mask;
+        const char *what;
+    } bad[] = {
+        {CR_XFER_PARAM_SLICE_SIZE, "slice 100"},       {CR_XFER_PARAM_TRANSPORTS, "transports"},
+        {CR_XFER_PARAM_NICS, "nics"},                   {CR_XFER_PARAM_CONNS_PER_PATH, "conns 0"},
+        {CR_XFER_PARAM_TIMEOUT_MS, "timeout 0"},        {CR_XFER_PARAM_IO_THREADS, "io 0"},
+        {CR_XFER_PARAM_LOCAL_NAME, "p2p name no port"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&p, 0, sizeof p);
+        p.field_mask = bad[i].mask;
+        p.slice_size = 100;
+        p.transports = "udp";
+        p.nics = "not-an-ip";
+        p.local_name = "just-a-name";
+        int rc = cr_xfer_engine_create(&p, &e);
+        if (rc != -EINVAL)
+            fprintf(stderr, "%s: expected -EINVAL got %d\n", bad[i].what, rc);
+        assert_int_equal(rc, -EINVAL);
+    }
+    assert_int_equal(cr_xfer_engine_create(NULL, NULL), -EINVAL);
+
+    /* defaults: p2p, name "127.0.0.1:<port>" */
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_XFER_PARAM_TRANSPORTS;
+    p.transports = "tcp";
+    assert_int_equal(cr_xfer_engine_create(&p, &e), 0);
+    uint16_t port = cr_xfer_engine_port(e);
+    assert_true(port > 0);
+    char want[64];
+    snprintf(want, sizeof want, "127.0.0.1:%u", port);
+    assert_string_equal(cr_xfer_engine_name(e), want);
+
+    /* the same port again: -EADDRINUSE */
+    cr_xfer_engine_t *e2 = NULL;
+    p.field_mask |= CR_XFER_PARAM_PORT;
+    p.port = port;
+    assert_int_equal(cr_xfer_engine_create(&p, &e2), -EADDRINUSE);
+    cr_xfer_engine_destroy(e);
+    cr_xfer_engine_destroy(NULL);
+}
+
+/* ---- registration --------------------------------------------------------- */
+
+static void test_register(void **state)
+{
+    fix_t *f = *state;
+    char *x = f->abuf; /* already registered as a whole */
+    assert_int_equal(cr_xfer_mem_register(f->a, x + 100, 10, NULL), -EEXIST);
+    assert_int_equal(cr_xfer_mem_register(f->a, NULL, 10, NULL), -EINVAL);
+    static char other[8192];
+    assert_int_equal(cr_xfer_mem_register(f->a, other, 0, NULL), -EINVAL);
+    assert_int_equal(cr_xfer_mem_register(f->a, other, 4096, "gpu:3"), 0);
+    assert_int_equal(cr_xfer_mem_register(f->a, other + 4095, 2, NULL), -EEXIST);
+    assert_int_equal(cr_xfer_mem_register(f->a, other + 4096, 4096, NULL), 0);
+    assert_int_equal(cr_xfer_mem_unregister(f->a, other + 1), -ENOENT);
+    assert_int_equal(cr_xfer_mem_unregister(f->a, other), 0);
+    assert_int_equal(cr_xfer_mem_unregister(f->a, other), -ENOENT);
+    assert_int_equal(cr_xfer_mem_unregister(f->a, other + 4096), 0);
+}
+
+/* ---- segments ------------------------------------------------------------- */
+
+static void test_segments(void **state)
+{
+    fix_t *f = *state;
+    cr_xfer_segment_t s2;
+    assert_int_equal(cr_xfer_segment_open(f->a, cr_xfer_engine_name(f->b), &s2), 0);
+    assert_int_equal(s2, f->seg); /* same name, same handle */
+    assert_string_equal(cr_xfer_segment_transport(f->a, s2), "tcp");
+    cr_xfer_buffer_info_t bi[4];
+    size_t n = 0;
+    assert_int_equal(cr_xfer_segment_buffers(f->a, s2, bi, 4, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(bi[0].addr, (uint64_t)(uintptr_t)f->bbuf);
+    assert_int_equal(bi[0].len, f->len);
+    assert_string_equal(bi[0].location, "cpu:0");
+    assert_int_equal(cr_xfer_segment_close(f->a, s2), 0); /* drops the extra reference */
+    assert_null(cr_xfer_segment_transport(f->a, 12345));
+    assert_int_equal(cr_xfer_segment_close(f->a, 12345), -ENOENT);
+
+    cr_xfer_segment_t bad;
+    assert_int_equal(cr_xfer_segment_open(f->a, "not-host-port", &bad), -ENOENT);
+    /* nobody listens on port 1 */
+    int rc = cr_xfer_segment_open(f->a, "127.0.0.1:1", &bad);
+    assert_true(rc == -EHOSTUNREACH || rc == -ECONNREFUSED);
+
+    /* the own segment can be opened too */
+    cr_xfer_segment_t self;
+    assert_int_equal(cr_xfer_segment_open(f->a, cr_xfer_engine_name(f->a), &self), 0);
+    assert_int_equal(cr_xfer_segment_close(f->a, self), 0);
+    assert_int_equal(cr_xfer_segment_close(f->a, self), -ENOENT);
+}
+
+/* ---- data ----------------------------------------------------------------- */
+
+static void roundtrip(fix_t *f, char *abuf, char *bbuf, size_t len, size_t aoff, size_t boff,
+                      uint32_t seed)
+{
+    /* WRITE a -> b */
+    xt_fill(abuf + aoff, len, 0, seed);
+    cr_xfer_request_t r = req(CR_XFER_WRITE, abuf + aoff, f->seg, bbuf + boff, len);
+    int res = 1;
+    int rc = cr_xfer_transfer_sync(f->a, &r, 1, &res);
+    if (rc)
+        fprintf(stderr, "WRITE len %zu: %s\n", len, cr_strerror(rc));
+    assert_int_equal(rc, 0);
+    assert_int_equal(res, 0);
+    assert_int_equal(xt_check(bbuf + boff, len, 0, seed, "after WRITE"), -1);
+    /* READ b -> a (different pattern so stale data would show) */
+    xt_fill(bbuf + boff, len, 7, seed + 1);
+    memset(abuf + aoff, 0, len);
+    r = req(CR_XFER_READ, abuf + aoff, f->seg, bbuf + boff, len);
+    rc = cr_xfer_transfer_sync(f->a, &r, 1, NULL);
+    if (rc)
+        fprintf(stderr, "READ len %zu: %s\n", len, cr_strerror(rc));
+    assert_int_equal(rc, 0);
+    assert_int_equal(xt_check(abuf + aoff, len, 7, seed + 1, "after READ"), -1);
+}
+
+static void test_sizes(void **state)
+{
+    fix_t *f = *state;
+    const size_t sizes[] = {1, 2, 3, 7, 255, 4095, 4096, 4097, 65535, 65536 + 3,
+                            (256u << 10) + 1, (1u << 20) - 1, (4u << 20) + 17, 16u << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        roundtrip(f, f->abuf, f->bbuf, sizes[i], 1 + (i * 13) % 61, 3 + (i * 7) % 53,
+                  (uint32_t)i + 1);
+}
+
+static void test_256mib(void **state)
+{
+    fix_t *f = *state;
+    size_t len = xt_sanitized() ? (32u << 20) : (256u << 20);
+    size_t cap = len + 8192;
+    char *a = xt_alloc(cap), *b = xt_alloc(cap);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(cr_xfer_mem_register(f->a, a, cap, NULL), 0);
+    assert_int_equal(cr_xfer_mem_register(f->b, b, cap, NULL), 0);
+    roundtrip(f, a, b, len, 5, 4099, 99);
+    assert_int_equal(cr_xfer_mem_unregister(f->a, a), 0);
+    assert_int_equal(cr_xfer_mem_unregister(f->b, b), 0);
+    xt_free(a, cap);
+    xt_free(b, cap);
+}
+
+static void test_batch_1024(void **state)
+{
+    fix_t *f = *state;
+    enum { N = 1024 };
+    static cr_xfer_request_t r[N];
+    static size_t off[N], lens[N];
+    size_t pos = 0;
+    for (int i = 0; i < N; i++) {
+        lens[i] = 1 + (size_t)((i * 7919u) % 40000u);
+        off[i] = pos + (size_t)(i % 5);
+        pos = off[i] + lens[i];
+    }
+    assert_true(pos < f->len);
+    /* even requests WRITE, odd ones READ; prepare both sides */
+    for (int i = 0; i < N; i++) {
+        if (i % 2 == 0) {
+            xt_fill(f->abuf + off[i], lens[i], off[i], 1000 + (uint32_t)i);
+            memset(f->bbuf + off[i], 0, lens[i]);
+        } else {
+            xt_fill(f->bbuf + off[i], lens[i], off[i], 2000 + (uint32_t)i);
+            memset(f->abuf + off[i], 0, lens[i]);
+        }
+        r[i] = req(i % 2 ? CR_XFER_READ : CR_XFER_WRITE, f->abuf + off[i], f->seg,
+                   f->bbuf + off[i], lens[i]);
+    }
+    cr_xfer_batch_t *b;
+    assert_int_equal(cr_xfer_batch_alloc(f->a, N, &b), 0);
+    /* submit in two parts: indices continue */
+    assert_int_equal(cr_xfer_batch_submit(b, r, 600), 0);
+    assert_int_equal(cr_xfer_batch_submit(b, r + 600, N - 600), 0);
+    assert_int_equal(cr_xfer_batch_submit(b, r, 1), -EINVAL); /* over capacity */
+    assert_int_equal(cr_xfer_batch_wait(b, 60000), 0);
+    cr_xfer_status_t st;
+    assert_int_equal(cr_xfer_batch_status_all(b, &st), 0);
+    assert_int_equal(st.state, CR_XFER_STATE_COMPLETED);
+    uint64_t total = 0;
+    for (int i = 0; i < N; i++) {
+        total += lens[i];
+        assert_int_equal(cr_xfer_batch_status(b, (size_t)i, &st), 0);
+        assert_int_equal(st.state, CR_XFER_STATE_COMPLETED);
+        assert_int_equal(st.bytes_transferred, lens[i]);
+        if (i % 2 == 0)
+            assert_int_equal(xt_check(f->bbuf + off[i], lens[i], off[i], 1000 + (uint32_t)i, "batch W"), -1);
+        else
+            assert_int_equal(xt_check(f->abuf + off[i], lens[i], off[i], 2000 + (uint32_t)i, "batch R"), -1);
+    }
+    assert_int_equal(cr_xfer_batch_status_all(b, &st), 0);
+    assert_int_equal(st.bytes_transferred, total);
+    assert_int_equal(cr_xfer_batch_status(b, N, &st), -EINVAL);
+    assert_int_equal(cr_xfer_batch_free(b), 0);
+}
+
+/* ---- bad requests ------------------------------------------------------------ */
+
+static void test_bad_requests(void **state)
+{
+    fix_t *f = *state;
+    static char unreg[4096];
+    char *bend = f->bbuf + f->len;
+    xt_fill(f->abuf, 4096, 0, 5);
+    cr_xfer_request_t r[] = {
+        req(CR_XFER_WRITE, f->abuf, f->seg, f->bbuf, 4096),             /* ok */
+        req(CR_XFER_WRITE, f->abuf, f->seg, bend - 10, 4096),          /* crosses the end */
+        req(CR_XFER_READ, f->abuf, f->seg, (void *)(uintptr_t)16, 8),  /* not registered */
+        req(CR_XFER_WRITE, unreg, f->seg, f->bbuf, 100),               /* local unregistered */
+        req(CR_XFER_WRITE, f->abuf, 777, f->bbuf, 100),                /* unknown segment */
+        req(CR_XFER_WRITE, f->abuf, f->seg, f->bbuf, 0),               /* zero length */
+        req(CR_XFER_WRITE, f->abuf, f->seg, f->bbuf, 1ull << 41),      /* oversized */
+        req(CR_XFER_READ, f->abuf + 8192, f->seg, f->bbuf, 4096),      /* ok */
+    };
+    const int want[] = {0, -EFAULT, -EFAULT, -EFAULT, -ENOENT, -EINVAL, -EINVAL, 0};
+    enum { N = sizeof r / sizeof r[0] };
+    r[4].opcode = CR_XFER_WRITE;
+    cr_xfer_request_t bad_op = r[0];
+    bad_op.opcode = (cr_xfer_opcode_t)9;
+    int res[N];
+    int rc = cr_xfer_transfer_sync(f->a, r, N, res);
+    assert_int_equal(rc, -EFAULT); /* the first failure */
+    for (int i = 0; i < N; i++) {
+        if (res[i] != want[i])
+            fprintf(stderr, "request %d: expected %d got %d\n", i, want[i], res[i]);
+        assert_int_equal(res[i], want[i]);
+    }
+    assert_int_equal(xt_check(f->bbuf, 4096, 0, 5, "ok write among bad"), -1);
+    assert_int_equal(cr_xfer_transfer_sync(f->a, &bad_op, 1, res), -EINVAL);
+
+    cr_xfer_batch_t *b;
+    assert_int_equal(cr_xfer_batch_alloc(f->a, 0, &b), -EINVAL);
+    assert_int_equal(cr_xfer_batch_alloc(f->a, CR_XFER_BATCH_MAX + 1, &b), -EINVAL);
+    assert_int_equal(cr_xfer_batch_alloc(f->a, 2, &b), 0);
+    assert_int_equal(cr_xfer_batch_submit(b, r + 1, 1), 0);
+    assert_int_equal(cr_xfer_batch_wait(b, 5000), -EFAULT);
+    cr_xfer_status_t st;
+    assert_int_equal(cr_xfer_batch_status_all(b, &st), 0);
+    assert_int_equal(st.state, CR_XFER_STATE_FAILED);
+    assert_int_equal(st.error, -EFAULT);
+    assert_int_equal(cr_xfer_batch_free(b), 0);
+}
+
+/* The target unregisters a buffer the initiator still has in its cached
+ * descriptor: the serving side must refuse, and not touch the memory. A
+ * buffer registered after the open is found by a refetch. */
+static void test_stale_descriptor(void **state)
+{
+    fix_t *f = *state;
+    size_t len = 1u << 20;
+    char *nb = xt_alloc(len);
+    assert_int_equal(cr_xfer_mem_register(f->b, nb, len, "cpu:0"), 0);
+    xt_fill(f->abuf, len, 0, 77);
+    cr_xfer_request_t r = req(CR_XFER_WRITE, f->abuf, f->seg, nb, len);
+    assert_int_equal(cr_xfer_transfer_sync(f->a, &r, 1, NULL), 0); /* refetch found it */
+    assert_int_equal(xt_check(nb, len, 0, 77, "new buffer"), -1);
+
+    assert_int_equal(cr_xfer_mem_unregister(f->b, nb), 0);
+    memset(nb, 0x5a, len);
+    xt_fill(f->abuf, len, 0, 78);
+    int res = 0;
+    /* the cached descriptor still lists nb: the target refuses, or the
+     * refetch drops it; either way -EFAULT and nb untouched */
+    assert_int_equal(cr_xfer_transfer_sync(f->a, &r, 1, &res), -EFAULT);
+    r.opcode = CR_XFER_READ;
+    assert_int_equal(cr_xfer_transfer_sync(f->a, &r, 1, &res), -EFAULT);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)nb[i] != 0x5a) {
+            fprintf(stderr, "unregistered memory changed at %zu\n", i);
+            fail();
+        }
+    xt_free(nb, len);
+}
+
+/* ---- notifications --------------------------------------------------------- */
+
+static size_t poll_until(cr_xfer_engine_t *e, cr_xfer_notify_t *out, size_t cap, size_t want,
+                         int timeout_ms)
+{
+    size_t got = 0;
+    uint64_t end = xt_now_ms() + (uint64_t)timeout_ms;
+    while (got < want && xt_now_ms() < end) {
+        size_t n = 0;
+        assert_int_equal(cr_xfer_notify_poll(e, out + got, cap - got, &n), 0);
+        got += n;
+        if (got < want)
+            usleep(2000);
+    }
+    return got;
+}
+
+static void test_notify(void **state)
+{
+    fix_t *f = *state;
+    static cr_xfer_notify_t out[400];
+    assert_int_equal(cr_xfer_notify_send(f->a, f->seg, "hello", 5), 0);
+    assert_int_equal(poll_until(f->b, out, 400, 1, 5000), 1);
+    assert_string_equal(out[0].from, cr_xfer_engine_name(f->a));
+    assert_int_equal(out[0].len, 5);
+    assert_memory_equal(out[0].msg, "hello", 5);
+    char big[CR_XFER_NOTIFY_MAX + 1];
+    memset(big, 'x', sizeof big);
+    assert_int_equal(cr_xfer_notify_send(f->a, f->seg, big, sizeof big), -EINVAL);
+    assert_int_equal(cr_xfer_notify_send(f->a, f->seg, big, CR_XFER_NOTIFY_MAX), 0);
+    assert_int_equal(cr_xfer_notify_send(f->a, f->seg, NULL, 0), 0);
+    assert_int_equal(poll_until(f->b, out, 400, 2, 5000), 2);
+    assert_int_equal(out[0].len, CR_XFER_NOTIFY_MAX);
+    assert_int_equal(out[1].len, 0);
+    assert_int_equal(cr_xfer_notify_send(f->a, 4321, "x", 1), -ENOENT);
+
+    /* bounded queue: 300 sent, the newest 256 kept, oldest first */
+    for (int i = 0; i < 300; i++) {
+        char m[16];
+        int l = snprintf(m, sizeof m, "m%d", i);
+        assert_int_equal(cr_xfer_notify_send(f->a, f->seg, m, (size_t)l), 0);
+    }
+    size_t n = 0;
+    assert_int_equal(cr_xfer_notify_poll(f->b, out, 400, &n), 0);
+    assert_int_equal(n, CR__XFER_NOTIFY_QUEUE);
+    char m0[16];
+    snprintf(m0, sizeof m0, "m%d", 300 - CR__XFER_NOTIFY_QUEUE);
+    assert_int_equal(out[0].len, strlen(m0));
+    assert_memory_equal(out[0].msg, m0, strlen(m0));
+    assert_int_equal(cr_xfer_notify_poll(f->b, out, 400, &n), 0);
+    assert_int_equal(n, 0);
+}
+
+static void test_batch_notify(void **state)
+{
+    fix_t *f = *state;
+    static cr_xfer_notify_t out[4];
+    size_t len = 8u << 20;
+    xt_fill(f->abuf, len, 0, 31);
+    memset(f->bbuf, 0, len);
+    cr_xfer_request_t r[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = req(CR_XFER_WRITE, f->abuf + (size_t)i * (len / 8), f->seg,
+                   f->bbuf + (size_t)i * (len / 8), len / 8);
+    cr_xfer_batch_t *b;
+    assert_int_equal(cr_xfer_batch_alloc(f->a, 8, &b), 0);
+    assert_int_equal(cr_xfer_batch_submit(b, r, 8), 0);
+    assert_int_equal(cr_xfer_batch_notify(b, f->seg, "landed", 6), 0);
+    /* the receiver sees the notification only after all 8 MiB landed */
+    assert_int_equal(poll_until(f->b, out, 4, 1, 10000), 1);
+    assert_int_equal(out[0].len, 6);
+    assert_memory_equal(out[0].msg, "landed", 6);
+    assert_int_equal(xt_check(f->bbuf, len, 0, 31, "data before notification"), -1);
+    assert_int_equal(cr_xfer_batch_wait(b, 5000), 0);
+    assert_int_equal(cr_xfer_batch_notify(b, 999, "x", 1), -EINVAL);
+    assert_int_equal(cr_xfer_batch_free(b), 0);
+
+    /* a failed write to the target drops the notification */
+    assert_int_equal(cr_xfer_batch_alloc(f->a, 2, &b), 0);
+    r[1] = req(CR_XFER_WRITE, f->abuf, f->seg, f->bbuf + f->len - 1, 2);
+    assert_int_equal(cr_xfer_batch_submit(b, r, 2), 0);
+    assert_int_equal(cr_xfer_batch_notify(b, f->seg, "never", 5), 0);
+    assert_int_equal(cr_xfer_batch_wait(b, 5000), -EFAULT);
+    assert_int_equal(cr_xfer_batch_free(b), 0);
+    assert_int_equal(poll_until(f->b, out, 4, 1, 500), 0);
+}
+
+/* ---- a peer that never answers ------------------------------------------------ */
+
+static void test_busy_and_timeout(void **state)
+{
+    (void)state;
+    fake_peer_t fp;
+    assert_int_equal(fake_peer_start(&fp), 0);
+    cr_xfer_engine_t *e;
+    assert_int_equal(xt_engine(&e, NULL, "tcp", 1500), 0);
+    size_t len = 4u << 20;
+    char *buf = xt_alloc(len);
+    assert_int_equal(cr_xfer_mem_register(e, buf, len, NULL), 0);
+    cr_xfer_segment_t s;
+    assert_int_equal(cr_xfer_segment_open(e, fp.name, &s), 0);
+    cr_xfer_request_t r[2] = {req(CR_XFER_READ, buf, s, (void *)(uintptr_t)FAKE_BUF_ADDR, len),
+                              req(CR_XFER_WRITE, buf, s, (void *)(uintptr_t)FAKE_BUF_ADDR, len)};
+    cr_xfer_batch_t *b;
+    assert_int_equal(cr_xfer_batch_alloc(e, 2, &b), 0);
+    uint64_t t0 = xt_now_ms();
+    assert_int_equal(cr_xfer_batch_submit(b, r, 2), 0);
+    assert_int_equal(cr_xfer_batch_free(b), -EBUSY);
+    assert_int_equal(cr_xfer_batch_wait(b, 50), -ETIMEDOUT);
+    cr_xfer_status_t st;
+    assert_int_equal(cr_xfer_batch_status_all(b, &st), 0);
+    assert_int_equal(st.state, CR_XFER_STATE_WAITING);
+    assert_int_equal(cr_xfer_batch_wait(b, -1), -ETIMEDOUT); /* the requests' own error */
+    uint64_t took = xt_now_ms() - t0;
+    fprintf(stderr, "requests to a hung peer failed after %llu ms (timeout 1500)\n",
+            (unsigned long long)took);
+    assert_int_equal(cr_xfer_batch_status(b, 1, &st), 0);
+    assert_int_equal(st.state, CR_XFER_STATE_FAILED);
+    assert_int_equal(st.error, -ETIMEDOUT);
+    assert_int_equal(cr_xfer_batch_free(b), 0);
+    cr_xfer_engine_destroy(e);
+    fake_peer_stop(&fp);
+    xt_free(buf, len);
+}
+
+typedef struct waiter {
+    cr_xfer_batch_t *b;
+    int rc;
+} waiter_t;
+
+static void *wait_thread(void *arg)
+{
+    waiter_t *w = arg;
+    w->rc = cr_xfer_batch_wait(w->b, 20000);
+    return NULL;
+}
+
+static void test_destroy_cancels(void **state)
+{
+    (void)state;
+    fake_peer_t fp;
+    assert_int_equal(fake_peer_start(&fp), 0);
+    cr_xfer_engine_t *e;
+    assert_int_equal(xt_engine(&e, NULL, "tcp", 20000), 0);
+    size_t len = 1u << 20;
+    char *buf = xt_alloc(len);
+    assert_int_equal(cr_xfer_mem_register(e, buf, len, NULL), 0);
+    cr_xfer_segment_t s;
+    assert_int_equal(cr_xfer_segment_open(e, fp.name, &s), 0);
+    cr_xfer_request_t r = req(CR_XFER_READ, buf, s, (void *)(uintptr_t)FAKE_BUF_ADDR, len);
+    waiter_t w = {0};
+    assert_int_equal(cr_xfer_batch_alloc(e, 1, &w.b), 0);
+    assert_int_equal(cr_xfer_batch_submit(w.b, &r, 1), 0);
+    pthread_t th;
+    pthread_create(&th, NULL, wait_thread, &w);
+    usleep(200000);
+    uint64_t t0 = xt_now_ms();
+    cr_xfer_engine_destroy(e); /* frees the batch too */
+    pthread_join(th, NULL);
+    fprintf(stderr, "destroy with a request in flight took %llu ms\n",
+            (unsigned long long)(xt_now_ms() - t0));
+    assert_int_equal(w.rc, -ECANCELED);
+    fake_peer_stop(&fp);
+    xt_free(buf, len);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_params),
+        cmocka_unit_test_setup_teardown(test_register, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_segments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_256mib, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_1024, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_descriptor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_notify, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_notify, setup, teardown),
+        cmocka_unit_test(test_busy_and_timeout),
+        cmocka_unit_test(test_destroy_cancels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
