@@ -1,0 +1,315 @@
+/* Store RPC server + client over loopback: calls, per-connection bad input
+ * (garbage, truncated frames, undecodable payloads, bad headers), the
+ * connection bound, frame timeouts, client reconnect after a server
+ * restart, and calls from several threads. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/net.h"
+#include "store/rpc/client.h"
+#include "store/rpc/server.h"
+
+static int g_handled;
+
+static void handler(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *rep)
+{
+    (void)user;
+    __atomic_add_fetch(&g_handled, 1, __ATOMIC_RELAXED);
+    switch (req->type) {
+    case CR__RPC_PING:
+        rep->master_id = req->client_id.hi + 1;
+        rep->count = req->client_id.lo;
+        break;
+    case CR__RPC_EXIST:
+    case CR__RPC_BATCH_EXIST:
+        rep->n_items = req->n_items;
+        rep->items = cr__rpc_msg_alloc(rep, req->n_items * sizeof *rep->items);
+        for (uint32_t i = 0; i < req->n_items; i++)
+            rep->items[i].status =
+                !strcmp(req->items[i].key, "yes") ? 0 : CR_E_OBJECT_NOT_FOUND;
+        if (req->type == CR__RPC_EXIST)
+            rep->status = rep->items[0].status;
+        break;
+    case CR__RPC_REMOVE_ALL:
+        /* a reply that cannot encode: replica count over the bound */
+        rep->n_items = 0;
+        rep->count = 5;
+        break;
+    default:
+        rep->status = CR_E_INVALID_PARAMS;
+    }
+}
+
+static cr__rpc_server_t *start(uint16_t port, int max_conns, int frame_timeout_ms)
+{
+    cr__rpc_server_params_t p = {.host = "127.0.0.1", .port = port, .n_threads = 2,
+                                 .max_conns = max_conns, .frame_timeout_ms = frame_timeout_ms,
+                                 .fn = handler};
+    cr__rpc_server_t *s = NULL;
+    int rc = cr__rpc_server_start(&p, &s);
+    if (rc)
+        fail_msg("server start: %d", rc);
+    return s;
+}
+
+static cr__rpc_client_t *client_for(cr__rpc_server_t *s)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", cr__rpc_server_port(s));
+    cr__rpc_client_t *c;
+    assert_int_equal(cr__rpc_client_create(addr, 2000, 5000, &c), 0);
+    return c;
+}
+
+static int exist(cr__rpc_client_t *c, const char *key)
+{
+    cr__rpc_item_t it = {.key = key, .key_len = (uint32_t)strlen(key)};
+    cr__rpc_msg_t m = {.type = CR__RPC_EXIST, .n_items = 1, .items = &it}, r;
+    int rc = cr__rpc_client_call(c, &m, &r);
+    if (rc)
+        return rc;
+    rc = r.n_items == 1 ? r.items[0].status : -1000000;
+    cr__rpc_msg_free(&r);
+    return rc;
+}
+
+static int raw_connect(cr__rpc_server_t *s)
+{
+    int fd = cr__net_connect("127.0.0.1", cr__rpc_server_port(s), NULL, 2000);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+/* reads one reply header; returns its status or -ECONNRESET when closed */
+static int read_reply(int fd, cr__rpc_hdr_t *h)
+{
+    uint8_t b[32];
+    int rc = cr__net_read_full(fd, b, 32, 5000);
+    if (rc)
+        return rc;
+    assert_int_equal(cr__rpc_decode_hdr(b, h), 0);
+    if (h->payload_len) {
+        uint8_t *p = malloc(h->payload_len);
+        assert_int_equal(cr__net_read_full(fd, p, h->payload_len, 5000), 0);
+        free(p);
+    }
+    return h->status;
+}
+
+static void test_calls(void **s)
+{
+    (void)s;
+    cr__rpc_server_t *srv = start(0, 0, 0);
+    cr__rpc_client_t *c = client_for(srv);
+    assert_int_equal(exist(c, "yes"), 0);
+    assert_int_equal(exist(c, "no"), CR_E_OBJECT_NOT_FOUND);
+    cr__rpc_msg_t m = {.type = CR__RPC_PING, .client_id = {41, 7}}, r;
+    assert_int_equal(cr__rpc_client_call(c, &m, &r), 0);
+    assert_int_equal(r.master_id, 42);
+    assert_int_equal(r.count, 7);
+    cr__rpc_msg_free(&r);
+    /* batch of 3 */
+    cr__rpc_item_t its[3] = {{.key = "yes", .key_len = 3}, {.key = "x", .key_len = 1},
+                             {.key = "yes", .key_len = 3}};
+    m = (cr__rpc_msg_t){.type = CR__RPC_BATCH_EXIST, .n_items = 3, .items = its};
+    assert_int_equal(cr__rpc_client_call(c, &m, &r), 0);
+    assert_int_equal(r.n_items, 3);
+    assert_int_equal(r.items[0].status, 0);
+    assert_int_equal(r.items[1].status, CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(r.items[2].status, 0);
+    cr__rpc_msg_free(&r);
+    /* an unencodable request fails locally */
+    m = (cr__rpc_msg_t){.type = CR__RPC_EXIST, .n_items = 2, .items = its};
+    assert_int_equal(cr__rpc_client_call(c, &m, &r), -EINVAL);
+    /* the handler's error status is returned in the reply */
+    m = (cr__rpc_msg_t){.type = CR__RPC_MOUNT_SEGMENT, .segment = "s", .size = 1};
+    assert_int_equal(cr__rpc_client_call(c, &m, &r), 0);
+    assert_int_equal(r.status, CR_E_INVALID_PARAMS);
+    cr__rpc_msg_free(&r);
+    cr__rpc_client_destroy(c);
+    cr__rpc_server_stop(srv);
+}
+
+static void test_bad_input_keeps_serving(void **s)
+{
+    (void)s;
+    cr__rpc_server_t *srv = start(0, 0, 0);
+    cr__rpc_client_t *good = client_for(srv);
+    assert_int_equal(exist(good, "yes"), 0);
+    cr__rpc_hdr_t h;
+
+    /* 1. garbage: bad magic closes that connection only */
+    int fd = raw_connect(srv);
+    const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n....";
+    assert_int_equal(cr__net_write_full(fd, junk, 32, 2000), 0);
+    assert_int_equal(read_reply(fd, &h), -ECONNRESET);
+    close(fd);
+    assert_int_equal(exist(good, "yes"), 0);
+
+    /* 2. a valid header with an undecodable payload gets an error reply and
+     *    the connection stays usable */
+    fd = raw_connect(srv);
+    uint8_t f[64] = {0};
+    memcpy(f, "CRSM", 4);
+    f[4] = 1;
+    f[6] = CR__RPC_EXIST;
+    f[8] = 9;   /* req id */
+    f[16] = 8;  /* payload len */
+    f[32] = 1;  /* count 1 */
+    f[36] = 50; /* key len 50 > bytes left */
+    assert_int_equal(cr__net_write_full(fd, f, 40, 2000), 0);
+    assert_int_equal(read_reply(fd, &h), CR_E_INVALID_PARAMS);
+    assert_int_equal(h.req_id, 9);
+    assert_int_equal(h.type, CR__RPC_EXIST | CR__RPC_REPLY);
+    /* unknown type: error reply too */
+    f[6] = 99;
+    f[16] = 0;
+    assert_int_equal(cr__net_write_full(fd, f, 32, 2000), 0);
+    assert_int_equal(read_reply(fd, &h), CR_E_INVALID_PARAMS);
+    assert_int_equal(h.type, 99 | CR__RPC_REPLY);
+    /* a reply frame sent as a request: error reply */
+    f[6] = CR__RPC_PING;
+    f[7] = 0x80;
+    assert_int_equal(cr__net_write_full(fd, f, 32, 2000), 0);
+    assert_int_equal(read_reply(fd, &h), CR_E_INVALID_PARAMS);
+    /* the same connection still serves a good request */
+    cr__rpc_item_t it = {.key = "yes", .key_len = 3};
+    cr__rpc_msg_t m = {.type = CR__RPC_EXIST, .req_id = 10, .n_items = 1, .items = &it};
+    cr__rpc_buf_t b;
+    cr__rpc_buf_init(&b);
+    assert_int_equal(cr__rpc_encode(&m, &b), 0);
+    assert_int_equal(cr__net_write_full(fd, b.data, b.len, 2000), 0);
+    assert_int_equal(read_reply(fd, &h), 0);
+    assert_int_equal(h.req_id, 10);
+    /* 3. a header announcing more than the bound closes the connection */
+    memset(f, 0, sizeof f);
+    memcpy(f, "CRSM", 4);
+    f[4] = 1;
+    f[6] = CR__RPC_EXIST;
+    f[16] = 0xff;
+    f[17] = 0xff;
+    f[18] = 0xff;
+    f[19] = 0x7f;
+    assert_int_equal(cr__net_write_full(fd, f, 32, 2000), 0);
+    assert_int_equal(read_reply(fd, &h), -ECONNRESET);
+    close(fd);
+    /* 4. a truncated frame then close: nothing breaks */
+    fd = raw_connect(srv);
+    assert_int_equal(cr__net_write_full(fd, b.data, b.len - 3, 2000), 0);
+    close(fd);
+    /* 5. a peer announcing 64 MiB and sending 10 bytes, left open */
+    int slow = raw_connect(srv);
+    memset(f, 0, sizeof f);
+    memcpy(f, "CRSM", 4);
+    f[4] = 1;
+    f[6] = CR__RPC_BATCH_EXIST;
+    f[19] = 0x04; /* 64 MiB */
+    assert_int_equal(cr__net_write_full(slow, f, 42, 2000), 0);
+    assert_int_equal(exist(good, "yes"), 0);
+    assert_int_equal(exist(good, "nope"), CR_E_OBJECT_NOT_FOUND);
+    close(slow);
+    cr__rpc_buf_free(&b);
+    cr__rpc_server_stats_t st;
+    cr__rpc_server_stats(srv, &st);
+    assert_true(st.bad_frames >= 3);
+    assert_true(st.closed_bad_header >= 2);
+    cr__rpc_client_destroy(good);
+    cr__rpc_server_stop(srv);
+}
+
+static void test_conn_bound_and_frame_timeout(void **s)
+{
+    (void)s;
+    cr__rpc_server_t *srv = start(0, 2, 300);
+    int a = raw_connect(srv), b = raw_connect(srv);
+    usleep(100000);
+    int c = raw_connect(srv); /* over the bound: closed at once */
+    cr__rpc_hdr_t h;
+    assert_int_equal(read_reply(c, &h), -ECONNRESET);
+    close(c);
+    /* a partial frame is closed after the frame timeout */
+    assert_int_equal(cr__net_write_full(a, "CRSM", 4, 2000), 0);
+    assert_int_equal(read_reply(a, &h), -ECONNRESET);
+    close(a);
+    close(b);
+    usleep(100000);
+    cr__rpc_server_stats_t st;
+    cr__rpc_server_stats(srv, &st);
+    assert_true(st.conns_rejected >= 1);
+    assert_true(st.closed_timeout >= 1);
+    /* after the slots are free, a client works */
+    cr__rpc_client_t *cl = client_for(srv);
+    assert_int_equal(exist(cl, "yes"), 0);
+    cr__rpc_client_destroy(cl);
+    cr__rpc_server_stop(srv);
+}
+
+static void test_reconnect_after_restart(void **s)
+{
+    (void)s;
+    cr__rpc_server_t *srv = start(0, 0, 0);
+    uint16_t port = cr__rpc_server_port(srv);
+    cr__rpc_client_t *c = client_for(srv);
+    assert_int_equal(exist(c, "yes"), 0);
+    cr__rpc_server_stop(srv);
+    /* server down: the call fails with RPC_FAIL */
+    assert_int_equal(exist(c, "yes"), CR_E_RPC_FAIL);
+    srv = start(port, 0, 0);
+    /* non-idempotent calls go out on a fresh connection too */
+    cr__rpc_msg_t m = {.type = CR__RPC_REMOVE_ALL}, r;
+    assert_int_equal(cr__rpc_client_call(c, &m, &r), 0);
+    assert_int_equal(r.count, 5);
+    cr__rpc_msg_free(&r);
+    assert_int_equal(exist(c, "yes"), 0);
+    cr__rpc_client_destroy(c);
+    cr__rpc_server_stop(srv);
+}
+
+static cr__rpc_server_t *g_srv;
+static void *worker(void *arg)
+{
+    cr__rpc_client_t *c = client_for(g_srv);
+    long bad = 0;
+    for (int i = 0; i < 300; i++)
+        bad += exist(c, (i & 1) ? "yes" : "no") != ((i & 1) ? 0 : CR_E_OBJECT_NOT_FOUND);
+    cr__rpc_client_destroy(c);
+    *(long *)arg = bad;
+    return NULL;
+}
+
+static void test_threads(void **s)
+{
+    (void)s;
+    g_srv = start(0, 0, 0);
+    pthread_t t[4];
+    long bad[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, worker, &bad[i]);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(bad[i], 0);
+    }
+    cr__rpc_server_stop(g_srv);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_calls),
+        cmocka_unit_test(test_bad_input_keeps_serving),
+        cmocka_unit_test(test_conn_bound_and_frame_timeout),
+        cmocka_unit_test(test_reconnect_after_restart),
+        cmocka_unit_test(test_threads),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
