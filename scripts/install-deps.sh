@@ -6,7 +6,7 @@ PKGS=(build-essential cmake pkg-config git iproute2 procps psmisc
       libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev liburing-dev libxxhash-dev
       libcmocka-dev libzmq3-dev libmsgpack-dev
       etcd-server redis-server redis-tools iperf3
-      python3-dev python3-pytest python3-numpy python3-zmq python3-msgpack
+      python3-dev python3-pytest python3-numpy python3-zmq python3-msgpack python3-xxhash
       clang libclang-rt-14-dev gnuplot-nox valgrind)
 missing=()
 for p in "${PKGS[@]}"; do

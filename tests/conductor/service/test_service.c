@@ -1,0 +1,364 @@
+/* Service core through its HTTP handler (no sockets): events feed the index,
+ * /query and /query_by_hash answer per instance / tier / DP rank, /schedule
+ * picks the longest prefix or answers 429, bad bodies get 400 naming the
+ * field, /metrics counts bad batches. */
+#include <errno.h>
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "conductor/service/service.h"
+#include "evpack.h"
+
+typedef struct fx {
+    cr__csvc_t *s;
+    int p1, p2;
+} fx_t;
+
+static json_t *call(cr__csvc_t *s, const char *method, const char *path, const char *body,
+                    int want_status)
+{
+    cr__http_req_t req = {.method = method, .path = path, .body = body ? body : "",
+                          .body_len = body ? strlen(body) : 0};
+    cr__http_resp_t resp = {.status = 200, .content_type = "text/plain"};
+    cr__csvc_handle(s, &req, &resp);
+    if (resp.status != want_status)
+        fail_msg("%s %s %s: expected HTTP %d, got %d: %.*s", method, path, body ? body : "",
+                 want_status, resp.status, (int)resp.body_len, resp.body ? resp.body : "");
+    json_t *j = NULL;
+    if (resp.content_type && !strcmp(resp.content_type, "application/json")) {
+        json_error_t je;
+        j = json_loadb(resp.body, resp.body_len, 0, &je);
+        if (!j)
+            fail_msg("response is not JSON: %.*s", (int)resp.body_len, resp.body);
+    } else {
+        j = json_stringn(resp.body, resp.body_len);
+    }
+    free(resp.body);
+    return j;
+}
+
+static long long jint(json_t *root, const char *path)
+{
+    /* path "a/b/c" through objects */
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    json_t *cur = root;
+    for (char *save = NULL, *tok = strtok_r(buf, "/", &save); tok; tok = strtok_r(NULL, "/", &save))
+        cur = json_object_get(cur, tok);
+    if (!json_is_integer(cur)) {
+        char *d = json_dumps(root, 0);
+        fail_msg("no integer at %s in %s", path, d);
+    }
+    return json_integer_value(cur);
+}
+
+static void reg(fx_t *f, int *slot, const char *inst, uint32_t dp, int role)
+{
+    cr__creq_register_t r;
+    memset(&r, 0, sizeof r);
+    strcpy(r.id.model, "m");
+    strcpy(r.id.tenant_id, "default");
+    strcpy(r.id.instance_id, inst);
+    r.id.block_size = 4;
+    r.id.dp_rank = dp;
+    strcpy(r.endpoint, "inproc://none");
+    r.role = role;
+    *slot = cr__csvc_register_local(f->s, &r);
+    assert_true(*slot >= 0);
+}
+
+static int setup(void **st)
+{
+    fx_t *f = calloc(1, sizeof *f);
+    cr__csvc_config_t cfg;
+    char err[256];
+    char *argv[] = {"t", "--block_size=4", "--port=0"};
+    assert_int_equal(cr__cfg_parse(cr__csvc_cfg_table, cr__csvc_cfg_table_len, &cfg, 3, argv, 1,
+                                   NULL, NULL, 0, NULL, err, sizeof err),
+                     0);
+    assert_int_equal(cr__csvc_create(&cfg, &f->s, err, sizeof err), 0);
+    reg(f, &f->p1, "p1", 0, CR__ROLE_BOTH);
+    reg(f, &f->p2, "p2", 0, CR__ROLE_BOTH);
+    *st = f;
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    fx_t *f = *st;
+    cr__csvc_destroy(f->s);
+    free(f);
+    return 0;
+}
+
+static const uint32_t T[16] = {11, 12, 13, 14, 21, 22, 23, 24, 31, 32, 33, 34, 41, 42, 43, 44};
+#define TOKENS "[11,12,13,14,21,22,23,24,31,32,33,34,41,42,43,44]"
+
+/* p1: engine blocks 100..103 (GPU). p2: 200,201 (GPU) then 202 (CPU, parent 201). */
+static void feed(fx_t *f)
+{
+    evpack_t e;
+    ep_init(&e);
+    uint64_t h1[4] = {100, 101, 102, 103};
+    ep_batch(&e, 1, 1, 1);
+    ep_stored(&e, h1, 4, NULL, T, 16, 4, "GPU");
+    ep_dp(&e, 0);
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+
+    ep_init(&e);
+    uint64_t h2[2] = {200, 201}, h3[1] = {202}, parent = 201;
+    ep_batch(&e, 2, 2, 0);
+    ep_stored(&e, h2, 2, NULL, T, 8, 4, NULL); /* nil medium = GPU */
+    ep_stored(&e, h3, 1, &parent, T + 8, 4, 4, "cpu");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p2, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+}
+
+static void test_query_tiers_and_dp(void **st)
+{
+    fx_t *f = *st;
+    feed(f);
+    json_t *j = call(f->s, "POST", "/query",
+                     "{\"model\":\"m\",\"token_ids\":" TOKENS ",\"block_size\":4}", 200);
+    assert_int_equal(jint(j, "default/p1/longest_matched"), 16);
+    assert_int_equal(jint(j, "default/p1/GPU"), 16);
+    assert_int_equal(jint(j, "default/p1/CPU"), 0);
+    assert_int_equal(jint(j, "default/p1/DP/0"), 16);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 12);
+    assert_int_equal(jint(j, "default/p2/GPU"), 8);
+    assert_int_equal(jint(j, "default/p2/CPU"), 4);
+    assert_int_equal(jint(j, "default/p2/DISK"), 0);
+    json_decref(j);
+
+    /* a prompt sharing two blocks, then diverging */
+    j = call(f->s, "POST", "/query",
+             "{\"model\":\"m\",\"token_ids\":[11,12,13,14,21,22,23,24,9,9,9,9]}", 200);
+    assert_int_equal(jint(j, "default/p1/longest_matched"), 8);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 8);
+    json_decref(j);
+
+    /* same answer by rolling hash (computed with the conductor's hashing) */
+    uint64_t seq[4];
+    size_t n = 0;
+    assert_int_equal(cr_cond_hash_tokens(T, 16, 4, seq, 4, &n), 0);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"model\":\"m\",\"instance_id\":\"p2\",\"seq_hashes\":[\"%llu\",\"%llu\",\"%llu\","
+             "\"%llu\"]}",
+             (unsigned long long)seq[0], (unsigned long long)seq[1], (unsigned long long)seq[2],
+             (unsigned long long)seq[3]);
+    j = call(f->s, "POST", "/query_by_hash", body, 200);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 12);
+    assert_int_equal(jint(j, "default/p2/CPU"), 4);
+    assert_null(json_object_get(json_object_get(j, "default"), "p1")); /* instance filter */
+    json_decref(j);
+
+    /* other model / tenant: nothing */
+    j = call(f->s, "POST", "/query", "{\"model\":\"other\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(json_object_size(j), 0);
+    json_decref(j);
+}
+
+static void test_removed_cleared_orphan(void **st)
+{
+    fx_t *f = *st;
+    feed(f);
+    evpack_t e;
+    ep_init(&e);
+    uint64_t rm[2] = {102, 999}; /* 999 was never stored: ignored */
+    ep_batch(&e, 3, 1, 0);
+    ep_removed(&e, rm, 2, "GPU");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    json_t *j = call(f->s, "POST", "/query", "{\"model\":\"m\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p1/longest_matched"), 8);
+    json_decref(j);
+
+    /* removing from CPU a block that p2 holds on CPU; then on GPU is a no-op */
+    ep_init(&e);
+    uint64_t rm2[1] = {202};
+    ep_batch(&e, 4, 2, 0);
+    ep_removed(&e, rm2, 1, "GPU");
+    ep_removed(&e, rm2, 1, "CPU");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p2, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    j = call(f->s, "POST", "/query", "{\"model\":\"m\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 8);
+    assert_int_equal(jint(j, "default/p2/CPU"), 0);
+    json_decref(j);
+
+    /* a block whose parent was never seen is not indexed */
+    ep_init(&e);
+    uint64_t orphan[1] = {300}, parent = 12345;
+    ep_batch(&e, 5, 1, 0);
+    ep_stored(&e, orphan, 1, &parent, T + 8, 4, 4, "GPU");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p2, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+
+    ep_init(&e);
+    ep_batch(&e, 6, 1, 0);
+    ep_cleared(&e);
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    j = call(f->s, "POST", "/query", "{\"model\":\"m\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p1/longest_matched"), 0);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 8);
+    json_decref(j);
+
+    /* bad batches are refused whole and counted */
+    const unsigned char junk[] = {0xdd, 0xff, 0xff, 0xff, 0xff};
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, junk, sizeof junk), -EINVAL);
+    ep_init(&e);
+    uint64_t h[1] = {1};
+    uint32_t tok[4] = {1, 2, 3, 4};
+    ep_batch(&e, 7, 1, 0);
+    ep_stored(&e, h, 1, NULL, tok, 4, 8, "GPU"); /* 4 tokens for one block of 8 */
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, e.sb.data, e.sb.size), -EINVAL);
+    ep_free(&e);
+    /* block size other than registered: event skipped */
+    ep_init(&e);
+    uint32_t tok8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    ep_batch(&e, 8, 1, 0);
+    ep_stored(&e, h, 1, NULL, tok8, 8, 8, "GPU");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+
+    json_t *m = call(f->s, "GET", "/metrics", NULL, 200);
+    const char *txt = json_string_value(m);
+    assert_non_null(strstr(txt, "crescent_conductor_bad_batches_msgpack_total 1\n"));
+    assert_non_null(strstr(txt, "crescent_conductor_bad_batches_field_total 1\n"));
+    assert_non_null(strstr(txt, "crescent_conductor_orphan_blocks_total 1\n"));
+    assert_non_null(strstr(txt, "crescent_conductor_skipped_events_total 1\n"));
+    assert_non_null(strstr(txt, "crescent_conductor_all_blocks_cleared_total 1\n"));
+    assert_non_null(strstr(txt, "crescent_conductor_instances 2\n"));
+    json_decref(m);
+}
+
+static void test_schedule(void **st)
+{
+    fx_t *f = *st;
+    feed(f);
+    /* p1 holds 4 blocks, p2 3: both idle, p1 wins */
+    json_t *j = call(f->s, "POST", "/schedule",
+                     "{\"model\":\"m\",\"token_ids\":" TOKENS ",\"dry_run\":true}", 200);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "prefill"),
+                                                          "instance_id")),
+                        "p1");
+    assert_int_equal(jint(j, "local_prefix_tokens"), 16);
+    assert_int_equal(jint(j, "reused_tokens"), 15); /* the last token is always computed */
+    json_decref(j);
+
+    /* p1 loses two blocks: p2 (3 blocks) wins now */
+    evpack_t e;
+    ep_init(&e);
+    uint64_t rm[2] = {102, 103};
+    ep_batch(&e, 3, 1, 0);
+    ep_removed(&e, rm, 2, "GPU");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    j = call(f->s, "POST", "/schedule", "{\"model\":\"m\",\"token_ids\":" TOKENS "}", 200);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "prefill"),
+                                                          "instance_id")),
+                        "p2");
+    assert_int_equal(jint(j, "local_prefix_tokens"), 12);
+    json_decref(j);
+
+    /* an impossible SLO: 429 with the estimate */
+    j = call(f->s, "POST", "/schedule",
+             "{\"model\":\"m\",\"token_ids\":" TOKENS ",\"ttft_slo_ms\":0.000001}", 429);
+    assert_string_equal(json_string_value(json_object_get(j, "field")), "ttft_slo_ms");
+    assert_true(json_is_true(json_object_get(j, "rejected")));
+    json_decref(j);
+
+    /* a heavily loaded p2 (reported by /load) pushes the choice to p1 */
+    json_decref(call(f->s, "POST", "/load",
+                     "{\"instance_id\":\"p2\",\"prefill_queue_ms\":60000}", 200));
+    j = call(f->s, "POST", "/schedule",
+             "{\"model\":\"m\",\"token_ids\":" TOKENS ",\"dry_run\":true}", 200);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "prefill"),
+                                                          "instance_id")),
+                        "p1");
+    json_decref(j);
+
+    j = call(f->s, "POST", "/schedule", "{\"model\":\"nope\",\"token_ids\":[1]}", 503);
+    json_decref(j);
+    json_decref(call(f->s, "POST", "/load", "{\"instance_id\":\"zz\",\"prefill_queue_ms\":1}",
+                     404));
+}
+
+static void test_http_errors(void **st)
+{
+    fx_t *f = *st;
+    struct {
+        const char *method, *path, *body;
+        int status;
+        const char *field;
+    } cases[] = {
+        {"POST", "/query", "{\"model\":\"m\",\"token_ids\":[1,-2]}", 400, "token_ids[1]"},
+        {"POST", "/query", "{\"model\":\"m\",\"token_ids\":[1],\"x\":1}", 400, "x"},
+        {"POST", "/query", "not json", 400, "body"},
+        {"POST", "/query_by_hash", "{\"model\":\"m\",\"seq_hashes\":[[1]]}", 400, "seq_hashes[0]"},
+        {"POST", "/register", "{\"modelname\":\"m\"}", 400, "endpoint"},
+        {"POST", "/register",
+         "{\"endpoint\":\"tcp://127.0.0.1:1\",\"modelname\":\"m\",\"instance_id\":\"p1\","
+         "\"block_size\":8}",
+         409, "instance_id"},
+        {"POST", "/unregister", "{\"instance_id\":\"nobody\"}", 404, "instance_id"},
+        {"GET", "/query", NULL, 405, "method"},
+        {"POST", "/health", "{}", 405, "method"},
+        {"GET", "/nope", NULL, 404, "path"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *j = call(f->s, cases[i].method, cases[i].path, cases[i].body, cases[i].status);
+        const char *fld = json_string_value(json_object_get(j, "field"));
+        if (!fld || strcmp(fld, cases[i].field))
+            fail_msg("%s %s: expected field '%s', got '%s' (%s)", cases[i].method, cases[i].path,
+                     cases[i].field, fld ? fld : "(none)",
+                     json_string_value(json_object_get(j, "error")));
+        json_decref(j);
+    }
+    /* huge token list: 413, bounded by max_tokens (1 << 20 by default) */
+    size_t n = (1u << 20) + 1, cap = n * 2 + 64;
+    char *body = malloc(cap);
+    size_t l = (size_t)snprintf(body, cap, "{\"model\":\"m\",\"token_ids\":[");
+    for (size_t i = 0; i < n; i++) {
+        body[l++] = '1';
+        body[l++] = i + 1 < n ? ',' : ']';
+    }
+    body[l++] = '}';
+    body[l] = 0;
+    json_t *j = call(f->s, "POST", "/query", body, 413);
+    assert_string_equal(json_string_value(json_object_get(j, "field")), "token_ids");
+    json_decref(j);
+    free(body);
+
+    j = call(f->s, "GET", "/health", NULL, 200);
+    assert_int_equal(jint(j, "instances"), 2);
+    json_decref(j);
+    j = call(f->s, "POST", "/unregister", "{\"instance_id\":\"p2\"}", 200);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "removed_instances"), 0)),
+                        "p2|default|0");
+    json_decref(j);
+    j = call(f->s, "GET", "/instances", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(j, "instances")), 1);
+    json_decref(j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_query_tiers_and_dp, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_removed_cleared_orphan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schedule, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_http_errors, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
