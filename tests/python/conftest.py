@@ -1,0 +1,181 @@
+"""Fixtures for crescent's Python tests: a real local cluster on 127.0.0.1.
+
+PYTHONPATH holds <build>/python (the crescent package and its C extension)
+and python/compat (the mooncake package); CTest sets both (tests/python/
+CMakeLists.txt). Every daemon started here listens on 127.0.0.1 only, on
+ephemeral ports, and is killed at teardown (also when a test fails).
+"""
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import crescent
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SANITIZED = os.environ.get("CRESCENT_SANITIZED") == "1"
+# The master and the node take a while longer to come up under ASan.
+STARTUP_S = 60 if SANITIZED else 20
+
+
+def exe(name):
+    p = crescent.find_executable(name)
+    if p is None:
+        pytest.fail("executable %s not found (CRESCENT_BIN_DIR, build tree, PATH): build crescent "
+                    "first" % name)
+    return p
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, what, timeout=STARTUP_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s before listening on %d" % (what, proc.returncode, port))
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("%s did not listen on 127.0.0.1:%d within %ss" % (what, port, timeout))
+
+
+def wait_line(proc, pattern, what, timeout=STARTUP_S):
+    """Reads proc's stdout until a line matches pattern; returns the match."""
+    deadline = time.monotonic() + timeout
+    buf = b""
+    fd = proc.stdout.fileno()
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buf += chunk
+            for line in buf.decode(errors="replace").splitlines():
+                m = re.search(pattern, line)
+                if m:
+                    return m
+        elif proc.poll() is not None:
+            break
+    raise RuntimeError("%s: no line matching %r within %ss (exit %s); output: %r"
+                       % (what, pattern, timeout, proc.poll(), buf[-2000:]))
+
+
+class Daemons:
+    """Processes started by a fixture, all stopped at teardown."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, argv, **kw):
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=kw.pop("stderr", None), **kw)
+        self.procs.append(p)
+        return p
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if p.stdout:
+                p.stdout.close()
+        self.procs = []
+
+
+@pytest.fixture
+def daemons():
+    d = Daemons()
+    yield d
+    d.stop()
+
+
+def start_metadata(d):
+    """crescent-metadata on an ephemeral port; returns its URL."""
+    p = d.start([exe("crescent-metadata"), "--port", "0", "--host", "127.0.0.1"])
+    m = wait_line(p, r"serving (http://\S+)", "crescent-metadata")
+    return m.group(1)
+
+
+def start_master(d, rpc_port=0, http_port=0):
+    """crescent-master with its embedded HTTP metadata server, started with
+    Mooncake's mooncake_master flags (ports 0 = ephemeral). Returns
+    (master_addr, metadata_url)."""
+    p = d.start([exe("crescent-master"), "--rpc_port=%d" % rpc_port,
+                 "--rpc_address=127.0.0.1",
+                 "--enable_http_metadata_server=true",
+                 "--http_metadata_server_host=127.0.0.1",
+                 "--http_metadata_server_port=%d" % http_port,
+                 "--metrics_address=127.0.0.1", "--metrics_port=0"])
+    m = wait_line(p, r"listening rpc=(\d+) .*http_metadata=(\d+)", "crescent-master")
+    return "127.0.0.1:%s" % m.group(1), "http://127.0.0.1:%s/metadata" % m.group(2)
+
+
+def start_node(d, master, metadata, size="64MB"):
+    """crescent-node contributing `size` bytes; returns its segment name."""
+    p = d.start([exe("crescent-node"), "--master_server_address", master,
+                 "--metadata_server", metadata, "--local_hostname", "127.0.0.1",
+                 "--global_segment_size", size])
+    return wait_line(p, r"ready segment=(\S+)", "crescent-node").group(1)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """master (+ embedded HTTP metadata) and one storage node, for a test module."""
+    d = Daemons()
+    try:
+        master, meta = start_master(d)
+        # CRESCENT_TEST_METADATA=P2PHANDSHAKE runs the store suites with the
+        # peer-to-peer handshake instead of the master's HTTP metadata.
+        meta = os.environ.get("CRESCENT_TEST_METADATA", meta)
+        node = start_node(d, master, "p2p" if meta == "P2PHANDSHAKE" else meta)
+        yield {"master": master, "metadata": meta, "node": node, "daemons": d}
+    finally:
+        d.stop()
+
+
+SEG = "16MB" if SANITIZED else "64MB"
+
+
+def make_store(cluster, cls=None, segment=SEG, local_buffer="16MB"):
+    if cls is None:
+        from crescent.store import DistributedStore as cls
+    s = cls()
+    rc = s.setup("127.0.0.1", cluster["metadata"], segment, local_buffer, "tcp", "",
+                 cluster["master"])
+    assert rc == 0, "setup failed: %d (%s)" % (rc, crescent.strerror(rc))
+    return s
+
+
+@pytest.fixture
+def store(cluster):
+    s = make_store(cluster)
+    yield s
+    s.remove_all()
+    s.close()
+
+
+def run_py(script, *args, env=None, timeout=120):
+    """Runs a helper script with the same interpreter and PYTHONPATH."""
+    e = dict(os.environ)
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, script] + [str(a) for a in args], env=e,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,385 @@
+"""crescent.engine / mooncake.engine TransferEngine: two engines in two
+processes (this one and engine_peer.py), over P2P handshake and over the HTTP
+metadata service; every method, its return conventions and bad input."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import crescent
+from conftest import HERE, start_metadata
+from mooncake.engine import TransferEngine, TransferNotify, TransferOpcode
+
+PEER_SIZE = 4 << 20
+
+
+def pattern(off, n):
+    return ((np.arange(off, off + n, dtype=np.uint64) * 7 + 3) % 251).astype(np.uint8)
+
+
+class Peer:
+    def __init__(self, metadata, size=PEER_SIZE, host="127.0.0.1"):
+        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "engine_peer.py"), metadata,
+                                   str(size), host], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        info = json.loads(self.p.stdout.readline() or "{}")
+        if "name" not in info:
+            self.close()
+            pytest.fail("peer engine failed to start: %r" % info)
+        self.name, self.addr, self.port = info["name"], info["addr"], info["port"]
+
+    def cmd(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def read(self, off, n):
+        return bytes.fromhex(self.cmd("hex %d %d" % (off, n)))
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.write("quit\n")
+                self.p.stdin.flush()
+                self.p.wait(timeout=10)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.p.kill()
+                self.p.wait()
+        self.p.stdin.close()
+        self.p.stdout.close()
+
+
+@pytest.fixture
+def peer():
+    p = Peer("P2PHANDSHAKE")
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def engine():
+    e = TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    yield e
+    e.close()
+
+
+def registered(engine, n, fill=0):
+    buf = np.full(n, fill, dtype=np.uint8)
+    assert engine.register_memory(buf.ctypes.data, n) == 0
+    return buf
+
+
+def test_initialize_p2p_names_segment_ip_port(engine):
+    port = engine.get_rpc_port()
+    assert 0 < port < 65536
+    assert engine.get_local_name() == "127.0.0.1:%d" % port
+
+
+def test_initialize_twice_is_an_error(engine):
+    rc = engine.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "")
+    assert rc < 0, "second initialize returned %d" % rc
+
+
+def test_write_then_read_between_processes(engine, peer):
+    n = 1 << 20
+    src = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8)
+    assert engine.register_memory(src.ctypes.data, n) == 0
+    rc = engine.transfer_sync_write(peer.name, src.ctypes.data, peer.addr + 4096, n)
+    assert rc == 0, "transfer_sync_write: %d %s" % (rc, crescent.strerror(rc))
+    got = peer.read(4096, n)
+    assert got == src.tobytes(), "peer memory differs after write"
+    # untouched bytes around the written range keep the pattern
+    assert peer.read(0, 4096) == pattern(0, 4096).tobytes()
+    assert peer.read(4096 + n, 100) == pattern(4096 + n, 100).tobytes()
+
+    dst = registered(engine, n)
+    rc = engine.transfer_sync_read(peer.name, dst.ctypes.data, peer.addr + 4096, n)
+    assert rc == 0, "transfer_sync_read: %d" % rc
+    assert np.array_equal(dst, src)
+
+
+def test_buffer_objects_instead_of_addresses(engine, peer):
+    """numpy arrays / bytearray / memoryview in place of int addresses (zero-copy)."""
+    arr = np.zeros(8192, dtype=np.uint8)
+    assert engine.register_memory(arr) == 0  # capacity from the buffer
+    rc = engine.transfer_sync_read(peer.name, arr, peer.addr, 8192)
+    assert rc == 0
+    assert np.array_equal(arr, pattern(0, 8192))
+    arr[:] = 9
+    assert engine.transfer_sync_write(peer.name, memoryview(arr)[:100], peer.addr + 10, None) == 0
+    assert peer.read(10, 100) == bytes([9]) * 100
+    assert engine.unregister_memory(arr) == 0
+
+
+def test_batch_sync_write_read(engine, peer):
+    chunk, k = 64 << 10, 8
+    src = registered(engine, chunk * k)
+    for i in range(k):
+        src[i * chunk:(i + 1) * chunk] = i + 1
+    bufs = [src.ctypes.data + i * chunk for i in range(k)]
+    # write the chunks in reverse order on the peer
+    peers = [peer.addr + (k - 1 - i) * chunk for i in range(k)]
+    assert engine.batch_transfer_sync_write(peer.name, bufs, peers, [chunk] * k) == 0
+    for i in range(k):
+        assert peer.read((k - 1 - i) * chunk, 16) == bytes([i + 1]) * 16
+    dst = registered(engine, chunk * k)
+    assert engine.batch_transfer_sync_read(peer.name, [dst.ctypes.data + i * chunk for i in range(k)],
+                                           peers, [chunk] * k) == 0
+    assert np.array_equal(dst, src)
+
+
+def test_async_batches_and_status(engine, peer):
+    chunk = 32 << 10
+    src = registered(engine, chunk * 4, fill=0x5A)
+    b1 = engine.batch_transfer_async_write(peer.name, [src.ctypes.data, src.ctypes.data + chunk],
+                                           [peer.addr, peer.addr + chunk], [chunk, chunk])
+    dst = registered(engine, chunk)
+    b2 = engine.batch_transfer_async_read(peer.name, [dst.ctypes.data], [peer.addr + 3 * chunk],
+                                          [chunk])
+    assert b1 > 0 and b2 > 0 and b1 != b2
+    assert engine.get_batch_transfer_status([b1, b2]) == 0
+    assert peer.read(0, 2 * chunk) == bytes([0x5A]) * (2 * chunk)
+    assert np.array_equal(dst, pattern(3 * chunk, chunk))
+    # an id already collected (or never issued) is an error
+    assert engine.get_batch_transfer_status([b1]) < 0
+    assert engine.get_batch_transfer_status([123456789]) < 0
+    # generic form with an explicit opcode
+    b3 = engine.batch_transfer_async(peer.name, [dst.ctypes.data], [peer.addr], [chunk],
+                                     TransferOpcode.READ)
+    assert b3 > 0 and engine.get_batch_transfer_status([b3]) == 0
+    assert np.array_equal(dst, np.full(chunk, 0x5A, dtype=np.uint8))
+
+
+def test_submit_write_and_check_status(engine, peer):
+    src = registered(engine, 4096, fill=7)
+    bid = engine.transfer_submit_write(peer.name, src.ctypes.data, peer.addr + 100, 4096)
+    assert bid > 0
+    deadline = time.monotonic() + 30
+    st = 0
+    while st == 0 and time.monotonic() < deadline:
+        st = engine.transfer_check_status(bid)
+        time.sleep(0.001)
+    assert st == 1, "transfer_check_status ended with %d" % st
+    assert peer.read(100, 4096) == bytes([7]) * 4096
+    assert engine.transfer_check_status(bid) == -1  # already released
+
+
+def test_transfer_sync_with_notify(engine, peer):
+    src = registered(engine, 1024, fill=3)
+    note = TransferNotify("kv_done", "req-42 layer 7")
+    assert engine.transfer_sync(peer.name, src.ctypes.data, peer.addr, 1024, TransferOpcode.WRITE,
+                                note) == 0
+    assert peer.read(0, 1024) == bytes([3]) * 1024
+    got = []
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        got = json.loads(peer.cmd("notifies"))
+        time.sleep(0.01)
+    assert got == [["kv_done", "req-42 layer 7"]]
+    assert json.loads(peer.cmd("notifies")) == []  # popped
+
+
+def test_send_notify_and_receive_locally(engine):
+    other = TransferEngine()
+    assert other.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    try:
+        assert other.send_notify(engine.get_local_name(), TransferNotify("hello", "world")) == 0
+        got = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            got = engine.get_notifies()
+            time.sleep(0.01)
+        assert got == [TransferNotify("hello", "world")]
+    finally:
+        other.close()
+
+
+def test_get_first_buffer_address(engine, peer):
+    assert engine.get_first_buffer_address(peer.name) == peer.addr
+    assert engine.get_first_buffer_address("127.0.0.1:1") == 0  # nobody there
+
+
+def test_managed_buffers(engine, peer):
+    a = engine.allocate_managed_buffer(10000)
+    assert a != 0
+    assert engine.write_bytes_to_buffer(a, b"hello managed", 13) == 0
+    assert engine.read_bytes_from_buffer(a, 13) == b"hello managed"
+    # managed memory is registered: usable for transfers right away
+    assert engine.transfer_sync_write(peer.name, a, peer.addr, 13) == 0
+    assert peer.read(0, 13) == b"hello managed"
+    assert engine.free_managed_buffer(a, 10000) == 0
+    assert engine.free_managed_buffer(a, 10000) < 0  # double free is refused
+    b = engine.allocate_managed_buffer(12000)  # same size class: reused
+    assert b == a
+    assert engine.free_managed_buffer(b, 12000) == 0
+    assert engine.allocate_managed_buffer("1MB") != 0
+
+
+def test_raw_byte_access_outside_registered_memory(engine):
+    junk = np.zeros(64, dtype=np.uint8)  # not registered
+    assert engine.write_bytes_to_buffer(junk.ctypes.data, b"x" * 8, 8) < 0
+    assert junk[0] == 0
+    with pytest.raises(ValueError):
+        engine.read_bytes_from_buffer(junk.ctypes.data, 8)
+    reg = registered(engine, 64)
+    with pytest.raises(ValueError):  # length beyond the source bytes
+        engine.write_bytes_to_buffer(reg.ctypes.data, b"abc", 10)
+    with pytest.raises(ValueError):  # range runs past the registration
+        engine.read_bytes_from_buffer(reg.ctypes.data + 60, 8)
+
+
+def test_bad_input_raises_or_returns_negative(engine, peer):
+    with pytest.raises(TypeError):
+        engine.transfer_sync_write(peer.name, "not an address", peer.addr, 10)
+    with pytest.raises(TypeError):
+        engine.transfer_sync_write(12345, 0, peer.addr, 10)
+    with pytest.raises(ValueError):
+        engine.transfer_sync_write(peer.name, 4096, peer.addr, -1)
+    with pytest.raises(ValueError):
+        engine.transfer_sync_read(peer.name, 4096, -5, 10)
+    with pytest.raises(TypeError):
+        engine.register_memory(1.5, 10)
+    with pytest.raises(ValueError):
+        engine.register_memory(4096, -10)
+    with pytest.raises(ValueError):
+        engine.batch_transfer_sync_write(peer.name, [1, 2], [3], [4, 5])
+    with pytest.raises(TypeError):
+        engine.batch_transfer_sync_write(peer.name, 1, [3], [4])
+    with pytest.raises(ValueError):
+        engine.allocate_managed_buffer(-1)
+    with pytest.raises(ValueError):  # read-only buffer as a read destination
+        engine.transfer_sync_read(peer.name, b"immutable", peer.addr, 4)
+    # garbage addresses are refused before anything dereferences them
+    assert engine.register_memory(0x10, 4096) < 0
+    with pytest.raises(ValueError):
+        engine.register_memory(0, 4096)
+    # local memory that is not registered: the request fails, nothing crashes
+    unreg = np.zeros(4096, dtype=np.uint8)
+    assert engine.transfer_sync_write(peer.name, unreg.ctypes.data, peer.addr, 4096) < 0
+    # remote range outside the peer's registered memory
+    src = registered(engine, 4096)
+    assert engine.transfer_sync_write(peer.name, src.ctypes.data, peer.addr + PEER_SIZE - 10,
+                                      4096) < 0
+    assert engine.transfer_sync_read(peer.name, src.ctypes.data, 0x1000, 16) < 0
+    # unknown segment
+    assert engine.transfer_sync_write("127.0.0.1:1", src.ctypes.data, peer.addr, 16) < 0
+    # unregistering twice
+    assert engine.unregister_memory(src.ctypes.data) == 0
+    assert engine.unregister_memory(src.ctypes.data) < 0
+    # overlapping registration
+    big = registered(engine, 8192)
+    assert engine.register_memory(big.ctypes.data + 100, 100) < 0
+    # an async batch whose request is invalid reports the failure at collection
+    bid = engine.batch_transfer_async_write(peer.name, [unreg.ctypes.data], [peer.addr], [16])
+    assert bid == 0 or engine.get_batch_transfer_status([bid]) < 0
+    # an unknown target fails the submission: batch id 0 (Mooncake's convention)
+    assert engine.batch_transfer_async_write("127.0.0.1:1", [big.ctypes.data], [0], [16]) == 0
+
+
+def test_uninitialized_and_closed_engine():
+    e = TransferEngine()
+    assert e.get_rpc_port() < 0
+    buf = np.zeros(4096, dtype=np.uint8)
+    assert e.register_memory(buf.ctypes.data, 4096) < 0
+    assert e.transfer_sync_write("127.0.0.1:1", buf.ctypes.data, 0, 16) < 0
+    assert e.batch_transfer_async_read("x", [buf.ctypes.data], [0], [16]) == 0
+    assert e.get_notifies() == []
+    assert e.allocate_managed_buffer(4096) == 0
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    assert e.close() == 0
+    assert e.close() == 0  # idempotent
+    assert e.transfer_sync_write("127.0.0.1:1", buf.ctypes.data, 0, 16) < 0
+    with pytest.raises(TypeError):
+        TransferEngine(1)
+
+
+def test_bad_initialize_arguments():
+    e = TransferEngine()
+    with pytest.raises(ValueError):
+        e.initialize("127.0.0.1:notaport", "P2PHANDSHAKE", "tcp", "")
+    assert e.initialize("127.0.0.1", "redis://127.0.0.1:6379", "tcp", "") < 0
+    assert e.initialize("no-such-host.invalid", "P2PHANDSHAKE", "tcp", "") < 0
+    with pytest.warns(RuntimeWarning):
+        assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "mlx5_0") == 0
+    e.close()
+
+
+def test_threads_share_one_engine(engine, peer):
+    """Several Python threads issue transfers on one engine concurrently."""
+    nthreads, chunk, rounds = 4, 64 << 10, 8
+    bufs = [registered(engine, chunk) for _ in range(nthreads)]
+    errors = []
+
+    def worker(i):
+        try:
+            for r in range(rounds):
+                bufs[i][:] = (i * 16 + r) & 0xFF
+                off = peer.addr + i * chunk
+                rc = engine.transfer_sync_write(peer.name, bufs[i].ctypes.data, off, chunk)
+                assert rc == 0, "write rc %d" % rc
+                bufs[i][:] = 0
+                rc = engine.transfer_sync_read(peer.name, bufs[i].ctypes.data, off, chunk)
+                assert rc == 0, "read rc %d" % rc
+                assert (bufs[i] == ((i * 16 + r) & 0xFF)).all(), "thread %d round %d data" % (i, r)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(nthreads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, errors
+
+
+def test_close_waits_for_other_threads(peer):
+    """close() while another thread transfers: no crash, calls after it fail cleanly."""
+    e = TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    buf = registered(e, 1 << 20)
+    results = []
+
+    def worker():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rc = e.transfer_sync_write(peer.name, buf.ctypes.data, peer.addr, 1 << 20)
+            results.append(rc)
+            if rc < 0:
+                break
+
+    t = threading.Thread(target=worker)
+    t.start()
+    while not results:
+        time.sleep(0.001)
+    assert e.close() == 0
+    t.join(60)
+    assert not t.is_alive()
+    assert results[0] == 0, "first transfer before close failed: %d" % results[0]
+    assert results[-1] < 0, "transfers kept succeeding after close"
+
+
+def test_http_metadata_named_segments(daemons):
+    """With the HTTP metadata service, local_hostname "host:port" is the name
+    peers use; get_first_buffer_address looks segments up by name."""
+    url = start_metadata(daemons)
+    p = Peer(url, host="127.0.0.1:17011")
+    try:
+        assert p.name == "127.0.0.1:17011"
+        e = TransferEngine()
+        assert e.initialize("127.0.0.1:17012", url, "tcp", "") == 0
+        try:
+            assert e.get_local_name() == "127.0.0.1:17012"
+            assert e.get_first_buffer_address(p.name) == p.addr
+            dst = registered(e, 1000)
+            assert e.transfer_sync_read(p.name, dst.ctypes.data, p.addr + 5, 1000) == 0
+            assert np.array_equal(dst, pattern(5, 1000))
+        finally:
+            e.close()
+    finally:
+        p.close()

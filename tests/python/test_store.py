@@ -1,0 +1,452 @@
+"""crescent.store / mooncake.store against a real local cluster (crescent-master
+with its embedded HTTP metadata server + a crescent-node storage daemon):
+every method, Mooncake's return conventions, misses, bad input, a closed
+store and several threads sharing one client."""
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+import crescent
+from conftest import SEG, make_store
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+
+NOT_FOUND = -704
+EXISTS = -705
+HAS_LEASE = -706
+INVALID_PARAMS = -600
+BUFFER_OVERFLOW = -10
+NOT_READY = -1010
+
+
+def K(tag=""):
+    """A key unique to this call (the cluster is shared by the module)."""
+    return "t-%s-%s" % (tag, uuid.uuid4().hex[:12])
+
+
+def data(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+# ---- setup ---------------------------------------------------------------------
+
+def test_setup_positional_mooncake_form(cluster):
+    s = MooncakeDistributedStore()
+    rc = s.setup("localhost", cluster["metadata"], 16 * 1024 * 1024, 16 * 1024 * 1024, "tcp", "",
+                 cluster["master"])
+    assert rc == 0, crescent.strerror(rc)
+    name = s.get_hostname()
+    assert name.startswith("127.0.0.1:"), name
+    assert s.setup("localhost", cluster["metadata"], 0, "16MB", "tcp", "", cluster["master"]) < 0
+    assert s.close() == 0
+
+
+def test_setup_human_readable_sizes_and_keywords(cluster):
+    s = MooncakeDistributedStore()
+    rc = s.setup(local_hostname="127.0.0.1", metadata_server=cluster["metadata"],
+                 global_segment_size="32MB", local_buffer_size="8MiB", protocol="tcp",
+                 rdma_devices="", master_server_addr=cluster["master"])
+    assert rc == 0
+    k = K("kw")
+    assert s.put(k, b"v") == 0 and s.get(k) == b"v"
+    s.close()
+
+
+def test_setup_dict_form(cluster):
+    s = MooncakeDistributedStore()
+    rc = s.setup({"local_hostname": "127.0.0.1", "metadata_server": cluster["metadata"],
+                  "global_segment_size": "16MB", "local_buffer_size": 16 << 20,
+                  "protocol": "tcp", "device_name": "",
+                  "master_server_address": cluster["master"]})
+    assert rc == 0
+    s.close()
+
+
+def test_setup_errors(cluster):
+    s = MooncakeDistributedStore()
+    with pytest.raises(ValueError):
+        s.setup("127.0.0.1", cluster["metadata"], "12 parsecs", "16MB", "tcp", "", cluster["master"])
+    with pytest.raises(ValueError):
+        s.setup("127.0.0.1", cluster["metadata"], -1, "16MB", "tcp", "", cluster["master"])
+    with pytest.raises(TypeError):
+        s.setup("127.0.0.1", cluster["metadata"], [], "16MB", "tcp", "", cluster["master"])
+    with pytest.raises(TypeError):
+        s.setup(42, cluster["metadata"])
+    # nobody listens there: the master is unreachable
+    assert s.setup("127.0.0.1", cluster["metadata"], 0, "16MB", "tcp", "", "127.0.0.1:1") < 0
+    assert s.setup("127.0.0.1", "redis://127.0.0.1:1", 0, "16MB", "tcp", "", cluster["master"]) < 0
+    s.close()
+
+
+# ---- copying API -----------------------------------------------------------------
+
+def test_put_get_roundtrip_and_miss(store):
+    k = K("pg")
+    assert store.put(k, b"Hello, crescent!") == 0
+    assert store.get(k) == b"Hello, crescent!"
+    assert store.get(K("missing")) == b""
+    assert store.put(k, b"again") == EXISTS
+
+
+def test_put_accepts_buffer_objects(store):
+    arr = data(100000, 1)
+    k1, k2, k3 = K("np"), K("ba"), K("mv")
+    assert store.put(k1, arr) == 0
+    assert store.put(k2, bytearray(b"bytearray!")) == 0
+    assert store.put(k3, memoryview(arr)[10:20]) == 0
+    assert store.get(k1) == arr.tobytes()
+    assert store.get(k2) == b"bytearray!"
+    assert store.get(k3) == arr[10:20].tobytes()
+
+
+def test_value_larger_than_local_buffer(store):
+    # the fixture's local buffer is 16 MiB: the copying put/get stage in chunks
+    big = data(20 << 20 if SEG == "64MB" else 6 << 20, 2)
+    k = K("big")
+    assert store.put(k, big) == 0
+    assert store.get_size(k) == big.nbytes
+    assert store.get(k) == big.tobytes()
+
+
+def test_put_parts(store):
+    k = K("parts")
+    assert store.put_parts(k, b"Hello, ", bytearray(b"World"), memoryview(b"!")) == 0
+    assert store.get(k) == b"Hello, World!"
+    with pytest.raises(TypeError):
+        store.put_parts(K("parts"), b"a", 3)
+
+
+def test_put_batch_get_batch(store):
+    keys = [K("b%d" % i) for i in range(5)]
+    vals = [("value-%d" % i).encode() * (i + 1) for i in range(5)]
+    assert store.put_batch(keys, vals) == 0
+    got = store.get_batch(keys + [K("nope")])
+    assert got == vals + [b""]
+    with pytest.raises(ValueError):
+        store.put_batch(keys[:2], vals[:1])
+    with pytest.raises(TypeError):
+        store.put_batch(keys[:1], [12])
+
+
+def test_is_exist_batch_is_exist_get_size(store):
+    k = K("ex")
+    assert store.is_exist(k) == 0
+    assert store.put(k, b"12345") == 0
+    assert store.is_exist(k) == 1
+    assert store.batch_is_exist([k, K("no"), k]) == [1, 0, 1]
+    assert store.get_size(k) == 5
+    assert store.get_size(K("no")) == NOT_FOUND
+
+
+def test_remove_force_and_remove_all(cluster):
+    s = make_store(cluster)
+    try:
+        k = K("rm")
+        assert s.put(k, b"x") == 0
+        assert s.remove(k) == 0
+        assert s.is_exist(k) == 0
+        assert s.remove(k) == NOT_FOUND
+        # a get takes a read lease: plain remove refuses, force removes
+        k2 = K("lease")
+        assert s.put(k2, b"leased") == 0
+        assert s.get(k2) == b"leased"
+        assert s.remove(k2) == HAS_LEASE
+        assert s.remove(k2, force=True) == 0
+        assert s.get(k2) == b""
+        ks = [K("all") for _ in range(3)]
+        for k in ks:
+            assert s.put(k, b"v") == 0
+        n = s.remove_all()
+        assert n >= 3, "remove_all removed %d" % n
+        assert s.batch_is_exist(ks) == [0, 0, 0]
+        assert s.batch_remove([K("none")], force=False) == [NOT_FOUND]
+    finally:
+        s.close()
+
+
+def test_get_buffer_protocol(store):
+    k = K("buf")
+    payload = data(4096, 3)
+    assert store.put(k, payload) == 0
+    h = store.get_buffer(k)
+    assert h is not None
+    assert h.size() == 4096 and len(h) == 4096 and h.ptr() != 0
+    arr = np.array(h, copy=False)
+    assert arr.dtype == np.uint8 and np.array_equal(arr, payload)
+    assert bytes(memoryview(h)) == payload.tobytes()
+    assert store.get_buffer(K("none")) is None
+
+
+# ---- zero-copy API ---------------------------------------------------------------
+
+def test_put_from_get_into(store):
+    src = data(1 << 20, 4)
+    dst = np.zeros(1 << 20, dtype=np.uint8)
+    assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+    assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+    k = K("zc")
+    assert store.put_from(k, src.ctypes.data, src.nbytes) == 0
+    n = store.get_into(k, dst.ctypes.data, dst.nbytes)
+    assert n == src.nbytes
+    assert np.array_equal(src, dst)
+    # part of a registered buffer
+    assert store.put_from(K("zc"), src.ctypes.data + 100, 1000) == 0
+    # destination too small: BUFFER_OVERFLOW, as Mooncake
+    assert store.get_into(k, dst.ctypes.data, 1000) == BUFFER_OVERFLOW
+    # miss
+    assert store.get_into(K("none"), dst.ctypes.data, dst.nbytes) == NOT_FOUND
+    assert store.unregister_buffer(src.ctypes.data) == 0
+    assert store.unregister_buffer(dst.ctypes.data) == 0
+    assert store.unregister_buffer(dst.ctypes.data) == INVALID_PARAMS
+
+
+def test_zero_copy_with_buffer_objects(store):
+    src = data(65536, 5)
+    dst = np.zeros(65536, dtype=np.uint8)
+    assert store.register_buffer(src) == 0
+    assert store.register_buffer(dst) == 0
+    k = K("obj")
+    assert store.put_from(k, src) == 0  # size from the buffer
+    assert store.get_into(k, dst) == 65536
+    assert np.array_equal(src, dst)
+    with pytest.raises(ValueError):  # size larger than the buffer object
+        store.get_into(k, dst, 70000)
+    with pytest.raises(ValueError):  # read-only destination
+        store.get_into(k, b"\0" * 65536)
+    assert store.unregister_buffer(src) == 0 and store.unregister_buffer(dst) == 0
+
+
+def test_unregistered_pointers_are_refused(store):
+    src = data(4096, 6)
+    k = K("unreg")
+    assert store.put_from(k, src.ctypes.data, 4096) == INVALID_PARAMS
+    assert store.is_exist(k) == 0
+    assert store.put(k, src) == 0
+    dst = np.zeros(4096, dtype=np.uint8)
+    assert store.get_into(k, dst.ctypes.data, 4096) == INVALID_PARAMS
+    assert not dst.any()
+    # a garbage address can be neither registered nor used
+    assert store.register_buffer(0x1000, 4096) == INVALID_PARAMS
+    assert store.get_into(k, 0x1000, 4096) == INVALID_PARAMS
+    # range running past a registration
+    assert store.register_buffer(dst.ctypes.data, 4096) == 0
+    assert store.get_into(k, dst.ctypes.data + 1, 4096) == INVALID_PARAMS
+    assert store.register_buffer(dst.ctypes.data + 10, 100) == INVALID_PARAMS  # overlap
+    assert store.unregister_buffer(dst.ctypes.data) == 0
+
+
+def test_batch_put_from_batch_get_into(store):
+    n, size = 16, 64 << 10
+    src = data(n * size, 7)
+    dst = np.zeros(n * size, dtype=np.uint8)
+    assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+    assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+    keys = [K("bz%d" % i) for i in range(n)]
+    ptrs = [src.ctypes.data + i * size for i in range(n)]
+    assert store.batch_put_from(keys, ptrs, [size] * n) == [0] * n
+    # one miss, one unregistered destination: only those keys fail
+    junk = np.zeros(size, dtype=np.uint8)
+    qkeys = keys[:8] + [K("miss")] + keys[9:]
+    dptrs = [dst.ctypes.data + i * size for i in range(n)]
+    dptrs[3] = junk.ctypes.data
+    res = store.batch_get_into(qkeys, dptrs, [size] * n)
+    expect = [size] * n
+    expect[8] = NOT_FOUND
+    expect[3] = INVALID_PARAMS
+    assert res == expect
+    for i in range(n):
+        if i in (3, 8):
+            continue
+        assert np.array_equal(dst[i * size:(i + 1) * size], src[i * size:(i + 1) * size]), i
+    # re-putting existing keys fails per key
+    assert store.batch_put_from(keys[:2], ptrs[:2], [size] * 2) == [EXISTS, EXISTS]
+    with pytest.raises(ValueError):
+        store.batch_get_into(keys, dptrs[:3], [size] * n)
+    with pytest.raises(ValueError):
+        store.batch_put_from(keys[:1], ptrs[:1], [-1])
+    assert store.batch_put_from([], [], []) == []
+    store.unregister_buffer(src.ctypes.data)
+    store.unregister_buffer(dst.ctypes.data)
+
+
+def test_multi_buffers(store):
+    """Each key from / into several fragments (contiguous and scattered)."""
+    frag, nfrag, nkeys = 4096, 4, 3
+    src = data(frag * nfrag * nkeys * 2, 8)
+    dst = np.zeros_like(src)
+    assert store.register_buffer(src) == 0
+    assert store.register_buffer(dst) == 0
+    base, dbase = src.ctypes.data, dst.ctypes.data
+    keys = [K("mb%d" % i) for i in range(nkeys)]
+    # key 0: contiguous fragments; keys 1, 2: every other fragment
+    all_ptrs = [[base + j * frag for j in range(nfrag)]]
+    all_ptrs += [[base + (nfrag + i * 2 * nfrag + 2 * j) * frag for j in range(nfrag)]
+                 for i in range(nkeys - 1)]
+    all_sizes = [[frag] * nfrag for _ in range(nkeys)]
+    assert store.batch_put_from_multi_buffers(keys, all_ptrs, all_sizes) == [0] * nkeys
+    for i, k in enumerate(keys):
+        expect = b"".join(src[p - base:p - base + frag].tobytes() for p in all_ptrs[i])
+        assert store.get(k) == expect, "key %d content" % i
+    # read back into a different fragmentation (2 halves, scattered)
+    half = frag * nfrag // 2
+    dptrs = [[dbase + (2 * i) * half, dbase + (2 * i + 5) * half] for i in range(nkeys)]
+    dsizes = [[half, half] for _ in range(nkeys)]
+    res = store.batch_get_into_multi_buffers(keys, dptrs, dsizes)
+    assert res == [frag * nfrag] * nkeys
+    for i, k in enumerate(keys):
+        got = dst[dptrs[i][0] - dbase:dptrs[i][0] - dbase + half].tobytes() + \
+            dst[dptrs[i][1] - dbase:dptrs[i][1] - dbase + half].tobytes()
+        assert got == store.get(k), "key %d scatter" % i
+    # a miss and an unregistered fragment fail only their key
+    junk = np.zeros(frag, dtype=np.uint8)
+    res = store.batch_get_into_multi_buffers([keys[0], K("none"), keys[1]],
+                                             [dptrs[0], dptrs[1], [junk.ctypes.data]],
+                                             [dsizes[0], dsizes[1], [frag]])
+    assert res == [frag * nfrag, NOT_FOUND, INVALID_PARAMS]
+    with pytest.raises(ValueError):
+        store.batch_put_from_multi_buffers(keys[:1], [[base, base]], [[frag]])
+    with pytest.raises(TypeError):
+        store.batch_put_from_multi_buffers(keys[:1], [base], [frag])
+
+
+# ---- replication config ------------------------------------------------------------
+
+def test_replicate_config(store, cluster):
+    cfg = ReplicateConfig()
+    assert cfg.replica_num == 1 and not cfg.with_soft_pin and not cfg.with_hard_pin
+    cfg.with_soft_pin = True
+    assert store.put(K("soft"), b"s", cfg) == 0
+    cfg = ReplicateConfig()
+    cfg.with_hard_pin = True
+    assert store.put(K("hard"), b"h", cfg) == 0
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = cluster["node"]
+    assert cfg.preferred_segments == [cluster["node"]]
+    k = K("pref")
+    assert store.put(k, b"p", cfg) == 0 and store.get(k) == b"p"
+    # two replicas: the node and this client both contribute memory
+    cfg = ReplicateConfig(replica_num=2)
+    k = K("two")
+    assert store.put(k, b"twice", config=cfg) == 0
+    assert store.get(k) == b"twice"
+    with pytest.raises(ValueError):
+        store.put(K("bad"), b"x", ReplicateConfig(replica_num=0))
+    with pytest.raises(ValueError):
+        store.put(K("bad"), b"x", ReplicateConfig(replica_num=99))
+    with pytest.raises(TypeError):
+        store.put(K("bad"), b"x", "not a config")
+    # duck typing: any object with the attributes works
+    class Cfg:
+        replica_num = 1
+        with_soft_pin = False
+        with_hard_pin = False
+        preferred_segments = []
+    assert store.put(K("duck"), b"d", Cfg()) == 0
+
+
+# ---- bad input and lifecycle ---------------------------------------------------------
+
+def test_bad_arguments(store):
+    with pytest.raises(TypeError):
+        store.put(123, b"x")
+    with pytest.raises(ValueError):
+        store.put("", b"x")
+    with pytest.raises(TypeError):
+        store.put("k", 12345)
+    with pytest.raises(TypeError):
+        store.get(None)
+    with pytest.raises(TypeError):
+        store.is_exist(["k"])
+    with pytest.raises(TypeError):
+        store.batch_is_exist("abc")
+    with pytest.raises(TypeError):
+        store.batch_is_exist([1, 2])
+    with pytest.raises(ValueError):
+        store.register_buffer(4096, -1)
+    with pytest.raises(TypeError):
+        store.register_buffer("addr", 10)
+    with pytest.raises(ValueError):
+        store.get_into("k", 4096, -3)
+    with pytest.raises(TypeError):
+        store.get_into("k", 4096)  # int pointer needs a size
+    assert store.put("x" * 5000, b"v") < 0  # key longer than the store allows
+
+
+def test_closed_and_unset_store():
+    s = MooncakeDistributedStore()
+    assert s.put("k", b"v") == NOT_READY
+    assert s.get("k") == b""
+    assert s.get_buffer("k") is None
+    assert s.is_exist("k") == NOT_READY
+    assert s.batch_is_exist(["a", "b"]) == [NOT_READY, NOT_READY]
+    assert s.get_size("k") == NOT_READY
+    assert s.remove("k") == NOT_READY and s.remove_all() == NOT_READY
+    buf = np.zeros(4096, dtype=np.uint8)
+    assert s.register_buffer(buf.ctypes.data, 4096) == NOT_READY
+    assert s.get_into("k", buf.ctypes.data, 4096) == INVALID_PARAMS  # not registered
+    assert s.get_hostname() == ""
+    assert s.close() == 0 and s.close() == 0
+
+
+def test_close_while_other_threads_use_the_store(cluster):
+    s = make_store(cluster)
+    k = K("closing")
+    assert s.put(k, b"v" * 1000) == 0
+    results = []
+
+    def worker():
+        for _ in range(100000):
+            r = s.get(k)
+            results.append(r)
+            if r == b"":
+                break
+
+    t = threading.Thread(target=worker)
+    t.start()
+    while not results:
+        pass
+    assert s.close() == 0
+    t.join(60)
+    assert not t.is_alive()
+    assert results[0] == b"v" * 1000 and results[-1] == b""
+
+
+def test_threads_share_one_store(store):
+    nthreads, rounds, size = 4, 10, 256 << 10
+    bufs = [np.zeros(size, dtype=np.uint8) for _ in range(nthreads)]
+    for b in bufs:
+        assert store.register_buffer(b) == 0
+    errors = []
+
+    def worker(i):
+        try:
+            for r in range(rounds):
+                k = K("th%d-%d" % (i, r))
+                val = np.full(size, (i * 31 + r) & 0xFF, dtype=np.uint8)
+                assert store.put(k, val) == 0
+                assert store.get_into(k, bufs[i]) == size
+                assert np.array_equal(bufs[i], val), "thread %d round %d" % (i, r)
+                assert store.is_exist(k) == 1
+                assert store.get(k) == val.tobytes()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(nthreads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, errors
+    for b in bufs:
+        assert store.unregister_buffer(b) == 0
+
+
+def test_tensors(store):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (put_tensor/get_tensor)")
+    t = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    k = K("tensor")
+    assert store.put_tensor(k, t) == 0
+    back = store.get_tensor(k)
+    assert back.shape == t.shape and back.dtype == t.dtype and torch.equal(back, t)
+    assert store.get_tensor(K("none")) is None
