@@ -374,6 +374,9 @@ int cr_store_create(const cr_store_params_t *p, cr_store_t **out)
     const char *stall = getenv("CRESCENT_STORE_TEST_GET_STALL_MS");
     if (stall)
         s->test_get_stall_ms = strtoull(stall, NULL, 10);
+    stall = getenv("CRESCENT_STORE_TEST_PUT_STALL_MS");
+    if (stall)
+        s->test_put_stall_ms = strtoull(stall, NULL, 10);
 
     int rc = CR_E_INVALID_PARAMS;
     char transports[64];

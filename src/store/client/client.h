@@ -53,6 +53,7 @@ struct cr_store {
     unsigned hb_ms;
     uint16_t te_port;
     uint64_t test_get_stall_ms; /* CRESCENT_STORE_TEST_GET_STALL_MS: tests only */
+    uint64_t test_put_stall_ms; /* CRESCENT_STORE_TEST_PUT_STALL_MS: tests only */
 
     cr_xfer_engine_t *te;
     char seg_name[CR_XFER_NAME_MAX];

@@ -12,6 +12,7 @@
  * Batches use one master round-trip per phase and one TE batch for all
  * keys; every key keeps its own status. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -386,6 +387,11 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
         return rc;
+    }
+    if (s->test_put_stall_ms) { /* tests: a writer stuck between PutStart and its writes */
+        fprintf(stderr, "store-client: test hook: put stalls %llu ms after PutStart\n",
+                (unsigned long long)s->test_put_stall_ms);
+        usleep((useconds_t)(s->test_put_stall_ms * 1000));
     }
     uint8_t *started = calloc(n, 2); /* [0,n): PutStart ok; [n,2n): data written */
     size_t *first = malloc((n + 1) * sizeof *first);

@@ -1,0 +1,572 @@
+/* Multi-process store cluster on loopback: crescent-master, three
+ * crescent-node storage daemons, and this process as the client.
+ *
+ * Covers: put/get correctness 4 KiB..16 MiB (1 and 2 replicas), replicas on
+ * distinct nodes (checked in the master's /query_key), a lease blocking
+ * remove, a writer killed mid-put (key never visible, its space reclaimed
+ * after the put timeout), the stalled reader, eviction under a stream of
+ * puts 3x the pool, a storage node SIGKILLed under load (its objects become
+ * misses, every successful get has the right bytes), a master restart
+ * (nodes remount), SIGTERM of a node (clean exit 0, unmount), bad input.
+ *
+ * usage: test_store_cluster <crescent-master> <crescent-node>
+ *        test_store_cluster --writer <master addr> <key> <size>   (child role)
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cluster_util.h"
+#include "common/clock.h"
+#include "crescent/store.h"
+
+#define N_NODES 3
+#define NODE_SEG "32MB"
+#define NODE_SEG_BYTES (32ull << 20)
+#define LEASE_MS 500
+#define CLIENT_TTL_S 2
+#define PUT_TIMEOUT_S 2
+#define REG_SIZE (64ull << 20)
+
+static const char *g_master_bin, *g_node_bin;
+static char g_dir[256];
+static pid_t g_master_pid = -1;
+static uint16_t g_rpc_port, g_metrics_port;
+static char g_addr[64];
+static pid_t g_node_pid[N_NODES];
+static char g_node_seg[N_NODES][320];
+static cr_store_t *g_cli;
+static uint8_t *g_reg;
+static int g_failures;
+
+#define CHECK(cond, ...)                                                                   \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fprintf(stderr, "\n");                                                         \
+            g_failures++;                                                                  \
+            return;                                                                        \
+        }                                                                                  \
+    } while (0)
+#define CHECK_RC(expr, want)                                                               \
+    do {                                                                                   \
+        int rc_ = (expr);                                                                  \
+        CHECK(rc_ == (want), "expected %d (%s), got %d (%s)", (int)(want),                 \
+              cr_strerror(want), rc_, cr_strerror(rc_));                                   \
+    } while (0)
+
+static void fill(uint8_t *b, size_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t c = n - i < 8 ? n - i : 8;
+        memcpy(b + i, &x, c);
+    }
+}
+
+static int same(const uint8_t *b, size_t n, uint64_t seed)
+{
+    static __thread uint8_t *tmp;
+    static __thread size_t tmpn;
+    if (tmpn < n) {
+        free(tmp);
+        tmp = malloc(n);
+        tmpn = n;
+    }
+    fill(tmp, n, seed);
+    return memcmp(tmp, b, n) == 0;
+}
+
+/* ---- processes -------------------------------------------------------------- */
+
+static int start_master(uint16_t port)
+{
+    char pf[300], log[300], portarg[16], lease[16], ttl[16], pto[16], buf[256];
+    snprintf(pf, sizeof pf, "%s/master.port", g_dir);
+    snprintf(log, sizeof log, "%s/master.log", g_dir);
+    unlink(pf);
+    snprintf(portarg, sizeof portarg, "%u", port);
+    snprintf(lease, sizeof lease, "%d", LEASE_MS);
+    snprintf(ttl, sizeof ttl, "%d", CLIENT_TTL_S);
+    snprintf(pto, sizeof pto, "%d", PUT_TIMEOUT_S);
+    char *argv[] = {(char *)g_master_bin, "--rpc_address", "127.0.0.1", "--rpc_port", portarg,
+                    "--metrics_address", "127.0.0.1", "--metrics_port", "0",
+                    "--default_kv_lease_ttl", lease, "--client_ttl", ttl,
+                    "--put_start_timeout", pto, "--eviction_high_watermark_ratio", "0.9",
+                    "--port_file", pf, NULL};
+    g_master_pid = cu_spawn(argv, log, NULL);
+    if (g_master_pid < 0 || cu_wait_file(pf, 10000, buf, sizeof buf)) {
+        fprintf(stderr, "master did not start (see %s)\n", log);
+        return -1;
+    }
+    unsigned rpc = 0, met = 0;
+    if (sscanf(buf, "listening rpc=%u metrics=%u", &rpc, &met) != 2)
+        return -1;
+    g_rpc_port = (uint16_t)rpc;
+    g_metrics_port = (uint16_t)met;
+    snprintf(g_addr, sizeof g_addr, "127.0.0.1:%u", rpc);
+    return 0;
+}
+
+static int start_node(int i)
+{
+    char rf[300], log[300];
+    snprintf(rf, sizeof rf, "%s/node%d.ready", g_dir, i);
+    snprintf(log, sizeof log, "%s/node%d.log", g_dir, i);
+    unlink(rf);
+    char *argv[] = {(char *)g_node_bin, "--master_server_address", g_addr, "--global_segment_size",
+                    NODE_SEG, "--heartbeat_ms", "200", "--local_hostname", "127.0.0.1",
+                    "--ready_file", rf, NULL};
+    g_node_pid[i] = cu_spawn(argv, log, NULL);
+    char buf[300];
+    if (g_node_pid[i] < 0 || cu_wait_file(rf, 15000, buf, sizeof buf)) {
+        fprintf(stderr, "node %d did not start (see %s)\n", i, log);
+        return -1;
+    }
+    buf[strcspn(buf, "\n")] = 0;
+    snprintf(g_node_seg[i], sizeof g_node_seg[i], "%s", buf);
+    return 0;
+}
+
+static int make_client(cr_store_t **out)
+{
+    cr_store_params_t p = {0};
+    p.field_mask = CR_STORE_PARAM_MASTER_ADDR | CR_STORE_PARAM_LOCAL_BUFFER_SIZE |
+                   CR_STORE_PARAM_HEARTBEAT_MS;
+    p.master_addr = g_addr;
+    p.local_buffer_size = 16u << 20;
+    p.heartbeat_ms = 200;
+    return cr_store_create(&p, out);
+}
+
+/* ---- scenarios ---------------------------------------------------------------- */
+
+static void test_sizes(void)
+{
+    static const size_t sizes[] = {4096, 64 << 10, 1 << 20, 4 << 20, 16 << 20};
+    for (int rep = 1; rep <= 2; rep++) {
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            size_t n = sizes[i];
+            char key[64];
+            size_t got = 0;
+            cr_store_replicate_config_t cfg = {.replica_num = (uint32_t)rep};
+            snprintf(key, sizeof key, "size-%zu-r%d", n, rep);
+            fill(g_reg, n, n + (size_t)rep);
+            CHECK_RC(cr_store_put_from(g_cli, key, g_reg, n, &cfg), 0);
+            memset(g_reg + (32u << 20), 0, n);
+            CHECK_RC(cr_store_get_into(g_cli, key, g_reg + (32u << 20), n, &got), 0);
+            CHECK(got == n, "size %zu got %zu", n, got);
+            CHECK(same(g_reg + (32u << 20), n, n + (size_t)rep), "bytes of %s differ", key);
+            /* copying path, unregistered memory */
+            uint8_t *o = malloc(n);
+            CHECK_RC(cr_store_get(g_cli, key, o, n, &got), 0);
+            CHECK(same(o, n, n + (size_t)rep), "copying get of %s differs", key);
+            free(o);
+            CHECK_RC(cr_store_remove(g_cli, key, 1), 0);
+        }
+    }
+    fprintf(stderr, "ok: put/get 4 KiB..16 MiB, 1 and 2 replicas\n");
+}
+
+static void test_replicas_distinct(void)
+{
+    fill(g_reg, 1 << 20, 3);
+    cr_store_replicate_config_t cfg = {.replica_num = 3};
+    CHECK_RC(cr_store_put_from(g_cli, "three", g_reg, 1 << 20, &cfg), 0);
+    char body[16384];
+    int st = cu_http_get(g_metrics_port, "/query_key?key=three", body, sizeof body);
+    CHECK(st == 200, "query_key status %d", st);
+    int seen[N_NODES] = {0};
+    for (int i = 0; i < N_NODES; i++) {
+        char pat[400];
+        snprintf(pat, sizeof pat, "\"segment\":\"%.300s\"", g_node_seg[i]);
+        for (char *p = body; (p = strstr(p, pat)); p++)
+            seen[i]++;
+    }
+    for (int i = 0; i < N_NODES; i++)
+        CHECK(seen[i] >= 1, "node %d (%s) holds no replica of 'three': %s", i, g_node_seg[i], body);
+    CHECK_RC(cr_store_remove(g_cli, "three", 1), 0);
+    fprintf(stderr, "ok: 3 replicas on 3 distinct nodes\n");
+}
+
+static void test_lease_blocks_remove(void)
+{
+    uint8_t v[4096], o[4096];
+    size_t got;
+    fill(v, sizeof v, 9);
+    CHECK_RC(cr_store_put(g_cli, "lease", v, sizeof v, NULL), 0);
+    CHECK_RC(cr_store_get(g_cli, "lease", o, sizeof o, &got), 0);
+    CHECK_RC(cr_store_remove(g_cli, "lease", 0), CR_E_OBJECT_HAS_LEASE);
+    usleep((LEASE_MS + 200) * 1000);
+    CHECK_RC(cr_store_remove(g_cli, "lease", 0), 0);
+    fprintf(stderr, "ok: a live lease blocks remove\n");
+}
+
+/* child role: put a big key with replicas on every node, stalled after
+ * PutStart (the parent SIGKILLs it there) */
+static int writer_main(const char *addr, const char *key, size_t n)
+{
+    snprintf(g_addr, sizeof g_addr, "%s", addr);
+    cr_store_t *c;
+    if (make_client(&c))
+        return 3;
+    uint8_t *v = malloc(n);
+    fill(v, n, 4242);
+    cr_store_replicate_config_t cfg = {.replica_num = N_NODES};
+    int rc = cr_store_put(c, key, v, n, &cfg);
+    printf("writer finished: %d\n", rc);
+    cr_store_destroy(c);
+    return 0;
+}
+
+static void test_writer_killed(void)
+{
+    const size_t n = 24u << 20; /* x3 replicas: 72 of the 96 MiB pool */
+    char self[512], log[300], sz[32];
+    ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+    CHECK(l > 0, "readlink");
+    self[l] = 0;
+    snprintf(log, sizeof log, "%s/writer.log", g_dir);
+    snprintf(sz, sizeof sz, "%zu", n);
+    char *argv[] = {self, "--writer", g_addr, "killed-writer", sz, NULL};
+    char *env[] = {"CRESCENT_STORE_TEST_PUT_STALL_MS=60000", NULL};
+    pid_t w = cu_spawn(argv, log, env);
+    CHECK(w > 0, "spawn writer");
+    /* wait until the writer holds its allocation: our own put of the same
+     * shape cannot fit then */
+    cr_store_replicate_config_t cfg = {.replica_num = N_NODES};
+    fill(g_reg, n, 77);
+    int rc = 0, saw_full = 0;
+    for (int i = 0; i < 100; i++) {
+        char body[4096];
+        int st = cu_http_get(g_metrics_port, "/metrics", body, sizeof body);
+        (void)st;
+        rc = cr_store_put_from(g_cli, "after-writer", g_reg, n, &cfg);
+        if (rc == CR_E_NO_AVAILABLE_HANDLE) {
+            saw_full = 1;
+            break;
+        }
+        if (rc == 0)
+            cr_store_remove(g_cli, "after-writer", 1);
+        usleep(50000);
+    }
+    CHECK(saw_full, "the pending put never held its space (last put: %d)", rc);
+    CHECK_RC(cr_store_exist(g_cli, "killed-writer"), 0); /* invisible while pending */
+    kill(w, SIGKILL);
+    int st;
+    waitpid(w, &st, 0);
+    /* reclaimed after the put timeout (+ quarantine of one more period) */
+    uint64_t t0 = cr__now_ms();
+    rc = -1;
+    while (cr__now_ms() - t0 < (uint64_t)(4 * PUT_TIMEOUT_S + 6) * 1000) {
+        rc = cr_store_put_from(g_cli, "after-writer", g_reg, n, &cfg);
+        if (rc == 0)
+            break;
+        usleep(200000);
+    }
+    CHECK_RC(rc, 0);
+    fprintf(stderr, "ok: killed writer's space reclaimed after %llu ms\n",
+            (unsigned long long)(cr__now_ms() - t0));
+    CHECK_RC(cr_store_exist(g_cli, "killed-writer"), 0);
+    size_t got;
+    CHECK_RC(cr_store_get_into(g_cli, "after-writer", g_reg + (32u << 20), n, &got), 0);
+    CHECK(same(g_reg + (32u << 20), n, 77), "after-writer bytes differ");
+    CHECK_RC(cr_store_remove(g_cli, "after-writer", 1), 0);
+}
+
+struct stall_arg {
+    cr_store_t *c;
+    uint8_t *o;
+    size_t n;
+    int rc;
+};
+
+static void *stall_get(void *a)
+{
+    struct stall_arg *s = a;
+    size_t got;
+    s->rc = cr_store_get(s->c, "stale", s->o, s->n, &got);
+    return NULL;
+}
+
+static void test_stalled_reader(void)
+{
+    const size_t n = 1 << 20;
+    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "1500", 1);
+    cr_store_t *reader;
+    int rc = make_client(&reader);
+    unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
+    CHECK_RC(rc, 0);
+    fill(g_reg, n, 1);
+    CHECK_RC(cr_store_put_from(g_cli, "stale", g_reg, n, NULL), 0);
+    struct stall_arg a = {reader, calloc(1, n), n, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, stall_get, &a);
+    usleep((LEASE_MS + 200) * 1000);
+    CHECK_RC(cr_store_remove(g_cli, "stale", 0), 0);
+    fill(g_reg, n, 2);
+    CHECK_RC(cr_store_put_from(g_cli, "stale", g_reg, n, NULL), 0);
+    for (int i = 0; i < 16; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "stale-fill-%d", i);
+        cr_store_put_from(g_cli, k, g_reg, n, NULL);
+    }
+    pthread_join(t, NULL);
+    CHECK(a.rc != 0 ? 1 : same(a.o, n, 1),
+          "stalled reader returned success with bytes that are not the old value");
+    CHECK(a.rc == 0 || a.rc == CR_E_LEASE_EXPIRED || a.rc == CR_E_OBJECT_NOT_FOUND,
+          "stalled reader: unexpected %d", a.rc);
+    free(a.o);
+    cr_store_destroy(reader);
+    uint64_t removed;
+    usleep((LEASE_MS + 100) * 1000);
+    cr_store_remove_all(g_cli, &removed);
+    fprintf(stderr, "ok: stalled reader got %d (%s), never the new bytes\n", a.rc,
+            cr_strerror(a.rc));
+}
+
+static void test_eviction(void)
+{
+    const size_t n = 1 << 20;
+    const int total = (int)(3 * N_NODES * NODE_SEG_BYTES / n);
+    int fails = 0;
+    for (int i = 0; i < total; i++) {
+        char k[32];
+        snprintf(k, sizeof k, "ev-%d", i);
+        fill(g_reg, n, 100000 + (uint64_t)i);
+        if (cr_store_put_from(g_cli, k, g_reg, n, NULL))
+            fails++;
+    }
+    CHECK(fails <= total / 20, "%d of %d puts failed despite eviction", fails, total);
+    int hits = 0, misses = 0;
+    for (int i = 0; i < total; i++) {
+        char k[32];
+        size_t got;
+        snprintf(k, sizeof k, "ev-%d", i);
+        int rc = cr_store_get_into(g_cli, k, g_reg + (32u << 20), n, &got);
+        if (rc == 0) {
+            CHECK(same(g_reg + (32u << 20), n, 100000 + (uint64_t)i), "evicted-stream %s differs", k);
+            hits++;
+        } else {
+            CHECK_RC(rc, CR_E_OBJECT_NOT_FOUND);
+            misses++;
+        }
+    }
+    CHECK(hits > 0 && misses >= total / 2, "hits %d misses %d", hits, misses);
+    usleep((LEASE_MS + 100) * 1000);
+    cr_store_remove_all(g_cli, NULL);
+    fprintf(stderr, "ok: eviction: %d puts into a pool of %d MiB, %d hits, %d misses\n", total,
+            (int)(N_NODES * NODE_SEG_BYTES >> 20), hits, misses);
+}
+
+/* ---- a node SIGKILLed under load ------------------------------------------- */
+
+#define LOAD_KEYS 60
+#define LOAD_SIZE (256u << 10)
+static atomic_int g_load_stop;
+static atomic_int g_wrong, g_hits, g_misses, g_other;
+
+static void *load_reader(void *a)
+{
+    long id = (long)a;
+    uint8_t *o = malloc(LOAD_SIZE);
+    for (unsigned it = 0; !atomic_load(&g_load_stop); it++) {
+        int k = (int)((it * 7 + (unsigned)id * 13) % LOAD_KEYS);
+        char key[32];
+        size_t got = 0;
+        snprintf(key, sizeof key, "load-%d", k);
+        int rc = cr_store_get(g_cli, key, o, LOAD_SIZE, &got);
+        if (rc == 0) {
+            if (got != LOAD_SIZE || !same(o, LOAD_SIZE, 7000 + (uint64_t)k))
+                atomic_fetch_add(&g_wrong, 1);
+            else
+                atomic_fetch_add(&g_hits, 1);
+        } else if (rc == CR_E_OBJECT_NOT_FOUND) {
+            atomic_fetch_add(&g_misses, 1);
+        } else {
+            atomic_fetch_add(&g_other, 1); /* transfer failure while the node dies: fine */
+        }
+    }
+    free(o);
+    return NULL;
+}
+
+static void test_node_killed_under_load(void)
+{
+    uint8_t *v = malloc(LOAD_SIZE);
+    for (int k = 0; k < LOAD_KEYS; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "load-%d", k);
+        fill(v, LOAD_SIZE, 7000 + (uint64_t)k);
+        CHECK_RC(cr_store_put(g_cli, key, v, LOAD_SIZE, NULL), 0);
+    }
+    free(v);
+    pthread_t t[3];
+    atomic_store(&g_load_stop, 0);
+    for (long i = 0; i < 3; i++)
+        pthread_create(&t[i], NULL, load_reader, (void *)i);
+    usleep(500000);
+    int victim = N_NODES - 1;
+    kill(g_node_pid[victim], SIGKILL);
+    int st;
+    waitpid(g_node_pid[victim], &st, 0);
+    g_node_pid[victim] = -1;
+    usleep((CLIENT_TTL_S * 1000 + 1500) * 1000); /* the master expires the node */
+    atomic_store(&g_load_stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    fprintf(stderr, "load: hits %d misses %d other %d wrong %d\n", g_hits, g_misses, g_other,
+            g_wrong);
+    CHECK(g_wrong == 0, "%d gets returned wrong bytes", g_wrong);
+    CHECK(g_hits > 0, "no hits under load");
+    /* now: the dead node's keys are misses, the others are intact */
+    int hits = 0, misses = 0;
+    uint8_t *o = malloc(LOAD_SIZE);
+    for (int k = 0; k < LOAD_KEYS; k++) {
+        char key[32];
+        size_t got;
+        snprintf(key, sizeof key, "load-%d", k);
+        int rc = cr_store_get(g_cli, key, o, LOAD_SIZE, &got);
+        if (rc == 0) {
+            CHECK(same(o, LOAD_SIZE, 7000 + (uint64_t)k), "%s differs after the kill", key);
+            hits++;
+        } else {
+            CHECK_RC(rc, CR_E_OBJECT_NOT_FOUND);
+            misses++;
+        }
+    }
+    free(o);
+    CHECK(misses > 0 && hits > 0, "after the kill: hits %d misses %d (expected some of each)",
+          hits, misses);
+    usleep((LEASE_MS + 100) * 1000);
+    cr_store_remove_all(g_cli, NULL);
+    fprintf(stderr, "ok: node SIGKILLed under load: %d keys lost (misses), %d intact, 0 wrong\n",
+            misses, hits);
+}
+
+static void test_master_restart(void)
+{
+    int st;
+    kill(g_master_pid, SIGKILL);
+    waitpid(g_master_pid, &st, 0);
+    CHECK(start_master(g_rpc_port) == 0, "master restart on port %u", g_rpc_port);
+    uint8_t v[8192], o[8192];
+    fill(v, sizeof v, 55);
+    /* the surviving nodes remount on their next heartbeat; replicas on both
+     * of them prove both came back */
+    cr_store_replicate_config_t cfg = {.replica_num = 2};
+    int rc = -1;
+    for (int i = 0; i < 100 && rc; i++) {
+        rc = cr_store_put(g_cli, "post-restart", v, sizeof v, &cfg);
+        if (rc)
+            usleep(100000);
+    }
+    CHECK_RC(rc, 0);
+    size_t got;
+    CHECK_RC(cr_store_get(g_cli, "post-restart", o, sizeof o, &got), 0);
+    CHECK(same(o, sizeof o, 55), "post-restart bytes differ");
+    for (int i = 0; i < N_NODES; i++)
+        if (g_node_pid[i] > 0)
+            CHECK(cu_alive(g_node_pid[i]), "node %d died across the master restart", i);
+    fprintf(stderr, "ok: master restarted, nodes remounted\n");
+}
+
+static void test_node_sigterm(void)
+{
+    cr_store_replicate_config_t cfg = {.replica_num = 1};
+    const char *pref[] = {g_node_seg[0]};
+    cfg.preferred_segments = pref;
+    cfg.n_preferred = 1;
+    uint8_t v[4096];
+    fill(v, sizeof v, 8);
+    CHECK_RC(cr_store_put(g_cli, "on-node0", v, sizeof v, &cfg), 0);
+    int st = cu_stop(g_node_pid[0], SIGTERM, 10000);
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "node 0 SIGTERM exit status %d", st);
+    g_node_pid[0] = -1;
+    /* unmounted at once: its objects are gone */
+    CHECK_RC(cr_store_exist(g_cli, "on-node0"), 0);
+    fprintf(stderr, "ok: node SIGTERM: exit 0, segment unmounted\n");
+}
+
+static void test_bad_input(void)
+{
+    uint8_t b[16] = {0};
+    size_t got;
+    CHECK_RC(cr_store_put(g_cli, "", b, 1, NULL), CR_E_INVALID_KEY);
+    CHECK_RC(cr_store_put(g_cli, "x", b, 0, NULL), CR_E_INVALID_PARAMS);
+    CHECK_RC(cr_store_put_from(g_cli, "x", b, sizeof b, NULL), CR_E_INVALID_PARAMS);
+    CHECK_RC(cr_store_get(g_cli, "x", b, sizeof b, &got), CR_E_OBJECT_NOT_FOUND);
+    cr_store_replicate_config_t cfg = {.replica_num = 99};
+    CHECK_RC(cr_store_put(g_cli, "x", b, 1, &cfg), CR_E_INVALID_PARAMS);
+    fprintf(stderr, "ok: bad input rejected\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && !strcmp(argv[1], "--writer"))
+        return writer_main(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s <crescent-master> <crescent-node>\n", argv[0]);
+        return 2;
+    }
+    g_master_bin = argv[1];
+    g_node_bin = argv[2];
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(g_dir, sizeof g_dir, "/tmp/crescent-store-cluster-XXXXXX");
+    if (!mkdtemp(g_dir))
+        return 1;
+    fprintf(stderr, "logs in %s\n", g_dir);
+    int rc = 1;
+    if (start_master(0))
+        goto out;
+    for (int i = 0; i < N_NODES; i++)
+        if (start_node(i))
+            goto out;
+    if (make_client(&g_cli))
+        goto out;
+    g_reg = mmap(NULL, REG_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g_reg == MAP_FAILED || cr_store_register_buffer(g_cli, g_reg, REG_SIZE))
+        goto out;
+
+    test_bad_input();
+    test_sizes();
+    test_replicas_distinct();
+    test_lease_blocks_remove();
+    test_writer_killed();
+    test_stalled_reader();
+    test_eviction();
+    test_node_killed_under_load();
+    test_master_restart();
+    test_node_sigterm();
+    rc = g_failures ? 1 : 0;
+out:
+    if (g_cli) {
+        cr_store_unregister_buffer(g_cli, g_reg);
+        cr_store_destroy(g_cli);
+    }
+    for (int i = 0; i < N_NODES; i++)
+        if (g_node_pid[i] > 0)
+            cu_stop(g_node_pid[i], SIGTERM, 5000);
+    if (g_master_pid > 0)
+        cu_stop(g_master_pid, SIGTERM, 5000);
+    fprintf(stderr, "%s (%d failures)\n", rc ? "FAILED" : "PASSED", g_failures);
+    if (!rc) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+        if (system(cmd))
+            rc = rc;
+    }
+    return rc;
+}
