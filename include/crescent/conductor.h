@@ -185,6 +185,15 @@ CR_API void cr_cond_model_default(cr_cond_model_t *m);
  * cached (0 <= reused_len <= input_len; clamped). Linear + quadratic term. */
 CR_API double cr_cond_cost_prefill(const cr_cond_model_t *m, uint64_t input_len,
                                    uint64_t reused_len);
+/* Seconds to prefill as chunks of chunk_tokens tokens (0 = one chunk), each
+ * charged cr_cond_cost_prefill() with the tokens before it as prefix. With
+ * stages > 1 the layers are split over `stages` instances that pipeline the
+ * chunks (Mooncake's chunked pipeline parallelism): sum / stages plus the
+ * pipeline fill, (stages - 1) / stages of the last chunk, plus one
+ * transfer_overhead_s per extra stage for the activations hand-off. */
+CR_API double cr_cond_cost_prefill_chunked(const cr_cond_model_t *m, uint64_t input_len,
+                                           uint64_t reused_len, uint32_t chunk_tokens,
+                                           uint32_t stages);
 /* Seconds to move the KV cache of tokens tokens between instances. 0 for 0. */
 CR_API double cr_cond_cost_transfer(const cr_cond_model_t *m, uint64_t tokens);
 /* Seconds of one decode step with batch requests holding context_tokens
@@ -222,6 +231,8 @@ enum cr_cond_sched_param_field {
     CR_COND_SCHED_PARAM_TBT_SLO = 1u << 5,
     CR_COND_SCHED_PARAM_SEED = 1u << 6,
     CR_COND_SCHED_PARAM_FETCH_MIN_GAIN = 1u << 7,
+    CR_COND_SCHED_PARAM_CHUNK_TOKENS = 1u << 8,
+    CR_COND_SCHED_PARAM_PIPELINE = 1u << 9,
 };
 
 typedef struct cr_cond_sched_params {
@@ -239,6 +250,18 @@ typedef struct cr_cond_sched_params {
     /* COST_FETCH: fetch a remote prefix only if it lowers the estimated TTFT
      * by more than this many seconds. Default 0. */
     double fetch_min_gain_s;
+    /* Chunked-prefill chunk size the instances use; estimates charge each
+     * chunk (cr_cond_cost_prefill_chunked). Default 0 = unchunked. */
+    uint32_t chunk_tokens;
+    /* COST_FETCH pipelining of long prefills over idle instances: a request
+     * whose estimated prefill exceeds pipeline_min_prefill_s may be split
+     * over up to pipeline_max_stages instances, using only instances whose
+     * queue is at most pipeline_idle_s, when that lowers its estimated TTFT.
+     * pipeline_min_prefill_s 0 = off (default); max stages default 4
+     * (<= 64); idle default 0. */
+    double pipeline_min_prefill_s;
+    uint32_t pipeline_max_stages;
+    double pipeline_idle_s;
 } cr_cond_sched_params_t;
 
 /* Creates a scheduler for n_prefill prefill instances (index instance ids
@@ -281,6 +304,11 @@ typedef struct cr_cond_decision {
     double est_queue_s, est_prefill_s, est_transfer_s;
     double est_ttft_s;            /* queue + transfer + prefill */
     double est_tbt_s;             /* decode step time with this request added */
+    /* Instances running the prefill together (bit i = prefill instance i);
+     * one bit (the `prefill` one) unless the prefill is pipelined, in which
+     * case `prefill` is the first stage and receives the KV cache. */
+    uint64_t pipeline_mask;
+    uint32_t pipeline_stages;     /* popcount of pipeline_mask */
 } cr_cond_decision_t;
 
 /* Chooses the prefill and decode instances for req (Algorithm 1 or the

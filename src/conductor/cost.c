@@ -56,3 +56,25 @@ double cr_cond_cost_queue(double now, double busy_until)
 {
     return busy_until > now ? busy_until - now : 0.0;
 }
+
+double cr_cond_cost_prefill_chunked(const cr_cond_model_t *m, uint64_t input_len,
+                                    uint64_t reused_len, uint32_t chunk_tokens, uint32_t stages)
+{
+    if (reused_len > input_len)
+        reused_len = input_len;
+    uint64_t ch = chunk_tokens ? chunk_tokens : input_len - reused_len;
+    if (ch == 0 || stages == 0)
+        return cr_cond_cost_prefill(m, input_len, reused_len);
+    double sum = 0, last = 0;
+    for (uint64_t a = reused_len; a < input_len; a += ch) {
+        uint64_t b = input_len - a > ch ? a + ch : input_len;
+        last = cr_cond_cost_prefill(m, b, a);
+        sum += last;
+    }
+    if (reused_len >= input_len)
+        return cr_cond_cost_prefill(m, input_len, reused_len);
+    if (stages == 1)
+        return sum;
+    double k = stages;
+    return sum / k + (k - 1) / k * last + (k - 1) * m->transfer_overhead_s;
+}

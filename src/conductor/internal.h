@@ -58,6 +58,8 @@ typedef struct cr__cond_sim_cfg {
     uint32_t block_tokens;     /* tokens per hash_id (512 for the traces) */
     double threshold;          /* Algorithm 1 balancing threshold */
     double min_gain;           /* cost_fetch min gain (s) */
+    double pipe_min_s, pipe_idle_s; /* cost_fetch pipelining (pipe_min_s 0 = off) */
+    uint32_t pipe_max;
     double reject_ttft, reject_tbt; /* scheduler rejection thresholds, 0 = off */
     double slo_ttft, slo_tbt;  /* SLOs for attainment (0 = ignore that one) */
     uint64_t seed;
@@ -81,10 +83,11 @@ typedef struct cr__cond_sim_result {
     cr__cond_dist_t ttft, tbt;     /* seconds; over completed requests */
     double slo_attainment;         /* fraction of all n meeting both SLOs */
     double hit_local, hit_remote;  /* fraction of input tokens reused locally / fetched */
-    double prefill_gpu_s;          /* sum of prefill execution time */
+    double prefill_gpu_s;          /* sum of prefill GPU time (x stages if pipelined) */
     double transfer_s;             /* sum of prefix-fetch time */
     double sim_end_s;              /* simulated time of the last event */
     uint64_t evictions;
+    size_t pipelined;              /* requests whose prefill was pipelined */
 } cr__cond_sim_result_t;
 
 /* Replays trace under cfg. ttft_out (may be NULL) gets, per replayed

@@ -17,6 +17,9 @@ struct cr_cond_sched {
     cr_cond_model_t model;
     uint32_t block_tokens;
     double threshold, ttft_slo, tbt_slo, min_gain;
+    uint32_t chunk;
+    double pipe_min, pipe_idle;
+    uint32_t pipe_max;
     uint64_t rng;
     uint32_t rr;
     cr_cond_index_t *idx;
@@ -71,6 +74,7 @@ int cr_cond_sched_create(const cr_cond_sched_params_t *p, cr_cond_index_t *idx,
     s.block_tokens = CR_COND_DEFAULT_BLOCK_TOKENS;
     s.threshold = 1.25;
     s.rng = 1;
+    s.pipe_max = 4;
     if (p) {
         uint64_t f = p->field_mask;
         if (f & CR_COND_SCHED_PARAM_POLICY)
@@ -89,10 +93,19 @@ int cr_cond_sched_create(const cr_cond_sched_params_t *p, cr_cond_index_t *idx,
             s.rng = p->seed ? p->seed : 1;
         if (f & CR_COND_SCHED_PARAM_FETCH_MIN_GAIN)
             s.min_gain = p->fetch_min_gain_s;
+        if (f & CR_COND_SCHED_PARAM_CHUNK_TOKENS)
+            s.chunk = p->chunk_tokens;
+        if (f & CR_COND_SCHED_PARAM_PIPELINE) {
+            s.pipe_min = p->pipeline_min_prefill_s;
+            s.pipe_max = p->pipeline_max_stages;
+            s.pipe_idle = p->pipeline_idle_s;
+        }
     }
     if ((unsigned)s.policy >= CR_COND_POLICY_COUNT || s.block_tokens == 0 ||
         s.block_tokens > CR_COND_MAX_BLOCK_TOKENS || !(s.threshold >= 0) ||
-        !(s.ttft_slo >= 0) || !(s.tbt_slo >= 0) || !isfinite(s.min_gain))
+        !(s.ttft_slo >= 0) || !(s.tbt_slo >= 0) || !isfinite(s.min_gain) || !(s.pipe_min >= 0) ||
+        !isfinite(s.pipe_min) || !(s.pipe_idle >= 0) || !isfinite(s.pipe_idle) ||
+        s.pipe_max == 0 || s.pipe_max > CR_COND_MAX_INSTANCES)
         return -EINVAL;
     s.idx = idx;
     s.np = n_prefill;
@@ -166,6 +179,63 @@ static double est_tbt(const cr_cond_sched_t *s, const dload_t *d, uint64_t input
     return cr_cond_cost_decode_step(&s->model, d->batch + 1, d->ctx + input_len);
 }
 
+static double est_prefill(const cr_cond_sched_t *s, uint64_t n, uint64_t reused, uint32_t stages)
+{
+    return cr_cond_cost_prefill_chunked(&s->model, n, reused, s->chunk, stages);
+}
+
+/* COST_FETCH: can splitting the prefill over idle instances beat d? */
+static void try_pipeline(cr_cond_sched_t *s, const cr_cond_request_t *req, uint32_t best_len,
+                         uint32_t best_inst, cr_cond_decision_t *d)
+{
+    uint32_t idle[CR_COND_MAX_INSTANCES], ni = 0;
+    double q[CR_COND_MAX_INSTANCES];
+    for (uint32_t i = 0; i < s->np; i++) {
+        double qi = cr_cond_cost_queue(req->now, s->busy[i]);
+        if (qi > s->pipe_idle)
+            continue;
+        /* insertion sort by queue, then by longer local prefix */
+        uint32_t k = ni++;
+        while (k && (q[k - 1] > qi || (q[k - 1] == qi && s->prefix[idle[k - 1]] < s->prefix[i]))) {
+            idle[k] = idle[k - 1];
+            q[k] = q[k - 1];
+            k--;
+        }
+        idle[k] = i;
+        q[k] = qi;
+    }
+    uint64_t n = req->input_len;
+    uint64_t rt = reuse_tokens(s, best_len, n);
+    for (uint32_t k = 2; k <= ni && k <= s->pipe_max; k++) {
+        /* first stage: the member with the longest local prefix */
+        uint32_t first = idle[0];
+        uint64_t mask = 0;
+        for (uint32_t j = 0; j < k; j++) {
+            mask |= 1ull << idle[j];
+            if (s->prefix[idle[j]] > s->prefix[first])
+                first = idle[j];
+        }
+        uint64_t lrt = reuse_tokens(s, s->prefix[first], n);
+        double tx = cr_cond_cost_transfer(&s->model, rt - lrt);
+        double pf = est_prefill(s, n, rt, k);
+        double qq = q[k - 1];
+        double ttft = (tx > qq ? tx : qq) + pf;
+        if (ttft + s->min_gain < d->est_ttft_s) {
+            d->prefill = first;
+            d->local_prefix_blocks = s->prefix[first];
+            d->reused_blocks = rt > lrt ? best_len : s->prefix[first];
+            d->reused_tokens = rt > lrt ? rt : lrt;
+            d->fetch_from = rt > lrt ? (int32_t)best_inst : -1;
+            d->est_queue_s = qq;
+            d->est_transfer_s = rt > lrt ? tx : 0;
+            d->est_prefill_s = pf;
+            d->est_ttft_s = ttft;
+            d->pipeline_mask = mask;
+            d->pipeline_stages = k;
+        }
+    }
+}
+
 int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
                            cr_cond_decision_t *out)
 {
@@ -215,7 +285,7 @@ int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
         d.local_prefix_blocks = d.reused_blocks = prefix[p];
         d.est_queue_s = cr_cond_cost_queue(req->now, s->busy[p]);
         d.reused_tokens = reuse_tokens(s, prefix[p], n);
-        d.est_prefill_s = cr_cond_cost_prefill(m, n, d.reused_tokens);
+        d.est_prefill_s = est_prefill(s, n, d.reused_tokens, 1);
         break;
     }
     case CR_COND_POLICY_LOCAL_CACHE:
@@ -227,7 +297,7 @@ int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
             uint32_t reuse = prefix[i];
             double tx = 0, ttft;
             uint64_t rt = reuse_tokens(s, reuse, n);
-            double pf = cr_cond_cost_prefill(m, n, rt);
+            double pf = est_prefill(s, n, rt, 1);
             ttft = q + pf;
             if (s->policy == CR_COND_POLICY_GLOBAL_CACHE && best_len > prefix[i] &&
                 (prefix[i] == 0 || (double)best_len / prefix[i] > s->threshold)) {
@@ -235,13 +305,13 @@ int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
                 reuse = best_len;
                 rt = reuse_tokens(s, reuse, n);
                 tx = cr_cond_cost_transfer(m, rt - reuse_tokens(s, prefix[i], n));
-                pf = cr_cond_cost_prefill(m, n, rt);
+                pf = est_prefill(s, n, rt, 1);
                 ttft = tx + q + pf;
             } else if (s->policy == CR_COND_POLICY_COST_FETCH && best_len > prefix[i]) {
                 /* ours: fetch only if it pays off; the fetch overlaps queueing */
                 uint64_t frt = reuse_tokens(s, best_len, n);
                 double ftx = cr_cond_cost_transfer(m, frt - rt);
-                double fpf = cr_cond_cost_prefill(m, n, frt);
+                double fpf = est_prefill(s, n, frt, 1);
                 double fttft = (ftx > q ? ftx : q) + fpf;
                 if (fttft + s->min_gain < ttft) {
                     reuse = best_len;
@@ -273,6 +343,11 @@ int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
                        d.est_prefill_s;
     else
         d.est_ttft_s = d.est_transfer_s + d.est_queue_s + d.est_prefill_s;
+    d.pipeline_mask = 1ull << d.prefill;
+    d.pipeline_stages = 1;
+    if (s->policy == CR_COND_POLICY_COST_FETCH && s->pipe_min > 0 &&
+        d.est_prefill_s > s->pipe_min)
+        try_pipeline(s, req, best_len, best_inst, &d);
 
     /* decode instance: lowest TBT with this request added, among those with
      * room (all, if none has room); random for the random policy */
@@ -299,9 +374,10 @@ int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
         }
     }
     d.est_tbt_s = btbt;
-    if ((s->ttft_slo > 0 && d.est_ttft_s > s->ttft_slo) ||
-        (s->tbt_slo > 0 && d.est_tbt_s > s->tbt_slo) || !have_room)
-        d.rejected = (s->ttft_slo > 0 || s->tbt_slo > 0) ? 1 : 0;
+    int slo = s->ttft_slo > 0 || s->tbt_slo > 0;
+    if (slo && ((s->ttft_slo > 0 && d.est_ttft_s > s->ttft_slo) ||
+                (s->tbt_slo > 0 && d.est_tbt_s > s->tbt_slo) || !have_room))
+        d.rejected = 1;
     *out = d;
     return 0;
 }

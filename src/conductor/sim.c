@@ -117,6 +117,11 @@ void cr__cond_sim_cfg_default(cr__cond_sim_cfg_t *c)
     c->block_tokens = CR_COND_DEFAULT_BLOCK_TOKENS;
     c->threshold = 1.25;
     c->seed = 1;
+    /* cost_fetch pipelining, chosen on the first half of the conversation
+     * trace (docs/scheduling.md) */
+    c->pipe_min_s = 3;
+    c->pipe_max = 2;
+    c->pipe_idle_s = 2;
     c->rate_scale = 1.0;
     c->cache_blocks = 0;
     c->chunk_tokens = 8192;
@@ -161,18 +166,8 @@ typedef struct sim {
     dinst_t *di;
     double now;
     double prefill_gpu, transfer, hit_local, hit_remote, in_tokens;
+    size_t pipelined;
 } sim_t;
-
-static double chunked_prefill(const sim_t *S, uint64_t n, uint64_t reused)
-{
-    uint64_t ch = S->c->chunk_tokens ? S->c->chunk_tokens : n;
-    double t = 0;
-    for (uint64_t a = reused; a < n; a += ch) {
-        uint64_t b = a + ch < n ? a + ch : n;
-        t += cr_cond_cost_prefill(&S->c->model, b, a);
-    }
-    return t;
-}
 
 static void report_decode(sim_t *S, uint32_t d)
 {
@@ -318,11 +313,26 @@ static int on_arrival(sim_t *S, uint32_t r)
     S->transfer += tx;
     if (d.local_prefix_blocks)
         cr_cond_index_touch(S->idx, d.prefill, req.block_hashes, d.local_prefix_blocks);
-    double start = S->busy[d.prefill] > S->now + tx ? S->busy[d.prefill] : S->now + tx;
-    double exec = chunked_prefill(S, q->input_len, d.reused_tokens);
-    S->prefill_gpu += exec;
-    S->busy[d.prefill] = start + exec;
-    cr_cond_sched_set_prefill_load(S->s, d.prefill, start + exec);
+    uint64_t mask = d.pipeline_mask ? d.pipeline_mask : 1ull << d.prefill;
+    uint32_t stages = (uint32_t)__builtin_popcountll(mask);
+    double start = S->now + tx;
+    for (uint64_t m = mask; m; m &= m - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(m);
+        if (i >= S->c->n_prefill)
+            return -EINVAL;
+        if (S->busy[i] > start)
+            start = S->busy[i];
+    }
+    double exec = cr_cond_cost_prefill_chunked(&S->c->model, q->input_len, d.reused_tokens,
+                                               S->c->chunk_tokens, stages);
+    S->prefill_gpu += exec * stages;
+    if (stages > 1)
+        S->pipelined++;
+    for (uint64_t m = mask; m; m &= m - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(m);
+        S->busy[i] = start + exec;
+        cr_cond_sched_set_prefill_load(S->s, i, start + exec);
+    }
     dinst_t *x = &S->di[d.decode];
     x->assigned++;
     x->assigned_ctx += q->input_len;
@@ -371,7 +381,8 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
         .field_mask = CR_COND_SCHED_PARAM_POLICY | CR_COND_SCHED_PARAM_MODEL |
                       CR_COND_SCHED_PARAM_BLOCK_TOKENS | CR_COND_SCHED_PARAM_BALANCE_THRESHOLD |
                       CR_COND_SCHED_PARAM_TTFT_SLO | CR_COND_SCHED_PARAM_TBT_SLO |
-                      CR_COND_SCHED_PARAM_SEED | CR_COND_SCHED_PARAM_FETCH_MIN_GAIN,
+                      CR_COND_SCHED_PARAM_SEED | CR_COND_SCHED_PARAM_FETCH_MIN_GAIN |
+                      CR_COND_SCHED_PARAM_CHUNK_TOKENS | CR_COND_SCHED_PARAM_PIPELINE,
         .policy = c->policy,
         .model = c->model,
         .block_tokens = c->block_tokens,
@@ -379,7 +390,11 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
         .ttft_slo_s = c->reject_ttft,
         .tbt_slo_s = c->reject_tbt,
         .seed = c->seed,
-        .fetch_min_gain_s = c->min_gain};
+        .fetch_min_gain_s = c->min_gain,
+        .chunk_tokens = c->chunk_tokens,
+        .pipeline_min_prefill_s = c->pipe_min_s,
+        .pipeline_max_stages = c->pipe_max ? c->pipe_max : 4,
+        .pipeline_idle_s = c->pipe_idle_s};
     if ((rc = cr_cond_sched_create(&sp, S.idx, c->n_prefill, c->n_decode, &S.s)) != 0)
         goto out;
     rc = -ENOMEM;
@@ -452,6 +467,7 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
     res->prefill_gpu_s = S.prefill_gpu;
     res->transfer_s = S.transfer;
     res->sim_end_s = S.now;
+    res->pipelined = S.pipelined;
     cr_cond_index_stats_t is;
     cr_cond_index_stats(S.idx, &is);
     res->evictions = is.evictions;

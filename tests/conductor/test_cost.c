@@ -70,12 +70,39 @@ static void test_transfer_and_decode(void **st)
     assert_float_equal(cr_cond_cost_queue(10, 3), 0.0, 1e-12);
 }
 
+static void test_chunked_and_pipelined(void **st)
+{
+    (void)st;
+    cr_cond_model_t m;
+    unit_model(&m);
+    m.attn_flops_per_pair = 1;
+    m.prefill_overhead_s = 0.25;
+    m.transfer_overhead_s = 0.125;
+    /* chunks [2,5) [5,8) [8,10): each charged with its prefix */
+    double c1 = cr_cond_cost_prefill(&m, 5, 2), c2 = cr_cond_cost_prefill(&m, 8, 5),
+           c3 = cr_cond_cost_prefill(&m, 10, 8);
+    assert_float_equal(cr_cond_cost_prefill_chunked(&m, 10, 2, 3, 1), c1 + c2 + c3, 1e-9);
+    /* unchunked == cost_prefill */
+    assert_float_equal(cr_cond_cost_prefill_chunked(&m, 10, 2, 0, 1),
+                       cr_cond_cost_prefill(&m, 10, 2), 1e-9);
+    /* 2 stages: half the sum + half the last chunk + one hand-off */
+    assert_float_equal(cr_cond_cost_prefill_chunked(&m, 10, 2, 3, 2),
+                       (c1 + c2 + c3) / 2 + c3 / 2 + 0.125, 1e-9);
+    /* the default model: pipelining a 64k prefill over 2 instances helps */
+    cr_cond_model_default(&m);
+    double one = cr_cond_cost_prefill_chunked(&m, 65536, 0, 8192, 1);
+    double two = cr_cond_cost_prefill_chunked(&m, 65536, 0, 8192, 2);
+    if (!(two < 0.7 * one && two > 0.5 * one))
+        fail_msg("2-stage pipeline %.3f s vs 1 stage %.3f s: expected 0.5..0.7x", two, one);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefill_exact),
         cmocka_unit_test(test_prefill_default_shape),
         cmocka_unit_test(test_transfer_and_decode),
+        cmocka_unit_test(test_chunked_and_pipelined),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

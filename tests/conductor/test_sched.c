@@ -163,6 +163,46 @@ static void test_cost_fetch_skips_slow_network(void **st)
     teardown(&f);
 }
 
+static void test_cost_fetch_pipelines_long_prefill(void **st)
+{
+    (void)st;
+    cr_cond_sched_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_COND_SCHED_PARAM_PIPELINE | CR_COND_SCHED_PARAM_CHUNK_TOKENS;
+    p.pipeline_min_prefill_s = 0.5;
+    p.pipeline_max_stages = 2;
+    p.pipeline_idle_s = 0.1;
+    p.chunk_tokens = 4096;
+    fx_t f;
+    setup(&f, CR_COND_POLICY_COST_FETCH, &p);
+    /* instances 0 and 2 idle, 1 and 3 busy: a 12k-token prefill (~1.3 s)
+     * goes to {0, 2} as a 2-stage pipeline */
+    cr_cond_sched_set_prefill_load(f.s, 1, 50);
+    cr_cond_sched_set_prefill_load(f.s, 3, 50);
+    cr_cond_decision_t d = run(&f, 0);
+    assert_int_equal(d.pipeline_stages, 2);
+    assert_int_equal(d.pipeline_mask, (1u << 0) | (1u << 2));
+    assert_true(d.prefill == 0 || d.prefill == 2);
+    cr_cond_model_t m;
+    cr_cond_model_default(&m);
+    double single = cr_cond_cost_prefill_chunked(&m, NB * 512, 0, 4096, 1);
+    assert_float_equal(d.est_prefill_s, cr_cond_cost_prefill_chunked(&m, NB * 512, 0, 4096, 2),
+                       1e-9);
+    assert_true(d.est_ttft_s < single);
+    /* only one idle instance: no pipeline */
+    cr_cond_sched_set_prefill_load(f.s, 2, 50);
+    d = run(&f, 0);
+    assert_int_equal(d.pipeline_stages, 1);
+    assert_int_equal(d.pipeline_mask, 1u << 0);
+    assert_int_equal(d.prefill, 0);
+    /* a short request is never pipelined */
+    cr_cond_sched_set_prefill_load(f.s, 2, 0);
+    cr_cond_request_t r = {.block_hashes = f.h, .n_blocks = 2, .input_len = 1024, .now = 0};
+    assert_int_equal(cr_cond_sched_schedule(f.s, &r, &d), 0);
+    assert_int_equal(d.pipeline_stages, 1);
+    teardown(&f);
+}
+
 static void test_random_spreads_and_is_seeded(void **st)
 {
     (void)st;
@@ -257,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_local_cache_aware),
         cmocka_unit_test(test_global_cache_aware_fetches),
         cmocka_unit_test(test_cost_fetch_skips_slow_network),
+        cmocka_unit_test(test_cost_fetch_pipelines_long_prefill),
         cmocka_unit_test(test_random_spreads_and_is_seeded),
         cmocka_unit_test(test_slo_rejection_and_decode_choice),
         cmocka_unit_test(test_bad_args_and_names),
