@@ -48,16 +48,18 @@
 #define SHM_PROBE_BUFFERS 4          /* registered buffers tried by can_reach */
 
 /* Per-peer state, shared by the peer's queued items (one reference each)
- * and by peer->transport_peer (one reference, dropped by peer_forget). */
+ * and by peer->transport_peer (one reference, dropped by peer_forget or when
+ * the descriptor names another pid). */
 typedef struct shm_peer {
     atomic_int refs;
     pid_t pid;
     int pidfd;       /* -1 when pidfd_open is unavailable */
     atomic_int dead; /* the process is gone: fail fast */
+    pthread_mutex_t ranges_lock; /* guards n_ranges, ranges */
     uint32_t n_ranges;
     struct shm_range {
         uint64_t addr, len;
-    } *ranges; /* sorted by addr, snapshot of desc.buffers */
+    } *ranges; /* sorted by addr: snapshot of the descriptor's buffers */
     struct shm_peer *reg_prev, *reg_next; /* registry, guarded by shm_state.peers_lock */
 } shm_peer_t;
 
@@ -123,6 +125,7 @@ static void shm_peer_unref(shm_peer_t *sp)
     if (sp && atomic_fetch_sub(&sp->refs, 1) == 1) {
         if (sp->pidfd >= 0)
             close(sp->pidfd);
+        pthread_mutex_destroy(&sp->ranges_lock);
         free(sp->ranges);
         free(sp);
     }
@@ -134,8 +137,8 @@ static int shm_range_cmp(const void *a, const void *b)
     return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* 1 if [addr, addr+len) lies inside one range of sp. */
-static int shm_peer_contains(const shm_peer_t *sp, uint64_t addr, uint64_t len)
+/* 1 if [addr, addr+len) lies inside one range of sp (caller holds ranges_lock). */
+static int shm_peer_contains_locked(const shm_peer_t *sp, uint64_t addr, uint64_t len)
 {
     if (len == 0 || addr + len < addr)
         return 0;
@@ -153,26 +156,72 @@ static int shm_peer_contains(const shm_peer_t *sp, uint64_t addr, uint64_t len)
     return addr - r->addr <= r->len && len <= r->len - (addr - r->addr);
 }
 
-static shm_peer_t *shm_peer_new(const cr__seg_desc_t *d)
+/* Replaces sp's ranges with the peer's current buffers. With a real engine
+ * they are copied through cr_xfer_segment_buffers (under the engine's peer
+ * lock, so a concurrent descriptor refresh is safe); without one (unit tests
+ * drive the transport directly) from peer->desc. Returns 0 or -ENOMEM. */
+static int shm_peer_snapshot(shm_state_t *st, shm_peer_t *sp, cr__xfer_peer_t *peer)
+{
+    cr_xfer_buffer_info_t *b = NULL;
+    size_t n = 0;
+    if (st->engine) {
+        size_t cap = 0;
+        for (int tries = 0; tries < 4; tries++) {
+            if (cr_xfer_segment_buffers(st->engine, peer->handle, b, cap, &n) != 0) {
+                n = 0;
+                break;
+            }
+            if (n <= cap)
+                break;
+            cap = n + 16; /* it may grow between the calls */
+            cr_xfer_buffer_info_t *nb = realloc(b, cap * sizeof *b);
+            if (!nb) {
+                free(b);
+                return -ENOMEM;
+            }
+            b = nb;
+        }
+        if (n > cap)
+            n = cap;
+    } else {
+        b = peer->desc.buffers;
+        n = peer->desc.n_buffers;
+    }
+    struct shm_range *r = NULL;
+    if (n && !(r = malloc(n * sizeof *r))) {
+        if (st->engine)
+            free(b);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        r[i].addr = b[i].addr;
+        r[i].len = b[i].len;
+    }
+    if (st->engine)
+        free(b);
+    if (n)
+        qsort(r, n, sizeof *r, shm_range_cmp);
+    pthread_mutex_lock(&sp->ranges_lock);
+    free(sp->ranges);
+    sp->ranges = r;
+    sp->n_ranges = (uint32_t)n;
+    pthread_mutex_unlock(&sp->ranges_lock);
+    return 0;
+}
+
+static shm_peer_t *shm_peer_new(shm_state_t *st, cr__xfer_peer_t *peer, pid_t pid)
 {
     shm_peer_t *sp = calloc(1, sizeof *sp);
     if (!sp)
         return NULL;
     atomic_init(&sp->refs, 1);
     atomic_init(&sp->dead, 0);
-    sp->pid = d->pid;
-    if (d->n_buffers) {
-        sp->ranges = malloc(sizeof *sp->ranges * d->n_buffers);
-        if (!sp->ranges) {
-            free(sp);
-            return NULL;
-        }
-        for (uint32_t i = 0; i < d->n_buffers; i++) {
-            sp->ranges[i].addr = d->buffers[i].addr;
-            sp->ranges[i].len = d->buffers[i].len;
-        }
-        sp->n_ranges = d->n_buffers;
-        qsort(sp->ranges, sp->n_ranges, sizeof *sp->ranges, shm_range_cmp);
+    pthread_mutex_init(&sp->ranges_lock, NULL);
+    sp->pid = pid;
+    sp->pidfd = -1;
+    if (shm_peer_snapshot(st, sp, peer) != 0) {
+        shm_peer_unref(sp);
+        return NULL;
     }
     sp->pidfd = shm_pidfd_open(sp->pid);
     if (sp->pidfd < 0 && errno == ESRCH)
@@ -180,14 +229,27 @@ static shm_peer_t *shm_peer_new(const cr__seg_desc_t *d)
     return sp;
 }
 
+static void shm_peer_unlink_locked(shm_state_t *st, shm_peer_t *sp);
+
 /* Returns the peer's state with one extra reference for the caller, creating
- * it on first use. NULL on -ENOMEM. */
+ * it on first use or when the descriptor now names another process (the
+ * peer restarted under the same name). NULL on -ENOMEM. */
 static shm_peer_t *shm_peer_get(shm_state_t *st, cr__xfer_peer_t *peer)
 {
+    /* the pid is one aligned word; the engine may swap the descriptor
+     * concurrently, a torn read is impossible and a stale one harmless */
+    pid_t pid = __atomic_load_n(&peer->desc.pid, __ATOMIC_RELAXED);
+    shm_peer_t *old = NULL;
     pthread_mutex_lock(&st->peers_lock);
     shm_peer_t *sp = peer->transport_peer;
+    if (sp && sp->pid != pid) {
+        shm_peer_unlink_locked(st, sp);
+        peer->transport_peer = NULL;
+        old = sp;
+        sp = NULL;
+    }
     if (!sp) {
-        sp = shm_peer_new(&peer->desc);
+        sp = shm_peer_new(st, peer, pid);
         if (sp) {
             sp->reg_next = st->peers;
             if (st->peers)
@@ -199,6 +261,7 @@ static shm_peer_t *shm_peer_get(shm_state_t *st, cr__xfer_peer_t *peer)
     if (sp)
         atomic_fetch_add(&sp->refs, 1);
     pthread_mutex_unlock(&st->peers_lock);
+    shm_peer_unref(old);
     return sp;
 }
 
@@ -487,6 +550,7 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
     }
 
     shm_item_t *first = NULL, *last = NULL;
+    int resnapped = 0;
     for (size_t i = 0; i < n; i++) {
         shm_item_t *it = list;
         list = it->next;
@@ -496,10 +560,20 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
         it->peer = sp;
         it->next_off = 0;
         atomic_init(&it->pending, t->length);
-        /* the engine validated too; this guards against a descriptor that
-         * changed under us and against engine bugs: never touch the peer
-         * outside what it registered */
-        atomic_init(&it->err, shm_peer_contains(sp, t->remote_addr, t->length) ? 0 : -EFAULT);
+        /* the engine validated too; this guards against engine bugs: never
+         * touch the peer outside what it registered. A miss re-reads the
+         * peer's buffers once per submit (it may have registered more). */
+        pthread_mutex_lock(&sp->ranges_lock);
+        int ok = shm_peer_contains_locked(sp, t->remote_addr, t->length);
+        pthread_mutex_unlock(&sp->ranges_lock);
+        if (!ok && !resnapped) {
+            resnapped = 1;
+            shm_peer_snapshot(st, sp, peer);
+            pthread_mutex_lock(&sp->ranges_lock);
+            ok = shm_peer_contains_locked(sp, t->remote_addr, t->length);
+            pthread_mutex_unlock(&sp->ranges_lock);
+        }
+        atomic_init(&it->err, ok ? 0 : -EFAULT);
         if (i)
             atomic_fetch_add(&sp->refs, 1); /* one reference per item */
         if (last)
