@@ -13,8 +13,10 @@
  * the target buffer into one region per thread; each thread submits batches
  * of batch_size requests of block_size bytes at consecutive offsets of its
  * region (wrapping), from its own registered local slots. With --check every
- * byte read is compared with the target's pattern, and every write is read
- * back and compared with what was sent.
+ * byte read is compared with the target's pattern, and every write (of
+ * content unique to its batch) is read back and compared, then the target's
+ * pattern is restored. A write run WITHOUT --check leaves the initiator's
+ * bytes in the target, so a later --check read of that target fails.
  *
  * Output: one machine-readable line
  *   RESULT op=read protocol=tcp transport=tcp block=... batch=... threads=...
@@ -70,6 +72,8 @@ typedef struct te_cfg {
     int64_t conns_per_path;
     int64_t timeout_ms;
     int64_t poll_us;
+    uint64_t pattern_seed;
+    double open_seconds;
     int check;
 } te_cfg_t;
 
@@ -103,10 +107,15 @@ static const cr__cfg_opt_t opts[] = {
     OPT(wait, "poll", "poll (per-request latency) or block (cr_xfer_batch_wait)", CR__CFG_STR),
     OPT(poll_us, "20", "sleep between status polls in us (0 = yield)", CR__CFG_INT),
     OPT(ready_file, "", "target: write the segment name to this file when ready", CR__CFG_STR),
+    OPT(open_seconds, "15", "initiator: keep retrying to open the segment this long (target "
+        "may still be starting)", CR__CFG_DOUBLE),
+    OPT(pattern_seed, "0", "seed of the target's data pattern (0 = built-in; tests use a "
+        "different seed on one side to prove --check detects corruption)", CR__CFG_SIZE),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
 static atomic_int stop_flag;
+static uint64_t target_seed = TARGET_SEED;
 
 static void on_signal(int sig)
 {
@@ -171,7 +180,7 @@ static int run_target(const te_cfg_t *c)
         cr_xfer_engine_destroy(e);
         return 1;
     }
-    cr_bench_pattern_fill(buf, 0, len, TARGET_SEED);
+    cr_bench_pattern_fill(buf, 0, len, target_seed);
     int rc = cr_xfer_mem_register(e, buf, len, "cpu:0");
     if (rc) {
         fprintf(stderr, "crescent-bench: register failed: %s\n", cr_strerror(rc));
@@ -305,25 +314,16 @@ static void next_offsets(worker_t *w, uint64_t *taddr, size_t n)
     }
 }
 
-static int verify_batch(worker_t *w, const uint64_t *taddr, size_t n)
+/* Compares each block (READ: the local slot; WRITE: the read-back copy) with
+ * the pattern of seed at its target offset. */
+static int verify_batch(worker_t *w, const uint64_t *taddr, size_t n, uint64_t seed)
 {
     const te_cfg_t *c = w->c;
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
-        const char *got;
-        size_t idx;
-        if (w->op == CR_XFER_READ) {
-            got = w->slots + i * c->block_size;
-            idx = cr_bench_pattern_check(got, taddr[i] - w->target_buf_addr, c->block_size,
-                                         TARGET_SEED);
-        } else {
-            got = w->verify + i * c->block_size;
-            const char *sent = w->slots + i * c->block_size;
-            idx = (size_t)-1;
-            if (memcmp(got, sent, c->block_size) != 0)
-                for (idx = 0; got[idx] == sent[idx]; idx++)
-                    ;
-        }
+        const char *got = (w->op == CR_XFER_READ ? w->slots : w->verify) + i * c->block_size;
+        size_t idx = cr_bench_pattern_check(got, taddr[i] - w->target_buf_addr, c->block_size,
+                                            seed);
         if (idx != (size_t)-1) {
             if (w->check_failures < 5)
                 fprintf(stderr,
@@ -348,9 +348,10 @@ static void *worker_main(void *arg)
         atomic_fetch_add(&ready_count, 1);
         return NULL;
     }
-    /* warm-up batch (connections, caches), not counted */
+    /* warm-up batch (connections, caches), not counted; a READ so that it
+     * never modifies the target */
     next_offsets(w, taddr, n);
-    int rc = run_batch(w, w->op, w->slots, taddr, n, 0);
+    int rc = run_batch(w, CR_XFER_READ, w->slots, taddr, n, 0);
     if (rc)
         w->first_error = rc;
     atomic_fetch_add(&ready_count, 1);
@@ -358,8 +359,14 @@ static void *worker_main(void *arg)
         sleep_us(100);
     while (!w->first_error && !atomic_load(&stop_flag)) {
         next_offsets(w, taddr, n);
+        uint64_t wseed = target_seed ^ 0x5752495445000000ull ^ (w->batches + 1) ^
+                         ((uint64_t)w->id << 40);
         if (c->check && w->op == CR_XFER_READ)
             memset(w->slots, 0, n * c->block_size); /* a read that lands nowhere is caught */
+        if (c->check && w->op == CR_XFER_WRITE) /* content unique to this batch */
+            for (size_t i = 0; i < n; i++)
+                cr_bench_pattern_fill(w->slots + i * c->block_size, taddr[i] - w->target_buf_addr,
+                                      c->block_size, wseed);
         rc = run_batch(w, w->op, w->slots, taddr, n, 1);
         if (rc) {
             w->errors++;
@@ -371,15 +378,26 @@ static void *worker_main(void *arg)
         w->batches++;
         if (c->check) {
             if (w->op == CR_XFER_WRITE) {
+                /* read back and compare, then restore the target's pattern
+                 * so later --check reads of this target still hold */
                 memset(w->verify, 0, n * c->block_size);
                 rc = run_batch(w, CR_XFER_READ, w->verify, taddr, n, 0);
+                if (!rc) {
+                    verify_batch(w, taddr, n, wseed);
+                    for (size_t i = 0; i < n; i++)
+                        cr_bench_pattern_fill(w->slots + i * c->block_size,
+                                              taddr[i] - w->target_buf_addr, c->block_size,
+                                              target_seed);
+                    rc = run_batch(w, CR_XFER_WRITE, w->slots, taddr, n, 0);
+                }
                 if (rc) {
                     w->errors++;
                     w->first_error = rc;
                     break;
                 }
+            } else {
+                verify_batch(w, taddr, n, target_seed);
             }
-            verify_batch(w, taddr, n);
         }
     }
     w->t_end_ns = cr__now_ns();
@@ -387,9 +405,10 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static int open_segment(cr_xfer_engine_t *e, const char *name, cr_xfer_segment_t *seg)
+static int open_segment(cr_xfer_engine_t *e, const char *name, double secs,
+                        cr_xfer_segment_t *seg)
 {
-    uint64_t deadline = cr__now_ms() + 15000;
+    uint64_t deadline = cr__now_ms() + (uint64_t)(secs > 0 ? secs * 1000 : 0);
     int rc;
     for (;;) {
         rc = cr_xfer_segment_open(e, name, seg);
@@ -446,7 +465,7 @@ static int run_initiator(const te_cfg_t *c)
         goto out;
     }
     registered = 1;
-    if (open_segment(e, c->segment, &seg))
+    if (open_segment(e, c->segment, c->open_seconds, &seg))
         goto out;
     const char *transport = cr_xfer_segment_transport(e, seg);
     if (!transport)
@@ -476,15 +495,6 @@ static int run_initiator(const te_cfg_t *c)
                 bi[best].len, nthreads, c->block_size);
         goto out;
     }
-    if (c->check && op == CR_XFER_READ && region < n)
-        fprintf(stderr, "crescent-bench: note: target region (%" PRIu64 " blocks) < batch: "
-                        "requests in one batch read overlapping blocks\n", region);
-    if (c->check && op == CR_XFER_WRITE && region < n) {
-        fprintf(stderr, "crescent-bench: --check with write needs >= batch_size blocks per "
-                        "thread in the target buffer (have %" PRIu64 ")\n", region);
-        goto out;
-    }
-
     ws = calloc(nthreads, sizeof *ws);
     th = calloc(nthreads, sizeof *th);
     if (!ws || !th)
@@ -619,6 +629,8 @@ int cr_bench_te_main(int argc, char **argv)
                         "threads*batch*block <= 64GiB)\n");
         return 2;
     }
+    if (c.pattern_seed)
+        target_seed = c.pattern_seed;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;

@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""crescent-bench end to end on 127.0.0.1: a target and initiators as real
+processes. Checks the RESULT line (counts consistent, no errors), that
+--check verifies every byte for READ and WRITE over tcp and shm, that --check
+FAILS against a target with a different data pattern, that http metadata
+(crescent-metadata) works, and that bad arguments are rejected.
+Timing is never asserted.
+Usage: test_bench_te.py <crescent-bench> <crescent-metadata>"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+BENCH, META = sys.argv[1], sys.argv[2]
+SAN = bool(os.environ.get("CRESCENT_SANITIZED"))
+DUR = "0.5" if not SAN else "0.3"
+procs = []
+failures = []
+
+
+def check(cond, what, expected=None, got=None):
+    if cond:
+        return
+    msg = what if expected is None else "%s: expected %r, got %r" % (what, expected, got)
+    print("FAIL:", msg, flush=True)
+    failures.append(msg)
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def start_target(*args):
+    fd, rf = tempfile.mkstemp(prefix="crb-ready-")
+    os.close(fd)
+    os.unlink(rf)
+    p = subprocess.Popen([BENCH, "--mode", "target", "--ready_file", rf] + list(args),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(p)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if os.path.exists(rf):
+            name = open(rf).read().strip()
+            os.unlink(rf)
+            return p, name
+        if p.poll() is not None:
+            raise SystemExit("FAIL: target exited %d: %s" % (p.returncode, p.stderr.read()))
+        time.sleep(0.05)
+    raise SystemExit("FAIL: target not ready")
+
+
+def stop_target(p):
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = "hung"
+    check(rc == 0, "target exit status after SIGTERM", 0, rc)
+
+
+def initiator(*args):
+    r = subprocess.run([BENCH, "--mode", "initiator", "--duration", DUR] + list(args),
+                       capture_output=True, text=True, timeout=120)
+    m = re.search(r"^RESULT (.*)$", r.stdout, re.M)
+    res = dict(kv.split("=", 1) for kv in m.group(1).split()) if m else None
+    return r.returncode, res, r.stderr
+
+
+def expect_ok(what, *args, transport="tcp"):
+    rc, res, err = initiator(*args)
+    check(rc == 0, what + ": exit status", 0, (rc, err[-500:]))
+    if not res:
+        check(False, what + ": RESULT line present")
+        return
+    check(res["errors"] == "0", what + ": errors", "0", res["errors"])
+    check(res["transport"] == transport, what + ": transport", transport, res["transport"])
+    reqs, block, batches, batch = (int(res["requests"]), int(res["block"]), int(res["batches"]),
+                                   int(res["batch"]))
+    check(reqs > 0, what + ": some requests completed", ">0", reqs)
+    check(int(res["bytes"]) == reqs * block, what + ": bytes == requests*block", reqs * block,
+          int(res["bytes"]))
+    check(reqs == batches * batch, what + ": requests == batches*batch", batches * batch, reqs)
+    check(float(res["gbps"]) > 0 and float(res["p99_us"]) >= float(res["p50_us"]) > 0,
+          what + ": throughput and latency percentiles are positive and ordered", None, res)
+    if "--check" in args:
+        check(res["check"] == "ok", what + ": check", "ok", res["check"])
+    print("ok:", what, "->", res["gbps"], "GB/s", flush=True)
+
+
+def main():
+    rc, _, err = initiator("--operation", "bogus", "--segment", "x")
+    check(rc == 2, "bad --operation exits 2", 2, rc)
+    rc, _, err = initiator("--protocol", "rdma", "--segment", "x")
+    check(rc == 2, "bad --protocol exits 2", 2, rc)
+    rc, _, err = initiator("--operation", "read")
+    check(rc == 2, "initiator without --segment exits 2", 2, rc)
+
+    # tcp, p2p metadata
+    tgt, seg = start_target("--protocol", "tcp", "--buffer_size", "16MiB")
+    check(re.fullmatch(r"127\.0\.0\.1:\d+", seg) is not None, "p2p segment name is host:port",
+          "127.0.0.1:<port>", seg)
+    expect_ok("tcp read 256KiB x8 --check", "--segment", seg, "--protocol", "tcp", "--operation",
+              "read", "--block_size", "256KiB", "--batch_size", "8", "--threads", "2", "--check")
+    expect_ok("tcp write 64KiB x16 --check", "--segment", seg, "--protocol", "tcp",
+              "--operation", "write", "--block_size", "64KiB", "--batch_size", "16",
+              "--threads", "2", "--check")
+    expect_ok("tcp read 4KiB x128 --wait block", "--segment", seg, "--protocol", "tcp",
+              "--operation", "read", "--block_size", "4KiB", "--batch_size", "128",
+              "--threads", "1", "--wait", "block", "--check")
+    # a different pattern on the verifying side must be detected
+    rc, res, err = initiator("--segment", seg, "--protocol", "tcp", "--operation", "read",
+                             "--block_size", "64KiB", "--batch_size", "4", "--threads", "1",
+                             "--check", "--pattern_seed", "12345")
+    check(rc == 1 and res is not None and res["check"] == "FAILED",
+          "--check against a different pattern fails", (1, "FAILED"),
+          (rc, res and res.get("check")))
+    check("CHECK FAILED" in err, "mismatch is reported on stderr", "CHECK FAILED", err[-300:])
+    stop_target(tgt)
+
+    # shm (same host): the engine must pick shm
+    tgt, seg = start_target("--protocol", "auto", "--buffer_size", "32MiB")
+    expect_ok("shm read 1MiB x4 --check", "--segment", seg, "--protocol", "shm", "--operation",
+              "read", "--block_size", "1MiB", "--batch_size", "4", "--threads", "2", "--check",
+              transport="shm")
+    # --protocol tcp forces tcp even though shm could reach this peer
+    expect_ok("tcp forced to a same-host peer", "--segment", seg, "--protocol", "tcp",
+              "--operation", "read", "--block_size", "64KiB", "--batch_size", "8", "--check")
+    expect_ok("shm write 4KiB x128 --check", "--segment", seg, "--protocol", "shm",
+              "--operation", "write", "--block_size", "4KiB", "--batch_size", "128",
+              "--threads", "1", "--check", transport="shm")
+    stop_target(tgt)
+
+    # http metadata through crescent-metadata, named segments
+    mp = subprocess.Popen([META, "--port", "0", "--host", "127.0.0.1"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    procs.append(mp)
+    m = re.search(r"serving (http://\S+)", mp.stdout.readline())
+    check(m is not None, "crescent-metadata prints its URL")
+    if m:
+        uri = m.group(1)
+        tgt, seg = start_target("--protocol", "tcp", "--metadata", uri, "--local_name",
+                                "bench-target", "--buffer_size", "16MiB")
+        check(seg == "bench-target", "named segment", "bench-target", seg)
+        expect_ok("tcp read via http metadata --check", "--segment", "bench-target",
+                  "--metadata", uri, "--protocol", "tcp", "--operation", "read",
+                  "--block_size", "1MiB", "--batch_size", "4", "--threads", "1", "--check")
+        rc, res, err = initiator("--segment", "no-such-segment", "--metadata", uri, "--protocol",
+                                 "tcp", "--operation", "read", "--open_seconds", "0.5")
+        check(rc == 1 and "cannot open segment" in err, "unknown segment fails", 1,
+              (rc, err[-300:]))
+        stop_target(tgt)
+    cleanup()
+    if failures:
+        print("%d failure(s)" % len(failures))
+        sys.exit(1)
+    print("all ok")
+
+
+try:
+    main()
+finally:
+    cleanup()
