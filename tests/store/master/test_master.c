@@ -1,0 +1,656 @@
+/* Master state machine, driven with an explicit clock: put lifecycle,
+ * immutability, leases vs remove/force, distinct-segment replicas,
+ * striping, client ttl expiry, put timeout reclaim, quarantine (stale
+ * reads), eviction at the watermark / on allocation failure skipping
+ * leased, hard-pinned and incomplete objects with soft-pinned last, bad
+ * input, rpc dispatch, metrics and admin JSON. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "store/master/master.h"
+
+#define KiB 1024ull
+#define MiB (1024ull * 1024)
+
+static const cr__rpc_client_id_t CA = {1, 1}, CB = {2, 2}, CC = {3, 3};
+
+static cr__master_t *mk(void (*tweak)(cr__master_cfg_t *))
+{
+    cr__master_cfg_t c;
+    cr__master_cfg_default(&c);
+    c.lease_ttl_ms = 5000;
+    c.client_ttl_ms = 10000;
+    c.put_timeout_ms = 30000;
+    c.min_stripe = 64 * KiB;
+    if (tweak)
+        tweak(&c);
+    cr__master_t *m;
+    assert_int_equal(cr__master_create(&c, &m), 0);
+    return m;
+}
+
+/* put_start + put_end; returns status; *ver gets the version */
+static int put(cr__master_t *m, const char *key, uint64_t size, uint32_t nrep, uint32_t flags,
+               uint64_t now, uint64_t *ver, int end)
+{
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    cr__rpc_repl_cfg_t cfg = {.replica_num = nrep, .flags = flags};
+    int rc = cr__master_put_start(m, key, strlen(key), size, &cfg, now, &msg, &it);
+    if (rc == 0) {
+        if (ver)
+            *ver = it.version;
+        if (end)
+            rc = cr__master_put_end(m, key, strlen(key), it.version, now);
+    }
+    cr__rpc_msg_free(&msg);
+    return rc;
+}
+
+/* tick with every test client alive */
+static void tick_alive(cr__master_t *m, uint64_t now)
+{
+    uint32_t f;
+    cr__master_ping(m, CA, now, &f);
+    cr__master_ping(m, CB, now, &f);
+    cr__master_ping(m, CC, now, &f);
+    cr__master_tick(m, now);
+}
+
+static int exist(cr__master_t *m, const char *key, uint64_t now)
+{
+    return cr__master_exist(m, key, strlen(key), now);
+}
+
+/* get replicas; copies replica 0 shard 0 address and the version */
+static int get(cr__master_t *m, const char *key, uint64_t now, uint64_t *addr, uint64_t *ver,
+               uint32_t *nrep)
+{
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    int rc = cr__master_get_replicas(m, key, strlen(key), now, &msg, &it);
+    if (rc == 0) {
+        if (addr)
+            *addr = it.replicas[0].shards[0].addr;
+        if (ver)
+            *ver = it.version;
+        if (nrep)
+            *nrep = it.n_replicas;
+    }
+    cr__rpc_msg_free(&msg);
+    return rc;
+}
+
+static void test_put_lifecycle(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x100000, 4 * MiB, 0), 0);
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1};
+    assert_int_equal(cr__master_put_start(m, "k", 1, 1000, &cfg, 10, &msg, &it), 0);
+    assert_int_equal(it.n_replicas, 1);
+    assert_int_equal(it.replicas[0].n_shards, 1);
+    assert_string_equal(it.replicas[0].shards[0].segment, "segA");
+    uint64_t addr = it.replicas[0].shards[0].addr;
+    assert_true(addr >= 0x100000 && addr + 1000 <= 0x100000 + 4 * MiB);
+    assert_int_equal(it.replicas[0].shards[0].len, 1000);
+    assert_int_equal(it.lease_ms, 30000); /* put deadline */
+    uint64_t ver = it.version;
+    cr__rpc_msg_free(&msg);
+    /* pending: invisible */
+    assert_int_equal(exist(m, "k", 11), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(get(m, "k", 11, NULL, NULL, NULL), CR_E_OBJECT_NOT_FOUND);
+    uint64_t size;
+    assert_int_equal(cr__master_get_size(m, "k", 1, 11, &size), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr__master_remove(m, "k", 1, 1, 11), CR_E_OBJECT_NOT_FOUND);
+    /* wrong version cannot end it */
+    assert_int_equal(cr__master_put_end(m, "k", 1, ver + 1, 12), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr__master_put_end(m, "k", 1, ver, 12), 0);
+    assert_int_equal(cr__master_put_end(m, "k", 1, ver, 12), 0); /* idempotent */
+    assert_int_equal(exist(m, "k", 13), 0);
+    assert_int_equal(cr__master_get_size(m, "k", 1, 13, &size), 0);
+    assert_int_equal(size, 1000);
+    uint64_t gaddr, gver;
+    assert_int_equal(get(m, "k", 13, &gaddr, &gver, NULL), 0);
+    assert_int_equal(gaddr, addr);
+    assert_int_equal(gver, ver);
+    /* revoke of a complete object is refused */
+    assert_int_equal(cr__master_put_revoke(m, "k", 1, ver, 14), CR_E_INVALID_PARAMS);
+    /* revoke of a pending one frees it */
+    uint64_t v2;
+    assert_int_equal(put(m, "r", 5000, 1, 0, 20, &v2, 0), 0);
+    assert_int_equal(cr__master_put_revoke(m, "r", 1, v2 + 7, 21), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr__master_put_revoke(m, "r", 1, v2, 21), 0);
+    assert_int_equal(cr__master_put_end(m, "r", 1, v2, 22), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(put(m, "r", 5000, 1, 0, 23, NULL, 1), 0); /* key reusable */
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.keys, 2);
+    assert_int_equal(st.pending_puts, 0);
+    assert_int_equal(st.capacity_bytes, 4 * MiB);
+    assert_int_equal(st.allocated_bytes, 1024 + 5056); /* granule-rounded */
+    cr__master_destroy(m);
+}
+
+static void test_immutable(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0, 4 * MiB, 0), 0);
+    assert_int_equal(put(m, "k", 100, 1, 0, 1, NULL, 1), 0);
+    assert_int_equal(put(m, "k", 100, 1, 0, 2, NULL, 1), CR_E_OBJECT_ALREADY_EXISTS);
+    assert_int_equal(put(m, "p", 100, 1, 0, 3, NULL, 0), 0); /* pending */
+    assert_int_equal(put(m, "p", 100, 1, 0, 4, NULL, 0), CR_E_OBJECT_ALREADY_EXISTS);
+    cr__master_destroy(m);
+}
+
+static void test_lease_vs_remove(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0, 4 * MiB, 0), 0);
+    assert_int_equal(put(m, "k", 100, 1, 0, 0, NULL, 1), 0);
+    assert_int_equal(get(m, "k", 1000, NULL, NULL, NULL), 0); /* lease until 6000 */
+    assert_int_equal(cr__master_remove(m, "k", 1, 0, 2000), CR_E_OBJECT_HAS_LEASE);
+    assert_int_equal(cr__master_remove(m, "k", 1, 0, 5999), CR_E_OBJECT_HAS_LEASE);
+    assert_int_equal(exist(m, "k", 5999), 0);
+    assert_int_equal(cr__master_remove(m, "k", 1, 0, 6000), 0); /* expired */
+    assert_int_equal(exist(m, "k", 6001), CR_E_OBJECT_NOT_FOUND);
+    /* force removes a leased object */
+    assert_int_equal(put(m, "f", 100, 1, 0, 7000, NULL, 1), 0);
+    assert_int_equal(get(m, "f", 7000, NULL, NULL, NULL), 0);
+    assert_int_equal(cr__master_remove(m, "f", 1, 0, 7001), CR_E_OBJECT_HAS_LEASE);
+    assert_int_equal(cr__master_remove(m, "f", 1, 1, 7001), 0);
+    assert_int_equal(cr__master_remove(m, "f", 1, 1, 7001), CR_E_OBJECT_NOT_FOUND);
+    /* remove_all skips leased objects unless forced */
+    assert_int_equal(put(m, "a", 100, 1, 0, 8000, NULL, 1), 0);
+    assert_int_equal(put(m, "b", 100, 1, 0, 8000, NULL, 1), 0);
+    assert_int_equal(put(m, "c", 100, 1, 0, 8000, NULL, 0), 0); /* pending: not touched */
+    assert_int_equal(get(m, "a", 8000, NULL, NULL, NULL), 0);
+    uint64_t n;
+    assert_int_equal(cr__master_remove_all(m, 0, 8001, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(exist(m, "a", 8001), 0);
+    assert_int_equal(exist(m, "b", 8001), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr__master_remove_all(m, 1, 8002, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(exist(m, "a", 8002), CR_E_OBJECT_NOT_FOUND);
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.pending_puts, 1);
+    cr__master_destroy(m);
+}
+
+static void test_replicas_distinct_and_preferred(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 4 * MiB, 0), 0);
+    assert_int_equal(cr__master_mount(m, CB, "segB", 0x20000000, 4 * MiB, 0), 0);
+    assert_int_equal(cr__master_mount(m, CC, "segC", 0x30000000, 4 * MiB, 0), 0);
+    for (int k = 0; k < 20; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%d", k);
+        cr__rpc_msg_t msg = {0};
+        cr__rpc_item_t it = {0};
+        cr__rpc_repl_cfg_t cfg = {.replica_num = 3};
+        assert_int_equal(cr__master_put_start(m, key, strlen(key), 1000, &cfg, 1, &msg, &it), 0);
+        assert_int_equal(it.n_replicas, 3);
+        for (int a = 0; a < 3; a++)
+            for (int b = a + 1; b < 3; b++)
+                assert_string_not_equal(it.replicas[a].shards[0].segment,
+                                        it.replicas[b].shards[0].segment);
+        assert_int_not_equal(it.replicas[0].replica_id, it.replicas[1].replica_id);
+        cr__rpc_msg_free(&msg);
+    }
+    /* 4 replicas on 3 segments: impossible */
+    assert_int_equal(put(m, "four", 1000, 4, 0, 2, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(put(m, "nine", 1000, 9, 0, 2, NULL, 1), CR_E_INVALID_PARAMS);
+    /* preferred segment first; an unknown preferred name is skipped */
+    const char *pref[] = {"nosuch", "segC"};
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .n_preferred = 2, .preferred = pref};
+    for (int k = 0; k < 5; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "p%d", k);
+        cr__rpc_msg_t msg = {0};
+        cr__rpc_item_t it = {0};
+        assert_int_equal(cr__master_put_start(m, key, strlen(key), 1000, &cfg, 3, &msg, &it), 0);
+        assert_string_equal(it.replicas[0].shards[0].segment, "segC");
+        cr__rpc_msg_free(&msg);
+    }
+    cr__master_destroy(m);
+}
+
+static void test_striping(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    assert_int_equal(cr__master_mount(m, CB, "segB", 0x20000000, 1 * MiB, 0), 0);
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1};
+    uint64_t size = 1536 * KiB;
+    assert_int_equal(cr__master_put_start(m, "big", 3, size, &cfg, 0, &msg, &it), 0);
+    assert_int_equal(it.n_replicas, 1);
+    assert_int_equal(it.replicas[0].n_shards, 2);
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < 2; k++)
+        sum += it.replicas[0].shards[k].len;
+    assert_int_equal(sum, size);
+    assert_string_not_equal(it.replicas[0].shards[0].segment, it.replicas[0].shards[1].segment);
+    assert_int_equal(cr__master_put_end(m, "big", 3, it.version, 1), 0);
+    cr__rpc_msg_free(&msg);
+    /* get returns the same striped layout */
+    memset(&it, 0, sizeof it);
+    assert_int_equal(cr__master_get_replicas(m, "big", 3, 2, &msg, &it), 0);
+    assert_int_equal(it.replicas[0].n_shards, 2);
+    assert_int_equal(it.replicas[0].shards[0].len + it.replicas[0].shards[1].len, size);
+    cr__rpc_msg_free(&msg);
+    /* more than the whole pool: no space */
+    assert_int_equal(put(m, "huge", 3 * MiB, 1, 0, 3, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    cr__master_destroy(m);
+}
+
+static void test_client_ttl_expiry(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    uint32_t flags;
+    assert_int_equal(cr__master_ping(m, CA, 0, &flags), 0);
+    assert_int_equal(flags, CR__RPC_F_NEED_REMOUNT); /* first contact */
+    assert_int_equal(cr__master_ping(m, CA, 1, &flags), 0);
+    assert_int_equal(flags, 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 4 * MiB, 1), 0);
+    assert_int_equal(cr__master_mount(m, CB, "segB", 0x20000000, 4 * MiB, 1), 0);
+    /* "two" has replicas on A and B; "onA" only on A */
+    assert_int_equal(put(m, "two", 1000, 2, 0, 2, NULL, 1), 0);
+    const char *pa[] = {"segA"};
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .n_preferred = 1, .preferred = pa};
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    assert_int_equal(cr__master_put_start(m, "onA", 3, 1000, &cfg, 2, &msg, &it), 0);
+    assert_int_equal(cr__master_put_end(m, "onA", 3, it.version, 2), 0);
+    cr__rpc_msg_free(&msg);
+    /* find the replica id of "two" that lives on segA */
+    memset(&it, 0, sizeof it);
+    assert_int_equal(cr__master_get_replicas(m, "two", 3, 3, &msg, &it), 0);
+    uint64_t ver = it.version, rid_a = 0, rid_b = 0;
+    for (uint32_t r = 0; r < it.n_replicas; r++) {
+        if (!strcmp(it.replicas[r].shards[0].segment, "segA"))
+            rid_a = it.replicas[r].replica_id;
+        else
+            rid_b = it.replicas[r].replica_id;
+    }
+    cr__rpc_msg_free(&msg);
+    assert_int_equal(cr__master_validate(m, "two", 3, ver, rid_a, 4), 0);
+    /* B keeps pinging, A goes silent */
+    for (uint64_t t = 1000; t <= 10000; t += 1000) {
+        assert_int_equal(cr__master_ping(m, CB, t, &flags), 0);
+        cr__master_tick(m, t);
+    }
+    assert_int_equal(exist(m, "onA", 10001), 0); /* silent for exactly the ttl: kept */
+    assert_int_equal(cr__master_ping(m, CB, 11000, &flags), 0);
+    cr__master_tick(m, 11002);
+    assert_int_equal(exist(m, "onA", 12002), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m, "two", 12002), 0);
+    uint32_t nrep;
+    assert_int_equal(get(m, "two", 12002, NULL, NULL, &nrep), 0);
+    assert_int_equal(nrep, 1);
+    /* the dropped replica no longer validates; the other still does */
+    assert_int_equal(cr__master_validate(m, "two", 3, ver, rid_a, 12003), CR_E_REPLICA_IS_GONE);
+    assert_int_equal(cr__master_validate(m, "two", 3, ver, rid_b, 12003), 0);
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.segments, 1);
+    assert_int_equal(st.counters[CR__MM_clients_expired_total], 1);
+    assert_int_equal(st.counters[CR__MM_objects_lost_total], 1);
+    /* A comes back: told to remount, remounts, works again */
+    assert_int_equal(cr__master_ping(m, CA, 13000, &flags), 0);
+    assert_int_equal(flags, CR__RPC_F_NEED_REMOUNT);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 4 * MiB, 13000), 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 4 * MiB, 13001), 0); /* again */
+    assert_int_equal(cr__master_mount(m, CB, "segA", 0x10000000, 4 * MiB, 13001),
+                     CR_E_SEGMENT_ALREADY_EXISTS);
+    assert_int_equal(put(m, "onA", 1000, 2, 0, 13002, NULL, 1), 0);
+    /* explicit unmount drops replicas the same way */
+    assert_int_equal(cr__master_unmount(m, CB, "segA", 13003), CR_E_SEGMENT_NOT_FOUND);
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 13003), 0);
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 13003), CR_E_SEGMENT_NOT_FOUND);
+    assert_int_equal(exist(m, "onA", 13004), 0); /* still on B */
+    cr__master_destroy(m);
+}
+
+static void test_put_timeout_reclaim(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0, 64 * KiB, 0), 0);
+    uint64_t ver;
+    assert_int_equal(put(m, "dead", 48 * KiB, 1, 0, 0, &ver, 0), 0); /* writer dies */
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.allocated_bytes, 48 * KiB);
+    tick_alive(m, 29999);
+    assert_int_equal(put(m, "dead", 100, 1, 0, 29999, NULL, 0), CR_E_OBJECT_ALREADY_EXISTS);
+    tick_alive(m, 30000); /* deadline: reclaimed into quarantine */
+    assert_int_equal(cr__master_put_end(m, "dead", 4, ver, 30001), CR_E_OBJECT_NOT_FOUND);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.pending_puts, 0);
+    assert_int_equal(st.counters[CR__MM_puts_timed_out_total], 1);
+    assert_int_equal(st.quarantine_bytes, 48 * KiB);
+    /* the late writer may still write until deadline + put timeout: the
+     * space is not reused before */
+    assert_int_equal(put(m, "new", 48 * KiB, 1, 0, 59999, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    tick_alive(m, 60000);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 0);
+    assert_int_equal(st.allocated_bytes, 0);
+    assert_int_equal(put(m, "new", 48 * KiB, 1, 0, 60001, NULL, 1), 0);
+    /* a PutStart of a key whose put passed its deadline reclaims it inline */
+    assert_int_equal(put(m, "slow", 1000, 1, 0, 60002, NULL, 0), 0);
+    assert_int_equal(put(m, "slow", 1000, 1, 0, 90003, NULL, 1), 0);
+    cr__master_destroy(m);
+}
+
+/* The stale-read defence at the master: space of a force-removed leased
+ * object is not reused until the lease expires, and the old version never
+ * validates again. */
+static void test_quarantine_and_validate(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x1000000, 64 * KiB, 0), 0);
+    uint64_t a1, v1;
+    assert_int_equal(put(m, "k", 32 * KiB, 1, 0, 0, NULL, 1), 0);
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    assert_int_equal(cr__master_get_replicas(m, "k", 1, 100, &msg, &it), 0); /* lease to 5100 */
+    a1 = it.replicas[0].shards[0].addr;
+    v1 = it.version;
+    uint64_t rid = it.replicas[0].replica_id;
+    cr__rpc_msg_free(&msg);
+    assert_int_equal(cr__master_remove(m, "k", 1, 1, 200), 0);
+    assert_int_equal(cr__master_validate(m, "k", 1, v1, rid, 201), CR_E_OBJECT_NOT_FOUND);
+    /* the new put of the same key cannot land on the quarantined range */
+    uint64_t a2, v2;
+    memset(&it, 0, sizeof it);
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1};
+    assert_int_equal(cr__master_put_start(m, "k", 1, 32 * KiB, &cfg, 300, &msg, &it), 0);
+    a2 = it.replicas[0].shards[0].addr;
+    v2 = it.version;
+    cr__rpc_msg_free(&msg);
+    assert_true(a2 + 32 * KiB <= a1 || a1 + 32 * KiB <= a2);
+    assert_int_not_equal(v1, v2);
+    assert_int_equal(cr__master_put_end(m, "k", 1, v2, 301), 0);
+    /* pool is full now (32K quarantined + 32K new, leased so eviction skips it) */
+    assert_int_equal(get(m, "k", 301, NULL, NULL, NULL), 0);
+    assert_int_equal(put(m, "x", 32 * KiB, 1, 0, 302, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    tick_alive(m, 5100); /* lease expired: quarantine released */
+    assert_int_equal(put(m, "x", 32 * KiB, 1, 0, 5101, NULL, 1), 0);
+    uint64_t ax;
+    assert_int_equal(get(m, "x", 5102, &ax, NULL, NULL), 0);
+    assert_int_equal(ax, a1); /* reused only now */
+    /* the stale reader's validation still fails: its version is gone */
+    assert_int_equal(cr__master_validate(m, "k", 1, v1, rid, 5103), CR_E_OBJECT_NOT_FOUND);
+    cr__master_destroy(m);
+}
+
+static void wm_tweak(cr__master_cfg_t *c)
+{
+    c->high_watermark = 0.90;
+    c->eviction_ratio = 0.05;
+}
+
+static void test_eviction_watermark(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(wm_tweak);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0, 1 * MiB, 0), 0);
+    /* 28 x 32 KiB = 87.5%: under the watermark */
+    for (int i = 0; i < 28; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "o%02d", i);
+        assert_int_equal(put(m, key, 32 * KiB, 1, 0, (uint64_t)i, NULL, 1), 0);
+    }
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.counters[CR__MM_evictions_total], 0);
+    /* the 29th passes 90%: one step frees >= 5% (2 objects), oldest first */
+    assert_int_equal(put(m, "o28", 32 * KiB, 1, 0, 100, NULL, 1), 0);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.counters[CR__MM_evictions_total], 2);
+    assert_int_equal(exist(m, "o00", 101), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m, "o01", 101), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m, "o02", 101), 0);
+    assert_int_equal(exist(m, "o28", 101), 0); /* a pending put is never evicted */
+    assert_true(st.allocated_bytes <= (uint64_t)(0.9 * MiB));
+    /* a get makes an object recent: o02 survives the next step, o03 goes */
+    assert_int_equal(get(m, "o02", 200, NULL, NULL, NULL), 0);
+    assert_int_equal(cr__master_evict(m, 1, 10000), 2);
+    assert_int_equal(exist(m, "o02", 10001), 0);
+    assert_int_equal(exist(m, "o03", 10001), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m, "o04", 10001), CR_E_OBJECT_NOT_FOUND);
+    cr__master_destroy(m);
+}
+
+static void test_eviction_skips(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(wm_tweak);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0, 1 * MiB, 0), 0);
+    /* LRU order (oldest first): L(leased) H(hard) S(soft) N1 N2; P pending */
+    assert_int_equal(put(m, "L", 32 * KiB, 1, 0, 0, NULL, 1), 0);
+    assert_int_equal(get(m, "L", 0, NULL, NULL, NULL), 0); /* lease until 5000 */
+    assert_int_equal(put(m, "H", 32 * KiB, 1, CR__RPC_CFG_HARD_PIN, 1, NULL, 1), 0);
+    assert_int_equal(put(m, "S", 32 * KiB, 1, CR__RPC_CFG_SOFT_PIN, 2, NULL, 1), 0);
+    assert_int_equal(put(m, "N1", 32 * KiB, 1, 0, 3, NULL, 1), 0);
+    assert_int_equal(put(m, "N2", 32 * KiB, 1, 0, 4, NULL, 1), 0);
+    uint64_t pv;
+    assert_int_equal(put(m, "P", 32 * KiB, 1, 0, 5, &pv, 0), 0);
+    /* LRU: N2 N1 S H L (L was touched first, then everything else put after) */
+    /* a 5% step (52 KiB = 2 objects): takes N1, N2 before the older soft-pinned S */
+    assert_int_equal(cr__master_evict(m, 1, 100), 2);
+    assert_int_equal(exist(m, "N1", 101), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m, "N2", 101), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m, "S", 101), 0);
+    /* a step that wants everything: S goes (soft pin last), L (leased), H
+     * (hard pin) and P (pending) stay */
+    assert_int_equal(cr__master_evict(m, 1 * MiB, 200), 1);
+    assert_int_equal(exist(m, "S", 201), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m, "L", 201), 0);
+    assert_int_equal(exist(m, "H", 201), 0);
+    assert_int_equal(cr__master_put_end(m, "P", 1, pv, 202), 0);
+    /* once the lease is over L can go; H never */
+    assert_int_equal(cr__master_evict(m, 1 * MiB, 6000), 2); /* L and P */
+    assert_int_equal(exist(m, "L", 6001), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m, "H", 6001), 0);
+    assert_int_equal(cr__master_remove(m, "H", 1, 0, 6002), 0); /* remove frees it */
+    cr__master_destroy(m);
+}
+
+static void full_tweak(cr__master_cfg_t *c) { c->high_watermark = 1.0; }
+
+static void test_eviction_on_alloc_failure(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(full_tweak);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0, 1 * MiB, 0), 0);
+    for (int i = 0; i < 32; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "o%02d", i);
+        assert_int_equal(put(m, key, 32 * KiB, 1, 0, (uint64_t)i, NULL, 1), 0);
+    }
+    /* full: the next put evicts the oldest and succeeds */
+    assert_int_equal(put(m, "new", 32 * KiB, 1, 0, 100, NULL, 1), 0);
+    assert_int_equal(exist(m, "o00", 101), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m, "new", 101), 0);
+    /* everything hard-pinned: a put fails with NO_AVAILABLE_HANDLE */
+    cr__master_t *m2 = mk(full_tweak);
+    assert_int_equal(cr__master_mount(m2, CA, "segA", 0, 1 * MiB, 0), 0);
+    for (int i = 0; i < 32; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "h%02d", i);
+        assert_int_equal(put(m2, key, 32 * KiB, 1, CR__RPC_CFG_HARD_PIN, 0, NULL, 1), 0);
+    }
+    assert_int_equal(put(m2, "x", 32 * KiB, 1, 0, 1, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    cr__master_stats_t st;
+    cr__master_stats(m2, &st);
+    assert_int_equal(st.counters[CR__MM_alloc_failures_total], 1);
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+}
+
+static void test_bad_input(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    /* no segment at all */
+    assert_int_equal(put(m, "k", 100, 1, 0, 0, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(cr__master_mount(m, CA, "", 0, MiB, 0), CR_E_INVALID_PARAMS);
+    assert_int_equal(cr__master_mount(m, CA, NULL, 0, MiB, 0), CR_E_INVALID_PARAMS);
+    assert_int_equal(cr__master_mount(m, CA, "s", 0, 10, 0), CR_E_INVALID_PARAMS);
+    assert_int_equal(cr__master_mount(m, CA, "s", UINT64_MAX - 5, MiB, 0), CR_E_INVALID_PARAMS);
+    assert_int_equal(cr__master_mount(m, CA, "s", 0, MiB, 0), 0);
+    assert_int_equal(cr__master_mount(m, CA, "s", 4096, MiB, 0), CR_E_SEGMENT_ALREADY_EXISTS);
+    assert_int_equal(cr__master_unmount(m, CA, "nosuch", 0), CR_E_SEGMENT_NOT_FOUND);
+    /* keys */
+    static char big[CR__RPC_KEY_MAX + 2];
+    memset(big, 'x', CR__RPC_KEY_MAX + 1);
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1};
+    assert_int_equal(cr__master_put_start(m, "", 0, 10, &cfg, 0, &msg, &it), CR_E_INVALID_KEY);
+    assert_int_equal(cr__master_put_start(m, "a\0b", 3, 10, &cfg, 0, &msg, &it),
+                     CR_E_INVALID_KEY);
+    assert_int_equal(cr__master_put_start(m, big, CR__RPC_KEY_MAX + 1, 10, &cfg, 0, &msg, &it),
+                     CR_E_INVALID_KEY);
+    assert_int_equal(cr__master_put_start(m, big, CR__RPC_KEY_MAX, 10, &cfg, 0, &msg, &it), 0);
+    assert_int_equal(cr__master_put_end(m, big, CR__RPC_KEY_MAX, it.version, 0), 0);
+    assert_int_equal(cr__master_exist(m, big, CR__RPC_KEY_MAX, 0), 0);
+    assert_int_equal(cr__master_exist(m, "", 0, 0), CR_E_INVALID_KEY);
+    assert_int_equal(cr__master_remove(m, "", 0, 0, 0), CR_E_INVALID_KEY);
+    assert_int_equal(cr__master_validate(m, "", 0, 1, 1, 0), CR_E_INVALID_KEY);
+    /* sizes */
+    assert_int_equal(put(m, "z", 0, 1, 0, 0, NULL, 1), CR_E_INVALID_PARAMS);
+    assert_int_equal(put(m, "z", CR__RPC_VALUE_MAX + 1, 1, 0, 0, NULL, 1), CR_E_INVALID_PARAMS);
+    assert_int_equal(put(m, "z", CR__RPC_VALUE_MAX, 1, 0, 0, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    /* validate with a forged replica id */
+    uint64_t ver;
+    assert_int_equal(put(m, "v", 10, 1, 0, 0, &ver, 1), 0);
+    assert_int_equal(cr__master_validate(m, "v", 1, ver, (ver << 4) | 0, 1), 0);
+    assert_int_equal(cr__master_validate(m, "v", 1, ver, (ver << 4) | 5, 1), CR_E_REPLICA_IS_GONE);
+    assert_int_equal(cr__master_validate(m, "v", 1, ver, ((ver + 1) << 4), 1),
+                     CR_E_OBJECT_NOT_FOUND);
+    cr__rpc_msg_free(&msg);
+    cr__master_destroy(m);
+}
+
+static void test_dispatch_batch(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    cr__rpc_msg_t req = {.type = CR__RPC_MOUNT_SEGMENT, .client_id = CA, .segment = "segA",
+                         .base = 0x1000, .size = 4 * MiB};
+    cr__rpc_msg_t rep = {.type = CR__RPC_MOUNT_SEGMENT | CR__RPC_REPLY};
+    cr__master_handle(m, &req, &rep, 0);
+    assert_int_equal(rep.status, 0);
+    cr__rpc_msg_free(&rep);
+    /* batch put start: 3 keys, the middle one invalid */
+    cr__rpc_item_t in[3] = {{.key = "a", .key_len = 1, .size = 100, .cfg = {.replica_num = 1}},
+                            {.key = "", .key_len = 0, .size = 100},
+                            {.key = "c", .key_len = 1, .size = 200}};
+    req = (cr__rpc_msg_t){.type = CR__RPC_BATCH_PUT_START, .n_items = 3, .items = in};
+    rep = (cr__rpc_msg_t){.type = CR__RPC_BATCH_PUT_START | CR__RPC_REPLY};
+    cr__master_handle(m, &req, &rep, 1);
+    assert_int_equal(rep.status, 0);
+    assert_int_equal(rep.n_items, 3);
+    assert_int_equal(rep.items[0].status, 0);
+    assert_int_equal(rep.items[1].status, CR_E_INVALID_KEY);
+    assert_int_equal(rep.items[1].n_replicas, 0);
+    assert_int_equal(rep.items[2].status, 0);
+    assert_int_equal(rep.items[2].replicas[0].shards[0].len, 200);
+    /* the reply encodes */
+    cr__rpc_buf_t b;
+    cr__rpc_buf_init(&b);
+    assert_int_equal(cr__rpc_encode(&rep, &b), 0);
+    cr__rpc_buf_free(&b);
+    cr__rpc_item_t ends[2] = {{.key = "a", .key_len = 1, .version = rep.items[0].version},
+                              {.key = "c", .key_len = 1, .version = rep.items[2].version}};
+    cr__rpc_msg_free(&rep);
+    req = (cr__rpc_msg_t){.type = CR__RPC_BATCH_PUT_END, .n_items = 2, .items = ends};
+    rep = (cr__rpc_msg_t){.type = CR__RPC_BATCH_PUT_END | CR__RPC_REPLY};
+    cr__master_handle(m, &req, &rep, 2);
+    assert_int_equal(rep.items[0].status, 0);
+    assert_int_equal(rep.items[1].status, 0);
+    cr__rpc_msg_free(&rep);
+    /* batch exist + get size, single exist header status */
+    cr__rpc_item_t q[3] = {{.key = "a", .key_len = 1}, {.key = "b", .key_len = 1},
+                           {.key = "c", .key_len = 1}};
+    req = (cr__rpc_msg_t){.type = CR__RPC_BATCH_GET_SIZE, .n_items = 3, .items = q};
+    rep = (cr__rpc_msg_t){0};
+    cr__master_handle(m, &req, &rep, 3);
+    assert_int_equal(rep.items[0].size, 100);
+    assert_int_equal(rep.items[1].status, CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(rep.items[2].size, 200);
+    cr__rpc_msg_free(&rep);
+    req = (cr__rpc_msg_t){.type = CR__RPC_EXIST, .n_items = 1, .items = &q[1]};
+    cr__master_handle(m, &req, &rep, 4);
+    assert_int_equal(rep.status, CR_E_OBJECT_NOT_FOUND);
+    cr__rpc_msg_free(&rep);
+    /* ping */
+    req = (cr__rpc_msg_t){.type = CR__RPC_PING, .client_id = CA};
+    cr__master_handle(m, &req, &rep, 5);
+    assert_int_equal(rep.status, 0);
+    assert_int_equal(rep.flags, 0);
+    assert_int_equal(rep.master_id, cr__master_id(m));
+    assert_int_equal(rep.count, 10000);
+    cr__rpc_msg_free(&rep);
+    /* metrics text and admin JSON */
+    char *txt;
+    size_t len;
+    assert_int_equal(cr__master_metrics_text(m, &txt, &len), 0);
+    assert_non_null(strstr(txt, "crescent_master_rpc_put_start_total 3\n"));
+    assert_non_null(strstr(txt, "crescent_master_keys 2\n"));
+    assert_non_null(strstr(txt, "# TYPE crescent_master_evictions_total counter"));
+    free(txt);
+    assert_int_equal(cr__master_query_key_json(m, "a", 1, 6, &txt, &len), 0);
+    assert_non_null(strstr(txt, "\"state\":\"complete\""));
+    assert_non_null(strstr(txt, "\"segment\":\"segA\""));
+    free(txt);
+    assert_int_equal(cr__master_query_key_json(m, "zz", 2, 6, &txt, &len), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr__master_segments_json(m, &txt, &len), 0);
+    assert_non_null(strstr(txt, "\"name\":\"segA\""));
+    free(txt);
+    cr__master_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_lifecycle),
+        cmocka_unit_test(test_immutable),
+        cmocka_unit_test(test_lease_vs_remove),
+        cmocka_unit_test(test_replicas_distinct_and_preferred),
+        cmocka_unit_test(test_striping),
+        cmocka_unit_test(test_client_ttl_expiry),
+        cmocka_unit_test(test_put_timeout_reclaim),
+        cmocka_unit_test(test_quarantine_and_validate),
+        cmocka_unit_test(test_eviction_watermark),
+        cmocka_unit_test(test_eviction_skips),
+        cmocka_unit_test(test_eviction_on_alloc_failure),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_dispatch_batch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
