@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""batch_get_into of 64 pages of 1 MiB from Python vs the C benchmark.
+
+Measures the Python binding's overhead: the same work (one client, one
+thread, batch_get_into of --batch keys of --value-size bytes into registered
+memory, --iters timed calls) through
+
+  * Python:  mooncake.store.MooncakeDistributedStore.batch_get_into
+  * C:       crescent-bench store --op batch_get (cr_store_batch_get_into)
+
+against the same cluster, one after the other, and prints both and the ratio
+Python/C (goal >= 0.9). By default it starts its own cluster on 127.0.0.1
+(crescent-master with embedded HTTP metadata + one crescent-node holding the
+pages); --master/--metadata use an existing one.
+
+    PYTHONPATH=<build>/python:python/compat python3 bench/python/bench_batch_get_into.py
+"""
+import argparse
+import os
+import re
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import crescent
+from mooncake.store import MooncakeDistributedStore
+
+
+def wait_line(p, pattern, timeout=30):
+    buf, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([p.stdout], [], [], 0.2)
+        if r:
+            chunk = os.read(p.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            buf += chunk
+            m = re.search(pattern, buf.decode(errors="replace"))
+            if m:
+                return m
+    raise RuntimeError("no %r from %s: %r" % (pattern, p.args[0], buf[-500:]))
+
+
+def exe(name):
+    p = crescent.find_executable(name)
+    if not p:
+        sys.exit("cannot find %s (build crescent; CRESCENT_BIN_DIR)" % name)
+    return p
+
+
+def start_cluster(procs, node_size, p2p):
+    m = subprocess.Popen([exe("crescent-master"), "--rpc_port=0", "--rpc_address=127.0.0.1",
+                          "--enable_http_metadata_server=true",
+                          "--http_metadata_server_host=127.0.0.1", "--http_metadata_server_port=0",
+                          "--metrics_port=0", "--metrics_address=127.0.0.1"],
+                         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    procs.append(m)
+    g = wait_line(m, r"listening rpc=(\d+) .*http_metadata=(\d+)")
+    master = "127.0.0.1:%s" % g.group(1)
+    meta = "p2p" if p2p else "http://127.0.0.1:%s/metadata" % g.group(2)
+    n = subprocess.Popen([exe("crescent-node"), "--master_server_address", master,
+                          "--metadata_server", meta, "--local_hostname", "127.0.0.1",
+                          "--global_segment_size", node_size],
+                         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    procs.append(n)
+    wait_line(n, r"ready segment=")
+    return master, meta
+
+
+def bench_python(master, meta, batch, size, iters, warmup):
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE" if meta == "p2p" else meta, 0, "16MB", "tcp", "", master)
+    if rc != 0:
+        sys.exit("setup failed: %d %s" % (rc, crescent.strerror(rc)))
+    buf = np.empty(batch * size, dtype=np.uint8)
+    buf[:] = 0x5A
+    assert s.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    keys = ["pybench-%d-%d" % (os.getpid(), i) for i in range(batch)]
+    ptrs = [buf.ctypes.data + i * size for i in range(batch)]
+    sizes = [size] * batch
+    res = s.batch_put_from(keys, ptrs, sizes)
+    if any(r != 0 for r in res):
+        sys.exit("prefill failed: %r" % res[:4])
+    lat = []
+    for it in range(warmup + iters):
+        t0 = time.perf_counter_ns()
+        res = s.batch_get_into(keys, ptrs, sizes)
+        dt = time.perf_counter_ns() - t0
+        if any(r != size for r in res):
+            sys.exit("batch_get_into failed: %r" % [r for r in res if r != size][:4])
+        if it >= warmup:
+            lat.append(dt)
+    for k in keys:
+        s.remove(k, force=True)
+    s.unregister_buffer(buf.ctypes.data)
+    s.close()
+    secs = sum(lat) / 1e9
+    return {"gbps": batch * size * iters / secs / 1e9,
+            "p50_us": statistics.median(lat) / 1e3,
+            "p99_us": sorted(lat)[max(0, int(len(lat) * 0.99) - 1)] / 1e3}
+
+
+def bench_c(master, meta, batch, size, iters):
+    r = subprocess.run([exe("crescent-bench"), "store", "--master_server_address", master,
+                        "--metadata_server", meta, "--op", "batch_get", "--value_size", str(size),
+                        "--threads", "1", "--batch", str(batch), "--keys", str(batch),
+                        "--ops", str(iters)], capture_output=True, text=True, timeout=600)
+    m = re.search(r"RESULT .*op=batch_get .* gbps=([\d.]+) .* p50_us=([\d.]+) p99_us=([\d.]+)"
+                  r".* errors=(\d+)", r.stdout)
+    if r.returncode != 0 or not m or m.group(4) != "0":
+        sys.exit("crescent-bench store failed (%d):\n%s\n%s" % (r.returncode, r.stdout, r.stderr))
+    return {"gbps": float(m.group(1)), "p50_us": float(m.group(2)), "p99_us": float(m.group(3))}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--value-size", type=int, default=1 << 20)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--master", help="existing master host:port (default: start a cluster)")
+    ap.add_argument("--metadata", help="metadata server of the existing cluster")
+    ap.add_argument("--p2p", action="store_true",
+                    help="P2P handshake instead of the master's HTTP metadata server")
+    a = ap.parse_args()
+    procs = []
+    try:
+        if a.master:
+            master, meta = a.master, a.metadata or "p2p"
+        else:
+            need = a.batch * a.value_size * 3  # python's and C's keys + slack
+            master, meta = start_cluster(procs, "%dMB" % max(256, need >> 20), a.p2p)
+        py = bench_python(master, meta, a.batch, a.value_size, a.iters, a.warmup)
+        c = bench_c(master, meta, a.batch, a.value_size, a.iters)
+        for name, r in (("python", py), ("c", c)):
+            print("RESULT bench=python_batch_get_into impl=%s batch=%d value_size=%d iters=%d "
+                  "gbps=%.3f p50_us=%.1f p99_us=%.1f" % (name, a.batch, a.value_size, a.iters,
+                                                         r["gbps"], r["p50_us"], r["p99_us"]))
+        print("RATIO python/c gbps=%.3f (goal >= 0.9)" % (py["gbps"] / c["gbps"]))
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+if __name__ == "__main__":
+    main()
