@@ -258,10 +258,13 @@ static void conn_fail(tcp_conn_t *c, int err)
     c->fd = -1;
     uint32_t h = atomic_load(&c->head), s = atomic_load(&c->sent);
     int stopping = p->stopping || atomic_load(&p->st->stopping);
+    int unreachable = all_paths_down(p, now); /* another connection found the peer gone */
     for (; h != s; h++) {
         tcp_slice_t *sl = &c->ring[h % TCP_RING];
         if (stopping)
             settle(p, sl->task, sl->len, -ECANCELED);
+        else if (unreachable)
+            settle(p, sl->task, sl->len, -EHOSTUNREACH);
         else if (now > sl->task->deadline_ns)
             settle(p, sl->task, sl->len, -ETIMEDOUT);
         else if (retry_push_locked(p, sl))
