@@ -50,6 +50,10 @@ typedef struct cr__xfer_peer {
     char name[CR_XFER_NAME_MAX]; /* segment name as opened */
     atomic_int stale;            /* refetch the descriptor before the next use */
     cr_xfer_engine_t *engine;
+    /* added by te-shm: the shm transport's per-peer state. shm does not use
+     * transport_peer, because tcp also serves shm peers (notifications over
+     * its control path) and keeps its own state in transport_peer. */
+    void *shm_peer;
 } cr__xfer_peer_t;
 
 /* One request of a batch, as the transport sees it. */
