@@ -141,11 +141,12 @@ class Table:
             "" if ratio is None else "ratio=%.2f" % ratio, extra))
 
     def markdown(self):
-        out = ["| case | crescent | reference | reference | crescent | unit | ratio | notes |",
+        out = ["| case | crescent run | reference run | reference | crescent | unit | ratio | notes |",
                "|---|---|---|---|---|---|---|---|"]
         for case, what, ref_name, ref, ours, unit, ratio, extra in self.rows:
-            out.append("| %s | %s | %s | %s | %.3f | %s | %s | %s |" % (
-                case, what, ref_name or "-", "-" if ref is None else "%.3f" % ref, ours, unit,
+            fmt = "%.0f" if unit == "req/s" else "%.3f"
+            out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                case, what, ref_name or "-", "-" if ref is None else "%.3f" % ref, fmt % ours, unit,
                 "-" if ratio is None else "%.2f" % ratio, extra))
         return "\n".join(out)
 
