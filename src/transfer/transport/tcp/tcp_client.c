@@ -478,6 +478,9 @@ static void *receiver_main(void *arg)
             }
             used += sizeof hb[0];
             uint32_t len = sl->len;
+            if (status == 0)
+                atomic_fetch_add_explicit(&p->st->nic_bytes[p->paths[c->path].lnic], len,
+                                          memory_order_relaxed);
             settle(p, sl->task, len, status);
             atomic_fetch_sub(&c->inflight_bytes, len);
             atomic_store_explicit(&c->head, ++h, memory_order_release);
@@ -705,4 +708,11 @@ void cr__tcp_watchdog_scan(tcp_state_t *st)
         pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&st->peers_mu);
+}
+
+void cr__xfer_tcp_debug_nic_bytes(void *state, uint64_t out[CR_XFER_MAX_NICS])
+{
+    tcp_state_t *st = state;
+    for (int i = 0; i < CR_XFER_MAX_NICS; i++)
+        out[i] = atomic_load(&st->nic_bytes[i]);
 }

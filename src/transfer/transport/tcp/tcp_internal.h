@@ -111,6 +111,7 @@ typedef struct tcp_state {
     int watchdog_started;
     pthread_mutex_t wd_mu;
     pthread_cond_t wd_cv;
+    atomic_uint_fast64_t nic_bytes[CR_XFER_MAX_NICS]; /* bytes completed per local NIC */
 } tcp_state_t;
 
 /* tcp_server.c */
@@ -131,5 +132,8 @@ int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt);
  * `nic` on the serving side: its listener is closed and connections
  * accepted on it are cut. Returns 0 or -errno. */
 int cr__xfer_tcp_debug_nic(void *state, int nic, int down);
+
+/* Test hook: bytes completed so far through each local NIC (initiator side). */
+void cr__xfer_tcp_debug_nic_bytes(void *state, uint64_t out[CR_XFER_MAX_NICS]);
 
 #endif
