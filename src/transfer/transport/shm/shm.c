@@ -48,7 +48,7 @@
 #define SHM_PROBE_BUFFERS 4          /* registered buffers tried by can_reach */
 
 /* Per-peer state, shared by the peer's queued items (one reference each)
- * and by peer->transport_peer (one reference, dropped by peer_forget or when
+ * and by peer->shm_peer (one reference, dropped by peer_forget or when
  * the descriptor names another pid). */
 typedef struct shm_peer {
     atomic_int refs;
@@ -88,7 +88,7 @@ typedef struct shm_state {
     unsigned n_threads;
     pthread_t threads[SHM_MAX_THREADS];
 
-    pthread_mutex_t peers_lock; /* guards the registry and peer->transport_peer writes */
+    pthread_mutex_t peers_lock; /* guards the registry and peer->shm_peer writes */
     shm_peer_t *peers;
 } shm_state_t;
 
@@ -241,10 +241,10 @@ static shm_peer_t *shm_peer_get(shm_state_t *st, cr__xfer_peer_t *peer)
     pid_t pid = __atomic_load_n(&peer->desc.pid, __ATOMIC_RELAXED);
     shm_peer_t *old = NULL;
     pthread_mutex_lock(&st->peers_lock);
-    shm_peer_t *sp = peer->transport_peer;
+    shm_peer_t *sp = peer->shm_peer;
     if (sp && sp->pid != pid) {
         shm_peer_unlink_locked(st, sp);
-        peer->transport_peer = NULL;
+        peer->shm_peer = NULL;
         old = sp;
         sp = NULL;
     }
@@ -255,7 +255,7 @@ static shm_peer_t *shm_peer_get(shm_state_t *st, cr__xfer_peer_t *peer)
             if (st->peers)
                 st->peers->reg_prev = sp;
             st->peers = sp;
-            peer->transport_peer = sp;
+            peer->shm_peer = sp;
         }
     }
     if (sp)
@@ -280,8 +280,8 @@ static void shm_peer_forget(void *state, cr__xfer_peer_t *peer)
 {
     shm_state_t *st = state;
     pthread_mutex_lock(&st->peers_lock);
-    shm_peer_t *sp = peer->transport_peer;
-    peer->transport_peer = NULL;
+    shm_peer_t *sp = peer->shm_peer;
+    peer->shm_peer = NULL;
     if (sp)
         shm_peer_unlink_locked(st, sp);
     pthread_mutex_unlock(&st->peers_lock);
@@ -672,7 +672,7 @@ static void shm_destroy(void *state)
     while (st->peers) {
         shm_peer_t *sp = st->peers;
         shm_peer_unlink_locked(st, sp);
-        shm_peer_unref(sp); /* the registry's (transport_peer) reference */
+        shm_peer_unref(sp); /* the registry's (peer->shm_peer) reference */
     }
     pthread_mutex_unlock(&st->peers_lock);
     pthread_mutex_destroy(&st->peers_lock);

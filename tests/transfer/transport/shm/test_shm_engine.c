@@ -1,0 +1,429 @@
+/* shm through the real engine: two processes (fork) on the same host with
+ * p2p metadata on loopback. The child serves a registered buffer; the parent
+ * opens it and must get the shm transport. Writes are verified through
+ * /proc/<child>/mem, independently of the transport. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "crescent/transfer.h"
+
+#define MiB (1ull << 20)
+
+static int sanitized(void) { return getenv("CRESCENT_SANITIZED") != NULL; }
+
+static uint8_t pat(uint64_t i, uint32_t seed)
+{
+    uint64_t x = (i + seed) * 0x9E3779B97F4A7C15ull;
+    return (uint8_t)(x >> 56);
+}
+
+static void fill(uint8_t *p, uint64_t len, uint64_t base, uint32_t seed)
+{
+    for (uint64_t i = 0; i < len; i++)
+        p[i] = pat(base + i, seed);
+}
+
+static long long check(const uint8_t *p, uint64_t len, uint64_t base, uint32_t seed)
+{
+    for (uint64_t i = 0; i < len; i++)
+        if (p[i] != pat(base + i, seed))
+            return (long long)i;
+    return -1;
+}
+
+static cr_xfer_engine_t *engine_new(const char *transports)
+{
+    cr_xfer_params_t p = {.field_mask = CR_XFER_PARAM_METADATA_URI | CR_XFER_PARAM_NICS |
+                                        CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_TIMEOUT_MS,
+                          .metadata_uri = "p2p",
+                          .nics = "127.0.0.1",
+                          .transports = transports,
+                          .timeout_ms = 10000};
+    cr_xfer_engine_t *e = NULL;
+    int rc = cr_xfer_engine_create(&p, &e);
+    if (rc)
+        print_message("engine_create: %s\n", cr_strerror(rc));
+    return rc ? NULL : e;
+}
+
+/* ---- the child: a segment serving one buffer ---------------------------- */
+
+typedef struct child {
+    pid_t pid;
+    int ctl;  /* parent -> child commands; closing it ends the child */
+    int up;   /* child -> parent lines */
+    char name[CR_XFER_NAME_MAX];
+    uint64_t len;
+} child_t;
+
+static void child_main(int ctl, int up, uint64_t len)
+{
+    cr_xfer_engine_t *e = engine_new("tcp,shm");
+    if (!e)
+        _exit(2);
+    uint8_t *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        _exit(2);
+    fill(buf, len, 0, 1);
+    if (cr_xfer_mem_register(e, buf, len, "cpu:0"))
+        _exit(2);
+    dprintf(up, "NAME %s\n", cr_xfer_engine_name(e));
+    uint8_t *extra = NULL;
+    for (;;) {
+        struct pollfd p = {.fd = ctl, .events = POLLIN};
+        if (poll(&p, 1, 10) > 0) {
+            char c;
+            if (read(ctl, &c, 1) <= 0)
+                break;
+            if (c == 'R' && !extra) { /* register a second buffer (seed 3) */
+                extra = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                fill(extra, MiB, 0, 3);
+                int rc = extra == MAP_FAILED ? -ENOMEM : cr_xfer_mem_register(e, extra, MiB, NULL);
+                dprintf(up, "EXTRA %d %llu\n", rc, (unsigned long long)(uintptr_t)extra);
+            }
+        }
+        cr_xfer_notify_t n;
+        size_t got = 0;
+        if (cr_xfer_notify_poll(e, &n, 1, &got) == 0 && got)
+            dprintf(up, "NOTIFY %.*s\n", (int)n.len, n.msg);
+    }
+    cr_xfer_engine_destroy(e);
+    _exit(0);
+}
+
+/* Reads one line from fd (blocking, bounded). Returns 0 or -1. */
+static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    size_t k = 0;
+    while (k + 1 < cap) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) <= 0)
+            return -1;
+        if (read(fd, buf + k, 1) != 1)
+            return -1;
+        if (buf[k] == '\n')
+            break;
+        k++;
+    }
+    buf[k] = 0;
+    return 0;
+}
+
+static int child_start(child_t *c, uint64_t len)
+{
+    int down[2], up[2];
+    if (pipe(down) || pipe(up))
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        close(down[1]);
+        close(up[0]);
+        child_main(down[0], up[1], len);
+    }
+    close(down[0]);
+    close(up[1]);
+    c->pid = pid;
+    c->ctl = down[1];
+    c->up = up[0];
+    c->len = len;
+    char line[512];
+    if (read_line(c->up, line, sizeof line, 60000) || strncmp(line, "NAME ", 5))
+        return -1;
+    snprintf(c->name, sizeof c->name, "%.255s", line + 5);
+    return 0;
+}
+
+static void child_stop(child_t *c)
+{
+    if (c->pid <= 0)
+        return;
+    close(c->ctl);
+    int st;
+    waitpid(c->pid, &st, 0);
+    close(c->up);
+    c->pid = 0;
+}
+
+static int peer_pread(pid_t pid, void *buf, size_t len, uint64_t addr)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -errno;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, (char *)buf + got, len - got, (off_t)(addr + got));
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    return got == len ? 0 : -EIO;
+}
+
+/* ---- fixture ---------------------------------------------------------------- */
+
+typedef struct fx {
+    child_t c;
+    cr_xfer_engine_t *e;
+    cr_xfer_segment_t seg;
+    uint64_t raddr, rlen;
+    uint8_t *local;
+    uint64_t llen;
+} fx_t;
+
+static int fx_setup(void **state, uint64_t peer_len, const char *transports)
+{
+    fx_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    assert_int_equal(child_start(&f->c, peer_len), 0);
+    f->e = engine_new(transports);
+    assert_non_null(f->e);
+    f->llen = peer_len;
+    f->local = mmap(NULL, f->llen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(f->local != MAP_FAILED);
+    assert_int_equal(cr_xfer_mem_register(f->e, f->local, f->llen, NULL), 0);
+    assert_int_equal(cr_xfer_segment_open(f->e, f->c.name, &f->seg), 0);
+    cr_xfer_buffer_info_t b;
+    size_t n = 0;
+    assert_int_equal(cr_xfer_segment_buffers(f->e, f->seg, &b, 1, &n), 0);
+    assert_int_equal(n, 1);
+    f->raddr = b.addr;
+    f->rlen = b.len;
+    *state = f;
+    return 0;
+}
+
+static int setup_small(void **state) { return fx_setup(state, 8 * MiB, "tcp,shm"); }
+static int setup_big(void **state)
+{
+    return fx_setup(state, (sanitized() ? 64 : 256) * MiB + 2 * 4096, "tcp,shm");
+}
+
+static int teardown(void **state)
+{
+    fx_t *f = *state;
+    cr_xfer_segment_close(f->e, f->seg);
+    cr_xfer_mem_unregister(f->e, f->local);
+    cr_xfer_engine_destroy(f->e);
+    munmap(f->local, f->llen);
+    child_stop(&f->c);
+    free(f);
+    return 0;
+}
+
+static int xfer(fx_t *f, cr_xfer_opcode_t op, void *local, uint64_t raddr, uint64_t len)
+{
+    cr_xfer_request_t r = {.opcode = op, .local_addr = local, .target = f->seg,
+                           .target_addr = raddr, .length = len};
+    int res = 1;
+    int rc = cr_xfer_transfer_sync(f->e, &r, 1, &res);
+    return rc ? rc : res;
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+static void test_shm_is_chosen(void **state)
+{
+    fx_t *f = *state;
+    const char *t = cr_xfer_segment_transport(f->e, f->seg);
+    assert_non_null(t);
+    assert_string_equal(t, "shm");
+}
+
+/* With shm disabled in the initiator the same peer is reached over tcp. */
+static void test_tcp_when_shm_disabled(void **state)
+{
+    fx_t *f = *state;
+    cr_xfer_engine_t *e2 = engine_new("tcp");
+    assert_non_null(e2);
+    cr_xfer_segment_t s2;
+    assert_int_equal(cr_xfer_segment_open(e2, f->c.name, &s2), 0);
+    assert_string_equal(cr_xfer_segment_transport(e2, s2), "tcp");
+    cr_xfer_engine_destroy(e2);
+}
+
+static void test_read_write_sizes(void **state)
+{
+    fx_t *f = *state;
+    uint64_t max = f->rlen - 2 * 4096;
+    uint64_t sizes[] = {1, 2, 3, 4095, 4096, 4097, 65537, MiB + 1, 4 * MiB + 3, 16 * MiB + 7, max - 1};
+    uint8_t *back = malloc(max);
+    assert_non_null(back);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        uint64_t len = sizes[k], roff = 1 + (k * 97) % 4096, loff = 7 + (k * 31) % 4096;
+        memset(f->local + loff, 0, len);
+        int rc = xfer(f, CR_XFER_READ, f->local + loff, f->raddr + roff, len);
+        if (rc)
+            print_message("READ %llu: %s\n", (unsigned long long)len, cr_strerror(rc));
+        assert_int_equal(rc, 0);
+        long long bad = check(f->local + loff, len, roff, 1);
+        if (bad >= 0)
+            print_message("READ %llu: first wrong byte %lld\n", (unsigned long long)len, bad);
+        assert_int_equal(bad, -1);
+
+        uint32_t seed = 50 + (uint32_t)k;
+        fill(f->local + loff, len, 0, seed);
+        rc = xfer(f, CR_XFER_WRITE, f->local + loff, f->raddr + roff, len);
+        assert_int_equal(rc, 0);
+        assert_int_equal(peer_pread(f->c.pid, back, len, f->raddr + roff), 0);
+        bad = check(back, len, 0, seed);
+        if (bad >= 0)
+            print_message("WRITE %llu: first wrong byte %lld\n", (unsigned long long)len, bad);
+        assert_int_equal(bad, -1);
+        /* put the child's pattern back */
+        fill(f->local + loff, len, roff, 1);
+        assert_int_equal(xfer(f, CR_XFER_WRITE, f->local + loff, f->raddr + roff, len), 0);
+    }
+    free(back);
+}
+
+/* A batch of 1024 small requests mixing reads and writes. */
+static void test_batch_small(void **state)
+{
+    fx_t *f = *state;
+    enum { N = 1024, SZ = 3000, STRIDE = 4096 };
+    cr_xfer_request_t *r = calloc(N, sizeof *r);
+    int *res = calloc(N, sizeof *res);
+    assert_non_null(r);
+    assert_non_null(res);
+    for (int i = 0; i < N; i++) {
+        int w = i % 4 == 3;
+        uint64_t roff = (uint64_t)(N - 1 - i) * STRIDE + (i % 5);
+        if (w)
+            fill(f->local + (size_t)i * STRIDE, SZ, 0, 1000 + i);
+        r[i] = (cr_xfer_request_t){.opcode = w ? CR_XFER_WRITE : CR_XFER_READ,
+                                   .local_addr = f->local + (size_t)i * STRIDE, .target = f->seg,
+                                   .target_addr = f->raddr + roff, .length = SZ};
+    }
+    assert_int_equal(cr_xfer_transfer_sync(f->e, r, N, res), 0);
+    uint8_t back[SZ];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(res[i], 0);
+        uint64_t roff = (uint64_t)(N - 1 - i) * STRIDE + (i % 5);
+        if (i % 4 == 3) {
+            assert_int_equal(peer_pread(f->c.pid, back, SZ, f->raddr + roff), 0);
+            assert_int_equal(check(back, SZ, 0, 1000 + i), -1);
+        } else {
+            assert_int_equal(check(f->local + (size_t)i * STRIDE, SZ, roff, 1), -1);
+        }
+    }
+    free(r);
+    free(res);
+}
+
+/* Out-of-range targets fail (the request only); in-range ones still work. */
+static void test_out_of_range(void **state)
+{
+    fx_t *f = *state;
+    int rc = xfer(f, CR_XFER_READ, f->local, f->raddr + f->rlen - 10, 100);
+    assert_true(rc < 0);
+    rc = xfer(f, CR_XFER_WRITE, f->local, f->raddr - 4096, 100);
+    assert_true(rc < 0);
+    rc = xfer(f, CR_XFER_READ, f->local, f->raddr + f->rlen, 1);
+    assert_true(rc < 0);
+    assert_int_equal(xfer(f, CR_XFER_READ, f->local, f->raddr, 100), 0);
+    assert_int_equal(check(f->local, 100, 0, 1), -1);
+}
+
+/* The peer registers another buffer after we opened it: reachable over shm
+ * once the engine refreshed the descriptor. */
+static void test_buffer_registered_later(void **state)
+{
+    fx_t *f = *state;
+    assert_int_equal(write(f->c.ctl, "R", 1), 1);
+    char line[256];
+    assert_int_equal(read_line(f->c.up, line, sizeof line, 30000), 0);
+    int rc = -1;
+    unsigned long long addr = 0;
+    assert_int_equal(sscanf(line, "EXTRA %d %llu", &rc, &addr), 2);
+    assert_int_equal(rc, 0);
+    memset(f->local, 0, 4096);
+    rc = xfer(f, CR_XFER_READ, f->local, addr + 5, 4000);
+    if (rc)
+        print_message("READ from the new buffer: %s\n", cr_strerror(rc));
+    assert_int_equal(rc, 0);
+    assert_int_equal(check(f->local, 4000, 5, 3), -1);
+    assert_string_equal(cr_xfer_segment_transport(f->e, f->seg), "shm");
+}
+
+/* Notifications to a shm peer go through the engine's tcp path. */
+static void test_notify(void **state)
+{
+    fx_t *f = *state;
+    assert_int_equal(cr_xfer_notify_send(f->e, f->seg, "hello-shm", 9), 0);
+    char line[256];
+    assert_int_equal(read_line(f->c.up, line, sizeof line, 30000), 0);
+    assert_string_equal(line, "NOTIFY hello-shm");
+}
+
+/* The peer is SIGKILLed while a 256 MiB batch runs: every request ends
+ * (completed or failed), nothing hangs, later requests fail. */
+static void test_peer_killed_mid_transfer(void **state)
+{
+    fx_t *f = *state;
+    enum { N = 64 };
+    uint64_t blk = (f->rlen - 2 * 4096) / N;
+    cr_xfer_batch_t *b;
+    assert_int_equal(cr_xfer_batch_alloc(f->e, N, &b), 0);
+    cr_xfer_request_t r[N];
+    for (int i = 0; i < N; i++)
+        r[i] = (cr_xfer_request_t){.opcode = i % 2 ? CR_XFER_WRITE : CR_XFER_READ,
+                                   .local_addr = f->local + (size_t)i * blk, .target = f->seg,
+                                   .target_addr = f->raddr + (uint64_t)i * blk, .length = blk};
+    assert_int_equal(cr_xfer_batch_submit(b, r, N), 0);
+    kill(f->c.pid, SIGKILL);
+    int rc = cr_xfer_batch_wait(b, 60000);
+    assert_int_not_equal(rc, -ETIMEDOUT);
+    int failed = 0;
+    for (int i = 0; i < N; i++) {
+        cr_xfer_status_t s;
+        assert_int_equal(cr_xfer_batch_status(b, (size_t)i, &s), 0);
+        assert_int_not_equal(s.state, CR_XFER_STATE_WAITING);
+        failed += s.state == CR_XFER_STATE_FAILED;
+    }
+    print_message("%d of %d requests failed after the kill (wait rc %s)\n", failed, N,
+                  cr_strerror(rc));
+    assert_int_equal(cr_xfer_batch_free(b), 0);
+    waitpid(f->c.pid, NULL, 0);
+    close(f->c.ctl);
+    close(f->c.up);
+    f->c.pid = 0;
+    /* the peer is gone for sure now */
+    rc = xfer(f, CR_XFER_READ, f->local, f->raddr, 4096);
+    print_message("READ after the peer died: %s\n", cr_strerror(rc));
+    assert_true(rc < 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_shm_is_chosen, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_tcp_when_shm_disabled, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_range, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_small, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_buffer_registered_later, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_notify, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_read_write_sizes, setup_big, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_killed_mid_transfer, setup_big, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
