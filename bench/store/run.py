@@ -1,0 +1,302 @@
+#!/usr/bin/python3
+"""Store benchmark: crescent next to Redis measured in the same run on the
+same machine, with ratios (crescent / Redis).
+
+Cases (each figure is the median over --reps runs):
+  a  same host: redis-server on a private loopback port, `redis-benchmark -t
+     set,get -d <size> -c <clients> -P 1`, vs crescent put/get (zero-copy
+     put_from/get_into, <clients> threads of one client) against a local
+     cluster (crescent-master + 2 crescent-node) for 1 MiB and 4 MiB values.
+     crescent is measured with the default same-host path (protocol
+     "tcp,shm": the TE picks shm for same-host peers) and with tcp only.
+  b  across network namespaces (veth pair, created here and always deleted;
+     needs root): redis-server / crescent-master + nodes in namespace B,
+     redis-benchmark / the crescent client in namespace A; tcp.
+  c  batch_is_exist of 128 keys per call: keys/s (no Redis counterpart).
+  d  4 KiB put/get latency p50/p99, one client thread, vs redis-benchmark
+     -d 4096 -c 1 p50/p99.
+
+Usage: bench/store/run.sh [--build build] [--reps 3] [--clients 4] [--cases abcd]
+                          [--out results.md]
+Prints a markdown table (also written to --out). Never fails on timing; exits
+non-zero only if a tool fails to run.
+"""
+import argparse
+import csv
+import io
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+procs = []
+netns = []
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def cleanup():
+    for p in reversed(procs):
+        stop(p)
+    procs.clear()
+    for ns in netns:
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+    netns.clear()
+
+
+def med(v):
+    return statistics.median(v) if v else 0.0
+
+
+def wait_file(path, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(path) and open(path).read().strip():
+            return open(path).read().strip()
+        time.sleep(0.05)
+    raise RuntimeError("timed out waiting for " + path)
+
+
+class Cluster:
+    """crescent-master + n crescent-node processes (optionally in a netns)."""
+
+    def __init__(self, build, host="127.0.0.1", prefix=(), nodes=2, seg="2GB", proto="tcp,shm"):
+        self.dir = tempfile.mkdtemp(prefix="crescent-store-bench-")
+        master = os.path.join(build, "tools", "crescent-master", "crescent-master")
+        node = os.path.join(build, "tools", "crescent-node", "crescent-node")
+        pf = os.path.join(self.dir, "master.port")
+        self.procs = []
+        p = subprocess.Popen(list(prefix) + [master, "--rpc_address", host, "--rpc_port", "0",
+                                             "--metrics_port", "-1", "--port_file", pf],
+                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "master.log"), "w"))
+        procs.append(p)
+        self.procs.append(p)
+        line = wait_file(pf)
+        self.port = int(line.split("rpc=")[1].split()[0])
+        self.addr = "%s:%d" % (host, self.port)
+        for i in range(nodes):
+            rf = os.path.join(self.dir, "node%d.ready" % i)
+            p = subprocess.Popen(list(prefix) + [node, "--master_server_address", self.addr,
+                                                 "--global_segment_size", seg, "--local_hostname", host,
+                                                 "--protocol", proto, "--ready_file", rf],
+                                 stdout=subprocess.DEVNULL,
+                                 stderr=open(os.path.join(self.dir, "node%d.log" % i), "w"))
+            procs.append(p)
+            self.procs.append(p)
+            wait_file(rf, 120)
+
+    def close(self):
+        for p in reversed(self.procs):
+            stop(p)
+            if p in procs:
+                procs.remove(p)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def parse_results(text):
+    out = []
+    for line in text.splitlines():
+        if line.startswith("RESULT "):
+            out.append(dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv))
+    return out
+
+
+def crescent(build, addr, args, prefix=()):
+    bench = os.path.join(build, "tools", "crescent-bench", "crescent-bench")
+    cmd = list(prefix) + [bench, "store", "--master_server_address", addr] + list(args)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    res = parse_results(r.stdout)
+    if not res:
+        raise RuntimeError("crescent-bench store failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
+    for x in res:
+        if x.get("errors", "0") != "0":
+            log("  warning: %s errors in %s" % (x["errors"], x["op"]))
+    return {x["op"]: x for x in res}
+
+
+def redis_start(host, prefix=()):
+    port = free_port()
+    p = subprocess.Popen(list(prefix) + ["redis-server", "--port", str(port), "--bind", host,
+                                         "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs.append(p)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        r = subprocess.run(list(prefix) + ["redis-cli", "-h", host, "-p", str(port), "ping"],
+                           capture_output=True, text=True)
+        if "PONG" in r.stdout:
+            return p, port
+        time.sleep(0.05)
+    raise RuntimeError("redis-server did not start")
+
+
+def redis_bench(host, port, size, clients, n, prefix=()):
+    r = subprocess.run(list(prefix) + ["redis-benchmark", "-h", host, "-p", str(port), "-t", "set,get",
+                                       "-d", str(size), "-c", str(clients), "-n", str(n), "-P", "1",
+                                       "--csv"], capture_output=True, text=True, timeout=600)
+    out = {}
+    for row in csv.DictReader(io.StringIO(r.stdout)):
+        out[row["test"].lower()] = {"rps": float(row["rps"]), "p50_ms": float(row["p50_latency_ms"]),
+                                    "p99_ms": float(row["p99_latency_ms"])}
+    if "set" not in out or "get" not in out:
+        raise RuntimeError("redis-benchmark failed: " + r.stderr[-1000:])
+    return out
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, case, what, ref_name, ref, val, unit):
+        ratio = ("%.2fx" % (val / ref)) if ref else "-"
+        self.rows.append((case, what, ref_name, ref, val, unit, ratio))
+        log("  %-44s ref %10.3f  crescent %10.3f %s  %s" % (what, ref, val, unit, ratio))
+
+    def markdown(self):
+        s = "| case | crescent | reference | reference value | crescent value | unit | ratio |\n"
+        s += "|---|---|---|---|---|---|---|\n"
+        for c, w, rn, r, v, u, ra in self.rows:
+            s += "| %s | %s | %s | %.3f | %.3f | %s | %s |\n" % (c, w, rn, r, v, u, ra)
+        return s
+
+
+def case_throughput(t, build, case, addr, host, rport, clients, reps, protos, prefix=(), rprefix=()):
+    for size, n in ((1 << 20, 800), (4 << 20, 240)):
+        mib = size >> 20
+        ref = [redis_bench(host, rport, size, clients, n, rprefix) for _ in range(reps)]
+        for op in ("set", "get"):
+            gb = med([r[op]["rps"] * size / 1e9 for r in ref])
+            for proto in protos:
+                vals = []
+                for _ in range(reps):
+                    res = crescent(build, addr, ["--op", "putget", "--value_size", str(size),
+                                                 "--threads", str(clients), "--ops", str(max(1, n // clients)),
+                                                 "--protocol", proto, "--local_hostname", host_of(prefix)],
+                                   prefix)
+                    vals.append(float(res["put" if op == "set" else "get"]["gbps"]))
+                t.add(case, "%s %d MiB x%d clients (%s)" % ("put" if op == "set" else "get", mib, clients, proto),
+                      "redis %s -d %d -c %d" % (op.upper(), size, clients), gb, med(vals), "GB/s")
+
+
+HOSTS = {}
+
+
+def host_of(prefix):
+    return HOSTS.get(tuple(prefix), "127.0.0.1")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--cases", default="abcd")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    for tool in ("redis-server", "redis-benchmark", "redis-cli"):
+        if not shutil.which(tool):
+            sys.exit("%s not installed (scripts/install-deps.sh)" % tool)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: (cleanup(), sys.exit(130)))
+    t = Table()
+    try:
+        if "a" in a.cases or "c" in a.cases or "d" in a.cases:
+            rp, rport = redis_start("127.0.0.1")
+            cl = Cluster(a.build)
+            try:
+                if "a" in a.cases:
+                    log("a: same host, 1 and 4 MiB, %d clients" % a.clients)
+                    case_throughput(t, a.build, "a", cl.addr, "127.0.0.1", rport, a.clients, a.reps,
+                                    ("tcp,shm", "tcp"))
+                if "c" in a.cases:
+                    log("c: batch_is_exist, 128 keys per call")
+                    vals = [float(crescent(a.build, cl.addr, ["--op", "exist", "--batch", "128", "--threads", "1",
+                                                            "--ops", "2000", "--keys", "256",
+                                                            "--value_size", "4KB"])["exist"]["keys_per_s"])
+                            for _ in range(a.reps)]
+                    t.add("c", "batch_is_exist 128 keys/call x1 thread", "-", 0, med(vals), "keys/s")
+                if "d" in a.cases:
+                    log("d: 4 KiB put/get latency, 1 client")
+                    ref = [redis_bench("127.0.0.1", rport, 4096, 1, 20000) for _ in range(a.reps)]
+                    for proto in ("tcp,shm", "tcp"):
+                        res = [crescent(a.build, cl.addr, ["--op", "putget", "--value_size", "4KB", "--threads", "1",
+                                                           "--ops", "5000", "--protocol", proto])
+                               for _ in range(a.reps)]
+                        for op, rop in (("put", "set"), ("get", "get")):
+                            for pct in ("p50", "p99"):
+                                t.add("d", "%s 4 KiB %s (%s)" % (op, pct, proto), "redis %s %s" % (rop.upper(), pct),
+                                      med([r[rop][pct + "_ms"] * 1000 for r in ref]),
+                                      med([float(x[op][pct + "_us"]) for x in res]), "us")
+            finally:
+                cl.close()
+                stop(rp)
+        if "b" in a.cases:
+            if os.geteuid() != 0 or not shutil.which("ip"):
+                log("b: skipped (needs root and iproute2)")
+            else:
+                log("b: across network namespaces (veth), tcp")
+                tag = str(os.getpid() % 100000)
+                na, nb = "crs-a-" + tag, "crs-b-" + tag
+                va, vb = "crsva" + tag, "crsvb" + tag
+                ipa, ipb = "10.214.%d.1" % (os.getpid() % 250), "10.214.%d.2" % (os.getpid() % 250)
+
+                def sh(*cmd):
+                    subprocess.run(cmd, check=True)
+                for ns in (na, nb):
+                    sh("ip", "netns", "add", ns)
+                    netns.append(ns)
+                sh("ip", "link", "add", va, "type", "veth", "peer", "name", vb)
+                sh("ip", "link", "set", va, "netns", na)
+                sh("ip", "link", "set", vb, "netns", nb)
+                for ns, dev, ip in ((na, va, ipa), (nb, vb, ipb)):
+                    sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", dev)
+                    sh("ip", "-n", ns, "link", "set", dev, "up")
+                    sh("ip", "-n", ns, "link", "set", "lo", "up")
+                pa, pb = ("ip", "netns", "exec", na), ("ip", "netns", "exec", nb)
+                HOSTS[pa] = ipa
+                rp, rport = redis_start(ipb, pb)
+                cl = Cluster(a.build, host=ipb, prefix=pb, proto="tcp")
+                try:
+                    case_throughput(t, a.build, "b", cl.addr, ipb, rport, a.clients, a.reps, ("tcp",),
+                                    prefix=pa, rprefix=pa)
+                finally:
+                    cl.close()
+                    stop(rp)
+    finally:
+        cleanup()
+    md = ("Store benchmark, %s, %d cores, median of %d; GB/s = 1e9 bytes/s; ratio = crescent / Redis\n\n"
+          % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), a.reps)) + t.markdown()
+    print(md)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(md)
+
+
+if __name__ == "__main__":
+    main()
