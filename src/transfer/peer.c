@@ -202,7 +202,8 @@ int cr_xfer_segment_buffers(cr_xfer_engine_t *e, cr_xfer_segment_t h, cr_xfer_bu
         return -ENOENT;
     pthread_mutex_lock(&e->peer_lock);
     size_t k = p->desc.n_buffers < cap ? p->desc.n_buffers : cap;
-    memcpy(out, p->desc.buffers, k * sizeof *out);
+    if (k) /* out may be NULL when cap is 0 (count query): memcpy(NULL, ..., 0) is UB */
+        memcpy(out, p->desc.buffers, k * sizeof *out);
     *n = p->desc.n_buffers;
     pthread_mutex_unlock(&e->peer_lock);
     return 0;
