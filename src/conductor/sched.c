@@ -290,28 +290,33 @@ int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
     }
     case CR_COND_POLICY_LOCAL_CACHE:
     case CR_COND_POLICY_GLOBAL_CACHE:
-    case CR_COND_POLICY_COST_FETCH:
+    case CR_COND_POLICY_COST_FETCH: {
+        /* the best prefix's reuse and prefill time are the same for every
+         * instance: compute them once; same for "no local prefix" */
+        uint64_t brt = reuse_tokens(s, best_len, n);
+        double bpf = est_prefill(s, n, brt, 1);
+        double zpf = est_prefill(s, n, 0, 1);
         for (uint32_t k = 0; k < np; k++) {
             uint32_t i = (start + k) % np;
             double q = cr_cond_cost_queue(req->now, s->busy[i]);
             uint32_t reuse = prefix[i];
             double tx = 0, ttft;
             uint64_t rt = reuse_tokens(s, reuse, n);
-            double pf = est_prefill(s, n, rt, 1);
+            double pf = reuse == 0 ? zpf : reuse == best_len ? bpf : est_prefill(s, n, rt, 1);
             ttft = q + pf;
             if (s->policy == CR_COND_POLICY_GLOBAL_CACHE && best_len > prefix[i] &&
                 (prefix[i] == 0 || (double)best_len / prefix[i] > s->threshold)) {
                 /* Algorithm 1: fetch the best prefix; transfer + queue + prefill */
                 reuse = best_len;
-                rt = reuse_tokens(s, reuse, n);
-                tx = cr_cond_cost_transfer(m, rt - reuse_tokens(s, prefix[i], n));
-                pf = est_prefill(s, n, rt, 1);
+                tx = cr_cond_cost_transfer(m, brt - rt);
+                rt = brt;
+                pf = bpf;
                 ttft = tx + q + pf;
             } else if (s->policy == CR_COND_POLICY_COST_FETCH && best_len > prefix[i]) {
                 /* ours: fetch only if it pays off; the fetch overlaps queueing */
-                uint64_t frt = reuse_tokens(s, best_len, n);
+                uint64_t frt = brt;
                 double ftx = cr_cond_cost_transfer(m, frt - rt);
-                double fpf = est_prefill(s, n, frt, 1);
+                double fpf = bpf;
                 double fttft = (ftx > q ? ftx : q) + fpf;
                 if (fttft + s->min_gain < ttft) {
                     reuse = best_len;
@@ -335,6 +340,7 @@ int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
         if (d.reused_blocks > d.local_prefix_blocks)
             d.fetch_from = (int32_t)best_inst;
         break;
+    }
     default:
         return -EINVAL;
     }
