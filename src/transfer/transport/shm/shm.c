@@ -165,13 +165,17 @@ static int shm_peer_snapshot(shm_state_t *st, shm_peer_t *sp, cr__xfer_peer_t *p
     cr_xfer_buffer_info_t *b = NULL;
     size_t n = 0;
     if (st->engine) {
-        size_t cap = 0;
+        size_t cap = 16;
+        if (!(b = malloc(cap * sizeof *b)))
+            return -ENOMEM;
+        size_t filled = 0;
         for (int tries = 0; tries < 4; tries++) {
             if (cr_xfer_segment_buffers(st->engine, peer->handle, b, cap, &n) != 0) {
-                n = 0;
+                filled = 0;
                 break;
             }
-            if (n <= cap)
+            filled = n < cap ? n : cap;
+            if (n <= cap || tries == 3)
                 break;
             cap = n + 16; /* it may grow between the calls */
             cr_xfer_buffer_info_t *nb = realloc(b, cap * sizeof *b);
@@ -181,8 +185,7 @@ static int shm_peer_snapshot(shm_state_t *st, shm_peer_t *sp, cr__xfer_peer_t *p
             }
             b = nb;
         }
-        if (n > cap)
-            n = cap;
+        n = filled;
     } else {
         b = peer->desc.buffers;
         n = peer->desc.n_buffers;
