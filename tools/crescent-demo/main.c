@@ -1,5 +1,5 @@
-/* crescent-demo (first version: Transfer Engine only; the store cluster demo
- * replaces it later).
+/* crescent-demo te: the Transfer Engine demo (store_demo.c is the default
+ * mode, the store cluster demo; `crescent-demo te ...` runs this one).
  *
  * Everything runs locally with no external service:
  *   1. an embedded HTTP metadata server starts in this process (127.0.0.1,
@@ -132,7 +132,7 @@ static pid_t spawn_target(const demo_cfg_t *c, const char *uri, int *ctl)
         if (dup2(fds[1], 3) < 0 || dup2(fds[0], 4) < 0)
             _exit(126);
         snprintf(a_fd, sizeof a_fd, "--ctl_fd=%d", 3);
-        execl("/proc/self/exe", "crescent-demo", "--role=target", a_uri, a_buf, a_fd,
+        execl("/proc/self/exe", "crescent-demo", "te", "--role=target", a_uri, a_buf, a_fd,
               (char *)NULL);
         _exit(127);
     }
@@ -282,14 +282,17 @@ out:
     return rc;
 }
 
-int main(int argc, char **argv)
+int cr_demo_te_main(int argc, char **argv);
+
+/* argv[0] is "te" (the subcommand). */
+int cr_demo_te_main(int argc, char **argv)
 {
     demo_cfg_t c;
     char err[256] = "";
     int rc = cr__cfg_parse(opts, N_OPTS, &c, argc, argv, 1, "CRESCENT_DEMO_", NULL, 0, NULL, err,
                            sizeof err);
     if (rc == 1) {
-        cr__cfg_usage(stdout, "crescent-demo",
+        cr__cfg_usage(stdout, "crescent-demo te",
                       "Transfer Engine demo: embedded metadata, a target child, READ/WRITE with "
                       "verification",
                       opts, N_OPTS);
