@@ -88,9 +88,15 @@ static int etcd_get(cr__meta_t *m, const char *key, char **val, size_t *len)
         free(resp);
         return rc;
     }
+    rc = cr__meta_etcd_parse_range(resp, rlen, val, len);
+    free(resp);
+    return rc;
+}
+
+int cr__meta_etcd_parse_range(const char *resp, size_t rlen, char **val, size_t *len)
+{
     json_error_t jerr;
     json_t *root = json_loadb(resp, rlen, 0, &jerr);
-    free(resp);
     if (!json_is_object(root)) {
         json_decref(root);
         return -EIO;
@@ -100,7 +106,7 @@ static int etcd_get(cr__meta_t *m, const char *key, char **val, size_t *len)
         json_decref(root);
         return -ENOENT;
     }
-    json_t *kv = json_array_get(kvs, 0);
+    json_t *kv = json_array_get(kvs, 0); /* NULL when kvs is not an array */
     json_t *jv = json_object_get(kv, "value"); /* absent when the value is empty */
     if (!json_is_object(kv) || (jv && !json_is_string(jv))) {
         json_decref(root);
@@ -108,11 +114,15 @@ static int etcd_get(cr__meta_t *m, const char *key, char **val, size_t *len)
     }
     char *out;
     size_t olen;
-    rc = cr__b64_decode(jv ? json_string_value(jv) : "", jv ? json_string_length(jv) : 0, &out,
-                        &olen);
+    int rc = cr__b64_decode(jv ? json_string_value(jv) : "", jv ? json_string_length(jv) : 0,
+                            &out, &olen);
     json_decref(root);
     if (rc)
         return rc == -ENOMEM ? rc : -EIO;
+    if (olen > CR__META_VALUE_MAX) {
+        free(out);
+        return -EIO;
+    }
     *val = out;
     if (len)
         *len = olen;

@@ -47,6 +47,11 @@ int cr__meta_http_exchange(cr__meta_t *m, const char *method, const char *url,
 /* Validates a key: 1..CR__META_KEY_MAX-1 bytes, no NUL. Returns 0 or -EINVAL. */
 int cr__meta_check_key(const char *key);
 
+/* Parses an etcd /v3/kv/range JSON response: the first kv's value, base64
+ * decoded, into *val (malloc'd, NUL-terminated). Returns 0, -ENOENT (no kvs),
+ * -EIO (malformed), -ENOMEM. Fuzzed by fuzz_etcd_range.c. */
+int cr__meta_etcd_parse_range(const char *resp, size_t len, char **val, size_t *out_len);
+
 /* base64 (RFC 4648, padded). encode: returns malloc'd NUL-terminated string
  * or NULL. decode: returns 0 and a malloc'd NUL-terminated buffer, or
  * -EINVAL / -ENOMEM. */
