@@ -13,7 +13,7 @@
 
 #pragma weak cr__meta_get
 
-static int fetch_desc(cr_xfer_engine_t *e, const char *name, cr__seg_desc_t *d)
+static int fetch_desc(cr_xfer_engine_t *e, const char *name, cr__seg_desc_t *d, int timeout_ms)
 {
     char *json = NULL;
     size_t len = 0;
@@ -23,7 +23,7 @@ static int fetch_desc(cr_xfer_engine_t *e, const char *name, cr__seg_desc_t *d)
         uint16_t port;
         if (cr__net_split_hostport(name, host, &port, 0))
             return -ENOENT; /* p2p names are host:port */
-        rc = cr__xfer_tcp_fetch_desc(host, port, (int)e->cfg.timeout_ms, &json, &len);
+        rc = cr__xfer_tcp_fetch_desc(host, port, timeout_ms, &json, &len);
         if (rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ENETUNREACH)
             rc = -EHOSTUNREACH;
     } else {
@@ -97,7 +97,7 @@ int cr_xfer_segment_open(cr_xfer_engine_t *e, const char *name, cr_xfer_segment_
 
     cr__seg_desc_t d;
     memset(&d, 0, sizeof d);
-    int rc = fetch_desc(e, name, &d);
+    int rc = fetch_desc(e, name, &d, (int)e->cfg.timeout_ms);
     if (rc)
         return rc;
     const struct cr_xfer_transport_ops *t = choose_transport(e, &d);
@@ -168,7 +168,8 @@ int cr__xfer_peer_refresh(cr_xfer_engine_t *e, cr__xfer_peer_t *p)
 {
     cr__seg_desc_t d;
     memset(&d, 0, sizeof d);
-    int rc = fetch_desc(e, p->name, &d);
+    /* called from submit: keep it short, a hung peer must not stall submits */
+    int rc = fetch_desc(e, p->name, &d, e->cfg.timeout_ms < 1000 ? (int)e->cfg.timeout_ms : 1000);
     if (rc) {
         CR_LOG_INFO("xfer", "segment %s: refresh failed: %s", p->name, cr_strerror(rc));
         return rc;
