@@ -262,6 +262,9 @@ typedef struct cr_cond_sched_params {
     double pipeline_min_prefill_s;
     uint32_t pipeline_max_stages;
     double pipeline_idle_s;
+    /* ... and only while at least this many other idle instances stay free
+     * for the requests that follow (load adaptivity). Default 0. */
+    uint32_t pipeline_reserve;
 } cr_cond_sched_params_t;
 
 /* Creates a scheduler for n_prefill prefill instances (index instance ids

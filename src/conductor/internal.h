@@ -59,7 +59,7 @@ typedef struct cr__cond_sim_cfg {
     double threshold;          /* Algorithm 1 balancing threshold */
     double min_gain;           /* cost_fetch min gain (s) */
     double pipe_min_s, pipe_idle_s; /* cost_fetch pipelining (pipe_min_s 0 = off) */
-    uint32_t pipe_max;
+    uint32_t pipe_max, pipe_reserve;
     double reject_ttft, reject_tbt; /* scheduler rejection thresholds, 0 = off */
     double slo_ttft, slo_tbt;  /* SLOs for attainment (0 = ignore that one) */
     uint64_t seed;

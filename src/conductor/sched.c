@@ -19,7 +19,7 @@ struct cr_cond_sched {
     double threshold, ttft_slo, tbt_slo, min_gain;
     uint32_t chunk;
     double pipe_min, pipe_idle;
-    uint32_t pipe_max;
+    uint32_t pipe_max, pipe_reserve;
     uint64_t rng;
     uint32_t rr;
     cr_cond_index_t *idx;
@@ -99,6 +99,7 @@ int cr_cond_sched_create(const cr_cond_sched_params_t *p, cr_cond_index_t *idx,
             s.pipe_min = p->pipeline_min_prefill_s;
             s.pipe_max = p->pipeline_max_stages;
             s.pipe_idle = p->pipeline_idle_s;
+            s.pipe_reserve = p->pipeline_reserve;
         }
     }
     if ((unsigned)s.policy >= CR_COND_POLICY_COUNT || s.block_tokens == 0 ||
@@ -206,7 +207,7 @@ static void try_pipeline(cr_cond_sched_t *s, const cr_cond_request_t *req, uint3
     }
     uint64_t n = req->input_len;
     uint64_t rt = reuse_tokens(s, best_len, n);
-    for (uint32_t k = 2; k <= ni && k <= s->pipe_max; k++) {
+    for (uint32_t k = 2; k + s->pipe_reserve <= ni && k <= s->pipe_max; k++) {
         /* first stage: the member with the longest local prefix */
         uint32_t first = idle[0];
         uint64_t mask = 0;

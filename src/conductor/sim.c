@@ -122,6 +122,7 @@ void cr__cond_sim_cfg_default(cr__cond_sim_cfg_t *c)
     c->pipe_min_s = 3;
     c->pipe_max = 2;
     c->pipe_idle_s = 2;
+    c->pipe_reserve = 3;
     c->rate_scale = 1.0;
     c->cache_blocks = 0;
     c->chunk_tokens = 8192;
@@ -394,7 +395,8 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
         .chunk_tokens = c->chunk_tokens,
         .pipeline_min_prefill_s = c->pipe_min_s,
         .pipeline_max_stages = c->pipe_max ? c->pipe_max : 4,
-        .pipeline_idle_s = c->pipe_idle_s};
+        .pipeline_idle_s = c->pipe_idle_s,
+        .pipeline_reserve = c->pipe_reserve};
     if ((rc = cr_cond_sched_create(&sp, S.idx, c->n_prefill, c->n_decode, &S.s)) != 0)
         goto out;
     rc = -ENOMEM;

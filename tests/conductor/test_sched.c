@@ -201,6 +201,17 @@ static void test_cost_fetch_pipelines_long_prefill(void **st)
     assert_int_equal(cr_cond_sched_schedule(f.s, &r, &d), 0);
     assert_int_equal(d.pipeline_stages, 1);
     teardown(&f);
+    /* reserve 1: two idle instances are not enough to pipeline, three are */
+    p.pipeline_reserve = 1;
+    setup(&f, CR_COND_POLICY_COST_FETCH, &p);
+    cr_cond_sched_set_prefill_load(f.s, 1, 50);
+    cr_cond_sched_set_prefill_load(f.s, 3, 50);
+    d = run(&f, 0);
+    assert_int_equal(d.pipeline_stages, 1);
+    cr_cond_sched_set_prefill_load(f.s, 3, 0);
+    d = run(&f, 0);
+    assert_int_equal(d.pipeline_stages, 2);
+    teardown(&f);
 }
 
 static void test_random_spreads_and_is_seeded(void **st)

@@ -33,7 +33,7 @@ typedef struct opts {
     char out_dir[CR__CFG_STR_MAX];
     char tbt_list[CR__CFG_STR_MAX];
     char cap_list[CR__CFG_STR_MAX];
-    int64_t pipe_max, n_prefill, n_decode, block_tokens, chunk_tokens, max_batch, first, count, seed;
+    int64_t pipe_max, pipe_reserve, n_prefill, n_decode, block_tokens, chunk_tokens, max_batch, first, count, seed;
     uint64_t cache_blocks;
     double rate_scale, threshold, min_gain, pipe_min_s, pipe_idle_s, ttft_slo, tbt_slo, slo_target;
     double net_gbps, prefill_mfu;
@@ -61,6 +61,8 @@ static const cr__cfg_opt_t table[] = {
     {"pipe_min_s", "3", "cost_fetch: pipeline prefills longer than this (s) over idle "
      "instances; 0 = off", CR__CFG_DOUBLE, O(pipe_min_s)},
     {"pipe_max", "2", "cost_fetch: max pipeline stages", CR__CFG_INT, O(pipe_max)},
+    {"pipe_reserve", "3", "cost_fetch: idle instances that must stay free when pipelining",
+     CR__CFG_INT, O(pipe_reserve)},
     {"pipe_idle_s", "2", "cost_fetch: queue (s) under which an instance counts as idle",
      CR__CFG_DOUBLE, O(pipe_idle_s)},
     {"ttft_slo", "30", "TTFT SLO (s) for attainment/capacity", CR__CFG_DOUBLE, O(ttft_slo)},
@@ -129,6 +131,7 @@ static void base_cfg(const opts_t *o, cr__cond_sim_cfg_t *c)
     c->pipe_min_s = o->pipe_min_s;
     c->pipe_max = (uint32_t)o->pipe_max;
     c->pipe_idle_s = o->pipe_idle_s;
+    c->pipe_reserve = (uint32_t)o->pipe_reserve;
     c->slo_ttft = o->ttft_slo;
     c->slo_tbt = o->tbt_slo;
     c->seed = (uint64_t)o->seed;
@@ -397,7 +400,7 @@ static void plot(const opts_t *o, const cr_cond_policy_t *pol, int np, int ran_r
     FILE *g = out_file(o, "plots.gp");
     if (!g)
         return;
-    fprintf(g, "set terminal pngcairo size 900,600\nset datafile separator ','\nset key "
+    fprintf(g, "set terminal pngcairo size 900,600 noenhanced\nset datafile separator ','\nset key "
                "bottom right\nset grid\n");
     if (ran_run) {
         fprintf(g, "set output '%s/ttft_cdf.png'\nset title 'TTFT CDF per policy'\n"
@@ -452,7 +455,7 @@ int main(int argc, char **argv)
     if (o.n_prefill < 1 || o.n_prefill > CR_COND_MAX_INSTANCES || o.n_decode < 1 ||
         o.n_decode > 4096 || o.block_tokens < 1 || o.block_tokens > CR_COND_MAX_BLOCK_TOKENS ||
         o.chunk_tokens < 0 || o.max_batch < 1 || o.first < 0 || o.count < 0 ||
-        !(o.rate_scale > 0) || o.pipe_max < 1 || o.pipe_max > 64 || !(o.net_gbps > 0) || !(o.prefill_mfu > 0 && o.prefill_mfu <= 1)) {
+        !(o.rate_scale > 0) || o.pipe_max < 1 || o.pipe_max > 64 || o.pipe_reserve < 0 || o.pipe_reserve > 64 || !(o.net_gbps > 0) || !(o.prefill_mfu > 0 && o.prefill_mfu <= 1)) {
         fprintf(stderr, "crescent-sim: parameter out of range (n_prefill 1..64, n_decode "
                         "1..4096, rate_scale > 0, ...)\n");
         return 2;
