@@ -587,6 +587,76 @@ static void test_destroy_in_flight(void **s)
     free(local);
 }
 
+/* AnonHugePages (kB) of the mapping that contains addr, from /proc/self/smaps. */
+static long anon_huge_kb(const void *addr)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int in = 0;
+    long kb = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+            continue;
+        }
+        if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+            break;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* mem_registered: populated memory becomes huge pages; memory never touched
+ * stays unpopulated (the hook must not allocate a registration's memory). */
+static void test_mem_registered_thp(void **s)
+{
+    (void)s;
+    char mode[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (f) {
+        if (!fgets(mode, sizeof mode, f))
+            mode[0] = 0;
+        fclose(f);
+    }
+    if (!f || strstr(mode, "[never]")) {
+        print_message("transparent huge pages unavailable (%s): skipped\n", mode);
+        skip();
+    }
+    unsetenv("CRESCENT_SHM_THP"); /* the switch that turns this off */
+    void *st;
+    assert_int_equal(cr__xfer_shm_ops.create(NULL, &g_cfg, NULL, &st), 0);
+    size_t len = 32u << 20;
+    uint8_t *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(p != MAP_FAILED);
+    madvise(p, len, MADV_NOHUGEPAGE); /* start from small pages whatever the default */
+    size_t touched = 16u << 20;
+    memset(p, 7, touched);
+    cr__xfer_shm_ops.mem_registered(st, p + 1, len - 1); /* unaligned start */
+    long kb = anon_huge_kb(p + (8u << 20));
+    print_message("AnonHugePages after registration: %ld kB\n", kb);
+    assert_true(kb >= 4096); /* at least two of the populated 2 MiB pages */
+    /* the untouched half stays unpopulated */
+    size_t pages = (len - touched - (2u << 20)) / 4096;
+    unsigned char *vec = malloc(pages);
+    assert_non_null(vec);
+    assert_int_equal(mincore(p + touched + (2u << 20), pages * 4096, vec), 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < pages; i++)
+        resident += vec[i] & 1;
+    if (resident)
+        print_message("%zu of %zu untouched pages became resident\n", resident, pages);
+    assert_int_equal(resident, 0);
+    /* data intact */
+    for (size_t i = 0; i < touched; i += 4093)
+        assert_int_equal(p[i], 7);
+    free(vec);
+    munmap(p, len);
+    cr__xfer_shm_ops.destroy(st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -598,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_destroy_in_flight),
+        cmocka_unit_test(test_mem_registered_thp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
