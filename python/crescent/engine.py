@@ -11,7 +11,9 @@ engine may be shared by several Python threads.  Addresses are ints (e.g.
 buffer-protocol object (numpy array, bytearray, memoryview, mmap) is accepted
 as well and its length is used when the length argument is omitted.
 """
+import atexit
 import enum
+import weakref
 
 from crescent import _crescent
 
@@ -48,8 +50,25 @@ class TransferNotify:
         return "TransferNotify(name=%r, msg=%r)" % (self.name, self.msg)
 
 
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # Engines still open at interpreter exit unpublish their segment.
+    for e in list(_live):
+        try:
+            e.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
 class TransferEngine(_crescent.TransferEngine):
     """Mooncake-compatible Transfer Engine (see the module doc)."""
+
+    def __init__(self):
+        super().__init__()
+        _live.add(self)
 
     def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode,
                       notify=None, transport_hint=""):

@@ -11,7 +11,9 @@ not found, -705 already exists, ...), ``get`` returns b"" on a miss,
 Bad argument types raise TypeError, bad values (negative sizes, buffers too
 small) ValueError.  Pointers may be ints or buffer-protocol objects.
 """
+import atexit
 import struct
+import weakref
 
 from crescent import _crescent
 
@@ -63,8 +65,26 @@ def _torch():
     return torch
 
 
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # Like Mooncake's ResourceTracker: stores still open at interpreter exit
+    # unmount their segment now instead of when the master's client TTL expires.
+    for s in list(_live):
+        try:
+            s.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
 class DistributedStore(_crescent.DistributedStore):
     """Mooncake-compatible store client (see the module doc)."""
+
+    def __init__(self):
+        super().__init__()
+        _live.add(self)
 
     def put_tensor(self, key, tensor, config=None):
         """Stores a CPU copy of a PyTorch tensor (header + data). Returns 0 or negative."""

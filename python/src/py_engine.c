@@ -139,6 +139,24 @@ out:
     return rc;
 }
 
+static int batch_finish(cr_xfer_batch_t *b);
+
+/* Puts a batch taken with batch_find(take) back under its id. On failure
+ * (no memory) the batch is waited for and freed. */
+static int batch_reinsert(PyEngine *self, uint64_t id, cr_xfer_batch_t *b)
+{
+    int rc = 0;
+    pthread_mutex_lock(&self->mu);
+    if (self->nbatches < self->capbatches) /* taking one left room for it */
+        self->batches[self->nbatches++] = (batch_ent_t){.id = id, .b = b};
+    else
+        rc = -ENOMEM;
+    pthread_mutex_unlock(&self->mu);
+    if (rc < 0)
+        batch_finish(b);
+    return rc;
+}
+
 /* Looks a batch up; with take, removes it from the table. */
 static cr_xfer_batch_t *batch_find(PyEngine *self, uint64_t id, int take)
 {
@@ -985,16 +1003,20 @@ static PyObject *engine_transfer_check_status(PyEngine *self, PyObject *args, Py
     if (!e) {
         res = -1;
     } else {
-        cr_xfer_batch_t *b = batch_find(self, id, 0);
+        /* Taken out of the table while it is inspected, so a concurrent
+         * get_batch_transfer_status() of the same id cannot free it under us. */
+        cr_xfer_batch_t *b = batch_find(self, id, 1);
         cr_xfer_status_t st;
-        if (!b || cr_xfer_batch_status_all(b, &st) < 0) {
+        if (!b) {
             res = -1;
+        } else if (cr_xfer_batch_status_all(b, &st) < 0) {
+            res = -1;
+            batch_finish(b);
         } else if (st.state == CR_XFER_STATE_WAITING) {
-            res = 0;
+            res = batch_reinsert(self, id, b) == 0 ? 0 : -1;
         } else {
             res = st.state == CR_XFER_STATE_COMPLETED ? 1 : st.error == -ETIMEDOUT ? -2 : -1;
-            if (batch_find(self, id, 1) == b)
-                batch_finish(b);
+            batch_finish(b);
         }
         eng_release(self);
     }

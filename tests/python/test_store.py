@@ -450,3 +450,54 @@ def test_tensors(store):
     back = store.get_tensor(k)
     assert back.shape == t.shape and back.dtype == t.dtype and torch.equal(back, t)
     assert store.get_tensor(K("none")) is None
+
+
+def test_batches_longer_than_the_store_limit(store):
+    import crescent._crescent as native
+    n = native.STORE_BATCH_MAX + 904
+    keys = [K("many%d" % i) for i in range(n)]
+    present = {0, 1, native.STORE_BATCH_MAX - 1, native.STORE_BATCH_MAX, n - 1}
+    for i in present:
+        assert store.put(keys[i], b"x") == 0
+    res = store.batch_is_exist(keys)
+    assert len(res) == n
+    assert [i for i, r in enumerate(res) if r == 1] == sorted(present)
+    assert all(r == 0 for i, r in enumerate(res) if i not in present)
+
+
+def test_empty_value_is_invalid(store):
+    assert store.put(K("empty"), b"") == INVALID_PARAMS
+    buf = np.zeros(16, dtype=np.uint8)
+    assert store.register_buffer(buf) == 0
+    assert store.put_from(K("empty"), buf.ctypes.data, 0) == INVALID_PARAMS
+    assert store.unregister_buffer(buf) == 0
+
+
+EXIT_SCRIPT = r"""
+import sys
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+s = MooncakeDistributedStore()
+assert s.setup("127.0.0.1", sys.argv[1], "16MB", "16MB", "tcp", "", sys.argv[2]) == 0
+cfg = ReplicateConfig()
+cfg.preferred_segment = s.get_hostname()   # the object lives in this process's memory
+assert s.put(sys.argv[3], b"held by a process that exits", cfg) == 0
+print(s.get_hostname(), flush=True)
+# exits without close(): the atexit hook (or deallocation) must unmount the segment
+"""
+
+
+def test_exit_without_close_unmounts_segment(store, cluster, tmp_path):
+    import time
+    from conftest import run_py
+    script = tmp_path / "exit_without_close.py"
+    script.write_text(EXIT_SCRIPT)
+    k = K("exit")
+    r = run_py(str(script), cluster["metadata"], cluster["master"], k)
+    assert r.returncode == 0, r.stderr
+    # The segment is gone with the process: the key is a miss right away
+    # (without the unmount it would linger until the master's client TTL).
+    deadline = time.monotonic() + 3
+    while store.is_exist(k) != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.is_exist(k) == 0
+    assert store.get(k) == b""
