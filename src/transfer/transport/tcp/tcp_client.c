@@ -203,17 +203,24 @@ static void cond_wait_until(tcp_peer_t *p, uint64_t until_ns)
 
 static void *receiver_main(void *arg);
 
-static int conn_open(tcp_conn_t *c)
+/* the remote address of path pa as the peer's descriptor says now */
+static int path_remote(tcp_peer_t *p, tcp_path_t *pa, cr__seg_nic_t *out)
 {
-    tcp_peer_t *p = c->peer;
-    tcp_state_t *st = p->st;
-    tcp_path_t *pa = &p->paths[c->path];
     cr__seg_nic_t nics[CR_XFER_MAX_NICS];
     uint32_t nn = cr__xfer_peer_nics(p->xp, nics, CR_XFER_MAX_NICS);
     if ((uint32_t)pa->rnic >= nn)
         return -EHOSTUNREACH;
+    *out = nics[pa->rnic];
+    return 0;
+}
+
+static int conn_open(tcp_conn_t *c, const cr__seg_nic_t *remote)
+{
+    tcp_peer_t *p = c->peer;
+    tcp_state_t *st = p->st;
+    tcp_path_t *pa = &p->paths[c->path];
     int ct = (int)(st->cfg.timeout_ms < 5000 ? st->cfg.timeout_ms : 5000);
-    int fd = cr__net_connect(nics[pa->rnic].addr, nics[pa->rnic].port, st->cfg.nics[pa->lnic], ct);
+    int fd = cr__net_connect(remote->addr, remote->port, st->cfg.nics[pa->lnic], ct);
     if (fd < 0)
         return fd;
     cr__tcp_tune_socket(st, fd);
@@ -282,12 +289,13 @@ static void conn_fail(tcp_conn_t *c, int err)
 
 /* A connect on path failed: set the path aside; with every path down, fail
  * what is queued (the peer is unreachable). */
-static void path_failed(tcp_conn_t *c, int err)
+static void path_failed(tcp_conn_t *c, const cr__seg_nic_t *remote, int err)
 {
     tcp_peer_t *p = c->peer;
     uint64_t now = cr__now_ns();
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->paths[c->path].down_until_ns, now + TCP_REPROBE_NS);
+    p->paths[c->path].failed = *remote;
     if (all_paths_down(p, now)) {
         CR_LOG_WARN(LOGC, "segment %s unreachable on every path: %s", p->xp->name,
                     cr_strerror(err));
@@ -317,18 +325,27 @@ static void *sender_main(void *arg)
                 pthread_mutex_unlock(&p->mu);
                 break;
             }
+            pthread_mutex_unlock(&p->mu);
+            cr__seg_nic_t remote;
+            memset(&remote, 0, sizeof remote);
+            int rc = path_remote(p, pa, &remote);
+            pthread_mutex_lock(&p->mu);
             uint64_t du = atomic_load(&pa->down_until_ns);
-            if (now < du) { /* path set aside: re-probe later */
+            if (now < du && (rc || (!strcmp(remote.addr, pa->failed.addr) &&
+                                    remote.port == pa->failed.port))) {
+                /* path set aside: re-probe later (a refreshed descriptor
+                 * with another address is tried at once) */
                 cond_wait_until(p, du);
                 pthread_mutex_unlock(&p->mu);
                 continue;
             }
             pthread_mutex_unlock(&p->mu);
-            int rc = conn_open(c);
+            if (!rc)
+                rc = conn_open(c, &remote);
             if (rc) {
                 CR_LOG_INFO(LOGC, "connect to %s (path %d) failed: %s", p->xp->name, c->path,
                             cr_strerror(rc));
-                path_failed(c, rc);
+                path_failed(c, &remote, rc);
                 continue;
             }
             atomic_store(&pa->down_until_ns, 0);

@@ -57,6 +57,7 @@ typedef struct tcp_conn {
 typedef struct tcp_path {
     int lnic, rnic;
     atomic_uint_fast64_t down_until_ns; /* 0 = up */
+    cr__seg_nic_t failed;               /* remote address that failed (guarded by peer->mu) */
 } tcp_path_t;
 
 typedef struct tcp_peer {
