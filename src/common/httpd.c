@@ -6,12 +6,14 @@
  * that accumulates the body up to max_body. A body announced larger than
  * max_body (Content-Length) is refused with 413 before it is read; a body
  * that turns out larger (chunked upload) is drained and answered with 413;
- * in neither case is the handler called. */
+ * in neither case is the handler called. The bodies being collected at
+ * once are bounded server-wide (body_budget); past it requests get 503. */
 #include "common/httpd.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,19 +27,24 @@
 #define HTTPD_CONN_LIMIT 256     /* concurrent connections */
 #define HTTPD_CONN_TIMEOUT_S 30  /* idle connection timeout */
 #define HTTPD_INITIAL_BODY 4096
+#define HTTPD_MIN_BODY_BUDGET (64u << 20) /* bytes of bodies buffered at once, server-wide */
 
 struct cr__httpd {
     struct MHD_Daemon *mhd;
     uint16_t port;
     size_t max_body;
+    size_t body_budget;            /* bound on body_inflight */
+    _Atomic size_t body_inflight;  /* capacity of all request bodies being collected */
     cr__http_handler_fn fn;
     void *user;
 };
 
 struct conn_state {
+    cr__httpd_t *srv;
     char *body; /* NUL-terminated when the handler sees it */
-    size_t len, cap;
+    size_t len, cap; /* cap is charged to srv->body_inflight */
     int too_big;
+    int overloaded; /* the server-wide body budget was exhausted */
 };
 
 static enum MHD_Result queue_static(struct MHD_Connection *c, unsigned status, const char *text)
@@ -52,10 +59,14 @@ static enum MHD_Result queue_static(struct MHD_Connection *c, unsigned status, c
     return ret;
 }
 
-/* Appends data to the body, growing geometrically up to max_body (+1 for the NUL). */
+/* Appends data to the body, growing geometrically up to max_body (+1 for
+ * the NUL). Growth is charged to the server-wide budget; when that is
+ * exhausted the rest of the body is discarded and the request gets 503. */
 static int body_append(struct conn_state *st, const char *data, size_t n, size_t max_body)
 {
-    if (st->too_big || n > max_body - st->len) {
+    if (st->too_big || st->overloaded)
+        return 0;
+    if (n > max_body - st->len) {
         st->too_big = 1;
         return 0;
     }
@@ -65,9 +76,18 @@ static int body_append(struct conn_state *st, const char *data, size_t n, size_t
             cap = cap > (SIZE_MAX / 2) ? SIZE_MAX : cap * 2;
         if (cap > max_body + 1)
             cap = max_body + 1;
+        size_t delta = cap - st->cap;
+        size_t prev = atomic_fetch_add(&st->srv->body_inflight, delta);
+        if (prev + delta > st->srv->body_budget) {
+            atomic_fetch_sub(&st->srv->body_inflight, delta);
+            st->overloaded = 1;
+            return 0;
+        }
         char *nb = realloc(st->body, cap);
-        if (!nb)
+        if (!nb) {
+            atomic_fetch_sub(&st->srv->body_inflight, delta);
             return -ENOMEM;
+        }
         st->body = nb;
         st->cap = cap;
     }
@@ -89,6 +109,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         st = calloc(1, sizeof *st);
         if (!st)
             return MHD_NO;
+        st->srv = srv;
         *con_cls = st;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                       MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -111,6 +132,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (st->too_big)
         return queue_static(conn, MHD_HTTP_CONTENT_TOO_LARGE, "request body too large\n");
+    if (st->overloaded)
+        return queue_static(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server busy, retry\n");
 
     cr__http_req_t req = {
         .method = method,
@@ -147,6 +170,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)cls, (void)conn, (void)toe;
     struct conn_state *st = *con_cls;
     if (st) {
+        atomic_fetch_sub(&st->srv->body_inflight, st->cap);
         free(st->body);
         free(st);
         *con_cls = NULL;
@@ -215,6 +239,8 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
     if (!srv)
         return -ENOMEM;
     srv->max_body = max_body;
+    /* room for several maximal bodies at once, and never less than 64 MiB */
+    srv->body_budget = max_body < HTTPD_MIN_BODY_BUDGET / 4 ? HTTPD_MIN_BODY_BUDGET : 4 * max_body;
     srv->fn = fn;
     srv->user = user;
     /* Bind ourselves: gives a precise errno (-EADDRINUSE), host selection
@@ -243,6 +269,12 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
     }
     *out = srv;
     return 0;
+}
+
+void cr__httpd_set_body_budget(cr__httpd_t *srv, size_t bytes)
+{
+    if (srv)
+        srv->body_budget = bytes;
 }
 
 uint16_t cr__httpd_port(const cr__httpd_t *srv) { return srv ? srv->port : 0; }

@@ -45,6 +45,11 @@ int cr__http_resp_printf(cr__http_resp_t *resp, int status, const char *fmt, ...
  * handler. Returns 0 and *out, or -EADDRINUSE / -EINVAL / -ENOMEM. */
 int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_handler_fn fn,
                     void *user, cr__httpd_t **out);
+/* Bodies being collected at once, summed over all connections, are bounded
+ * (default: 4 x max_body, at least 64 MiB); a request that would exceed the
+ * bound gets 503 without calling the handler. Changes the bound (e.g. for
+ * tests); call right after start. */
+void cr__httpd_set_body_budget(cr__httpd_t *srv, size_t bytes);
 /* The bound port. */
 uint16_t cr__httpd_port(const cr__httpd_t *srv);
 /* Stops the server (waits for handlers to return) and frees it. NULL is a no-op. */

@@ -247,6 +247,29 @@ static void test_body_too_large_is_413(void **state)
     free(b.p);
 }
 
+static void test_body_budget_is_503(void **state)
+{
+    (void)state;
+    uint16_t port = cr__httpd_port(srv);
+    cr__httpd_set_body_budget(srv, 8192);
+    int before = calls();
+    char *data = calloc(1, 20000);
+    struct buf b = {0};
+    long st = request(port, "PUT", "/binary", data, 20000, 0, &b, NULL, 0);
+    assert_int_equal(st, 503);
+    free(b.p);
+    assert_int_equal(calls(), before);
+    /* a small body still fits, and the budget was given back */
+    for (int i = 0; i < 3; i++) {
+        b = (struct buf){0};
+        st = request(port, "PUT", "/binary", data, 100, 0, &b, NULL, 0);
+        assert_int_equal(st, 200);
+        assert_int_equal(b.len, 100);
+        free(b.p);
+    }
+    free(data);
+}
+
 struct worker {
     uint16_t port;
     int id, ok;
@@ -310,6 +333,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_body_and_status, setup, teardown),
         cmocka_unit_test_setup_teardown(test_binary_body_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_body_too_large_is_413, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_body_budget_is_503, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_clients, setup, teardown),
         cmocka_unit_test_setup_teardown(test_port_in_use_and_bad_args, setup, teardown),
     };
