@@ -179,6 +179,13 @@ int cr__xfer_peer_refresh(cr_xfer_engine_t *e, cr__xfer_peer_t *p)
     p->desc = d;
     atomic_store(&p->stale, 0);
     pthread_mutex_unlock(&e->peer_lock);
+    /* let the transport drop per-peer state built from the old descriptor
+     * (shm keeps a snapshot of the buffers; tcp reads NICs at each connect) */
+    void *st;
+    const struct cr_xfer_transport_ops *t = cr__xfer_transport_of(e, &st, p);
+    if (t && t->peer_forget && st &&
+        (old.version != d.version || old.pid != d.pid || strcmp(old.host_id, d.host_id)))
+        t->peer_forget(st, p);
     cr__seg_desc_clear(&old);
     return 0;
 }

@@ -16,6 +16,8 @@
 #include "transfer/xfer_internal.h"
 #include "xfer_test_util.h"
 
+#pragma weak cr__xfer_shm_ops
+
 typedef struct fix {
     cr_xfer_engine_t *a, *b; /* a initiates, b is the target */
     cr_xfer_segment_t seg;   /* b opened by a */
@@ -516,6 +518,46 @@ static void test_destroy_cancels(void **state)
     xt_free(buf, len);
 }
 
+/* default transports ("tcp,shm"): a same-host peer uses shm when it is
+ * built in; data and batch notifications (sent over tcp) still work */
+static void test_default_transports(void **state)
+{
+    (void)state;
+    cr_xfer_engine_t *a, *b;
+    cr_xfer_params_t p;
+    memset(&p, 0, sizeof p);
+    assert_int_equal(cr_xfer_engine_create(&p, &a), 0);
+    assert_int_equal(cr_xfer_engine_create(&p, &b), 0);
+    size_t len = 8u << 20;
+    char *abuf = xt_alloc(len), *bbuf = xt_alloc(len);
+    assert_int_equal(cr_xfer_mem_register(a, abuf, len, NULL), 0);
+    assert_int_equal(cr_xfer_mem_register(b, bbuf, len, NULL), 0);
+    cr_xfer_segment_t s;
+    assert_int_equal(cr_xfer_segment_open(a, cr_xfer_engine_name(b), &s), 0);
+    const char *t = cr_xfer_segment_transport(a, s);
+    fprintf(stderr, "same-host peer uses %s\n", t);
+    assert_string_equal(t, &cr__xfer_shm_ops != NULL ? "shm" : "tcp");
+    fix_t f = {.a = a, .b = b, .seg = s, .len = len, .abuf = abuf, .bbuf = bbuf};
+    roundtrip(&f, abuf, bbuf, len - 100, 3, 5, 61);
+    roundtrip(&f, abuf, bbuf, 1, 0, 0, 62);
+
+    static cr_xfer_notify_t out[2];
+    xt_fill(abuf, len, 0, 63);
+    cr_xfer_request_t r = req(CR_XFER_WRITE, abuf, s, bbuf, len);
+    cr_xfer_batch_t *bt;
+    assert_int_equal(cr_xfer_batch_alloc(a, 1, &bt), 0);
+    assert_int_equal(cr_xfer_batch_submit(bt, &r, 1), 0);
+    assert_int_equal(cr_xfer_batch_notify(bt, s, "ok", 2), 0);
+    assert_int_equal(poll_until(b, out, 2, 1, 10000), 1);
+    assert_int_equal(xt_check(bbuf, len, 0, 63, "shm data before notification"), -1);
+    assert_int_equal(cr_xfer_batch_wait(bt, 5000), 0);
+    assert_int_equal(cr_xfer_batch_free(bt), 0);
+    cr_xfer_engine_destroy(a);
+    cr_xfer_engine_destroy(b);
+    xt_free(abuf, len);
+    xt_free(bbuf, len);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -532,6 +574,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_notify, setup, teardown),
         cmocka_unit_test(test_busy_and_timeout),
         cmocka_unit_test(test_destroy_cancels),
+        cmocka_unit_test(test_default_transports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
