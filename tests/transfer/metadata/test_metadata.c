@@ -261,6 +261,34 @@ static void test_service_down_and_silent(void **state)
     close(fd);
 }
 
+static void test_many_keys_rehash(void **state)
+{
+    (void)state;
+    /* 600 keys: the server's table doubles 64 -> 1024 buckets on the way */
+    for (int i = 0; i < 600; i++) {
+        char key[32], val[32];
+        snprintf(key, sizeof key, "many/%d", i);
+        int n = snprintf(val, sizeof val, "v%d", i * 7);
+        assert_int_equal(cr__meta_put(cli, key, val, (size_t)n), 0);
+    }
+    for (int i = 0; i < 600; i += 2) {
+        char key[32];
+        snprintf(key, sizeof key, "many/%d", i);
+        assert_int_equal(cr__meta_del(cli, key), 0);
+    }
+    for (int i = 0; i < 600; i++) {
+        char key[32], val[32];
+        snprintf(key, sizeof key, "many/%d", i);
+        int n = snprintf(val, sizeof val, "v%d", i * 7);
+        if (i % 2) {
+            check_value(cli, key, val, (size_t)n);
+        } else {
+            char *v;
+            assert_int_equal(cr__meta_get(cli, key, &v, NULL), -ENOENT);
+        }
+    }
+}
+
 struct worker {
     int id, ok;
 };
@@ -324,6 +352,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_binary_and_large_values, setup, teardown),
         cmocka_unit_test(test_server_capacity_bound),
         cmocka_unit_test(test_service_down_and_silent),
+        cmocka_unit_test_setup_teardown(test_many_keys_rehash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_client_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_bad_args, setup, teardown),
     };
