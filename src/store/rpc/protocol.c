@@ -303,7 +303,7 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
     } else if (cr__rpc_type_has_items(type)) {
         if (m->n_items > CR__RPC_BATCH_MAX || (m->n_items && !m->items))
             return -EINVAL;
-        if (!reply && (m->n_items == 0 || (!is_batch(type) && m->n_items != 1)))
+        if (m->n_items == 0 || (!reply && !is_batch(type) && m->n_items != 1))
             return -EINVAL;
         w_u32(b, m->n_items);
         for (uint32_t i = 0; i < m->n_items && !rc; i++)
@@ -583,7 +583,8 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
         /* error reply without payload */
     } else if (cr__rpc_type_has_items(type)) {
         uint32_t n = r_u32(&r);
-        if (r.bad || n > CR__RPC_BATCH_MAX || (!reply && n == 0) ||
+        /* count 0 is never valid: an item-less reply is the empty payload */
+        if (r.bad || n > CR__RPC_BATCH_MAX || n == 0 ||
             (!reply && !is_batch(type) && n != 1) || (size_t)n * min_item(bt, reply) > r.left) {
             rc = -1;
         } else if (n) {
@@ -594,6 +595,8 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
             for (uint32_t i = 0; i < n && !rc; i++)
                 rc = r_item(&r, &m, bt, reply, &m.items[i], &nomem);
         }
+    } else if (reply && h->status != 0) {
+        rc = -1; /* an error reply of a non-item type carries no payload */
     } else {
         switch (bt) {
         case CR__RPC_PING:
