@@ -414,7 +414,7 @@ static void plot(const opts_t *o, const cr_cond_policy_t *pol, int np, int ran_r
     }
     if (ran_cap) {
         fprintf(g, "set output '%s/capacity.png'\nset title 'Effective capacity vs TBT SLO'\n"
-                   "set xlabel 'TBT SLO (s)'\nset ylabel 'requests/s'\nset key top left\nplot ",
+                   "set xlabel 'TBT SLO (s)'\nset ylabel 'requests/s'\nset key bottom right\nplot ",
                 o->out_dir);
         for (int i = 0; i < np; i++)
             fprintf(g, "%s'%s/capacity.csv' using 1:%d with linespoints lw 2 title '%s'",
