@@ -587,6 +587,53 @@ static void test_destroy_in_flight(void **s)
     free(local);
 }
 
+/* A peer we may not ptrace: can_reach says no (the engine then uses tcp),
+ * and a task forced onto shm fails with -EACCES instead of crashing. The
+ * initiator is a forked child that dropped root for "nobody". */
+static void test_access_denied(void **s)
+{
+    (void)s;
+    if (geteuid() != 0) {
+        print_message("needs root to drop privileges: skipped\n");
+        skip();
+    }
+    child_t c;
+    assert_int_equal(child_start(&c, 1 << 20, 0), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(10);
+        reset_done();
+        void *st;
+        if (cr__xfer_shm_ops.create(NULL, &g_cfg, NULL, &st))
+            _exit(11);
+        cr__xfer_peer_t peer;
+        memset(&peer, 0, sizeof peer);
+        desc_for(&peer.desc, &c);
+        if (cr__xfer_shm_ops.can_reach(st, &peer.desc) != 0)
+            _exit(12);
+        char buf[64];
+        cr__xfer_task_t t, *tp = &t;
+        task_init(&t, &peer, CR_XFER_READ, buf, c.addr, sizeof buf);
+        if (cr__xfer_shm_ops.submit(st, &peer, &tp, 1) || wait_done(1) != 1)
+            _exit(13);
+        int e = atomic_load(&t.error);
+        cr__xfer_shm_ops.peer_forget(st, &peer);
+        cr__xfer_shm_ops.destroy(st);
+        _exit(e == -EACCES ? 0 : 14);
+    }
+    int stt = 0;
+    assert_int_equal(waitpid(pid, &stt, 0), pid);
+    child_stop(&c);
+    if (!WIFEXITED(stt) || WEXITSTATUS(stt) != 0)
+        print_message("unprivileged initiator: exit status %d (12: can_reach said yes, 14: "
+                      "wrong error)\n", WIFEXITED(stt) ? WEXITSTATUS(stt) : -1);
+    assert_true(WIFEXITED(stt));
+    assert_int_equal(WEXITSTATUS(stt), 0);
+}
+
 /* AnonHugePages (kB) of the mapping that contains addr, from /proc/self/smaps. */
 static long anon_huge_kb(const void *addr)
 {
@@ -669,6 +716,7 @@ int main(void)
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_destroy_in_flight),
         cmocka_unit_test(test_mem_registered_thp),
+        cmocka_unit_test(test_access_denied),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
