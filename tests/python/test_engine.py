@@ -304,6 +304,8 @@ def test_bad_initialize_arguments():
     with pytest.raises(ValueError):
         e.initialize("127.0.0.1:notaport", "P2PHANDSHAKE", "tcp", "")
     assert e.initialize("127.0.0.1", "redis://127.0.0.1:6379", "tcp", "") < 0
+    assert e.initialize("127.0.0.1", "127.0.0.1:1", "tcp", "") < 0  # bare = etcd, nobody there
+    assert e.initialize("127.0.0.1", "http://127.0.0.1:1/metadata", "tcp", "") < 0
     assert e.initialize("no-such-host.invalid", "P2PHANDSHAKE", "tcp", "") < 0
     with pytest.warns(RuntimeWarning):
         assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "mlx5_0") == 0
@@ -383,3 +385,40 @@ def test_http_metadata_named_segments(daemons):
             e.close()
     finally:
         p.close()
+
+
+def test_etcd_metadata_bare_and_uri_forms(daemons, tmp_path):
+    """Mooncake's bare "host:port" metadata string means etcd; "etcd://" too."""
+    import shutil
+    from conftest import free_port, wait_port
+    etcd = shutil.which("etcd")
+    if etcd is None:
+        pytest.skip("etcd binary not found (Debian etcd-server)")
+    cport, pport = free_port(), free_port()
+    p = daemons.start([etcd, "--name", "crescent-py", "--data-dir", str(tmp_path / "etcd"),
+                       "--listen-client-urls", "http://127.0.0.1:%d" % cport,
+                       "--advertise-client-urls", "http://127.0.0.1:%d" % cport,
+                       "--listen-peer-urls", "http://127.0.0.1:%d" % pport,
+                       "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % pport,
+                       "--initial-cluster", "crescent-py=http://127.0.0.1:%d" % pport],
+                      stderr=subprocess.DEVNULL)
+    wait_port(cport, p, "etcd")
+    peer_ = Peer("127.0.0.1:%d" % cport, host="127.0.0.1:17021")  # bare form
+    try:
+        e = TransferEngine()
+        rc = -1
+        deadline = time.monotonic() + 20  # etcd may still be electing itself leader
+        while rc != 0 and time.monotonic() < deadline:
+            rc = e.initialize("127.0.0.1:17022", "etcd://127.0.0.1:%d" % cport, "tcp", "")
+            if rc != 0:
+                time.sleep(0.2)
+        assert rc == 0, "initialize with etcd: %d" % rc
+        try:
+            assert e.get_first_buffer_address(peer_.name) == peer_.addr
+            dst = registered(e, 4096)
+            assert e.transfer_sync_read(peer_.name, dst.ctypes.data, peer_.addr, 4096) == 0
+            assert np.array_equal(dst, pattern(0, 4096))
+        finally:
+            e.close()
+    finally:
+        peer_.close()
