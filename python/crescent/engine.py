@@ -63,6 +63,16 @@ def _close_all():
             pass
 
 
+def _payload(notify):
+    if notify is None:
+        return None
+    if not isinstance(notify, TransferNotify):
+        raise TypeError("notify must be a TransferNotify, not %s" % type(notify).__name__)
+    if not isinstance(notify.name, (str, bytes)) or not isinstance(notify.msg, (str, bytes)):
+        raise TypeError("TransferNotify name and msg must be str")
+    return notify._payload()
+
+
 class TransferEngine(_crescent.TransferEngine):
     """Mooncake-compatible Transfer Engine (see the module doc)."""
 
@@ -76,17 +86,19 @@ class TransferEngine(_crescent.TransferEngine):
         (TransferNotify) is delivered once the data landed. Returns 0 or a
         negative status."""
         return self._transfer_sync(target_hostname, [buffer], [peer_buffer_address], [length],
-                                   int(opcode), notify._payload() if notify is not None else None)
+                                   opcode, _payload(notify))
 
     def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths,
                             opcode, notify=None, transport_hint=""):
         """Synchronous batch transfer; see transfer_sync()."""
         return self._transfer_sync(target_hostname, buffers, peer_buffer_addresses, lengths,
-                                   int(opcode), notify._payload() if notify is not None else None)
+                                   opcode, _payload(notify))
 
     def send_notify(self, target_hostname, notify):
         """Sends a TransferNotify now (no ordering with data). Returns 0 or negative."""
-        return self._send_notify(target_hostname, notify._payload())
+        if notify is None:
+            raise TypeError("notify must be a TransferNotify")
+        return self._send_notify(target_hostname, _payload(notify))
 
     def get_notifies(self):
         """Pops the notifications received so far: list of TransferNotify."""

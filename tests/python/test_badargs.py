@@ -1,0 +1,89 @@
+"""Every method of the store and the engine called with junk arguments:
+each call returns or raises TypeError/ValueError/OverflowError — it never
+crashes the interpreter, never hangs, and leaves the object usable."""
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+from conftest import make_store
+from mooncake.engine import TransferEngine
+from mooncake.store import MooncakeDistributedStore
+
+# 4096 is never mapped (vm.mmap_min_addr), so no junk value is a usable pointer.
+JUNK = [None, -1, 0, 4096, 2 ** 64 + 5, 1.5, "", "k", b"\xff", [], [1, -2], ["a", None], {}, [[]],
+        [[4096]], object()]
+OK_EXC = (TypeError, ValueError, OverflowError)
+
+STORE_METHODS = ["put", "get", "put_parts", "get_buffer", "put_from", "get_into", "get_size",
+                 "is_exist", "remove", "batch_is_exist", "batch_put_from", "batch_get_into",
+                 "put_batch", "get_batch", "batch_remove", "batch_put_from_multi_buffers",
+                 "batch_get_into_multi_buffers", "register_buffer", "unregister_buffer",
+                 "remove_all", "get_hostname", "put_tensor", "get_tensor"]
+ENGINE_METHODS = ["get_rpc_port", "register_memory", "unregister_memory", "batch_register_memory",
+                  "batch_unregister_memory", "transfer_sync_write", "transfer_sync_read",
+                  "batch_transfer_sync_write", "batch_transfer_sync_read", "transfer_sync",
+                  "batch_transfer_sync", "batch_transfer_async_write", "batch_transfer_async_read",
+                  "batch_transfer_async", "get_batch_transfer_status", "transfer_submit_write",
+                  "transfer_check_status", "get_first_buffer_address", "allocate_managed_buffer",
+                  "free_managed_buffer", "write_bytes_to_buffer", "read_bytes_from_buffer",
+                  "get_notifies", "send_notify"]
+
+
+def arg_tuples(limit):
+    out = [()]
+    for n in (1, 2, 3, 4):
+        combos = itertools.product(JUNK, repeat=n)
+        out += list(itertools.islice(combos, 0, None, max(1, len(JUNK) ** n // limit)))
+    return out
+
+
+def hammer(obj, methods, limit):
+    calls = 0
+    for name in methods:
+        fn = getattr(obj, name)
+        for args in arg_tuples(limit):
+            try:
+                fn(*args)
+            except OK_EXC:
+                pass
+            except RuntimeError as e:  # tensor helpers without torch
+                assert "torch" in str(e), (name, args, e)
+            calls += 1
+    return calls
+
+
+def test_store_methods_with_junk(cluster):
+    s = make_store(cluster)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            n = hammer(s, STORE_METHODS, 40)
+        assert n > 1000
+        # still fully usable
+        assert s.put("after-junk", b"fine") == 0 and s.get("after-junk") == b"fine"
+        assert s.remove("after-junk", force=True) == 0
+    finally:
+        s.close()
+    # and on a closed / never set up store
+    hammer(s, STORE_METHODS, 10)
+    hammer(MooncakeDistributedStore(), STORE_METHODS, 10)
+
+
+def test_engine_methods_with_junk():
+    e = TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            n = hammer(e, ENGINE_METHODS, 40)
+        assert n > 1000
+        buf = np.zeros(4096, dtype=np.uint8)
+        assert e.register_memory(buf) == 0
+        assert e.transfer_sync_read(e.get_local_name(), buf.ctypes.data, buf.ctypes.data + 2048,
+                                    16) == 0
+    finally:
+        e.close()
+    hammer(e, ENGINE_METHODS, 10)
+    hammer(TransferEngine(), ENGINE_METHODS, 10)
