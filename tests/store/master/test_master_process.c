@@ -110,10 +110,10 @@ static int call1(cr__rpc_client_t *c, uint16_t type, cr__rpc_item_t *in, cr__rpc
         return rc;
     }
     rc = r.items[0].status;
-    if (out)
+    if (out && rc == 0)
         *out = r.items[0];
-    if (keep)
-        *keep = r;
+    if (keep && rc == 0)
+        *keep = r; /* the caller frees it */
     else
         cr__rpc_msg_free(&r);
     return rc;
