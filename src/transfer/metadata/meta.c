@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/log.h"
 #include "common/net.h"
@@ -48,10 +49,10 @@ static int parse_http(const char *uri, cr__meta_t *m)
     return 0;
 }
 
-/* "etcd://h1:2379[,h2:2379...][/ignored]" -> "http://h1:2379", ... */
-static int parse_etcd(const char *uri, cr__meta_t *m)
+/* "etcd://h1:2379[,h2:2379...][/ignored]" -> "http://h1:2379", ...
+ * (p points after the scheme) */
+static int parse_etcd(const char *p, cr__meta_t *m)
 {
-    const char *p = uri + strlen("etcd://");
     size_t list_len = strcspn(p, "/");
     if (list_len == 0)
         return -EINVAL;
@@ -97,6 +98,10 @@ int cr__meta_open(const char *uri, int timeout_ms, cr__meta_t **out)
         m->ops = &cr__meta_http_ops;
         rc = parse_http(uri, m);
     } else if (strncmp(uri, "etcd://", 7) == 0) {
+        m->ops = &cr__meta_etcd_ops;
+        rc = parse_etcd(uri + 7, m);
+    } else if (!strstr(uri, "://") && strcasecmp(uri, "p2p") && strcasecmp(uri, "P2PHANDSHAKE")) {
+        /* Mooncake treats a bare "host:port[,host:port]" as etcd */
         m->ops = &cr__meta_etcd_ops;
         rc = parse_etcd(uri, m);
     } else {

@@ -13,7 +13,8 @@ typedef struct cr__meta cr__meta_t;
 #define CR__META_VALUE_MAX (16u << 20)
 
 /* Opens a backend for uri: "http://host:port/path" or
- * "etcd://host:port[,host:port...]". timeout_ms bounds every call.
+ * "etcd://host:port[,host:port...]" (a bare "host:port[,...]" also means
+ * etcd, as in Mooncake). timeout_ms bounds every call.
  * Returns 0 and *out; -EINVAL for a malformed or unsupported URI (including
  * "p2p", which callers handle themselves). */
 int cr__meta_open(const char *uri, int timeout_ms, cr__meta_t **out);

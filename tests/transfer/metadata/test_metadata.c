@@ -115,6 +115,8 @@ static void test_open_rejects_bad_uris(void **state)
                                 "etcd://127.0.0.1:0",
                                 "etcd://127.0.0.1:2379,",
                                 "etcd://,127.0.0.1:2379",
+                                "127.0.0.1",
+                                "redis://127.0.0.1:6379",
                                 "etcd://127.0.0.1:70000",
                                 "etcd://a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10,k:11,l:12,m:13,n:14,"
                                 "o:15,p:16,q:17"};
@@ -128,7 +130,8 @@ static void test_open_rejects_bad_uris(void **state)
     static const char *good[] = {"http://127.0.0.1:8080/metadata", "http://localhost/metadata",
                                  "http://[::1]:8080/metadata", "etcd://127.0.0.1:2379",
                                  "etcd://127.0.0.1:2379,127.0.0.2:2379/prefix",
-                                 "etcd://[::1]:2379"};
+                                 "etcd://[::1]:2379", "127.0.0.1:2379",
+                                 "127.0.0.1:2379,127.0.0.2:2379"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         cr__meta_t *m = NULL;
         int rc = cr__meta_open(good[i], 1000, &m);

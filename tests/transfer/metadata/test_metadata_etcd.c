@@ -225,6 +225,10 @@ static void test_failover_to_second_endpoint(void **state)
     char *v;
     assert_int_equal(cr__meta_get(m, "failover", &v, NULL), -ENOENT);
     cr__meta_close(m);
+    /* Mooncake's bare "host:port" form means etcd */
+    m = open_uri("127.0.0.1:%u", client_port);
+    check_value(m, "crescent-test/ready", "1", 1);
+    cr__meta_close(m);
     /* live first, dead second */
     m = open_uri("etcd://127.0.0.1:%u,127.0.0.1:%u", client_port, dead_port);
     assert_int_equal(cr__meta_put(m, "failover2", "ok", 2), 0);
