@@ -709,6 +709,9 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
     }
     for (size_t i = 0; i < n; i++) {
         cr__rpc_item_t *it = &rep.items[i];
+        /* replies carry no key: Validate and the logs need it */
+        it->key = keys[i];
+        it->key_len = (uint32_t)strlen(keys[i]);
         results[i] = it->status;
         if (it->status)
             continue;

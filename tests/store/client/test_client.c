@@ -412,6 +412,55 @@ static void test_stalled_reader(void **state)
     free(o);
 }
 
+/* A reader stalled past its lease while nothing changed: validation
+ * proves the bytes good, so the get succeeds (regression: Validate was sent
+ * without the key and every slow read failed). */
+static void test_slow_reader_validated(void **state)
+{
+    (void)state;
+    const size_t n = 64 * 1024;
+    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "600", 1);
+    cr_store_t *reader = NULL;
+    int rc = make_client(0, 1 << 20, &reader);
+    unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
+    assert_int_equal(rc, 0);
+    uint8_t *v = malloc(n), *o = calloc(1, n);
+    fill(v, n, 333);
+    assert_int_equal(cr_store_put(g_cli, "slow", v, n, NULL), 0);
+    size_t got = 0;
+    rc = cr_store_get(reader, "slow", o, n, &got);
+    if (rc)
+        fprintf(stderr, "slow reader: expected success, got %d (%s)\n", rc, cr_strerror(rc));
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, n);
+    assert_true(check(o, n, 333));
+    /* batch form too */
+    uint8_t *reg = g_reg + (30u << 20);
+    const char *keys[1] = {"slow"};
+    void *outs[1] = {reg};
+    size_t caps[1] = {n}, lens[1];
+    int res[1];
+    cr_store_t *breader = NULL;
+    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "600", 1);
+    rc = make_client(0, 1 << 20, &breader);
+    unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
+    assert_int_equal(rc, 0);
+    uint8_t *bbuf = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_int_equal(cr_store_register_buffer(breader, bbuf, n), 0);
+    outs[0] = bbuf;
+    assert_int_equal(cr_store_batch_get_into(breader, keys, outs, caps, 1, lens, res), 0);
+    assert_int_equal(res[0], 0);
+    assert_true(check(bbuf, n, 333));
+    (void)reg;
+    cr_store_unregister_buffer(breader, bbuf);
+    munmap(bbuf, n);
+    cr_store_destroy(breader);
+    cr_store_destroy(reader);
+    cr_store_remove(g_cli, "slow", 1);
+    free(v);
+    free(o);
+}
+
 /* A stream of puts much bigger than the pool: eviction keeps it going; old
  * keys become misses, survivors return the right bytes. */
 static void test_eviction_stream(void **state)
@@ -555,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_batch),
         cmocka_unit_test(test_lease_blocks_remove),
         cmocka_unit_test(test_stalled_reader),
+        cmocka_unit_test(test_slow_reader_validated),
         cmocka_unit_test(test_concurrent_clients),
         cmocka_unit_test(test_eviction_stream),
         cmocka_unit_test(test_bad_input),
