@@ -108,6 +108,10 @@ int cr_cond_sched_create(const cr_cond_sched_params_t *p, cr_cond_index_t *idx,
         !isfinite(s.pipe_min) || !(s.pipe_idle >= 0) || !isfinite(s.pipe_idle) ||
         s.pipe_max == 0 || s.pipe_max > CR_COND_MAX_INSTANCES)
         return -EINVAL;
+    /* the index must know every prefill instance id */
+    uint32_t probe[CR_COND_MAX_INSTANCES];
+    if (idx && cr_cond_index_match_all(idx, NULL, 0, probe, n_prefill) != 0)
+        return -EINVAL;
     s.idx = idx;
     s.np = n_prefill;
     s.nd = n_decode;

@@ -143,6 +143,23 @@ out:
     return rc;
 }
 
+/* Reads one line (without the newline) into buf (cap bytes). Returns its
+ * length, -1 at end of file, -2 if it is longer than cap (the rest of the
+ * line is not read: the caller stops). Bounded: never allocates. */
+static ssize_t read_line(FILE *f, char *buf, size_t cap)
+{
+    size_t n = 0;
+    int c;
+    while ((c = getc_unlocked(f)) != EOF) {
+        if (c == '\n')
+            return (ssize_t)n;
+        if (n == cap)
+            return -2;
+        buf[n++] = (char)c;
+    }
+    return n ? (ssize_t)n : -1;
+}
+
 void cr__cond_trace_free(cr__cond_trace_t *t)
 {
     if (!t)
@@ -161,18 +178,21 @@ int cr__cond_trace_read(FILE *f, uint32_t block_tokens, cr__cond_trace_t *out, c
     memset(&t, 0, sizeof t);
     size_t rcap = 0, hcap = 0;
     uint64_t *buf = malloc(CR__COND_TRACE_MAX_BLOCKS * sizeof *buf);
-    char *line = NULL;
-    size_t lcap = 0;
+    char *line = malloc(CR__COND_TRACE_MAX_LINE);
     ssize_t len;
     size_t lineno = 0;
     int rc = 0;
     double last_ts = 0;
-    if (!buf) {
+    if (!buf || !line) {
         rc = -ENOMEM;
         goto out;
     }
-    while ((len = getline(&line, &lcap, f)) >= 0) {
+    while ((len = read_line(f, line, CR__COND_TRACE_MAX_LINE)) != -1) {
         lineno++;
+        if (len == -2) {
+            rc = fail(err, errlen, lineno, "line longer than %u bytes", CR__COND_TRACE_MAX_LINE);
+            goto out;
+        }
         size_t l = (size_t)len;
         while (l && (line[l - 1] == '\n' || line[l - 1] == '\r' || line[l - 1] == ' ' ||
                      line[l - 1] == '\t'))

@@ -282,6 +282,14 @@ static void test_bad_args_and_names(void **st)
     cr_cond_sched_t *s = NULL;
     assert_int_equal(cr_cond_sched_create(NULL, NULL, 0, 1, &s), -EINVAL);
     assert_int_equal(cr_cond_sched_create(NULL, NULL, 65, 1, &s), -EINVAL);
+    cr_cond_index_params_t ip = {.field_mask = CR_COND_INDEX_PARAM_MAX_INSTANCES,
+                                 .max_instances = 2};
+    cr_cond_index_t *ix;
+    assert_int_equal(cr_cond_index_create(&ip, &ix), 0);
+    assert_int_equal(cr_cond_sched_create(NULL, ix, 3, 1, &s), -EINVAL); /* index too small */
+    assert_int_equal(cr_cond_sched_create(NULL, ix, 2, 1, &s), 0);
+    cr_cond_sched_destroy(s);
+    cr_cond_index_destroy(ix);
     assert_int_equal(cr_cond_sched_create(NULL, NULL, 2, 1, &s), 0);
     assert_int_equal(cr_cond_sched_set_prefill_load(s, 2, 0), -EINVAL);
     assert_int_equal(cr_cond_sched_set_decode_load(s, 1, 0, 0, 0), -EINVAL);

@@ -138,6 +138,18 @@ static void test_read_file(void **st)
     assert_int_equal(cr__cond_trace_read(f, 512, &t, err, sizeof err), -EINVAL);
     if (!strstr(err, "line 4") || !strstr(err, "timestamp"))
         fail_msg("expected line 4 timestamp error, got \"%s\"", err);
+    /* an over-long line is refused without reading it whole */
+    assert_int_equal(ftruncate(fileno(f), 0), 0);
+    rewind(f);
+    fputs("{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [1]}\n", f);
+    for (unsigned i = 0; i < CR__COND_TRACE_MAX_LINE / 8 + 2; i++)
+        fputs("xxxxxxxx", f);
+    fputs("\n", f);
+    fflush(f);
+    rewind(f);
+    assert_int_equal(cr__cond_trace_read(f, 512, &t, err, sizeof err), -EINVAL);
+    if (!strstr(err, "line 2") || !strstr(err, "longer than"))
+        fail_msg("expected line 2 too long, got \"%s\"", err);
     fclose(f);
     unlink(path);
     assert_true(cr__cond_trace_load("/nonexistent/trace.jsonl", 512, &t, err, sizeof err) < 0);
