@@ -64,7 +64,17 @@ typedef struct seg {
     uint32_t client; /* index into m->clients */
     uint32_t gen;    /* bumped at unmount: stale quarantine entries skip */
     int live;
+    uint64_t alloc_after_ms; /* no allocation before (remount of a dropped name) */
 } seg_t;
+
+/* A segment name dropped while its space could still be read (live
+ * leases) or written (pending puts): if the same memory is mounted again
+ * under that name, nothing is allocated there before `until`. */
+#define HELD_MAX 64
+typedef struct held {
+    char name[CR__RPC_SEGMENT_NAME_MAX];
+    uint64_t until;
+} held_t;
 
 typedef struct client {
     cr__rpc_client_id_t id;
@@ -97,6 +107,7 @@ struct cr__master {
     size_t q_head, q_len, q_cap;
     uint64_t capacity, allocated, quarantine_bytes;
     uint64_t n_complete, n_pending;
+    held_t held[HELD_MAX];
     uint32_t *order; /* scratch: candidate segments of one placement */
     uint32_t cap_order;
     uint64_t counters[CR__MM_COUNT];
@@ -516,6 +527,10 @@ static int mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *nam
     sg->alloc = a;
     sg->client = c;
     sg->live = 1;
+    sg->alloc_after_ms = 0;
+    for (int h = 0; h < HELD_MAX; h++)
+        if (m->held[h].until > now && !strcmp(m->held[h].name, name))
+            sg->alloc_after_ms = m->held[h].until;
     m->capacity += cr__oalloc_capacity(a);
     CR_LOG_INFO("master", "mounted segment %s base 0x%" PRIx64 " size %" PRIu64, name, base, size);
     return 0;
@@ -537,6 +552,7 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
     seg_t *sg = &m->segs[s];
     obj_t **dead = NULL;
     size_t n_dead = 0, cap_dead = 0;
+    uint64_t hold = sg->alloc_after_ms;
     for (uint64_t i = 0; i < m->cap; i++) {
         obj_t *o = m->slots[i];
         if (!o)
@@ -553,6 +569,8 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
                 if (on) {
                     hit = 1;
                     uint64_t rel = obj_release_ms(m, o, now);
+                    if (rel > hold)
+                        hold = rel;
                     for (uint32_t k = 0; k < n; k++)
                         if (sh[k].seg != s)
                             block_release(m, sh[k].seg, sh[k].blk, rel, now);
@@ -591,9 +609,35 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
     for (size_t i = 0; i < m->q_len; i++) {
         qent_t *e = &m->q[m->q_head + i];
         if (e->seg == s && e->gen == sg->gen) {
+            if (e->release_ms > hold)
+                hold = e->release_ms;
             m->quarantine_bytes -= e->bytes;
             e->seg = NONE32;
         }
+    }
+    if (hold > now) {
+        /* remember the name: the same memory may come back (a client that
+         * was only partitioned remounts), and must not be reused while a
+         * reader or writer of the dropped replicas may still touch it */
+        int slot = -1, victim = 0;
+        for (int h = 0; h < HELD_MAX && slot < 0; h++)
+            if (!strcmp(m->held[h].name, sg->name))
+                slot = h;
+        for (int h = 0; h < HELD_MAX && slot < 0; h++) {
+            if (m->held[h].until <= now) {
+                slot = h;
+                m->held[h].until = 0;
+            } else if (m->held[h].until < m->held[victim].until) {
+                victim = h;
+            }
+        }
+        if (slot < 0) {
+            slot = victim;
+            m->held[slot].until = 0;
+        }
+        snprintf(m->held[slot].name, sizeof m->held[slot].name, "%s", sg->name);
+        if (hold > m->held[slot].until)
+            m->held[slot].until = hold;
     }
     m->capacity -= cr__oalloc_capacity(sg->alloc);
     m->allocated -= cr__oalloc_used(sg->alloc);
@@ -667,7 +711,7 @@ static void placing_rollback(cr__master_t *m, placing_t *p)
 
 /* Candidate order into m->order: preferred (mounted) names, then every
  * live segment from a rotating cursor. Returns the count. */
-static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg)
+static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg, uint64_t now)
 {
     uint32_t need = m->n_segs + CR__RPC_PREFERRED_MAX;
     if (need > m->cap_order) {
@@ -681,6 +725,8 @@ static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg)
     for (uint32_t i = 0; cfg && cfg->preferred && i < cfg->n_preferred && i < CR__RPC_PREFERRED_MAX;
          i++) {
         uint32_t s = cfg->preferred[i] ? seg_find(m, cfg->preferred[i]) : NONE32;
+        if (s != NONE32 && m->segs[s].alloc_after_ms > now)
+            continue;
         int dup = 0;
         for (uint32_t k = 0; k < n; k++)
             dup |= order[k] == s;
@@ -691,7 +737,7 @@ static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg)
     uint32_t start = m->n_segs ? m->seg_cursor++ % m->n_segs : 0;
     for (uint32_t k = 0; k < m->n_segs; k++) {
         uint32_t s = (start + k) % m->n_segs;
-        if (!m->segs[s].live)
+        if (!m->segs[s].live || m->segs[s].alloc_after_ms > now)
             continue;
         int dup = 0;
         for (uint32_t j = 0; j < n_pref; j++)
@@ -758,11 +804,11 @@ static int place_replica(cr__master_t *m, placing_t *p, uint64_t size, uint32_t 
 }
 
 static int place_all(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep,
-                     const cr__rpc_repl_cfg_t *cfg)
+                     const cr__rpc_repl_cfg_t *cfg, uint64_t now)
 {
     memset(p, 0, offsetof(placing_t, sh));
     p->n_sh = p->n_used = 0;
-    uint32_t n_cand = candidates(m, cfg);
+    uint32_t n_cand = candidates(m, cfg, now);
     if (n_cand < n_rep)
         return -1;
     for (uint32_t r = 0; r < n_rep; r++)
@@ -841,10 +887,10 @@ static int put_start_locked(cr__master_t *m, const char *key, size_t key_len, ui
         obj_delete(m, o, obj_release_ms(m, o, now), now);
     }
     placing_t p;
-    if (place_all(m, &p, size, n_rep, cfg)) {
+    if (place_all(m, &p, size, n_rep, cfg, now)) {
         q_release(m, now, SIZE_MAX);
         evict_locked(m, size * n_rep, now);
-        if (place_all(m, &p, size, n_rep, cfg)) {
+        if (place_all(m, &p, size, n_rep, cfg, now)) {
             CNT(m, alloc_failures_total)++;
             return CR_E_NO_AVAILABLE_HANDLE;
         }

@@ -31,6 +31,10 @@
  *      CR_E_OBJECT_HAS_LEASE) and not evicted, and when it is freed anyway
  *      (force remove, owner gone) its space is quarantined until the lease
  *      expires, so a reader that finishes within lease_ms reads good bytes.
+ *      This also holds when the replica's segment is dropped (owner's
+ *      heartbeat lapsed, unmount) and the same name is mounted again: the
+ *      master allocates nothing on the remounted segment before the leases
+ *      (and put deadlines) of the dropped replicas have expired.
  *   2. A reader that cannot prove it finished within the lease (measure
  *      from before sending GetReplicaList) MUST, after its transfer has
  *      completed, send Validate(key, version, replica_id) for the replica it

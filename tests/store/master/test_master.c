@@ -406,6 +406,29 @@ static void test_quarantine_and_validate(void **s)
     cr__master_destroy(m);
 }
 
+/* A segment dropped while a reader held a lease on one of its replicas,
+ * then mounted again under the same name (same memory: a partitioned
+ * client that comes back): nothing is allocated there before the lease
+ * expires. Without leases the remounted segment is usable at once. */
+static void test_remount_hold(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 0), 0);
+    assert_int_equal(put(m, "k", 1000, 1, 0, 0, NULL, 1), 0);
+    assert_int_equal(get(m, "k", 100, NULL, NULL, NULL), 0); /* lease until 5100 */
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 200), 0);
+    assert_int_equal(exist(m, "k", 201), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 300), 0);
+    assert_int_equal(put(m, "x", 1000, 1, 0, 400, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(put(m, "x", 1000, 1, 0, 5100, NULL, 1), 0);
+    /* no lease at drop time: no hold */
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 6000), 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 6001), 0);
+    assert_int_equal(put(m, "y", 1000, 1, 0, 6002, NULL, 1), 0);
+    cr__master_destroy(m);
+}
+
 static void wm_tweak(cr__master_cfg_t *c)
 {
     c->high_watermark = 0.90;
@@ -646,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_client_ttl_expiry),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),
+        cmocka_unit_test(test_remount_hold),
         cmocka_unit_test(test_eviction_watermark),
         cmocka_unit_test(test_eviction_skips),
         cmocka_unit_test(test_eviction_on_alloc_failure),
