@@ -14,7 +14,9 @@ from crescent import find_executable
 
 
 def _exec(name, args):
-    path = find_executable(name)
+    # An installed entry point sits in the same bin/ as crescent's daemons.
+    here = os.path.join(os.path.dirname(os.path.realpath(sys.argv[0] or ".")), name)
+    path = here if os.path.isfile(here) and os.access(here, os.X_OK) else find_executable(name)
     if path is None:
         sys.stderr.write("%s: cannot find the crescent executable '%s' (build crescent, or set "
                          "CRESCENT_BIN_DIR or PATH)\n" % (os.path.basename(sys.argv[0]), name))
