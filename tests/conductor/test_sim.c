@@ -187,6 +187,37 @@ static void test_hit_rate_grows_with_capacity(void **st)
     cr__cond_trace_free(&t);
 }
 
+static void test_cost_fetch_pipelines_when_idle(void **st)
+{
+    (void)st;
+    cr__cond_trace_t t;
+    /* sparse 64k-token requests (~8 s prefill each) on 8 idle instances */
+    synth(&t, 20, 30000, 128, 0, 1, 5);
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 8;
+    c.n_decode = 2;
+    cr__cond_sim_result_t rg, rc;
+    c.policy = CR_COND_POLICY_GLOBAL_CACHE;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &rg, NULL), 0);
+    c.policy = CR_COND_POLICY_COST_FETCH;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &rc, NULL), 0);
+    assert_int_equal(rg.pipelined, 0);
+    assert_int_equal(rc.pipelined, 20);
+    double one = cr_cond_cost_prefill_chunked(&c.model, 65536, 0, c.chunk_tokens, 1);
+    double two = cr_cond_cost_prefill_chunked(&c.model, 65536, 0, c.chunk_tokens, 2);
+    assert_float_equal(rg.ttft.mean, one, 1e-6);
+    assert_float_equal(rc.ttft.mean, two, 1e-6);
+    /* pipelining costs GPU time: 2 instances for `two` seconds each */
+    assert_float_equal(rc.prefill_gpu_s, 20 * 2 * two, 1e-3);
+    /* switched off: same as global */
+    c.pipe_min_s = 0;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &rc, NULL), 0);
+    assert_int_equal(rc.pipelined, 0);
+    assert_float_equal(rc.ttft.mean, one, 1e-6);
+    cr__cond_trace_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -195,6 +226,7 @@ int main(void)
         cmocka_unit_test(test_policy_ordering_on_shared_prefixes),
         cmocka_unit_test(test_rejection_and_rate_scale),
         cmocka_unit_test(test_hit_rate_grows_with_capacity),
+        cmocka_unit_test(test_cost_fetch_pipelines_when_idle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
