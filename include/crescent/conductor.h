@@ -270,7 +270,8 @@ typedef struct cr_cond_sched_params {
 /* Creates a scheduler for n_prefill prefill instances (index instance ids
  * 0..n_prefill-1) and n_decode decode instances (ids 0..n_decode-1 of their
  * own). idx is borrowed (must outlive the scheduler; may be NULL: no cache
- * knowledge). params may be NULL. Returns 0, -EINVAL, -ENOMEM. */
+ * knowledge). params may be NULL. Returns 0, -ENOMEM, or -EINVAL (bad
+ * parameter, or idx tracks fewer than n_prefill instances). */
 CR_API int cr_cond_sched_create(const cr_cond_sched_params_t *params, cr_cond_index_t *idx,
                                 uint32_t n_prefill, uint32_t n_decode, cr_cond_sched_t **out);
 CR_API void cr_cond_sched_destroy(cr_cond_sched_t *s);
