@@ -7,7 +7,15 @@ The native parts live in the C extension ``crescent._crescent``; the
 ``mooncake`` compatibility package (python/compat) re-exports these classes
 under Mooncake's names.
 """
-from crescent import _crescent
+try:
+    from crescent import _crescent
+except ImportError as _e:  # pragma: no cover - depends on the interpreter
+    import sys as _sys
+    raise ImportError(
+        "crescent's C extension could not be loaded into %s (Python %d.%d): %s. It is built "
+        "for the interpreter CMake found (/usr/bin/python3 by default); run that one, with "
+        "PYTHONPATH=<build>/python" % (_sys.executable, _sys.version_info[0],
+                                       _sys.version_info[1], _e)) from _e
 from crescent._crescent import strerror
 
 __version__ = _crescent.__version__
