@@ -337,12 +337,14 @@ int cr_cond_index_insert(cr_cond_index_t *ix, uint32_t inst, cr_cond_tier_t tier
                 continue;
             }
         }
-        if (l->cap)
-            evict_to(ix, l, l->cap - 1, &nev); /* may move slots: look up again */
-        if (ix->nentries >= ix->max_entries) {
+        /* full index: fail before evicting anything, unless this (instance,
+         * tier) is itself full and its own eviction makes the room */
+        if (ix->nentries >= ix->max_entries && !(l->cap && l->count >= l->cap)) {
             rc = -ENOSPC;
             break;
         }
+        if (l->cap)
+            evict_to(ix, l, l->cap - 1, &nev); /* may move slots: look up again */
         uint32_t e;
         if ((rc = alloc_entry(ix, &e)) != 0)
             break;

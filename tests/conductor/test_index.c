@@ -152,6 +152,16 @@ static void test_max_entries(void **st)
     uint64_t a[4] = {1, 2, 3, 4};
     assert_int_equal(cr_cond_index_insert(ix, 0, CR_COND_TIER_GPU, a, 4, NULL), -ENOSPC);
     assert_int_equal(cr_cond_index_count(ix, 0, CR_COND_TIER_GPU), 3);
+    /* a full (instance, tier) still rotates through LRU at the entry cap */
+    assert_int_equal(cr_cond_index_set_capacity(ix, 0, CR_COND_TIER_GPU, 3), 0);
+    uint64_t ev = 0;
+    assert_int_equal(cr_cond_index_insert(ix, 0, CR_COND_TIER_GPU, a + 3, 1, &ev), 0);
+    assert_int_equal(ev, 1);
+    assert_int_equal(cr_cond_index_lookup(ix, 0, 1), 0);
+    assert_int_not_equal(cr_cond_index_lookup(ix, 0, 4), 0);
+    /* but another tier cannot take an entry, and nothing is evicted for it */
+    assert_int_equal(cr_cond_index_insert(ix, 0, CR_COND_TIER_DISK, a, 1, &ev), -ENOSPC);
+    assert_int_equal(cr_cond_index_count(ix, 0, CR_COND_TIER_GPU), 3);
     cr_cond_index_destroy(ix);
     p.max_instances = 65;
     assert_int_equal(cr_cond_index_create(&p, &ix), -EINVAL);
