@@ -120,6 +120,8 @@ static int parse_config(PyObject *o, cfg_buf_t *cb)
     /* preferred_segments (list) and/or preferred_segment (str) */
     const char *names[] = {"preferred_segments", "preferred_segment"};
     for (int k = 0; k < 2; k++) {
+        if (k == 1 && cb->c.n_preferred)
+            break; /* preferred_segment is the first of preferred_segments */
         v = PyObject_GetAttrString(o, names[k]);
         if (!v) {
             if (!PyErr_ExceptionMatches(PyExc_AttributeError))
