@@ -588,7 +588,8 @@ static void h_register(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
     if (slot < 0)
         return reply_error(s, resp, 503,
                            "instance_id: no free publisher slot (at most 64 registrations)");
-    rc = cr__zsub_add(s->zsub, (uint32_t)slot, gen, r.endpoint, err, sizeof err);
+    rc = cr__zsub_add(s->zsub, (uint32_t)slot, gen, r.endpoint, r.replay_endpoint, err,
+                      sizeof err);
     if (rc) {
         pthread_mutex_lock(&s->lock);
         slot_reset_locked(s, (uint32_t)slot);

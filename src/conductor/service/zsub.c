@@ -10,13 +10,37 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "crescent/conductor.h"
 
 #define NSLOT CR_COND_MAX_INSTANCES
 #define BURST 256 /* messages taken from one socket before polling again */
+#define REPLAY_TIMEOUT_MS 1000
+#define PENDING_MAX 1024             /* live messages held while replaying */
+#define PENDING_BYTES_MAX (64u << 20)
 
 enum { CMD_NONE = 0, CMD_ADD, CMD_REMOVE, CMD_STOP };
+
+typedef struct pending {
+    uint64_t seq;
+    void *data;
+    size_t len;
+} pending_t;
+
+typedef struct zslot {
+    void *sub;
+    void *mon;    /* PAIR receiving the SUB socket's DISCONNECTED events */
+    void *dealer; /* replay requests, when a replay endpoint was given */
+    char ep[256]; /* the publisher endpoint, to reconnect */
+    uint32_t gen;
+    int have_seq;
+    uint64_t last; /* last sequence number handed to the callback */
+    int replaying;
+    uint64_t deadline_ms;
+    pending_t *pend; /* PENDING_MAX, allocated on the first replay */
+    size_t n_pend, pend_bytes;
+} zslot_t;
 
 struct cr__zsub {
     cr__zsub_msg_fn fn;
@@ -28,9 +52,7 @@ struct cr__zsub {
     pthread_t thr;
     int started;
 
-    /* owned by the thread */
-    void *sock[NSLOT];
-    uint32_t gen[NSLOT];
+    zslot_t slot[NSLOT]; /* owned by the thread */
 
     /* one command at a time: callers serialise on cmd_lock, then hand the
      * command over under lock/cond */
@@ -39,111 +61,284 @@ struct cr__zsub {
     pthread_cond_t cond;
     int cmd, cmd_done, cmd_rc;
     uint32_t cmd_slot, cmd_gen;
-    const char *cmd_endpoint;
+    const char *cmd_endpoint, *cmd_replay;
     char cmd_err[200];
 };
 
-static void close_slot(cr__zsub_t *z, uint32_t s)
+static void drop_pending(zslot_t *zs)
 {
-    if (z->sock[s]) {
-        zmq_close(z->sock[s]);
-        z->sock[s] = NULL;
-    }
+    for (size_t i = 0; i < zs->n_pend; i++)
+        free(zs->pend[i].data);
+    zs->n_pend = zs->pend_bytes = 0;
 }
 
-static int do_add(cr__zsub_t *z, uint32_t s, uint32_t gen, const char *ep, char *err, size_t n)
+static void close_slot(cr__zsub_t *z, uint32_t s)
 {
-    if (z->sock[s])
-        return -EEXIST;
-    void *sk = zmq_socket(z->ctx, ZMQ_SUB);
-    if (!sk) {
-        snprintf(err, n, "endpoint: zmq_socket failed: %s", zmq_strerror(zmq_errno()));
-        return -ENOMEM;
-    }
+    zslot_t *zs = &z->slot[s];
+    if (zs->sub && zs->mon)
+        zmq_socket_monitor(zs->sub, NULL, 0);
+    if (zs->mon)
+        zmq_close(zs->mon);
+    if (zs->sub)
+        zmq_close(zs->sub);
+    if (zs->dealer)
+        zmq_close(zs->dealer);
+    drop_pending(zs);
+    free(zs->pend);
+    memset(zs, 0, sizeof *zs);
+}
+
+static int recv_parts(void *sk, zmq_msg_t part[3]);
+
+static void *new_socket(cr__zsub_t *z, int type)
+{
+    void *sk = zmq_socket(z->ctx, type);
+    if (!sk)
+        return NULL;
     int linger = 0;
     int64_t maxmsg = (int64_t)z->max_msg;
     zmq_setsockopt(sk, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sk, ZMQ_RCVHWM, &z->hwm, sizeof z->hwm);
     zmq_setsockopt(sk, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    return sk;
+}
+
+static int do_add(cr__zsub_t *z, uint32_t s, uint32_t gen, const char *ep, const char *replay,
+                  char *err, size_t n)
+{
+    zslot_t *zs = &z->slot[s];
+    if (zs->sub)
+        return -EEXIST;
+    void *sk = new_socket(z, ZMQ_SUB);
+    if (!sk) {
+        snprintf(err, n, "endpoint: zmq_socket failed: %s", zmq_strerror(zmq_errno()));
+        return -ENOMEM;
+    }
     zmq_setsockopt(sk, ZMQ_SUBSCRIBE, "", 0);
     if (zmq_connect(sk, ep)) {
-        int e = zmq_errno();
-        snprintf(err, n, "endpoint: cannot connect to '%s': %s", ep, zmq_strerror(e));
+        snprintf(err, n, "endpoint: cannot connect to '%s': %s", ep, zmq_strerror(zmq_errno()));
         zmq_close(sk);
         return -EINVAL;
     }
-    z->sock[s] = sk;
-    z->gen[s] = gen;
+    void *dl = NULL;
+    if (replay && *replay) {
+        /* connected now so that a request made at the first gap is queued
+         * even before the TCP connection completes */
+        dl = new_socket(z, ZMQ_DEALER);
+        if (!dl || zmq_connect(dl, replay)) {
+            snprintf(err, n, "replay_endpoint: cannot connect to '%s': %s", replay,
+                     zmq_strerror(zmq_errno()));
+            if (dl)
+                zmq_close(dl);
+            zmq_close(sk);
+            return -EINVAL;
+        }
+    }
+    /* libzmq does not reconnect after a protocol error (e.g. a message over
+     * ZMQ_MAXMSGSIZE): watch for disconnects and reconnect ourselves */
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://cr-conductor-mon-%u-%u", s, gen);
+    void *mon = NULL;
+    if (zmq_socket_monitor(sk, mon_ep, ZMQ_EVENT_DISCONNECTED) == 0 &&
+        (mon = zmq_socket(z->ctx, ZMQ_PAIR)) != NULL && zmq_connect(mon, mon_ep) != 0) {
+        zmq_close(mon);
+        mon = NULL;
+    }
+    if (!mon)
+        CR_LOG_WARN("conductor", "slot %u: no socket monitor (%s); a dropped connection "
+                    "will not be re-established", s, zmq_strerror(zmq_errno()));
+    memset(zs, 0, sizeof *zs);
+    zs->sub = sk;
+    zs->mon = mon;
+    zs->dealer = dl;
+    zs->gen = gen;
+    snprintf(zs->ep, sizeof zs->ep, "%s", ep);
     return 0;
 }
 
-/* Receives one multipart message from sk and dispatches it. Returns 0, or -1
- * when nothing was pending. */
-static int recv_one(cr__zsub_t *z, uint32_t s)
+/* A DISCONNECTED event of slot s: connect again (libzmq retries by itself
+ * after a plain disconnect, not after a protocol error; a fresh connect
+ * covers both). */
+static int on_monitor(cr__zsub_t *z, uint32_t s)
 {
+    zslot_t *zs = &z->slot[s];
     zmq_msg_t part[3];
-    int nparts = 0, more = 1, extra = 0;
     for (int i = 0; i < 3; i++)
         zmq_msg_init(&part[i]);
-    while (more) {
-        zmq_msg_t *m = &part[nparts < 3 ? nparts : 2];
-        if (nparts >= 3) {
-            /* too many frames: keep draining into a scratch message */
-            zmq_msg_t tmp;
-            zmq_msg_init(&tmp);
-            if (zmq_msg_recv(&tmp, z->sock[s], 0) < 0) {
-                zmq_msg_close(&tmp);
-                break;
-            }
-            more = zmq_msg_more(&tmp);
-            zmq_msg_close(&tmp);
-            extra = 1;
-            continue;
-        }
-        if (zmq_msg_recv(m, z->sock[s], nparts == 0 ? ZMQ_DONTWAIT : 0) < 0) {
-            if (nparts == 0) {
-                for (int i = 0; i < 3; i++)
-                    zmq_msg_close(&part[i]);
-                return -1;
-            }
-            break;
-        }
-        nparts++;
-        more = zmq_msg_more(m);
-    }
-    int has_seq = 0;
-    uint64_t seq = 0;
-    const zmq_msg_t *payload = NULL;
-    if (!extra) {
-        const zmq_msg_t *seqm = NULL;
-        if (nparts == 3) {
-            if (zmq_msg_size(&part[1]) == 8)
-                seqm = &part[1];
-            payload = &part[2];
-        } else if (nparts == 2) {
-            if (zmq_msg_size(&part[0]) == 8)
-                seqm = &part[0];
-            payload = &part[1];
-        } else if (nparts == 1) {
-            payload = &part[0];
-        }
-        if (nparts == 3 && !seqm)
-            payload = NULL; /* 3 frames but the middle one is no sequence number */
-        if (seqm) {
-            const uint8_t *b = zmq_msg_data((zmq_msg_t *)seqm);
-            for (int i = 0; i < 8; i++)
-                seq = seq << 8 | b[i];
-            has_seq = 1;
-        }
-    }
-    if (payload)
-        z->fn(z->user, s, z->gen[s], has_seq, seq, zmq_msg_data((zmq_msg_t *)payload),
-              zmq_msg_size(payload), 0);
-    else
-        z->fn(z->user, s, z->gen[s], 0, 0, NULL, 0, 1);
+    int n = recv_parts(zs->mon, part);
     for (int i = 0; i < 3; i++)
         zmq_msg_close(&part[i]);
+    if (!n)
+        return -1;
+    zmq_disconnect(zs->sub, zs->ep);
+    if (zmq_connect(zs->sub, zs->ep))
+        CR_LOG_WARN("conductor", "slot %u: reconnect to %s failed: %s", s, zs->ep,
+                    zmq_strerror(zmq_errno()));
+    else
+        CR_LOG_INFO("conductor", "slot %u: publisher %s disconnected, reconnecting", s, zs->ep);
     return 0;
+}
+
+static void deliver(cr__zsub_t *z, uint32_t s, int has_seq, uint64_t seq, const void *p,
+                    size_t len)
+{
+    zslot_t *zs = &z->slot[s];
+    if (has_seq) {
+        zs->have_seq = 1;
+        zs->last = seq;
+    }
+    z->fn(z->user, s, zs->gen, has_seq, seq, p, len, 0);
+}
+
+/* Ends a replay: hands over the live messages held meanwhile, in order,
+ * skipping those the replay already delivered. */
+static void finish_replay(cr__zsub_t *z, uint32_t s)
+{
+    zslot_t *zs = &z->slot[s];
+    for (size_t i = 0; i < zs->n_pend; i++)
+        if (!zs->have_seq || zs->pend[i].seq > zs->last)
+            deliver(z, s, 1, zs->pend[i].seq, zs->pend[i].data, zs->pend[i].len);
+    drop_pending(zs);
+    zs->replaying = 0;
+}
+
+static int hold(zslot_t *zs, uint64_t seq, const void *p, size_t len)
+{
+    if (!zs->pend && !(zs->pend = calloc(PENDING_MAX, sizeof *zs->pend)))
+        return -1;
+    if (zs->n_pend >= PENDING_MAX || zs->pend_bytes + len > PENDING_BYTES_MAX)
+        return -1;
+    void *d = malloc(len ? len : 1);
+    if (!d)
+        return -1;
+    memcpy(d, p, len);
+    zs->pend[zs->n_pend++] = (pending_t){.seq = seq, .data = d, .len = len};
+    zs->pend_bytes += len;
+    return 0;
+}
+
+/* A live message with a sequence number. */
+static void on_live(cr__zsub_t *z, uint32_t s, uint64_t seq, const void *p, size_t len)
+{
+    zslot_t *zs = &z->slot[s];
+    if (zs->replaying) {
+        if (hold(zs, seq, p, len)) {
+            CR_LOG_WARN("conductor", "slot %u: too much traffic during a replay; giving it up",
+                        s);
+            finish_replay(z, s);
+            deliver(z, s, 1, seq, p, len);
+        }
+        return;
+    }
+    if (zs->dealer && zs->have_seq && seq > zs->last + 1) {
+        /* vLLM's replay protocol: [empty, start seq (8 bytes BE)] to its
+         * ROUTER; answers [empty, seq, payload]... then [empty, -1, ""] */
+        uint8_t start[8];
+        uint64_t from = zs->last + 1;
+        for (int i = 0; i < 8; i++)
+            start[i] = (uint8_t)(from >> (56 - 8 * i));
+        if (zmq_send(zs->dealer, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0 &&
+            zmq_send(zs->dealer, start, 8, ZMQ_DONTWAIT) == 8 && !hold(zs, seq, p, len)) {
+            zs->replaying = 1;
+            zs->deadline_ms = cr__now_ms() + REPLAY_TIMEOUT_MS;
+            CR_LOG_INFO("conductor", "slot %u: seq %llu after %llu, replaying from %llu", s,
+                        (unsigned long long)seq, (unsigned long long)zs->last,
+                        (unsigned long long)from);
+            return;
+        }
+    }
+    deliver(z, s, 1, seq, p, len);
+}
+
+/* Receives one multipart message: its first 3 frames into part[] (further
+ * frames are drained). Returns the frame count, capped at 4 ("more than
+ * 3"), or 0 if nothing was pending. */
+static int recv_parts(void *sk, zmq_msg_t part[3])
+{
+    int n = 0;
+    for (;;) {
+        zmq_msg_t tmp, *m = n < 3 ? &part[n] : &tmp;
+        if (n >= 3)
+            zmq_msg_init(&tmp);
+        if (zmq_msg_recv(m, sk, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+            if (n >= 3)
+                zmq_msg_close(&tmp);
+            return n;
+        }
+        int more = zmq_msg_more(m);
+        if (n >= 3) {
+            zmq_msg_close(&tmp);
+            n = 4;
+        } else {
+            n++;
+        }
+        if (!more)
+            return n;
+    }
+}
+
+static uint64_t be64(const zmq_msg_t *m)
+{
+    const uint8_t *b = zmq_msg_data((zmq_msg_t *)m);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | b[i];
+    return v;
+}
+
+/* One message from the SUB socket of slot s. Returns 0, or -1 if none. */
+static int recv_sub(cr__zsub_t *z, uint32_t s)
+{
+    zmq_msg_t part[3];
+    for (int i = 0; i < 3; i++)
+        zmq_msg_init(&part[i]);
+    int n = recv_parts(z->slot[s].sub, part);
+    int rc = n ? 0 : -1;
+    const zmq_msg_t *seqm = NULL, *payload = NULL;
+    if (n == 3 && zmq_msg_size(&part[1]) == 8) {
+        seqm = &part[1];
+        payload = &part[2];
+    } else if (n == 2) {
+        seqm = zmq_msg_size(&part[0]) == 8 ? &part[0] : NULL;
+        payload = &part[1];
+    } else if (n == 1) {
+        payload = &part[0];
+    }
+    if (n && !payload)
+        z->fn(z->user, s, z->slot[s].gen, 0, 0, NULL, 0, 1);
+    else if (payload && seqm)
+        on_live(z, s, be64(seqm), zmq_msg_data((zmq_msg_t *)payload), zmq_msg_size(payload));
+    else if (payload)
+        deliver(z, s, 0, 0, zmq_msg_data((zmq_msg_t *)payload), zmq_msg_size(payload));
+    for (int i = 0; i < 3; i++)
+        zmq_msg_close(&part[i]);
+    return rc;
+}
+
+/* One reply from the replay DEALER of slot s. Returns 0, or -1 if none. */
+static int recv_replay(cr__zsub_t *z, uint32_t s)
+{
+    zslot_t *zs = &z->slot[s];
+    zmq_msg_t part[3];
+    for (int i = 0; i < 3; i++)
+        zmq_msg_init(&part[i]);
+    int n = recv_parts(zs->dealer, part);
+    int rc = n ? 0 : -1;
+    if (n == 3 && zmq_msg_size(&part[0]) == 0 && zmq_msg_size(&part[1]) == 8) {
+        uint64_t seq = be64(&part[1]);
+        if (!zs->replaying) {
+            /* late answer to a replay we gave up: ignore */
+        } else if (seq == UINT64_MAX) {
+            finish_replay(z, s); /* end marker (-1) */
+        } else if (!zs->have_seq || seq > zs->last) {
+            deliver(z, s, 1, seq, zmq_msg_data(&part[2]), zmq_msg_size(&part[2]));
+        }
+    } else if (n) {
+        z->fn(z->user, s, zs->gen, 0, 0, NULL, 0, 1);
+    }
+    for (int i = 0; i < 3; i++)
+        zmq_msg_close(&part[i]);
+    return rc;
 }
 
 static int handle_cmd(cr__zsub_t *z)
@@ -156,11 +351,11 @@ static int handle_cmd(cr__zsub_t *z)
     if (z->cmd != CMD_NONE && !z->cmd_done) {
         switch (z->cmd) {
         case CMD_ADD:
-            z->cmd_rc = do_add(z, z->cmd_slot, z->cmd_gen, z->cmd_endpoint, z->cmd_err,
-                               sizeof z->cmd_err);
+            z->cmd_rc = do_add(z, z->cmd_slot, z->cmd_gen, z->cmd_endpoint, z->cmd_replay,
+                               z->cmd_err, sizeof z->cmd_err);
             break;
         case CMD_REMOVE:
-            z->cmd_rc = z->sock[z->cmd_slot] ? 0 : -ENOENT;
+            z->cmd_rc = z->slot[z->cmd_slot].sub ? 0 : -ENOENT;
             close_slot(z, z->cmd_slot);
             break;
         case CMD_STOP:
@@ -178,31 +373,61 @@ static int handle_cmd(cr__zsub_t *z)
 static void *thread_main(void *arg)
 {
     cr__zsub_t *z = arg;
-    zmq_pollitem_t items[NSLOT + 1];
-    uint32_t slot_of[NSLOT + 1];
+    zmq_pollitem_t items[3 * NSLOT + 1];
+    uint32_t slot_of[3 * NSLOT + 1];
+    int is_replay[3 * NSLOT + 1]; /* 0 SUB, 1 replay DEALER, 2 monitor */
     for (;;) {
         int n = 0;
+        long timeout = -1;
+        uint64_t now = cr__now_ms();
         items[n++] = (zmq_pollitem_t){.socket = NULL, .fd = z->efd, .events = ZMQ_POLLIN};
-        for (uint32_t s = 0; s < NSLOT; s++)
-            if (z->sock[s]) {
-                slot_of[n] = s;
-                items[n++] = (zmq_pollitem_t){.socket = z->sock[s], .events = ZMQ_POLLIN};
+        for (uint32_t s = 0; s < NSLOT; s++) {
+            zslot_t *zs = &z->slot[s];
+            if (!zs->sub)
+                continue;
+            if (zs->replaying) {
+                if (now >= zs->deadline_ms) {
+                    CR_LOG_WARN("conductor", "slot %u: replay timed out", s);
+                    finish_replay(z, s);
+                } else if (timeout < 0 || (long)(zs->deadline_ms - now) < timeout) {
+                    timeout = (long)(zs->deadline_ms - now);
+                }
             }
-        int r = zmq_poll(items, n, -1);
+            slot_of[n] = s;
+            is_replay[n] = 0;
+            items[n++] = (zmq_pollitem_t){.socket = zs->sub, .events = ZMQ_POLLIN};
+            if (zs->dealer) {
+                slot_of[n] = s;
+                is_replay[n] = 1;
+                items[n++] = (zmq_pollitem_t){.socket = zs->dealer, .events = ZMQ_POLLIN};
+            }
+            if (zs->mon) {
+                slot_of[n] = s;
+                is_replay[n] = 2;
+                items[n++] = (zmq_pollitem_t){.socket = zs->mon, .events = ZMQ_POLLIN};
+            }
+        }
+        int r = zmq_poll(items, n, timeout);
         if (r < 0) {
             if (zmq_errno() == EINTR)
                 continue;
             CR_LOG_ERROR("conductor", "zmq_poll failed: %s", zmq_strerror(zmq_errno()));
             break;
         }
-        for (int i = 1; i < n; i++) {
-            if (!(items[i].revents & ZMQ_POLLIN))
-                continue;
-            uint32_t s = slot_of[i];
-            for (int k = 0; k < BURST && z->sock[s]; k++)
-                if (recv_one(z, s))
-                    break;
-        }
+        /* replay answers first, so that held live messages follow them;
+         * monitor events last */
+        static const int order[3] = {1, 0, 2};
+        for (int o = 0; o < 3; o++)
+            for (int i = 1; i < n; i++) {
+                int kind = order[o];
+                if (is_replay[i] != kind || !(items[i].revents & ZMQ_POLLIN))
+                    continue;
+                uint32_t s = slot_of[i];
+                for (int k = 0; k < BURST && z->slot[s].sub; k++)
+                    if (kind == 1 ? recv_replay(z, s) : kind == 0 ? recv_sub(z, s)
+                                                                  : on_monitor(z, s))
+                        break;
+            }
         if ((items[0].revents & ZMQ_POLLIN) && handle_cmd(z))
             break;
     }
@@ -212,7 +437,7 @@ static void *thread_main(void *arg)
 }
 
 static int run_cmd(cr__zsub_t *z, int cmd, uint32_t slot, uint32_t gen, const char *ep,
-                   char *err, size_t errlen)
+                   const char *replay, char *err, size_t errlen)
 {
     pthread_mutex_lock(&z->cmd_lock);
     pthread_mutex_lock(&z->lock);
@@ -221,6 +446,7 @@ static int run_cmd(cr__zsub_t *z, int cmd, uint32_t slot, uint32_t gen, const ch
     z->cmd_slot = slot;
     z->cmd_gen = gen;
     z->cmd_endpoint = ep;
+    z->cmd_replay = replay;
     z->cmd_err[0] = 0;
     uint64_t one = 1;
     if (write(z->efd, &one, sizeof one) < 0) {
@@ -280,19 +506,19 @@ int cr__zsub_start(cr__zsub_msg_fn fn, void *user, size_t max_msg, int hwm, cr__
     return 0;
 }
 
-int cr__zsub_add(cr__zsub_t *z, uint32_t slot, uint32_t gen, const char *endpoint, char *err,
-                 size_t errlen)
+int cr__zsub_add(cr__zsub_t *z, uint32_t slot, uint32_t gen, const char *endpoint,
+                 const char *replay_endpoint, char *err, size_t errlen)
 {
     if (!z || slot >= NSLOT || !endpoint)
         return -EINVAL;
-    return run_cmd(z, CMD_ADD, slot, gen, endpoint, err, errlen);
+    return run_cmd(z, CMD_ADD, slot, gen, endpoint, replay_endpoint, err, errlen);
 }
 
 int cr__zsub_remove(cr__zsub_t *z, uint32_t slot)
 {
     if (!z || slot >= NSLOT)
         return -EINVAL;
-    return run_cmd(z, CMD_REMOVE, slot, 0, NULL, NULL, 0);
+    return run_cmd(z, CMD_REMOVE, slot, 0, NULL, NULL, NULL, 0);
 }
 
 void cr__zsub_stop(cr__zsub_t *z)
@@ -300,7 +526,7 @@ void cr__zsub_stop(cr__zsub_t *z)
     if (!z)
         return;
     if (z->started) {
-        run_cmd(z, CMD_STOP, 0, 0, NULL, NULL, 0);
+        run_cmd(z, CMD_STOP, 0, 0, NULL, NULL, NULL, 0);
         pthread_join(z->thr, NULL);
     }
     zmq_ctx_term(z->ctx);

@@ -30,11 +30,16 @@ typedef void (*cr__zsub_msg_fn)(void *user, uint32_t slot, uint32_t gen, int has
  * the receive high-water mark. Returns 0 and *out, or -errno. */
 int cr__zsub_start(cr__zsub_msg_fn fn, void *user, size_t max_msg, int hwm, cr__zsub_t **out);
 
-/* Subscribes slot (tagged gen) to endpoint (all topics). Synchronous: returns
- * once the thread created and connected the socket. Returns 0, -EINVAL (bad
- * endpoint; message in err), -EEXIST (slot in use) or -errno. */
-int cr__zsub_add(cr__zsub_t *z, uint32_t slot, uint32_t gen, const char *endpoint, char *err,
-                 size_t errlen);
+/* Subscribes slot (tagged gen) to endpoint (all topics). replay_endpoint
+ * (NULL or "" = none) is the publisher's ROUTER replay socket (vLLM
+ * ZmqEventPublisher): when a sequence number is skipped the thread asks it
+ * for the missed batches ([empty, start seq]) and holds live messages (at
+ * most 1024 / 64 MiB, 1 s) until the end marker, so the callback still sees
+ * batches in sequence order. Synchronous: returns once the thread created
+ * and connected the sockets. Returns 0, -EINVAL (bad endpoint; message in
+ * err), -EEXIST (slot in use) or -errno. */
+int cr__zsub_add(cr__zsub_t *z, uint32_t slot, uint32_t gen, const char *endpoint,
+                 const char *replay_endpoint, char *err, size_t errlen);
 
 /* Closes the socket of slot; no callback for it is made after this returns.
  * Returns 0 or -ENOENT. */

@@ -97,12 +97,35 @@ class Conductor:
 class Publisher:
     """vLLM ZmqEventPublisher framing; XPUB so we know when the SUB joined."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, replay=False):
         self.sock = ctx.socket(zmq.XPUB)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = "tcp://127.0.0.1:%d" % self.port
         self.seq = 0
+        self.buffer = []  # (seq, payload) kept for replay, like vLLM's
+        self.replay = None
+        if replay:
+            self.replay = ctx.socket(zmq.ROUTER)
+            self.replay.setsockopt(zmq.LINGER, 0)
+            rport = self.replay.bind_to_random_port("tcp://127.0.0.1")
+            self.replay_endpoint = "tcp://127.0.0.1:%d" % rport
+        self.replays_served = 0
+
+    def service_replay(self):
+        """vLLM ZmqEventPublisher._service_replay: [id, "", start] in,
+        [id, "", seq, payload]... then [id, "", -1, ""] out."""
+        while self.replay is not None and self.replay.poll(0):
+            frames = self.replay.recv_multipart()
+            check(len(frames) == 3 and frames[1] == b"" and len(frames[2]) == 8,
+                  "replay request framing", "[id, '', seq8]", frames)
+            start = int.from_bytes(frames[2], "big")
+            for seq, buf in self.buffer:
+                if seq >= start:
+                    self.replay.send_multipart([frames[0], b"", seq.to_bytes(8, "big"), buf])
+            self.replay.send_multipart([frames[0], b"", (-1).to_bytes(8, "big", signed=True),
+                                        b""])
+            self.replays_served += 1
 
     def wait_subscriber(self):
         if not self.sock.poll(DEADLINE_S * 1000):
@@ -110,12 +133,16 @@ class Publisher:
         msg = self.sock.recv()
         check(msg[:1] == b"\x01", "subscription message", b"\x01...", msg)
 
-    def publish(self, events, dp_rank=0, skip_seq=False):
+    def publish(self, events, dp_rank=0, skip_seq=False, lose=False):
+        """lose: the batch is numbered and kept for replay, but the PUB send
+        is dropped (as when the subscriber's queue overflowed)."""
         if skip_seq:
             self.seq += 1
         batch = [time.time(), events, dp_rank]
         payload = msgpack.packb(batch, use_bin_type=True)
-        self.sock.send_multipart([b"kv-events", struct.pack(">Q", self.seq), payload])
+        self.buffer.append((self.seq, payload))
+        if not lose:
+            self.sock.send_multipart([b"kv-events", struct.pack(">Q", self.seq), payload])
         self.seq += 1
 
     def send_raw(self, frames):
@@ -141,10 +168,13 @@ def seq_hashes(tokens):
     return out
 
 
-def wait_batches(c, want):
-    """Waits (bounded) until each instance applied at least want[id] batches."""
+def wait_batches(c, want, pubs=()):
+    """Waits (bounded) until each instance applied at least want[id] batches,
+    serving replay requests of pubs meanwhile."""
     end = time.monotonic() + DEADLINE_S
     while True:
+        for p in pubs:
+            p.service_replay()
         st, j = c.call("GET", "/instances")
         check(st == 200, "GET /instances status", 200, st)
         got = {i["instance_id"]: i["batches"] + i["bad_batches"] for i in j["instances"]}
@@ -272,6 +302,32 @@ def run(c, ctx):
     check(metric(c, "crescent_conductor_event_seq_gaps_total") == 1, "seq gaps", 1, None)
     st, j = c.call("POST", "/query", {"model": "llama", "token_ids": toks, "instance_id": "p2"})
     check(j["default"]["p2"]["longest_matched"] == 3 * BS, "p2 unchanged by bad batches", 12, j)
+
+    # replay: p3 registers its ROUTER replay endpoint; batch 1 is lost on the
+    # PUB socket, batch 2 (chained to batch 1's block) reveals the gap, the
+    # conductor fetches 1..2 from the replay socket and applies them in order
+    p3 = Publisher(ctx, replay=True)
+    st, j = c.call("POST", "/register", {
+        "endpoint": p3.endpoint, "replay_endpoint": p3.replay_endpoint, "type": "vLLM",
+        "modelname": "llama", "instance_id": "p3", "block_size": BS, "dp_rank": 0})
+    check(st == 200, "register p3 with replay_endpoint", 200, (st, j))
+    p3.wait_subscriber()
+    p3.publish([stored([31], None, toks[:BS])])
+    p3.publish([stored([32], 31, toks[BS:2 * BS])], lose=True)
+    p3.publish([stored([33], 32, toks[2 * BS:3 * BS])])
+    j = wait_batches(c, {"p3": 3}, pubs=[p3])
+    inst = [i for i in j["instances"] if i["instance_id"] == "p3"][0]
+    check(p3.replays_served == 1, "replay requests served", 1, p3.replays_served)
+    check(inst["seq_gaps"] == 0 and inst["last_seq"] == 2 and inst["bad_batches"] == 0,
+          "p3 after replay", "no gap, last_seq 2", inst)
+    st, j = c.call("POST", "/query", {"model": "llama", "token_ids": toks, "instance_id": "p3"})
+    check(j["default"]["p3"]["longest_matched"] == 3 * BS, "p3 chain after replay", 3 * BS, j)
+    check(metric(c, "crescent_conductor_orphan_blocks_total") == 0, "orphans after replay", 0,
+          None)
+    p3.sock.close(linger=0)
+    p3.replay.close(linger=0)
+    st, j = c.call("POST", "/unregister", {"instance_id": "p3"})
+    check(st == 200, "unregister p3", 200, (st, j))
 
     # unregister p2: gone from answers, its later events are not applied
     st, j = c.call("POST", "/unregister", {"instance_id": "p2", "type": "vLLM",
