@@ -232,6 +232,7 @@ typedef struct worker {
 
 static uint64_t t_start_ns;
 static atomic_int ready_count, go_flag; /* start line: workers warm up, then wait for go */
+static atomic_int done_count;           /* workers that left their loop (error or stop) */
 
 /* Runs one batch of n requests; records latencies when record. Returns 0 or
  * the first request error. */
@@ -346,6 +347,7 @@ static void *worker_main(void *arg)
     if (!taddr) {
         w->first_error = -ENOMEM;
         atomic_fetch_add(&ready_count, 1);
+        atomic_fetch_add(&done_count, 1);
         return NULL;
     }
     /* warm-up batch (connections, caches), not counted; a READ so that it
@@ -402,6 +404,7 @@ static void *worker_main(void *arg)
     }
     w->t_end_ns = cr__now_ns();
     free(taddr);
+    atomic_fetch_add(&done_count, 1);
     return NULL;
 }
 
@@ -531,7 +534,9 @@ static int run_initiator(const te_cfg_t *c)
     t_start_ns = cr__now_ns();
     atomic_store(&go_flag, 1);
     uint64_t end = t_start_ns + (uint64_t)(c->duration * 1e9);
-    while (!atomic_load(&stop_flag) && cr__now_ns() < end)
+    /* until the duration ends, a signal, or every worker has stopped on an error */
+    while (!atomic_load(&stop_flag) && cr__now_ns() < end &&
+           (size_t)atomic_load(&done_count) < nthreads)
         sleep_us(10000);
     atomic_store(&stop_flag, 1);
     cr_bench_lat_t req, bat;

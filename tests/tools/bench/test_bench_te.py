@@ -191,6 +191,25 @@ def main():
               "--threads", "1", "--check", transport="shm")
     stop_target(tgt)
 
+    # the target dies mid-run: the initiator reports the failure and exits 1
+    # (it must not hang; CTest's timeout bounds this)
+    tgt, seg = start_target("--protocol", "tcp", "--buffer_size", "16MiB")
+    ini = subprocess.Popen([BENCH, "--mode", "initiator", "--duration", "60", "--segment", seg,
+                            "--protocol", "tcp", "--operation", "read", "--block_size", "256KiB",
+                            "--batch_size", "4", "--threads", "2", "--timeout_ms", "5000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(ini)
+    time.sleep(0.5)
+    tgt.kill()
+    tgt.wait()
+    out, err = ini.communicate(timeout=100)
+    check(ini.returncode == 1 and "transfer failed" in err,
+          "initiator exits 1 when the target dies", (1, "transfer failed"),
+          (ini.returncode, err[-300:]))
+    m = re.search(r"errors=(\d+)", out)
+    check(m is not None and int(m.group(1)) > 0, "RESULT counts the errors", ">0",
+          m and m.group(1))
+
     # http metadata through crescent-metadata, named segments
     mp = subprocess.Popen([META, "--port", "0", "--host", "127.0.0.1"], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
