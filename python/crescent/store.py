@@ -86,6 +86,12 @@ class DistributedStore(_crescent.DistributedStore):
         super().__init__()
         _live.add(self)
 
+    def batch_get_buffer(self, keys):
+        """get_buffer() of each key: BufferHandle, or None for a missing key."""
+        if isinstance(keys, (str, bytes)):
+            raise TypeError("keys must be a list of str")
+        return [self.get_buffer(k) for k in keys]
+
     def put_tensor(self, key, tensor, config=None):
         """Stores a CPU copy of a PyTorch tensor (header + data). Returns 0 or negative."""
         torch = _torch()

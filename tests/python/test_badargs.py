@@ -20,7 +20,7 @@ STORE_METHODS = ["put", "get", "put_parts", "get_buffer", "put_from", "get_into"
                  "is_exist", "remove", "batch_is_exist", "batch_put_from", "batch_get_into",
                  "put_batch", "get_batch", "batch_remove", "batch_put_from_multi_buffers",
                  "batch_get_into_multi_buffers", "register_buffer", "unregister_buffer",
-                 "remove_all", "get_hostname", "put_tensor", "get_tensor"]
+                 "remove_all", "get_hostname", "put_tensor", "get_tensor", "batch_get_buffer"]
 ENGINE_METHODS = ["get_rpc_port", "register_memory", "unregister_memory", "batch_register_memory",
                   "batch_unregister_memory", "transfer_sync_write", "transfer_sync_read",
                   "batch_transfer_sync_write", "batch_transfer_sync_read", "transfer_sync",

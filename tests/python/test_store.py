@@ -176,6 +176,8 @@ def test_get_buffer_protocol(store):
     assert arr.dtype == np.uint8 and np.array_equal(arr, payload)
     assert bytes(memoryview(h)) == payload.tobytes()
     assert store.get_buffer(K("none")) is None
+    hs = store.batch_get_buffer([k, K("none")])
+    assert bytes(hs[0]) == payload.tobytes() and hs[1] is None
 
 
 # ---- zero-copy API ---------------------------------------------------------------
