@@ -78,15 +78,13 @@ static void fill(uint8_t *b, size_t n, uint64_t seed)
 
 static int same(const uint8_t *b, size_t n, uint64_t seed)
 {
-    static __thread uint8_t *tmp;
-    static __thread size_t tmpn;
-    if (tmpn < n) {
-        free(tmp);
-        tmp = malloc(n);
-        tmpn = n;
-    }
+    uint8_t *tmp = malloc(n);
+    if (!tmp)
+        return 0;
     fill(tmp, n, seed);
-    return memcmp(tmp, b, n) == 0;
+    int r = memcmp(tmp, b, n) == 0;
+    free(tmp);
+    return r;
 }
 
 /* ---- processes -------------------------------------------------------------- */
