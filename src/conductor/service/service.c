@@ -381,11 +381,20 @@ static void apply_batch_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_batch_
                      sl->reg.id.instance_id, e->block_size, sl->reg.id.block_size);
             continue;
         }
-        if (e->lora_name[0] && strcmp(e->lora_name, sl->reg.id.lora_name)) {
+        /* the event's LoRA: its lora_name, else the deprecated lora_id as
+         * "lora_id:N" (the name /register and /query give a lora_id) */
+        char lora[CR__KVEV_LORA_MAX];
+        if (e->lora_name[0])
+            snprintf(lora, sizeof lora, "%s", e->lora_name);
+        else if (e->has_lora_id && e->lora_id >= 0)
+            snprintf(lora, sizeof lora, "lora_id:%lld", (long long)e->lora_id);
+        else
+            lora[0] = 0; /* base model, or a publisher that does not say */
+        if (lora[0] && strcmp(lora, sl->reg.id.lora_name)) {
             inc(s, CR__CSVC_M_SKIPPED_EVENTS, 1);
             log_once(s, ONCE_LORA,
                      "instance %s: BlockStored for LoRA '%s' but registered for '%s'; skipped",
-                     sl->reg.id.instance_id, e->lora_name, sl->reg.id.lora_name);
+                     sl->reg.id.instance_id, lora, sl->reg.id.lora_name);
             continue;
         }
         apply_stored_locked(s, si, e, tier);

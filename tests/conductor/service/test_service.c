@@ -232,12 +232,33 @@ static void test_removed_cleared_orphan(void **st)
     assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, e.sb.data, e.sb.size), 0);
     ep_free(&e);
 
+    /* an event for LoRA adapter id 3 (deprecated lora_id, no lora_name) on a
+     * base-model registration: skipped */
+    ep_init(&e);
+    ep_batch(&e, 9, 1, 0);
+    msgpack_pack_array(&e.pk, 7);
+    ep_str(&e, "BlockStored");
+    msgpack_pack_array(&e.pk, 1);
+    msgpack_pack_uint64(&e.pk, 77);
+    msgpack_pack_nil(&e.pk);
+    msgpack_pack_array(&e.pk, 4);
+    for (int i = 0; i < 4; i++)
+        msgpack_pack_uint32(&e.pk, T[i]);
+    msgpack_pack_uint32(&e.pk, 4);
+    msgpack_pack_int(&e.pk, 3);
+    ep_str(&e, "GPU");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    j = call(f->s, "POST", "/query", "{\"model\":\"m\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p1/longest_matched"), 0);
+    json_decref(j);
+
     json_t *m = call(f->s, "GET", "/metrics", NULL, 200);
     const char *txt = json_string_value(m);
     assert_non_null(strstr(txt, "crescent_conductor_bad_batches_msgpack_total 1\n"));
     assert_non_null(strstr(txt, "crescent_conductor_bad_batches_field_total 1\n"));
     assert_non_null(strstr(txt, "crescent_conductor_orphan_blocks_total 1\n"));
-    assert_non_null(strstr(txt, "crescent_conductor_skipped_events_total 1\n"));
+    assert_non_null(strstr(txt, "crescent_conductor_skipped_events_total 2\n"));
     assert_non_null(strstr(txt, "crescent_conductor_all_blocks_cleared_total 1\n"));
     assert_non_null(strstr(txt, "crescent_conductor_instances 2\n"));
     json_decref(m);
