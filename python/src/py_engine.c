@@ -581,7 +581,13 @@ static PyObject *engine_get_local_name(PyEngine *self, PyObject *unused)
 /* Registers one range; view (may be NULL) is kept until unregistered. GIL held. */
 static int do_register(PyEngine *self, uint64_t addr, uint64_t len, Py_buffer *view)
 {
-    if (!view && !cr__py_mem_mapped(addr, len))
+    int mapped = 1;
+    if (!view) {
+        Py_BEGIN_ALLOW_THREADS
+        mapped = cr__py_mem_mapped(addr, len);
+        Py_END_ALLOW_THREADS
+    }
+    if (!mapped)
         return -EFAULT;
     int rc = cr__py_reg_add(&self->regs, addr, len, view);
     if (rc < 0)

@@ -502,7 +502,13 @@ static PyObject *store_register_buffer(PyStore *self, PyObject *args, PyObject *
         if (cr__py_u64(so, "size", &len) < 0)
             return NULL;
     }
-    if (addr == 0 || len == 0 || (!view && !cr__py_mem_mapped(addr, len))) {
+    int mapped = 1;
+    if (!view && addr && len) {
+        Py_BEGIN_ALLOW_THREADS
+        mapped = cr__py_mem_mapped(addr, len);
+        Py_END_ALLOW_THREADS
+    }
+    if (addr == 0 || len == 0 || !mapped) {
         release_view(view);
         return PyLong_FromLong(CR_E_INVALID_PARAMS);
     }

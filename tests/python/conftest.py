@@ -179,3 +179,40 @@ def run_py(script, *args, env=None, timeout=120):
         e.update(env)
     return subprocess.run([sys.executable, script] + [str(a) for a in args], env=e,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def gil_released_during(call, attempts=5):
+    """True if another Python thread ran while `call()` was inside C.
+
+    The switch interval is raised so the interpreter never takes the GIL away
+    by itself: the main thread below can only run while the worker has
+    released the GIL voluntarily. The worker reads a counter just before and
+    just after the call; the counter moving means the binding released the
+    GIL during the call (not a timing assertion: a call that keeps the GIL
+    cannot let the counter move at all)."""
+    import sys
+    import threading
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(100.0)
+    moved = []
+    try:
+        for _ in range(attempts):
+            state = {"n": 0, "done": False}
+
+            def worker():
+                c0 = state["n"]
+                call()
+                moved.append(state["n"] - c0)
+                state["done"] = True
+
+            t = threading.Thread(target=worker)
+            t.start()
+            while not state["done"]:
+                state["n"] += 1
+                time.sleep(0)  # lets the worker take the GIL back when it returns
+            t.join()
+            if moved[-1] > 0:
+                return True
+        return False
+    finally:
+        sys.setswitchinterval(old)

@@ -422,3 +422,10 @@ def test_etcd_metadata_bare_and_uri_forms(daemons, tmp_path):
             e.close()
     finally:
         peer_.close()
+
+
+def test_gil_is_released_during_transfers(engine, peer):
+    from conftest import gil_released_during
+    buf = registered(engine, PEER_SIZE)
+    assert gil_released_during(
+        lambda: engine.transfer_sync_read(peer.name, buf.ctypes.data, peer.addr, PEER_SIZE))

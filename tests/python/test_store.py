@@ -503,3 +503,16 @@ def test_exit_without_close_unmounts_segment(store, cluster, tmp_path):
         time.sleep(0.05)
     assert store.is_exist(k) == 0
     assert store.get(k) == b""
+
+
+def test_gil_is_released_during_batch_get_into(store):
+    from conftest import gil_released_during
+    n, size = 16, 1 << 20
+    buf = np.zeros(n * size, dtype=np.uint8)
+    assert store.register_buffer(buf) == 0
+    keys = [K("gil%d" % i) for i in range(n)]
+    ptrs = [buf.ctypes.data + i * size for i in range(n)]
+    assert store.batch_put_from(keys, ptrs, [size] * n) == [0] * n
+    assert gil_released_during(lambda: store.batch_get_into(keys, ptrs, [size] * n))
+    assert gil_released_during(lambda: store.get(keys[0]))
+    assert store.unregister_buffer(buf) == 0
