@@ -85,13 +85,15 @@ PORT=17777
 size=160M
 [ "$case_" = failover ] && size=1G
 
-# waits until file $1 has a line matching $2 (or process $3 exits); 0 if seen
+# waits up to $4 seconds (default 30) until file $1 has a line matching $2
+# (or process $3 exits); 0 if seen. Polls every 10 ms: the failover case must
+# take the link down while the transfer is still running.
 wait_line() {
-  local f=$1 re=$2 p=$3 n=${4:-600}
-  for _ in $(seq "$n"); do
+  local f=$1 re=$2 p=$3 secs=${4:-30}
+  for _ in $(seq $((secs * 100))); do
     grep -qE "$re" "$f" 2>/dev/null && return 0
     kill -0 "$p" 2>/dev/null || { grep -qE "$re" "$f" 2>/dev/null; return $?; }
-    sleep 0.05
+    sleep 0.01
   done
   return 1
 }
@@ -99,7 +101,7 @@ wait_line() {
 ip netns exec "$A" "$drv" target --nics "$NICS_A" --port $PORT --size $size >"$tmp/target.out" 2>&1 &
 tpid=$!
 pids+=("$tpid")
-if ! wait_line "$tmp/target.out" '^READY ' "$tpid" 1200; then
+if ! wait_line "$tmp/target.out" '^READY ' "$tpid" 60; then
   echo "FAIL: target did not start"; exit 1
 fi
 name=$(awk '/^READY /{print $2; exit}' "$tmp/target.out")
@@ -130,11 +132,11 @@ failover)
     >"$tmp/failover.out" 2>&1 &
   dpid=$!
   pids+=("$dpid")
-  if wait_line "$tmp/failover.out" '^started' "$dpid" 1200; then
+  if wait_line "$tmp/failover.out" '^started' "$dpid" 60; then
     ip -n "$B" link set "$B1" down
     echo "took $B1 down"
     # bring it back once the driver finished phase 1 (or gave up)
-    wait_line "$tmp/failover.out" '^phase1-ok' "$dpid" 4000
+    wait_line "$tmp/failover.out" '^phase1-ok' "$dpid" 200
     ip -n "$B" link set "$B1" up
     echo "brought $B1 up"
   fi
