@@ -27,7 +27,9 @@ class Peer:
         self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "engine_peer.py"), metadata,
                                    str(size), host], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
-        info = json.loads(self.p.stdout.readline() or "{}")
+        import select
+        ready, _, _ = select.select([self.p.stdout], [], [], 60)  # bounded start-up
+        info = json.loads((self.p.stdout.readline() if ready else "") or "{}")
         if "name" not in info:
             self.close()
             pytest.fail("peer engine failed to start: %r" % info)
