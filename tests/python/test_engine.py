@@ -431,3 +431,21 @@ def test_gil_is_released_during_transfers(engine, peer):
     buf = registered(engine, PEER_SIZE)
     assert gil_released_during(
         lambda: engine.transfer_sync_read(peer.name, buf.ctypes.data, peer.addr, PEER_SIZE))
+
+
+def test_device_name_ip_addresses_select_nics(peer):
+    """IP addresses in device_name are the NICs the engine listens on and
+    pools (two loopback addresses here); RDMA device names are ignored."""
+    e = TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "127.0.0.1,127.0.0.2,mlx5_0") == 0
+    try:
+        assert e.get_local_name() == "127.0.0.1:%d" % e.get_rpc_port()
+        n = 2 << 20
+        src = registered(e, n, fill=0x3C)
+        assert e.transfer_sync_write(peer.name, src.ctypes.data, peer.addr, n) == 0
+        assert peer.read(n - 16, 16) == bytes([0x3C]) * 16
+        dst = registered(e, n)
+        assert e.transfer_sync_read(peer.name, dst.ctypes.data, peer.addr, n) == 0
+        assert np.array_equal(dst, src)
+    finally:
+        e.close()
