@@ -23,6 +23,9 @@
 #define OF_SOFT_PIN 0x4
 #define REP_DEAD 0x80
 #define NONE32 UINT32_MAX
+/* replica index needs 3 bits: CR__RPC_REPLICA_MAX == 8 */
+#define REPLICA_ID(version, idx) (((uint64_t)(version) << 3) | (uint64_t)(idx))
+_Static_assert(CR__RPC_REPLICA_MAX <= 8, "replica index in 3 bits");
 
 typedef struct shard {
     uint32_t seg; /* index into m->segs (interned segment id) */
@@ -384,7 +387,10 @@ int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
                               .max_visit = m->cfg.evict_max_visit};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    m->master_id = (uint64_t)ts.tv_sec * 1000000ull + (uint64_t)ts.tv_nsec / 1000;
+    /* realtime ms << 16: 65536 versions per ms of uptime before a restarted
+     * master could catch up with an old version (puts run at ~1 M/s), and
+     * version << 3 fits in 64 bits until the year 2500 */
+    m->master_id = ((uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000) << 16;
     m->next_version = m->master_id;
     list_init(&m->lru);
     list_init(&m->pending);
@@ -836,7 +842,7 @@ static int fill_replicas(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_
         uint32_t n = nsh[r] & 0x7f;
         if (!(nsh[r] & REP_DEAD)) {
             cr__rpc_replica_t *rp = &it->replicas[it->n_replicas++];
-            rp->replica_id = (o->version << 4) | r;
+            rp->replica_id = REPLICA_ID(o->version, r);
             rp->n_shards = n;
             rp->shards = cr__rpc_msg_alloc(msg, n * sizeof *rp->shards);
             if (!rp->shards)
@@ -1140,9 +1146,9 @@ static int validate_locked(cr__master_t *m, const char *key, size_t key_len, uin
         return CR_E_INVALID_KEY;
     obj_t *o = lookup_complete(m, key, key_len);
     int rc = 0;
-    if (!o || o->version != version || (replica_id >> 4) != version)
+    if (!o || o->version != version || (replica_id >> 3) != version)
         rc = CR_E_OBJECT_NOT_FOUND;
-    else if ((replica_id & 15) >= o->n_rep || (obj_nsh(o)[replica_id & 15] & REP_DEAD))
+    else if ((replica_id & 7) >= o->n_rep || (obj_nsh(o)[replica_id & 7] & REP_DEAD))
         rc = CR_E_REPLICA_IS_GONE;
     if (rc)
         CNT(m, validate_failures_total)++;
@@ -1488,7 +1494,7 @@ int cr__master_query_key_json(cr__master_t *m, const char *key, size_t key_len, 
         uint32_t n = nsh[r] & 0x7f;
         if (!(nsh[r] & REP_DEAD)) {
             sb_printf(&b, "%s{\"replica_id\":%" PRIu64 ",\"shards\":[", first ? "" : ",",
-                      (o->version << 4) | r);
+                      REPLICA_ID(o->version, r));
             first = 0;
             for (uint32_t k = 0; k < n; k++) {
                 seg_t *sg = &m->segs[sh[k].seg];

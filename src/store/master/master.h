@@ -44,8 +44,8 @@ typedef struct cr__master_cfg {
 void cr__master_cfg_default(cr__master_cfg_t *c);
 
 /* Creates an empty master. master_id (also the first object version) is
- * taken from the realtime clock in microseconds, so versions never repeat
- * across restarts. Returns 0 and *out, -EINVAL or -ENOMEM. */
+ * the realtime clock in ms << 16, so versions never repeat across restarts
+ * (unless a master made more than 65536 puts per ms of its uptime). Returns 0 and *out, -EINVAL or -ENOMEM. */
 int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out);
 void cr__master_destroy(cr__master_t *m);
 
@@ -177,7 +177,6 @@ typedef struct cr__master_stats {
     uint64_t capacity_bytes;  /* sum of mounted segment capacities */
     uint64_t allocated_bytes; /* allocated (objects + pending + quarantine) */
     uint64_t quarantine_bytes;
-    uint64_t leased_objects;  /* (not computed: 0) */
 } cr__master_stats_t;
 
 void cr__master_stats(cr__master_t *m, cr__master_stats_t *st);

@@ -49,7 +49,7 @@ struct cr__rpc_server {
     loop_t loops[MAX_LOOPS];
     /* counters: relaxed atomics */
     uint64_t conns_accepted, conns_rejected, conns_open, frames, bad_frames, closed_bad_header,
-        closed_timeout;
+        closed_timeout, closed_over_budget, buffered;
 };
 
 #define INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
@@ -58,6 +58,10 @@ struct cr__rpc_server {
 
 static void conn_close(loop_t *l, conn_t *c)
 {
+    /* give the buffer budget back before the peer can see the close */
+    __atomic_sub_fetch(&l->srv->buffered, c->payload_cap, __ATOMIC_RELAXED);
+    c->payload_cap = 0;
+    DEC(l->srv->conns_open);
     epoll_ctl(l->ep, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     if (c->prev)
@@ -69,7 +73,6 @@ static void conn_close(loop_t *l, conn_t *c)
     free(c->payload);
     cr__rpc_buf_free(&c->out);
     free(c);
-    DEC(l->srv->conns_open);
 }
 
 static void put_le(uint8_t *p, uint64_t v, int n)
@@ -210,9 +213,19 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
                     cap = c->payload_got + 4096;
                 if (cap > c->h.payload_len)
                     cap = c->h.payload_len;
-                uint8_t *d = realloc(c->payload, cap);
-                if (!d)
+                uint64_t grow = cap - c->payload_cap;
+                if (__atomic_add_fetch(&s->buffered, grow, __ATOMIC_RELAXED) >
+                    s->p.max_buffered_bytes) {
+                    __atomic_sub_fetch(&s->buffered, grow, __ATOMIC_RELAXED);
+                    INC(s->closed_over_budget);
+                    CR_LOG_WARN("rpc", "fd %d: request buffers over budget, closing", c->fd);
                     return -1;
+                }
+                uint8_t *d = realloc(c->payload, cap);
+                if (!d) {
+                    __atomic_sub_fetch(&s->buffered, grow, __ATOMIC_RELAXED);
+                    return -1;
+                }
                 c->payload = d;
                 c->payload_cap = cap;
             }
@@ -233,6 +246,7 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
         c->hdr_got = 0;
         c->payload_got = 0;
         if (c->payload_cap > (1u << 20)) {
+            __atomic_sub_fetch(&s->buffered, c->payload_cap, __ATOMIC_RELAXED);
             free(c->payload);
             c->payload = NULL;
             c->payload_cap = 0;
@@ -357,6 +371,8 @@ int cr__rpc_server_start(const cr__rpc_server_params_t *p, cr__rpc_server_t **ou
         s->p.idle_timeout_ms = 600000;
     if (s->p.frame_timeout_ms <= 0)
         s->p.frame_timeout_ms = 10000;
+    if (s->p.max_buffered_bytes == 0)
+        s->p.max_buffered_bytes = 1ull << 30;
     s->p.host = NULL; /* not kept */
     int rc;
     s->lfd = cr__net_listen(p->host, p->port, 512, &s->port);
@@ -417,6 +433,8 @@ void cr__rpc_server_stats(const cr__rpc_server_t *s, cr__rpc_server_stats_t *o)
     o->bad_frames = LOAD(s->bad_frames);
     o->closed_bad_header = LOAD(s->closed_bad_header);
     o->closed_timeout = LOAD(s->closed_timeout);
+    o->closed_over_budget = LOAD(s->closed_over_budget);
+    o->buffered_bytes = LOAD(s->buffered);
 }
 
 void cr__rpc_server_stop(cr__rpc_server_t *s)

@@ -36,13 +36,17 @@ typedef struct cr__rpc_server_params {
     int max_conns;        /* default 1024 when <= 0 */
     int idle_timeout_ms;  /* default 10 min when <= 0 */
     int frame_timeout_ms; /* default 10 s when <= 0 */
+    /* Bound on request bytes buffered over all connections (default 1 GiB
+     * when 0): a connection whose partial frame would pass it is closed. */
+    uint64_t max_buffered_bytes;
     cr__rpc_handler_fn fn;
     void *user;
 } cr__rpc_server_params_t;
 
 typedef struct cr__rpc_server_stats {
     uint64_t conns_accepted, conns_rejected, conns_open;
-    uint64_t frames, bad_frames, closed_bad_header, closed_timeout;
+    uint64_t frames, bad_frames, closed_bad_header, closed_timeout, closed_over_budget;
+    uint64_t buffered_bytes; /* request bytes buffered right now */
 } cr__rpc_server_stats_t;
 
 /* Binds, listens and starts the loops. Returns 0 and *out, -EINVAL,

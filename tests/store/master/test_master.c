@@ -571,9 +571,9 @@ static void test_bad_input(void **s)
     /* validate with a forged replica id */
     uint64_t ver;
     assert_int_equal(put(m, "v", 10, 1, 0, 0, &ver, 1), 0);
-    assert_int_equal(cr__master_validate(m, "v", 1, ver, (ver << 4) | 0, 1), 0);
-    assert_int_equal(cr__master_validate(m, "v", 1, ver, (ver << 4) | 5, 1), CR_E_REPLICA_IS_GONE);
-    assert_int_equal(cr__master_validate(m, "v", 1, ver, ((ver + 1) << 4), 1),
+    assert_int_equal(cr__master_validate(m, "v", 1, ver, (ver << 3) | 0, 1), 0);
+    assert_int_equal(cr__master_validate(m, "v", 1, ver, (ver << 3) | 5, 1), CR_E_REPLICA_IS_GONE);
+    assert_int_equal(cr__master_validate(m, "v", 1, ver, ((ver + 1) << 3), 1),
                      CR_E_OBJECT_NOT_FOUND);
     cr__rpc_msg_free(&msg);
     cr__master_destroy(m);

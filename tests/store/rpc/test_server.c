@@ -50,11 +50,13 @@ static void handler(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *rep)
     }
 }
 
+static uint64_t g_budget;
+
 static cr__rpc_server_t *start(uint16_t port, int max_conns, int frame_timeout_ms)
 {
     cr__rpc_server_params_t p = {.host = "127.0.0.1", .port = port, .n_threads = 2,
                                  .max_conns = max_conns, .frame_timeout_ms = frame_timeout_ms,
-                                 .fn = handler};
+                                 .max_buffered_bytes = g_budget, .fn = handler};
     cr__rpc_server_t *s = NULL;
     int rc = cr__rpc_server_start(&p, &s);
     if (rc)
@@ -275,6 +277,49 @@ static void test_reconnect_after_restart(void **s)
     cr__rpc_server_stop(srv);
 }
 
+/* Request bytes buffered over all connections are bounded: a peer that
+ * pushes a big frame past the budget is closed, others keep working, and
+ * the budget is returned when connections finish. */
+static void test_buffer_budget(void **s)
+{
+    (void)s;
+    g_budget = 256 * 1024;
+    cr__rpc_server_t *srv = start(0, 0, 0);
+    g_budget = 0;
+    static uint8_t frame[32 + 300 * 1024];
+    memset(frame, 0, sizeof frame);
+    memcpy(frame, "CRSM", 4);
+    frame[4] = 1;
+    frame[6] = CR__RPC_BATCH_EXIST;
+    uint32_t pl = 300 * 1024;
+    frame[16] = (uint8_t)pl;
+    frame[17] = (uint8_t)(pl >> 8);
+    frame[18] = (uint8_t)(pl >> 16);
+    int fd = raw_connect(srv);
+    /* the server closes while we write: ignore the write result */
+    cr__net_write_full(fd, frame, sizeof frame, 3000);
+    cr__rpc_hdr_t h;
+    assert_int_equal(read_reply(fd, &h), -ECONNRESET);
+    close(fd);
+    cr__rpc_client_t *c = client_for(srv);
+    assert_int_equal(exist(c, "yes"), 0);
+    /* a frame under the budget is served (undecodable: error reply) */
+    pl = 100 * 1024;
+    frame[16] = (uint8_t)pl;
+    frame[17] = (uint8_t)(pl >> 8);
+    frame[18] = (uint8_t)(pl >> 16);
+    fd = raw_connect(srv);
+    assert_int_equal(cr__net_write_full(fd, frame, 32 + pl, 3000), 0);
+    assert_int_equal(read_reply(fd, &h), CR_E_INVALID_PARAMS);
+    close(fd);
+    usleep(100000);
+    cr__rpc_server_stats_t st;
+    cr__rpc_server_stats(srv, &st);
+    assert_int_equal(st.closed_over_budget, 1);
+    cr__rpc_client_destroy(c);
+    cr__rpc_server_stop(srv);
+}
+
 static cr__rpc_server_t *g_srv;
 static void *worker(void *arg)
 {
@@ -309,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_bad_input_keeps_serving),
         cmocka_unit_test(test_conn_bound_and_frame_timeout),
         cmocka_unit_test(test_reconnect_after_restart),
+        cmocka_unit_test(test_buffer_budget),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
