@@ -2,7 +2,8 @@
  *
  *   crescent-bench store --master_server_address 127.0.0.1:50051
  *       --op put|get|putget|batch_put|batch_get|batch_putget|exist
- *       --value_size 1MB --threads 4 --ops 200 [--batch 32] [--replica_num 1]
+ *       --value_size 1MB --threads 4 [--processes 2] --ops 200 [--batch 32]
+ *       [--replica_num 1]
  *       [--metadata_server p2p] [--local_hostname 127.0.0.1] [--verify]
  *
  * One client object shared by --threads threads (the client is
@@ -13,9 +14,13 @@
  * putget / batch_putget: the put phase (timed) then the get phase over the
  * keys just put. exist: batch_is_exist of --batch keys per call, half of
  * them present. Keys are removed at the end unless --keep.
+ * With --processes P > 1, P child processes each run the same with their
+ * own client; the parent starts every timed phase in all of them at once
+ * (pipes), collects their counters and latency samples and prints one
+ * RESULT line over all of them (threads = P x --threads).
  *
  * Output: one line per timed phase
- *   RESULT bench=store op=put value_size=... threads=... batch=... ops=...
+ *   RESULT bench=store op=put value_size=... threads=... processes=... batch=... ops=...
  *          seconds=... gbps=... ops_per_s=... p50_us=... p99_us=... p999_us=...
  *          errors=... verify=ok|off|FAILED
  * gbps is 1e9 bytes/s; latency is per call (a batch call for batch ops).
@@ -29,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -46,6 +52,7 @@ typedef struct sb_cfg {
     uint64_t value_size;
     uint64_t global_segment_size;
     int64_t threads;
+    int64_t processes;
     int64_t ops;
     int64_t keys;
     int64_t batch;
@@ -65,7 +72,9 @@ static const cr__cfg_opt_t sb_opts[] = {
     OPT(value_size, "1MB", "bytes per value (4KB..16MB typical)", CR__CFG_SIZE),
     OPT(global_segment_size, "0", "memory this bench client contributes (0 = none)",
         CR__CFG_SIZE),
-    OPT(threads, "4", "client threads", CR__CFG_INT),
+    OPT(threads, "4", "client threads (per process)", CR__CFG_INT),
+    OPT(processes, "1", "client processes, each with its own client and --threads threads",
+        CR__CFG_INT),
     OPT(ops, "100", "timed calls per thread (get/put ops; batch calls for batch ops)",
         CR__CFG_INT),
     OPT(keys, "16", "keys per thread for get (prefilled, read round-robin)", CR__CFG_INT),
@@ -233,6 +242,70 @@ static void *thread_main(void *a)
     return NULL;
 }
 
+/* --processes: set in a child; the parent starts each phase and gets its
+ * results through these pipes */
+static int g_ready_wr = -1, g_go_rd = -1, g_res_wr = -1;
+
+typedef struct sb_record {
+    uint32_t magic;
+    char phase[16];
+    uint64_t calls, keys, errors, vfail, t0, t1, n_samples;
+} sb_record_t;
+#define SB_MAGIC 0x53425243u
+
+static int write_all(int fd, const void *b, size_t n)
+{
+    const char *p = b;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *b, size_t n)
+{
+    char *p = b;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int print_result(const char *phase, int nthreads, const sb_cfg_t *c, uint64_t calls,
+                        uint64_t keys, uint64_t errors, uint64_t vfail, uint64_t ns,
+                        cr_bench_lat_t *all)
+{
+    double secs = (double)ns / 1e9;
+    if (secs <= 0)
+        secs = 1e-9;
+    int is_exist = !strcmp(phase, "exist");
+    uint64_t bytes = is_exist ? 0 : (keys - (errors < keys ? errors : keys)) * c->value_size;
+    printf("RESULT bench=store op=%s value_size=%" PRIu64 " threads=%d processes=%d batch=%d "
+           "replica_num=%d calls=%" PRIu64 " keys=%" PRIu64 " seconds=%.3f gbps=%.3f "
+           "keys_per_s=%.0f calls_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f "
+           "errors=%" PRIu64 " verify=%s\n",
+           phase, c->value_size, nthreads, (int)c->processes,
+           (!strncmp(phase, "batch", 5) || is_exist) ? (int)c->batch : 1, (int)c->replica_num,
+           calls, keys, secs, (double)bytes / secs / 1e9, (double)keys / secs,
+           (double)calls / secs, cr_bench_lat_pct_us(all, 50), cr_bench_lat_pct_us(all, 99),
+           cr_bench_lat_pct_us(all, 99.9), errors,
+           (c->verify || is_exist) ? (vfail ? "FAILED" : "ok") : "off");
+    fflush(stdout);
+    return (int)(errors + vfail ? 1 : 0);
+}
+
 static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *c)
 {
     g_phase = phase;
@@ -243,6 +316,11 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
     pthread_barrier_init(&g_bar, NULL, (unsigned)n + 1);
     for (int i = 0; i < n; i++)
         pthread_create(&th[i].tid, NULL, thread_main, &th[i]);
+    if (g_ready_wr >= 0) { /* child: wait for the parent's start signal */
+        char ch = 'R';
+        if (write_all(g_ready_wr, &ch, 1) || read_all(g_go_rd, &ch, 1))
+            _exit(3);
+    }
     pthread_barrier_wait(&g_bar);
     uint64_t t0 = cr__now_ns();
     pthread_barrier_wait(&g_bar);
@@ -262,29 +340,144 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
         vfail += th[i].verify_fail;
         cr_bench_lat_merge(&all, &th[i].lat);
     }
-    double secs = (double)(t1 - t0) / 1e9;
-    if (secs <= 0)
-        secs = 1e-9;
-    int is_exist = !strcmp(phase, "exist");
-    uint64_t bytes = is_exist ? 0 : (keys - (errors < keys ? errors : keys)) * c->value_size;
-    printf("RESULT bench=store op=%s value_size=%" PRIu64 " threads=%d batch=%d replica_num=%d "
-           "calls=%" PRIu64 " keys=%" PRIu64 " seconds=%.3f gbps=%.3f keys_per_s=%.0f "
-           "calls_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f errors=%" PRIu64
-           " verify=%s\n",
-           phase, c->value_size, n,
-           (!strncmp(phase, "batch", 5) || is_exist) ? (int)c->batch : 1, (int)c->replica_num,
-           calls, keys, secs, (double)bytes / secs / 1e9, (double)keys / secs,
-           (double)calls / secs, cr_bench_lat_pct_us(&all, 50), cr_bench_lat_pct_us(&all, 99),
-           cr_bench_lat_pct_us(&all, 99.9), errors,
-           (c->verify || is_exist) ? (vfail ? "FAILED" : "ok") : "off");
-    fflush(stdout);
+    int rc;
+    if (g_res_wr >= 0) { /* child: the parent prints */
+        sb_record_t r = {.magic = SB_MAGIC, .calls = calls, .keys = keys, .errors = errors,
+                         .vfail = vfail, .t0 = t0, .t1 = t1};
+        snprintf(r.phase, sizeof r.phase, "%s", phase);
+        r.n_samples = all.n_seen < CR_BENCH_RESERVOIR ? all.n_seen : CR_BENCH_RESERVOIR;
+        if (write_all(g_res_wr, &r, sizeof r) ||
+            write_all(g_res_wr, all.samples_ns, r.n_samples * sizeof *all.samples_ns))
+            _exit(3);
+        rc = (int)(errors + vfail ? 1 : 0);
+    } else {
+        rc = print_result(phase, n, c, calls, keys, errors, vfail, t1 - t0, &all);
+    }
     cr_bench_lat_free(&all);
-    return (int)(errors + vfail ? 1 : 0);
+    return rc;
+}
+
+static int store_run(sb_cfg_t *cp);
+
+/* Parent of --processes children: starts every phase in all of them at
+ * once, merges their records, prints one RESULT per phase. */
+static int run_processes(sb_cfg_t *c)
+{
+    int P = (int)c->processes;
+    int phases = (!strcmp(c->op, "putget") || !strcmp(c->op, "batch_putget")) ? 2 : 1;
+    int ready[2], go[2];
+    int *res = calloc((size_t)P, sizeof *res);
+    pid_t *pids = calloc((size_t)P, sizeof *pids);
+    if (!res || !pids || pipe(ready) || pipe(go)) {
+        free(res);
+        free(pids);
+        return 1;
+    }
+    char base[CR__CFG_STR_MAX];
+    snprintf(base, sizeof base, "%s", c->key_prefix);
+    fflush(stdout);
+    for (int i = 0; i < P; i++) {
+        int rp[2];
+        if (pipe(rp))
+            return 1;
+        pid_t pid = fork();
+        if (pid < 0)
+            return 1;
+        if (pid == 0) {
+            close(ready[0]);
+            close(go[1]);
+            close(rp[0]);
+            for (int j = 0; j < i; j++)
+                close(res[j]);
+            g_ready_wr = ready[1];
+            g_go_rd = go[0];
+            g_res_wr = rp[1];
+            snprintf(c->key_prefix, sizeof c->key_prefix, "%.40s-p%d", base, i);
+            int rc = store_run(c);
+            if (rc == 2 || rc == 3) { /* setup failed before the first phase */
+                char ch = 'F';
+                write_all(g_ready_wr, &ch, 1);
+            }
+            _exit(rc);
+        }
+        close(rp[1]);
+        res[i] = rp[0];
+        pids[i] = pid;
+    }
+    close(ready[1]);
+    close(go[0]);
+    int ret = 0;
+    for (int ph = 0; ph < phases && !ret; ph++) {
+        int failed = 0;
+        for (int i = 0; i < P; i++) {
+            char ch;
+            if (read_all(ready[0], &ch, 1) || ch != 'R')
+                failed = 1;
+        }
+        if (failed) {
+            fprintf(stderr, "crescent-bench store: a child process failed to start\n");
+            ret = 1;
+            break;
+        }
+        char gos[256];
+        memset(gos, 'G', sizeof gos);
+        for (int left = P; left > 0; left -= 256)
+            write_all(go[1], gos, (size_t)(left < 256 ? left : 256));
+        cr_bench_lat_t all;
+        if (cr_bench_lat_init(&all, 11)) {
+            ret = 1;
+            break;
+        }
+        uint64_t calls = 0, keys = 0, errors = 0, vfail = 0, t0 = UINT64_MAX, t1 = 0;
+        char phase[16] = "";
+        for (int i = 0; i < P && !ret; i++) {
+            sb_record_t r;
+            if (read_all(res[i], &r, sizeof r) || r.magic != SB_MAGIC ||
+                r.n_samples > CR_BENCH_RESERVOIR) {
+                fprintf(stderr, "crescent-bench store: child %d sent no result\n", i);
+                ret = 1;
+                break;
+            }
+            uint64_t *smp = malloc(r.n_samples * sizeof *smp + 1);
+            if (!smp || read_all(res[i], smp, r.n_samples * sizeof *smp)) {
+                free(smp);
+                ret = 1;
+                break;
+            }
+            for (uint64_t k = 0; k < r.n_samples; k++)
+                cr_bench_lat_add(&all, smp[k]);
+            free(smp);
+            calls += r.calls;
+            keys += r.keys;
+            errors += r.errors;
+            vfail += r.vfail;
+            t0 = r.t0 < t0 ? r.t0 : t0;
+            t1 = r.t1 > t1 ? r.t1 : t1;
+            memcpy(phase, r.phase, sizeof phase);
+            phase[sizeof phase - 1] = 0;
+        }
+        if (!ret)
+            ret |= print_result(phase, P * (int)c->threads, c, calls, keys, errors, vfail,
+                                t1 - t0, &all);
+        cr_bench_lat_free(&all);
+    }
+    close(go[1]); /* children blocked on a start signal see EOF */
+    for (int i = 0; i < P; i++) {
+        int st;
+        waitpid(pids[i], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            ret = 1;
+        close(res[i]);
+    }
+    close(ready[0]);
+    free(res);
+    free(pids);
+    return ret;
 }
 
 int cr_bench_store_main(int argc, char **argv)
 {
-    sb_cfg_t c;
+    static sb_cfg_t c; /* big (strings); children of --processes use it too */
     char err[256] = "";
     int rc = cr__cfg_parse(sb_opts, sizeof sb_opts / sizeof sb_opts[0], &c, argc, argv, 1,
                            "CRESCENT_BENCH_", NULL, 0, NULL, err, sizeof err);
@@ -302,14 +495,25 @@ int cr_bench_store_main(int argc, char **argv)
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         op_ok |= !strcmp(c.op, ops[i]);
     if (!op_ok || c.value_size == 0 || c.value_size > (1ull << 32) || c.threads < 1 ||
-        c.threads > 256 || c.ops < 1 || c.keys < 1 || c.batch < 1 ||
+        c.threads > 256 || c.processes < 1 || c.processes > 64 || c.ops < 1 || c.keys < 1 || c.batch < 1 ||
         c.batch > CR_STORE_BATCH_MAX || c.replica_num < 1 || c.replica_num > CR_STORE_REPLICA_MAX) {
-        fprintf(stderr, "crescent-bench store: bad --op/--value_size/--threads/--ops/--keys/"
-                        "--batch/--replica_num (see --help)\n");
+        fprintf(stderr, "crescent-bench store: bad --op/--value_size/--threads/--processes/"
+                        "--ops/--keys/--batch/--replica_num (see --help)\n");
         return 2;
     }
     if (!c.key_prefix[0])
         snprintf(c.key_prefix, sizeof c.key_prefix, "bench-%d", (int)getpid());
+    if (c.processes > 1)
+        return run_processes(&c);
+    return store_run(&c);
+}
+
+/* One process: its client, its threads, the phases. Returns 0, 1 (errors
+ * in a phase) or 2/3 (setup failed). */
+static int store_run(sb_cfg_t *cp)
+{
+    sb_cfg_t c = *cp;
+    int rc;
     int batched = !strncmp(c.op, "batch", 5);
     /* slots per thread: one value per key for get phases (bounded to 1 GiB
      * per thread), the batch size for batch ops */
@@ -341,11 +545,11 @@ int cr_bench_store_main(int argc, char **argv)
     rc = cr_store_create(&p, &st);
     if (rc) {
         fprintf(stderr, "crescent-bench store: client: %s (%d)\n", cr_strerror(rc), rc);
-        return 1;
+        return 3;
     }
     int n = (int)c.threads;
     sb_thread_t *th = calloc((size_t)n, sizeof *th);
-    int ret = 1;
+    int ret = 3;
     if (!th)
         goto out;
     for (int i = 0; i < n; i++) {

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Smoke test of `crescent-bench store` (not a benchmark: tiny sizes, no
+# timing assertions): a master + one crescent-node on loopback, then every
+# op with --verify, threads and processes; each RESULT must say errors=0 and
+# verify=ok|off. usage: bench_smoke.sh <crescent-master> <crescent-node> <crescent-bench>
+set -u
+master=${1:?} node=${2:?} bench=${3:?}
+tmp=$(mktemp -d /tmp/crescent-bench-smoke.XXXXXX)
+pids=()
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  [ $rc -ne 0 ] && for f in "$tmp"/*.log; do echo "---- $f"; cat "$f"; done
+  rm -rf "$tmp"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+"$master" --rpc_address 127.0.0.1 --rpc_port 0 --metrics_port -1 --port_file "$tmp/port" >"$tmp/master.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+port=$(sed -n 's/.*rpc=\([0-9]*\).*/\1/p' "$tmp/port")
+[ -n "$port" ] || { echo "FAIL: master did not start"; exit 1; }
+"$node" --master_server_address "127.0.0.1:$port" --global_segment_size 128MB --ready_file "$tmp/ready" >"$tmp/node.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 300); do [ -s "$tmp/ready" ] && break; sleep 0.05; done
+[ -s "$tmp/ready" ] || { echo "FAIL: node did not start"; exit 1; }
+fail=0
+run() {
+  local out
+  out=$("$bench" store --master_server_address "127.0.0.1:$port" "$@" 2>"$tmp/bench.log")
+  local rc=$?
+  echo "$out"
+  local n
+  n=$(echo "$out" | grep -c '^RESULT ')
+  if [ $rc -ne 0 ] || [ "$n" -eq 0 ] || echo "$out" | grep '^RESULT ' | grep -qv 'errors=0 verify=\(ok\|off\)'; then
+    echo "FAIL: crescent-bench store $* (rc $rc)"; cat "$tmp/bench.log"; fail=1
+  fi
+}
+run --op putget --value_size 64KB --threads 2 --ops 20 --verify
+run --op putget --value_size 4KB --threads 1 --processes 2 --ops 50 --verify
+run --op batch_putget --value_size 16KB --batch 8 --threads 2 --ops 4 --verify
+run --op get --value_size 1MB --threads 2 --keys 4 --ops 8 --verify
+run --op exist --batch 128 --threads 1 --ops 20 --keys 64 --value_size 4KB
+exit $fail
