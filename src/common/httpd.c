@@ -240,7 +240,9 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
         return -ENOMEM;
     srv->max_body = max_body;
     /* room for several maximal bodies at once, and never less than 64 MiB */
-    srv->body_budget = max_body < HTTPD_MIN_BODY_BUDGET / 4 ? HTTPD_MIN_BODY_BUDGET : 4 * max_body;
+    srv->body_budget = max_body < HTTPD_MIN_BODY_BUDGET / 4 ? HTTPD_MIN_BODY_BUDGET
+                       : max_body > SIZE_MAX / 8        ? SIZE_MAX / 2
+                                                        : 4 * max_body;
     srv->fn = fn;
     srv->user = user;
     /* Bind ourselves: gives a precise errno (-EADDRINUSE), host selection
