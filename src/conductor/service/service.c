@@ -663,20 +663,52 @@ typedef struct qres {
     uint32_t dp_blocks[NSLOT];         /* per slot */
 } qres_t;
 
-/* Seq hashes of q for block size bs: the query's own hashes, or its tokens
- * hashed (into s->scratch). Returns the count. */
-static size_t query_hashes_locked(cr__csvc_t *s, const cr__creq_query_t *q, uint32_t bs,
-                                  const uint64_t **out)
+/* Rolling hashes of a query's prompt. Tokens are hashed before the service
+ * lock is taken for the block size known in advance (pre), and under it
+ * (into s->scratch, reused while the block size repeats) for others. */
+typedef struct qhash {
+    uint32_t pre_bs;   /* 0: no pre-hashed array */
+    uint64_t *pre;     /* malloc'd */
+    size_t pre_n;
+    uint32_t scratch_bs; /* block size held in s->scratch, 0 = none */
+    size_t scratch_n;
+} qhash_t;
+
+static int qhash_pre(const cr__creq_query_t *q, uint32_t bs, qhash_t *qh)
+{
+    memset(qh, 0, sizeof *qh);
+    if (q->by_hash || !bs)
+        return 0;
+    size_t cap = q->n_tokens / bs;
+    qh->pre = malloc((cap ? cap : 1) * sizeof *qh->pre);
+    if (!qh->pre)
+        return -ENOMEM;
+    if (cr_cond_hash_tokens(q->tokens, q->n_tokens, bs, qh->pre, cap ? cap : 1, &qh->pre_n))
+        qh->pre_n = 0;
+    qh->pre_bs = bs;
+    return 0;
+}
+
+static size_t qhash_get_locked(cr__csvc_t *s, const cr__creq_query_t *q, qhash_t *qh,
+                               uint32_t bs, const uint64_t **out)
 {
     if (q->by_hash) {
         *out = q->hashes;
         return q->n_hashes;
     }
-    size_t n = 0;
-    if (cr_cond_hash_tokens(q->tokens, q->n_tokens, bs, s->scratch, s->scratch_cap, &n))
-        n = 0;
+    if (qh->pre && qh->pre_bs == bs) {
+        *out = qh->pre;
+        return qh->pre_n;
+    }
+    if (qh->scratch_bs != bs) {
+        size_t n = 0;
+        if (cr_cond_hash_tokens(q->tokens, q->n_tokens, bs, s->scratch, s->scratch_cap, &n))
+            n = 0;
+        qh->scratch_bs = bs;
+        qh->scratch_n = n;
+    }
     *out = s->scratch;
-    return n;
+    return qh->scratch_n;
 }
 
 static void h_query(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *resp,
@@ -689,7 +721,9 @@ static void h_query(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *r
     if (rc)
         return reply_error(s, resp, parse_status(rc), err);
     qres_t *res = calloc(NSLOT, sizeof *res);
-    if (!res) {
+    qhash_t qh;
+    if (!res || qhash_pre(&q, q.id.block_size, &qh)) {
+        free(res);
         cr__creq_query_free(&q);
         return reply_error(s, resp, 503, "out of memory");
     }
@@ -719,7 +753,7 @@ static void h_query(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *r
     for (int g = 0; g < ng; g++) {
         qres_t *r = &res[g];
         const uint64_t *h;
-        size_t n = query_hashes_locked(s, &q, r->block_size, &h);
+        size_t n = qhash_get_locked(s, &q, &qh, r->block_size, &h);
         /* per DP rank: each slot's own longest prefix */
         for (int k = 0; k < r->n_slots; k++) {
             cr_cond_match_t m;
@@ -768,6 +802,7 @@ static void h_query(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *r
         json_object_set_new(ten, names[g][1], inst);
     }
     free(res);
+    free(qh.pre);
     cr__creq_query_free(&q);
     inc(s, CR__CSVC_M_QUERIES, 1);
     reply_json(resp, 200, root);
@@ -800,6 +835,11 @@ static void h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
     if (r.q.by_hash && !r.input_len)
         r.input_len = (uint64_t)r.q.n_hashes * bs;
 
+    qhash_t qh;
+    if (qhash_pre(&r.q, bs, &qh)) {
+        cr__creq_query_free(&r.q);
+        return reply_error(s, resp, 503, "out of memory");
+    }
     pthread_mutex_lock(&s->lock);
     double now = now_s(s);
     int pc[NSLOT], dc[NSLOT], npc = 0, ndc = 0;
@@ -820,13 +860,14 @@ static void h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
     }
     if (!npc || !ndc) {
         pthread_mutex_unlock(&s->lock);
+        free(qh.pre);
         cr__creq_query_free(&r.q);
         return reply_error(s, resp, 503,
                            !npc ? "model: no prefill instance registered for this request"
                                 : "model: no decode instance registered for this request");
     }
     const uint64_t *h;
-    size_t n = query_hashes_locked(s, &r.q, bs, &h);
+    size_t n = qhash_get_locked(s, &r.q, &qh, bs, &h);
     cr_cond_request_t creq = {.block_hashes = h,
                               .n_blocks = n,
                               .input_len = r.input_len,
@@ -839,6 +880,7 @@ static void h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
         rc = cr_cond_sched_schedule(s->sched, &creq, &d);
     if (!rc && (!pc[d.prefill] || !dc[d.decode]))
         rc = -EAGAIN;
+    free(qh.pre); /* the hashes are not needed after the decision */
     if (rc) {
         pthread_mutex_unlock(&s->lock);
         cr__creq_query_free(&r.q);

@@ -374,6 +374,42 @@ static void test_http_errors(void **st)
     json_decref(j);
 }
 
+/* Instances with different block sizes: each hashes the prompt with its own
+ * block size unless the query names one. */
+static void test_mixed_block_sizes(void **st)
+{
+    fx_t *f = *st;
+    feed(f);
+    cr__creq_register_t r;
+    memset(&r, 0, sizeof r);
+    strcpy(r.id.model, "m");
+    strcpy(r.id.tenant_id, "default");
+    strcpy(r.id.instance_id, "p3");
+    r.id.block_size = 2;
+    strcpy(r.endpoint, "inproc://none");
+    r.role = CR__ROLE_BOTH;
+    int p3 = cr__csvc_register_local(f->s, &r);
+    assert_true(p3 >= 0);
+    evpack_t e;
+    ep_init(&e);
+    uint64_t h[3] = {1, 2, 3};
+    ep_batch(&e, 1, 1, 0);
+    ep_stored(&e, h, 3, NULL, T, 6, 2, "DISK");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)p3, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    json_t *j = call(f->s, "POST", "/query", "{\"model\":\"m\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p1/longest_matched"), 16);
+    assert_int_equal(jint(j, "default/p3/longest_matched"), 6);
+    assert_int_equal(jint(j, "default/p3/DISK"), 6);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 12);
+    json_decref(j);
+    j = call(f->s, "POST", "/query",
+             "{\"model\":\"m\",\"block_size\":2,\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(json_object_size(json_object_get(j, "default")), 1);
+    assert_int_equal(jint(j, "default/p3/longest_matched"), 6);
+    json_decref(j);
+}
+
 /* Events applied on one thread while another queries and schedules: the
  * answers stay consistent (a prompt's hit is one of the states the events
  * pass through) and nothing races (run under ASan/UBSan in CI). */
@@ -430,6 +466,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_concurrent_events_and_queries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_block_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_tiers_and_dp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_cleared_orphan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schedule, setup, teardown),
