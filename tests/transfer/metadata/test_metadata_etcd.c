@@ -262,7 +262,16 @@ int main(void)
     atexit(cleanup);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
-    if (start_etcd(bin) != 0) {
+    /* the free ports are picked before etcd binds them: retry with new ones
+     * if another process took one in between */
+    int started = 0;
+    for (int attempt = 0; attempt < 3 && !started; attempt++) {
+        if (start_etcd(bin) == 0)
+            started = 1;
+        else
+            cleanup();
+    }
+    if (!started) {
         fprintf(stderr, "FAIL: could not start etcd (%s)\n", bin);
         return 1;
     }
