@@ -449,3 +449,23 @@ def test_device_name_ip_addresses_select_nics(peer):
         assert np.array_equal(dst, src)
     finally:
         e.close()
+
+
+def test_batch_register_and_initialize_ext(peer):
+    e = TransferEngine()
+    assert e.initialize_ext("127.0.0.1", "ignored-with-p2p", "tcp", "", "p2p") == 0
+    try:
+        bufs = [np.full(4096, i + 1, dtype=np.uint8) for i in range(3)]
+        addrs = [b.ctypes.data for b in bufs]
+        assert e.batch_register_memory(addrs, [4096] * 3) == 0
+        assert e.batch_register_memory(addrs[:1], [4096]) < 0  # already registered
+        assert e.batch_transfer_sync_write(peer.name, addrs, [peer.addr + i * 4096 for i in range(3)],
+                                           [4096] * 3) == 0
+        assert peer.read(0, 3 * 4096) == b"".join(bytes([i + 1]) * 4096 for i in range(3))
+        assert e.batch_unregister_memory(addrs) == 0
+        assert e.batch_unregister_memory(addrs) < 0
+        assert e.transfer_sync_write(peer.name, addrs[0], peer.addr, 16) < 0  # unregistered now
+        with pytest.raises(ValueError):
+            e.batch_register_memory(addrs, [4096])
+    finally:
+        e.close()
