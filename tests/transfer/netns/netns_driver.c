@@ -16,6 +16,12 @@
  *       complete with correct data. Then it waits for IF to come back up and
  *       repeats reads until IF carries traffic again (re-probe), verifying
  *       the written half on the way.
+ *   netns_driver outage    --nics ... --target NAME [--link IF1 --link2 IF2 | --expect-dead]
+ *                          [--timeout_ms MS]
+ *       256 MiB of WRITEs; prints "started"; the script then takes both links
+ *       down (partition) or SIGKILLs the target (--expect-dead). Every request
+ *       must end (no hang), some must fail, the process must survive; then
+ *       after the links return a transfer succeeds, or to the dead peer fails.
  * Exit: 0 pass, 1 fail (reason on stderr), 2 setup error.
  * Only the public API (crescent/transfer.h) is used.
  */
@@ -38,7 +44,8 @@
 
 static struct {
     const char *mode, *nics, *target, *expect, *link, *link2, *transports;
-    unsigned port;
+    unsigned port, timeout_ms;
+    int expect_dead;
     uint64_t size, total;
 } o = {.nics = "127.0.0.1", .transports = "tcp,shm", .size = 160 * MiB, .total = 1024 * MiB};
 
@@ -115,7 +122,8 @@ static cr_xfer_engine_t *engine_up(void)
 {
     cr_xfer_params_t p = {
         .field_mask = CR_XFER_PARAM_METADATA_URI | CR_XFER_PARAM_NICS | CR_XFER_PARAM_PORT |
-                      CR_XFER_PARAM_TRANSPORTS,
+                      CR_XFER_PARAM_TRANSPORTS | (o.timeout_ms ? CR_XFER_PARAM_TIMEOUT_MS : 0),
+        .timeout_ms = o.timeout_ms,
         .metadata_uri = "p2p",
         .nics = o.nics,
         .port = (uint16_t)o.port,
@@ -502,6 +510,106 @@ out:
     return ret;
 }
 
+/* outage: 256 MiB of WRITEs in flight when the script cuts the peer off
+ * (both links down: --link/--link2 given) or kills it (--expect-dead).
+ * Every request must end within the engine's timeout (no hang), at least one
+ * must fail, and the process must survive. Then: links back up => a new
+ * transfer succeeds again (recovery); peer dead => a new transfer fails. */
+static int mode_outage(void)
+{
+    cr_xfer_engine_t *e = engine_up();
+    if (!e)
+        return 2;
+    const uint64_t blk = 4 * MiB, total = 256 * MiB;
+    size_t n = (size_t)(total / blk);
+    uint8_t *local = region(e, total);
+    peer_t pr;
+    if (!local || peer_open(e, &pr))
+        return cr_xfer_engine_destroy(e), 2;
+    if (pr.len < total)
+        return fail("target buffer too small"), 2;
+    say("transport %s\n", cr_xfer_segment_transport(e, pr.seg));
+    fill(local, total, 0, 5);
+    cr_xfer_request_t *reqs = calloc(n, sizeof *reqs);
+    cr_xfer_batch_t *b = NULL;
+    if (!reqs || cr_xfer_batch_alloc(e, n, &b))
+        return fail("batch alloc"), 2;
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = (cr_xfer_request_t){.opcode = CR_XFER_WRITE, .local_addr = local + i * blk,
+                                      .target = pr.seg, .target_addr = pr.addr + i * blk,
+                                      .length = blk};
+    double t0 = now_s();
+    int ret = 0, rc = cr_xfer_batch_submit(b, reqs, n);
+    if (rc) {
+        ret = fail("batch_submit: %s", cr_strerror(rc));
+        goto out;
+    }
+    say("started\n");
+    /* bounded by the engine's own request timeout; this wait only catches a hang */
+    unsigned tmo = o.timeout_ms ? o.timeout_ms : 30000;
+    rc = cr_xfer_batch_wait(b, (int)(3 * tmo + 30000));
+    double t1 = now_s();
+    size_t nfail = 0, nwait = 0;
+    int first_err = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr_xfer_status_t rs;
+        cr_xfer_batch_status(b, i, &rs);
+        nwait += rs.state == CR_XFER_STATE_WAITING;
+        if (rs.state == CR_XFER_STATE_FAILED && !nfail++)
+            first_err = rs.error;
+    }
+    say("phase1: batch_wait %s after %.2fs: %zu failed (first: %s), %zu still waiting\n",
+        cr_strerror(rc), t1 - t0, nfail, cr_strerror(first_err), nwait);
+    if (nwait) {
+        ret = fail("%zu requests still in flight %.0fs after the outage (timeout %u ms): hang",
+                   nwait, t1 - t0, tmo);
+        goto out;
+    }
+    if (!nfail) {
+        ret = fail("every request completed: the outage came too late to be tested");
+        goto out;
+    }
+    if (o.expect_dead) {
+        double t2 = now_s();
+        rc = xfer(e, &pr, CR_XFER_WRITE, local, 0, 4096);
+        say("after the peer died: new request %s after %.2fs\n", cr_strerror(rc), now_s() - t2);
+        if (rc == 0)
+            ret = fail("a request to the dead peer succeeded");
+        else
+            say("dead-peer-ok\n");
+        goto out;
+    }
+    say("phase1-ok\n");
+    for (int i = 0; i < 600 && !(if_up(o.link) && (!o.link2 || if_up(o.link2))); i++)
+        usleep(50000);
+    say("links-up\n");
+    double t2 = now_s();
+    for (int round = 0; round < 60; round++) {
+        memset(local + blk, 0, blk);
+        rc = xfer(e, &pr, CR_XFER_WRITE, local, 0, blk);
+        if (!rc)
+            rc = xfer(e, &pr, CR_XFER_READ, local + blk, 0, blk);
+        if (!rc) {
+            int64_t bad = check(local + blk, blk, 0, 5);
+            if (bad >= 0)
+                ret = fail("data wrong after recovery at %" PRId64, bad);
+            else
+                say("recovered after %.2fs\n", now_s() - t2);
+            goto out;
+        }
+        say("round %d: %s\n", round, cr_strerror(rc));
+        sleep(1);
+    }
+    ret = fail("no successful transfer within 60 rounds after the links came back");
+out:
+    if (b && cr_xfer_batch_wait(b, 60000) != -ETIMEDOUT)
+        cr_xfer_batch_free(b);
+    free(reqs);
+    cr_xfer_segment_close(e, pr.seg);
+    cr_xfer_engine_destroy(e);
+    return ret;
+}
+
 static uint64_t parse_size(const char *s)
 {
     char *end;
@@ -521,7 +629,7 @@ int main(int argc, char **argv)
         {"nics", 1, 0, 'n'},   {"port", 1, 0, 'p'},   {"size", 1, 0, 's'},
         {"target", 1, 0, 't'}, {"expect", 1, 0, 'e'}, {"link", 1, 0, 'l'},
         {"link2", 1, 0, 'L'},  {"total", 1, 0, 'T'},  {"transports", 1, 0, 'x'},
-        {0, 0, 0, 0}};
+        {"timeout_ms", 1, 0, 'm'}, {"expect-dead", 0, 0, 'D'}, {0, 0, 0, 0}};
     if (argc < 2) {
         fprintf(stderr, "usage: %s target|check|aggregate|failover [options]\n", argv[0]);
         return 2;
@@ -544,6 +652,8 @@ int main(int argc, char **argv)
         case 'L': o.link2 = optarg; break;
         case 'T': o.total = parse_size(optarg); break;
         case 'x': o.transports = optarg; break;
+        case 'm': o.timeout_ms = (unsigned)atoi(optarg); break;
+        case 'D': o.expect_dead = 1; break;
         default: return 2;
         }
     }
@@ -559,6 +669,8 @@ int main(int argc, char **argv)
         return mode_aggregate();
     if (!strcmp(o.mode, "failover"))
         return mode_failover();
+    if (!strcmp(o.mode, "outage"))
+        return mode_outage();
     fprintf(stderr, "unknown mode %s\n", o.mode);
     return 2;
 }

@@ -19,7 +19,12 @@
 # earlier run (namespaces named after a pid that no longer exists) are
 # deleted first.
 #
-# usage: netns_test.sh paths|aggregate|failover <path to netns_driver>
+#   partition : both of B's links go down while 256 MiB of WRITEs run: every
+#               request fails within the timeout, none hangs; links back up =>
+#               transfers work again
+#   peerdeath : the target process is SIGKILLed mid-transfer: requests fail,
+#               no hang, the initiator survives; new requests fail
+# usage: netns_test.sh paths|aggregate|failover|partition|peerdeath <netns_driver>
 # exit: 0 pass, 1 fail, 77 skip (not root / no `ip netns`).
 set -u
 case_=${1:?case}
@@ -84,6 +89,7 @@ NICS_B=10.201.1.2,10.201.2.2
 PORT=17777
 size=160M
 [ "$case_" = failover ] && size=1G
+[ "$case_" = partition ] || [ "$case_" = peerdeath ] && size=256M
 
 # waits up to $4 seconds (default 30) until file $1 has a line matching $2
 # (or process $3 exits); 0 if seen. Polls every 10 ms: the failover case must
@@ -144,6 +150,42 @@ failover)
   r=$?
   cat "$tmp/failover.out"
   [ $r -eq 0 ] || { echo "FAIL: failover rc=$r"; exit 1; }
+  ;;
+partition)
+  # both links of B go down while 256 MiB of WRITEs run: every request must
+  # fail within the engine timeout (5 s here), none hang; links back => works
+  ip netns exec "$B" "$drv" outage --nics "$NICS_B" --target "$name" --link "$B1" --link2 "$B2" \
+    --timeout_ms 5000 >"$tmp/partition.out" 2>&1 &
+  dpid=$!
+  pids+=("$dpid")
+  if wait_line "$tmp/partition.out" '^started' "$dpid" 60; then
+    ip -n "$B" link set "$B1" down
+    ip -n "$B" link set "$B2" down
+    echo "took $B1 and $B2 down"
+    wait_line "$tmp/partition.out" '^phase1-ok' "$dpid" 120
+    ip -n "$B" link set "$B1" up
+    ip -n "$B" link set "$B2" up
+    echo "brought them up"
+  fi
+  wait "$dpid"
+  r=$?
+  cat "$tmp/partition.out"
+  [ $r -eq 0 ] || { echo "FAIL: partition rc=$r"; exit 1; }
+  ;;
+peerdeath)
+  # the target host's process is SIGKILLed while 256 MiB of WRITEs to it run
+  ip netns exec "$B" "$drv" outage --nics "$NICS_B" --target "$name" --expect-dead \
+    --timeout_ms 5000 >"$tmp/peerdeath.out" 2>&1 &
+  dpid=$!
+  pids+=("$dpid")
+  if wait_line "$tmp/peerdeath.out" '^started' "$dpid" 60; then
+    { kill -KILL "$tpid"; wait "$tpid"; } 2>/dev/null
+    echo "killed the target (pid $tpid)"
+  fi
+  wait "$dpid"
+  r=$?
+  cat "$tmp/peerdeath.out"
+  [ $r -eq 0 ] || { echo "FAIL: peerdeath rc=$r$([ $r -eq 141 ] && echo ' (SIGPIPE)')"; exit 1; }
   ;;
 *)
   echo "unknown case $case_"; exit 1 ;;
