@@ -516,3 +516,37 @@ def test_gil_is_released_during_batch_get_into(store):
     assert gil_released_during(lambda: store.batch_get_into(keys, ptrs, [size] * n))
     assert gil_released_during(lambda: store.get(keys[0]))
     assert store.unregister_buffer(buf) == 0
+
+
+def test_threads_register_and_batch_concurrently(store):
+    """Threads register/unregister their own buffers while others run batches."""
+    nthreads, rounds, n, size = 4, 5, 8, 32 << 10
+    errors = []
+
+    def worker(t):
+        try:
+            for r in range(rounds):
+                src = np.full(n * size, (t * 7 + r) & 0xFF, dtype=np.uint8)
+                dst = np.zeros(n * size, dtype=np.uint8)
+                assert store.register_buffer(src) == 0
+                assert store.register_buffer(dst) == 0
+                keys = [K("c%d-%d-%d" % (t, r, i)) for i in range(n)]
+                sp = [src.ctypes.data + i * size for i in range(n)]
+                dp = [dst.ctypes.data + i * size for i in range(n)]
+                assert store.batch_put_from(keys, sp, [size] * n) == [0] * n
+                assert store.batch_get_into(keys, dp, [size] * n) == [size] * n
+                assert np.array_equal(src, dst), "thread %d round %d" % (t, r)
+                assert store.batch_remove(keys, force=True) == [0] * n
+                assert store.unregister_buffer(src) == 0
+                assert store.unregister_buffer(dst) == 0
+                # unregistered now: refused, not crashed
+                assert store.get_into(keys[0], dst.ctypes.data, size) == INVALID_PARAMS
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(nthreads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors, errors
