@@ -261,6 +261,53 @@ static void test_tcp_when_shm_disabled(void **state)
     cr_xfer_engine_destroy(e2);
 }
 
+/* An initiator on the same host that may not ptrace the peer (it dropped
+ * root for "nobody") cannot use shm: the engine falls back to tcp and the
+ * data still moves. */
+static void test_fallback_to_tcp_without_access(void **state)
+{
+    fx_t *f = *state;
+    if (geteuid() != 0) {
+        print_message("needs root to drop privileges: skipped\n");
+        skip();
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534))
+            _exit(10);
+        cr_xfer_engine_t *e = engine_new("tcp,shm");
+        if (!e)
+            _exit(11);
+        static char buf[65536];
+        if (cr_xfer_mem_register(e, buf, sizeof buf, NULL))
+            _exit(12);
+        cr_xfer_segment_t s;
+        if (cr_xfer_segment_open(e, f->c.name, &s))
+            _exit(13);
+        const char *t = cr_xfer_segment_transport(e, s);
+        if (!t || strcmp(t, "tcp"))
+            _exit(14);
+        cr_xfer_request_t r = {.opcode = CR_XFER_READ, .local_addr = buf + 3, .target = s,
+                               .target_addr = f->raddr + 11, .length = 60000};
+        int res = 1;
+        if (cr_xfer_transfer_sync(e, &r, 1, &res) || res)
+            _exit(15);
+        if (check((uint8_t *)buf + 3, 60000, 11, 1) != -1)
+            _exit(16);
+        cr_xfer_engine_destroy(e);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st))
+        print_message("unprivileged initiator: status %d (14: transport was not tcp, 15/16: "
+                      "transfer failed / wrong data)\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 static void test_read_write_sizes(void **state)
 {
     fx_t *f = *state;
@@ -418,6 +465,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_shm_is_chosen, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_when_shm_disabled, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_fallback_to_tcp_without_access, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_range, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_batch_small, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_buffer_registered_later, setup_small, teardown),
