@@ -282,7 +282,9 @@ void cr__csvc_destroy(cr__csvc_t *s)
 
 /* ---- applying events --------------------------------------------------- */
 
-static void apply_stored_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e, int tier)
+/* bh: H(block_i) of e's blocks, computed before the lock (NULL: compute). */
+static void apply_stored_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e, int tier,
+                                const uint64_t *bh)
 {
     slot_t *sl = &s->slots[si];
     uint32_t bs = sl->reg.id.block_size;
@@ -307,8 +309,8 @@ static void apply_stored_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e,
             have_prev = 1;
         }
         for (size_t i = 0; i < n; i++) {
-            uint64_t bh = cr_cond_hash_block(e->tokens + i * bs, bs);
-            prev = have_prev ? cr_cond_hash_chain(prev, bh) : bh;
+            uint64_t b = bh ? bh[i] : cr_cond_hash_block(e->tokens + i * bs, bs);
+            prev = have_prev ? cr_cond_hash_chain(prev, b) : b;
             have_prev = 1;
             seq[i] = prev;
         }
@@ -351,11 +353,41 @@ static void apply_removed_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e
     inc(s, CR__CSVC_M_BLOCKS_REMOVED, m);
 }
 
-static void apply_batch_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_batch_t *b)
+/* H(block) of every block that carries tokens, in event order, so that the
+ * hashing is done before the service lock. NULL if none or out of memory
+ * (then hashed under the lock). */
+static uint64_t *block_hashes(const cr__kvev_batch_t *b)
 {
-    slot_t *sl = &s->slots[si];
+    size_t total = 0;
+    for (uint32_t k = 0; k < b->n_events; k++)
+        if (b->events[k].type == CR__KVEV_STORED && b->events[k].n_tokens)
+            total += b->events[k].n_hashes;
+    uint64_t *bh = total ? malloc(total * sizeof *bh) : NULL;
+    if (!bh)
+        return NULL;
+    size_t o = 0;
     for (uint32_t k = 0; k < b->n_events; k++) {
         const cr__kvev_t *e = &b->events[k];
+        if (e->type != CR__KVEV_STORED || !e->n_tokens)
+            continue;
+        for (uint32_t i = 0; i < e->n_hashes; i++)
+            bh[o++] = cr_cond_hash_block(e->tokens + (size_t)i * e->block_size, e->block_size);
+    }
+    return bh;
+}
+
+static void apply_batch_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_batch_t *b,
+                               const uint64_t *bh)
+{
+    slot_t *sl = &s->slots[si];
+    size_t bo = 0; /* offset of the current event's blocks in bh */
+    for (uint32_t k = 0; k < b->n_events; k++) {
+        const cr__kvev_t *e = &b->events[k];
+        const uint64_t *ebh = NULL;
+        if (e->type == CR__KVEV_STORED && e->n_tokens) {
+            ebh = bh ? bh + bo : NULL;
+            bo += e->n_hashes;
+        }
         if (e->type == CR__KVEV_CLEARED) {
             cr_cond_index_remove_instance(s->idx, si);
             cr__emap_clear(&sl->map);
@@ -397,7 +429,7 @@ static void apply_batch_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_batch_
                      sl->reg.id.instance_id, lora, sl->reg.id.lora_name);
             continue;
         }
-        apply_stored_locked(s, si, e, tier);
+        apply_stored_locked(s, si, e, tier, ebh);
     }
     sl->batches++;
     sl->events += b->n_events;
@@ -417,10 +449,12 @@ static int ingest(cr__csvc_t *s, uint32_t si, uint32_t gen, int check_gen, int h
     cr__kvev_err_t kind = CR__KVEV_OK;
     char err[256];
     int rc = cr__kvev_decode(payload, len, &s->evlim, &b, &kind, err, sizeof err);
+    uint64_t *bh = rc ? NULL : block_hashes(b);
     pthread_mutex_lock(&s->lock);
     slot_t *sl = &s->slots[si];
     if (!sl->used || (check_gen && sl->gen != gen)) {
         pthread_mutex_unlock(&s->lock);
+        free(bh);
         cr__kvev_batch_free(b);
         return -ENOENT; /* unregistered meanwhile */
     }
@@ -456,8 +490,9 @@ static int ingest(cr__csvc_t *s, uint32_t si, uint32_t gen, int check_gen, int h
                  cr__kvev_err_name(kind), err[0] ? err : cr_strerror(rc));
         return rc;
     }
-    apply_batch_locked(s, si, b);
+    apply_batch_locked(s, si, b, bh);
     pthread_mutex_unlock(&s->lock);
+    free(bh);
     cr__kvev_batch_free(b);
     return 0;
 }
