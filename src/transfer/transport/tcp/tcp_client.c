@@ -76,6 +76,24 @@ static void fail_queued_locked(tcp_peer_t *p, int err)
     }
 }
 
+/* ---- wakeups -------------------------------------------------------------- */
+
+/* Wakes c's sender if it sleeps in its carve loop (it announced so). */
+static void wake_conn(tcp_conn_t *c)
+{
+    if (atomic_exchange(&c->waiting, 0))
+        sem_post(&c->wake);
+}
+
+/* Something changed for every connection of the peer (work, retries, stop). */
+static void wake_peer_locked(tcp_peer_t *p)
+{
+    pthread_cond_broadcast(&p->cv); /* unconnected senders wait on cv */
+    for (int i = 0; i < p->n_conns; i++)
+        if (p->conns[i])
+            wake_conn(p->conns[i]);
+}
+
 /* ---- paths --------------------------------------------------------------- */
 
 static int path_up(const tcp_path_t *pa, uint64_t now)
@@ -283,7 +301,7 @@ static void conn_fail(tcp_conn_t *c, int err)
     if (s != 0 && !stopping)
         CR_LOG_INFO(LOGC, "connection to %s (path %d) failed: %s; retrying its slices",
                     p->xp->name, c->path, cr_strerror(err));
-    pthread_cond_broadcast(&p->cv);
+    wake_peer_locked(p);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -301,7 +319,7 @@ static void path_failed(tcp_conn_t *c, const cr__seg_nic_t *remote, int err)
                     cr_strerror(err));
         fail_queued_locked(p, err == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH);
     }
-    pthread_cond_broadcast(&p->cv);
+    wake_peer_locked(p);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -365,17 +383,21 @@ static void *sender_main(void *arg)
                 if (n)
                     break;
             }
-            /* nothing we may send now: wait for work (submit broadcasts
-             * under p->mu) or for ring/window space (the receiver
-             * broadcasts when it sees space_waiter; re-check after
-             * announcing so that a completion in between is not lost) */
-            atomic_store(&c->space_waiter, 1);
+            /* nothing we may send now: sleep on our own semaphore until
+             * work arrives (submit posts after queueing under p->mu, and we
+             * announce `waiting` under p->mu) or the receiver frees space
+             * (it posts when it sees `waiting`; re-check after announcing
+             * so a completion in between is not lost). A stray post only
+             * costs one more pass. */
+            atomic_store(&c->waiting, 1);
             if (ring_used(c) != used0 || atomic_load(&c->inflight_bytes) != infl0) {
-                atomic_store(&c->space_waiter, 0);
+                atomic_store(&c->waiting, 0);
                 continue;
             }
-            pthread_cond_wait(&p->cv, &p->mu);
-            atomic_store(&c->space_waiter, 0);
+            pthread_mutex_unlock(&p->mu);
+            while (sem_wait(&c->wake) && errno == EINTR)
+                ;
+            pthread_mutex_lock(&p->mu);
         }
         int stop = p->stopping, dead = atomic_load(&c->dead);
         pthread_mutex_unlock(&p->mu);
@@ -417,103 +439,108 @@ static void *sender_main(void *arg)
 
 /* ---- receiver ---------------------------------------------------------------- */
 
-static int recv_some(int fd, void *buf, size_t len, int all)
-{
-    for (;;) {
-        ssize_t n = recv(fd, buf, len, all ? MSG_WAITALL : 0);
-        if (n > 0)
-            return (int)n;
-        if (n == 0)
-            return -ECONNRESET;
-        if (errno != EINTR)
-            return -errno;
-    }
-}
+#define RX_WINDOW 64 /* replies one recvmsg() may cover */
 
-static int recv_all(int fd, char *buf, size_t len)
-{
-    while (len) {
-        int n = recv_some(fd, buf, len > (1u << 30) ? (1u << 30) : len, 1);
-        if (n < 0)
-            return n;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
+/* The reply stream's layout is known from the ring: a WRITE reply is a
+ * header, a READ reply is a header followed by exactly the slice's length
+ * (data, or zero padding when refused). So the receiver scatters whatever
+ * the socket holds straight into the header slots and the destinations of
+ * the next replies with one recvmsg(), and completes the whole replies. */
 static void *receiver_main(void *arg)
 {
     tcp_conn_t *c = arg;
     tcp_peer_t *p = c->peer;
+    tcp_state_t *st = p->st;
     int fd = c->fd;
-    cr__tcp_hdr_t hb[32];
-    size_t have = 0; /* bytes in hb */
+    cr__tcp_hdr_t hdr[RX_WINDOW]; /* slot k % RX_WINDOW holds reply k's header */
+    struct iovec iov[2 * RX_WINDOW];
+    uint64_t got = 0; /* bytes of reply h received so far */
     int rc = 0;
     uint32_t h = atomic_load(&c->head);
     for (;;) {
         uint32_t s = atomic_load_explicit(&c->sent, memory_order_acquire);
-        /* how many reply headers we may read at once: consecutive WRITE acks
-         * carry no payload, a READ reply is followed by its payload */
-        size_t want = 1;
-        if (s != h && c->ring[h % TCP_RING].op == CR__TCP_WRITE) {
-            want = 0;
-            for (uint32_t k = h; k != s && want < 32 && c->ring[k % TCP_RING].op == CR__TCP_WRITE;
-                 k++)
-                want++;
-        }
-        size_t want_bytes = want * sizeof hb[0];
-        if (have < want_bytes) {
-            int n = recv_some(fd, (char *)hb + have, want_bytes - have, 0);
-            if (n < 0) {
-                rc = n;
-                break;
+        int cnt = 0;
+        if (s == h) {
+            /* nothing in flight yet: only a header can be expected (its
+             * slice may be published while we block) */
+            iov[0].iov_base = (char *)&hdr[h % RX_WINDOW] + got;
+            iov[0].iov_len = sizeof hdr[0] - got;
+            cnt = 1;
+        } else {
+            uint64_t skip = got;
+            for (uint32_t k = h; k != s && k - h < RX_WINDOW; k++) {
+                tcp_slice_t *sl = &c->ring[k % TCP_RING];
+                char *hp = (char *)&hdr[k % RX_WINDOW];
+                if (skip < sizeof hdr[0]) {
+                    iov[cnt].iov_base = hp + skip;
+                    iov[cnt++].iov_len = sizeof hdr[0] - skip;
+                    skip = 0;
+                } else {
+                    skip -= sizeof hdr[0];
+                }
+                if (sl->op == CR__TCP_READ) {
+                    iov[cnt].iov_base = sl->task->local + sl->off + skip;
+                    iov[cnt++].iov_len = sl->len - skip;
+                }
+                skip = 0;
             }
-            have += (size_t)n;
         }
-        size_t used = 0;
-        while (have - used >= sizeof hb[0]) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+        ssize_t n = recvmsg(fd, &mh, 0);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            rc = n == 0 ? -ECONNRESET : -errno;
+            break;
+        }
+        uint64_t left = (uint64_t)n;
+        int freed = 0;
+        while (left) {
             s = atomic_load_explicit(&c->sent, memory_order_acquire);
-            if (h == s) {
-                rc = -EPROTO; /* a reply nobody asked for */
+            tcp_slice_t *sl = &c->ring[h % TCP_RING];
+            uint64_t plen = sl->op == CR__TCP_READ ? sl->len : 0;
+            if (h == s) { /* bytes of a reply to a request not published yet? */
+                if (got + left >= sizeof hdr[0]) {
+                    rc = -EPROTO; /* a whole reply nobody asked for */
+                    break;
+                }
+                got += left;
+                left = 0;
                 break;
             }
-            cr__tcp_hdr_t *r = &hb[used / sizeof hb[0]];
-            tcp_slice_t *sl = &c->ring[h % TCP_RING];
-            if (cr__tcp_hdr_dec(r) || r->opcode != (sl->op | CR__TCP_RESP) || r->seq != h) {
+            uint64_t need = sizeof hdr[0] + plen - got;
+            if (left < need) {
+                got += left;
+                left = 0;
+                break;
+            }
+            left -= need;
+            got = 0;
+            cr__tcp_hdr_t *r = &hdr[h % RX_WINDOW];
+            if (cr__tcp_hdr_dec(r) || r->opcode != (sl->op | CR__TCP_RESP) || r->seq != h ||
+                r->len != plen) {
                 rc = -EPROTO;
                 break;
             }
             int status = r->status > 0 || r->status < -4095 ? -EPROTO : r->status;
-            if (sl->op == CR__TCP_READ && status == 0) {
-                if (r->len != sl->len || have - used != sizeof hb[0]) {
-                    rc = -EPROTO;
-                    break;
-                }
-                if ((rc = recv_all(fd, sl->task->local + sl->off, sl->len)) != 0)
-                    break;
-            }
-            used += sizeof hb[0];
             uint32_t len = sl->len;
             if (status == 0)
-                atomic_fetch_add_explicit(&p->st->nic_bytes[p->paths[c->path].lnic], len,
+                atomic_fetch_add_explicit(&st->nic_bytes[p->paths[c->path].lnic], len,
                                           memory_order_relaxed);
             settle(p, sl->task, len, status);
             atomic_fetch_sub(&c->inflight_bytes, len);
             atomic_store_explicit(&c->head, ++h, memory_order_release);
             atomic_store(&c->last_progress_ns, cr__now_ns());
+            freed = 1;
         }
         if (rc)
             break;
-        if (used) {
-            memmove(hb, (char *)hb + used, have - used);
-            have -= used;
-            if (atomic_load(&c->space_waiter)) {
-                pthread_mutex_lock(&p->mu);
-                pthread_cond_broadcast(&p->cv);
-                pthread_mutex_unlock(&p->mu);
-            }
-        }
+        /* wake a sender waiting for space only once half the window and
+         * half the ring are free: fewer wakeups, bigger writev()s */
+        if (freed && atomic_load(&c->waiting) &&
+            atomic_load(&c->inflight_bytes) <= st->window_bytes / 2 &&
+            atomic_load(&c->sent) - h <= TCP_RING / 2)
+            wake_conn(c);
     }
     if (rc != -ECONNRESET || atomic_load(&c->sent) != h)
         CR_LOG_DEBUG(LOGC, "receiver for %s ends: %s", p->xp->name, cr_strerror(rc));
@@ -522,6 +549,7 @@ static void *receiver_main(void *arg)
     if (c->fd >= 0)
         shutdown(c->fd, SHUT_RDWR); /* unblocks the sender's writev */
     pthread_cond_broadcast(&p->cv);
+    sem_post(&c->wake); /* unconditionally: the sender must notice `dead` */
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }
@@ -530,8 +558,11 @@ static void *receiver_main(void *arg)
 
 static void peer_free(tcp_peer_t *p)
 {
-    for (int i = 0; i < p->n_conns; i++)
-        free(p->conns[i]);
+    for (int i = 0; p->conns && i < p->n_conns; i++)
+        if (p->conns[i]) {
+            sem_destroy(&p->conns[i]->wake);
+            free(p->conns[i]);
+        }
     free(p->conns);
     free(p->retry);
     if (p->ctl_fd >= 0)
@@ -546,9 +577,11 @@ static void peer_stop(tcp_peer_t *p)
 {
     pthread_mutex_lock(&p->mu);
     p->stopping = 1;
-    for (int i = 0; i < p->n_conns; i++)
+    for (int i = 0; i < p->n_conns; i++) {
         if (p->conns[i]->fd >= 0)
             shutdown(p->conns[i]->fd, SHUT_RDWR);
+        sem_post(&p->conns[i]->wake);
+    }
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_conns; i++)
@@ -593,6 +626,7 @@ static tcp_peer_t *peer_create(tcp_state_t *st, cr__xfer_peer_t *xp)
         tcp_conn_t *c = calloc(1, sizeof *c);
         if (!c)
             goto fail;
+        sem_init(&c->wake, 0, 0);
         c->peer = p;
         c->path = i % p->n_paths;
         c->fd = -1;
@@ -658,7 +692,7 @@ int cr__tcp_submit(void *state, cr__xfer_peer_t *xp, cr__xfer_task_t **tasks, si
         p->q_tail = t;
     }
     atomic_fetch_add(&p->outstanding, n);
-    pthread_cond_broadcast(&p->cv);
+    wake_peer_locked(p);
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
@@ -721,7 +755,7 @@ void cr__tcp_watchdog_scan(tcp_state_t *st)
             prev = t;
             pp = &t->tp_next;
         }
-        pthread_cond_broadcast(&p->cv);
+        wake_peer_locked(p); /* also bounds any missed wakeup to 100 ms */
         pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&st->peers_mu);

@@ -19,6 +19,7 @@
 #define CR_TRANSFER_TCP_INTERNAL_H
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -49,7 +50,8 @@ typedef struct tcp_conn {
     atomic_uint head, sent; /* free-running ring indices */
     atomic_uint_fast64_t inflight_bytes;
     atomic_int dead;
-    atomic_int space_waiter;
+    atomic_int waiting; /* the sender sleeps on `wake` and wants a post */
+    sem_t wake;
     atomic_uint_fast64_t last_progress_ns;
     tcp_slice_t ring[TCP_RING];
 } tcp_conn_t;

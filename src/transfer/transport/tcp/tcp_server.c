@@ -146,15 +146,24 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
         if (h->len == 0 || h->len > CR__TCP_MAX_SLICE)
             return -EPROTO;
         int status = cr__xfer_mem_pin(e, h->addr, h->len, &tok);
-        cr__tcp_hdr_enc(&r, CR__TCP_READ | CR__TCP_RESP, status, h->seq, h->addr,
-                        status ? 0 : h->len);
+        cr__tcp_hdr_enc(&r, CR__TCP_READ | CR__TCP_RESP, status, h->seq, h->addr, h->len);
         struct iovec iov[2] = {{&r, sizeof r}, {(void *)(uintptr_t)h->addr, h->len}};
         rc = acks_flush(fd, acks, iov, status ? 1 : 2);
-        if (status == 0)
+        if (status == 0) {
             cr__xfer_mem_unpin(e, tok);
-        else
-            CR_LOG_INFO(LOGC, "refused READ 0x%llx+%llu: %s", (unsigned long long)h->addr,
-                        (unsigned long long)h->len, cr_strerror(status));
+            return rc;
+        }
+        CR_LOG_INFO(LOGC, "refused READ 0x%llx+%llu: %s", (unsigned long long)h->addr,
+                    (unsigned long long)h->len, cr_strerror(status));
+        /* a refused READ is answered with len bytes of zeros: the reply
+         * layout never depends on the status (see tcp-wire.md) */
+        static const char zeros[SCRATCH];
+        for (uint64_t left = h->len; !rc && left;) {
+            size_t k = left < SCRATCH ? (size_t)left : SCRATCH;
+            struct iovec z = {(void *)zeros, k};
+            rc = cr__tcp_writev_full(fd, &z, 1);
+            left -= k;
+        }
         return rc;
     }
     case CR__TCP_GET_DESC: {
@@ -186,6 +195,72 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
     }
 }
 
+#define READ_BATCH 32
+
+/* Serves k READ requests (raw headers h[0..k)) with one writev() of all
+ * replies, straight from the registered memory. If any range is refused,
+ * falls back to serving them one by one (with error replies). */
+static int serve_reads(srv_conn_t *sc, cr__tcp_hdr_t *h, int k, ack_buf_t *acks)
+{
+    cr_xfer_engine_t *e = sc->st->engine;
+    void *tok[READ_BATCH];
+    cr__tcp_hdr_t r[READ_BATCH];
+    struct iovec iov[1 + 2 * READ_BATCH];
+    int pinned = 0, rc = 0;
+    for (; pinned < k; pinned++)
+        if (cr__xfer_mem_pin(e, h[pinned].addr, h[pinned].len, &tok[pinned]))
+            break;
+    if (pinned < k) {
+        for (int i = 0; i < pinned; i++)
+            cr__xfer_mem_unpin(e, tok[i]);
+        for (int i = 0; i < k && !rc; i++)
+            rc = serve_one(sc, &h[i], acks);
+        return rc;
+    }
+    int cnt = 0;
+    if (acks->n) {
+        iov[cnt].iov_base = acks->h;
+        iov[cnt++].iov_len = (size_t)acks->n * sizeof acks->h[0];
+        acks->n = 0;
+        acks->bytes = 0;
+    }
+    for (int i = 0; i < k; i++) {
+        cr__tcp_hdr_enc(&r[i], CR__TCP_READ | CR__TCP_RESP, 0, h[i].seq, h[i].addr, h[i].len);
+        iov[cnt].iov_base = &r[i];
+        iov[cnt++].iov_len = sizeof r[i];
+        iov[cnt].iov_base = (void *)(uintptr_t)h[i].addr;
+        iov[cnt++].iov_len = h[i].len;
+    }
+    rc = cr__tcp_writev_full(sc->fd, iov, cnt);
+    for (int i = 0; i < k; i++)
+        cr__xfer_mem_unpin(e, tok[i]);
+    return rc;
+}
+
+/* After a READ, more READ headers are likely queued: peek, and take a run
+ * of them with one recv(). Returns the number consumed into h (0: none). */
+static int take_read_run(int fd, cr__tcp_hdr_t *h)
+{
+    ssize_t n = recv(fd, h, READ_BATCH * sizeof *h, MSG_PEEK | MSG_DONTWAIT);
+    if (n < (ssize_t)(2 * sizeof *h))
+        return 0;
+    int k = 0;
+    while (k < READ_BATCH && (size_t)(k + 1) * sizeof *h <= (size_t)n) {
+        cr__tcp_hdr_t t = h[k];
+        if (cr__tcp_hdr_dec(&t) || t.opcode != CR__TCP_READ || t.len == 0 ||
+            t.len > CR__TCP_MAX_SLICE)
+            break;
+        h[k++] = t;
+    }
+    if (k < 2)
+        return 0;
+    /* consume exactly the k headers we decoded (they are already queued) */
+    cr__tcp_hdr_t junk[READ_BATCH];
+    if (recv_full(fd, junk, (size_t)k * sizeof *h))
+        return -1;
+    return k;
+}
+
 static void *srv_main(void *arg)
 {
     srv_conn_t *sc = arg;
@@ -194,8 +269,21 @@ static void *srv_main(void *arg)
     ack_buf_t acks;
     acks.n = 0;
     acks.bytes = 0;
-    int rc = 0;
+    int rc = 0, last_read = 0;
     for (;;) {
+        if (last_read) {
+            cr__tcp_hdr_t run[READ_BATCH];
+            int k = take_read_run(fd, run);
+            if (k < 0) {
+                rc = -ECONNRESET;
+                break;
+            }
+            if (k > 0) {
+                if ((rc = serve_reads(sc, run, k, &acks)) != 0)
+                    break;
+                continue;
+            }
+        }
         cr__tcp_hdr_t h;
         ssize_t n = recv(fd, &h, sizeof h, MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
@@ -228,6 +316,7 @@ static void *srv_main(void *arg)
             rc = -EPROTO;
             break;
         }
+        last_read = h.opcode == CR__TCP_READ;
         if ((rc = serve_one(sc, &h, &acks)) != 0) {
             if (rc == -EPROTO)
                 CR_LOG_WARN(LOGC, "bad request (opcode %u, len %llu): closing the connection",

@@ -180,13 +180,16 @@ static void test_server_range_checks(void **state)
     assert_int_equal(xt_check(f->reg + 10, 4096, 0, 3, "valid raw WRITE"), -1);
     check_guards(f);
 
-    /* READ out of range: error, no payload; READ in range: the bytes */
+    /* READ out of range: error + zero padding; READ in range: the bytes */
     send_hdr(fd, CR__TCP_READ, 5, base + REG_LEN - 1, 2);
     send_hdr(fd, CR__TCP_READ, 6, base + 10, 4096);
     cr__tcp_hdr_t h = recv_hdr(fd);
     assert_int_equal(h.seq, 5);
     assert_int_equal(h.status, -EFAULT);
-    assert_int_equal(h.len, 0);
+    assert_int_equal(h.len, 2); /* refused: zero padding of the requested length */
+    char pad[2] = {1, 1};
+    assert_int_equal(cr__net_read_full(fd, pad, 2, 2000), 0);
+    assert_int_equal(pad[0] | pad[1], 0);
     h = recv_hdr(fd);
     assert_int_equal(h.seq, 6);
     assert_int_equal(h.status, 0);
