@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
@@ -17,6 +18,7 @@
 #define MAX_BODY 65536
 
 static int handler_calls; /* guarded by calls_mu */
+static int slow_started, slow_finished; /* atomics */
 static pthread_mutex_t calls_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Echo handler:
@@ -40,6 +42,12 @@ static void handler(void *user, const cr__http_req_t *req, cr__http_resp_t *resp
     }
     if (strcmp(req->path, "/empty") == 0)
         return; /* default: 200, no body */
+    if (strcmp(req->path, "/slow") == 0) {
+        __atomic_store_n(&slow_started, 1, __ATOMIC_SEQ_CST);
+        usleep(300 * 1000);
+        __atomic_store_n(&slow_finished, 1, __ATOMIC_SEQ_CST);
+        return;
+    }
     const char *x = cr__http_req_arg(req, "x");
     cr__http_resp_printf(resp, 200, "%s %s x=%s len=%zu\n%s", req->method, req->path,
                          x ? x : "(null)", req->body_len, req->body);
@@ -314,6 +322,30 @@ static void test_concurrent_clients(void **state)
     assert_int_equal(calls() - before, 80);
 }
 
+static void *slow_client(void *arg)
+{
+    struct buf b = {0};
+    request(*(uint16_t *)arg, "GET", "/slow", NULL, 0, 0, &b, NULL, 0); /* may fail: server stops */
+    free(b.p);
+    return NULL;
+}
+
+static void test_stop_waits_for_running_handler(void **state)
+{
+    (void)state;
+    uint16_t port = cr__httpd_port(srv);
+    slow_started = slow_finished = 0;
+    pthread_t th;
+    pthread_create(&th, NULL, slow_client, &port);
+    for (int i = 0; i < 2000 && !__atomic_load_n(&slow_started, __ATOMIC_SEQ_CST); i++)
+        usleep(1000);
+    assert_int_equal(__atomic_load_n(&slow_started, __ATOMIC_SEQ_CST), 1);
+    cr__httpd_stop(srv); /* must not return while the handler runs */
+    srv = NULL;
+    assert_int_equal(__atomic_load_n(&slow_finished, __ATOMIC_SEQ_CST), 1);
+    pthread_join(th, NULL);
+}
+
 static void test_port_in_use_and_bad_args(void **state)
 {
     (void)state;
@@ -336,6 +368,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_body_budget_is_503, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_clients, setup, teardown),
         cmocka_unit_test_setup_teardown(test_port_in_use_and_bad_args, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_waits_for_running_handler, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
