@@ -359,7 +359,9 @@ static void *worker_main(void *arg)
     atomic_fetch_add(&ready_count, 1);
     while (!atomic_load(&go_flag) && !atomic_load(&stop_flag))
         sleep_us(100);
-    while (!w->first_error && !atomic_load(&stop_flag)) {
+    /* at least one measured batch, even if the window closed before this
+     * thread was scheduled (a loaded machine): results are never empty */
+    for (int first = 1; !w->first_error && (first || !atomic_load(&stop_flag)); first = 0) {
         next_offsets(w, taddr, n);
         uint64_t wseed = target_seed ^ 0x5752495445000000ull ^ (w->batches + 1) ^
                          ((uint64_t)w->id << 40);
