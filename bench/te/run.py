@@ -219,6 +219,14 @@ def case_netns(t, bench, reps, secs):
     if os.geteuid() != 0 or not shutil.which("ip"):
         log("  e: skipped (needs root and iproute2)")
         return
+    # namespaces left by an earlier run that was killed (-9) before its cleanup:
+    # ours by name, and empty (no process inside)
+    for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                               text=True).stdout.splitlines():
+        ns = line.split()[0] if line.split() else ""
+        if re.fullmatch(r"crb-[ab]-\d+", ns) and not subprocess.run(
+                ["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.strip():
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
     tag = str(os.getpid() % 100000)
     a, b = "crb-a-" + tag, "crb-b-" + tag
     va, vb = "crbva" + tag, "crbvb" + tag
