@@ -641,6 +641,14 @@ static void h_register(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
         return reply_error(s, resp, rc == -EINVAL ? 400 : 500,
                            err[0] ? err : "endpoint: cannot subscribe");
     }
+    /* an /unregister may have freed the slot while we subscribed */
+    pthread_mutex_lock(&s->lock);
+    int current = s->slots[slot].used && s->slots[slot].gen == gen;
+    pthread_mutex_unlock(&s->lock);
+    if (!current) {
+        cr__zsub_remove(s->zsub, (uint32_t)slot, gen);
+        return reply_error(s, resp, 409, "instance_id: unregistered while registering");
+    }
     inc(s, CR__CSVC_M_REGISTERS, 1);
     CR_LOG_INFO(COMP, "registered %s|%s|%u (%s, block_size %u) at %s as slot %d",
                 r.id.instance_id, r.id.tenant_id, r.id.dp_rank, r.id.model, r.id.block_size,
@@ -658,6 +666,7 @@ static void h_unregister(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp
     if (rc)
         return reply_error(s, resp, parse_status(rc), err);
     int removed[NSLOT], nr = 0;
+    uint32_t removed_gen[NSLOT];
     json_t *names = json_array();
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < NSLOT; i++) {
@@ -670,12 +679,13 @@ static void h_unregister(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp
         snprintf(name, sizeof name, "%s|%s|%u", sl->reg.id.instance_id, sl->reg.id.tenant_id,
                  sl->reg.id.dp_rank);
         json_array_append_new(names, json_string(name));
-        slot_reset_locked(s, (uint32_t)i);
+        removed_gen[nr] = sl->gen;
         removed[nr++] = i;
+        slot_reset_locked(s, (uint32_t)i);
     }
     pthread_mutex_unlock(&s->lock);
     for (int k = 0; k < nr; k++)
-        cr__zsub_remove(s->zsub, (uint32_t)removed[k]); /* -ENOENT for local slots */
+        cr__zsub_remove(s->zsub, (uint32_t)removed[k], removed_gen[k]); /* -ENOENT: local */
     if (!nr) {
         json_decref(names);
         return reply_error(s, resp, 404, "instance_id: not registered");

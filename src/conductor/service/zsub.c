@@ -107,8 +107,11 @@ static int do_add(cr__zsub_t *z, uint32_t s, uint32_t gen, const char *ep, const
                   char *err, size_t n)
 {
     zslot_t *zs = &z->slot[s];
-    if (zs->sub)
-        return -EEXIST;
+    if (zs->sub) {
+        if (zs->gen == gen)
+            return -EEXIST;
+        close_slot(z, s); /* left over from an older registration of the slot */
+    }
     void *sk = new_socket(z, ZMQ_SUB);
     if (!sk) {
         snprintf(err, n, "endpoint: zmq_socket failed: %s", zmq_strerror(zmq_errno()));
@@ -355,8 +358,12 @@ static int handle_cmd(cr__zsub_t *z)
                                z->cmd_err, sizeof z->cmd_err);
             break;
         case CMD_REMOVE:
-            z->cmd_rc = z->slot[z->cmd_slot].sub ? 0 : -ENOENT;
-            close_slot(z, z->cmd_slot);
+            if (z->slot[z->cmd_slot].sub && z->slot[z->cmd_slot].gen == z->cmd_gen) {
+                close_slot(z, z->cmd_slot);
+                z->cmd_rc = 0;
+            } else {
+                z->cmd_rc = -ENOENT;
+            }
             break;
         case CMD_STOP:
             stop = 1;
@@ -514,11 +521,11 @@ int cr__zsub_add(cr__zsub_t *z, uint32_t slot, uint32_t gen, const char *endpoin
     return run_cmd(z, CMD_ADD, slot, gen, endpoint, replay_endpoint, err, errlen);
 }
 
-int cr__zsub_remove(cr__zsub_t *z, uint32_t slot)
+int cr__zsub_remove(cr__zsub_t *z, uint32_t slot, uint32_t gen)
 {
     if (!z || slot >= NSLOT)
         return -EINVAL;
-    return run_cmd(z, CMD_REMOVE, slot, 0, NULL, NULL, NULL, 0);
+    return run_cmd(z, CMD_REMOVE, slot, gen, NULL, NULL, NULL, 0);
 }
 
 void cr__zsub_stop(cr__zsub_t *z)

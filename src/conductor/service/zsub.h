@@ -37,13 +37,16 @@ int cr__zsub_start(cr__zsub_msg_fn fn, void *user, size_t max_msg, int hwm, cr__
  * most 1024 / 64 MiB, 1 s) until the end marker, so the callback still sees
  * batches in sequence order. Synchronous: returns once the thread created
  * and connected the sockets. Returns 0, -EINVAL (bad endpoint; message in
- * err), -EEXIST (slot in use) or -errno. */
+ * err), -EEXIST (slot in use with the same gen) or -errno. */
 int cr__zsub_add(cr__zsub_t *z, uint32_t slot, uint32_t gen, const char *endpoint,
                  const char *replay_endpoint, char *err, size_t errlen);
 
-/* Closes the socket of slot; no callback for it is made after this returns.
- * Returns 0 or -ENOENT. */
-int cr__zsub_remove(cr__zsub_t *z, uint32_t slot);
+/* Closes the socket of slot if it was added with gen; no callback for it is
+ * made after this returns. Returns 0 or -ENOENT (no socket of that gen).
+ * Generations make add/remove races harmless: an add with a newer gen
+ * replaces a socket left over from an older one, and a late remove of an
+ * older gen does not touch the newer socket. */
+int cr__zsub_remove(cr__zsub_t *z, uint32_t slot, uint32_t gen);
 
 /* Stops the thread and closes every socket. NULL is a no-op. */
 void cr__zsub_stop(cr__zsub_t *z);
