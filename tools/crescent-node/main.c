@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/config.h"
@@ -27,6 +28,7 @@ typedef struct node_cfg {
     int64_t te_port;
     int64_t heartbeat_ms;
     int64_t rpc_timeout_ms;
+    double start_timeout_s;
     char ready_file[CR__CFG_STR_MAX];
 } node_cfg_t;
 
@@ -44,6 +46,10 @@ static const cr__cfg_opt_t opts[] = {
     OPT(te_port, "0", "TE listening port (0 = ephemeral)", CR__CFG_INT),
     OPT(heartbeat_ms, "1000", "heartbeat period in ms", CR__CFG_INT),
     OPT(rpc_timeout_ms, "5000", "bound on one master RPC in ms", CR__CFG_INT),
+    OPT(start_timeout_s, "30",
+        "keep retrying while the master is unreachable or still holds this segment name "
+        "(a previous instance that crashed) for this long",
+        CR__CFG_DOUBLE),
     OPT(ready_file, "", "write the segment name to this file once mounted", CR__CFG_STR),
 };
 
@@ -103,7 +109,25 @@ int main(int argc, char **argv)
         p.device_names = cfg.device_name;
     }
     cr_store_t *st = NULL;
-    rc = cr_store_create(&p, &st);
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        rc = cr_store_create(&p, &st);
+        if (rc != CR_E_RPC_FAIL && rc != CR_E_SEGMENT_ALREADY_EXISTS)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double waited = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
+        if (waited >= cfg.start_timeout_s)
+            break;
+        fprintf(stderr, "crescent-node: %s; retrying\n", cr_strerror(rc));
+        /* a stop signal while waiting ends the retries */
+        struct timespec one = {1, 0};
+        int sig = sigtimedwait(&set, NULL, &one);
+        if (sig > 0) {
+            fprintf(stderr, "crescent-node: signal %d while starting\n", sig);
+            return 1;
+        }
+    }
     if (rc) {
         fprintf(stderr, "crescent-node: cannot start: %s (%d)\n", cr_strerror(rc), rc);
         return 1;

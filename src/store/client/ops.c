@@ -389,8 +389,8 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
         return rc;
     }
     if (s->test_put_stall_ms) { /* tests: a writer stuck between PutStart and its writes */
-        fprintf(stderr, "store-client: test hook: put stalls %llu ms after PutStart\n",
-                (unsigned long long)s->test_put_stall_ms);
+        fprintf(stderr, "store-client: test hook: put stalls %llu ms after PutStart (status %d)\n",
+                (unsigned long long)s->test_put_stall_ms, rep.items[0].status);
         usleep((useconds_t)(s->test_put_stall_ms * 1000));
     }
     uint8_t *started = calloc(n, 2); /* [0,n): PutStart ok; [n,2n): data written */

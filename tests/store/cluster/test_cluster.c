@@ -242,25 +242,23 @@ static void test_writer_killed(void)
     char *env[] = {"CRESCENT_STORE_TEST_PUT_STALL_MS=60000", NULL};
     pid_t w = cu_spawn(argv, log, env);
     CHECK(w > 0, "spawn writer");
-    /* wait until the writer holds its allocation: our own put of the same
-     * shape cannot fit then */
+    /* wait until the writer holds its allocation (its test hook logs the
+     * PutStart status), then our put of the same shape cannot fit */
+    char wlog[4096] = "";
+    for (int i = 0; i < 300 && !strstr(wlog, "after PutStart"); i++) {
+        usleep(50000);
+        FILE *f = fopen(log, "r");
+        if (f) {
+            size_t k = fread(wlog, 1, sizeof wlog - 1, f);
+            wlog[k] = 0;
+            fclose(f);
+        }
+    }
+    CHECK(strstr(wlog, "after PutStart (status 0)"), "writer's PutStart: %s", wlog);
     cr_store_replicate_config_t cfg = {.replica_num = N_NODES};
     fill(g_reg, n, 77);
-    int rc = 0, saw_full = 0;
-    for (int i = 0; i < 100; i++) {
-        char body[4096];
-        int st = cu_http_get(g_metrics_port, "/metrics", body, sizeof body);
-        (void)st;
-        rc = cr_store_put_from(g_cli, "after-writer", g_reg, n, &cfg);
-        if (rc == CR_E_NO_AVAILABLE_HANDLE) {
-            saw_full = 1;
-            break;
-        }
-        if (rc == 0)
-            cr_store_remove(g_cli, "after-writer", 1);
-        usleep(50000);
-    }
-    CHECK(saw_full, "the pending put never held its space (last put: %d)", rc);
+    int rc = cr_store_put_from(g_cli, "after-writer", g_reg, n, &cfg);
+    CHECK_RC(rc, CR_E_NO_AVAILABLE_HANDLE);
     CHECK_RC(cr_store_exist(g_cli, "killed-writer"), 0); /* invisible while pending */
     kill(w, SIGKILL);
     int st;
@@ -481,6 +479,47 @@ static void test_master_restart(void)
     fprintf(stderr, "ok: master restarted, nodes remounted\n");
 }
 
+/* A node started while the master is down keeps retrying and mounts once
+ * the master is back. */
+static void test_node_before_master(void)
+{
+    int st;
+    kill(g_master_pid, SIGKILL);
+    waitpid(g_master_pid, &st, 0);
+    g_master_pid = -1;
+    int i = N_NODES - 1; /* killed in the load test: reuse its slot */
+    CHECK(g_node_pid[i] <= 0, "slot %d busy", i);
+    char rf[300], log[300];
+    snprintf(rf, sizeof rf, "%s/node%d.ready", g_dir, i);
+    snprintf(log, sizeof log, "%s/node%d-late.log", g_dir, i);
+    unlink(rf);
+    char *argv[] = {(char *)g_node_bin, "--master_server_address", g_addr, "--global_segment_size",
+                    NODE_SEG, "--heartbeat_ms", "200", "--rpc_timeout_ms", "300",
+                    "--start_timeout_s", "30", "--ready_file", rf, NULL};
+    g_node_pid[i] = cu_spawn(argv, log, NULL);
+    usleep(1500000);
+    CHECK(cu_alive(g_node_pid[i]), "node exited while the master was down");
+    CHECK(start_master(g_rpc_port) == 0, "master restart");
+    char buf[300];
+    CHECK(cu_wait_file(rf, 20000, buf, sizeof buf) == 0, "late node never became ready");
+    buf[strcspn(buf, "\n")] = 0;
+    const char *pref[] = {buf};
+    cr_store_replicate_config_t cfg = {.replica_num = 1, .preferred_segments = pref, .n_preferred = 1};
+    uint8_t v[4096], o[4096];
+    size_t got;
+    fill(v, sizeof v, 31);
+    int rc = -1;
+    for (int k = 0; k < 50 && rc; k++) {
+        rc = cr_store_put(g_cli, "late-node", v, sizeof v, &cfg);
+        if (rc)
+            usleep(100000);
+    }
+    CHECK_RC(rc, 0);
+    CHECK_RC(cr_store_get(g_cli, "late-node", o, sizeof o, &got), 0);
+    CHECK(same(o, sizeof o, 31), "late-node bytes differ");
+    fprintf(stderr, "ok: a node started before its master mounts once the master is up\n");
+}
+
 static void test_node_sigterm(void)
 {
     cr_store_replicate_config_t cfg = {.replica_num = 1};
@@ -547,6 +586,7 @@ int main(int argc, char **argv)
     test_eviction();
     test_node_killed_under_load();
     test_master_restart();
+    test_node_before_master();
     test_node_sigterm();
     rc = g_failures ? 1 : 0;
 out:
