@@ -639,6 +639,9 @@ static int shm_can_reach(void *state, const cr__seg_desc_t *d)
     shm_state_t *st = state;
     if (!d || d->pid <= 0 || strncmp(d->host_id, st->host_id, CR__HOST_ID_MAX) != 0)
         return 0;
+    /* without our own namespace identity two containers could look alike */
+    if (st->net_ino == 0)
+        return 0;
     /* the pid must name a process in our network namespace (a recycled pid
      * or a /proc of another pid namespace would not) */
     char path[64];
@@ -746,6 +749,9 @@ static int shm_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg,
             shm_destroy(st);
             return -rc;
         }
+        char tname[16];
+        snprintf(tname, sizeof tname, "cr-shm-%u", i);
+        pthread_setname_np(st->threads[i], tname);
         st->n_threads++;
     }
     *state = st;
