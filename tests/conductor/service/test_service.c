@@ -462,11 +462,72 @@ static void test_concurrent_events_and_queries(void **st)
     json_decref(j);
 }
 
+/* /register and /unregister racing from several threads (real ZMQ
+ * subscriptions to a port nobody listens on): every call answers a defined
+ * status and the registry ends where it started. */
+typedef struct regrace {
+    cr__csvc_t *s;
+    int id, rounds;
+} regrace_t;
+
+static void *regrace_main(void *arg)
+{
+    regrace_t *r = arg;
+    char reg[256], unreg[128];
+    for (int i = 0; i < r->rounds; i++) {
+        /* two threads share each instance id, so calls collide */
+        snprintf(reg, sizeof reg,
+                 "{\"endpoint\":\"tcp://127.0.0.1:1\",\"modelname\":\"m\","
+                 "\"instance_id\":\"race%d\",\"block_size\":4}",
+                 r->id / 2);
+        snprintf(unreg, sizeof unreg, "{\"instance_id\":\"race%d\"}", r->id / 2);
+        cr__http_req_t q1 = {.method = "POST", .path = "/register", .body = reg,
+                             .body_len = strlen(reg)};
+        cr__http_resp_t a = {.status = 200};
+        cr__csvc_handle(r->s, &q1, &a);
+        if (a.status != 200 && a.status != 409)
+            abort();
+        free(a.body);
+        cr__http_req_t q2 = {.method = "POST", .path = "/unregister", .body = unreg,
+                             .body_len = strlen(unreg)};
+        cr__http_resp_t b = {.status = 200};
+        cr__csvc_handle(r->s, &q2, &b);
+        if (b.status != 200 && b.status != 404)
+            abort();
+        free(b.body);
+    }
+    return NULL;
+}
+
+static void test_register_unregister_race(void **st)
+{
+    fx_t *f = *st;
+    int rounds = getenv("CRESCENT_SANITIZED") ? 40 : 150;
+    pthread_t t[4];
+    regrace_t r[4];
+    for (int i = 0; i < 4; i++) {
+        r[i] = (regrace_t){.s = f->s, .id = i, .rounds = rounds};
+        assert_int_equal(pthread_create(&t[i], NULL, regrace_main, &r[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    json_t *j = call(f->s, "GET", "/health", NULL, 200);
+    assert_int_equal(jint(j, "instances"), 2); /* p1 and p2 of the fixture */
+    json_decref(j);
+    /* the slots are reusable */
+    j = call(f->s, "POST", "/register",
+             "{\"endpoint\":\"tcp://127.0.0.1:1\",\"modelname\":\"m\",\"instance_id\":\"z\","
+             "\"block_size\":4}",
+             200);
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_concurrent_events_and_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_block_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_register_unregister_race, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_tiers_and_dp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_cleared_orphan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schedule, setup, teardown),
