@@ -23,7 +23,7 @@
 
 #define N_NODES 3
 #define SEG_SIZE (24u << 20)
-#define LEASE_MS 300
+#define LEASE_MS 1000
 
 static cr__master_t *g_master;
 static cr__rpc_server_t *g_server;
@@ -372,7 +372,7 @@ static void test_stalled_reader(void **state)
 {
     (void)state;
     const size_t n = 256 * 1024;
-    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "900", 1);
+    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "2500", 1);
     cr_store_t *reader = NULL;
     int rc = make_client(0, 1 << 20, &reader);
     unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
@@ -419,7 +419,7 @@ static void test_slow_reader_validated(void **state)
 {
     (void)state;
     const size_t n = 64 * 1024;
-    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "600", 1);
+    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "1200", 1);
     cr_store_t *reader = NULL;
     int rc = make_client(0, 1 << 20, &reader);
     unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
@@ -441,7 +441,7 @@ static void test_slow_reader_validated(void **state)
     size_t caps[1] = {n}, lens[1];
     int res[1];
     cr_store_t *breader = NULL;
-    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "600", 1);
+    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "1200", 1);
     rc = make_client(0, 1 << 20, &breader);
     unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
     assert_int_equal(rc, 0);

@@ -31,7 +31,7 @@
 #define N_NODES 3
 #define NODE_SEG "32MB"
 #define NODE_SEG_BYTES (32ull << 20)
-#define LEASE_MS 500
+#define LEASE_MS 1000
 #define CLIENT_TTL_S 2
 #define PUT_TIMEOUT_S 2
 #define REG_SIZE (64ull << 20)
@@ -300,7 +300,7 @@ static void *stall_get(void *a)
 static void test_stalled_reader(void)
 {
     const size_t n = 1 << 20;
-    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "1500", 1);
+    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "2500", 1);
     cr_store_t *reader;
     int rc = make_client(&reader);
     unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
