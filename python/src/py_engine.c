@@ -438,6 +438,9 @@ static void engine_dealloc(PyObject *o)
     Py_TYPE(o)->tp_free(o);
 }
 
+/* Returns 0 or a negative status for Python, or RAISED (INT32_MIN) when a
+ * Python exception is set. */
+#define RAISED INT32_MIN
 static int do_initialize(PyEngine *self, const char *local_hostname, const char *metadata_server,
                          const char *protocol, const char *device_name, const char *metadata_type)
 {
@@ -446,7 +449,7 @@ static int do_initialize(PyEngine *self, const char *local_hostname, const char 
     if (cr__py_split_host(local_hostname, host, sizeof host, &port) < 0) {
         PyErr_Format(PyExc_ValueError, "local_hostname '%s' is not host or host:port",
                      local_hostname);
-        return INT32_MIN;
+        return RAISED;
     }
     if (!metadata_server || !*metadata_server) {
         const char *env = getenv("MC_METADATA_SERVER");
@@ -464,7 +467,7 @@ static int do_initialize(PyEngine *self, const char *local_hostname, const char 
         /* rdma, nvlink, ...: crescent moves bytes over TCP/shared memory. */
         if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
                              "crescent: protocol '%s' is not available, using tcp", protocol) < 0)
-            return INT32_MIN;
+            return RAISED;
         snprintf(transports, sizeof transports, "tcp,shm");
     }
     const char *tr_env = getenv("CRESCENT_TRANSPORTS");
@@ -525,7 +528,7 @@ static PyObject *engine_initialize(PyEngine *self, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|ss:initialize", kwl, &lh, &ms, &proto, &dev))
         return NULL;
     int rc = do_initialize(self, lh, ms, proto, dev, NULL);
-    if (rc == INT32_MIN)
+    if (rc == RAISED)
         return NULL;
     return PyLong_FromLong(rc);
 }
@@ -539,7 +542,7 @@ static PyObject *engine_initialize_ext(PyEngine *self, PyObject *args, PyObject 
                                      &mt))
         return NULL;
     int rc = do_initialize(self, lh, ms, proto, dev, mt);
-    if (rc == INT32_MIN)
+    if (rc == RAISED)
         return NULL;
     return PyLong_FromLong(rc);
 }
