@@ -43,6 +43,10 @@ typedef struct {
 
 /* ---- helpers -------------------------------------------------------------- */
 
+/* Mooncake's put family treats a key that already exists as success (objects
+ * are immutable: the stored value is kept). */
+static int put_rc(int rc) { return rc == CR_E_OBJECT_ALREADY_EXISTS ? 0 : rc; }
+
 static cr_store_t *st_acquire(PyStore *self)
 {
     pthread_rwlock_rdlock(&self->lock);
@@ -347,10 +351,27 @@ static PyObject *store_setup(PyStore *self, PyObject *args, PyObject *kw)
         if (!*strs[i].dst)
             return NULL;
     }
-    if (gss_o && gss_o != Py_None && cr__py_size(gss_o, "global_segment_size", &gss) < 0)
-        return NULL;
-    if (lbs_o && lbs_o != Py_None && cr__py_size(lbs_o, "local_buffer_size", &lbs) < 0)
-        return NULL;
+    /* An unparsable size string ("50%") is an error code, as in Mooncake;
+     * wrong types and negative numbers raise. */
+    PyObject *szo[2] = {gss_o, lbs_o};
+    uint64_t *szv[2] = {&gss, &lbs};
+    const char *szn[2] = {"global_segment_size", "local_buffer_size"};
+    for (int i = 0; i < 2; i++) {
+        if (!szo[i] || szo[i] == Py_None)
+            continue;
+        if (cr__py_size(szo[i], szn[i], szv[i]) < 0) {
+            if (!(PyUnicode_Check(szo[i]) || PyBytes_Check(szo[i])) ||
+                !PyErr_ExceptionMatches(PyExc_ValueError))
+                return NULL;
+            PyErr_Clear();
+            return PyLong_FromLong(CR_E_INVALID_PARAMS);
+        }
+    }
+    /* Mooncake accepts a zero local buffer (copying calls then fail there);
+     * crescent's client needs >= 64 KiB of staging: a smaller request gets
+     * 64 KiB and the copying calls work. */
+    if (lbs < (64u << 10))
+        lbs = 64u << 10;
     if (engine_o && engine_o != Py_None &&
         PyErr_WarnEx(PyExc_RuntimeWarning,
                      "crescent: setup(engine=...) is ignored; the store runs its own engine",
@@ -584,7 +605,7 @@ static PyObject *store_put(PyStore *self, PyObject *args, PyObject *kw)
     if (!s) {
         rc = NOT_READY;
     } else {
-        rc = cr_store_put(s, key, val.buf, (size_t)val.len, cfg_ptr(&cb));
+        rc = put_rc(cr_store_put(s, key, val.buf, (size_t)val.len, cfg_ptr(&cb)));
         st_release(self);
     }
     Py_END_ALLOW_THREADS
@@ -652,7 +673,7 @@ static PyObject *store_put_parts(PyStore *self, PyObject *args, PyObject *kw)
     if (!s) {
         rc = NOT_READY;
     } else {
-        rc = cr_store_put(s, key, joined, total, cfg_ptr(&cb));
+        rc = put_rc(cr_store_put(s, key, joined, total, cfg_ptr(&cb)));
         st_release(self);
     }
     Py_END_ALLOW_THREADS
@@ -796,7 +817,7 @@ static PyObject *store_put_from(PyStore *self, PyObject *args, PyObject *kw)
         if (!s) {
             rc = NOT_READY;
         } else {
-            rc = cr_store_put_from(s, key, (void *)(uintptr_t)addr, size, cfg_ptr(&cb));
+            rc = put_rc(cr_store_put_from(s, key, (void *)(uintptr_t)addr, size, cfg_ptr(&cb)));
             st_release(self);
         }
         Py_END_ALLOW_THREADS
@@ -993,11 +1014,6 @@ static int zc_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
     if (!ss)
         goto fail;
     z->n = (size_t)z->kb.n;
-    if ((size_t)PySequence_Fast_GET_SIZE(sp) != z->n || (size_t)PySequence_Fast_GET_SIZE(ss) != z->n) {
-        PyErr_Format(PyExc_ValueError, "keys, buffer_ptrs and sizes differ in length (%zd, %zd, %zd)",
-                     z->kb.n, PySequence_Fast_GET_SIZE(sp), PySequence_Fast_GET_SIZE(ss));
-        goto fail;
-    }
     size_t m = z->n ? z->n : 1;
     z->bufs = PyMem_Calloc(m, sizeof *z->bufs);
     z->sizes = PyMem_Calloc(m, sizeof *z->sizes);
@@ -1005,6 +1021,14 @@ static int zc_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
     if (!z->bufs || !z->sizes || !z->out) {
         PyErr_NoMemory();
         goto fail;
+    }
+    if ((size_t)PySequence_Fast_GET_SIZE(sp) != z->n || (size_t)PySequence_Fast_GET_SIZE(ss) != z->n) {
+        /* Mooncake: one INVALID_PARAMS per key, nothing runs */
+        for (size_t i = 0; i < z->n; i++)
+            z->out[i] = CR_E_INVALID_PARAMS;
+        Py_DECREF(sp);
+        Py_DECREF(ss);
+        return 0;
     }
     for (size_t i = 0; i < z->n; i++) {
         uint64_t a, l;
@@ -1073,6 +1097,8 @@ static void zc_run(PyStore *self, zc_batch_t *z, int is_put, const cr_store_repl
         for (size_t j = off; j < off + c; j++) {
             /* a failed call may leave results untouched */
             int r = res[j] == INT32_MIN ? (rc < 0 ? rc : CR_E_INTERNAL_ERROR) : res[j];
+            if (is_put)
+                r = put_rc(r);
             z->out[idx[j]] = r < 0 ? r : is_put ? 0 : (int64_t)lens[j];
         }
     }
@@ -1147,8 +1173,7 @@ static PyObject *store_put_batch(PyStore *self, PyObject *args, PyObject *kw)
     if (!sv)
         goto out;
     if (PySequence_Fast_GET_SIZE(sv) != kb.n) {
-        PyErr_Format(PyExc_ValueError, "keys and values differ in length (%zd, %zd)", kb.n,
-                     PySequence_Fast_GET_SIZE(sv));
+        ret = PyLong_FromLong(CR_E_INVALID_PARAMS); /* keys and values differ in length */
         goto out;
     }
     views = PyMem_Calloc(kb.n ? (size_t)kb.n : 1, sizeof *views);
@@ -1176,7 +1201,8 @@ static PyObject *store_put_batch(PyStore *self, PyObject *args, PyObject *kw)
         rc = NOT_READY;
     } else {
         for (Py_ssize_t i = 0; i < kb.n; i++) {
-            int r = cr_store_put(s, kb.k[i], views[i].buf, (size_t)views[i].len, cfg_ptr(&cb));
+            int r = put_rc(
+                cr_store_put(s, kb.k[i], views[i].buf, (size_t)views[i].len, cfg_ptr(&cb)));
             if (r < 0 && rc == 0)
                 rc = r;
         }
@@ -1294,17 +1320,22 @@ static int mb_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
     if (!ss)
         goto fail;
     m->n = (size_t)m->kb.n;
-    if ((size_t)PySequence_Fast_GET_SIZE(sp) != m->n || (size_t)PySequence_Fast_GET_SIZE(ss) != m->n) {
-        PyErr_SetString(PyExc_ValueError, "keys, all_buffer_ptrs and all_sizes differ in length");
-        goto fail;
-    }
     size_t cap = m->n ? m->n : 1;
     m->nfrag = PyMem_Calloc(cap, sizeof *m->nfrag);
     m->first = PyMem_Calloc(cap, sizeof *m->first);
     m->out = PyMem_Calloc(cap, sizeof *m->out);
-    if (!m->nfrag || !m->first || !m->out) {
+    m->fptr = PyMem_Calloc(1, sizeof *m->fptr);
+    m->fsize = PyMem_Calloc(1, sizeof *m->fsize);
+    if (!m->nfrag || !m->first || !m->out || !m->fptr || !m->fsize) {
         PyErr_NoMemory();
         goto fail;
+    }
+    if ((size_t)PySequence_Fast_GET_SIZE(sp) != m->n || (size_t)PySequence_Fast_GET_SIZE(ss) != m->n) {
+        for (size_t i = 0; i < m->n; i++) /* Mooncake: INVALID_PARAMS per key */
+            m->out[i] = CR_E_INVALID_PARAMS;
+        Py_DECREF(sp);
+        Py_DECREF(ss);
+        return 0;
     }
     size_t total = 0;
     for (size_t i = 0; i < m->n; i++) {
@@ -1316,15 +1347,17 @@ static int mb_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
             PyErr_SetString(PyExc_TypeError, "all_buffer_ptrs and all_sizes must be lists of lists");
             goto fail;
         }
-        if (a != b) {
-            PyErr_Format(PyExc_ValueError, "buffer_ptrs and sizes of key %zu differ in length", i);
-            goto fail;
-        }
         m->first[i] = total;
+        if (a != b) { /* this key fails, the others run */
+            m->out[i] = CR_E_INVALID_PARAMS;
+            continue;
+        }
         m->nfrag[i] = (size_t)a;
         total += (size_t)a;
     }
     m->total_frags = total;
+    PyMem_Free(m->fptr);
+    PyMem_Free(m->fsize);
     m->fptr = PyMem_Calloc(total ? total : 1, sizeof *m->fptr);
     m->fsize = PyMem_Calloc(total ? total : 1, sizeof *m->fsize);
     if (!m->fptr || !m->fsize) {
@@ -1332,6 +1365,8 @@ static int mb_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
         goto fail;
     }
     for (size_t i = 0; i < m->n; i++) {
+        if (m->out[i] != 0)
+            continue; /* fragment lists of different lengths */
         PyObject *pl = cr__py_seq(PySequence_Fast_GET_ITEM(sp, i), "all_buffer_ptrs[i]");
         PyObject *sl = pl ? cr__py_seq(PySequence_Fast_GET_ITEM(ss, i), "all_sizes[i]") : NULL;
         if (!sl) {
@@ -1491,6 +1526,8 @@ static void mb_run(PyStore *self, mb_batch_t *m, int is_put, const cr_store_repl
                                                   res + off);
         for (size_t j = off; j < off + c; j++) {
             int r = res[j] == INT32_MIN ? (rc < 0 ? rc : CR_E_INTERNAL_ERROR) : res[j];
+            if (is_put)
+                r = put_rc(r);
             size_t i = idx[j];
             if (r < 0) {
                 m->out[i] = r;

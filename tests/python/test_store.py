@@ -13,7 +13,6 @@ from conftest import SEG, make_store
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
 NOT_FOUND = -704
-EXISTS = -705
 HAS_LEASE = -706
 INVALID_PARAMS = -600
 BUFFER_OVERFLOW = -10
@@ -53,6 +52,14 @@ def test_setup_human_readable_sizes_and_keywords(cluster):
     s.close()
 
 
+def test_zero_local_buffer_is_accepted(cluster):
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", cluster["metadata"], 0, 0, "tcp", "", cluster["master"]) == 0
+    k = K("zero-lbuf")
+    assert s.put(k, b"v" * 100000) == 0 and s.get(k) == b"v" * 100000
+    s.close()
+
+
 def test_setup_dict_form(cluster):
     s = MooncakeDistributedStore()
     rc = s.setup({"local_hostname": "127.0.0.1", "metadata_server": cluster["metadata"],
@@ -63,10 +70,15 @@ def test_setup_dict_form(cluster):
     s.close()
 
 
+def store_setup_rc(s, cluster, gss):
+    return s.setup("127.0.0.1", cluster["metadata"], gss, "16MB", "tcp", "", cluster["master"])
+
+
 def test_setup_errors(cluster):
     s = MooncakeDistributedStore()
-    with pytest.raises(ValueError):
-        s.setup("127.0.0.1", cluster["metadata"], "12 parsecs", "16MB", "tcp", "", cluster["master"])
+    # unparsable size strings are an error code (Mooncake), bad numbers raise
+    assert store_setup_rc(s, cluster, "12 parsecs") == INVALID_PARAMS
+    assert store_setup_rc(s, cluster, "50%") == INVALID_PARAMS
     with pytest.raises(ValueError):
         s.setup("127.0.0.1", cluster["metadata"], -1, "16MB", "tcp", "", cluster["master"])
     with pytest.raises(TypeError):
@@ -86,7 +98,9 @@ def test_put_get_roundtrip_and_miss(store):
     assert store.put(k, b"Hello, crescent!") == 0
     assert store.get(k) == b"Hello, crescent!"
     assert store.get(K("missing")) == b""
-    assert store.put(k, b"again") == EXISTS
+    # Mooncake: putting an existing key succeeds and keeps the stored value
+    assert store.put(k, b"again") == 0
+    assert store.get(k) == b"Hello, crescent!"
 
 
 def test_put_accepts_buffer_objects(store):
@@ -123,8 +137,8 @@ def test_put_batch_get_batch(store):
     assert store.put_batch(keys, vals) == 0
     got = store.get_batch(keys + [K("nope")])
     assert got == vals + [b""]
-    with pytest.raises(ValueError):
-        store.put_batch(keys[:2], vals[:1])
+    assert store.put_batch(keys[:2], vals[:1]) == INVALID_PARAMS
+    assert store.put_batch(keys, vals) == 0  # already there: success, as in Mooncake
     with pytest.raises(TypeError):
         store.put_batch(keys[:1], [12])
 
@@ -261,10 +275,13 @@ def test_batch_put_from_batch_get_into(store):
         if i in (3, 8):
             continue
         assert np.array_equal(dst[i * size:(i + 1) * size], src[i * size:(i + 1) * size]), i
-    # re-putting existing keys fails per key
-    assert store.batch_put_from(keys[:2], ptrs[:2], [size] * 2) == [EXISTS, EXISTS]
-    with pytest.raises(ValueError):
-        store.batch_get_into(keys, dptrs[:3], [size] * n)
+    # re-putting existing keys succeeds (Mooncake), the stored values are kept
+    src[:size] ^= 0xFF
+    assert store.batch_put_from(keys[:2], ptrs[:2], [size] * 2) == [0, 0]
+    assert store.get(keys[0]) == (src[:size] ^ 0xFF).tobytes()
+    # lists of different lengths: every key fails with INVALID_PARAMS (Mooncake)
+    assert store.batch_get_into(keys[:2], dptrs[:3], [size] * 3) == [INVALID_PARAMS] * 2
+    assert store.batch_put_from(keys[:2], ptrs, [size] * n) == [INVALID_PARAMS] * 2
     with pytest.raises(ValueError):
         store.batch_put_from(keys[:1], ptrs[:1], [-1])
     assert store.batch_put_from([], [], []) == []
@@ -306,8 +323,11 @@ def test_multi_buffers(store):
                                              [dptrs[0], dptrs[1], [junk.ctypes.data]],
                                              [dsizes[0], dsizes[1], [frag]])
     assert res == [frag * nfrag, NOT_FOUND, INVALID_PARAMS]
-    with pytest.raises(ValueError):
-        store.batch_put_from_multi_buffers(keys[:1], [[base, base]], [[frag]])
+    # a key whose pointer and size lists differ fails alone
+    assert store.batch_put_from_multi_buffers([K("x"), K("y")], [[base, base], [base]],
+                                              [[frag], [frag]]) == [INVALID_PARAMS, 0]
+    assert store.batch_get_into_multi_buffers(keys, [dptrs[0]], [dsizes[0]]) == \
+        [INVALID_PARAMS] * nkeys
     with pytest.raises(TypeError):
         store.batch_put_from_multi_buffers(keys[:1], [base], [frag])
 
