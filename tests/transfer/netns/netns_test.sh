@@ -19,7 +19,7 @@
 # earlier run (namespaces named after a pid that no longer exists) are
 # deleted first.
 #
-#   partition : both of B's links go down while 256 MiB of WRITEs run: every
+#   partition : both of B's links go down while 1 GiB of WRITEs run: every
 #               request fails within the timeout, none hangs; links back up =>
 #               transfers work again
 #   peerdeath : the target process is SIGKILLed mid-transfer: requests fail,
@@ -89,7 +89,7 @@ NICS_B=10.201.1.2,10.201.2.2
 PORT=17777
 size=160M
 [ "$case_" = failover ] && size=1G
-[ "$case_" = partition ] || [ "$case_" = peerdeath ] && size=256M
+[ "$case_" = partition ] || [ "$case_" = peerdeath ] && size=1G
 
 # waits up to $4 seconds (default 30) until file $1 has a line matching $2
 # (or process $3 exits); 0 if seen. Polls every 10 ms: the failover case must
@@ -152,7 +152,7 @@ failover)
   [ $r -eq 0 ] || { echo "FAIL: failover rc=$r"; exit 1; }
   ;;
 partition)
-  # both links of B go down while 256 MiB of WRITEs run: every request must
+  # both links of B go down while 1 GiB of WRITEs run: every request must
   # fail within the engine timeout (5 s here), none hang; links back => works
   ip netns exec "$B" "$drv" outage --nics "$NICS_B" --target "$name" --link "$B1" --link2 "$B2" \
     --timeout_ms 5000 >"$tmp/partition.out" 2>&1 &
@@ -173,7 +173,7 @@ partition)
   [ $r -eq 0 ] || { echo "FAIL: partition rc=$r"; exit 1; }
   ;;
 peerdeath)
-  # the target host's process is SIGKILLed while 256 MiB of WRITEs to it run
+  # the target host's process is SIGKILLed while 1 GiB of WRITEs to it run
   ip netns exec "$B" "$drv" outage --nics "$NICS_B" --target "$name" --expect-dead \
     --timeout_ms 5000 >"$tmp/peerdeath.out" 2>&1 &
   dpid=$!
