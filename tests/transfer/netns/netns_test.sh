@@ -71,10 +71,13 @@ trap 'exit 1' INT TERM
 
 if ! ip netns add "$A" 2>"$tmp/err"; then echo "SKIP: ip netns add failed: $(cat "$tmp/err")"; exit 77; fi
 ip netns add "$B" || exit 1
+if ! ip netns exec "$A" true 2>"$tmp/err"; then echo "SKIP: ip netns exec failed: $(cat "$tmp/err")"; exit 77; fi
+if ! ip link add "$A1" netns "$A" type veth peer name "$B1" netns "$B" 2>"$tmp/err"; then
+  echo "SKIP: cannot create veth pairs: $(cat "$tmp/err")"; exit 77
+fi
 set -e
 ip -n "$A" link set lo up
 ip -n "$B" link set lo up
-ip link add "$A1" netns "$A" type veth peer name "$B1" netns "$B"
 ip link add "$A2" netns "$A" type veth peer name "$B2" netns "$B"
 ip -n "$A" addr add 10.201.1.1/24 dev "$A1"
 ip -n "$A" addr add 10.201.2.1/24 dev "$A2"
