@@ -1363,6 +1363,13 @@ void cr__master_stats(cr__master_t *m, cr__master_stats_t *st)
     st->allocated_bytes = m->allocated;
     st->quarantine_bytes = m->quarantine_bytes;
     pthread_mutex_unlock(&m->mu);
+    st->counters[CR__MM_keys] = st->keys;
+    st->counters[CR__MM_pending_puts] = st->pending_puts;
+    st->counters[CR__MM_segments] = st->segments;
+    st->counters[CR__MM_clients] = st->clients;
+    st->counters[CR__MM_capacity_bytes] = st->capacity_bytes;
+    st->counters[CR__MM_allocated_bytes] = st->allocated_bytes;
+    st->counters[CR__MM_quarantine_bytes] = st->quarantine_bytes;
 }
 
 /* growable text buffer */
@@ -1443,23 +1450,6 @@ int cr__master_metrics_text(cr__master_t *m, char **out, size_t *len)
         sb_printf(&b, "# HELP crescent_master_%s %s\n# TYPE crescent_master_%s %s\ncrescent_master_%s %" PRIu64 "\n",
                   metric_rows[i].name, metric_rows[i].help, metric_rows[i].name,
                   metric_rows[i].type, metric_rows[i].name, st.counters[i]);
-    const struct {
-        const char *name, *help;
-        uint64_t v;
-    } gauges[] = {
-        {"keys", "Complete objects", st.keys},
-        {"pending_puts", "Puts started and not ended", st.pending_puts},
-        {"segments", "Mounted segments", st.segments},
-        {"clients", "Clients with a live heartbeat", st.clients},
-        {"capacity_bytes", "Bytes of mounted segment memory", st.capacity_bytes},
-        {"allocated_bytes", "Bytes allocated (objects, pending puts, quarantine)",
-         st.allocated_bytes},
-        {"quarantine_bytes", "Freed bytes waiting for leases to expire before reuse",
-         st.quarantine_bytes},
-    };
-    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++)
-        sb_printf(&b, "# HELP crescent_master_%s %s\n# TYPE crescent_master_%s gauge\ncrescent_master_%s %" PRIu64 "\n",
-                  gauges[i].name, gauges[i].help, gauges[i].name, gauges[i].name, gauges[i].v);
     return sb_finish(&b, out, len);
 }
 

@@ -134,7 +134,9 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
 
 /* ---- metrics and admin ------------------------------------------------- */
 
-/* The one metrics list: X(name, type, help). Counters end in _total. */
+/* The one metrics list: X(name, type, help). Counters end in _total;
+ * gauges are filled from the state when a snapshot is taken. It generates
+ * the enum below, cr__master_stats_t.counters[] and the Prometheus text. */
 #define CR__MASTER_METRICS(X)                                                                  \
     X(rpc_ping_total, counter, "Ping requests")                                                \
     X(rpc_mount_segment_total, counter, "MountSegment requests")                               \
@@ -164,13 +166,20 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(replicas_dropped_total, counter, "Replicas dropped because their segment went away")     \
     X(objects_lost_total, counter, "Objects that vanished with their last replica")            \
     X(clients_expired_total, counter, "Clients whose heartbeat lapsed (segments unmounted)")   \
-    X(quarantined_bytes_total, counter, "Bytes put in quarantine before reuse")
+    X(quarantined_bytes_total, counter, "Bytes put in quarantine before reuse")                \
+    X(keys, gauge, "Complete objects")                                                         \
+    X(pending_puts, gauge, "Puts started and not ended")                                       \
+    X(segments, gauge, "Mounted segments")                                                     \
+    X(clients, gauge, "Clients with a live heartbeat")                                         \
+    X(capacity_bytes, gauge, "Bytes of mounted segment memory")                                \
+    X(allocated_bytes, gauge, "Bytes allocated (objects, pending puts, quarantine)")          \
+    X(quarantine_bytes, gauge, "Freed bytes waiting for leases to expire before reuse")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };
 
 typedef struct cr__master_stats {
-    uint64_t counters[CR__MM_COUNT];
+    uint64_t counters[CR__MM_COUNT]; /* every metric of the list, gauges included */
     uint64_t keys;            /* complete objects */
     uint64_t pending_puts;    /* incomplete objects */
     uint64_t segments, clients;
