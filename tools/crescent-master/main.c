@@ -48,6 +48,18 @@ typedef struct master_opts {
     char metrics_address[CR__CFG_STR_MAX];
     int64_t metrics_port;
     char port_file[CR__CFG_STR_MAX];
+    /* Mooncake mooncake_master compatibility */
+    int64_t port;
+    int64_t max_threads;
+    int allow_evict_soft_pinned_objects;
+    int64_t rpc_conn_timeout_seconds;
+    int rpc_enable_tcp_no_delay;
+    int enable_gc;
+    int enable_metric_reporting;
+    int enable_ha;
+    char etcd_endpoints[CR__CFG_STR_MAX];
+    char cluster_id[CR__CFG_STR_MAX];
+    char memory_allocator[CR__CFG_STR_MAX];
 } master_opts_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(master_opts_t, n)}
@@ -77,6 +89,24 @@ static const cr__cfg_opt_t opts[] = {
         "HTTP admin port: /metrics /health /query_key /get_all_segments (0 = ephemeral, -1 = off)",
         CR__CFG_INT),
     OPT(port_file, "", "write the 'listening ...' line to this file too", CR__CFG_STR),
+    /* accepted for mooncake_master command lines */
+    OPT(port, "-1", "deprecated alias of --rpc_port (Mooncake); -1 = unset", CR__CFG_INT),
+    OPT(max_threads, "0", "deprecated alias of --rpc_thread_num (Mooncake); 0 = unset",
+        CR__CFG_INT),
+    OPT(allow_evict_soft_pinned_objects, "true",
+        "evict soft-pinned objects (last) when unpinned ones do not free enough", CR__CFG_BOOL),
+    OPT(rpc_conn_timeout_seconds, "0",
+        "Mooncake name: idle connection timeout in seconds (0 = use --rpc_idle_timeout)",
+        CR__CFG_INT),
+    OPT(rpc_enable_tcp_no_delay, "true", "accepted; TCP_NODELAY is always on", CR__CFG_BOOL),
+    OPT(enable_gc, "false", "accepted; eviction is always on", CR__CFG_BOOL),
+    OPT(enable_metric_reporting, "true", "accepted; metrics are served on --metrics_port",
+        CR__CFG_BOOL),
+    OPT(enable_ha, "false", "master HA (not supported: must be false)", CR__CFG_BOOL),
+    OPT(etcd_endpoints, "", "accepted for HA command lines; unused", CR__CFG_STR),
+    OPT(cluster_id, "", "accepted for HA command lines; unused", CR__CFG_STR),
+    OPT(memory_allocator, "offset", "segment allocator: offset (cachelib is not available)",
+        CR__CFG_STR),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 #define SUMMARY "crescent store master: segments, objects, leases, eviction (metadata only)"
@@ -128,6 +158,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-master: %s\n", err);
         return 2;
     }
+    if (o.enable_ha) {
+        fprintf(stderr, "crescent-master: --enable_ha is not supported (single master)\n");
+        return 2;
+    }
+    if (strcmp(o.memory_allocator, "offset") != 0)
+        fprintf(stderr, "crescent-master: --memory_allocator=%s not available, using offset\n",
+                o.memory_allocator);
+    if (o.port >= 0)
+        o.rpc_port = o.port;
+    if (o.max_threads > 0)
+        o.rpc_thread_num = o.max_threads > 16 ? 16 : o.max_threads;
+    if (o.rpc_conn_timeout_seconds > 0)
+        o.rpc_idle_timeout = (double)o.rpc_conn_timeout_seconds;
     if (!port_ok(o.rpc_port, 0) || !port_ok(o.metrics_port, 1) ||
         !port_ok(o.http_metadata_server_port, 0) || o.default_kv_lease_ttl <= 0 ||
         o.default_kv_soft_pin_ttl < 0 || o.eviction_high_watermark_ratio <= 0 ||
@@ -154,6 +197,7 @@ int main(int argc, char **argv)
     mc.put_timeout_ms = (uint64_t)(o.put_start_timeout * 1000.0);
     mc.high_watermark = o.eviction_high_watermark_ratio;
     mc.eviction_ratio = o.eviction_ratio;
+    mc.evict_soft_pinned = o.allow_evict_soft_pinned_objects;
     cr__master_t *m = NULL;
     cr__rpc_server_t *rpc = NULL;
     cr__httpd_t *admin = NULL;

@@ -367,6 +367,7 @@ void cr__master_cfg_default(cr__master_cfg_t *c)
     c->evict_max_visit = 65536;
     c->granule_shift = 6;
     c->min_stripe = 1u << 20;
+    c->evict_soft_pinned = 1;
 }
 
 int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
@@ -1186,7 +1187,8 @@ static uint64_t evict_locked(cr__master_t *m, uint64_t need, uint64_t now)
         return 0;
     CNT(m, eviction_steps_total)++;
     uint64_t freed = 0, n = 0;
-    for (int pass = 0; pass < 2 && freed < target; pass++) {
+    int passes = m->cfg.evict_soft_pinned ? 2 : 1;
+    for (int pass = 0; pass < passes && freed < target; pass++) {
         cr__evict_verdict_t want = pass == 0 ? CR__EVICT_NOW : CR__EVICT_LAST;
         uint32_t visited = 0;
         obj_t *o = m->lru.prev;

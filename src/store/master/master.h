@@ -38,6 +38,7 @@ typedef struct cr__master_cfg {
     uint32_t evict_max_visit;     /* objects visited per eviction pass (65536) */
     unsigned granule_shift;       /* allocator granule, 1 << shift bytes (6) */
     uint64_t min_stripe;          /* smallest shard when striping (1 MiB) */
+    int evict_soft_pinned;        /* --allow_evict_soft_pinned_objects (1) */
 } cr__master_cfg_t;
 
 /* Fills c with the defaults above. */

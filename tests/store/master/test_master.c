@@ -502,6 +502,26 @@ static void test_eviction_skips(void **s)
     cr__master_destroy(m);
 }
 
+static void nosoft_tweak(cr__master_cfg_t *c) { c->evict_soft_pinned = 0; }
+
+/* --allow_evict_soft_pinned_objects=false: soft-pinned objects are skipped
+ * like hard-pinned ones while their pin lasts, and evictable after. */
+static void test_eviction_soft_pin_protected(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(nosoft_tweak);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0, 1 * MiB, 0), 0);
+    assert_int_equal(put(m, "S", 32 * KiB, 1, CR__RPC_CFG_SOFT_PIN, 0, NULL, 1), 0);
+    assert_int_equal(put(m, "N", 32 * KiB, 1, 0, 1, NULL, 1), 0);
+    assert_int_equal(cr__master_evict(m, 1 * MiB, 10), 1);
+    assert_int_equal(exist(m, "S", 11), 0);
+    assert_int_equal(exist(m, "N", 11), CR_E_OBJECT_NOT_FOUND);
+    /* the soft pin expires after default_kv_soft_pin_ttl (30 min) */
+    assert_int_equal(cr__master_evict(m, 1 * MiB, 31 * 60 * 1000), 1);
+    assert_int_equal(exist(m, "S", 31 * 60 * 1000 + 1), CR_E_OBJECT_NOT_FOUND);
+    cr__master_destroy(m);
+}
+
 static void full_tweak(cr__master_cfg_t *c) { c->high_watermark = 1.0; }
 
 static void test_eviction_on_alloc_failure(void **s)
@@ -673,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_eviction_watermark),
         cmocka_unit_test(test_eviction_skips),
         cmocka_unit_test(test_eviction_on_alloc_failure),
+        cmocka_unit_test(test_eviction_soft_pin_protected),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_dispatch_batch),
     };
