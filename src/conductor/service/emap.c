@@ -85,6 +85,25 @@ int cr__emap_put(cr__emap_t *m, uint64_t key, uint64_t seq, uint32_t tier_bit)
     return 0;
 }
 
+static void delete_at(cr__emap_t *m, cr__emap_ent_t *e);
+
+int cr__emap_set(cr__emap_t *m, uint64_t key, uint64_t seq, uint32_t mask, uint64_t aux)
+{
+    cr__emap_ent_t *e = find(m, key);
+    if (!mask) {
+        if (e)
+            delete_at(m, e);
+        return 0;
+    }
+    int rc = cr__emap_put(m, key, seq, mask);
+    if (rc)
+        return rc;
+    e = find(m, key);
+    e->mask = mask;
+    e->aux = aux;
+    return 0;
+}
+
 int cr__emap_drop(cr__emap_t *m, uint64_t key, uint32_t tier_bit, uint64_t *seq)
 {
     cr__emap_ent_t *e = find(m, key);
@@ -94,7 +113,13 @@ int cr__emap_drop(cr__emap_t *m, uint64_t key, uint32_t tier_bit, uint64_t *seq)
     e->mask &= ~tier_bit;
     if (e->mask)
         return 1;
-    /* backward-shift deletion keeps every probe chain unbroken */
+    delete_at(m, e);
+    return 1;
+}
+
+/* Backward-shift deletion keeps every probe chain unbroken. */
+static void delete_at(cr__emap_t *m, cr__emap_ent_t *e)
+{
     size_t cap = m->cap, i = (size_t)(e - m->t), j = i;
     for (;;) {
         j = (j + 1) & (cap - 1);
@@ -110,5 +135,4 @@ int cr__emap_drop(cr__emap_t *m, uint64_t key, uint32_t tier_bit, uint64_t *seq)
     }
     m->t[i].mask = 0;
     m->n--;
-    return 1;
 }

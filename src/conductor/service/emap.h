@@ -13,6 +13,7 @@
 typedef struct cr__emap_ent {
     uint64_t key;  /* engine hash */
     uint64_t seq;  /* conductor rolling hash */
+    uint64_t aux;  /* caller's extra value (Mooncake key entries: the block hash) */
     uint32_t mask; /* tiers holding it; 0 = empty slot */
 } cr__emap_ent_t;
 
@@ -32,6 +33,9 @@ const cr__emap_ent_t *cr__emap_get(const cr__emap_t *m, uint64_t key);
 /* Maps key -> seq and ORs tier_bit into its mask. Returns 0, -ENOSPC (at
  * max_entries) or -ENOMEM. */
 int cr__emap_put(cr__emap_t *m, uint64_t key, uint64_t seq, uint32_t tier_bit);
+/* Sets key -> (seq, mask, aux) exactly; mask 0 deletes the entry. Returns
+ * 0, -ENOSPC or -ENOMEM. */
+int cr__emap_set(cr__emap_t *m, uint64_t key, uint64_t seq, uint32_t mask, uint64_t aux);
 /* Clears tier_bit of key; deletes the entry when no tier is left. Returns 1
  * and *seq if key was mapped (with that bit), else 0. */
 int cr__emap_drop(cr__emap_t *m, uint64_t key, uint32_t tier_bit, uint64_t *seq);

@@ -207,15 +207,56 @@ static int is_hash(const msgpack_object *o)
            o->type == MSGPACK_OBJECT_STR;
 }
 
+/* A hash given as text: "0x" + 1..16 hex digits, or 1..20 decimal digits
+ * that fit in u64; anything else is folded with XXH3-64. */
+static uint64_t str_hash(const char *p, uint32_t n)
+{
+    uint64_t v = 0;
+    if (n > 2 && n <= 18 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+        uint32_t k = 2;
+        for (; k < n; k++) {
+            char ch = p[k];
+            int d = ch >= '0' && ch <= '9'   ? ch - '0'
+                    : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                    : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                             : -1;
+            if (d < 0)
+                break;
+            v = v << 4 | (uint64_t)d;
+        }
+        if (k == n)
+            return v;
+    } else if (n >= 1 && n <= 20) {
+        uint32_t k = 0;
+        for (; k < n && p[k] >= '0' && p[k] <= '9'; k++) {
+            uint64_t d = (uint64_t)(p[k] - '0');
+            if (v > (UINT64_MAX - d) / 10)
+                break;
+            v = v * 10 + d;
+        }
+        if (k == n)
+            return v;
+    }
+    return cr__kvev_fold_bytes(p, n);
+}
+
 static uint64_t to_hash(const msgpack_object *o)
 {
     switch (o->type) {
     case MSGPACK_OBJECT_POSITIVE_INTEGER: return o->via.u64;
     case MSGPACK_OBJECT_NEGATIVE_INTEGER: return (uint64_t)o->via.i64;
     case MSGPACK_OBJECT_BIN: return cr__kvev_fold_bytes(o->via.bin.ptr, o->via.bin.size);
-    case MSGPACK_OBJECT_STR: return cr__kvev_fold_bytes(o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_STR: return str_hash(o->via.str.ptr, o->via.str.size);
     default: return 0;
     }
+}
+
+/* nil, or an empty str/bin: "no hash" in Mooncake's events */
+static int no_hash(const msgpack_object *o)
+{
+    return !o || o->type == MSGPACK_OBJECT_NIL ||
+           (o->type == MSGPACK_OBJECT_STR && o->via.str.size == 0) ||
+           (o->type == MSGPACK_OBJECT_BIN && o->via.bin.size == 0);
 }
 
 /* ---- event views -------------------------------------------------------- */
@@ -223,17 +264,25 @@ static uint64_t to_hash(const msgpack_object *o)
 typedef struct evview {
     cr__kvev_type_t type; /* 0 = unknown tag, skipped */
     const msgpack_object *hashes, *parent, *tokens, *block_size, *lora_id, *medium, *lora_name;
+    const msgpack_object *key, *replicas, *model, *mc_hash; /* Mooncake events */
 } evview_t;
-
-static const char *const k_tags[] = {NULL, "BlockStored", "BlockRemoved", "AllBlocksCleared"};
 
 static cr__kvev_type_t tag_of(const msgpack_object *o)
 {
-    for (int t = 1; t <= 3; t++)
-        if (str_eq(o, k_tags[t]))
-            return (cr__kvev_type_t)t;
+    static const struct {
+        const char *tag;
+        cr__kvev_type_t type;
+    } tags[] = {{"BlockStored", CR__KVEV_STORED},       {"BlockRemoved", CR__KVEV_REMOVED},
+                {"AllBlocksCleared", CR__KVEV_CLEARED}, {"BlockStoreEvent", CR__KVEV_MC_STORE},
+                {"BlockUpdateEvent", CR__KVEV_MC_UPDATE}, {"RemoveAllEvent", CR__KVEV_CLEARED}};
+    for (size_t t = 0; t < sizeof tags / sizeof tags[0]; t++)
+        if (str_eq(o, tags[t].tag))
+            return tags[t].type;
     return 0;
 }
+
+#define MC_REPLICAS_MAX 64
+#define MC_KEY_MAX 4096
 
 /* Maps the positional/keyed fields of one event into v. */
 static int view_event(dctx_t *c, uint32_t i, const msgpack_object *o, evview_t *v)
@@ -270,6 +319,30 @@ static int view_event(dctx_t *c, uint32_t i, const msgpack_object *o, evview_t *
             v->hashes = &a[1];
             v->medium = n > 2 ? &a[2] : NULL;
             break;
+        case CR__KVEV_MC_STORE:
+            if (n < 8)
+                return fail(c, CR__KVEV_ERR_SHAPE,
+                            "events[%u]: BlockStoreEvent needs 8 elements (tag, mooncake_key, "
+                            "replicas, model_name, block_size, block_hash, parent_block_hash, "
+                            "token_ids), got %u",
+                            i, n);
+            v->key = &a[1];
+            v->replicas = &a[2];
+            v->model = &a[3];
+            v->block_size = &a[4];
+            v->mc_hash = &a[5];
+            v->parent = &a[6];
+            v->tokens = &a[7];
+            break;
+        case CR__KVEV_MC_UPDATE:
+            if (n < 3)
+                return fail(c, CR__KVEV_ERR_SHAPE,
+                            "events[%u]: BlockUpdateEvent needs 3 elements (tag, mooncake_key, "
+                            "replicas), got %u",
+                            i, n);
+            v->key = &a[1];
+            v->replicas = &a[2];
+            break;
         default: break;
         }
         return 0;
@@ -300,8 +373,22 @@ static int view_event(dctx_t *c, uint32_t i, const msgpack_object *o, evview_t *
                 v->medium = val;
             else if (str_eq(key, "lora_name"))
                 v->lora_name = val;
+            else if (str_eq(key, "mooncake_key"))
+                v->key = val;
+            else if (str_eq(key, "replicas"))
+                v->replicas = val;
+            else if (str_eq(key, "model_name"))
+                v->model = val;
+            else if (str_eq(key, "block_hash"))
+                v->mc_hash = val;
             /* other keys (extra_keys, group_idx, ...) are ignored */
         }
+        if ((v->type == CR__KVEV_MC_STORE || v->type == CR__KVEV_MC_UPDATE) &&
+            (!v->key || !v->replicas))
+            return fail(c, CR__KVEV_ERR_FIELD, "events[%u].%s: missing", i,
+                        !v->key ? "mooncake_key" : "replicas");
+        if (v->type == CR__KVEV_MC_STORE && !v->block_size)
+            return fail(c, CR__KVEV_ERR_FIELD, "events[%u].block_size: missing", i);
         if ((v->type == CR__KVEV_STORED || v->type == CR__KVEV_REMOVED) && !v->hashes)
             return fail(c, CR__KVEV_ERR_FIELD, "events[%u].block_hashes: missing", i);
         if (v->type == CR__KVEV_STORED && (!v->tokens || !v->block_size))
@@ -331,9 +418,96 @@ static int check_str(dctx_t *c, uint32_t i, const char *field, const msgpack_obj
     return 0;
 }
 
+static int check_block_size(dctx_t *c, uint32_t i, const msgpack_object *bs)
+{
+    if (bs->type != MSGPACK_OBJECT_POSITIVE_INTEGER || bs->via.u64 == 0 ||
+        bs->via.u64 > c->lim.max_block_size)
+        return fail(c, CR__KVEV_ERR_FIELD,
+                    "events[%u].block_size: expected an int in 1..%u, got %s%s", i,
+                    c->lim.max_block_size, tname(bs),
+                    bs->type == MSGPACK_OBJECT_NEGATIVE_INTEGER ? " (negative)" : "");
+    return 0;
+}
+
+static int check_tokens(dctx_t *c, uint32_t i, const msgpack_object *t)
+{
+    uint32_t nt = t->via.array.size;
+    if (nt > c->lim.max_tokens)
+        return fail(c, CR__KVEV_ERR_LIMIT, "events[%u].token_ids: %u tokens > limit %u", i, nt,
+                    c->lim.max_tokens);
+    for (uint32_t k = 0; k < nt; k++) {
+        const msgpack_object *e = &t->via.array.ptr[k];
+        if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->via.u64 > UINT32_MAX)
+            return fail(c, CR__KVEV_ERR_FIELD,
+                        "events[%u].token_ids[%u]: expected a non-negative int < 2^32, got %s", i,
+                        k, tname(e));
+    }
+    return 0;
+}
+
+/* Mooncake BlockStoreEvent / BlockUpdateEvent. */
+static int check_mc(dctx_t *c, uint32_t i, const evview_t *v, uint64_t *tot_h, uint64_t *tot_t)
+{
+    int rc;
+    if (v->key->type != MSGPACK_OBJECT_STR)
+        return fail(c, CR__KVEV_ERR_FIELD, "events[%u].mooncake_key: expected str, got %s", i,
+                    tname(v->key));
+    if (v->key->via.str.size > MC_KEY_MAX)
+        return fail(c, CR__KVEV_ERR_LIMIT, "events[%u].mooncake_key: longer than %d bytes", i,
+                    MC_KEY_MAX);
+    const msgpack_object *r = v->replicas;
+    if (r->type != MSGPACK_OBJECT_ARRAY)
+        return fail(c, CR__KVEV_ERR_FIELD, "events[%u].replicas: expected array, got %s", i,
+                    tname(r));
+    if (r->via.array.size > MC_REPLICAS_MAX)
+        return fail(c, CR__KVEV_ERR_LIMIT, "events[%u].replicas: %u replicas > limit %d", i,
+                    r->via.array.size, MC_REPLICAS_MAX);
+    for (uint32_t k = 0; k < r->via.array.size; k++) {
+        const msgpack_object *e = &r->via.array.ptr[k];
+        if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size < 1 ||
+            e->via.array.ptr[0].type != MSGPACK_OBJECT_STR)
+            return fail(c, CR__KVEV_ERR_FIELD,
+                        "events[%u].replicas[%u]: expected [type: str, location], got %s", i, k,
+                        tname(e));
+    }
+    if (v->type == CR__KVEV_MC_UPDATE)
+        return 0;
+    if ((rc = check_str(c, i, "model_name", v->model, CR__KVEV_LORA_MAX)) ||
+        (rc = check_block_size(c, i, v->block_size)))
+        return rc;
+    if (!no_hash(v->mc_hash) && !is_hash(v->mc_hash))
+        return fail(c, CR__KVEV_ERR_FIELD, "events[%u].block_hash: expected str or int, got %s",
+                    i, tname(v->mc_hash));
+    if (!no_hash(v->parent) && !is_hash(v->parent))
+        return fail(c, CR__KVEV_ERR_FIELD,
+                    "events[%u].parent_block_hash: expected str or int, got %s", i,
+                    tname(v->parent));
+    const msgpack_object *t = v->tokens; /* may be absent in the map layout */
+    uint64_t bs = v->block_size->via.u64;
+    if (t && t->type == MSGPACK_OBJECT_ARRAY) {
+        if ((rc = check_tokens(c, i, t)))
+            return rc;
+        if (t->via.array.size % bs)
+            return fail(c, CR__KVEV_ERR_FIELD,
+                        "events[%u].token_ids: %u tokens are not whole blocks of %llu", i,
+                        t->via.array.size, (unsigned long long)bs);
+    } else if (t && t->type != MSGPACK_OBJECT_NIL) {
+        return fail(c, CR__KVEV_ERR_FIELD, "events[%u].token_ids: expected array, got %s", i,
+                    tname(t));
+    }
+    if (!no_hash(v->mc_hash)) {
+        *tot_h += 1;
+        if (t && t->type == MSGPACK_OBJECT_ARRAY && t->via.array.size)
+            *tot_t += bs; /* the block's own tokens: the last block_size of them */
+    }
+    return 0;
+}
+
 /* Validates the field values of one viewed event; adds its sizes to totals. */
 static int check_event(dctx_t *c, uint32_t i, const evview_t *v, uint64_t *tot_h, uint64_t *tot_t)
 {
+    if (v->type == CR__KVEV_MC_STORE || v->type == CR__KVEV_MC_UPDATE)
+        return check_mc(c, i, v, tot_h, tot_t);
     if (v->type != CR__KVEV_STORED && v->type != CR__KVEV_REMOVED)
         return 0;
     const msgpack_object *h = v->hashes;
@@ -360,12 +534,8 @@ static int check_event(dctx_t *c, uint32_t i, const evview_t *v, uint64_t *tot_h
                     "events[%u].parent_block_hash: expected int, bytes or nil, got %s", i,
                     tname(v->parent));
     const msgpack_object *bs = v->block_size;
-    if (bs->type != MSGPACK_OBJECT_POSITIVE_INTEGER || bs->via.u64 == 0 ||
-        bs->via.u64 > c->lim.max_block_size)
-        return fail(c, CR__KVEV_ERR_FIELD,
-                    "events[%u].block_size: expected an int in 1..%u, got %s%s", i,
-                    c->lim.max_block_size, tname(bs),
-                    bs->type == MSGPACK_OBJECT_NEGATIVE_INTEGER ? " (negative)" : "");
+    if ((rc = check_block_size(c, i, bs)))
+        return rc;
     const msgpack_object *t = v->tokens;
     if (t->type == MSGPACK_OBJECT_NIL) {
         /* tolerated: no tokens, the engine hashes are used as-is */
@@ -374,16 +544,8 @@ static int check_event(dctx_t *c, uint32_t i, const evview_t *v, uint64_t *tot_h
                     tname(t));
     } else {
         uint32_t nt = t->via.array.size;
-        if (nt > c->lim.max_tokens)
-            return fail(c, CR__KVEV_ERR_LIMIT, "events[%u].token_ids: %u tokens > limit %u", i,
-                        nt, c->lim.max_tokens);
-        for (uint32_t k = 0; k < nt; k++) {
-            const msgpack_object *e = &t->via.array.ptr[k];
-            if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->via.u64 > UINT32_MAX)
-                return fail(c, CR__KVEV_ERR_FIELD,
-                            "events[%u].token_ids[%u]: expected a non-negative int < 2^32, got %s",
-                            i, k, tname(e));
-        }
+        if ((rc = check_tokens(c, i, t)))
+            return rc;
         if (nt && (uint64_t)nt != (uint64_t)h->via.array.size * bs->via.u64)
             return fail(c, CR__KVEV_ERR_FIELD,
                         "events[%u].token_ids: %u tokens do not fill %u blocks of %llu", i, nt,
@@ -398,12 +560,64 @@ static int check_event(dctx_t *c, uint32_t i, const evview_t *v, uint64_t *tot_h
     return check_str(c, i, "lora_name", v->lora_name, CR__KVEV_LORA_MAX);
 }
 
-static void copy_str(char *dst, const msgpack_object *o)
+/* Copies a validated str (truncating at cap as a second line of defence). */
+static void copy_str(char *dst, size_t cap, const msgpack_object *o)
 {
     dst[0] = 0;
     if (o && o->type == MSGPACK_OBJECT_STR) {
-        memcpy(dst, o->via.str.ptr, o->via.str.size);
-        dst[o->via.str.size] = 0;
+        size_t n = o->via.str.size < cap - 1 ? o->via.str.size : cap - 1;
+        memcpy(dst, o->via.str.ptr, n);
+        dst[n] = 0;
+    }
+}
+
+static int str_ieq(const msgpack_object *o, const char *s)
+{
+    size_t l = strlen(s);
+    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size != l)
+        return 0;
+    for (size_t k = 0; k < l; k++) {
+        char a = o->via.str.ptr[k];
+        if ((a >= 'A' && a <= 'Z' ? a + 32 : a) != s[k])
+            return 0;
+    }
+    return 1;
+}
+
+/* Fills a Mooncake event validated by check_mc(). */
+static void fill_mc(const evview_t *v, cr__kvev_t *e, uint64_t **hp, uint32_t **tp)
+{
+    e->key = cr__kvev_fold_bytes(v->key->via.str.ptr, v->key->via.str.size);
+    for (uint32_t k = 0; k < v->replicas->via.array.size; k++) {
+        const msgpack_object *t = &v->replicas->via.array.ptr[k].via.array.ptr[0];
+        if (str_ieq(t, "memory"))
+            e->replicas |= CR__KVEV_REPLICA_MEMORY;
+        else if (str_ieq(t, "disk") || str_ieq(t, "local_disk") || str_ieq(t, "ssd"))
+            e->replicas |= CR__KVEV_REPLICA_DISK;
+    }
+    if (v->type != CR__KVEV_MC_STORE)
+        return;
+    copy_str(e->model, sizeof e->model, v->model);
+    e->block_size = (uint32_t)v->block_size->via.u64;
+    if (no_hash(v->mc_hash))
+        return;
+    e->hashes = *hp;
+    (*hp)[0] = to_hash(v->mc_hash);
+    e->n_hashes = 1;
+    *hp += 1;
+    if (!no_hash(v->parent)) {
+        e->has_parent = 1;
+        e->parent = to_hash(v->parent);
+    }
+    const msgpack_object *t = v->tokens;
+    if (t && t->type == MSGPACK_OBJECT_ARRAY && t->via.array.size) {
+        /* the block's own tokens are the last block_size ones */
+        uint32_t from = t->via.array.size - e->block_size;
+        e->tokens = *tp;
+        e->n_tokens = e->block_size;
+        for (uint32_t k = 0; k < e->n_tokens; k++)
+            (*tp)[k] = (uint32_t)t->via.array.ptr[from + k].via.u64;
+        *tp += e->n_tokens;
     }
 }
 
@@ -515,14 +729,19 @@ static int decode_tree(dctx_t *c, const msgpack_object *root, cr__kvev_batch_t *
         }
         cr__kvev_t *e = &b->events[b->n_events++];
         e->type = v->type;
-        if (v->hashes) {
-            e->hashes = hp;
-            e->n_hashes = v->hashes->via.array.size;
-            for (uint32_t k = 0; k < e->n_hashes; k++)
-                hp[k] = to_hash(&v->hashes->via.array.ptr[k]);
-            hp += e->n_hashes;
+        /* only the fields check_event() validated for this type are read */
+        if (v->type == CR__KVEV_CLEARED)
+            continue;
+        if (v->type == CR__KVEV_MC_STORE || v->type == CR__KVEV_MC_UPDATE) {
+            fill_mc(v, e, &hp, &tp);
+            continue;
         }
-        copy_str(e->medium, v->medium);
+        e->hashes = hp;
+        e->n_hashes = v->hashes->via.array.size;
+        for (uint32_t k = 0; k < e->n_hashes; k++)
+            hp[k] = to_hash(&v->hashes->via.array.ptr[k]);
+        hp += e->n_hashes;
+        copy_str(e->medium, sizeof e->medium, v->medium);
         if (v->type != CR__KVEV_STORED)
             continue;
         if (v->parent && v->parent->type != MSGPACK_OBJECT_NIL) {
@@ -541,7 +760,7 @@ static int decode_tree(dctx_t *c, const msgpack_object *root, cr__kvev_batch_t *
             e->has_lora_id = 1;
             e->lora_id = iv;
         }
-        copy_str(e->lora_name, v->lora_name);
+        copy_str(e->lora_name, sizeof e->lora_name, v->lora_name);
     }
     free(views);
     *out = b;

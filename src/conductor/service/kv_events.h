@@ -13,6 +13,18 @@
  *   hash          = int (u64 or negative i64, taken as its two's complement
  *                   u64) | bytes (folded to u64 with XXH3-64, seed 0)
  *
+ * Mooncake Store publishers (G2/G3 tiers; Mooncake's kv-event subscriber
+ * guide) use the same batch and framing with these events:
+ *   BlockStoreEvent  = ["BlockStoreEvent", mooncake_key: str,
+ *                       replicas: [[type: str, location: str]...],
+ *                       model_name: str, block_size: int, block_hash: str,
+ *                       parent_block_hash: str ("" = none), token_ids: [int]]
+ *   BlockUpdateEvent = ["BlockUpdateEvent", mooncake_key: str, replicas]
+ *   RemoveAllEvent   = ["RemoveAllEvent"]            (decoded as CLEARED)
+ * Replica types "memory" -> CR__KVEV_REPLICA_MEMORY, "disk" / "local_disk"
+ * / "ssd" -> CR__KVEV_REPLICA_DISK (others are ignored). Hash strings are
+ * "0x" hex or decimal u64, anything else is folded with XXH3-64.
+ *
  * Newer vLLM encodes the same structs as maps ({"ts":..,"events":[..],
  * "data_parallel_rank":..} and {"type":"BlockStored","block_hashes":..});
  * both shapes are accepted. SGLang's attn_dp_rank is the same third field.
@@ -37,8 +49,12 @@
 typedef enum cr__kvev_type {
     CR__KVEV_STORED = 1,
     CR__KVEV_REMOVED = 2,
-    CR__KVEV_CLEARED = 3,
+    CR__KVEV_CLEARED = 3,   /* AllBlocksCleared, RemoveAllEvent */
+    CR__KVEV_MC_STORE = 4,  /* Mooncake BlockStoreEvent */
+    CR__KVEV_MC_UPDATE = 5, /* Mooncake BlockUpdateEvent */
 } cr__kvev_type_t;
+
+enum { CR__KVEV_REPLICA_MEMORY = 1u << 0, CR__KVEV_REPLICA_DISK = 1u << 1 };
 
 /* Why a batch was rejected; used to count and to log once per kind. */
 typedef enum cr__kvev_err {
@@ -59,7 +75,8 @@ const char *cr__kvev_err_name(cr__kvev_err_t e);
 typedef struct cr__kvev {
     cr__kvev_type_t type;
     uint32_t n_hashes;
-    const uint64_t *hashes; /* engine block hashes, n_hashes (inside the batch) */
+    const uint64_t *hashes; /* engine block hashes, n_hashes (inside the batch);
+                               MC_STORE: its block_hash (0 or 1 of them) */
     int has_parent;
     uint64_t parent;          /* parent_block_hash when has_parent */
     uint32_t n_tokens;        /* 0 when token_ids was empty */
@@ -69,6 +86,10 @@ typedef struct cr__kvev {
     int64_t lora_id;
     char medium[CR__KVEV_MEDIUM_MAX]; /* as sent, "" when nil/absent */
     char lora_name[CR__KVEV_LORA_MAX]; /* "" when nil/absent */
+    /* Mooncake events: */
+    uint64_t key;       /* mooncake_key folded with XXH3-64 */
+    unsigned replicas;  /* CR__KVEV_REPLICA_* of the replica list */
+    char model[CR__KVEV_LORA_MAX]; /* model_name, "" when empty */
 } cr__kvev_t;
 
 typedef struct cr__kvev_batch {

@@ -108,7 +108,8 @@ static void inc(cr__csvc_t *s, int id, uint64_t n)
 /* Logs a warning the first time a kind of bad input is seen; later ones
  * are only counted. */
 enum { ONCE_MSGPACK, ONCE_LIMIT, ONCE_SHAPE, ONCE_FIELD, ONCE_FRAME, ONCE_UNKNOWN, ONCE_MEDIUM,
-       ONCE_BLOCKSIZE, ONCE_LORA, ONCE_ORPHAN, ONCE_MAPFULL, ONCE_INDEXFULL, ONCE_GAP };
+       ONCE_BLOCKSIZE, ONCE_LORA, ONCE_ORPHAN, ONCE_MAPFULL, ONCE_INDEXFULL, ONCE_GAP,
+       ONCE_MOONCAKE };
 __attribute__((format(printf, 3, 4))) static void log_once(cr__csvc_t *s, int kind,
                                                            const char *fmt, ...)
 {
@@ -340,6 +341,76 @@ static void apply_stored_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e,
     inc(s, CR__CSVC_M_EVICTIONS, evicted);
 }
 
+/* Mooncake Store events: a mooncake_key names one block; its replicas say on
+ * which tiers it is. The key is remembered (salted into the engine-hash map,
+ * with the block hash as aux) so that BlockUpdateEvent can move it. */
+#define MC_KEY_SALT 0x9e3779b97f4a7c15ull
+
+static unsigned replica_tiers(unsigned replicas)
+{
+    unsigned m = 0;
+    if (replicas & CR__KVEV_REPLICA_MEMORY)
+        m |= 1u << CR_COND_TIER_DRAM;
+    if (replicas & CR__KVEV_REPLICA_DISK)
+        m |= 1u << CR_COND_TIER_DISK;
+    return m;
+}
+
+static void apply_mc_store_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e,
+                                  const uint64_t *bh)
+{
+    slot_t *sl = &s->slots[si];
+    unsigned tiers = replica_tiers(e->replicas);
+    if (!e->n_hashes || !tiers || (e->model[0] && strcmp(e->model, sl->reg.id.model)) ||
+        e->block_size != sl->reg.id.block_size) {
+        inc(s, CR__CSVC_M_SKIPPED_EVENTS, 1);
+        log_once(s, ONCE_MOONCAKE,
+                 "instance %s: BlockStoreEvent skipped (no block hash, no memory/disk replica, "
+                 "model '%s' or block_size %u not as registered)",
+                 sl->reg.id.instance_id, e->model, e->block_size);
+        return;
+    }
+    for (int t = 0; t < CR_COND_TIER_COUNT; t++)
+        if (tiers & (1u << t))
+            apply_stored_locked(s, si, e, t, bh);
+    const cr__emap_ent_t *be = cr__emap_get(&sl->map, e->hashes[0]);
+    if (!be)
+        return; /* orphan or map full: counted by apply_stored_locked */
+    if (cr__emap_set(&sl->map, e->key ^ MC_KEY_SALT, be->seq, tiers, e->hashes[0]))
+        inc(s, CR__CSVC_M_MAP_FULL, 1);
+}
+
+static void apply_mc_update_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e)
+{
+    slot_t *sl = &s->slots[si];
+    const cr__emap_ent_t *ke = cr__emap_get(&sl->map, e->key ^ MC_KEY_SALT);
+    if (!ke) {
+        inc(s, CR__CSVC_M_SKIPPED_EVENTS, 1);
+        log_once(s, ONCE_MOONCAKE, "instance %s: BlockUpdateEvent for an unknown mooncake_key",
+                 sl->reg.id.instance_id);
+        return;
+    }
+    uint64_t seq = ke->seq, block = ke->aux;
+    unsigned old = ke->mask, now = replica_tiers(e->replicas);
+    for (int t = 0; t < CR_COND_TIER_COUNT; t++) {
+        unsigned bit = 1u << t;
+        if ((old & bit) && !(now & bit)) {
+            cr_cond_index_remove(s->idx, si, (cr_cond_tier_t)t, &seq, 1);
+            inc(s, CR__CSVC_M_BLOCKS_REMOVED, 1);
+        } else if (!(old & bit) && (now & bit)) {
+            uint64_t ev = 0;
+            if (cr_cond_index_insert(s->idx, si, (cr_cond_tier_t)t, &seq, 1, &ev) == 0)
+                inc(s, CR__CSVC_M_BLOCKS_STORED, 1);
+            inc(s, CR__CSVC_M_EVICTIONS, ev);
+        }
+    }
+    cr__emap_set(&sl->map, e->key ^ MC_KEY_SALT, seq, now, block);
+    if (!now) /* no replica left: forget the block hash too */
+        cr__emap_set(&sl->map, block, 0, 0, 0);
+    else
+        cr__emap_set(&sl->map, block, seq, now, 0);
+}
+
 static void apply_removed_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e, int tier)
 {
     slot_t *sl = &s->slots[si];
@@ -360,7 +431,8 @@ static uint64_t *block_hashes(const cr__kvev_batch_t *b)
 {
     size_t total = 0;
     for (uint32_t k = 0; k < b->n_events; k++)
-        if (b->events[k].type == CR__KVEV_STORED && b->events[k].n_tokens)
+        if ((b->events[k].type == CR__KVEV_STORED || b->events[k].type == CR__KVEV_MC_STORE) &&
+            b->events[k].n_tokens)
             total += b->events[k].n_hashes;
     uint64_t *bh = total ? malloc(total * sizeof *bh) : NULL;
     if (!bh)
@@ -368,7 +440,7 @@ static uint64_t *block_hashes(const cr__kvev_batch_t *b)
     size_t o = 0;
     for (uint32_t k = 0; k < b->n_events; k++) {
         const cr__kvev_t *e = &b->events[k];
-        if (e->type != CR__KVEV_STORED || !e->n_tokens)
+        if ((e->type != CR__KVEV_STORED && e->type != CR__KVEV_MC_STORE) || !e->n_tokens)
             continue;
         for (uint32_t i = 0; i < e->n_hashes; i++)
             bh[o++] = cr_cond_hash_block(e->tokens + (size_t)i * e->block_size, e->block_size);
@@ -384,7 +456,7 @@ static void apply_batch_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_batch_
     for (uint32_t k = 0; k < b->n_events; k++) {
         const cr__kvev_t *e = &b->events[k];
         const uint64_t *ebh = NULL;
-        if (e->type == CR__KVEV_STORED && e->n_tokens) {
+            if ((e->type == CR__KVEV_STORED || e->type == CR__KVEV_MC_STORE) && e->n_tokens) {
             ebh = bh ? bh + bo : NULL;
             bo += e->n_hashes;
         }
@@ -392,6 +464,14 @@ static void apply_batch_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_batch_
             cr_cond_index_remove_instance(s->idx, si);
             cr__emap_clear(&sl->map);
             inc(s, CR__CSVC_M_CLEARS, 1);
+            continue;
+        }
+        if (e->type == CR__KVEV_MC_STORE) {
+            apply_mc_store_locked(s, si, e, ebh);
+            continue;
+        }
+        if (e->type == CR__KVEV_MC_UPDATE) {
+            apply_mc_update_locked(s, si, e);
             continue;
         }
         int tier = cr__csvc_medium_tier(e->medium);

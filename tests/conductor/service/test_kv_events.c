@@ -380,6 +380,134 @@ static void test_truncations_and_corruptions(void **st)
     ep_free(&e);
 }
 
+static void mc_replicas(evpack_t *e, const char *const *types, int n)
+{
+    msgpack_pack_array(&e->pk, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        msgpack_pack_array(&e->pk, 2);
+        ep_str(e, types[i]);
+        ep_str(e, "tcp://127.0.0.1:1");
+    }
+}
+
+/* Mooncake Store events (Mooncake's kv-event subscriber guide layout). */
+static void test_mooncake_events(void **st)
+{
+    (void)st;
+    evpack_t e;
+    ep_init(&e);
+    ep_batch(&e, 1, 4, 0);
+    static const char *const both[] = {"memory", "LOCAL_DISK", "tape"};
+    msgpack_pack_array(&e.pk, 8);
+    ep_str(&e, "BlockStoreEvent");
+    ep_str(&e, "key_1");
+    mc_replicas(&e, both, 3);
+    ep_str(&e, "llama");
+    msgpack_pack_uint32(&e.pk, 2);
+    ep_str(&e, "0x41234125");
+    ep_str(&e, "12345");
+    msgpack_pack_array(&e.pk, 4); /* the whole prefix: the block is the last 2 */
+    for (int i = 1; i <= 4; i++)
+        msgpack_pack_uint32(&e.pk, (uint32_t)i);
+    msgpack_pack_array(&e.pk, 3);
+    ep_str(&e, "BlockUpdateEvent");
+    ep_str(&e, "key_1");
+    mc_replicas(&e, both + 1, 1);
+    msgpack_pack_array(&e.pk, 8); /* no block hash: nothing to index */
+    ep_str(&e, "BlockStoreEvent");
+    ep_str(&e, "key_2");
+    mc_replicas(&e, both, 1);
+    ep_str(&e, "");
+    msgpack_pack_uint32(&e.pk, 2);
+    ep_str(&e, "");
+    ep_str(&e, "");
+    msgpack_pack_array(&e.pk, 0);
+    msgpack_pack_array(&e.pk, 1);
+    ep_str(&e, "RemoveAllEvent");
+    cr__kvev_batch_t *b = NULL;
+    char err[256];
+    cr__kvev_err_t kind;
+    if (decode(e.sb.data, e.sb.size, &b, &kind, err))
+        fail_msg("decode failed: %s", err);
+    assert_int_equal(b->n_events, 4);
+    const cr__kvev_t *x = &b->events[0];
+    assert_int_equal(x->type, CR__KVEV_MC_STORE);
+    assert_true(x->key == cr__kvev_fold_bytes("key_1", 5));
+    assert_int_equal(x->replicas, CR__KVEV_REPLICA_MEMORY | CR__KVEV_REPLICA_DISK);
+    assert_string_equal(x->model, "llama");
+    assert_int_equal(x->n_hashes, 1);
+    assert_true(x->hashes[0] == 0x41234125ull);
+    assert_true(x->has_parent && x->parent == 12345);
+    assert_int_equal(x->n_tokens, 2);
+    assert_true(x->tokens[0] == 3 && x->tokens[1] == 4);
+    assert_int_equal(b->events[1].type, CR__KVEV_MC_UPDATE);
+    assert_int_equal(b->events[1].replicas, CR__KVEV_REPLICA_DISK);
+    assert_int_equal(b->events[2].n_hashes, 0);
+    assert_int_equal(b->events[2].has_parent, 0);
+    assert_int_equal(b->events[3].type, CR__KVEV_CLEARED);
+    cr__kvev_batch_free(b);
+    ep_free(&e);
+
+    /* bad: replicas entry not a [type, location] pair; tokens not whole blocks */
+    ep_init(&e);
+    ep_batch(&e, 1, 1, 0);
+    msgpack_pack_array(&e.pk, 3);
+    ep_str(&e, "BlockUpdateEvent");
+    ep_str(&e, "k");
+    msgpack_pack_array(&e.pk, 1);
+    msgpack_pack_int(&e.pk, 1);
+    expect_fail(e.sb.data, e.sb.size, NULL, -EINVAL, CR__KVEV_ERR_FIELD,
+                "events[0].replicas[0]: expected [type: str, location]");
+    ep_free(&e);
+    ep_init(&e);
+    ep_batch(&e, 1, 1, 0);
+    msgpack_pack_array(&e.pk, 8);
+    ep_str(&e, "BlockStoreEvent");
+    ep_str(&e, "k");
+    mc_replicas(&e, both, 1);
+    ep_str(&e, "m");
+    msgpack_pack_uint32(&e.pk, 4);
+    ep_str(&e, "0x1");
+    msgpack_pack_nil(&e.pk);
+    msgpack_pack_array(&e.pk, 3);
+    for (int i = 0; i < 3; i++)
+        msgpack_pack_uint32(&e.pk, 1);
+    expect_fail(e.sb.data, e.sb.size, NULL, -EINVAL, CR__KVEV_ERR_FIELD,
+                "events[0].token_ids: 3 tokens are not whole blocks of 4");
+    ep_free(&e);
+    const unsigned char short_mc[] = {0x92, 0x01, 0x91, 0x92, 0xb0, 'B', 'l', 'o', 'c', 'k', 'U',
+                                      'p', 'd', 'a', 't', 'e', 'E', 'v', 'e', 'n', 't', 0x01};
+    expect_fail(short_mc, sizeof short_mc, NULL, -EINVAL, CR__KVEV_ERR_SHAPE,
+                "BlockUpdateEvent needs 3 elements");
+}
+
+/* Regression: a map-encoded AllBlocksCleared carrying fields of other events
+ * (wrong-typed block_hashes, an over-long medium) must not be read. */
+static void test_cleared_map_ignores_other_fields(void **st)
+{
+    (void)st;
+    evpack_t e;
+    ep_init(&e);
+    ep_batch(&e, 1, 1, 0);
+    msgpack_pack_map(&e.pk, 3);
+    ep_str(&e, "type");
+    ep_str(&e, "AllBlocksCleared");
+    ep_str(&e, "block_hashes");
+    msgpack_pack_int(&e.pk, 5);
+    ep_str(&e, "medium");
+    ep_str(&e, "a-medium-name-far-longer-than-thirty-two-bytes-xxxxxxxxxxxxxxxx");
+    cr__kvev_batch_t *b = NULL;
+    char err[256];
+    cr__kvev_err_t kind;
+    assert_int_equal(decode(e.sb.data, e.sb.size, &b, &kind, err), 0);
+    assert_int_equal(b->n_events, 1);
+    assert_int_equal(b->events[0].type, CR__KVEV_CLEARED);
+    assert_int_equal(b->events[0].n_hashes, 0);
+    assert_string_equal(b->events[0].medium, "");
+    cr__kvev_batch_free(b);
+    ep_free(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -391,6 +519,8 @@ int main(void)
         cmocka_unit_test(test_bad_shapes_and_fields),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_truncations_and_corruptions),
+        cmocka_unit_test(test_mooncake_events),
+        cmocka_unit_test(test_cleared_map_ignores_other_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

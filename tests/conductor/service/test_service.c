@@ -410,6 +410,105 @@ static void test_mixed_block_sizes(void **st)
     json_decref(j);
 }
 
+static void mc_store(evpack_t *e, const char *key, const char *const *types, int nt,
+                     const char *hash, const char *parent, const uint32_t *tok, int ntok)
+{
+    msgpack_pack_array(&e->pk, 8);
+    ep_str(e, "BlockStoreEvent");
+    ep_str(e, key);
+    msgpack_pack_array(&e->pk, (size_t)nt);
+    for (int i = 0; i < nt; i++) {
+        msgpack_pack_array(&e->pk, 2);
+        ep_str(e, types[i]);
+        ep_str(e, "tcp://127.0.0.1:1");
+    }
+    ep_str(e, "m");
+    msgpack_pack_uint32(&e->pk, 4);
+    ep_str(e, hash);
+    ep_str(e, parent);
+    msgpack_pack_array(&e->pk, (size_t)ntok);
+    for (int i = 0; i < ntok; i++)
+        msgpack_pack_uint32(&e->pk, tok[i]);
+}
+
+static void mc_update(evpack_t *e, const char *key, const char *const *types, int nt)
+{
+    msgpack_pack_array(&e->pk, 3);
+    ep_str(e, "BlockUpdateEvent");
+    ep_str(e, key);
+    msgpack_pack_array(&e->pk, (size_t)nt);
+    for (int i = 0; i < nt; i++) {
+        msgpack_pack_array(&e->pk, 2);
+        ep_str(e, types[i]);
+        ep_str(e, "/data/x");
+    }
+}
+
+/* A Mooncake Store publisher: blocks on the host (memory) and disk tiers,
+ * moved by BlockUpdateEvent, dropped by RemoveAllEvent. */
+static void test_mooncake_store_events(void **st)
+{
+    fx_t *f = *st;
+    static const char *const mem_disk[] = {"memory", "disk"}, *const disk[] = {"local_disk"};
+    evpack_t e;
+    ep_init(&e);
+    ep_batch(&e, 1, 2, 0);
+    mc_store(&e, "k0", mem_disk, 2, "0xa0", "", T, 4);
+    mc_store(&e, "k1", mem_disk, 1, "0xa1", "0xa0", T, 8); /* whole prefix given */
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p2, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    json_t *j = call(f->s, "POST", "/query",
+                     "{\"model\":\"m\",\"instance_id\":\"p2\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 8);
+    assert_int_equal(jint(j, "default/p2/CPU"), 8);
+    assert_int_equal(jint(j, "default/p2/DISK"), 4);
+    assert_int_equal(jint(j, "default/p2/GPU"), 0);
+    json_decref(j);
+
+    ep_init(&e);
+    ep_batch(&e, 2, 1, 0);
+    mc_update(&e, "k1", disk, 1); /* k1 moved from memory to disk */
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p2, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    j = call(f->s, "POST", "/query",
+             "{\"model\":\"m\",\"instance_id\":\"p2\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 8);
+    assert_int_equal(jint(j, "default/p2/CPU"), 4);
+    assert_int_equal(jint(j, "default/p2/DISK"), 8);
+    json_decref(j);
+
+    ep_init(&e);
+    ep_batch(&e, 3, 1, 0);
+    mc_update(&e, "k0", disk, 0); /* k0 has no replica left */
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p2, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    j = call(f->s, "POST", "/query",
+             "{\"model\":\"m\",\"instance_id\":\"p2\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 0);
+    json_decref(j);
+
+    ep_init(&e);
+    ep_batch(&e, 4, 2, 0);
+    mc_store(&e, "k0", mem_disk, 1, "0xa0", "", T, 4);
+    msgpack_pack_array(&e.pk, 1);
+    ep_str(&e, "RemoveAllEvent");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p2, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    j = call(f->s, "POST", "/query",
+             "{\"model\":\"m\",\"instance_id\":\"p2\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 0);
+    json_decref(j);
+    j = call(f->s, "GET", "/instances", NULL, 200);
+    json_t *arr = json_object_get(j, "instances");
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(arr, i), "instance_id")),
+                    "p2"))
+            assert_int_equal(json_integer_value(json_object_get(json_array_get(arr, i),
+                                                                "mapped_blocks")),
+                             0);
+    json_decref(j);
+}
+
 /* Events applied on one thread while another queries and schedules: the
  * answers stay consistent (a prompt's hit is one of the states the events
  * pass through) and nothing races (run under ASan/UBSan in CI). */
@@ -527,6 +626,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_concurrent_events_and_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_block_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mooncake_store_events, setup, teardown),
         cmocka_unit_test_setup_teardown(test_register_unregister_race, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_tiers_and_dp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_cleared_orphan, setup, teardown),
