@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/config.h"
 #include "crescent/transfer.h"
 #include "pyutil.h"
 
@@ -36,7 +37,14 @@ typedef struct managed_ent {
     uint64_t addr;
     uint64_t size; /* power of two >= 4096 */
     int in_use;
+    int in_arena; /* carved from the arena (not mapped on its own) */
 } managed_ent_t;
+
+/* Managed-buffer arena: like Mooncake's engine, initialize() registers a pool
+ * of memory up front, so get_first_buffer_address(own name) and
+ * allocate_managed_buffer() work right away. Mapped lazily (pages fault in
+ * when first used); size from $CRESCENT_MANAGED_POOL_SIZE (0 = none). */
+#define ARENA_DEFAULT (64ull << 20)
 
 typedef struct {
     PyObject_HEAD
@@ -50,6 +58,7 @@ typedef struct {
     uint64_t next_batch_id;
     managed_ent_t *managed;
     size_t nmanaged;
+    uint64_t arena, arena_size, arena_used; /* guarded by mu */
     cr__py_regtab_t regs; /* memory registered through this object */
 } PyEngine;
 
@@ -407,13 +416,18 @@ static int engine_teardown(PyEngine *self)
     self->nbatches = self->capbatches = 0;
     managed_ent_t *m = self->managed;
     size_t nm = self->nmanaged;
+    uint64_t arena = self->arena, arena_size = self->arena_size;
     self->managed = NULL;
     self->nmanaged = 0;
+    self->arena = self->arena_size = self->arena_used = 0;
     pthread_mutex_unlock(&self->mu);
     cr_xfer_engine_destroy(e);
     for (size_t i = 0; i < nm; i++)
-        munmap((void *)(uintptr_t)m[i].addr, m[i].size);
+        if (!m[i].in_arena)
+            munmap((void *)(uintptr_t)m[i].addr, m[i].size);
     free(m);
+    if (arena)
+        munmap((void *)(uintptr_t)arena, arena_size);
     pthread_rwlock_unlock(&self->lock);
     Py_END_ALLOW_THREADS
     size_t n;
@@ -521,6 +535,34 @@ static int do_initialize(PyEngine *self, const char *local_hostname, const char 
     return rc;
 }
 
+static int do_register(PyEngine *self, uint64_t addr, uint64_t len, Py_buffer *view);
+
+/* Maps and registers the managed-buffer arena of a fresh engine (GIL held).
+ * Failure only leaves the engine without an arena. */
+static void arena_setup(PyEngine *self)
+{
+    uint64_t size = ARENA_DEFAULT;
+    const char *env = getenv("CRESCENT_MANAGED_POOL_SIZE");
+    uint64_t parsed;
+    if (env && *env && cr__cfg_parse_size(env, &parsed) == 0) /* "0", "16MB", ... */
+        size = parsed;
+    size = (size + 4095) & ~4095ull;
+    if (!size)
+        return;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return;
+    if (do_register(self, (uint64_t)(uintptr_t)p, size, NULL) < 0) {
+        munmap(p, size);
+        return;
+    }
+    pthread_mutex_lock(&self->mu);
+    self->arena = (uint64_t)(uintptr_t)p;
+    self->arena_size = size;
+    self->arena_used = 0;
+    pthread_mutex_unlock(&self->mu);
+}
+
 static PyObject *engine_initialize(PyEngine *self, PyObject *args, PyObject *kw)
 {
     static char *kwl[] = {"local_hostname", "metadata_server", "protocol", "device_name", NULL};
@@ -530,6 +572,8 @@ static PyObject *engine_initialize(PyEngine *self, PyObject *args, PyObject *kw)
     int rc = do_initialize(self, lh, ms, proto, dev, NULL);
     if (rc == RAISED)
         return NULL;
+    if (rc == 0)
+        arena_setup(self);
     return PyLong_FromLong(rc);
 }
 
@@ -544,6 +588,8 @@ static PyObject *engine_initialize_ext(PyEngine *self, PyObject *args, PyObject 
     int rc = do_initialize(self, lh, ms, proto, dev, mt);
     if (rc == RAISED)
         return NULL;
+    if (rc == 0)
+        arena_setup(self);
     return PyLong_FromLong(rc);
 }
 
@@ -1047,7 +1093,14 @@ static PyObject *engine_get_first_buffer_address(PyEngine *self, PyObject *args,
     uint64_t addr = 0;
     Py_BEGIN_ALLOW_THREADS
     cr_xfer_engine_t *e = eng_acquire(self);
-    if (e) {
+    if (e && !strcmp(name, cr_xfer_engine_name(e))) {
+        /* Own segment: answer from the live registrations (the engine's copy
+         * of its own descriptor may predate the latest register_memory). */
+        pthread_mutex_lock(&self->regs.mu);
+        addr = self->regs.n ? self->regs.v[0].addr : 0;
+        pthread_mutex_unlock(&self->regs.mu);
+        eng_release(self);
+    } else if (e) {
         cr_xfer_segment_t seg;
         cr_xfer_buffer_info_t info;
         size_t n = 0;
@@ -1158,6 +1211,16 @@ static PyObject *engine_allocate_managed_buffer(PyEngine *self, PyObject *args, 
         }
     }
     int full = self->nmanaged >= MANAGED_MAX;
+    if (!addr && !full && self->arena && self->arena_size - self->arena_used >= size) {
+        managed_ent_t *nm = realloc(self->managed, (self->nmanaged + 1) * sizeof *nm);
+        if (nm) {
+            self->managed = nm;
+            addr = self->arena + self->arena_used;
+            self->arena_used += size;
+            self->managed[self->nmanaged++] =
+                (managed_ent_t){.addr = addr, .size = size, .in_use = 1, .in_arena = 1};
+        }
+    }
     pthread_mutex_unlock(&self->mu);
     if (addr)
         return PyLong_FromUnsignedLongLong(addr);

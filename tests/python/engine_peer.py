@@ -3,9 +3,11 @@
     engine_peer.py <metadata_server> <size> [local_hostname]
 
 Registers a numpy buffer of <size> bytes filled with pattern(i) = (i*7+3)%251,
-prints one JSON line {"name", "addr", "port"} and then answers commands:
+prints one JSON line {"name", "addr", "port", "first"} ("first": the engine's
+first registered buffer, its managed-buffer pool) and then answers commands:
     hex OFF LEN      -> hex of buffer[OFF:OFF+LEN]
     fill OFF LEN B   -> buffer[OFF:OFF+LEN] = B
+    reg LEN B        -> registers one more buffer of LEN bytes B; JSON {"rc", "addr"}
     notifies         -> JSON [[name, msg], ...] of received notifications
     quit             -> exits 0
 """
@@ -32,8 +34,9 @@ def main():
     if rc != 0:
         print(json.dumps({"error": rc}), flush=True)
         return 1
-    print(json.dumps({"name": eng.get_local_name(), "addr": addr, "port": eng.get_rpc_port()}),
-          flush=True)
+    print(json.dumps({"name": eng.get_local_name(), "addr": addr, "port": eng.get_rpc_port(),
+                      "first": eng.get_first_buffer_address(eng.get_local_name())}), flush=True)
+    keep = []
     for line in sys.stdin:
         cmd = line.split()
         if not cmd:
@@ -45,6 +48,11 @@ def main():
             off, n, b = int(cmd[1]), int(cmd[2]), int(cmd[3])
             buf[off:off + n] = b
             print("ok", flush=True)
+        elif cmd[0] == "reg":  # register one more buffer (filled with byte B)
+            extra = np.full(int(cmd[1]), int(cmd[2]), dtype=np.uint8)
+            keep.append(extra)
+            rc = eng.register_memory(extra)
+            print(json.dumps({"rc": rc, "addr": extra.ctypes.data}), flush=True)
         elif cmd[0] == "notifies":
             print(json.dumps([[n.name, n.msg] for n in eng.get_notifies()]), flush=True)
         elif cmd[0] == "quit":

@@ -34,6 +34,7 @@ class Peer:
             self.close()
             pytest.fail("peer engine failed to start: %r" % info)
         self.name, self.addr, self.port = info["name"], info["addr"], info["port"]
+        self.first = info["first"]
 
     def cmd(self, line):
         self.p.stdin.write(line + "\n")
@@ -202,9 +203,44 @@ def test_send_notify_and_receive_locally(engine):
         other.close()
 
 
-def test_get_first_buffer_address(engine, peer):
-    assert engine.get_first_buffer_address(peer.name) == peer.addr
+def test_get_first_buffer_address(engine, peer, monkeypatch):
+    assert peer.first != 0
+    assert engine.get_first_buffer_address(peer.name) == peer.first
     assert engine.get_first_buffer_address("127.0.0.1:1") == 0  # nobody there
+    # like Mooncake's engine, initialize() registers a managed-buffer pool, so
+    # a fresh engine already has a first buffer...
+    assert engine.get_first_buffer_address(engine.get_local_name()) != 0
+    # ...unless the pool is turned off
+    monkeypatch.setenv("CRESCENT_MANAGED_POOL_SIZE", "0")
+    e = TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    try:
+        assert e.get_first_buffer_address(e.get_local_name()) == 0
+        a = e.allocate_managed_buffer(4096)  # mapped on its own then
+        assert a != 0 and e.get_first_buffer_address(e.get_local_name()) == a
+    finally:
+        e.close()
+
+
+def test_mooncake_initiator_pattern(engine, peer):
+    """Mooncake's own TE test: write into the own first buffer with
+    write_bytes_to_buffer, transfer to the target's first buffer, read back."""
+    src = engine.get_first_buffer_address(engine.get_local_name())
+    dst = engine.get_first_buffer_address(peer.name)
+    assert src != 0 and dst != 0
+    addrs = [src + i * 1024 for i in range(100)]
+    data = [os.urandom(32 + i) for i in range(100)]
+    for a, d in zip(addrs, data):
+        assert engine.write_bytes_to_buffer(a, d, len(d)) == 0
+    remote = [dst + i * 1024 for i in range(100)]
+    lens = [len(d) for d in data]
+    assert engine.batch_transfer_sync_write(peer.name, addrs, remote, lens) == 0
+    for a, d in zip(addrs, data):
+        assert engine.write_bytes_to_buffer(a, bytes(len(d)), len(d)) == 0
+    bid = engine.batch_transfer_async_read(peer.name, addrs, remote, lens)
+    assert bid != 0 and engine.get_batch_transfer_status([bid]) == 0
+    for a, d in zip(addrs, data):
+        assert engine.read_bytes_from_buffer(a, len(d)) == d
 
 
 def test_managed_buffers(engine, peer):
@@ -469,3 +505,15 @@ def test_batch_register_and_initialize_ext(peer):
             e.batch_register_memory(addrs, [4096])
     finally:
         e.close()
+
+
+def test_peer_registers_memory_after_first_contact(engine, peer):
+    """A target registered by the peer after this engine opened its segment is
+    reachable (the cached descriptor is refreshed)."""
+    dst = registered(engine, 8192)
+    assert engine.transfer_sync_read(peer.name, dst.ctypes.data, peer.addr, 4096) == 0
+    info = json.loads(peer.cmd("reg 65536 77"))
+    assert info["rc"] == 0
+    rc = engine.transfer_sync_read(peer.name, dst.ctypes.data, info["addr"], 8192)
+    assert rc == 0, "read from memory registered later: %d" % rc
+    assert (dst == 77).all()
