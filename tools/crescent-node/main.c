@@ -47,8 +47,8 @@ static const cr__cfg_opt_t opts[] = {
     OPT(heartbeat_ms, "1000", "heartbeat period in ms", CR__CFG_INT),
     OPT(rpc_timeout_ms, "5000", "bound on one master RPC in ms", CR__CFG_INT),
     OPT(start_timeout_s, "30",
-        "keep retrying while the master is unreachable or still holds this segment name "
-        "(a previous instance that crashed) for this long",
+        "keep retrying while the master or metadata service is unreachable or the master "
+        "still holds this segment name (a previous instance that crashed) for this long",
         CR__CFG_DOUBLE),
     OPT(ready_file, "", "write the segment name to this file once mounted", CR__CFG_STR),
 };
@@ -113,7 +113,10 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         rc = cr_store_create(&p, &st);
-        if (rc != CR_E_RPC_FAIL && rc != CR_E_SEGMENT_ALREADY_EXISTS)
+        /* master (or the metadata service it embeds) not up yet, or our
+         * name still held by a crashed predecessor: worth waiting for */
+        if (rc != CR_E_RPC_FAIL && rc != CR_E_SEGMENT_ALREADY_EXISTS && rc != -EHOSTUNREACH &&
+            rc != -ECONNREFUSED && rc != -ETIMEDOUT)
             break;
         clock_gettime(CLOCK_MONOTONIC, &now);
         double waited = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;

@@ -214,6 +214,23 @@ static int ping(cr_store_t *s, cr__rpc_client_t *c, uint32_t *flags)
     return rc;
 }
 
+/* Republishes this client's TE segment descriptor. A restarted master with
+ * the embedded metadata server has lost every descriptor; the TE publishes
+ * on each (un)registration, so registering and unregistering one spare page
+ * puts the full descriptor back without touching the segment itself. */
+static void republish(cr_store_t *s)
+{
+    void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED)
+        return;
+    int rc = cr_xfer_mem_register(s->te, page, 4096, "cpu:0");
+    if (rc == 0)
+        rc = cr_xfer_mem_unregister(s->te, page);
+    if (rc)
+        CR_LOG_WARN(COMP, "republishing segment %s: %s", s->seg_name, cr_strerror(rc));
+    munmap(page, 4096);
+}
+
 static void *hb_main(void *arg)
 {
     cr_store_t *s = arg;
@@ -244,6 +261,7 @@ static void *hb_main(void *arg)
             failing = 0;
             if ((flags & CR__RPC_F_NEED_REMOUNT) || !atomic_load(&s->mounted)) {
                 if (s->seg_base) {
+                    republish(s);
                     rc = mount_segment(s, s->hb_rpc);
                     if (rc == 0) {
                         atomic_store(&s->mounted, 1);

@@ -7,10 +7,12 @@
  * after the put timeout), the stalled reader, eviction under a stream of
  * puts 3x the pool, a storage node SIGKILLed under load (its objects become
  * misses, every successful get has the right bytes), a master restart
- * (nodes remount), SIGTERM of a node (clean exit 0, unmount), bad input.
+ * (nodes remount and republish their segments to the master's embedded
+ * metadata server, which every process here uses), a node started before
+ * the master, SIGTERM of a node (clean exit 0, unmount), bad input.
  *
  * usage: test_store_cluster <crescent-master> <crescent-node>
- *        test_store_cluster --writer <master addr> <key> <size>   (child role)
+ *        test_store_cluster --writer <master addr> <metadata uri> <key> <size>  (child)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -39,8 +41,9 @@
 static const char *g_master_bin, *g_node_bin;
 static char g_dir[256];
 static pid_t g_master_pid = -1;
-static uint16_t g_rpc_port, g_metrics_port;
+static uint16_t g_rpc_port, g_metrics_port, g_meta_port;
 static char g_addr[64];
+static char g_meta_uri[128]; /* the master's embedded HTTP metadata server */
 static pid_t g_node_pid[N_NODES];
 static char g_node_seg[N_NODES][320];
 static cr_store_t *g_cli;
@@ -91,16 +94,19 @@ static int same(const uint8_t *b, size_t n, uint64_t seed)
 
 static int start_master(uint16_t port)
 {
-    char pf[300], log[300], portarg[16], lease[16], ttl[16], pto[16], buf[256];
+    char pf[300], log[300], portarg[16], metaarg[16], lease[16], ttl[16], pto[16], buf[256];
     snprintf(pf, sizeof pf, "%s/master.port", g_dir);
     snprintf(log, sizeof log, "%s/master.log", g_dir);
     unlink(pf);
     snprintf(portarg, sizeof portarg, "%u", port);
+    snprintf(metaarg, sizeof metaarg, "%u", g_meta_port); /* 0 at first, then the same */
     snprintf(lease, sizeof lease, "%d", LEASE_MS);
     snprintf(ttl, sizeof ttl, "%d", CLIENT_TTL_S);
     snprintf(pto, sizeof pto, "%d", PUT_TIMEOUT_S);
     char *argv[] = {(char *)g_master_bin, "--rpc_address", "127.0.0.1", "--rpc_port", portarg,
                     "--metrics_address", "127.0.0.1", "--metrics_port", "0",
+                    "--enable_http_metadata_server", "--http_metadata_server_host", "127.0.0.1",
+                    "--http_metadata_server_port", metaarg,
                     "--default_kv_lease_ttl", lease, "--client_ttl", ttl,
                     "--put_start_timeout", pto, "--eviction_high_watermark_ratio", "0.9",
                     "--port_file", pf, NULL};
@@ -109,12 +115,14 @@ static int start_master(uint16_t port)
         fprintf(stderr, "master did not start (see %s)\n", log);
         return -1;
     }
-    unsigned rpc = 0, met = 0;
-    if (sscanf(buf, "listening rpc=%u metrics=%u", &rpc, &met) != 2)
+    unsigned rpc = 0, met = 0, meta = 0;
+    if (sscanf(buf, "listening rpc=%u metrics=%u http_metadata=%u", &rpc, &met, &meta) != 3)
         return -1;
     g_rpc_port = (uint16_t)rpc;
     g_metrics_port = (uint16_t)met;
+    g_meta_port = (uint16_t)meta;
     snprintf(g_addr, sizeof g_addr, "127.0.0.1:%u", rpc);
+    snprintf(g_meta_uri, sizeof g_meta_uri, "http://127.0.0.1:%u/metadata", meta);
     return 0;
 }
 
@@ -126,7 +134,7 @@ static int start_node(int i)
     unlink(rf);
     char *argv[] = {(char *)g_node_bin, "--master_server_address", g_addr, "--global_segment_size",
                     NODE_SEG, "--heartbeat_ms", "200", "--local_hostname", "127.0.0.1",
-                    "--ready_file", rf, NULL};
+                    "--metadata_server", g_meta_uri, "--ready_file", rf, NULL};
     g_node_pid[i] = cu_spawn(argv, log, NULL);
     char buf[300];
     if (g_node_pid[i] < 0 || cu_wait_file(rf, 15000, buf, sizeof buf)) {
@@ -142,8 +150,9 @@ static int make_client(cr_store_t **out)
 {
     cr_store_params_t p = {0};
     p.field_mask = CR_STORE_PARAM_MASTER_ADDR | CR_STORE_PARAM_LOCAL_BUFFER_SIZE |
-                   CR_STORE_PARAM_HEARTBEAT_MS;
+                   CR_STORE_PARAM_HEARTBEAT_MS | CR_STORE_PARAM_METADATA_URI;
     p.master_addr = g_addr;
+    p.metadata_uri = g_meta_uri;
     p.local_buffer_size = 16u << 20;
     p.heartbeat_ms = 200;
     return cr_store_create(&p, out);
@@ -214,9 +223,10 @@ static void test_lease_blocks_remove(void)
 
 /* child role: put a big key with replicas on every node, stalled after
  * PutStart (the parent SIGKILLs it there) */
-static int writer_main(const char *addr, const char *key, size_t n)
+static int writer_main(const char *addr, const char *meta, const char *key, size_t n)
 {
     snprintf(g_addr, sizeof g_addr, "%s", addr);
+    snprintf(g_meta_uri, sizeof g_meta_uri, "%s", meta);
     cr_store_t *c;
     if (make_client(&c))
         return 3;
@@ -238,7 +248,7 @@ static void test_writer_killed(void)
     self[l] = 0;
     snprintf(log, sizeof log, "%s/writer.log", g_dir);
     snprintf(sz, sizeof sz, "%zu", n);
-    char *argv[] = {self, "--writer", g_addr, "killed-writer", sz, NULL};
+    char *argv[] = {self, "--writer", g_addr, g_meta_uri, "killed-writer", sz, NULL};
     char *env[] = {"CRESCENT_STORE_TEST_PUT_STALL_MS=60000", NULL};
     pid_t w = cu_spawn(argv, log, env);
     CHECK(w > 0, "spawn writer");
@@ -476,7 +486,18 @@ static void test_master_restart(void)
     for (int i = 0; i < N_NODES; i++)
         if (g_node_pid[i] > 0)
             CHECK(cu_alive(g_node_pid[i]), "node %d died across the master restart", i);
-    fprintf(stderr, "ok: master restarted, nodes remounted\n");
+    /* a client created after the restart knows no segment descriptor: the
+     * restarted metadata server must have them again (nodes republish on
+     * remount) */
+    cr_store_t *fresh = NULL;
+    CHECK_RC(make_client(&fresh), 0);
+    rc = cr_store_put(fresh, "post-restart-fresh", v, sizeof v, &cfg);
+    int rc2 = rc ? rc : cr_store_get(fresh, "post-restart", o, sizeof o, &got);
+    cr_store_destroy(fresh);
+    CHECK_RC(rc, 0);
+    CHECK_RC(rc2, 0);
+    CHECK(same(o, sizeof o, 55), "fresh client read other bytes");
+    fprintf(stderr, "ok: master restarted, nodes remounted and republished\n");
 }
 
 /* A node started while the master is down keeps retrying and mounts once
@@ -495,7 +516,8 @@ static void test_node_before_master(void)
     unlink(rf);
     char *argv[] = {(char *)g_node_bin, "--master_server_address", g_addr, "--global_segment_size",
                     NODE_SEG, "--heartbeat_ms", "200", "--rpc_timeout_ms", "300",
-                    "--start_timeout_s", "30", "--ready_file", rf, NULL};
+                    "--metadata_server", g_meta_uri, "--start_timeout_s", "30",
+                    "--ready_file", rf, NULL};
     g_node_pid[i] = cu_spawn(argv, log, NULL);
     usleep(1500000);
     CHECK(cu_alive(g_node_pid[i]), "node exited while the master was down");
@@ -552,8 +574,8 @@ static void test_bad_input(void)
 
 int main(int argc, char **argv)
 {
-    if (argc == 5 && !strcmp(argv[1], "--writer"))
-        return writer_main(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    if (argc == 6 && !strcmp(argv[1], "--writer"))
+        return writer_main(argv[2], argv[3], argv[4], strtoull(argv[5], NULL, 10));
     if (argc != 3) {
         fprintf(stderr, "usage: %s <crescent-master> <crescent-node>\n", argv[0]);
         return 2;
