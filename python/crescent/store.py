@@ -23,17 +23,21 @@ BufferHandle = _crescent.BufferHandle
 
 
 class ReplicateConfig:
-    """How a put places its replicas (Mooncake's ReplicateConfig)."""
-    __slots__ = ("replica_num", "with_soft_pin", "with_hard_pin", "preferred_segments",
-                 "prefer_alloc_in_same_node")
+    """How a put places its replicas (Mooncake's ReplicateConfig).
+
+    Read by the store: replica_num, with_soft_pin, with_hard_pin,
+    preferred_segments (or the single preferred_segment). Accepted and
+    ignored: prefer_alloc_in_same_node, group_ids, and any other attribute
+    newer Mooncake versions add (no __slots__, so setting one never fails)."""
 
     def __init__(self, replica_num=1, with_soft_pin=False, with_hard_pin=False,
-                 preferred_segments=None, prefer_alloc_in_same_node=False):
+                 preferred_segments=None, prefer_alloc_in_same_node=False, group_ids=None):
         self.replica_num = replica_num
         self.with_soft_pin = with_soft_pin
         self.with_hard_pin = with_hard_pin
         self.preferred_segments = list(preferred_segments or [])
         self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
+        self.group_ids = group_ids
 
     # Mooncake's single-segment spelling.
     @property

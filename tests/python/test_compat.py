@@ -31,6 +31,10 @@ def test_names_and_constants():
     cfg = ReplicateConfig()
     assert (cfg.replica_num, cfg.with_soft_pin, cfg.with_hard_pin, cfg.preferred_segment) == \
         (1, False, False, "")
+    cfg.replica_num, cfg.with_soft_pin, cfg.preferred_segment = 3, True, "node1:12345"
+    assert "3" in str(cfg) and cfg.preferred_segments == ["node1:12345"]
+    cfg.group_ids = ["group-a", ""]  # newer Mooncake fields are accepted
+    assert cfg.group_ids == ["group-a", ""]
     assert crescent.strerror(-704).startswith("OBJECT_NOT_FOUND")
     assert crescent.__version__.count(".") == 2
     import crescent._crescent as native
