@@ -469,6 +469,10 @@ static void test_eviction_stream(void **state)
     const size_t n = 1 << 20;
     const int total = (int)((3ull * N_NODES * SEG_SIZE) / n); /* 3x the pool */
     int failed = 0;
+    /* a hard-pinned key is never evicted (only remove frees it) */
+    cr_store_replicate_config_t pin = {.replica_num = 1, .hard_pin = 1};
+    fill(g_reg, n, 4242);
+    assert_int_equal(cr_store_put_from(g_cli, "pinned", g_reg, n, &pin), 0);
     for (int i = 0; i < total; i++) {
         char k[32];
         snprintf(k, sizeof k, "ev-%d", i);
@@ -498,6 +502,14 @@ static void test_eviction_stream(void **state)
     assert_true(misses >= total / 2);
     assert_true(hits > 0);
     assert_true(cr_store_get_into(g_cli, "ev-0", g_reg, n, &(size_t){0}) == CR_E_OBJECT_NOT_FOUND);
+    size_t pgot = 0;
+    int prc = cr_store_get_into(g_cli, "pinned", g_reg, n, &pgot);
+    if (prc)
+        fprintf(stderr, "hard-pinned key after the stream: %s\n", cr_strerror(prc));
+    assert_int_equal(prc, 0);
+    assert_true(check(g_reg, n, 4242));
+    usleep((LEASE_MS + 100) * 1000);
+    assert_int_equal(cr_store_remove(g_cli, "pinned", 0), 0);
     cr_store_remove_all(g_cli, NULL);
 }
 
