@@ -75,10 +75,10 @@ enum cr_store_param_field {
  * copied; the caller keeps ownership. */
 typedef struct cr_store_params {
     uint64_t field_mask;
-    /* This client's host address; its TE segment is named after it
-     * ("<local_hostname>:<te port>", made unique per process by the port).
-     * Also the NIC the TE listens on unless device_names is set.
-     * Default "127.0.0.1". */
+    /* This client's host address: the NIC its TE listens on unless
+     * device_names is set. The TE segment is named "<first NIC>:<TE port>"
+     * (unique per process; see cr_store_segment_name()). Default
+     * "127.0.0.1". */
     const char *local_hostname;
     /* TE metadata service: "http://host:port/metadata", "etcd://...", or
      * "p2p". Default "p2p". */
@@ -91,7 +91,9 @@ typedef struct cr_store_params {
     /* Bytes of registered staging memory for the copying put/get.
      * Default 16 MiB, minimum 64 KiB. */
     uint64_t local_buffer_size;
-    /* TE transports: "tcp" (default) or "tcp,shm"; "rdma" is -EINVAL. */
+    /* TE transports: "tcp" (default), "shm" or "tcp,shm" (shm is then used
+     * for peers on the same host); anything else (e.g. "rdma") is
+     * CR_E_INVALID_PARAMS. */
     const char *protocol;
     /* Comma-separated local IP addresses (NICs) for the TE. Default:
      * local_hostname. */
