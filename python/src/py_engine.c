@@ -247,6 +247,8 @@ static int parse_one(PyObject *target, PyObject *buf, PyObject *peer, PyObject *
     return 0;
 }
 
+/* Returns 0, 1 when the three lists differ in length (no exception: the
+ * caller returns an error code), or -1 with an exception set. */
 static int parse_batch(PyObject *target, PyObject *bufs, PyObject *peers, PyObject *lens,
                        cr_xfer_opcode_t op, xfer_args_t *a)
 {
@@ -261,9 +263,7 @@ static int parse_batch(PyObject *target, PyObject *bufs, PyObject *peers, PyObje
         goto out;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(sb);
     if (PySequence_Fast_GET_SIZE(sp) != n || PySequence_Fast_GET_SIZE(sl) != n) {
-        PyErr_Format(PyExc_ValueError,
-                     "buffers, peer_buffer_addresses and lengths differ in length (%zd, %zd, %zd)",
-                     n, PySequence_Fast_GET_SIZE(sp), PySequence_Fast_GET_SIZE(sl));
+        rc = 1; /* Mooncake returns an error code here, it does not raise */
         goto out;
     }
     if (n > CR_XFER_BATCH_MAX) {
@@ -779,28 +779,44 @@ static PyObject *engine_batch_register_memory(PyEngine *self, PyObject *args, Py
         return NULL;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(sa);
-    if (PySequence_Fast_GET_SIZE(sc) != n) {
+    if (PySequence_Fast_GET_SIZE(sc) != n) { /* Mooncake: an error code, nothing registered */
         Py_DECREF(sa);
         Py_DECREF(sc);
-        return PyErr_Format(PyExc_ValueError, "buffer_addresses and capacities differ in length");
+        return PyLong_FromLong(-EINVAL);
     }
-    int rc = 0;
+    uint64_t *done = PyMem_Calloc(n ? (size_t)n : 1, sizeof *done);
+    if (!done) {
+        Py_DECREF(sa);
+        Py_DECREF(sc);
+        return PyErr_NoMemory();
+    }
+    int rc = 0, raised = 0;
+    Py_ssize_t ndone = 0;
     for (Py_ssize_t i = 0; i < n && rc == 0; i++) {
         uint64_t addr, len;
         Py_buffer *view;
         if (parse_region(PySequence_Fast_GET_ITEM(sa, i), PySequence_Fast_GET_ITEM(sc, i), &addr,
                          &len, &view) < 0) {
-            Py_DECREF(sa);
-            Py_DECREF(sc);
-            return NULL;
+            raised = 1;
+            break;
         }
         rc = do_register(self, addr, len, view);
         if (rc < 0)
             release_view(view);
+        else
+            done[ndone++] = addr;
     }
+    if (raised || rc < 0) { /* all or nothing: undo this call's registrations */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        for (Py_ssize_t i = 0; i < ndone; i++)
+            do_unregister(self, done[i]);
+        PyErr_Restore(et, ev, tb);
+    }
+    PyMem_Free(done);
     Py_DECREF(sa);
     Py_DECREF(sc);
-    return PyLong_FromLong(rc);
+    return raised ? NULL : PyLong_FromLong(rc);
 }
 
 static PyObject *engine_batch_unregister_memory(PyEngine *self, PyObject *args, PyObject *kw)
@@ -870,8 +886,9 @@ static PyObject *xfer_batch_sync(PyEngine *self, PyObject *args, PyObject *kw, c
     if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &t, &b, &p, &l, &hint))
         return NULL;
     xfer_args_t a;
-    if (parse_batch(t, b, p, l, op, &a) < 0)
-        return NULL;
+    int pr = parse_batch(t, b, p, l, op, &a);
+    if (pr)
+        return pr < 0 ? NULL : PyLong_FromLong(-EINVAL);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = run_sync(self, &a, NULL, 0);
@@ -922,8 +939,14 @@ static PyObject *engine__transfer_sync(PyEngine *self, PyObject *args, PyObject 
         PyErr_Format(PyExc_ValueError, "notification longer than %d bytes", CR_XFER_NOTIFY_MAX);
         goto out;
     }
-    if (parse_opcode(opo, &op) < 0 || parse_batch(t, b, p, l, op, &a) < 0)
+    if (parse_opcode(opo, &op) < 0)
         goto out;
+    int pr = parse_batch(t, b, p, l, op, &a);
+    if (pr) {
+        if (pr > 0)
+            ret = PyLong_FromLong(-EINVAL);
+        goto out;
+    }
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = run_sync(self, &a, notify.buf, notify.buf ? (size_t)notify.len : 0);
@@ -953,8 +976,9 @@ static PyObject *xfer_batch_async(PyEngine *self, PyObject *args, PyObject *kw, 
     if (opo && parse_opcode(opo, &op) < 0)
         return NULL;
     xfer_args_t a;
-    if (parse_batch(t, b, p, l, op, &a) < 0)
-        return NULL;
+    int pr = parse_batch(t, b, p, l, op, &a);
+    if (pr)
+        return pr < 0 ? NULL : PyLong_FromLong(0); /* batch id 0: failure */
     int64_t id;
     Py_BEGIN_ALLOW_THREADS
     id = run_async(self, &a);

@@ -285,8 +285,9 @@ def test_bad_input_raises_or_returns_negative(engine, peer):
         engine.register_memory(1.5, 10)
     with pytest.raises(ValueError):
         engine.register_memory(4096, -10)
-    with pytest.raises(ValueError):
-        engine.batch_transfer_sync_write(peer.name, [1, 2], [3], [4, 5])
+    # lists of different lengths: an error code, as in Mooncake
+    assert engine.batch_transfer_sync_write(peer.name, [1, 2], [3], [4, 5]) < 0
+    assert engine.batch_transfer_async_read(peer.name, [1], [3, 4], [5]) == 0
     with pytest.raises(TypeError):
         engine.batch_transfer_sync_write(peer.name, 1, [3], [4])
     with pytest.raises(ValueError):
@@ -501,8 +502,16 @@ def test_batch_register_and_initialize_ext(peer):
         assert e.batch_unregister_memory(addrs) == 0
         assert e.batch_unregister_memory(addrs) < 0
         assert e.transfer_sync_write(peer.name, addrs[0], peer.addr, 16) < 0  # unregistered now
-        with pytest.raises(ValueError):
-            e.batch_register_memory(addrs, [4096])
+        # lists of different lengths: an error code and nothing registered (Mooncake)
+        assert e.batch_register_memory(addrs, [4096]) < 0
+        assert e.batch_register_memory(addrs[:0], [4096]) < 0
+        assert e.batch_register_memory(addrs, [4096] * 3) == 0
+        assert e.batch_unregister_memory(addrs) == 0
+        # all or nothing: a failing entry undoes the ones before it
+        assert e.batch_register_memory([addrs[0], addrs[0] + 100], [4096, 16]) < 0
+        assert e.register_memory(addrs[0], 4096) == 0  # was not left registered
+        assert e.unregister_memory(addrs[0]) == 0
+        assert e.batch_register_memory([], []) == 0
     finally:
         e.close()
 
