@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -377,6 +378,62 @@ static void test_batch_small(void **state)
     free(res);
 }
 
+/* Four threads submit concurrently to the same shm peer (small merged
+ * requests and chunked large ones interleave in the workers' queue); each
+ * thread owns a disjoint slice of the local and remote buffers. */
+typedef struct thr_arg {
+    fx_t *f;
+    int id;
+    int err;
+} thr_arg_t;
+
+static void *thr_main(void *p)
+{
+    thr_arg_t *a = p;
+    fx_t *f = a->f;
+    uint64_t slice = f->rlen / 4, base = (uint64_t)a->id * slice;
+    uint8_t *local = f->local + base;
+    for (int round = 0; round < 20 && !a->err; round++) {
+        uint64_t len = round % 3 == 0 ? slice - 8192 : (uint64_t)(1 + round * 997);
+        uint64_t off = (uint64_t)(round * 13) % 4096;
+        /* write my pattern, read it back into another part of my slice */
+        uint32_t seed = 7000 + (uint32_t)(a->id * 100 + round);
+        uint64_t half = len / 2 ? len / 2 : 1;
+        fill(local + off, half, 0, seed);
+        cr_xfer_request_t r[2] = {
+            {.opcode = CR_XFER_WRITE, .local_addr = local + off, .target = f->seg,
+             .target_addr = f->raddr + base + off, .length = half},
+            {.opcode = CR_XFER_READ, .local_addr = local + slice / 2 + off, .target = f->seg,
+             .target_addr = f->raddr + base + off, .length = half}};
+        int res[2];
+        int rc = cr_xfer_transfer_sync(f->e, &r[0], 1, &res[0]);
+        if (!rc)
+            rc = cr_xfer_transfer_sync(f->e, &r[1], 1, &res[1]);
+        if (rc)
+            a->err = rc;
+        else if (check(local + slice / 2 + off, half, 0, seed) != -1)
+            a->err = -EIO;
+    }
+    return NULL;
+}
+
+static void test_concurrent_threads(void **state)
+{
+    fx_t *f = *state;
+    pthread_t t[4];
+    thr_arg_t a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (thr_arg_t){.f = f, .id = i};
+        assert_int_equal(pthread_create(&t[i], NULL, thr_main, &a[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        if (a[i].err)
+            print_message("thread %d: %s\n", i, cr_strerror(a[i].err));
+        assert_int_equal(a[i].err, 0);
+    }
+}
+
 /* Out-of-range targets fail (the request only); in-range ones still work. */
 static void test_out_of_range(void **state)
 {
@@ -471,6 +528,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_buffer_registered_later, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_notify, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_read_write_sizes, setup_big, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_threads, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_peer_killed_mid_transfer, setup_big, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
