@@ -111,6 +111,12 @@ struct cr__master {
     uint64_t capacity, allocated, quarantine_bytes;
     uint64_t n_complete, n_pending;
     held_t held[HELD_MAX];
+    /* A step that evicted nothing stays futile until something changes
+     * (space freed, an object completed or was touched) or time moves:
+     * skip repeating it (a 4096-key batch on a pinned-full pool would
+     * otherwise walk the LRU 4096 times). */
+    uint64_t state_seq, futile_seq, futile_now;
+    int futile;
     uint32_t *order; /* scratch: candidate segments of one placement */
     uint32_t cap_order;
     uint64_t counters[CR__MM_COUNT];
@@ -257,12 +263,20 @@ static void q_push(cr__master_t *m, uint32_t seg, uint32_t blk, uint64_t bytes, 
     CNT(m, quarantined_bytes_total) += bytes;
 }
 
-static void block_free(cr__master_t *m, uint32_t seg, uint32_t blk)
+/* Frees a block without marking the state changed (undoing a placement
+ * that just allocated it). */
+static void block_unalloc(cr__master_t *m, uint32_t seg, uint32_t blk)
 {
     seg_t *s = &m->segs[seg];
     uint64_t b = cr__oalloc_block_size(s->alloc, blk);
     if (cr__oalloc_free(s->alloc, blk) == 0)
         m->allocated -= b;
+}
+
+static void block_free(cr__master_t *m, uint32_t seg, uint32_t blk)
+{
+    block_unalloc(m, seg, blk);
+    m->state_seq++;
 }
 
 /* Frees a block now or, if it may still be accessed until release_ms, later. */
@@ -710,7 +724,7 @@ static int seg_used(const placing_t *p, uint32_t s)
 static void placing_rollback(cr__master_t *m, placing_t *p)
 {
     for (uint32_t i = 0; i < p->n_sh; i++)
-        block_free(m, p->sh[i].seg, p->sh[i].blk);
+        block_unalloc(m, p->sh[i].seg, p->sh[i].blk);
     p->n_sh = 0;
     p->n_rep = 0;
     p->n_used = 0;
@@ -801,7 +815,7 @@ static int place_replica(cr__master_t *m, placing_t *p, uint64_t size, uint32_t 
     }
     if (left) {
         for (uint32_t i = first; i < p->n_sh; i++)
-            block_free(m, p->sh[i].seg, p->sh[i].blk);
+            block_unalloc(m, p->sh[i].seg, p->sh[i].blk);
         p->n_sh = first;
         p->n_used = used0;
         return -1;
@@ -937,7 +951,7 @@ static int put_start_locked(cr__master_t *m, const char *key, size_t key_len, ui
         obj_delete(m, o, 0, now);
         return rc;
     }
-    if (cr__evict_over_watermark(&m->ev, m->allocated, m->capacity))
+    if (cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes, m->capacity))
         evict_locked(m, 0, now);
     return 0;
 }
@@ -977,6 +991,7 @@ static int put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint
     }
     list_push_front(&m->lru, o);
     m->n_complete++;
+    m->state_seq++;
     CNT(m, puts_completed_total)++;
     return 0;
 }
@@ -1039,6 +1054,7 @@ static int get_replicas_locked(cr__master_t *m, const char *key, size_t key_len,
         o->until_ms = until;
     list_unlink(o);
     list_push_front(&m->lru, o);
+    m->state_seq++;
     it->version = o->version;
     it->size = o->size;
     it->lease_ms = (uint32_t)(m->cfg.lease_ttl_ms > UINT32_MAX ? UINT32_MAX : m->cfg.lease_ttl_ms);
@@ -1185,6 +1201,8 @@ static uint64_t evict_locked(cr__master_t *m, uint64_t need, uint64_t now)
     uint64_t target = cr__evict_target(&m->ev, m->allocated, m->capacity, need);
     if (!target)
         return 0;
+    if (m->futile && m->futile_now == now && m->futile_seq == m->state_seq)
+        return 0;
     CNT(m, eviction_steps_total)++;
     uint64_t freed = 0, n = 0;
     int passes = m->cfg.evict_soft_pinned ? 2 : 1;
@@ -1205,6 +1223,9 @@ static uint64_t evict_locked(cr__master_t *m, uint64_t need, uint64_t now)
         }
     }
     CNT(m, evictions_total) += n;
+    m->futile = n == 0;
+    m->futile_now = now;
+    m->futile_seq = m->state_seq;
     if (n)
         CR_LOG_INFO("master", "evicted %" PRIu64 " objects, %" PRIu64 " bytes (target %" PRIu64
                     ")", n, freed, target);
@@ -1233,7 +1254,7 @@ void cr__master_tick(cr__master_t *m, uint64_t now)
                     o->key_len > 64 ? 64 : (int)o->key_len, obj_key(o));
         obj_delete(m, o, obj_release_ms(m, o, now), now);
     }
-    if (cr__evict_over_watermark(&m->ev, m->allocated, m->capacity))
+    if (cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes, m->capacity))
         evict_locked(m, 0, now);
     pthread_mutex_unlock(&m->mu);
 }

@@ -550,6 +550,26 @@ static void test_eviction_on_alloc_failure(void **s)
     cr__master_stats_t st;
     cr__master_stats(m2, &st);
     assert_int_equal(st.counters[CR__MM_alloc_failures_total], 1);
+    uint64_t steps = st.counters[CR__MM_eviction_steps_total];
+    /* a batch of failing puts in the same ms walks the LRU once, not per key */
+    cr__rpc_item_t in[64];
+    char keys[64][8];
+    for (int i = 0; i < 64; i++) {
+        snprintf(keys[i], sizeof keys[i], "b%d", i);
+        in[i] = (cr__rpc_item_t){.key = keys[i], .key_len = (uint32_t)strlen(keys[i]),
+                                 .size = 32 * KiB, .cfg = {.replica_num = 1}};
+    }
+    cr__rpc_msg_t req = {.type = CR__RPC_BATCH_PUT_START, .n_items = 64, .items = in}, rep = {0};
+    cr__master_handle(m2, &req, &rep, 1);
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(rep.items[i].status, CR_E_NO_AVAILABLE_HANDLE);
+    cr__rpc_msg_free(&rep);
+    cr__master_stats(m2, &st);
+    assert_int_equal(st.counters[CR__MM_alloc_failures_total], 65);
+    assert_int_equal(st.counters[CR__MM_eviction_steps_total], steps); /* memo: no new walk */
+    /* after a change (a remove frees space) eviction is tried again */
+    assert_int_equal(cr__master_remove(m2, "h00", 3, 0, 2), 0);
+    assert_int_equal(put(m2, "y", 32 * KiB, 1, 0, 2, NULL, 1), 0);
     cr__master_destroy(m2);
     cr__master_destroy(m);
 }
