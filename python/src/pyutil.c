@@ -152,7 +152,10 @@ PyObject *cr__py_seq(PyObject *o, const char *what)
                      o ? Py_TYPE(o)->tp_name : "NULL");
         return NULL;
     }
-    return PySequence_Fast(o, what);
+    /* A private tuple, not the caller's list: keys and strings it holds stay
+     * alive even if another thread mutates the list while the GIL is
+     * released. */
+    return PySequence_Tuple(o);
 }
 
 int cr__py_mem_mapped(uint64_t addr, uint64_t len)

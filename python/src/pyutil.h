@@ -55,8 +55,9 @@ int cr__py_addr_size(PyObject *addr_o, PyObject *size_o, const char *what, int w
  * length. Empty keys are ValueError; other types TypeError. */
 int cr__py_key(PyObject *o, const char **s, Py_ssize_t *len);
 
-/* A Python sequence (list/tuple/...) as a fast sequence (new reference), or
- * NULL with TypeError. */
+/* A Python sequence (list/tuple/...) copied into a new tuple (so its items
+ * stay referenced while the GIL is released), or NULL with TypeError. Use
+ * the PySequence_Fast_* accessors on it. */
 PyObject *cr__py_seq(PyObject *o, const char *what);
 
 /* Whether [addr, addr+len) is mapped in this process (mincore()). Used to
