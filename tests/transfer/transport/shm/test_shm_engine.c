@@ -264,6 +264,27 @@ static void test_tcp_when_shm_disabled(void **state)
     cr_xfer_engine_destroy(e2);
 }
 
+/* transports="shm" only: a same-host peer is reached and data moves. */
+static void test_shm_only_engine(void **state)
+{
+    fx_t *f = *state;
+    cr_xfer_engine_t *e2 = engine_new("shm");
+    assert_non_null(e2);
+    static char buf[8192];
+    assert_int_equal(cr_xfer_mem_register(e2, buf, sizeof buf, NULL), 0);
+    cr_xfer_segment_t s2;
+    assert_int_equal(cr_xfer_segment_open(e2, f->c.name, &s2), 0);
+    assert_string_equal(cr_xfer_segment_transport(e2, s2), "shm");
+    cr_xfer_request_t r = {.opcode = CR_XFER_READ, .local_addr = buf + 1, .target = s2,
+                           .target_addr = f->raddr + 100, .length = 8000};
+    int res = 1;
+    assert_int_equal(cr_xfer_transfer_sync(e2, &r, 1, &res), 0);
+    assert_int_equal(res, 0);
+    assert_int_equal(check((uint8_t *)buf + 1, 8000, 100, 1), -1);
+    cr_xfer_mem_unregister(e2, buf);
+    cr_xfer_engine_destroy(e2);
+}
+
 /* An initiator on the same host that may not ptrace the peer (it dropped
  * root for "nobody") cannot use shm: the engine falls back to tcp and the
  * data still moves. */
@@ -537,6 +558,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm_is_chosen, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_tcp_when_shm_disabled, setup_small, teardown),
         cmocka_unit_test(test_fallback_to_tcp_without_access),
+        cmocka_unit_test_setup_teardown(test_shm_only_engine, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_range, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_batch_small, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_buffer_registered_later, setup_small, teardown),
