@@ -162,6 +162,7 @@ static int slot_reset_locked(cr__csvc_t *s, uint32_t i)
     uint32_t gen = sl->gen + 1;
     memset(sl, 0, sizeof *sl);
     sl->gen = gen;
+    cr__emap_init(&sl->map, (size_t)s->cfg.max_mapped_blocks);
     return 0;
 }
 

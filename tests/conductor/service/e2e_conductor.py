@@ -331,6 +331,41 @@ def run(c, ctx):
     st, j = c.call("POST", "/unregister", {"instance_id": "p3"})
     check(st == 200, "unregister p3", 200, (st, j))
 
+    # a Mooncake Store publisher (host/disk pools) for instance p1: topic
+    # "mooncake", BlockStoreEvent with replicas; p1's answer gains CPU/DISK
+    # counts and the blocks p1 evicted from its GPU come back via the store
+    ms = Publisher(ctx)
+    st, j = c.call("POST", "/register", {
+        "endpoint": ms.endpoint, "type": "Mooncake", "modelname": "llama",
+        "instance_id": "p1", "block_size": BS, "dp_rank": 1})
+    check(st == 200, "register the Mooncake store publisher", 200, (st, j))
+    ms.wait_subscriber()
+    mem, disk = ["memory", "tcp://127.0.0.1:1"], ["disk", "/data/k"]
+    payload = msgpack.packb([time.time(), [
+        ["BlockStoreEvent", "k0", [mem, disk], "llama", BS, "0x10", "", toks[:BS]],
+        ["BlockStoreEvent", "k1", [mem], "llama", BS, "0x11", "0x10", toks[:2 * BS]],
+        ["BlockStoreEvent", "k2", [disk], "llama", BS, "0x12", "0x11", toks[2 * BS:3 * BS]],
+        ["BlockStoreEvent", "k3", [mem], "llama", BS, "0x13", "0x12", toks[3 * BS:4 * BS]],
+    ]], use_bin_type=True)
+    ms.sock.send_multipart([b"mooncake", struct.pack(">Q", 0), payload])
+    end = time.monotonic() + DEADLINE_S
+    while True:
+        st, j = c.call("POST", "/query", {"model": "llama", "token_ids": toks,
+                                          "instance_id": "p1"})
+        if j["default"]["p1"]["longest_matched"] == 4 * BS or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    p1 = j["default"]["p1"]
+    check(p1["longest_matched"] == 4 * BS, "p1 with the store's blocks", 4 * BS, p1)
+    check(p1["GPU"] == 2 * BS and p1["CPU"] == 3 * BS and p1["DISK"] == 2 * BS,
+          "p1 tiers with the store", "GPU 8 CPU 12 DISK 8", p1)
+    check(p1["DP"] == {"0": 2 * BS, "1": 4 * BS}, "p1 per publisher (dp rank)",
+          {"0": 8, "1": 16}, p1["DP"])
+    ms.sock.close(linger=0)
+    st, j = c.call("POST", "/unregister", {"instance_id": "p1", "dp_rank": 1})
+    check(st == 200 and j["removed_instances"] == ["p1|default|1"], "unregister the store",
+          ["p1|default|1"], (st, j))
+
     # unregister p2: gone from answers, its later events are not applied
     st, j = c.call("POST", "/unregister", {"instance_id": "p2", "type": "vLLM",
                                            "modelname": "llama", "block_size": BS})

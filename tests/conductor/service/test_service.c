@@ -372,6 +372,22 @@ static void test_http_errors(void **st)
     j = call(f->s, "GET", "/instances", NULL, 200);
     assert_int_equal(json_array_size(json_object_get(j, "instances")), 1);
     json_decref(j);
+
+    /* regression: a slot freed by /unregister and registered again indexes
+     * events (its hash map bound was lost on reset) */
+    int again;
+    reg(f, &again, "p2", 0, CR__ROLE_BOTH);
+    assert_int_equal(again, f->p2);
+    evpack_t e;
+    ep_init(&e);
+    uint64_t h[2] = {7, 8};
+    ep_batch(&e, 1, 1, 0);
+    ep_stored(&e, h, 2, NULL, T, 8, 4, "GPU");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)again, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    j = call(f->s, "POST", "/query", "{\"model\":\"m\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/p2/longest_matched"), 8);
+    json_decref(j);
 }
 
 /* Instances with different block sizes: each hashes the prompt with its own
