@@ -52,7 +52,7 @@ static void start_master(void)
         execl(g_bin, g_bin, "--rpc_port=0", "--rpc_address=127.0.0.1", "--metrics_port=0",
               "--metrics_address=127.0.0.1", "--enable_http_metadata_server",
               "--http_metadata_server_port=0", "--http_metadata_server_host=127.0.0.1",
-              "--default_kv_lease_ttl=300", "--client_ttl=2", "--put_start_timeout=1",
+              "--default_kv_lease_ttl=300", "--client_ttl=3", "--put_start_timeout=1",
               "--eviction_high_watermark_ratio=1.0", pfarg, (char *)NULL);
         perror("exec crescent-master");
         _exit(127);
@@ -444,7 +444,7 @@ static void test_client_ttl_and_put_timeout(cr__rpc_client_t *c)
     CHECK_EQ(put_end(c, "on2", v), 0);
     /* a put whose writer dies */
     CHECK_EQ(put_start(c, "orphan", 1000, 'o', &v), 0);
-    /* wait (bounded) for the ttl (2 s) and put timeout (1 s) to pass */
+    /* wait (bounded) for the ttl (3 s) and put timeout (1 s) to pass */
     uint64_t t0 = cr__now_ms();
     int gone = 0, reclaimed = 0;
     while (cr__now_ms() - t0 < 15000 && !(gone && reclaimed)) {
