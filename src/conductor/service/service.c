@@ -1144,19 +1144,14 @@ static void h_metrics(cr__csvc_t *s, cr__http_resp_t *resp)
         CR__CSVC_METRICS(X)
 #undef X
     };
-    size_t cap = 8192, len = 0;
-    char *buf = malloc(cap);
-    if (!buf)
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
         return (void)cr__http_resp_printf(resp, 503, "out of memory\n");
-#define APPEND(...)                                                                             \
-    do {                                                                                        \
-        int w_ = snprintf(buf + len, cap - len, __VA_ARGS__);                                   \
-        if (w_ > 0)                                                                             \
-            len += (size_t)w_ < cap - len ? (size_t)w_ : cap - len - 1;                         \
-    } while (0)
     for (int i = 0; i < CR__CSVC_M__COUNT; i++)
-        APPEND("# HELP %s %s\n# TYPE %s counter\n%s %" PRIu64 "\n", names[i], helps[i],
-               names[i], names[i], __atomic_load_n(&s->m[i], __ATOMIC_RELAXED));
+        fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %" PRIu64 "\n", names[i], helps[i],
+                names[i], names[i], __atomic_load_n(&s->m[i], __ATOMIC_RELAXED));
     cr_cond_index_stats_t st = {0};
     int ninst = 0;
     pthread_mutex_lock(&s->lock);
@@ -1164,22 +1159,22 @@ static void h_metrics(cr__csvc_t *s, cr__http_resp_t *resp)
     for (int i = 0; i < NSLOT; i++)
         ninst += s->slots[i].used;
     pthread_mutex_unlock(&s->lock);
-    APPEND("# HELP crescent_conductor_instances registered publishers\n"
-           "# TYPE crescent_conductor_instances gauge\ncrescent_conductor_instances %d\n",
-           ninst);
-    APPEND("# HELP crescent_conductor_index_blocks distinct block hashes indexed\n"
-           "# TYPE crescent_conductor_index_blocks gauge\ncrescent_conductor_index_blocks %" PRIu64
-           "\n",
-           st.blocks);
-    APPEND("# HELP crescent_conductor_index_entries (block, instance, tier) entries\n"
-           "# TYPE crescent_conductor_index_entries gauge\n"
-           "crescent_conductor_index_entries %" PRIu64 "\n",
-           st.entries);
-    APPEND("# HELP crescent_conductor_index_bytes heap bytes held by the index\n"
-           "# TYPE crescent_conductor_index_bytes gauge\ncrescent_conductor_index_bytes %" PRIu64
-           "\n",
-           st.bytes);
-#undef APPEND
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } gauges[] = {
+        {"crescent_conductor_instances", "registered publishers", (uint64_t)ninst},
+        {"crescent_conductor_index_blocks", "distinct block hashes indexed", st.blocks},
+        {"crescent_conductor_index_entries", "(block, instance, tier) entries", st.entries},
+        {"crescent_conductor_index_bytes", "heap bytes held by the index", st.bytes},
+    };
+    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++)
+        fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n%s %" PRIu64 "\n", gauges[i].name,
+                gauges[i].help, gauges[i].name, gauges[i].name, gauges[i].v);
+    if (fclose(f) || !buf) {
+        free(buf);
+        return (void)cr__http_resp_printf(resp, 503, "out of memory\n");
+    }
     free(resp->body);
     resp->status = 200;
     resp->content_type = "text/plain; version=0.0.4";
