@@ -199,13 +199,18 @@ static void replica_order(const cr_store_t *s, const cr__rpc_item_t *it, uint32_
 
 /* Reads value bytes [off, off+len) into dst (registered memory) from the
  * first replica (in order) that delivers them; sets that replica's bit in
- * *used. Returns 0 or CR_E_TRANSFER_FAIL / -ENOMEM. */
+ * *used. Replicas whose bit is set in *dead are skipped, and a replica that
+ * fails is added to *dead, so the chunks of one get pay for a dead replica
+ * once. Returns 0 or CR_E_TRANSFER_FAIL / -ENOMEM. */
 static int read_range(cr_store_t *s, const cr__rpc_item_t *it, const uint32_t *order,
-                      uint32_t n_order, uint64_t off, uint64_t len, uint8_t *dst, uint32_t *used)
+                      uint32_t n_order, uint64_t off, uint64_t len, uint8_t *dst, uint32_t *used,
+                      uint32_t *dead)
 {
     int last = CR_E_TRANSFER_FAIL;
     for (uint32_t i = 0; i < n_order; i++) {
         uint32_t r = order[i];
+        if (*dead & (1u << r))
+            continue;
         reqvec_t rv;
         rv_init(&rv);
         int rc = add_range(s, &rv, &it->replicas[r], off, len, dst, CR_XFER_READ);
@@ -227,6 +232,8 @@ static int read_range(cr_store_t *s, const cr__rpc_item_t *it, const uint32_t *o
         }
         CR_LOG_INFO(COMP, "read of %s replica %u failed (%s), trying the next", it->key, r,
                     cr_strerror(rc));
+        if (rc != -ENOMEM)
+            *dead |= 1u << r;
         last = rc;
         if (rc == -ENOMEM)
             break;
@@ -765,8 +772,9 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
                 continue;
             const cr__rpc_item_t *it = &rep.items[i];
             used[i] = 0;
+            uint32_t dead = 0;
             results[i] = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX + 1],
-                                    it->n_replicas - 1, 0, it->size, dsts[i], &used[i]);
+                                    it->n_replicas - 1, 0, it->size, dsts[i], &used[i], &dead);
         }
     } else {
         /* copying get of one key, in chunks through the staging buffer */
@@ -778,6 +786,7 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
                 continue;
             const cr__rpc_item_t *it = &rep.items[i];
             uint8_t *dst = dsts[i];
+            uint32_t dead = 0;
             for (uint64_t off = 0; off < it->size && !results[i];) {
                 size_t c = it->size - off < chunk ? (size_t)(it->size - off) : chunk;
                 uint8_t *stg = cr__staging_alloc(&s->staging, c, (int)s->xfer_timeout_ms);
@@ -786,7 +795,7 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
                     break;
                 }
                 results[i] = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX],
-                                        it->n_replicas, off, c, stg, &used[i]);
+                                        it->n_replicas, off, c, stg, &used[i], &dead);
                 if (!results[i])
                     memcpy(dst + off, stg, c);
                 cr__staging_free(&s->staging, stg, c);

@@ -132,8 +132,17 @@ static int batch_get_all(int *bad, int *errors)
     return good;
 }
 
+#define BIG (12u << 20)
+
 static void test_basic(void)
 {
+    /* a big value read later by the copying get, in staging chunks */
+    uint8_t *big = malloc(BIG);
+    fill(big, BIG, 777);
+    cr_store_replicate_config_t cfg = {.replica_num = 2};
+    int brc = cr_store_put(g_cli, "big", big, BIG, &cfg);
+    free(big);
+    CHECK(brc == 0, "put big: %s", cr_strerror(brc));
     put_keys();
     int bad, errors;
     int good = batch_get_all(&bad, &errors);
@@ -151,6 +160,13 @@ static void test_partition(void)
             bad, errors, (unsigned long long)(cr__now_ms() - t0));
     CHECK(bad == 0, "%d wrong values", bad);
     CHECK(good == KEYS, "failover to the other replica: %d of %d", good, KEYS);
+    /* the copying get of a big value: every staging chunk from a live replica */
+    uint8_t *big = malloc(BIG);
+    size_t got = 0;
+    int brc = cr_store_get(g_cli, "big", big, BIG, &got);
+    int bok = brc == 0 && got == BIG && same(big, BIG, 777);
+    free(big);
+    CHECK(bok, "copying get of 'big' while partitioned: %s", cr_strerror(brc));
     usleep((CLIENT_TTL_S * 1000 + 1000) * 1000); /* master expires node 1 */
     t0 = cr__now_ms();
     good = batch_get_all(&bad, &errors);
