@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -730,6 +731,12 @@ static int shm_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg,
     st->engine = engine;
     const char *thp = getenv("CRESCENT_SHM_THP");
     st->thp = !(thp && !strcmp(thp, "0"));
+    /* Yama ptrace_scope 1 (Ubuntu's default) lets only ancestors read a
+     * process's memory, so peers fall back to tcp. Opt-in: declare any
+     * process of ours a permitted "tracer" (same uid is still required). */
+    const char *any = getenv("CRESCENT_SHM_PTRACER_ANY");
+    if (any && !strcmp(any, "1") && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
+        CR_LOG_DEBUG(SHM_LOG, "prctl(PR_SET_PTRACER): %s", strerror(errno)); /* no Yama */
     cr__seg_host_id(st->host_id);
     st->net_ino = shm_ns_inode("/proc/self/ns/net");
     if (local && !local->host_id[0]) {
