@@ -234,7 +234,14 @@ static void test_conn_bound_and_frame_timeout(void **s)
     (void)s;
     cr__rpc_server_t *srv = start(0, 2, 300);
     int a = raw_connect(srv), b = raw_connect(srv);
-    usleep(100000);
+    cr__rpc_server_stats_t st;
+    for (int i = 0; i < 500; i++) { /* wait (bounded) until both are accepted */
+        cr__rpc_server_stats(srv, &st);
+        if (st.conns_open == 2)
+            break;
+        usleep(10000);
+    }
+    assert_int_equal(st.conns_open, 2);
     int c = raw_connect(srv); /* over the bound: closed at once */
     cr__rpc_hdr_t h;
     assert_int_equal(read_reply(c, &h), -ECONNRESET);
@@ -244,9 +251,12 @@ static void test_conn_bound_and_frame_timeout(void **s)
     assert_int_equal(read_reply(a, &h), -ECONNRESET);
     close(a);
     close(b);
-    usleep(100000);
-    cr__rpc_server_stats_t st;
-    cr__rpc_server_stats(srv, &st);
+    for (int i = 0; i < 500; i++) { /* wait (bounded) until the server saw both closes */
+        cr__rpc_server_stats(srv, &st);
+        if (st.conns_open == 0)
+            break;
+        usleep(10000);
+    }
     assert_true(st.conns_rejected >= 1);
     assert_true(st.closed_timeout >= 1);
     /* after the slots are free, a client works */
