@@ -1154,6 +1154,62 @@ static PyObject *store_batch_get_into(PyStore *self, PyObject *args, PyObject *k
     return ret;
 }
 
+static int stage_reserve_locked(PyStore *self, cr_store_t *s, size_t need);
+
+/* Batches whose values total at most this go through the staging buffer as
+ * one cr_store_batch_put_from (one master round trip per phase instead of
+ * one put per key); larger ones are put key by key. */
+#define PUT_BATCH_STAGE_MAX (64u << 20)
+
+/* Stages the values and puts them as batches (no GIL, client lock held).
+ * Returns 1 when done (*rc_out set), 0 when staging was not possible. */
+static int put_batch_staged(PyStore *self, cr_store_t *s, const keys_buf_t *kb,
+                            const Py_buffer *views, const cr_store_replicate_config_t *cfg,
+                            int *rc_out)
+{
+    size_t n = (size_t)kb->n, total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += ((size_t)views[i].len + 63) & ~(size_t)63;
+    if (n < 2 || total > PUT_BATCH_STAGE_MAX)
+        return 0;
+    const void **b = malloc(n * sizeof *b);
+    size_t *l = malloc(n * sizeof *l);
+    int *res = malloc(n * sizeof *res);
+    int done = 0, rc = 0;
+    if (!b || !l || !res)
+        goto out;
+    pthread_mutex_lock(&self->stage_mu);
+    if (stage_reserve_locked(self, s, total) == 0) {
+        size_t off = 0;
+        for (size_t i = 0; i < n; i++) {
+            memcpy((char *)self->stage + off, views[i].buf, (size_t)views[i].len);
+            b[i] = (char *)self->stage + off;
+            l[i] = (size_t)views[i].len;
+            off += ((size_t)views[i].len + 63) & ~(size_t)63;
+        }
+        for (size_t o = 0; o < n; o += CR_STORE_BATCH_MAX) {
+            size_t c = CHUNK(n, o);
+            for (size_t j = o; j < o + c; j++)
+                res[j] = INT32_MIN;
+            int r = cr_store_batch_put_from(s, kb->k + o, b + o, l + o, c, cfg, res + o);
+            for (size_t j = o; j < o + c && rc == 0; j++) {
+                int rj = put_rc(res[j] == INT32_MIN ? (r < 0 ? r : CR_E_INTERNAL_ERROR) : res[j]);
+                if (rj < 0)
+                    rc = rj;
+            }
+        }
+        done = 1;
+    }
+    pthread_mutex_unlock(&self->stage_mu);
+out:
+    free(b);
+    free(l);
+    free(res);
+    if (done)
+        *rc_out = rc;
+    return done;
+}
+
 /* put_batch(keys, values, config=None) -> int: copying puts (values are any
  * bytes-like objects); 0 if all succeeded, else the first error. */
 static PyObject *store_put_batch(PyStore *self, PyObject *args, PyObject *kw)
@@ -1200,11 +1256,13 @@ static PyObject *store_put_batch(PyStore *self, PyObject *args, PyObject *kw)
     if (!s) {
         rc = NOT_READY;
     } else {
-        for (Py_ssize_t i = 0; i < kb.n; i++) {
-            int r = put_rc(
-                cr_store_put(s, kb.k[i], views[i].buf, (size_t)views[i].len, cfg_ptr(&cb)));
-            if (r < 0 && rc == 0)
-                rc = r;
+        if (!put_batch_staged(self, s, &kb, views, cfg_ptr(&cb), &rc)) {
+            for (Py_ssize_t i = 0; i < kb.n; i++) {
+                int r = put_rc(
+                    cr_store_put(s, kb.k[i], views[i].buf, (size_t)views[i].len, cfg_ptr(&cb)));
+                if (r < 0 && rc == 0)
+                    rc = r;
+            }
         }
         st_release(self);
     }

@@ -139,6 +139,10 @@ def test_put_batch_get_batch(store):
     assert got == vals + [b""]
     assert store.put_batch(keys[:2], vals[:1]) == INVALID_PARAMS
     assert store.put_batch(keys, vals) == 0  # already there: success, as in Mooncake
+    # one bad value fails the call, the other keys are stored
+    ok, bad = K("ok"), K("empty")
+    assert store.put_batch([ok, bad], [b"fine", b""]) == INVALID_PARAMS
+    assert store.batch_is_exist([ok, bad]) == [1, 0]
     with pytest.raises(TypeError):
         store.put_batch(keys[:1], [12])
 
@@ -485,6 +489,11 @@ def test_batches_longer_than_the_store_limit(store):
     assert len(res) == n
     assert [i for i, r in enumerate(res) if r == 1] == sorted(present)
     assert all(r == 0 for i, r in enumerate(res) if i not in present)
+    # put_batch over the limit too (staged, in several store batches)
+    vals = [("v%d" % i).encode() for i in range(n)]
+    assert store.put_batch(keys, vals) == 0
+    assert store.batch_is_exist(keys) == [1] * n
+    assert store.get_batch([keys[0], keys[2], keys[n - 2]]) == [b"x", vals[2], vals[n - 2]]
 
 
 def test_empty_value_is_invalid(store):
