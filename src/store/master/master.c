@@ -105,7 +105,7 @@ struct cr__master {
     seg_t *segs;
     uint32_t n_segs, cap_segs, seg_cursor;
     client_t *clients;
-    uint32_t n_clients, cap_clients;
+    uint32_t n_clients, cap_clients, live_clients, live_segs;
     qent_t *q;
     size_t q_head, q_len, q_cap;
     uint64_t capacity, allocated, quarantine_bytes;
@@ -382,6 +382,8 @@ void cr__master_cfg_default(cr__master_cfg_t *c)
     c->granule_shift = 6;
     c->min_stripe = 1u << 20;
     c->evict_soft_pinned = 1;
+    c->max_clients = 65536;
+    c->max_segments = 65536;
 }
 
 int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
@@ -397,6 +399,10 @@ int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
     m->cfg = *cfg;
     if (!m->cfg.evict_max_visit)
         m->cfg.evict_max_visit = 65536;
+    if (!m->cfg.max_clients)
+        m->cfg.max_clients = 65536;
+    if (!m->cfg.max_segments)
+        m->cfg.max_segments = 65536;
     m->ev = (cr__evict_cfg_t){.high_watermark = cfg->high_watermark,
                               .ratio = cfg->eviction_ratio,
                               .max_visit = m->cfg.evict_max_visit};
@@ -452,9 +458,14 @@ static uint32_t client_find(cr__master_t *m, cr__rpc_client_id_t id)
     return NONE32;
 }
 
+#define CLIENTS_FULL (NONE32 - 1)
+
+/* Returns the new index, NONE32 (ENOMEM) or CLIENTS_FULL. */
 static uint32_t client_add(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now)
 {
     uint32_t i;
+    if (m->live_clients >= m->cfg.max_clients)
+        return CLIENTS_FULL;
     for (i = 0; i < m->n_clients; i++)
         if (!m->clients[i].live)
             break;
@@ -470,6 +481,7 @@ static uint32_t client_add(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now
         m->n_clients++;
     }
     m->clients[i] = (client_t){.id = id, .last_ms = now, .live = 1};
+    m->live_clients++;
     return i;
 }
 
@@ -486,7 +498,10 @@ static int ping_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now, ui
     uint32_t c = client_find(m, id);
     *flags = 0;
     if (c == NONE32) {
-        if (client_add(m, id, now) == NONE32)
+        c = client_add(m, id, now);
+        if (c == CLIENTS_FULL)
+            return CR_E_UNAVAILABLE_IN_CURRENT_STATUS;
+        if (c == NONE32)
             return -ENOMEM;
         *flags = CR__RPC_F_NEED_REMOUNT;
     } else {
@@ -519,8 +534,15 @@ static int mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *nam
         }
         return CR_E_SEGMENT_ALREADY_EXISTS;
     }
-    if (c == NONE32 && (c = client_add(m, id, now)) == NONE32)
-        return -ENOMEM;
+    if (m->live_segs >= m->cfg.max_segments)
+        return CR_E_UNAVAILABLE_IN_CURRENT_STATUS;
+    if (c == NONE32) {
+        c = client_add(m, id, now);
+        if (c == CLIENTS_FULL)
+            return CR_E_UNAVAILABLE_IN_CURRENT_STATUS;
+        if (c == NONE32)
+            return -ENOMEM;
+    }
     m->clients[c].last_ms = now;
     for (s = 0; s < m->n_segs; s++)
         if (!m->segs[s].live)
@@ -548,6 +570,7 @@ static int mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *nam
     sg->alloc = a;
     sg->client = c;
     sg->live = 1;
+    m->live_segs++;
     sg->alloc_after_ms = 0;
     for (int h = 0; h < HELD_MAX; h++)
         if (m->held[h].until > now && !strcmp(m->held[h].name, name))
@@ -665,6 +688,7 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
     cr__oalloc_destroy(sg->alloc);
     sg->alloc = NULL;
     sg->live = 0;
+    m->live_segs--;
     sg->gen++;
     CR_LOG_INFO("master", "unmounted segment %s (%zu objects lost)", sg->name, n_dead);
 }
@@ -697,6 +721,7 @@ static void expire_clients_locked(cr__master_t *m, uint64_t now)
                 seg_drop_locked(m, s, now);
             }
         cl->live = 0;
+        m->live_clients--;
         CNT(m, clients_expired_total)++;
     }
 }

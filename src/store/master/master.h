@@ -39,6 +39,8 @@ typedef struct cr__master_cfg {
     unsigned granule_shift;       /* allocator granule, 1 << shift bytes (6) */
     uint64_t min_stripe;          /* smallest shard when striping (1 MiB) */
     int evict_soft_pinned;        /* --allow_evict_soft_pinned_objects (1) */
+    uint32_t max_clients;         /* live clients bound (65536) */
+    uint32_t max_segments;        /* mounted segments bound (65536) */
 } cr__master_cfg_t;
 
 /* Fills c with the defaults above. */
@@ -56,14 +58,16 @@ uint64_t cr__master_id(const cr__master_t *m);
 
 /* Heartbeat. Registers an unknown client and then returns
  * CR__RPC_F_NEED_REMOUNT in *flags (it was never seen, or it expired and
- * its segments were dropped); 0 otherwise. Returns 0. */
+ * its segments were dropped); 0 otherwise. Returns 0, or
+ * CR_E_UNAVAILABLE_IN_CURRENT_STATUS when max_clients are registered. */
 int cr__master_ping(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now_ms, uint32_t *flags);
 
 /* Mounts [base, base+size) of TE segment name for client id (refreshes the
  * client's heartbeat). Returns 0 (also for an identical remount),
  * CR_E_SEGMENT_ALREADY_EXISTS (name mounted by another client or with a
  * different range), CR_E_INVALID_PARAMS (empty/oversized name, size under
- * one granule, base+size overflow), -ENOMEM. */
+ * one granule, base+size overflow), CR_E_UNAVAILABLE_IN_CURRENT_STATUS
+ * (max_segments mounted / max_clients registered), -ENOMEM. */
 int cr__master_mount(cr__master_t *m, cr__rpc_client_id_t id, const char *name, uint64_t base,
                      uint64_t size, uint64_t now_ms);
 

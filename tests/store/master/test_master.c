@@ -619,6 +619,42 @@ static void test_bad_input(void **s)
     cr__master_destroy(m);
 }
 
+static void small_limits(cr__master_cfg_t *c)
+{
+    c->max_clients = 3;
+    c->max_segments = 2;
+}
+
+/* Clients and segments are bounded: a flood of random client ids or
+ * mounts is refused instead of growing the tables (and the linear scans)
+ * without end; expiry gives the slots back. */
+static void test_limits(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(small_limits);
+    uint32_t f;
+    for (uint64_t i = 0; i < 3; i++)
+        assert_int_equal(cr__master_ping(m, (cr__rpc_client_id_t){100, i}, 0, &f), 0);
+    assert_int_equal(cr__master_ping(m, (cr__rpc_client_id_t){100, 9}, 0, &f),
+                     CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
+    assert_int_equal(cr__master_ping(m, (cr__rpc_client_id_t){100, 1}, 0, &f), 0); /* known */
+    assert_int_equal(cr__master_mount(m, (cr__rpc_client_id_t){100, 0}, "s1", 0, MiB, 0), 0);
+    assert_int_equal(cr__master_mount(m, (cr__rpc_client_id_t){100, 0}, "s2", 0, MiB, 0), 0);
+    assert_int_equal(cr__master_mount(m, (cr__rpc_client_id_t){100, 0}, "s3", 0, MiB, 0),
+                     CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
+    assert_int_equal(cr__master_unmount(m, (cr__rpc_client_id_t){100, 0}, "s2", 1), 0);
+    assert_int_equal(cr__master_mount(m, (cr__rpc_client_id_t){100, 0}, "s3", 0, MiB, 1), 0);
+    /* silent clients expire and free their slots */
+    cr__master_tick(m, 20000);
+    assert_int_equal(cr__master_ping(m, (cr__rpc_client_id_t){100, 9}, 20001, &f), 0);
+    assert_int_equal(f, CR__RPC_F_NEED_REMOUNT);
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.clients, 1);
+    assert_int_equal(st.segments, 0);
+    cr__master_destroy(m);
+}
+
 static void test_dispatch_batch(void **s)
 {
     (void)s;
@@ -715,6 +751,7 @@ int main(void)
         cmocka_unit_test(test_eviction_on_alloc_failure),
         cmocka_unit_test(test_eviction_soft_pin_protected),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_limits),
         cmocka_unit_test(test_dispatch_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
