@@ -60,6 +60,7 @@ struct cr__zsub {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int cmd, cmd_done, cmd_rc;
+    int dead; /* the thread has left its loop: commands fail with -EIO */
     uint32_t cmd_slot, cmd_gen;
     const char *cmd_endpoint, *cmd_replay;
     char cmd_err[200];
@@ -440,6 +441,11 @@ static void *thread_main(void *arg)
     }
     for (uint32_t s = 0; s < NSLOT; s++)
         close_slot(z, s);
+    /* never leave a caller waiting for a thread that is gone */
+    pthread_mutex_lock(&z->lock);
+    z->dead = 1;
+    pthread_cond_broadcast(&z->cond);
+    pthread_mutex_unlock(&z->lock);
     return NULL;
 }
 
@@ -448,6 +454,13 @@ static int run_cmd(cr__zsub_t *z, int cmd, uint32_t slot, uint32_t gen, const ch
 {
     pthread_mutex_lock(&z->cmd_lock);
     pthread_mutex_lock(&z->lock);
+    if (z->dead) {
+        pthread_mutex_unlock(&z->lock);
+        pthread_mutex_unlock(&z->cmd_lock);
+        if (err && errlen)
+            snprintf(err, errlen, "endpoint: the ZMQ thread has stopped");
+        return -EIO;
+    }
     z->cmd = cmd;
     z->cmd_done = 0;
     z->cmd_slot = slot;
@@ -463,9 +476,9 @@ static int run_cmd(cr__zsub_t *z, int cmd, uint32_t slot, uint32_t gen, const ch
         pthread_mutex_unlock(&z->cmd_lock);
         return -e;
     }
-    while (!z->cmd_done)
+    while (!z->cmd_done && !z->dead)
         pthread_cond_wait(&z->cond, &z->lock);
-    int rc = z->cmd_rc;
+    int rc = z->cmd_done ? z->cmd_rc : (cmd == CMD_STOP ? 0 : -EIO);
     if (err && errlen)
         snprintf(err, errlen, "%s", z->cmd_err);
     z->cmd = CMD_NONE;
