@@ -73,6 +73,11 @@ def _payload(notify):
     return notify._payload()
 
 
+# send_probe() payload; get_notifies() drops it (a user notification always
+# has a non-empty name or no NUL at all).
+_PROBE = b"\0\0crescent-probe"
+
+
 class TransferEngine(_crescent.TransferEngine):
     """Mooncake-compatible Transfer Engine (see the module doc)."""
 
@@ -100,10 +105,18 @@ class TransferEngine(_crescent.TransferEngine):
             raise TypeError("notify must be a TransferNotify")
         return self._send_notify(target_hostname, _payload(notify))
 
+    def send_probe(self, peer_server_name):
+        """Checks that a peer ("host:port" segment name) is reachable now:
+        resolves it and delivers a probe message to it. Returns 0, or a
+        negative status when the peer is unknown or unreachable."""
+        return self._send_notify(peer_server_name, _PROBE)
+
     def get_notifies(self):
         """Pops the notifications received so far: list of TransferNotify."""
         out = []
         for sender, payload in self._get_notifies_raw():
+            if payload == _PROBE:
+                continue
             name, sep, msg = payload.partition(b"\0")
             if not sep:
                 name, msg = sender.encode(), payload

@@ -526,3 +526,20 @@ def test_peer_registers_memory_after_first_contact(engine, peer):
     rc = engine.transfer_sync_read(peer.name, dst.ctypes.data, info["addr"], 8192)
     assert rc == 0, "read from memory registered later: %d" % rc
     assert (dst == 77).all()
+
+
+def test_send_probe(engine, peer):
+    assert engine.send_probe(peer.name) == 0
+    assert engine.send_probe("127.0.0.1:1") < 0  # nobody there
+    # probes never show up as notifications: send a real one after it and
+    # collect until it arrived (and a little longer)
+    assert engine.send_notify(peer.name, TransferNotify("after", "probe")) == 0
+    got, deadline = [], time.monotonic() + 10
+    while ["after", "probe"] not in got and time.monotonic() < deadline:
+        got += json.loads(peer.cmd("notifies"))
+        time.sleep(0.01)
+    time.sleep(0.1)
+    got += json.loads(peer.cmd("notifies"))
+    assert got == [["after", "probe"]]
+    with pytest.raises(TypeError):
+        engine.send_probe(None)
