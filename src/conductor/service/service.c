@@ -41,6 +41,9 @@ const cr__cfg_opt_t cr__csvc_cfg_table[] = {
      OFF(max_mapped_blocks)},
     {"zmq_rcvhwm", "100000", "ZMQ receive high-water mark per publisher", CR__CFG_INT,
      OFF(zmq_rcvhwm)},
+    {"replay_timeout_ms", "2000",
+     "how long a replay of missed batches may hold a publisher's live batches", CR__CFG_INT,
+     OFF(replay_timeout_ms)},
     {"block_size", "16", "tokens per block used to hash /schedule prompts", CR__CFG_INT,
      OFF(block_size)},
     {"policy", "global_cache",
@@ -189,6 +192,8 @@ int cr__csvc_create(const cr__csvc_config_t *cfg, cr__csvc_t **out, char *err, s
         BAD("max_event_bytes / max_body: out of range");
     if (cfg->max_mapped_blocks < 1 || cfg->zmq_rcvhwm < 1 || cfg->zmq_rcvhwm > (1 << 30))
         BAD("max_mapped_blocks / zmq_rcvhwm: must be positive");
+    if (cfg->replay_timeout_ms < 1 || cfg->replay_timeout_ms > 600000)
+        BAD("replay_timeout_ms: %" PRId64 " out of range 1..600000", cfg->replay_timeout_ms);
     if (cfg->ttft_slo_ms < 0 || cfg->tbt_slo_ms < 0 || cfg->balance_threshold < 1)
         BAD("ttft_slo_ms / tbt_slo_ms must be >= 0 and balance_threshold >= 1");
     if (cfg->gpu_capacity_blocks < 0 || cfg->dram_capacity_blocks < 0 ||
@@ -245,7 +250,7 @@ int cr__csvc_create(const cr__csvc_config_t *cfg, cr__csvc_t **out, char *err, s
     for (uint32_t i = 0; i < NSLOT; i++)
         cr__emap_init(&s->slots[i].map, (size_t)cfg->max_mapped_blocks);
     if ((rc = cr__zsub_start(on_zmq_message, s, cfg->max_event_bytes, (int)cfg->zmq_rcvhwm,
-                             &s->zsub)))
+                             (unsigned)cfg->replay_timeout_ms, &s->zsub)))
         goto fail;
     *out = s;
     return 0;

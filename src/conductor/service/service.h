@@ -42,6 +42,7 @@ typedef struct cr__csvc_config {
     int64_t max_tokens;        /* token ids in one event / one query */
     int64_t max_mapped_blocks; /* engine->seq hash entries per publisher */
     int64_t zmq_rcvhwm;
+    int64_t replay_timeout_ms; /* a replay may hold live batches this long */
     int64_t block_size;        /* tokens per block for /schedule hashing */
     char policy[CR__CFG_STR_MAX];
     double ttft_slo_ms;        /* 0 = none */

@@ -16,7 +16,6 @@
 
 #define NSLOT CR_COND_MAX_INSTANCES
 #define BURST 256 /* messages taken from one socket before polling again */
-#define REPLAY_TIMEOUT_MS 1000
 #define PENDING_MAX 1024             /* live messages held while replaying */
 #define PENDING_BYTES_MAX (64u << 20)
 
@@ -47,6 +46,7 @@ struct cr__zsub {
     void *user;
     size_t max_msg;
     int hwm;
+    uint64_t replay_timeout_ms;
     void *ctx;
     int efd;
     pthread_t thr;
@@ -244,7 +244,7 @@ static void on_live(cr__zsub_t *z, uint32_t s, uint64_t seq, const void *p, size
         if (zmq_send(zs->dealer, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) == 0 &&
             zmq_send(zs->dealer, start, 8, ZMQ_DONTWAIT) == 8 && !hold(zs, seq, p, len)) {
             zs->replaying = 1;
-            zs->deadline_ms = cr__now_ms() + REPLAY_TIMEOUT_MS;
+            zs->deadline_ms = cr__now_ms() + z->replay_timeout_ms;
             CR_LOG_INFO("conductor", "slot %u: seq %llu after %llu, replaying from %llu", s,
                         (unsigned long long)seq, (unsigned long long)zs->last,
                         (unsigned long long)from);
@@ -487,11 +487,13 @@ static int run_cmd(cr__zsub_t *z, int cmd, uint32_t slot, uint32_t gen, const ch
     return rc;
 }
 
-int cr__zsub_start(cr__zsub_msg_fn fn, void *user, size_t max_msg, int hwm, cr__zsub_t **out)
+int cr__zsub_start(cr__zsub_msg_fn fn, void *user, size_t max_msg, int hwm,
+                   unsigned replay_timeout_ms, cr__zsub_t **out)
 {
     cr__zsub_t *z = calloc(1, sizeof *z);
     if (!z)
         return -ENOMEM;
+    z->replay_timeout_ms = replay_timeout_ms ? replay_timeout_ms : 2000;
     z->fn = fn;
     z->user = user;
     z->max_msg = max_msg ? max_msg : (4u << 20);

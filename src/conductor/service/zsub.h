@@ -27,14 +27,16 @@ typedef void (*cr__zsub_msg_fn)(void *user, uint32_t slot, uint32_t gen, int has
                                 uint64_t seq, const void *payload, size_t len, int bad_frame);
 
 /* Starts the thread. max_msg bounds one message (ZMQ_MAXMSGSIZE), hwm is
- * the receive high-water mark. Returns 0 and *out, or -errno. */
-int cr__zsub_start(cr__zsub_msg_fn fn, void *user, size_t max_msg, int hwm, cr__zsub_t **out);
+ * the receive high-water mark, replay_timeout_ms how long a replay may hold
+ * live batches (0 = 2000). Returns 0 and *out, or -errno. */
+int cr__zsub_start(cr__zsub_msg_fn fn, void *user, size_t max_msg, int hwm,
+                   unsigned replay_timeout_ms, cr__zsub_t **out);
 
 /* Subscribes slot (tagged gen) to endpoint (all topics). replay_endpoint
  * (NULL or "" = none) is the publisher's ROUTER replay socket (vLLM
  * ZmqEventPublisher): when a sequence number is skipped the thread asks it
  * for the missed batches ([empty, start seq]) and holds live messages (at
- * most 1024 / 64 MiB, 1 s) until the end marker, so the callback still sees
+ * most 1024 / 64 MiB, replay_timeout_ms) until the end marker, so the callback still sees
  * batches in sequence order. Synchronous: returns once the thread created
  * and connected the sockets. Returns 0, -EINVAL (bad endpoint; message in
  * err), -EEXIST (slot in use with the same gen) or -errno. */

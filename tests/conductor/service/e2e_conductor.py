@@ -51,7 +51,8 @@ class Conductor:
         env = dict(os.environ, CRESCENT_LOG="info")
         self.p = subprocess.Popen(
             [exe, "--host=127.0.0.1", "--port=0", "--block_size=%d" % BS,
-             "--policy=global_cache", "--max_body=1MB"],
+             "--policy=global_cache", "--max_body=1MB",
+             "--replay_timeout_ms=20000"],  # generous: CI may be slow (ASan)
             stdout=subprocess.PIPE, stderr=sys.stderr, env=env, text=True)
         line = self.p.stdout.readline()
         if "listening on 127.0.0.1:" not in line:

@@ -111,7 +111,7 @@ static int setup_replay(void **st, int with_replay)
         zmq_setsockopt(f->router, ZMQ_LINGER, &zero, sizeof zero);
         bind_any(f->router, f->rep, sizeof f->rep);
     }
-    assert_int_equal(cr__zsub_start(on_msg, &f->sink, 1024, 1000, &f->z), 0);
+    assert_int_equal(cr__zsub_start(on_msg, &f->sink, 1024, 1000, 1000, &f->z), 0);
     char err[200];
     assert_int_equal(cr__zsub_add(f->z, 5, 1, f->ep, with_replay ? f->rep : NULL, err, sizeof err),
                      0);
