@@ -579,3 +579,45 @@ def test_threads_register_and_batch_concurrently(store):
     for t in ts:
         t.join(120)
     assert not errors, errors
+
+
+def test_random_ops_match_a_dict(store):
+    """Random put/get/get_into/remove/is_exist against a dict model (seeded).
+    Model: objects are immutable (a put of an existing key keeps the value),
+    a get leaves a read lease so a plain remove may answer HAS_LEASE."""
+    import random
+    rng = random.Random(1234)
+    pool = [K("fz%d" % i) for i in range(24)]
+    model, log = {}, []
+    buf = np.zeros(70000, dtype=np.uint8)
+    assert store.register_buffer(buf) == 0
+    try:
+        for step in range(300):
+            op, k = rng.choice(["put", "put", "get", "get_into", "remove", "exist"]), rng.choice(pool)
+            log.append("%d %s %s" % (step, op, k))
+            if op == "put":
+                v = rng.randbytes(rng.randint(1, 65536))
+                assert store.put(k, v) == 0, log[-5:]
+                model.setdefault(k, v)
+            elif op == "get":
+                assert store.get(k) == model.get(k, b""), log[-5:]
+            elif op == "get_into":
+                n = store.get_into(k, buf, buf.nbytes)
+                if k in model:
+                    assert n == len(model[k]) and buf[:n].tobytes() == model[k], log[-5:]
+                else:
+                    assert n == NOT_FOUND, log[-5:]
+            elif op == "remove":
+                rc = store.remove(k)
+                if k not in model:
+                    assert rc == NOT_FOUND, log[-5:]
+                else:
+                    assert rc in (0, HAS_LEASE), (rc, log[-5:])
+                    if rc == 0:
+                        del model[k]
+            else:
+                assert store.is_exist(k) == (1 if k in model else 0), log[-5:]
+        assert store.batch_is_exist(pool) == [1 if k in model else 0 for k in pool]
+    finally:
+        store.batch_remove(pool, force=True)
+        store.unregister_buffer(buf)
