@@ -163,7 +163,9 @@ typedef struct cr_store_replicate_config {
  * CR_E_OBJECT_ALREADY_EXISTS, CR_E_NO_AVAILABLE_HANDLE (pool full even
  * after eviction), CR_E_INVALID_KEY, CR_E_INVALID_PARAMS (len 0 or over
  * CR_STORE_VALUE_MAX, replica_num too large), CR_E_TRANSFER_FAIL,
- * CR_E_RPC_FAIL. */
+ * CR_E_LEASE_EXPIRED (the put outlived the master's put deadline and was
+ * reclaimed), CR_E_RPC_FAIL (for a lost PutEnd reply the key may be
+ * visible anyway). */
 CR_API int cr_store_put(cr_store_t *store, const char *key, const void *value, size_t len,
                         const cr_store_replicate_config_t *config);
 

@@ -68,6 +68,41 @@ static int rv_push(reqvec_t *r, const cr_xfer_request_t *q)
     return 0;
 }
 
+/* Per-call scratch arrays: on the stack for the usual few keys, one malloc
+ * for big batches (no allocation per small operation). */
+#define SCRATCH_STACK 4096
+typedef struct scratch {
+    uint8_t *base;
+    size_t used;
+    _Alignas(16) uint8_t stack[SCRATCH_STACK];
+} scratch_t;
+
+static int scratch_init(scratch_t *sc, size_t need)
+{
+    sc->used = 0;
+    sc->base = need <= SCRATCH_STACK ? sc->stack : malloc(need);
+    if (!sc->base)
+        return -ENOMEM;
+    memset(sc->base, 0, need);
+    return 0;
+}
+
+/* n bytes (zeroed) of what scratch_init reserved; sizes are rounded to 16
+ * here and must be by the caller's total (SCR). */
+#define SCR(n) (((size_t)(n) + 15) & ~(size_t)15)
+static void *scratch_take(scratch_t *sc, size_t n)
+{
+    void *p = sc->base + sc->used;
+    sc->used += SCR(n);
+    return p;
+}
+
+static void scratch_fini(scratch_t *sc)
+{
+    if (sc->base && sc->base != sc->stack)
+        free(sc->base);
+}
+
 /* Runs reqs as one TE batch and waits; per-request status in st (n
  * entries, 0 or negative errno). Returns 0 if all succeeded, else the first
  * error. */
@@ -331,7 +366,8 @@ static void put_finish(cr_store_t *s, const char *const *keys, const cr__rpc_ite
     req.type = m == 1 ? (end ? CR__RPC_PUT_END : CR__RPC_PUT_REVOKE)
                       : (end ? CR__RPC_BATCH_PUT_END : CR__RPC_BATCH_PUT_REVOKE);
     req.items = cr__rpc_msg_alloc(&req, m * sizeof *req.items);
-    size_t *idx = malloc(m * sizeof *idx);
+    scratch_t sc;
+    size_t *idx = scratch_init(&sc, SCR(m * sizeof *idx)) ? NULL : scratch_take(&sc, m * sizeof *idx);
     int rc = -ENOMEM;
     if (req.items && idx) {
         size_t j = 0;
@@ -351,23 +387,28 @@ static void put_finish(cr_store_t *s, const char *const *keys, const cr__rpc_ite
     }
     if (rc == 0) {
         for (size_t j = 0; j < m; j++) {
-            if (end)
-                results[idx[j]] = rep.items[j].status;
+            if (end) /* not found: the put outlived its deadline and was reclaimed */
+                results[idx[j]] = rep.items[j].status == CR_E_OBJECT_NOT_FOUND
+                                      ? CR_E_LEASE_EXPIRED
+                                      : rep.items[j].status;
             else if (rep.items[j].status && rep.items[j].status != CR_E_OBJECT_NOT_FOUND)
                 CR_LOG_WARN(COMP, "PutRevoke(%s): %s", keys[idx[j]],
                             cr_strerror(rep.items[j].status));
         }
         cr__rpc_msg_free(&rep);
     } else {
-        /* An unanswered PutEnd leaves the put to expire at its deadline:
-         * the key stays invisible, which is what the caller is told. */
+        /* An unanswered PutEnd is reported as the RPC error. The master may
+         * still have applied it (reply lost): then the key is visible and a
+         * retried put gets OBJECT_ALREADY_EXISTS; if not, the put expires at
+         * its deadline and the key never becomes visible. */
         CR_LOG_WARN(COMP, "%s of %zu keys failed: %s", end ? "PutEnd" : "PutRevoke", m,
                     cr_strerror(rc));
         if (end)
-            for (size_t j = 0; j < m; j++)
-                results[idx[j]] = rc;
+            for (size_t i = 0; i < n; i++)
+                if (mask[i])
+                    results[i] = rc;
     }
-    free(idx);
+    scratch_fini(&sc);
 }
 
 /* ---- put ------------------------------------------------------------------ */
@@ -400,13 +441,16 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
                 (unsigned long long)s->test_put_stall_ms, rep.items[0].status);
         usleep((useconds_t)(s->test_put_stall_ms * 1000));
     }
-    uint8_t *started = calloc(n, 2); /* [0,n): PutStart ok; [n,2n): data written */
-    size_t *first = malloc((n + 1) * sizeof *first);
+    scratch_t sc;
+    uint8_t *started = NULL; /* [0,n): PutStart ok; [n,2n): data written */
+    size_t *first = NULL;
     reqvec_t rv;
     rv_init(&rv);
-    if (!started || !first) {
-        free(started);
-        free(first);
+    if (scratch_init(&sc, SCR(2 * n) + SCR((n + 1) * sizeof *first)) == 0) {
+        started = scratch_take(&sc, 2 * n);
+        first = scratch_take(&sc, (n + 1) * sizeof *first);
+    }
+    if (!started) {
         /* nothing transferred: revoke whatever was started */
         uint8_t *mask = calloc(n, 1);
         for (size_t i = 0; mask && i < n; i++)
@@ -450,13 +494,14 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
                                        (uint8_t *)(uintptr_t)srcs[i], CR_XFER_WRITE);
         }
         first[n] = rv.n;
+        int stack_st[INLINE_REQS];
         int *st = NULL;
         if (rv.err) {
             for (size_t i = 0; i < n; i++)
                 if (started[i] && !results[i])
                     results[i] = rv.err;
         } else if (rv.n) {
-            st = malloc(rv.n * sizeof *st);
+            st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
             if (!st) {
                 for (size_t i = 0; i < n; i++)
                     if (started[i] && !results[i])
@@ -474,7 +519,8 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
                             results[i] = CR_E_TRANSFER_FAIL;
             }
         }
-        free(st);
+        if (st != stack_st)
+            free(st);
     } else {
         /* copying put of one key: chunks through the staging buffer */
         size_t chunk = s->staging.size / 4;
@@ -525,8 +571,7 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
     put_finish(s, keys, rep.items, n, ok, 1, results);
     put_finish(s, keys, rep.items, n, started, 0, results);
     cr__rpc_msg_free(&rep);
-    free(started);
-    free(first);
+    scratch_fini(&sc);
     int firsterr = 0;
     for (size_t i = 0; i < n && !firsterr; i++)
         firsterr = results[i];
@@ -701,14 +746,22 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
         return rc;
     }
     test_stall(s);
-    uint32_t *orders = malloc(n * CR__RPC_REPLICA_MAX * sizeof *orders);
-    uint32_t *used = calloc(n, sizeof *used);
-    size_t *first = malloc((n + 1) * sizeof *first);
-    size_t *which = malloc(n * sizeof *which);
-    uint64_t *sizes = malloc(n * sizeof *sizes);
+    scratch_t sc;
+    uint32_t *orders = NULL, *used = NULL;
+    size_t *first = NULL, *which = NULL;
+    uint64_t *sizes = NULL;
     reqvec_t rv;
     rv_init(&rv);
-    if (!orders || !used || !first || !which || !sizes) {
+    if (scratch_init(&sc, SCR(n * CR__RPC_REPLICA_MAX * sizeof *orders) + SCR(n * sizeof *used) +
+                              SCR((n + 1) * sizeof *first) + SCR(n * sizeof *which) +
+                              SCR(n * sizeof *sizes)) == 0) {
+        orders = scratch_take(&sc, n * CR__RPC_REPLICA_MAX * sizeof *orders);
+        used = scratch_take(&sc, n * sizeof *used);
+        first = scratch_take(&sc, (n + 1) * sizeof *first);
+        which = scratch_take(&sc, n * sizeof *which);
+        sizes = scratch_take(&sc, n * sizeof *sizes);
+    }
+    if (!orders) {
         rc = -ENOMEM;
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
@@ -752,7 +805,8 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
                 if (!results[i])
                     results[i] = rv.err;
         } else if (rv.n) {
-            int *st = malloc(rv.n * sizeof *st);
+            int stack_st[INLINE_REQS];
+            int *st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
             if (!st) {
                 for (size_t i = 0; i < n; i++)
                     if (!results[i])
@@ -763,7 +817,8 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
                     for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
                         if (st[q])
                             results[i] = CR_E_TRANSFER_FAIL;
-                free(st);
+                if (st != stack_st)
+                    free(st);
             }
         }
         /* failover: the other replicas of keys whose first choice failed */
@@ -826,11 +881,7 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
     }
 out:
     rv_free(&rv);
-    free(orders);
-    free(used);
-    free(first);
-    free(which);
-    free(sizes);
+    scratch_fini(&sc);
     cr__rpc_msg_free(&rep);
     int firsterr = 0;
     for (size_t i = 0; i < n && !firsterr; i++)

@@ -461,6 +461,31 @@ static void test_slow_reader_validated(void **state)
     free(o);
 }
 
+/* A writer that stalls past the master's put deadline (1 s here) must not
+ * write into space the master may have reclaimed: the put fails with
+ * LEASE_EXPIRED and the key never becomes visible. */
+static void test_put_past_deadline(void **state)
+{
+    (void)state;
+    setenv("CRESCENT_STORE_TEST_PUT_STALL_MS", "1500", 1);
+    cr_store_t *w = NULL;
+    int rc = make_client(0, 1 << 20, &w);
+    unsetenv("CRESCENT_STORE_TEST_PUT_STALL_MS");
+    assert_int_equal(rc, 0);
+    uint8_t v[8192];
+    fill(v, sizeof v, 12);
+    rc = cr_store_put(w, "late-put", v, sizeof v, NULL);
+    if (rc != CR_E_LEASE_EXPIRED)
+        fprintf(stderr, "late put: expected %d got %d (%s)\n", CR_E_LEASE_EXPIRED, rc,
+                cr_strerror(rc));
+    assert_int_equal(rc, CR_E_LEASE_EXPIRED);
+    assert_int_equal(cr_store_exist(g_cli, "late-put"), 0);
+    cr_store_destroy(w);
+    /* and the key is free for a normal put */
+    assert_int_equal(cr_store_put(g_cli, "late-put", v, sizeof v, NULL), 0);
+    assert_int_equal(cr_store_remove(g_cli, "late-put", 1), 0);
+}
+
 /* A stream of puts much bigger than the pool: eviction keeps it going; old
  * keys become misses, survivors return the right bytes. */
 static void test_eviction_stream(void **state)
@@ -617,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_lease_blocks_remove),
         cmocka_unit_test(test_stalled_reader),
         cmocka_unit_test(test_slow_reader_validated),
+        cmocka_unit_test(test_put_past_deadline),
         cmocka_unit_test(test_concurrent_clients),
         cmocka_unit_test(test_eviction_stream),
         cmocka_unit_test(test_bad_input),
