@@ -494,6 +494,10 @@ int cr__creq_parse_schedule(const char *body, size_t len, const cr__creq_limits_
                   s.input_len, s.q.n_tokens);
         goto out;
     }
+    if (!s.q.id.model[0]) { /* the hash namespace needs it (service.c ns_of) */
+        rc = fail(&c, -EINVAL, "model: required");
+        goto out;
+    }
     *out = s;
 out:
     if (rc)

@@ -72,6 +72,7 @@ typedef struct slot {
     int used;
     uint32_t gen;
     cr__creq_register_t reg;
+    uint64_t ns; /* hash namespace of (model, lora, salt, tenant); see ns_of() */
     cr__emap_t map;
     /* loads (seconds on the service clock) */
     double busy_until;
@@ -151,6 +152,31 @@ int cr__csvc_medium_tier(const char *m)
 }
 
 static const char *const k_tier_key[CR_COND_TIER_COUNT] = {"GPU", "CPU", "DISK"};
+
+/* Hash namespace of an identity. The index stores every rolling hash XORed
+ * with the namespace of the publisher that reported it, and every query
+ * XORs its hashes with its own namespace, so blocks of another model, LoRA,
+ * salt or tenant never match, even in /schedule's cluster-wide search for a
+ * prefix to fetch (models sharing a tokenizer share token prefixes). */
+static uint64_t ns_of(const cr__creq_ident_t *id)
+{
+    char buf[4 * CR__CREQ_NAME_MAX + 4];
+    size_t n = 0;
+    const char *parts[4] = {id->model, id->lora_name, id->salt, id->tenant_id};
+    for (int i = 0; i < 4; i++) {
+        size_t l = strnlen(parts[i], CR__CREQ_NAME_MAX - 1);
+        memcpy(buf + n, parts[i], l);
+        n += l;
+        buf[n++] = 0;
+    }
+    return cr__kvev_fold_bytes(buf, n);
+}
+
+static void ns_apply(uint64_t *h, size_t n, uint64_t ns)
+{
+    for (size_t i = 0; i < n; i++)
+        h[i] ^= ns;
+}
 
 /* ---- lifecycle ------------------------------------------------------------ */
 
@@ -337,6 +363,7 @@ static void apply_stored_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e,
             break;
         }
     }
+    ns_apply(seq, mapped, sl->ns); /* the map keeps chainable hashes, the index ns'd ones */
     uint64_t evicted = 0;
     int rc = cr_cond_index_insert(s->idx, si, (cr_cond_tier_t)tier, seq, mapped, &evicted);
     if (rc == -ENOSPC) {
@@ -396,16 +423,16 @@ static void apply_mc_update_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t 
                  sl->reg.id.instance_id);
         return;
     }
-    uint64_t seq = ke->seq, block = ke->aux;
+    uint64_t seq = ke->seq, block = ke->aux, iseq = seq ^ sl->ns;
     unsigned old = ke->mask, now = replica_tiers(e->replicas);
     for (int t = 0; t < CR_COND_TIER_COUNT; t++) {
         unsigned bit = 1u << t;
         if ((old & bit) && !(now & bit)) {
-            cr_cond_index_remove(s->idx, si, (cr_cond_tier_t)t, &seq, 1);
+            cr_cond_index_remove(s->idx, si, (cr_cond_tier_t)t, &iseq, 1);
             inc(s, CR__CSVC_M_BLOCKS_REMOVED, 1);
         } else if (!(old & bit) && (now & bit)) {
             uint64_t ev = 0;
-            if (cr_cond_index_insert(s->idx, si, (cr_cond_tier_t)t, &seq, 1, &ev) == 0)
+            if (cr_cond_index_insert(s->idx, si, (cr_cond_tier_t)t, &iseq, 1, &ev) == 0)
                 inc(s, CR__CSVC_M_BLOCKS_STORED, 1);
             inc(s, CR__CSVC_M_EVICTIONS, ev);
         }
@@ -424,7 +451,7 @@ static void apply_removed_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_t *e
     for (size_t i = 0; i < e->n_hashes; i++) {
         uint64_t seq;
         if (cr__emap_drop(&sl->map, e->hashes[i], 1u << tier, &seq))
-            s->scratch[m++] = seq;
+            s->scratch[m++] = seq ^ sl->ns;
     }
     cr_cond_index_remove(s->idx, si, (cr_cond_tier_t)tier, s->scratch, m);
     inc(s, CR__CSVC_M_BLOCKS_REMOVED, m);
@@ -677,6 +704,7 @@ static int alloc_slot_locked(cr__csvc_t *s, const cr__creq_register_t *reg, int 
     slot_t *sl = &s->slots[free_slot];
     sl->used = 1;
     sl->reg = *reg;
+    sl->ns = ns_of(&reg->id);
     return free_slot;
 }
 
@@ -798,6 +826,7 @@ typedef struct qres {
  * lock is taken for the block size known in advance (pre), and under it
  * (into s->scratch, reused while the block size repeats) for others. */
 typedef struct qhash {
+    uint64_t ns;       /* the query's namespace, applied to every hash */
     uint32_t pre_bs;   /* 0: no pre-hashed array */
     uint64_t *pre;     /* malloc'd */
     size_t pre_n;
@@ -805,10 +834,15 @@ typedef struct qhash {
     size_t scratch_n;
 } qhash_t;
 
-static int qhash_pre(const cr__creq_query_t *q, uint32_t bs, qhash_t *qh)
+static int qhash_pre(cr__creq_query_t *q, uint32_t bs, qhash_t *qh)
 {
     memset(qh, 0, sizeof *qh);
-    if (q->by_hash || !bs)
+    qh->ns = ns_of(&q->id);
+    if (q->by_hash) {
+        ns_apply(q->hashes, q->n_hashes, qh->ns); /* ours: parsed from the body */
+        return 0;
+    }
+    if (!bs)
         return 0;
     size_t cap = q->n_tokens / bs;
     qh->pre = malloc((cap ? cap : 1) * sizeof *qh->pre);
@@ -816,6 +850,7 @@ static int qhash_pre(const cr__creq_query_t *q, uint32_t bs, qhash_t *qh)
         return -ENOMEM;
     if (cr_cond_hash_tokens(q->tokens, q->n_tokens, bs, qh->pre, cap ? cap : 1, &qh->pre_n))
         qh->pre_n = 0;
+    ns_apply(qh->pre, qh->pre_n, qh->ns);
     qh->pre_bs = bs;
     return 0;
 }
@@ -835,6 +870,7 @@ static size_t qhash_get_locked(cr__csvc_t *s, const cr__creq_query_t *q, qhash_t
         size_t n = 0;
         if (cr_cond_hash_tokens(q->tokens, q->n_tokens, bs, s->scratch, s->scratch_cap, &n))
             n = 0;
+        ns_apply(s->scratch, n, qh->ns);
         qh->scratch_bs = bs;
         qh->scratch_n = n;
     }

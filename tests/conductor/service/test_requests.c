@@ -238,6 +238,8 @@ static void test_schedule_and_load(void **st)
               -EINVAL, err, "dry_run: expected true or false");
     check_err(cr__creq_parse_schedule(B("{\"model\":\"m\"}"), NULL, &s, err, sizeof err), -EINVAL,
               err, "token_ids or seq_hashes: required");
+    check_err(cr__creq_parse_schedule(B("{\"token_ids\":[1]}"), NULL, &s, err, sizeof err),
+              -EINVAL, err, "model: required");
 
     cr__creq_load_t l;
     assert_int_equal(cr__creq_parse_load(B("{\"instance_id\":\"p\",\"prefill_queue_ms\":12,"

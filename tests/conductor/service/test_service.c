@@ -316,6 +316,72 @@ static void test_schedule(void **st)
                      404));
 }
 
+/* Regression for cross-model fetches: an instance of another model (same
+ * tokenizer, same prompt) holding the whole prefix is neither a candidate
+ * nor a fetch source for this model's /schedule, and /query_by_hash with
+ * the standard hashes only sees the asked model. */
+static void test_schedule_other_model_not_a_source(void **st)
+{
+    fx_t *f = *st;
+    feed(f); /* model m: p1 holds 4 blocks, p2 3 */
+    evpack_t e;
+    ep_init(&e);
+    uint64_t rm[3] = {101, 102, 103};
+    ep_batch(&e, 3, 1, 0);
+    ep_removed(&e, rm, 3, "GPU"); /* p1 keeps 1 block, p2 3 */
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)f->p1, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+
+    cr__creq_register_t r;
+    memset(&r, 0, sizeof r);
+    strcpy(r.id.model, "other");
+    strcpy(r.id.tenant_id, "default");
+    strcpy(r.id.instance_id, "o1");
+    r.id.block_size = 4;
+    strcpy(r.endpoint, "inproc://none");
+    r.role = CR__ROLE_BOTH;
+    int o1 = cr__csvc_register_local(f->s, &r);
+    assert_true(o1 >= 0);
+    ep_init(&e);
+    uint64_t h[4] = {900, 901, 902, 903};
+    ep_batch(&e, 1, 1, 0);
+    ep_stored(&e, h, 4, NULL, T, 16, 4, "GPU");
+    assert_int_equal(cr__csvc_ingest(f->s, (uint32_t)o1, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+
+    /* p2 (3 blocks) must win with no fetch: o1's 4 blocks are another model's */
+    json_t *j = call(f->s, "POST", "/schedule",
+                     "{\"model\":\"m\",\"token_ids\":" TOKENS ",\"dry_run\":true}", 200);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "prefill"),
+                                                          "instance_id")),
+                        "p2");
+    if (!json_is_null(json_object_get(j, "fetch_from")))
+        fail_msg("fetch_from should be null, got %s",
+                 json_string_value(json_object_get(json_object_get(j, "fetch_from"),
+                                                   "instance_id")));
+    assert_int_equal(jint(j, "reused_tokens"), 12);
+    json_decref(j);
+    j = call(f->s, "POST", "/schedule",
+             "{\"model\":\"other\",\"token_ids\":" TOKENS ",\"dry_run\":true}", 200);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "prefill"),
+                                                          "instance_id")),
+                        "o1");
+    json_decref(j);
+
+    uint64_t seq[4];
+    size_t n = 0;
+    assert_int_equal(cr_cond_hash_tokens(T, 16, 4, seq, 4, &n), 0);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"model\":\"other\",\"seq_hashes\":[\"%llu\",\"%llu\",\"%llu\",\"%llu\"]}",
+             (unsigned long long)seq[0], (unsigned long long)seq[1], (unsigned long long)seq[2],
+             (unsigned long long)seq[3]);
+    j = call(f->s, "POST", "/query_by_hash", body, 200);
+    assert_int_equal(jint(j, "default/o1/longest_matched"), 16);
+    assert_null(json_object_get(json_object_get(j, "default"), "p1"));
+    json_decref(j);
+}
+
 static void test_http_errors(void **st)
 {
     fx_t *f = *st;
@@ -643,6 +709,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_events_and_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_block_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mooncake_store_events, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schedule_other_model_not_a_source, setup, teardown),
         cmocka_unit_test_setup_teardown(test_register_unregister_race, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_tiers_and_dp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_cleared_orphan, setup, teardown),
