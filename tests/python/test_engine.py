@@ -334,6 +334,12 @@ def test_uninitialized_and_closed_engine():
     assert e.close() == 0
     assert e.close() == 0  # idempotent
     assert e.transfer_sync_write("127.0.0.1:1", buf.ctypes.data, 0, 16) < 0
+    # initialize again after close: a new segment, registrations start empty
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    assert e.register_memory(buf) == 0
+    assert e.transfer_sync_read(e.get_local_name(), buf.ctypes.data, buf.ctypes.data + 2048,
+                                16) == 0
+    assert e.close() == 0
     with pytest.raises(TypeError):
         TransferEngine(1)
 

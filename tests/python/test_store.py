@@ -621,3 +621,21 @@ def test_random_ops_match_a_dict(store):
     finally:
         store.batch_remove(pool, force=True)
         store.unregister_buffer(buf)
+
+
+def test_close_then_setup_again(cluster):
+    """Mooncake's tear-down test: close() drops this client's memory (objects
+    held there are gone), setup() on the same object works again."""
+    s = make_store(cluster)
+    k = K("again")
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = s.get_hostname()
+    assert s.put(k, b"held here", cfg) == 0
+    assert s.close() == 0
+    rc = s.setup("127.0.0.1", cluster["metadata"], "16MB", "16MB", "tcp", "", cluster["master"])
+    assert rc == 0
+    try:
+        assert s.get(k) == b""
+        assert s.put(k, b"second life") == 0 and s.get(k) == b"second life"
+    finally:
+        s.close()
