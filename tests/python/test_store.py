@@ -489,6 +489,17 @@ def test_batches_longer_than_the_store_limit(store):
     assert len(res) == n
     assert [i for i, r in enumerate(res) if r == 1] == sorted(present)
     assert all(r == 0 for i, r in enumerate(res) if i not in present)
+    # zero-copy batches over the limit
+    m = n - 800
+    src = np.arange(m * 16, dtype=np.uint32).astype(np.uint8)
+    dst = np.zeros_like(src)
+    assert store.register_buffer(src) == 0 and store.register_buffer(dst) == 0
+    zk = [K("zc%d" % i) for i in range(m)]
+    assert store.batch_put_from(zk, [src.ctypes.data + 16 * i for i in range(m)], [16] * m) == \
+        [0] * m
+    got = store.batch_get_into(zk, [dst.ctypes.data + 16 * i for i in range(m)], [16] * m)
+    assert got == [16] * m and np.array_equal(src, dst)
+    assert store.unregister_buffer(src) == 0 and store.unregister_buffer(dst) == 0
     # put_batch over the limit too (staged, in several store batches)
     vals = [("v%d" % i).encode() for i in range(n)]
     assert store.put_batch(keys, vals) == 0
