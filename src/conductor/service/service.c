@@ -55,6 +55,17 @@ const cr__cfg_opt_t cr__csvc_cfg_table[] = {
      CR__CFG_DOUBLE, OFF(tbt_slo_ms)},
     {"balance_threshold", "1.25", "Algorithm 1 kvcache_balancing_threshold", CR__CFG_DOUBLE,
      OFF(balance_threshold)},
+    {"chunk_tokens", "0", "chunked-prefill chunk size the engines use (estimates); 0 = none",
+     CR__CFG_INT, OFF(chunk_tokens)},
+    {"pipeline_min_prefill_ms", "0",
+     "cost_fetch: split prefills estimated above this over idle instances; 0 = off",
+     CR__CFG_DOUBLE, OFF(pipeline_min_prefill_ms)},
+    {"pipeline_max_stages", "4", "cost_fetch: most instances one pipelined prefill uses",
+     CR__CFG_INT, OFF(pipeline_max_stages)},
+    {"pipeline_idle_ms", "0", "cost_fetch: an instance counts as idle below this queue",
+     CR__CFG_DOUBLE, OFF(pipeline_idle_ms)},
+    {"pipeline_reserve", "0", "cost_fetch: idle instances kept free for later requests",
+     CR__CFG_INT, OFF(pipeline_reserve)},
     {"gpu_capacity_blocks", "0", "GPU-tier blocks tracked per publisher (LRU); 0 = unlimited",
      CR__CFG_INT, OFF(gpu_capacity_blocks)},
     {"dram_capacity_blocks", "0", "CPU-tier blocks tracked per publisher; 0 = unlimited",
@@ -222,6 +233,11 @@ int cr__csvc_create(const cr__csvc_config_t *cfg, cr__csvc_t **out, char *err, s
         BAD("replay_timeout_ms: %" PRId64 " out of range 1..600000", cfg->replay_timeout_ms);
     if (cfg->ttft_slo_ms < 0 || cfg->tbt_slo_ms < 0 || cfg->balance_threshold < 1)
         BAD("ttft_slo_ms / tbt_slo_ms must be >= 0 and balance_threshold >= 1");
+    if (cfg->chunk_tokens < 0 || cfg->chunk_tokens > (1 << 24) ||
+        cfg->pipeline_min_prefill_ms < 0 || cfg->pipeline_max_stages < 1 ||
+        cfg->pipeline_max_stages > NSLOT || cfg->pipeline_idle_ms < 0 ||
+        cfg->pipeline_reserve < 0 || cfg->pipeline_reserve > NSLOT)
+        BAD("chunk_tokens / pipeline_*: out of range");
     if (cfg->gpu_capacity_blocks < 0 || cfg->dram_capacity_blocks < 0 ||
         cfg->disk_capacity_blocks < 0)
         BAD("*_capacity_blocks: must be >= 0");
@@ -265,7 +281,13 @@ int cr__csvc_create(const cr__csvc_config_t *cfg, cr__csvc_t **out, char *err, s
     memset(&sp, 0, sizeof sp);
     sp.field_mask = CR_COND_SCHED_PARAM_POLICY | CR_COND_SCHED_PARAM_BLOCK_TOKENS |
                     CR_COND_SCHED_PARAM_BALANCE_THRESHOLD | CR_COND_SCHED_PARAM_TTFT_SLO |
-                    CR_COND_SCHED_PARAM_TBT_SLO;
+                    CR_COND_SCHED_PARAM_TBT_SLO | CR_COND_SCHED_PARAM_CHUNK_TOKENS |
+                    CR_COND_SCHED_PARAM_PIPELINE;
+    sp.chunk_tokens = (uint32_t)cfg->chunk_tokens;
+    sp.pipeline_min_prefill_s = cfg->pipeline_min_prefill_ms / 1e3;
+    sp.pipeline_max_stages = (uint32_t)cfg->pipeline_max_stages;
+    sp.pipeline_idle_s = cfg->pipeline_idle_ms / 1e3;
+    sp.pipeline_reserve = (uint32_t)cfg->pipeline_reserve;
     sp.policy = pol;
     sp.block_tokens = (uint32_t)cfg->block_size;
     sp.balance_threshold = cfg->balance_threshold;
@@ -1042,11 +1064,17 @@ static void h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
                               .now = now};
     cr_cond_decision_t d;
     rc = cr_cond_sched_schedule(s->sched, &creq, &d);
+    uint64_t pmask = 0;
+    for (int i = 0; i < NSLOT; i++)
+        if (pc[i])
+            pmask |= 1ull << i;
+#define BAD_PICK(d) (!pc[(d).prefill] || !dc[(d).decode] || ((d).pipeline_mask & ~pmask))
     /* the random policy may draw an excluded slot: draw again (bounded) */
-    for (int tries = 0; !rc && (!pc[d.prefill] || !dc[d.decode]) && tries < 256; tries++)
+    for (int tries = 0; !rc && BAD_PICK(d) && tries < 256; tries++)
         rc = cr_cond_sched_schedule(s->sched, &creq, &d);
-    if (!rc && (!pc[d.prefill] || !dc[d.decode]))
+    if (!rc && BAD_PICK(d))
         rc = -EAGAIN;
+#undef BAD_PICK
     free(qh.pre); /* the hashes are not needed after the decision */
     if (rc) {
         pthread_mutex_unlock(&s->lock);
@@ -1064,13 +1092,27 @@ static void h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
         why = why ? why : "tbt_slo_ms";
     }
     slot_t *ps = &s->slots[d.prefill];
+    uint64_t stages = d.pipeline_mask ? d.pipeline_mask : 1ull << d.prefill;
     if (!rej && !r.dry_run) {
-        /* account the decision until the next /load report */
-        double start = ps->busy_until > now ? ps->busy_until : now;
-        ps->busy_until = start + d.est_transfer_s + d.est_prefill_s;
+        /* account the decision until the next /load report: every stage of
+         * a pipelined prefill is busy for its duration */
+        for (int i = 0; i < NSLOT; i++) {
+            if (!(stages & (1ull << i)))
+                continue;
+            slot_t *st = &s->slots[i];
+            double start = st->busy_until > now ? st->busy_until : now;
+            st->busy_until = start + d.est_transfer_s + d.est_prefill_s;
+        }
     }
     json_t *j = json_object();
     json_object_set_new(j, "prefill", slot_json(ps));
+    if (d.pipeline_stages > 1) {
+        json_t *pl = json_array();
+        for (int i = 0; i < NSLOT; i++)
+            if ((stages & (1ull << i)) && s->slots[i].used)
+                json_array_append_new(pl, slot_json(&s->slots[i]));
+        json_object_set_new(j, "pipeline", pl);
+    }
     json_object_set_new(j, "decode", slot_json(&s->slots[d.decode]));
     json_object_set_new(j, "fetch_from",
                         d.fetch_from >= 0 && s->slots[d.fetch_from].used

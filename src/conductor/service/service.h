@@ -48,6 +48,11 @@ typedef struct cr__csvc_config {
     double ttft_slo_ms;        /* 0 = none */
     double tbt_slo_ms;         /* 0 = none */
     double balance_threshold;
+    int64_t chunk_tokens;          /* chunked-prefill chunk size of the engines, 0 = none */
+    double pipeline_min_prefill_ms; /* cost_fetch: pipeline prefills above this, 0 = off */
+    int64_t pipeline_max_stages;
+    double pipeline_idle_ms;
+    int64_t pipeline_reserve;
     int64_t gpu_capacity_blocks;  /* per publisher, 0 = unlimited */
     int64_t dram_capacity_blocks;
     int64_t disk_capacity_blocks;

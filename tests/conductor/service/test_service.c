@@ -382,6 +382,52 @@ static void test_schedule_other_model_not_a_source(void **st)
     json_decref(j);
 }
 
+/* cost_fetch with pipelining on: a long prompt on an idle cluster is split
+ * over several instances of its own model (never the idle other-model one). */
+static void test_schedule_pipeline(void **st)
+{
+    (void)st;
+    cr__csvc_config_t cfg;
+    char err[256];
+    /* pipelining pays off only across chunks (chunked pipeline parallelism) */
+    char *argv[] = {"t", "--block_size=4", "--policy=cost_fetch", "--pipeline_min_prefill_ms=1",
+                    "--pipeline_idle_ms=1000", "--pipeline_max_stages=4", "--chunk_tokens=2048"};
+    assert_int_equal(cr__cfg_parse(cr__csvc_cfg_table, cr__csvc_cfg_table_len, &cfg, 7, argv, 1,
+                                   NULL, NULL, 0, NULL, err, sizeof err),
+                     0);
+    cr__csvc_t *s;
+    assert_int_equal(cr__csvc_create(&cfg, &s, err, sizeof err), 0);
+    const char *names[] = {"a", "b", "c", "x"};
+    for (int i = 0; i < 4; i++) {
+        cr__creq_register_t r;
+        memset(&r, 0, sizeof r);
+        strcpy(r.id.model, i < 3 ? "m" : "other");
+        strcpy(r.id.tenant_id, "default");
+        strcpy(r.id.instance_id, names[i]);
+        r.id.block_size = 4;
+        strcpy(r.endpoint, "inproc://none");
+        r.role = CR__ROLE_BOTH;
+        assert_true(cr__csvc_register_local(s, &r) >= 0);
+    }
+    size_t n = 32768, cap = n * 7 + 64;
+    char *body = malloc(cap);
+    size_t l = (size_t)snprintf(body, cap, "{\"model\":\"m\",\"dry_run\":true,\"token_ids\":[");
+    for (size_t i = 0; i < n; i++)
+        l += (size_t)snprintf(body + l, cap - l, "%zu%s", i + 1, i + 1 < n ? "," : "]}");
+    json_t *j = call(s, "POST", "/schedule", body, 200);
+    free(body);
+    json_t *pl = json_object_get(j, "pipeline");
+    if (!json_is_array(pl) || json_array_size(pl) < 2)
+        fail_msg("expected a pipelined prefill, got %s", json_dumps(j, JSON_COMPACT));
+    for (size_t i = 0; i < json_array_size(pl); i++) {
+        const char *id = json_string_value(json_object_get(json_array_get(pl, i), "instance_id"));
+        if (!id || strcmp(id, "x") == 0 || strlen(id) != 1)
+            fail_msg("pipeline stage %zu is '%s' (another model's instance?)", i, id);
+    }
+    json_decref(j);
+    cr__csvc_destroy(s);
+}
+
 static void test_http_errors(void **st)
 {
     fx_t *f = *st;
@@ -710,6 +756,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mixed_block_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mooncake_store_events, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schedule_other_model_not_a_source, setup, teardown),
+        cmocka_unit_test(test_schedule_pipeline),
         cmocka_unit_test_setup_teardown(test_register_unregister_race, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_tiers_and_dp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_cleared_orphan, setup, teardown),
