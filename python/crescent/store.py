@@ -105,8 +105,9 @@ class DistributedStore(_crescent.DistributedStore):
             return -600
         shape = list(t.shape) + [-1] * (4 - t.dim())
         hdr = _TENSOR_HDR.pack(b"CRTN", 1, _DTYPES.index(name), t.dim(), *shape)
-        raw = t.view(torch.uint8) if t.dtype != torch.bool else t.to(torch.uint8)
-        data = raw.reshape(-1).numpy().tobytes() if t.numel() else b""
+        flat = t.reshape(-1)  # 1-D first: view(dtype) refuses 0-d tensors
+        raw = flat.view(torch.uint8) if t.dtype != torch.bool else flat.to(torch.uint8)
+        data = raw.numpy().tobytes() if t.numel() else b""
         return self.put_parts(key, hdr, data, config=config)
 
     def pub_tensor(self, key, tensor, config=None):
