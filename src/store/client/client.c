@@ -158,15 +158,6 @@ int cr__sc_segment(cr_store_t *s, const char *name, cr_xfer_segment_t *out)
     return 0;
 }
 
-void cr__sc_segment_forget(cr_store_t *s, const char *name)
-{
-    /* Handles are kept (a concurrent transfer may still use one); the TE
-     * refreshes a segment's descriptor itself after a failure. Only the
-     * cache entry's position is refreshed here to keep the hot ones. */
-    (void)s;
-    (void)name;
-}
-
 /* ---- mount + heartbeat ---------------------------------------------------- */
 
 static int mount_segment(cr_store_t *s, cr__rpc_client_t *c)

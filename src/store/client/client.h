@@ -92,9 +92,6 @@ int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
 
 /* TE handle of a segment by name (cached). Returns 0 or a negative errno. */
 int cr__sc_segment(cr_store_t *s, const char *name, cr_xfer_segment_t *out);
-/* Drops a cached handle after a transfer failure so that the next use
- * reopens (refreshes) it. */
-void cr__sc_segment_forget(cr_store_t *s, const char *name);
 
 /* 1 if [p, p+len) lies in one user registration. */
 int cr__sc_is_registered(cr_store_t *s, const void *p, size_t len);
