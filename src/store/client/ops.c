@@ -483,11 +483,18 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
     }
 
     if (!staged) {
-        /* one TE batch for every replica of every key */
+        /* one TE batch for every replica of every key; never start writes
+         * (also the memcpy into our own segment) into space the master may
+         * reclaim */
+        int late = remaining_ms(deadline) == 0;
         for (size_t i = 0; i < n; i++) {
             first[i] = rv.n;
             if (!started[i] || results[i])
                 continue;
+            if (late) {
+                results[i] = CR_E_LEASE_EXPIRED;
+                continue;
+            }
             const cr__rpc_item_t *it = &rep.items[i];
             for (uint32_t r = 0; r < it->n_replicas && !results[i]; r++)
                 results[i] = add_range(s, &rv, &it->replicas[r], 0, lens[i],

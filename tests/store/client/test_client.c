@@ -480,6 +480,15 @@ static void test_put_past_deadline(void **state)
                 cr_strerror(rc));
     assert_int_equal(rc, CR_E_LEASE_EXPIRED);
     assert_int_equal(cr_store_exist(g_cli, "late-put"), 0);
+    /* zero-copy path (and replicas on the writer's own segment: none here,
+     * the writer contributes nothing) */
+    uint8_t *zb = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_int_equal(cr_store_register_buffer(w, zb, 8192), 0);
+    memcpy(zb, v, sizeof v);
+    assert_int_equal(cr_store_put_from(w, "late-put-zc", zb, 8192, NULL), CR_E_LEASE_EXPIRED);
+    assert_int_equal(cr_store_exist(g_cli, "late-put-zc"), 0);
+    cr_store_unregister_buffer(w, zb);
+    munmap(zb, 8192);
     cr_store_destroy(w);
     /* and the key is free for a normal put */
     assert_int_equal(cr_store_put(g_cli, "late-put", v, sizeof v, NULL), 0);
