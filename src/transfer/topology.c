@@ -8,6 +8,7 @@
  * missing from the file, or without any matching NIC, may use every NIC. */
 #include <errno.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,13 +43,16 @@ static int nic_list_mask(json_t *arr, const cr__xfer_config_t *cfg, uint32_t *ma
     return 0;
 }
 
-int cr__xfer_topology_load(const char *path, const cr__xfer_config_t *cfg, cr__topology_t *t)
+int cr__xfer_topology_parse(const char *json, size_t len, const cr__xfer_config_t *cfg,
+                            cr__topology_t *t)
 {
     memset(t, 0, sizeof *t);
+    if (!json || len == 0 || len > TOPO_MAX_FILE)
+        return -EINVAL;
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        CR_LOG_ERROR("xfer", "topology %s: %s (line %d)", path, jerr.text, jerr.line);
+        CR_LOG_ERROR("xfer", "topology: %s (line %d)", jerr.text, jerr.line);
         return -EINVAL;
     }
     int rc = -EINVAL;
@@ -79,9 +83,27 @@ int cr__xfer_topology_load(const char *path, const cr__xfer_config_t *cfg, cr__t
 out:
     json_decref(root);
     if (rc) {
-        CR_LOG_ERROR("xfer", "topology %s: malformed (want {\"loc\": [[ips], [ips]]})", path);
+        CR_LOG_ERROR("xfer", "topology: malformed (want {\"loc\": [[ips], [ips]]})");
         cr__xfer_topology_free(t);
     }
+    return rc;
+}
+
+int cr__xfer_topology_load(const char *path, const cr__xfer_config_t *cfg, cr__topology_t *t)
+{
+    memset(t, 0, sizeof *t);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        CR_LOG_ERROR("xfer", "topology %s: cannot open", path);
+        return -EINVAL;
+    }
+    char *buf = malloc(TOPO_MAX_FILE + 1);
+    size_t n = buf ? fread(buf, 1, TOPO_MAX_FILE + 1, f) : 0;
+    fclose(f);
+    int rc = !buf ? -ENOMEM : n > TOPO_MAX_FILE ? -EINVAL : cr__xfer_topology_parse(buf, n, cfg, t);
+    if (rc)
+        CR_LOG_ERROR("xfer", "topology %s rejected", path);
+    free(buf);
     return rc;
 }
 

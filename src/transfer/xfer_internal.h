@@ -142,6 +142,10 @@ int cr__xfer_publish(cr_xfer_engine_t *e);
 
 /* topology.c */
 int cr__xfer_topology_load(const char *path, const cr__xfer_config_t *cfg, cr__topology_t *t);
+/* Parses the topology JSON (bounded by len). Returns 0 or -EINVAL/-ENOMEM;
+ * t is empty on failure. */
+int cr__xfer_topology_parse(const char *json, size_t len, const cr__xfer_config_t *cfg,
+                            cr__topology_t *t);
 void cr__xfer_topology_free(cr__topology_t *t);
 void cr__xfer_topology_masks(const cr__topology_t *t, const cr__xfer_config_t *cfg,
                              const char *location, uint32_t *pref, uint32_t *sec);

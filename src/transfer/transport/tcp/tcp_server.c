@@ -334,10 +334,10 @@ static void *srv_main(void *arg)
         sc->next->prev = sc->prev;
     st->n_srv--;
     close(sc->fd);
+    free(sc->scratch); /* freed before n_srv is seen dropping (fuzz harness) */
+    free(sc);
     pthread_cond_broadcast(&st->srv_cv);
     pthread_mutex_unlock(&st->srv_mu);
-    free(sc->scratch);
-    free(sc);
     return NULL;
 }
 

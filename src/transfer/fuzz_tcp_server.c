@@ -1,0 +1,96 @@
+/* libFuzzer target for the tcp transport's serving side: the input is sent
+ * as the byte stream of one client connection to a real engine (loopback).
+ * The engine has one registered buffer between two PROT_NONE guard pages,
+ * so any access outside registered memory crashes. Whatever the stream
+ * holds (garbage, truncated headers, out-of-range WRITE/READ, oversized
+ * lengths, notifications), the server must answer or close that connection
+ * and keep serving: after each input a GET_DESC on a fresh connection must
+ * succeed. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/net.h"
+#include "transfer/transport/tcp/tcp_internal.h"
+#include "transfer/xfer_internal.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define PAGE 4096
+#define REG (16 * PAGE)
+
+static cr_xfer_engine_t *engine;
+static uint16_t port;
+
+static void init(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    cr_xfer_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_TIMEOUT_MS;
+    p.transports = "tcp";
+    p.timeout_ms = 500;
+    if (cr_xfer_engine_create(&p, &engine))
+        abort();
+    char *m = mmap(NULL, REG + 2 * PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m + PAGE, REG, PROT_READ | PROT_WRITE))
+        abort();
+    if (cr_xfer_mem_register(engine, m + PAGE, REG, NULL))
+        abort();
+    port = cr_xfer_engine_port(engine);
+}
+
+/* reads until EOF or 100 ms without data */
+static void drain(int fd)
+{
+    static char buf[1 << 16];
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            return;
+        if (recv(fd, buf, sizeof buf, 0) <= 0)
+            return;
+    }
+}
+
+static void wait_server_idle(void)
+{
+    tcp_state_t *st = engine->tcp;
+    for (int i = 0; i < 2000; i++) {
+        pthread_mutex_lock(&st->srv_mu);
+        int n = st->n_srv;
+        pthread_mutex_unlock(&st->srv_mu);
+        if (n == 0)
+            return;
+        usleep(500);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!engine)
+        init();
+    int fd = cr__net_connect("127.0.0.1", port, NULL, 2000);
+    if (fd < 0)
+        abort();
+    if (size)
+        cr__net_write_full(fd, data, size, 500); /* the server may close early */
+    shutdown(fd, SHUT_WR);
+    drain(fd);
+    close(fd);
+    wait_server_idle();
+
+    /* the server still serves */
+    char *json = NULL;
+    size_t len = 0;
+    if (cr__xfer_tcp_fetch_desc("127.0.0.1", port, 2000, &json, &len))
+        abort();
+    free(json);
+    wait_server_idle();
+    return 0;
+}
