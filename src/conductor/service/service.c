@@ -72,6 +72,10 @@ const cr__cfg_opt_t cr__csvc_cfg_table[] = {
      CR__CFG_INT, OFF(dram_capacity_blocks)},
     {"disk_capacity_blocks", "0", "disk-tier blocks tracked per publisher; 0 = unlimited",
      CR__CFG_INT, OFF(disk_capacity_blocks)},
+    {"endpoint_prefixes", "",
+     "comma-separated prefixes /register endpoints must start with (e.g. "
+     "tcp://127.0.0.1:,tcp://10.); empty = any",
+     CR__CFG_STR, OFF(endpoint_prefixes)},
     {"port_file", "", "write the bound HTTP port to this file once listening", CR__CFG_STR,
      OFF(port_file)},
 };
@@ -124,7 +128,7 @@ static void inc(cr__csvc_t *s, int id, uint64_t n)
  * are only counted. */
 enum { ONCE_MSGPACK, ONCE_LIMIT, ONCE_SHAPE, ONCE_FIELD, ONCE_FRAME, ONCE_UNKNOWN, ONCE_MEDIUM,
        ONCE_BLOCKSIZE, ONCE_LORA, ONCE_ORPHAN, ONCE_MAPFULL, ONCE_INDEXFULL, ONCE_GAP,
-       ONCE_MOONCAKE };
+       ONCE_MOONCAKE, ONCE_DPRANK };
 __attribute__((format(printf, 3, 4))) static void log_once(cr__csvc_t *s, int kind,
                                                            const char *fmt, ...)
 {
@@ -566,6 +570,11 @@ static void apply_batch_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_batch_
         }
         apply_stored_locked(s, si, e, tier, ebh);
     }
+    if (b->has_dp_rank && (uint64_t)b->dp_rank != sl->reg.id.dp_rank)
+        log_once(s, ONCE_DPRANK,
+                 "instance %s: batch says data_parallel_rank %lld but it was registered as dp_rank "
+                 "%u (events applied to the registered rank)",
+                 sl->reg.id.instance_id, (long long)b->dp_rank, sl->reg.id.dp_rank);
     sl->batches++;
     sl->events += b->n_events;
     inc(s, CR__CSVC_M_BATCHES, 1);
@@ -741,6 +750,22 @@ int cr__csvc_register_local(cr__csvc_t *s, const cr__creq_register_t *reg)
     return rc;
 }
 
+/* Is ep allowed by --endpoint_prefixes? */
+static int endpoint_allowed(const cr__csvc_t *s, const char *ep)
+{
+    const char *p = s->cfg.endpoint_prefixes;
+    if (!*p)
+        return 1;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l && !strncmp(ep, p, l))
+            return 1;
+        p += l + (e ? 1 : 0);
+    }
+    return 0;
+}
+
 static void h_register(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *resp)
 {
     char err[512];
@@ -748,6 +773,12 @@ static void h_register(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
     int rc = cr__creq_parse_register(req->body, req->body_len, &s->rqlim, &r, err, sizeof err);
     if (rc)
         return reply_error(s, resp, parse_status(rc), err);
+    if (!endpoint_allowed(s, r.endpoint) ||
+        (r.replay_endpoint[0] && !endpoint_allowed(s, r.replay_endpoint)))
+        return reply_error(s, resp, 403,
+                           !endpoint_allowed(s, r.endpoint)
+                               ? "endpoint: not allowed by --endpoint_prefixes"
+                               : "replay_endpoint: not allowed by --endpoint_prefixes");
     int existing = -1;
     pthread_mutex_lock(&s->lock);
     int slot = alloc_slot_locked(s, &r, &existing);

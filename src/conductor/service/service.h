@@ -56,6 +56,8 @@ typedef struct cr__csvc_config {
     int64_t gpu_capacity_blocks;  /* per publisher, 0 = unlimited */
     int64_t dram_capacity_blocks;
     int64_t disk_capacity_blocks;
+    char endpoint_prefixes[CR__CFG_STR_MAX]; /* comma-separated allowed endpoint
+                                                prefixes for /register; "" = any */
     char port_file[CR__CFG_STR_MAX]; /* tool: write the bound port here */
 } cr__csvc_config_t;
 

@@ -52,7 +52,8 @@ class Conductor:
         self.p = subprocess.Popen(
             [exe, "--host=127.0.0.1", "--port=0", "--block_size=%d" % BS,
              "--policy=global_cache", "--max_body=1MB",
-             "--replay_timeout_ms=20000"],  # generous: CI may be slow (ASan)
+             "--replay_timeout_ms=20000",  # generous: CI may be slow (ASan)
+             "--endpoint_prefixes=tcp://127.0.0.1:"],  # loopback publishers only
             stdout=subprocess.PIPE, stderr=sys.stderr, env=env, text=True)
         line = self.p.stdout.readline()
         if "listening on 127.0.0.1:" not in line:
@@ -285,6 +286,10 @@ def run(c, ctx):
     st, j = c.call("POST", "/register", {"endpoint": "tcp://no port here", "modelname": "x",
                                          "instance_id": "q", "block_size": 4})
     check(st == 400 and j["field"] == "endpoint", "bad endpoint", "400 endpoint", (st, j))
+    st, j = c.call("POST", "/register", {"endpoint": "ipc:///nonexistent/cr-e2e", "modelname": "x",
+                                         "instance_id": "q", "block_size": 4})
+    check(st == 403 and j["field"] == "endpoint", "endpoint outside --endpoint_prefixes",
+          "403 endpoint", (st, j))
     # a body announced larger than --max_body (1 MiB) is refused before it
     # is read: send only the headers and read the answer
     st = c.raw_status(b"POST /query HTTP/1.1\r\nHost: 127.0.0.1\r\n"

@@ -428,6 +428,42 @@ static void test_schedule_pipeline(void **st)
     cr__csvc_destroy(s);
 }
 
+/* Endpoints outside --endpoint_prefixes are refused before any connect (the
+ * refused ones are ipc paths, so even a broken check sends no traffic). */
+static void test_endpoint_prefixes(void **st)
+{
+    (void)st;
+    cr__csvc_config_t cfg;
+    char err[256];
+    char *argv[] = {"t", "--endpoint_prefixes=tcp://127.0.0.1:,ipc:///tmp/"};
+    assert_int_equal(cr__cfg_parse(cr__csvc_cfg_table, cr__csvc_cfg_table_len, &cfg, 2, argv, 1,
+                                   NULL, NULL, 0, NULL, err, sizeof err),
+                     0);
+    cr__csvc_t *s;
+    assert_int_equal(cr__csvc_create(&cfg, &s, err, sizeof err), 0);
+    json_t *j = call(s, "POST", "/register",
+                     "{\"endpoint\":\"ipc:///nonexistent/cr-a\",\"modelname\":\"m\","
+                     "\"instance_id\":\"i\",\"block_size\":4}",
+                     403);
+    assert_string_equal(json_string_value(json_object_get(j, "field")), "endpoint");
+    json_decref(j);
+    j = call(s, "POST", "/register",
+             "{\"endpoint\":\"tcp://127.0.0.1:1\",\"replay_endpoint\":\"ipc:///nonexistent/cr-b\","
+             "\"modelname\":\"m\",\"instance_id\":\"i\",\"block_size\":4}",
+             403);
+    assert_string_equal(json_string_value(json_object_get(j, "field")), "replay_endpoint");
+    json_decref(j);
+    json_decref(call(s, "POST", "/register",
+                     "{\"endpoint\":\"tcp://127.0.0.1:1\",\"modelname\":\"m\","
+                     "\"instance_id\":\"i\",\"block_size\":4}",
+                     200));
+    json_decref(call(s, "POST", "/register",
+                     "{\"endpoint\":\"ipc:///tmp/cr-none\",\"modelname\":\"m\","
+                     "\"instance_id\":\"k\",\"block_size\":4}",
+                     200));
+    cr__csvc_destroy(s);
+}
+
 static void test_http_errors(void **st)
 {
     fx_t *f = *st;
@@ -757,6 +793,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mooncake_store_events, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schedule_other_model_not_a_source, setup, teardown),
         cmocka_unit_test(test_schedule_pipeline),
+        cmocka_unit_test(test_endpoint_prefixes),
         cmocka_unit_test_setup_teardown(test_register_unregister_race, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_tiers_and_dp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_cleared_orphan, setup, teardown),
