@@ -276,7 +276,7 @@ int cr__creq_parse_register(const char *body, size_t len, const cr__creq_limits_
     static const char *const allowed[] = {
         "endpoint", "replay_endpoint", "type", "modelname", "model", "lora_name", "lora_id",
         "tenant_id", "instance_id", "block_size", "dp_rank", "additionalsalt",
-        "additional_salt", "role", NULL};
+        "additional_salt", "role", "medium", NULL};
     pctx_t c;
     init_ctx(&c, lim, err, errlen);
     json_t *o;
@@ -292,7 +292,8 @@ int cr__creq_parse_register(const char *body, size_t len, const cr__creq_limits_
         (rc = get_str(&c, o, "endpoint", r.endpoint, sizeof r.endpoint)) ||
         (rc = get_str(&c, o, "replay_endpoint", r.replay_endpoint, sizeof r.replay_endpoint)) ||
         (rc = get_str(&c, o, "type", r.type, sizeof r.type)) ||
-        (rc = get_str(&c, o, "role", role, sizeof role)))
+        (rc = get_str(&c, o, "role", role, sizeof role)) ||
+        (rc = get_str(&c, o, "medium", r.medium, sizeof r.medium)))
         goto out;
     if (!r.id.model[0]) {
         rc = fail(&c, -EINVAL, "modelname: required");

@@ -46,6 +46,7 @@ typedef struct cr__creq_register {
     char replay_endpoint[CR__CREQ_ENDPOINT_MAX];
     char type[32]; /* "vLLM", "SGLang", "Mooncake" */
     int role;      /* ext: CR__ROLE_*, default BOTH */
+    char medium[32]; /* ext: medium of events that carry none ("" = GPU) */
 } cr__creq_register_t;
 
 typedef struct cr__creq_query {

@@ -533,7 +533,8 @@ static void apply_batch_locked(cr__csvc_t *s, uint32_t si, const cr__kvev_batch_
             apply_mc_update_locked(s, si, e);
             continue;
         }
-        int tier = cr__csvc_medium_tier(e->medium);
+        /* events without a medium are on the registration's default one */
+        int tier = cr__csvc_medium_tier(e->medium[0] ? e->medium : sl->reg.medium);
         if (tier < 0) {
             inc(s, CR__CSVC_M_SKIPPED_EVENTS, 1);
             log_once(s, ONCE_MEDIUM, "instance %s: event with unknown medium '%s' skipped",
@@ -773,6 +774,11 @@ static void h_register(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
     int rc = cr__creq_parse_register(req->body, req->body_len, &s->rqlim, &r, err, sizeof err);
     if (rc)
         return reply_error(s, resp, parse_status(rc), err);
+    if (cr__csvc_medium_tier(r.medium) < 0) {
+        snprintf(err, sizeof err, "medium: unknown '%s' (GPU, NPU, CPU, DRAM, DISK, SSD, ...)",
+                 r.medium);
+        return reply_error(s, resp, 400, err);
+    }
     if (!endpoint_allowed(s, r.endpoint) ||
         (r.replay_endpoint[0] && !endpoint_allowed(s, r.replay_endpoint)))
         return reply_error(s, resp, 403,

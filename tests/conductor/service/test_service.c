@@ -461,6 +461,32 @@ static void test_endpoint_prefixes(void **st)
                      "{\"endpoint\":\"ipc:///tmp/cr-none\",\"modelname\":\"m\","
                      "\"instance_id\":\"k\",\"block_size\":4}",
                      200));
+    /* a publisher whose events carry no medium, registered as a CPU tier */
+    j = call(s, "POST", "/register",
+             "{\"endpoint\":\"tcp://127.0.0.1:1\",\"modelname\":\"m\",\"instance_id\":\"h\","
+             "\"block_size\":4,\"medium\":\"tape\"}",
+             400);
+    assert_string_equal(json_string_value(json_object_get(j, "field")), "medium");
+    json_decref(j);
+    json_decref(call(s, "POST", "/register",
+                     "{\"endpoint\":\"tcp://127.0.0.1:1\",\"modelname\":\"m\","
+                     "\"instance_id\":\"h\",\"block_size\":4,\"medium\":\"cpu\"}",
+                     200));
+    /* "h" got the third slot: "i" and "k" hold the first two (refused
+     * registrations take none) */
+    int slot = 2;
+    evpack_t e;
+    ep_init(&e);
+    uint64_t h[1] = {5};
+    ep_batch(&e, 1, 1, 0);
+    ep_stored(&e, h, 1, NULL, T, 4, 4, NULL);
+    assert_int_equal(cr__csvc_ingest(s, (uint32_t)slot, e.sb.data, e.sb.size), 0);
+    ep_free(&e);
+    j = call(s, "POST", "/query",
+             "{\"model\":\"m\",\"instance_id\":\"h\",\"token_ids\":" TOKENS "}", 200);
+    assert_int_equal(jint(j, "default/h/CPU"), 4);
+    assert_int_equal(jint(j, "default/h/GPU"), 0);
+    json_decref(j);
     cr__csvc_destroy(s);
 }
 
