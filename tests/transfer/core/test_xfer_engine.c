@@ -507,7 +507,13 @@ static void test_destroy_cancels(void **state)
     assert_int_equal(cr_xfer_batch_submit(w.b, &r, 1), 0);
     pthread_t th;
     pthread_create(&th, NULL, wait_thread, &w);
-    usleep(200000);
+    /* destroy only once the thread sits in cr_xfer_batch_wait() */
+    for (int waiting = 0; !waiting;) {
+        pthread_mutex_lock(&w.b->lock);
+        waiting = w.b->waiters > 0;
+        pthread_mutex_unlock(&w.b->lock);
+        usleep(1000);
+    }
     uint64_t t0 = xt_now_ms();
     cr_xfer_engine_destroy(e); /* frees the batch too */
     pthread_join(th, NULL);

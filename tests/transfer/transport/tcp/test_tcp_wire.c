@@ -20,6 +20,7 @@
 #include "common/net.h"
 #include "transfer/segment_desc.h"
 #include "transfer/transport/tcp/tcp_wire.h"
+#include "transfer/xfer_internal.h"
 
 #define REG_LEN (1u << 20)
 #define GUARD 4096
@@ -292,7 +293,17 @@ static void test_unregister_waits_for_pins(void **state)
     /* a WRITE whose payload arrives in two halves: the server holds a pin */
     send_hdr(fd, CR__TCP_WRITE, 1, (uint64_t)(uintptr_t)f->reg, REG_LEN);
     assert_int_equal(cr__net_write_full(fd, half, sizeof half, 2000), 0);
-    usleep(100000); /* let the server start receiving into the registration */
+    /* wait until the server holds the pin (it is receiving into the buffer) */
+    uint64_t end = xt_now_ms() + 10000;
+    int pins = 0;
+    while (!pins && xt_now_ms() < end) {
+        pthread_rwlock_rdlock(&f->e->mem_lock);
+        pins = f->e->n_regs ? atomic_load(&f->e->regs[0]->pins) : 0;
+        pthread_rwlock_unlock(&f->e->mem_lock);
+        if (!pins)
+            usleep(1000);
+    }
+    assert_int_equal(pins, 1);
     unreg_arg_t u = {.f = f};
     pthread_t th;
     pthread_create(&th, NULL, unreg_thread, &u);
