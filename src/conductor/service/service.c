@@ -789,15 +789,19 @@ static void h_register(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t
     pthread_mutex_lock(&s->lock);
     int slot = alloc_slot_locked(s, &r, &existing);
     uint32_t gen = slot >= 0 ? s->slots[slot].gen : 0;
-    int same = existing >= 0 && !strcmp(s->slots[existing].reg.endpoint, r.endpoint) &&
-               !strcmp(s->slots[existing].reg.id.model, r.id.model) &&
-               s->slots[existing].reg.id.block_size == r.id.block_size;
+    const cr__creq_register_t *o = existing >= 0 ? &s->slots[existing].reg : NULL;
+    int same = o && !strcmp(o->endpoint, r.endpoint) &&
+               !strcmp(o->replay_endpoint, r.replay_endpoint) && !strcmp(o->id.model, r.id.model) &&
+               !strcmp(o->id.lora_name, r.id.lora_name) && !strcmp(o->id.salt, r.id.salt) &&
+               o->id.block_size == r.id.block_size && o->role == r.role &&
+               !strcmp(o->medium, r.medium);
     pthread_mutex_unlock(&s->lock);
     if (slot == -EEXIST) {
         if (!same)
             return reply_error(s, resp, 409,
-                               "instance_id: already registered with another endpoint, model "
-                               "or block_size (unregister it first)");
+                               "instance_id: already registered with other settings (endpoint, "
+                               "model, LoRA, salt, block_size, role or medium); unregister it "
+                               "first");
         json_t *j = json_pack("{s:s,s:s}", "status", "already registered", "instance_id",
                               r.id.instance_id);
         return reply_json(resp, 200, j);
