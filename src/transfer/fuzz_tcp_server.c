@@ -29,7 +29,6 @@ static uint16_t port;
 
 static void init(void)
 {
-    signal(SIGPIPE, SIG_IGN);
     cr_xfer_params_t p;
     memset(&p, 0, sizeof p);
     p.field_mask = CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_TIMEOUT_MS;

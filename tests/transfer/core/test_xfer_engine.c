@@ -566,7 +566,6 @@ static void test_default_transports(void **state)
 
 int main(void)
 {
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_params),
         cmocka_unit_test_setup_teardown(test_register, setup, teardown),

@@ -160,7 +160,6 @@ static void test_unreachable_service(void **state)
 
 int main(void)
 {
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_lifecycle),
         cmocka_unit_test(test_open_by_name_and_restart),

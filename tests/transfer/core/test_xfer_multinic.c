@@ -248,7 +248,6 @@ static void test_topology(void **state)
 
 int main(void)
 {
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_descriptor_lists_both_nics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_aggregation, setup, teardown),

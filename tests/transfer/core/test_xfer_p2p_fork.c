@@ -254,7 +254,6 @@ static void test_peer_killed(void **state)
 
 int main(void)
 {
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_processes),
         cmocka_unit_test(test_peer_killed),

@@ -36,7 +36,10 @@ void cr__tcp_tune_socket(tcp_state_t *st, int fd)
 int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt)
 {
     while (cnt > 0) {
-        ssize_t n = writev(fd, iov, cnt > 1024 ? 1024 : cnt);
+        /* sendmsg + MSG_NOSIGNAL, not writev: a dead peer must give EPIPE,
+         * never a SIGPIPE to the application */
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)(cnt > 1024 ? 1024 : cnt)};
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

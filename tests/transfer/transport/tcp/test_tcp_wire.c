@@ -326,7 +326,6 @@ static void test_unregister_waits_for_pins(void **state)
 
 int main(void)
 {
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_layout),
         cmocka_unit_test_setup_teardown(test_get_desc, setup, teardown),
