@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -524,6 +525,88 @@ static void test_destroy_cancels(void **state)
     xt_free(buf, len);
 }
 
+/* several threads submit batches to the same peer at once (each to its own
+ * region), while another thread registers and unregisters unrelated memory
+ * on both engines; every byte is checked */
+typedef struct worker {
+    fix_t *f;
+    int id, rounds, failures;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    fix_t *f = w->f;
+    size_t region = f->len / 4, base = (size_t)w->id * region;
+    for (int r = 0; r < w->rounds; r++) {
+        enum { N = 16 };
+        cr_xfer_request_t q[N];
+        size_t off = base, lens[N], offs[N];
+        uint32_t seed = (uint32_t)(w->id * 1000 + r);
+        for (int i = 0; i < N; i++) {
+            lens[i] = 1 + ((size_t)(i + 1) * 7919u * (size_t)(r + 1)) % (region / N - 64);
+            offs[i] = off + (size_t)(i % 3);
+            off += region / N;
+            int wr = (i + r) % 2 == 0;
+            if (wr)
+                xt_fill(f->abuf + offs[i], lens[i], offs[i], seed + (uint32_t)i);
+            else
+                xt_fill(f->bbuf + offs[i], lens[i], offs[i], seed + (uint32_t)i);
+            q[i] = req(wr ? CR_XFER_WRITE : CR_XFER_READ, f->abuf + offs[i], f->seg,
+                       f->bbuf + offs[i], lens[i]);
+        }
+        cr_xfer_batch_t *b;
+        if (cr_xfer_batch_alloc(f->a, N, &b) || cr_xfer_batch_submit(b, q, N) ||
+            cr_xfer_batch_wait(b, 30000) || cr_xfer_batch_free(b)) {
+            w->failures++;
+            continue;
+        }
+        for (int i = 0; i < N; i++) {
+            const char *dst = q[i].opcode == CR_XFER_WRITE ? f->bbuf : f->abuf;
+            if (xt_check(dst + offs[i], lens[i], offs[i], seed + (uint32_t)i, "concurrent") >= 0)
+                w->failures++;
+        }
+    }
+    return NULL;
+}
+
+static atomic_int churn_stop;
+
+static void *churn_main(void *arg)
+{
+    fix_t *f = arg;
+    static char m1[8192], m2[8192];
+    while (!churn_stop) {
+        if (cr_xfer_mem_register(f->a, m1, sizeof m1, "cpu:0") ||
+            cr_xfer_mem_register(f->b, m2, sizeof m2, "cpu:0") ||
+            cr_xfer_mem_unregister(f->a, m1) || cr_xfer_mem_unregister(f->b, m2))
+            abort();
+        usleep(500);
+    }
+    return NULL;
+}
+
+static void test_concurrent_submitters(void **state)
+{
+    fix_t *f = *state;
+    worker_t w[4];
+    pthread_t th[4], churn;
+    churn_stop = 0;
+    pthread_create(&churn, NULL, churn_main, f);
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker_t){.f = f, .id = i, .rounds = xt_sanitized() ? 10 : 40};
+        pthread_create(&th[i], NULL, worker_main, &w[i]);
+    }
+    int failures = 0;
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        failures += w[i].failures;
+    }
+    churn_stop = 1;
+    pthread_join(churn, NULL);
+    assert_int_equal(failures, 0);
+}
+
 /* default transports ("tcp,shm"): a same-host peer uses shm when it is
  * built in; data and batch notifications (sent over tcp) still work */
 static void test_default_transports(void **state)
@@ -580,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_busy_and_timeout),
         cmocka_unit_test(test_destroy_cancels),
         cmocka_unit_test(test_default_transports),
+        cmocka_unit_test_setup_teardown(test_concurrent_submitters, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
