@@ -641,6 +641,87 @@ static void test_bad_input(void **state)
 
 static void test_concurrent_clients(void **state);
 
+/* A client with the smallest staging buffer (64 KiB: 16 KiB chunks) moves
+ * big values through it, from several threads at once. */
+struct tiny_arg {
+    cr_store_t *c;
+    int id, errors;
+};
+
+static void *tiny_main(void *a)
+{
+    struct tiny_arg *t = a;
+    size_t n = (3u << 20) + 12345; /* not a multiple of the chunk */
+    uint8_t *v = malloc(n), *o = malloc(n);
+    for (int i = 0; i < 2; i++) {
+        char k[32];
+        size_t got = 0;
+        snprintf(k, sizeof k, "tiny-%d-%d", t->id, i);
+        fill(v, n, 9000 + (uint64_t)t->id * 10 + (uint64_t)i);
+        memset(o, 0, n);
+        int rc = cr_store_put(t->c, k, v, n, NULL);
+        if (!rc)
+            rc = cr_store_get(t->c, k, o, n, &got);
+        if (rc || got != n || !check(o, n, 9000 + (uint64_t)t->id * 10 + (uint64_t)i)) {
+            fprintf(stderr, "tiny %s: %s\n", k, cr_strerror(rc));
+            t->errors++;
+        }
+        cr_store_remove(t->c, k, 1);
+    }
+    free(v);
+    free(o);
+    return NULL;
+}
+
+static void test_tiny_staging(void **state)
+{
+    (void)state;
+    cr_store_t *c = NULL;
+    assert_int_equal(make_client(0, 64 * 1024, &c), 0);
+    enum { T = 3 };
+    pthread_t th[T];
+    struct tiny_arg a[T];
+    for (int i = 0; i < T; i++) {
+        a[i].c = c;
+        a[i].id = i;
+        a[i].errors = 0;
+        pthread_create(&th[i], NULL, tiny_main, &a[i]);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(a[i].errors, 0);
+    }
+    cr_store_destroy(c);
+}
+
+/* Duplicates inside one batch: a put batch stores the first and reports
+ * OBJECT_ALREADY_EXISTS for the second; a get batch may name a key twice. */
+static void test_batch_duplicates(void **state)
+{
+    (void)state;
+    const size_t sz = 32 * 1024;
+    fill(g_reg, sz, 61);
+    fill(g_reg + sz, sz, 62);
+    const char *keys[3] = {"dupb", "dupb", "dupc"};
+    const void *bufs[3] = {g_reg, g_reg + sz, g_reg + sz};
+    size_t lens[3] = {sz, sz, sz};
+    int res[3];
+    assert_int_not_equal(cr_store_batch_put_from(g_cli, keys, bufs, lens, 3, NULL, res), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(res[1], CR_E_OBJECT_ALREADY_EXISTS);
+    assert_int_equal(res[2], 0);
+    void *outs[3] = {g_reg + (20u << 20), g_reg + (20u << 20) + sz, g_reg + (20u << 20) + 2 * sz};
+    size_t caps[3] = {sz, sz, sz}, got[3];
+    const char *gkeys[3] = {"dupb", "dupb", "dupc"};
+    memset(outs[0], 0, 3 * sz);
+    assert_int_equal(cr_store_batch_get_into(g_cli, gkeys, outs, caps, 3, got, res), 0);
+    assert_true(check(outs[0], sz, 61));
+    assert_true(check(outs[1], sz, 61));
+    assert_true(check(outs[2], sz, 62));
+    cr_store_remove(g_cli, "dupb", 1);
+    cr_store_remove(g_cli, "dupc", 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -653,6 +734,8 @@ int main(void)
         cmocka_unit_test(test_slow_reader_validated),
         cmocka_unit_test(test_put_past_deadline),
         cmocka_unit_test(test_concurrent_clients),
+        cmocka_unit_test(test_tiny_staging),
+        cmocka_unit_test(test_batch_duplicates),
         cmocka_unit_test(test_eviction_stream),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_master_restart_remount),
