@@ -270,6 +270,20 @@ static void test_replicas_distinct(void **state)
     size_t got;
     assert_int_equal(cr_store_get_into(g_cli, "rep3", g_reg + (20u << 20), n, &got), 0);
     assert_true(check(g_reg + (20u << 20), n, 99));
+    /* a storage node putting onto its own segment writes by memcpy; another
+     * client reads it over the network */
+    const char *own[] = {cr_store_segment_name(g_nodes[2])};
+    cr_store_replicate_config_t oc = {.replica_num = 1, .preferred_segments = own, .n_preferred = 1};
+    uint8_t *v = malloc(n);
+    fill(v, n, 1234);
+    assert_int_equal(cr_store_put(g_nodes[2], "own-seg", v, n, &oc), 0);
+    assert_int_equal(replica_segments("own-seg", names, 8), 1);
+    assert_string_equal(names[0], own[0]);
+    memset(g_reg + (20u << 20), 0, n);
+    assert_int_equal(cr_store_get_into(g_cli, "own-seg", g_reg + (20u << 20), n, &got), 0);
+    assert_true(check(g_reg + (20u << 20), n, 1234));
+    free(v);
+    cr_store_remove(g_cli, "own-seg", 1);
     cr_store_remove(g_cli, "rep3", 1);
     cr_store_remove(g_cli, "pref", 1);
 }
