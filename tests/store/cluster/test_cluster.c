@@ -34,7 +34,7 @@
 #define NODE_SEG "32MB"
 #define NODE_SEG_BYTES (32ull << 20)
 #define LEASE_MS 1000
-#define CLIENT_TTL_S 2
+#define CLIENT_TTL_S 3
 #define PUT_TIMEOUT_S 2
 #define REG_SIZE (64ull << 20)
 

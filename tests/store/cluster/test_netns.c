@@ -25,7 +25,7 @@
 #define N_NODES 3
 #define KEYS 24
 #define VSIZE (512u << 10)
-#define CLIENT_TTL_S 2
+#define CLIENT_TTL_S 3
 
 static char g_dir[64], g_addr[64];
 static const char *g_hub, *g_tag, *g_ns[N_NODES], *g_node_bin;
@@ -252,7 +252,7 @@ int main(int argc, char **argv)
     snprintf(pf, sizeof pf, "%s/master.port", g_dir);
     snprintf(log, sizeof log, "%s/master.log", g_dir);
     char *margv[] = {(char *)master_bin, "--rpc_address", "10.203.0.1", "--rpc_port", "0",
-                     "--metrics_port", "-1", "--client_ttl", "2", "--default_kv_lease_ttl", "1000",
+                     "--metrics_port", "-1", "--client_ttl", "3", "--default_kv_lease_ttl", "1000",
                      "--port_file", pf, NULL};
     int rc = 1;
     g_master = cu_spawn(margv, log, NULL);
