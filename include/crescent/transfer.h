@@ -76,11 +76,14 @@ typedef struct cr_xfer_params {
     const char *topology_file;
     /* TCP port to listen on (same port on every NIC). Default 0: ephemeral. */
     uint16_t port;
-    /* Slice size for the tcp transport in bytes. Default: see docs/benchmarks.md. */
+    /* Slice size for the tcp transport in bytes (4 KiB .. 16 MiB). Default
+     * 256 KiB (docs/benchmarks/transfer-core.md). */
     size_t slice_size;
-    /* I/O threads of the tcp transport. Default 2. */
+    /* I/O threads (1..64). Default 2. The shm transport sizes its worker
+     * pool with it; the tcp transport runs one sender and one receiver
+     * thread per connection instead (see conns_per_path). */
     unsigned io_threads;
-    /* TCP connections per (peer, NIC pair) path. Default 2. */
+    /* TCP connections per (peer, NIC pair) path (1..16). Default 2. */
     unsigned conns_per_path;
     /* Per-request timeout in ms (a request not completed in this time fails
      * with -ETIMEDOUT). Default 30000. */
@@ -94,7 +97,10 @@ typedef struct cr_xfer_params {
 CR_API int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out);
 
 /* Unpublishes the segment, fails in-flight requests with -ECANCELED, stops
- * threads, frees everything. Batches not yet freed are freed. NULL is a no-op. */
+ * threads, frees everything. Batches not yet freed are freed. NULL is a no-op.
+ * No other call on the engine may run concurrently, except threads blocked
+ * in cr_xfer_batch_wait(), which return -ECANCELED (and must not touch the
+ * batch afterwards). */
 CR_API void cr_xfer_engine_destroy(cr_xfer_engine_t *engine);
 
 /* The name this engine's segment is published under (static for the
@@ -152,6 +158,7 @@ typedef enum cr_xfer_opcode {
     CR_XFER_WRITE = 1, /* local_addr -> remote target */
 } cr_xfer_opcode_t;
 
+/* A failed READ leaves its destination with unspecified content. */
 typedef struct cr_xfer_request {
     cr_xfer_opcode_t opcode;
     void *local_addr;          /* must lie in memory registered with this engine */
@@ -181,7 +188,11 @@ CR_API int cr_xfer_batch_alloc(cr_xfer_engine_t *engine, size_t capacity, cr_xfe
  * is invalid (unregistered local buffer, unknown segment, zero or oversized
  * length, out-of-range target) is marked FAILED with its own error; the
  * others run. Returns 0, or -EINVAL (n exceeds remaining capacity: nothing
- * submitted). */
+ * submitted), -ENOMEM, -ECANCELED (engine being destroyed). Per-request
+ * errors: -EINVAL (opcode, zero or > 2^40 length), -EFAULT (local range not
+ * registered, target range not in the segment's buffers), -ENOENT (segment
+ * handle not open); later, from the transfer: -EFAULT (refused by the
+ * target), -ETIMEDOUT, -EHOSTUNREACH / -ECONNRESET (peer gone), -ECANCELED. */
 CR_API int cr_xfer_batch_submit(cr_xfer_batch_t *batch, const cr_xfer_request_t *reqs, size_t n);
 
 /* Status of request `index`. Returns 0 and *out, or -EINVAL for a bad index. */
