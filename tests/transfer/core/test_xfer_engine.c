@@ -350,6 +350,37 @@ static void test_stale_descriptor(void **state)
             fprintf(stderr, "unregistered memory changed at %zu\n", i);
             fail();
         }
+
+    /* refused slices in the middle of valid ones: the reply stream stays in
+     * sync (refused READs are padded), the valid requests complete intact */
+    enum { M = 9 };
+    cr_xfer_request_t mix[M];
+    size_t chunk = 256u << 10;
+    for (int i = 0; i < M; i++) {
+        size_t off = (size_t)i * chunk;
+        if (i % 3 == 1) { /* refused by the target (still in the cached descriptor) */
+            mix[i] = req(i % 2 ? CR_XFER_READ : CR_XFER_WRITE, f->abuf + (32u << 20) + off, f->seg,
+                         nb + off % len, chunk);
+        } else if (i % 2) {
+            xt_fill(f->bbuf + off, chunk, off, 300 + (uint32_t)i);
+            mix[i] = req(CR_XFER_READ, f->abuf + off, f->seg, f->bbuf + off, chunk);
+        } else {
+            xt_fill(f->abuf + off, chunk, off, 300 + (uint32_t)i);
+            mix[i] = req(CR_XFER_WRITE, f->abuf + off, f->seg, f->bbuf + off, chunk);
+        }
+    }
+    int mres[M];
+    assert_int_equal(cr_xfer_transfer_sync(f->a, mix, M, mres), -EFAULT);
+    for (int i = 0; i < M; i++) {
+        size_t off = (size_t)i * chunk;
+        if (i % 3 == 1) {
+            assert_int_equal(mres[i], -EFAULT);
+            continue;
+        }
+        assert_int_equal(mres[i], 0);
+        const char *dst = i % 2 ? f->abuf : f->bbuf;
+        assert_int_equal(xt_check(dst + off, chunk, off, 300 + (uint32_t)i, "mixed batch"), -1);
+    }
     xt_free(nb, len);
 }
 
@@ -476,6 +507,22 @@ static void test_busy_and_timeout(void **state)
     cr_xfer_engine_destroy(e);
     fake_peer_stop(&fp);
     xt_free(buf, len);
+}
+
+/* transports = "shm" only: a peer on another host (the fake peer's host id)
+ * cannot be reached; the engine still serves its tcp control port */
+static void test_shm_only_remote_peer(void **state)
+{
+    (void)state;
+    fake_peer_t fp;
+    assert_int_equal(fake_peer_start(&fp), 0);
+    cr_xfer_engine_t *e;
+    assert_int_equal(xt_engine(&e, NULL, "shm", 2000), 0);
+    assert_true(cr_xfer_engine_port(e) > 0);
+    cr_xfer_segment_t s;
+    assert_int_equal(cr_xfer_segment_open(e, fp.name, &s), -EHOSTUNREACH);
+    cr_xfer_engine_destroy(e);
+    fake_peer_stop(&fp);
 }
 
 typedef struct waiter {
@@ -662,6 +709,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_notify, setup, teardown),
         cmocka_unit_test(test_busy_and_timeout),
         cmocka_unit_test(test_destroy_cancels),
+        cmocka_unit_test(test_shm_only_remote_peer),
         cmocka_unit_test(test_default_transports),
         cmocka_unit_test_setup_teardown(test_concurrent_submitters, setup, teardown),
     };

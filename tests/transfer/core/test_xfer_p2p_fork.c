@@ -247,6 +247,9 @@ static void test_peer_killed(void **state)
     rc = cr_xfer_transfer_sync(e, &one, 1, &res);
     assert_true(rc < 0);
     fprintf(stderr, "request to the dead segment: %s\n", cr_strerror(rc));
+    rc = cr_xfer_notify_send(e, s, "anyone?", 7);
+    fprintf(stderr, "notification to the dead segment: %s\n", cr_strerror(rc));
+    assert_true(rc < 0);
     free(r);
     cr_xfer_engine_destroy(e);
     xt_free(buf, n * len);
