@@ -222,8 +222,14 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
     /* tcp is always created: its port also carries the control messages
      * (p2p descriptor fetch, notifications); enable_tcp only decides
      * whether it may carry data. */
-    if ((rc = cr__xfer_tcp_ops.create(e, &e->cfg, d, &e->tcp)) != 0)
+    if ((rc = cr__xfer_tcp_ops.create(e, &e->cfg, d, &e->tcp)) != 0) {
+        if (rc == -EADDRNOTAVAIL) {
+            CR_LOG_ERROR(LOGC, "a NIC address in \"%s...\" is not configured on this host",
+                         e->cfg.nics[0]);
+            rc = -EINVAL;
+        }
         goto fail;
+    }
     if (e->cfg.enable_shm && &cr__xfer_shm_ops != NULL) {
         e->shm_ops = &cr__xfer_shm_ops;
         int src = e->shm_ops->create(e, &e->cfg, d, &e->shm);

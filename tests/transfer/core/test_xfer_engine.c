@@ -97,6 +97,14 @@ static void test_params(void **state)
         assert_int_equal(rc, -EINVAL);
     }
     assert_int_equal(cr_xfer_engine_create(NULL, NULL), -EINVAL);
+    /* a NIC address this host does not have (TEST-NET-1; nothing is sent) */
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_XFER_PARAM_NICS | CR_XFER_PARAM_TRANSPORTS;
+    p.nics = "127.0.0.1,192.0.2.1";
+    p.transports = "tcp";
+    assert_int_equal(cr_xfer_engine_create(&p, &e), -EINVAL);
+    p.nics = "127.0.0.1,127.0.0.1"; /* duplicate */
+    assert_int_equal(cr_xfer_engine_create(&p, &e), -EINVAL);
 
     /* defaults: p2p, name "127.0.0.1:<port>" */
     memset(&p, 0, sizeof p);
