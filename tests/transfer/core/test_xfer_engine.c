@@ -283,6 +283,39 @@ static void test_batch_1024(void **state)
     assert_int_equal(cr_xfer_batch_free(b), 0);
 }
 
+/* the largest batch: CR_XFER_BATCH_MAX tiny requests, READ and WRITE mixed */
+static void test_batch_max(void **state)
+{
+    fix_t *f = *state;
+    size_t n = CR_XFER_BATCH_MAX, len = 24;
+    cr_xfer_request_t *r = calloc(n, sizeof *r);
+    xt_fill(f->abuf, n * len, 0, 71);
+    xt_fill(f->bbuf + (32u << 20), n * len, 0, 72);
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * len;
+        if (i % 2 == 0)
+            r[i] = req(CR_XFER_WRITE, f->abuf + off, f->seg, f->bbuf + off, len);
+        else
+            r[i] = req(CR_XFER_READ, f->abuf + off, f->seg, f->bbuf + (32u << 20) + off, len);
+    }
+    cr_xfer_batch_t *b;
+    assert_int_equal(cr_xfer_batch_alloc(f->a, n, &b), 0);
+    assert_int_equal(cr_xfer_batch_submit(b, r, n), 0);
+    assert_int_equal(cr_xfer_batch_wait(b, 60000), 0);
+    cr_xfer_status_t st;
+    assert_int_equal(cr_xfer_batch_status_all(b, &st), 0);
+    assert_int_equal(st.bytes_transferred, n * len);
+    assert_int_equal(cr_xfer_batch_free(b), 0);
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * len;
+        if (i % 2 == 0)
+            assert_int_equal(xt_check(f->bbuf + off, len, off, 71, "max batch W"), -1);
+        else
+            assert_int_equal(xt_check(f->abuf + off, len, off, 72, "max batch R"), -1);
+    }
+    free(r);
+}
+
 /* ---- bad requests ------------------------------------------------------------ */
 
 static void test_bad_requests(void **state)
@@ -711,6 +744,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_256mib, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_1024, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_max, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_descriptor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_notify, setup, teardown),
