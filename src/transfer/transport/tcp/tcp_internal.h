@@ -87,6 +87,8 @@ typedef struct srv_conn {
     int fd;
     int nic;
     char *scratch; /* lazily allocated drain buffer */
+    cr__tcp_hdr_t nh; /* bytes of the next request header read ahead */
+    size_t nh_have;
 } srv_conn_t;
 
 typedef struct tcp_state {

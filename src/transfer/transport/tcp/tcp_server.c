@@ -77,6 +77,33 @@ static int recv_full(int fd, void *buf, size_t len)
     return 0;
 }
 
+/* Receives a WRITE payload of len bytes into dst and, in the same
+ * recvmsg(), whatever is already queued of the next request header (into
+ * sc->nh): one syscall per slice instead of two while requests stream in. */
+static int recv_payload(srv_conn_t *sc, char *dst, uint64_t len)
+{
+    uint64_t got = 0;
+    while (got < len) {
+        struct iovec iov[2] = {{dst + got, len - got}, {&sc->nh, sizeof sc->nh}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        ssize_t n = recvmsg(sc->fd, &mh, 0);
+        if (n == 0)
+            return -ECONNRESET;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN ? -ETIMEDOUT : -errno;
+        }
+        if ((uint64_t)n > len - got) {
+            sc->nh_have = (size_t)((uint64_t)n - (len - got));
+            got = len;
+        } else {
+            got += (uint64_t)n;
+        }
+    }
+    return 0;
+}
+
 typedef struct ack_buf {
     cr__tcp_hdr_t h[ACK_BATCH + 1];
     int n;
@@ -129,7 +156,7 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
             return -EPROTO;
         int status = cr__xfer_mem_pin(e, h->addr, h->len, &tok);
         if (status == 0) {
-            rc = recv_full(fd, (void *)(uintptr_t)h->addr, h->len);
+            rc = recv_payload(sc, (char *)(uintptr_t)h->addr, h->len);
             cr__xfer_mem_unpin(e, tok);
         } else {
             CR_LOG_INFO(LOGC, "refused WRITE 0x%llx+%llu: %s", (unsigned long long)h->addr,
@@ -274,7 +301,7 @@ static void *srv_main(void *arg)
     acks.bytes = 0;
     int rc = 0, last_read = 0;
     for (;;) {
-        if (last_read) {
+        if (last_read && sc->nh_have == 0) {
             cr__tcp_hdr_t run[READ_BATCH];
             int k = take_read_run(fd, run);
             if (k < 0) {
@@ -288,7 +315,14 @@ static void *srv_main(void *arg)
             }
         }
         cr__tcp_hdr_t h;
-        ssize_t n = recv(fd, &h, sizeof h, MSG_DONTWAIT);
+        ssize_t n;
+        if (sc->nh_have) { /* read ahead with the previous WRITE payload */
+            memcpy(&h, &sc->nh, sc->nh_have);
+            n = (ssize_t)sc->nh_have;
+            sc->nh_have = 0;
+        } else {
+            n = recv(fd, &h, sizeof h, MSG_DONTWAIT);
+        }
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
             /* idle: answer what we owe, then wait without a time limit */
             if ((rc = acks_flush(fd, &acks, NULL, 0)) != 0)
