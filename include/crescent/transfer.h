@@ -77,7 +77,7 @@ typedef struct cr_xfer_params {
     /* TCP port to listen on (same port on every NIC). Default 0: ephemeral. */
     uint16_t port;
     /* Slice size for the tcp transport in bytes (4 KiB .. 16 MiB). Default
-     * 256 KiB (docs/benchmarks/transfer-core.md). */
+     * 512 KiB (docs/benchmarks/transfer-core.md). */
     size_t slice_size;
     /* I/O threads (1..64). Default 2. The shm transport sizes its worker
      * pool with it; the tcp transport runs one sender and one receiver

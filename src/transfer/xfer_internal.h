@@ -26,7 +26,7 @@
 #define CR__XFER_MAX_PEERS 4096     /* segments one engine may have open */
 #define CR__XFER_NOTIFY_QUEUE 256   /* received notifications kept */
 #define CR__XFER_OUT_NOTIFY_MAX 1024 /* batch notifications waiting to be sent */
-#define CR__XFER_DEFAULT_SLICE (256u << 10)
+#define CR__XFER_DEFAULT_SLICE (512u << 10)
 #define CR__XFER_MIN_SLICE 4096
 #define CR__XFER_MAX_SLICE (16u << 20)
 
