@@ -1,4 +1,5 @@
 #include "common/net.h"
+#include "common/status.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -110,7 +111,7 @@ int cr__net_connect(const char *host, uint16_t port, const char *src_host, int t
         }
     }
     if (connect(fd, (struct sockaddr *)&ss, len) && errno != EINPROGRESS) {
-        rc = -errno;
+        rc = cr__status_from_errno(errno);
         close(fd);
         return rc;
     }
@@ -128,7 +129,7 @@ int cr__net_connect(const char *host, uint16_t port, const char *src_host, int t
     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
     if (err) {
         close(fd);
-        return -err;
+        return cr__status_from_errno(err);
     }
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -164,7 +165,7 @@ int cr__net_read_full(int fd, void *buf, size_t len, int timeout_ms)
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN)
                 continue;
-            return -errno;
+            return cr__status_from_errno(errno);
         }
         p += n;
         len -= (size_t)n;
@@ -185,7 +186,7 @@ int cr__net_write_full(int fd, const void *buf, size_t len, int timeout_ms)
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN)
                 continue;
-            return errno == EPIPE ? -ECONNRESET : -errno;
+            return errno == EPIPE ? -ECONNRESET : cr__status_from_errno(errno);
         }
         p += n;
         len -= (size_t)n;

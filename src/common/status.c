@@ -1,7 +1,10 @@
 /* The one table of status strings (see include/crescent/common.h). */
 #include "crescent/common.h"
 
+#include <errno.h>
 #include <string.h>
+
+#include "common/status.h"
 
 #define CR_STR_(x) #x
 #define CR_STR(x) CR_STR_(x)
@@ -75,4 +78,19 @@ const char *cr_strerror(int status)
 const char *cr_version(void)
 {
     return CR_STR(CR_VERSION_MAJOR) "." CR_STR(CR_VERSION_MINOR) "." CR_STR(CR_VERSION_PATCH);
+}
+
+int cr__status_from_errno(int err)
+{
+    if (err < 0)
+        err = -err;
+    switch (err) {
+    case 0: return 0;
+    case EPERM: return -EACCES;
+    case ECHILD: return -EIO;
+    case ENETDOWN:
+    case ENETUNREACH: return -EHOSTUNREACH;
+    case ENETRESET: return -ECONNRESET;
+    default: return -err;
+    }
 }

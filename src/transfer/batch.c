@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "transfer/xfer_internal.h"
 
 int cr_xfer_batch_alloc(cr_xfer_engine_t *e, size_t capacity, cr_xfer_batch_t **out)
@@ -157,8 +158,7 @@ void cr__xfer_task_progress(cr__xfer_task_t *t, uint64_t bytes)
 void cr__xfer_task_done(cr__xfer_task_t *t, int err)
 {
     cr_xfer_batch_t *b = t->batch;
-    if (err > 0)
-        err = -err;
+    err = cr__status_from_errno(err); /* one meaning per number (common.h) */
     if (err == 0)
         atomic_store_explicit(&t->bytes, t->length, memory_order_relaxed);
     else if (t->peer && is_conn_error(err))

@@ -12,14 +12,6 @@
 #include "common/net.h"
 #include "transfer/xfer_internal.h"
 
-/* Optional pieces written by other engineers: resolved at link time if
- * present (te-shm: shm transport + host id; te-meta: metadata backends). */
-#pragma weak cr__xfer_shm_ops
-#pragma weak cr__seg_host_id
-#pragma weak cr__meta_open
-#pragma weak cr__meta_put
-#pragma weak cr__meta_del
-#pragma weak cr__meta_close
 
 #define LOGC "xfer"
 
@@ -178,7 +170,7 @@ static void teardown(cr_xfer_engine_t *e, int published)
     cr__xfer_batches_fini(e);
     cr__xfer_peers_fini(e);
     cr__xfer_mem_fini(e);
-    if (e->meta && cr__meta_close)
+    if (e->meta)
         cr__meta_close(e->meta);
     cr__xfer_topology_free(&e->topo);
     free(e->local.buffers);
@@ -210,10 +202,7 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
         goto fail;
 
     cr__seg_desc_t *d = &e->local;
-    if (cr__seg_host_id)
-        cr__seg_host_id(d->host_id);
-    else
-        snprintf(d->host_id, sizeof d->host_id, "pid-%d", (int)getpid());
+    cr__seg_host_id(d->host_id);
     d->pid = (int32_t)getpid();
     d->n_nics = e->cfg.n_nics;
     for (uint32_t i = 0; i < e->cfg.n_nics; i++)
@@ -230,7 +219,7 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
         }
         goto fail;
     }
-    if (e->cfg.enable_shm && &cr__xfer_shm_ops != NULL) {
+    if (e->cfg.enable_shm) {
         e->shm_ops = &cr__xfer_shm_ops;
         int src = e->shm_ops->create(e, &e->cfg, d, &e->shm);
         if (src) {
@@ -246,11 +235,6 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
     strcpy(d->name, e->cfg.local_name);
 
     if (!e->cfg.p2p) {
-        if (!cr__meta_open) {
-            CR_LOG_ERROR(LOGC, "metadata backends are not built in; use p2p");
-            rc = -EINVAL;
-            goto fail;
-        }
         rc = cr__meta_open(e->cfg.metadata_uri, (int)e->cfg.timeout_ms, &e->meta);
         if (rc)
             goto fail;

@@ -11,8 +11,6 @@
 #include "common/net.h"
 #include "transfer/xfer_internal.h"
 
-#pragma weak cr__meta_get
-
 static int fetch_desc(cr_xfer_engine_t *e, const char *name, cr__seg_desc_t *d, int timeout_ms)
 {
     char *json = NULL;
@@ -27,7 +25,7 @@ static int fetch_desc(cr_xfer_engine_t *e, const char *name, cr__seg_desc_t *d, 
         if (rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ENETUNREACH)
             rc = -EHOSTUNREACH;
     } else {
-        if (!e->meta || !cr__meta_get)
+        if (!e->meta)
             return -EHOSTUNREACH;
         char key[CR__META_KEY_MAX];
         if ((size_t)snprintf(key, sizeof key, "%s%s", CR__SEG_KEY_PREFIX, name) >= sizeof key)
