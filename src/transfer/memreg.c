@@ -112,6 +112,10 @@ out:
         free(r);
         return rc;
     }
+    /* let the same-host transport prepare the range (huge-page advice: the
+     * peer's process_vm_* copies walk far fewer page-table entries) */
+    if (e->shm && e->shm_ops && e->shm_ops->mem_registered)
+        e->shm_ops->mem_registered(e->shm, addr, len);
     int prc = cr__xfer_publish(e);
     if (prc)
         CR_LOG_WARN("xfer", "registered %p+%zu but could not republish: %s", addr, len,

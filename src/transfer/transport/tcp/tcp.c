@@ -86,7 +86,7 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
     uint64_t stall = (uint64_t)cfg->timeout_ms / 4;
     stall = stall < 200 ? 200 : stall > 3000 ? 3000 : stall;
     st->stall_ns = env_u64("CRESCENT_TCP_STALL_MS", stall, 50, 600000) * 1000000ull;
-    st->window_bytes = env_u64("CRESCENT_TCP_WINDOW", 8u << 20, 64u << 10, 1u << 30);
+    st->window_bytes = env_u64("CRESCENT_TCP_WINDOW", 1u << 20, 64u << 10, 1u << 30);
     if (st->window_bytes < cfg->slice_size)
         st->window_bytes = cfg->slice_size;
     st->sockbuf = (int)env_u64("CRESCENT_TCP_SOCKBUF", 0, 0, 1u << 30);
