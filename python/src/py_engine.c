@@ -432,12 +432,8 @@ static int engine_teardown(PyEngine *self)
     Py_END_ALLOW_THREADS
     size_t n;
     cr__py_region_t *r = cr__py_reg_take_all(&self->regs, &n);
-    for (size_t i = 0; i < n; i++) {
-        if (r[i].view) {
-            PyBuffer_Release(r[i].view);
-            PyMem_Free(r[i].view);
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        cr__py_release_view(r[i].view);
     free(r);
     return had;
 }
@@ -660,63 +656,15 @@ static int do_register(PyEngine *self, uint64_t addr, uint64_t len, Py_buffer *v
 static int parse_region(PyObject *ao, PyObject *co, uint64_t *addr, uint64_t *len,
                         Py_buffer **view)
 {
-    *view = NULL;
-    if (ao && PyObject_CheckBuffer(ao) && !PyLong_Check(ao)) {
-        Py_buffer *v = PyMem_Calloc(1, sizeof *v);
-        if (!v) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (PyObject_GetBuffer(ao, v, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-            PyMem_Free(v);
-            if (PyErr_ExceptionMatches(PyExc_BufferError)) {
-                PyErr_Clear();
-                PyErr_SetString(PyExc_ValueError, "buffer_addr must be a writable contiguous buffer");
-            }
-            return -1;
-        }
-        *addr = (uint64_t)(uintptr_t)v->buf;
-        *len = (uint64_t)v->len;
-        if (co && co != Py_None) {
-            uint64_t c;
-            if (cr__py_u64(co, "capacity", &c) < 0 || (c > *len && (PyErr_Format(
-                    PyExc_ValueError, "buffer too small: capacity %llu > %llu bytes",
-                    (unsigned long long)c, (unsigned long long)*len), 1))) {
-                PyBuffer_Release(v);
-                PyMem_Free(v);
-                return -1;
-            }
-            *len = c;
-        }
-        *view = v;
-    } else {
-        if (cr__py_u64(ao, "buffer_addr", addr) < 0)
-            return -1;
-        if (!co || co == Py_None) {
-            PyErr_SetString(PyExc_TypeError, "capacity is required for an int buffer_addr");
-            return -1;
-        }
-        if (cr__py_u64(co, "capacity", len) < 0)
-            return -1;
-    }
+    if (cr__py_hold_region(ao, co, "buffer_addr", "capacity", addr, len, view) < 0)
+        return -1;
     if (*addr == 0 || *len == 0) {
-        if (*view) {
-            PyBuffer_Release(*view);
-            PyMem_Free(*view);
-            *view = NULL;
-        }
+        cr__py_release_view(*view);
+        *view = NULL;
         PyErr_SetString(PyExc_ValueError, "buffer_addr and capacity must be non-zero");
         return -1;
     }
     return 0;
-}
-
-static void release_view(Py_buffer *v)
-{
-    if (v) {
-        PyBuffer_Release(v);
-        PyMem_Free(v);
-    }
 }
 
 static PyObject *engine_register_memory(PyEngine *self, PyObject *args, PyObject *kw)
@@ -731,7 +679,7 @@ static PyObject *engine_register_memory(PyEngine *self, PyObject *args, PyObject
         return NULL;
     int rc = do_register(self, addr, len, view);
     if (rc < 0)
-        release_view(view);
+        cr__py_release_view(view);
     return PyLong_FromLong(rc);
 }
 
@@ -750,7 +698,7 @@ static int do_unregister(PyEngine *self, uint64_t addr)
         eng_release(self);
     }
     Py_END_ALLOW_THREADS
-    release_view(view);
+    cr__py_release_view(view);
     return rc;
 }
 
@@ -802,7 +750,7 @@ static PyObject *engine_batch_register_memory(PyEngine *self, PyObject *args, Py
         }
         rc = do_register(self, addr, len, view);
         if (rc < 0)
-            release_view(view);
+            cr__py_release_view(view);
         else
             done[ndone++] = addr;
     }

@@ -283,12 +283,8 @@ static int store_teardown(PyStore *self)
     Py_END_ALLOW_THREADS
     size_t n;
     cr__py_region_t *r = cr__py_reg_take_all(&self->regs, &n);
-    for (size_t i = 0; i < n; i++) {
-        if (r[i].view) {
-            PyBuffer_Release(r[i].view);
-            PyMem_Free(r[i].view);
-        }
-    }
+    for (size_t i = 0; i < n; i++)
+        cr__py_release_view(r[i].view);
     free(r);
     return had;
 }
@@ -472,14 +468,6 @@ static PyObject *store_get_hostname(PyStore *self, PyObject *unused)
 
 /* ---- registered memory ---------------------------------------------------- */
 
-static void release_view(Py_buffer *v)
-{
-    if (v) {
-        PyBuffer_Release(v);
-        PyMem_Free(v);
-    }
-}
-
 static PyObject *store_register_buffer(PyStore *self, PyObject *args, PyObject *kw)
 {
     static char *kwl[] = {"buffer_ptr", "size", NULL};
@@ -487,42 +475,9 @@ static PyObject *store_register_buffer(PyStore *self, PyObject *args, PyObject *
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:register_buffer", kwl, &ao, &so))
         return NULL;
     uint64_t addr, len;
-    Py_buffer *view = NULL;
-    if (ao && PyObject_CheckBuffer(ao) && !PyLong_Check(ao)) {
-        view = PyMem_Calloc(1, sizeof *view);
-        if (!view)
-            return PyErr_NoMemory();
-        if (PyObject_GetBuffer(ao, view, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
-            PyMem_Free(view);
-            if (PyErr_ExceptionMatches(PyExc_BufferError)) {
-                PyErr_Clear();
-                PyErr_SetString(PyExc_ValueError, "buffer_ptr must be a writable contiguous buffer");
-            }
-            return NULL;
-        }
-        addr = (uint64_t)(uintptr_t)view->buf;
-        len = (uint64_t)view->len;
-        if (so != Py_None) {
-            uint64_t s;
-            if (cr__py_u64(so, "size", &s) < 0) {
-                release_view(view);
-                return NULL;
-            }
-            if (s > len) {
-                release_view(view);
-                return PyErr_Format(PyExc_ValueError, "buffer too small: size %llu > %llu bytes",
-                                    (unsigned long long)s, (unsigned long long)len);
-            }
-            len = s;
-        }
-    } else {
-        if (cr__py_u64(ao, "buffer_ptr", &addr) < 0)
-            return NULL;
-        if (so == Py_None)
-            return PyErr_Format(PyExc_TypeError, "size is required for an int buffer_ptr");
-        if (cr__py_u64(so, "size", &len) < 0)
-            return NULL;
-    }
+    Py_buffer *view;
+    if (cr__py_hold_region(ao, so, "buffer_ptr", "size", &addr, &len, &view) < 0)
+        return NULL;
     int mapped = 1;
     if (!view && addr && len) {
         Py_BEGIN_ALLOW_THREADS
@@ -530,12 +485,12 @@ static PyObject *store_register_buffer(PyStore *self, PyObject *args, PyObject *
         Py_END_ALLOW_THREADS
     }
     if (addr == 0 || len == 0 || !mapped) {
-        release_view(view);
+        cr__py_release_view(view);
         return PyLong_FromLong(CR_E_INVALID_PARAMS);
     }
     int rc = cr__py_reg_add(&self->regs, addr, len, view);
     if (rc < 0) {
-        release_view(view);
+        cr__py_release_view(view);
         return PyLong_FromLong(rc == -EEXIST ? CR_E_INVALID_PARAMS : rc);
     }
     Py_BEGIN_ALLOW_THREADS
@@ -549,7 +504,7 @@ static PyObject *store_register_buffer(PyStore *self, PyObject *args, PyObject *
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         cr__py_reg_remove(&self->regs, addr, NULL, NULL);
-        release_view(view);
+        cr__py_release_view(view);
     }
     return PyLong_FromLong(rc);
 }
@@ -576,7 +531,7 @@ static PyObject *store_unregister_buffer(PyStore *self, PyObject *args, PyObject
         st_release(self);
     }
     Py_END_ALLOW_THREADS
-    release_view(view);
+    cr__py_release_view(view);
     return PyLong_FromLong(rc);
 }
 

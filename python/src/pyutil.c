@@ -121,6 +121,59 @@ int cr__py_addr_size(PyObject *addr_o, PyObject *size_o, const char *what, int w
     return 0;
 }
 
+int cr__py_hold_region(PyObject *addr_o, PyObject *size_o, const char *addr_name,
+                       const char *size_name, uint64_t *addr, uint64_t *len, Py_buffer **view)
+{
+    *view = NULL;
+    if (!addr_o || !PyObject_CheckBuffer(addr_o) || PyLong_Check(addr_o)) {
+        if (cr__py_u64(addr_o, addr_name, addr) < 0)
+            return -1;
+        if (!size_o || size_o == Py_None) {
+            PyErr_Format(PyExc_TypeError, "%s is required for an int %s", size_name, addr_name);
+            return -1;
+        }
+        return cr__py_u64(size_o, size_name, len);
+    }
+    Py_buffer *v = PyMem_Calloc(1, sizeof *v);
+    if (!v) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (PyObject_GetBuffer(addr_o, v, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyMem_Free(v);
+        if (PyErr_ExceptionMatches(PyExc_BufferError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s must be a writable contiguous buffer", addr_name);
+        }
+        return -1;
+    }
+    uint64_t have = (uint64_t)v->len, want = have;
+    if (size_o && size_o != Py_None) {
+        if (cr__py_u64(size_o, size_name, &want) < 0) {
+            cr__py_release_view(v);
+            return -1;
+        }
+        if (want > have) {
+            PyErr_Format(PyExc_ValueError, "buffer too small: %s %llu > %llu bytes", size_name,
+                         (unsigned long long)want, (unsigned long long)have);
+            cr__py_release_view(v);
+            return -1;
+        }
+    }
+    *addr = (uint64_t)(uintptr_t)v->buf;
+    *len = want;
+    *view = v;
+    return 0;
+}
+
+void cr__py_release_view(Py_buffer *view)
+{
+    if (view) {
+        PyBuffer_Release(view);
+        PyMem_Free(view);
+    }
+}
+
 int cr__py_key(PyObject *o, const char **s, Py_ssize_t *len)
 {
     if (o && PyUnicode_Check(o)) {

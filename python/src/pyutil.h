@@ -51,6 +51,18 @@ int cr__py_addr(PyObject *o, const char *what, int writable, uint64_t *addr, uin
 int cr__py_addr_size(PyObject *addr_o, PyObject *size_o, const char *what, int writable,
                      uint64_t *addr, uint64_t *size);
 
+/* A memory range to register: (addr, size) where addr is an int or a buffer
+ * object. A buffer object is held writable and contiguous in a new *view
+ * (release with cr__py_release_view), and size, when not None/NULL, must not
+ * exceed it (ValueError); an int addr requires a size (TypeError). addr_name
+ * and size_name name the arguments in messages. *view is NULL for an int.
+ * Returns 0 or -1 with an exception set (and nothing held). */
+int cr__py_hold_region(PyObject *addr_o, PyObject *size_o, const char *addr_name,
+                       const char *size_name, uint64_t *addr, uint64_t *len, Py_buffer **view);
+
+/* Releases and frees a view from cr__py_hold_region; NULL is a no-op. */
+void cr__py_release_view(Py_buffer *view);
+
 /* A key: str (UTF-8) or bytes; returns a pointer valid while o lives and its
  * length. Empty keys are ValueError; other types TypeError. */
 int cr__py_key(PyObject *o, const char **s, Py_ssize_t *len);
