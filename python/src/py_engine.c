@@ -366,6 +366,30 @@ out:
     return rc < 0 ? rc : (int64_t)id;
 }
 
+/* Called with the GIL: runs a's requests synchronously with it released,
+ * frees them, and returns the status as a Python int. */
+static PyObject *run_sync_gil(PyEngine *self, xfer_args_t *a)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_sync(self, a, NULL, 0);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(a->reqs);
+    return PyLong_FromLong(rc);
+}
+
+/* Called with the GIL: submits a's requests with it released, frees them,
+ * and returns run_async's batch id or negative status. */
+static int64_t run_async_gil(PyEngine *self, xfer_args_t *a)
+{
+    int64_t id;
+    Py_BEGIN_ALLOW_THREADS
+    id = run_async(self, a);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(a->reqs);
+    return id;
+}
+
 /* ---- type ----------------------------------------------------------------- */
 
 static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -806,12 +830,7 @@ static PyObject *xfer_one_sync(PyEngine *self, PyObject *args, PyObject *kw, cr_
     xfer_args_t a;
     if (parse_one(t, b, p, l, op, &a) < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = run_sync(self, &a, NULL, 0);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(a.reqs);
-    return PyLong_FromLong(rc);
+    return run_sync_gil(self, &a);
 }
 
 static PyObject *engine_transfer_sync_write(PyEngine *self, PyObject *args, PyObject *kw)
@@ -837,12 +856,7 @@ static PyObject *xfer_batch_sync(PyEngine *self, PyObject *args, PyObject *kw, c
     int pr = parse_batch(t, b, p, l, op, &a);
     if (pr)
         return pr < 0 ? NULL : PyLong_FromLong(-EINVAL);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = run_sync(self, &a, NULL, 0);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(a.reqs);
-    return PyLong_FromLong(rc);
+    return run_sync_gil(self, &a);
 }
 
 static PyObject *engine_batch_transfer_sync_write(PyEngine *self, PyObject *args, PyObject *kw)
@@ -927,11 +941,7 @@ static PyObject *xfer_batch_async(PyEngine *self, PyObject *args, PyObject *kw, 
     int pr = parse_batch(t, b, p, l, op, &a);
     if (pr)
         return pr < 0 ? NULL : PyLong_FromLong(0); /* batch id 0: failure */
-    int64_t id;
-    Py_BEGIN_ALLOW_THREADS
-    id = run_async(self, &a);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(a.reqs);
+    int64_t id = run_async_gil(self, &a);
     /* Mooncake: batch id, or 0 on failure. */
     return PyLong_FromLongLong(id > 0 ? id : 0);
 }
@@ -1005,12 +1015,7 @@ static PyObject *engine_transfer_submit_write(PyEngine *self, PyObject *args, Py
     xfer_args_t a;
     if (parse_one(t, b, p, l, CR_XFER_WRITE, &a) < 0)
         return NULL;
-    int64_t id;
-    Py_BEGIN_ALLOW_THREADS
-    id = run_async(self, &a);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(a.reqs);
-    return PyLong_FromLongLong(id);
+    return PyLong_FromLongLong(run_async_gil(self, &a));
 }
 
 /* transfer_check_status(batch_id): 1 completed, 0 in progress, -1 failed,
