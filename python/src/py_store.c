@@ -219,6 +219,30 @@ static void keys_done(keys_buf_t *kb)
     Py_CLEAR(kb->seq);
 }
 
+/* The lone `key` argument of get/get_buffer/get_size/is_exist (fmt is
+ * "O:<method>"): the key, valid for the call, or NULL with an exception. */
+static const char *parse_key_arg(PyObject *args, PyObject *kw, const char *fmt)
+{
+    static char *kwl[] = {"key", NULL};
+    PyObject *ko;
+    const char *key;
+    Py_ssize_t kl;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &ko) || cr__py_key(ko, &key, &kl) < 0)
+        return NULL;
+    return key;
+}
+
+/* The lone `keys` argument of batch_is_exist/get_batch (fmt is "O:<method>")
+ * into kb (keys_done() it). Returns 0 or -1 with an exception. */
+static int parse_keys_arg(PyObject *args, PyObject *kw, const char *fmt, keys_buf_t *kb)
+{
+    static char *kwl[] = {"keys", NULL};
+    PyObject *ko;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &ko))
+        return -1;
+    return parse_keys(ko, kb);
+}
+
 static PyObject *int_list(const int64_t *v, Py_ssize_t n)
 {
     PyObject *l = PyList_New(n);
@@ -697,13 +721,8 @@ static PyObject *fetch_bytes(PyStore *self, const char *key, int *rc_out)
 
 static PyObject *store_get(PyStore *self, PyObject *args, PyObject *kw)
 {
-    static char *kwl[] = {"key", NULL};
-    PyObject *ko;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:get", kwl, &ko))
-        return NULL;
-    const char *key;
-    Py_ssize_t kl;
-    if (cr__py_key(ko, &key, &kl) < 0)
+    const char *key = parse_key_arg(args, kw, "O:get");
+    if (!key)
         return NULL;
     int rc;
     PyObject *b = fetch_bytes(self, key, &rc);
@@ -714,13 +733,8 @@ static PyObject *store_get(PyStore *self, PyObject *args, PyObject *kw)
 
 static PyObject *store_get_buffer(PyStore *self, PyObject *args, PyObject *kw)
 {
-    static char *kwl[] = {"key", NULL};
-    PyObject *ko;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:get_buffer", kwl, &ko))
-        return NULL;
-    const char *key;
-    Py_ssize_t kl;
-    if (cr__py_key(ko, &key, &kl) < 0)
+    const char *key = parse_key_arg(args, kw, "O:get_buffer");
+    if (!key)
         return NULL;
     void *p = NULL;
     size_t len = 0;
@@ -814,13 +828,8 @@ static PyObject *store_get_into(PyStore *self, PyObject *args, PyObject *kw)
 
 static PyObject *store_get_size(PyStore *self, PyObject *args, PyObject *kw)
 {
-    static char *kwl[] = {"key", NULL};
-    PyObject *ko;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:get_size", kwl, &ko))
-        return NULL;
-    const char *key;
-    Py_ssize_t kl;
-    if (cr__py_key(ko, &key, &kl) < 0)
+    const char *key = parse_key_arg(args, kw, "O:get_size");
+    if (!key)
         return NULL;
     uint64_t size = 0;
     int rc;
@@ -838,13 +847,8 @@ static PyObject *store_get_size(PyStore *self, PyObject *args, PyObject *kw)
 
 static PyObject *store_is_exist(PyStore *self, PyObject *args, PyObject *kw)
 {
-    static char *kwl[] = {"key", NULL};
-    PyObject *ko;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:is_exist", kwl, &ko))
-        return NULL;
-    const char *key;
-    Py_ssize_t kl;
-    if (cr__py_key(ko, &key, &kl) < 0)
+    const char *key = parse_key_arg(args, kw, "O:is_exist");
+    if (!key)
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -907,12 +911,8 @@ static PyObject *store_remove_all(PyStore *self, PyObject *unused)
 
 static PyObject *store_batch_is_exist(PyStore *self, PyObject *args, PyObject *kw)
 {
-    static char *kwl[] = {"keys", NULL};
-    PyObject *ko;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:batch_is_exist", kwl, &ko))
-        return NULL;
     keys_buf_t kb;
-    if (parse_keys(ko, &kb) < 0)
+    if (parse_keys_arg(args, kw, "O:batch_is_exist", &kb) < 0)
         return NULL;
     size_t n = (size_t)kb.n;
     int *res = PyMem_Calloc(n ? n : 1, sizeof *res);
@@ -1236,12 +1236,8 @@ out:
 /* get_batch(keys) -> list of bytes (b"" for a missing key). */
 static PyObject *store_get_batch(PyStore *self, PyObject *args, PyObject *kw)
 {
-    static char *kwl[] = {"keys", NULL};
-    PyObject *ko;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:get_batch", kwl, &ko))
-        return NULL;
     keys_buf_t kb;
-    if (parse_keys(ko, &kb) < 0)
+    if (parse_keys_arg(args, kw, "O:get_batch", &kb) < 0)
         return NULL;
     PyObject *list = PyList_New(kb.n);
     if (!list) {
