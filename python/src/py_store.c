@@ -268,11 +268,7 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     PyStore *self = (PyStore *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
-    pthread_rwlockattr_t at;
-    pthread_rwlockattr_init(&at);
-    pthread_rwlockattr_setkind_np(&at, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&self->lock, &at);
-    pthread_rwlockattr_destroy(&at);
+    cr__py_rwlock_init(&self->lock);
     pthread_mutex_init(&self->stage_mu, NULL);
     cr__py_reg_init(&self->regs);
     return (PyObject *)self;

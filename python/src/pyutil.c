@@ -211,6 +211,15 @@ PyObject *cr__py_seq(PyObject *o, const char *what)
     return PySequence_Tuple(o);
 }
 
+void cr__py_rwlock_init(pthread_rwlock_t *lock)
+{
+    pthread_rwlockattr_t at;
+    pthread_rwlockattr_init(&at);
+    pthread_rwlockattr_setkind_np(&at, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(lock, &at);
+    pthread_rwlockattr_destroy(&at);
+}
+
 int cr__py_mem_mapped(uint64_t addr, uint64_t len)
 {
     if (addr == 0 || len == 0 || addr + len < addr)

@@ -76,6 +76,10 @@ PyObject *cr__py_seq(PyObject *o, const char *what);
  * refuse registering garbage addresses before a later access crashes. */
 int cr__py_mem_mapped(uint64_t addr, uint64_t len);
 
+/* Initializes the lock guarding an engine's or store's handle so that a
+ * waiting writer (teardown) is not starved by a stream of readers (calls). */
+void cr__py_rwlock_init(pthread_rwlock_t *lock);
+
 /* ---- registered memory table ------------------------------------------- */
 
 typedef struct cr__py_region {
