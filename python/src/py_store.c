@@ -937,6 +937,18 @@ static PyObject *store_batch_is_exist(PyStore *self, PyObject *args, PyObject *k
     return ret;
 }
 
+/* Whether both per-key sequences of a batch call have one entry per key.
+ * When not, Mooncake answers INVALID_PARAMS for every key and runs nothing:
+ * out[0..n) is set so. */
+static int batch_lens_match(PyObject *sp, PyObject *ss, int64_t *out, size_t n)
+{
+    if ((size_t)PySequence_Fast_GET_SIZE(sp) == n && (size_t)PySequence_Fast_GET_SIZE(ss) == n)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        out[i] = CR_E_INVALID_PARAMS;
+    return 0;
+}
+
 /* Parsed (keys, buffer_ptrs, sizes) of the zero-copy batch calls. */
 typedef struct zc_batch {
     keys_buf_t kb;
@@ -973,14 +985,8 @@ static int zc_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
         PyErr_NoMemory();
         goto fail;
     }
-    if ((size_t)PySequence_Fast_GET_SIZE(sp) != z->n || (size_t)PySequence_Fast_GET_SIZE(ss) != z->n) {
-        /* Mooncake: one INVALID_PARAMS per key, nothing runs */
-        for (size_t i = 0; i < z->n; i++)
-            z->out[i] = CR_E_INVALID_PARAMS;
-        Py_DECREF(sp);
-        Py_DECREF(ss);
-        return 0;
-    }
+    if (!batch_lens_match(sp, ss, z->out, z->n))
+        goto done;
     for (size_t i = 0; i < z->n; i++) {
         uint64_t a, l;
         if (cr__py_addr_size(PySequence_Fast_GET_ITEM(sp, i), PySequence_Fast_GET_ITEM(ss, i),
@@ -991,6 +997,7 @@ static int zc_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
         if (l == 0 || !cr__py_reg_covers(&self->regs, a, l))
             z->out[i] = CR_E_INVALID_PARAMS; /* unregistered memory: never handed to the store */
     }
+done:
     Py_DECREF(sp);
     Py_DECREF(ss);
     return 0;
@@ -1335,13 +1342,8 @@ static int mb_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
         PyErr_NoMemory();
         goto fail;
     }
-    if ((size_t)PySequence_Fast_GET_SIZE(sp) != m->n || (size_t)PySequence_Fast_GET_SIZE(ss) != m->n) {
-        for (size_t i = 0; i < m->n; i++) /* Mooncake: INVALID_PARAMS per key */
-            m->out[i] = CR_E_INVALID_PARAMS;
-        Py_DECREF(sp);
-        Py_DECREF(ss);
-        return 0;
-    }
+    if (!batch_lens_match(sp, ss, m->out, m->n))
+        goto done;
     size_t total = 0;
     for (size_t i = 0; i < m->n; i++) {
         PyObject *pl = PySequence_Fast_GET_ITEM(sp, i), *sl = PySequence_Fast_GET_ITEM(ss, i);
@@ -1398,6 +1400,7 @@ static int mb_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
         Py_DECREF(pl);
         Py_DECREF(sl);
     }
+done:
     Py_DECREF(sp);
     Py_DECREF(ss);
     return 0;
