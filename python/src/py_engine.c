@@ -450,11 +450,7 @@ static int engine_teardown(PyEngine *self)
         munmap((void *)(uintptr_t)arena, arena_size);
     pthread_rwlock_unlock(&self->lock);
     Py_END_ALLOW_THREADS
-    size_t n;
-    cr__py_region_t *r = cr__py_reg_take_all(&self->regs, &n);
-    for (size_t i = 0; i < n; i++)
-        cr__py_release_view(r[i].view);
-    free(r);
+    cr__py_reg_release_all(&self->regs);
     return had;
 }
 

@@ -325,15 +325,18 @@ int cr__py_reg_covers(cr__py_regtab_t *t, uint64_t addr, uint64_t len)
     return ok;
 }
 
-cr__py_region_t *cr__py_reg_take_all(cr__py_regtab_t *t, size_t *n)
+void cr__py_reg_release_all(cr__py_regtab_t *t)
 {
     pthread_mutex_lock(&t->mu);
     cr__py_region_t *v = t->v;
-    *n = t->n;
+    size_t n = t->n;
     t->v = NULL;
     t->n = t->cap = 0;
     pthread_mutex_unlock(&t->mu);
-    return v;
+    /* views are released outside the lock: releasing may call into Python */
+    for (size_t i = 0; i < n; i++)
+        cr__py_release_view(v[i].view);
+    free(v);
 }
 
 void cr__py_reg_destroy(cr__py_regtab_t *t)

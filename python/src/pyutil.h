@@ -103,9 +103,8 @@ int cr__py_reg_add(cr__py_regtab_t *t, uint64_t addr, uint64_t len, Py_buffer *v
 int cr__py_reg_remove(cr__py_regtab_t *t, uint64_t addr, uint64_t *len, Py_buffer **view);
 /* 1 if [addr, addr+len) lies inside one registered range, else 0. */
 int cr__py_reg_covers(cr__py_regtab_t *t, uint64_t addr, uint64_t len);
-/* Pops every range (for teardown): returns the array (caller frees with
- * free(), releases views) and its count; the table is left empty. */
-cr__py_region_t *cr__py_reg_take_all(cr__py_regtab_t *t, size_t *n);
+/* Empties the table (for teardown) and releases the held views; GIL held. */
+void cr__py_reg_release_all(cr__py_regtab_t *t);
 void cr__py_reg_destroy(cr__py_regtab_t *t);
 
 /* ---- hostnames and metadata URIs ---------------------------------------- */
