@@ -21,6 +21,7 @@ struct cr__rpc_client {
     int fd;               /* guarded by mu; -1 when closed */
     uint64_t next_req_id; /* guarded by mu */
     cr__rpc_buf_t out;    /* guarded by mu */
+    uint8_t in[4096];     /* guarded by mu: a reply's first bytes (header + small payload) */
 };
 
 int cr__rpc_client_create(const char *addr, int connect_timeout_ms, int call_timeout_ms,
@@ -104,14 +105,46 @@ static int remaining_ms(uint64_t deadline)
     return now >= deadline ? 0 : (int)(deadline - now);
 }
 
-/* Transfers exactly n bytes before deadline. Returns 0, -ETIMEDOUT,
- * -ECONNRESET (EOF) or -errno. *moved counts bytes transferred. */
-static int io_full(int fd, void *buf, size_t n, int writing, uint64_t deadline, size_t *moved)
+/* Sends n bytes before deadline: the send is tried first and poll only
+ * waits when the socket buffer is full (a request fits in it almost always,
+ * so a call costs one send). Returns 0, -ETIMEDOUT, -ECONNRESET or -errno;
+ * *moved counts bytes sent. */
+static int send_full(int fd, const uint8_t *p, size_t n, uint64_t deadline, size_t *moved)
 {
-    uint8_t *p = buf;
     size_t done = 0;
     while (done < n) {
-        struct pollfd pf = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
+        ssize_t k = send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            done += (size_t)k;
+            *moved += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && errno != EAGAIN)
+            return errno == EPIPE ? -ECONNRESET : -errno;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        int ms = remaining_ms(deadline);
+        if (ms == 0)
+            return -ETIMEDOUT;
+        int pr = poll(&pf, 1, ms);
+        if (pr < 0 && errno != EINTR)
+            return -errno;
+        if (pr == 0)
+            return -ETIMEDOUT;
+    }
+    return 0;
+}
+
+/* Receives between min and max bytes before deadline (a reply has not
+ * arrived when the request was just sent, so poll first). Returns the count,
+ * -ETIMEDOUT, -ECONNRESET (EOF or reset before any byte), -EPROTO (after
+ * some) or -errno. */
+static ssize_t recv_some(int fd, uint8_t *p, size_t min, size_t max, uint64_t deadline)
+{
+    size_t done = 0;
+    while (done < min) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
         int ms = remaining_ms(deadline);
         if (ms == 0)
             return -ETIMEDOUT;
@@ -122,20 +155,17 @@ static int io_full(int fd, void *buf, size_t n, int writing, uint64_t deadline, 
             return -errno;
         if (pr == 0)
             return -ETIMEDOUT;
-        ssize_t k = writing ? send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT)
-                            : recv(fd, p + done, n - done, MSG_DONTWAIT);
-        if (k == 0 && !writing)
-            return -ECONNRESET;
+        ssize_t k = recv(fd, p + done, max - done, MSG_DONTWAIT);
+        if (k == 0)
+            return done ? -EPROTO : -ECONNRESET;
         if (k < 0) {
             if (errno == EINTR || errno == EAGAIN)
                 continue;
-            return errno == EPIPE ? -ECONNRESET : -errno;
+            return done ? -EPROTO : -errno;
         }
         done += (size_t)k;
-        if (moved)
-            *moved += (size_t)k;
     }
-    return 0;
+    return (ssize_t)done;
 }
 
 static int idempotent(uint16_t type)
@@ -166,7 +196,7 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
     if (connect_locked(c))
         return CR_E_RPC_FAIL;
     size_t sent = 0;
-    int rc = io_full(c->fd, c->out.data, c->out.len, 1, deadline, &sent);
+    int rc = send_full(c->fd, c->out.data, c->out.len, deadline, &sent);
     if (rc) {
         close_locked(c);
         /* a stale cached connection fails at once: allow one retry */
@@ -174,37 +204,45 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
                    ? -EAGAIN
                    : CR_E_RPC_FAIL;
     }
-    uint8_t hb[CR__RPC_HDR_SIZE];
-    size_t got = 0;
-    rc = io_full(c->fd, hb, sizeof hb, 0, deadline, &got);
-    if (rc) {
+    /* One recv brings the header and, for most replies, the whole payload.
+     * Only one call is outstanding on a connection, so a byte past this
+     * reply is a protocol violation. */
+    ssize_t got = recv_some(c->fd, c->in, CR__RPC_HDR_SIZE, sizeof c->in, deadline);
+    if (got < 0) {
         close_locked(c);
-        return rc == -ECONNRESET && got == 0 && !fresh ? -EAGAIN : CR_E_RPC_FAIL;
+        return got == -ECONNRESET && !fresh ? -EAGAIN : CR_E_RPC_FAIL;
     }
     cr__rpc_hdr_t h;
-    if (cr__rpc_decode_hdr(hb, &h) || h.req_id != req_id ||
-        h.type != (uint16_t)(type | CR__RPC_REPLY)) {
+    if (cr__rpc_decode_hdr(c->in, &h) || h.req_id != req_id ||
+        h.type != (uint16_t)(type | CR__RPC_REPLY) ||
+        (size_t)got > CR__RPC_HDR_SIZE + (size_t)h.payload_len) {
         CR_LOG_WARN("rpc", "bad reply header from %s:%u for %s", c->host, c->port,
                     cr__rpc_type_name(type));
         close_locked(c);
         return CR_E_RPC_FAIL;
     }
-    uint8_t *payload = NULL;
-    if (h.payload_len) {
-        payload = malloc(h.payload_len);
-        if (!payload) {
+    size_t have = (size_t)got - CR__RPC_HDR_SIZE;
+    uint8_t *payload = c->in + CR__RPC_HDR_SIZE, *big = NULL;
+    if (h.payload_len > sizeof c->in - CR__RPC_HDR_SIZE) {
+        big = malloc(h.payload_len);
+        if (!big) {
             close_locked(c);
             return -ENOMEM;
         }
-        rc = io_full(c->fd, payload, h.payload_len, 0, deadline, NULL);
-        if (rc) {
-            free(payload);
+        memcpy(big, payload, have);
+        payload = big;
+    }
+    if (have < h.payload_len) {
+        ssize_t k = recv_some(c->fd, payload + have, h.payload_len - have, h.payload_len - have,
+                              deadline);
+        if (k < 0) {
+            free(big);
             close_locked(c);
             return CR_E_RPC_FAIL;
         }
     }
     rc = cr__rpc_decode(&h, payload, h.payload_len, reply);
-    free(payload);
+    free(big);
     if (rc) {
         CR_LOG_WARN("rpc", "malformed %s reply from %s:%u", cr__rpc_type_name(type), c->host,
                     c->port);
