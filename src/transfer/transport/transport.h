@@ -95,7 +95,9 @@ struct cr_xfer_transport_ops {
     /* 1 if this transport can reach the peer described by d. */
     int (*can_reach)(void *state, const cr__seg_desc_t *d);
     /* Starts n tasks, all to the same peer. Never blocks for the data
-     * movement itself; completion via cr__xfer_task_done(). Returns 0; a
+     * movement itself, except that a transport may copy a lone small task
+     * in the caller (shm: one task <= 64 KiB), finishing it before returning;
+     * completion via cr__xfer_task_done(). Returns 0; a
      * negative return means none were started and the engine fails them. */
     int (*submit)(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **tasks, size_t n);
     /* Sends a notification to peer (engine payload, opaque to the transport).
