@@ -18,6 +18,7 @@
 #include "common/net.h"
 
 #define MAX_LOOPS 16
+#define CONN_IN 4096 /* per-connection receive buffer: most frames fit whole */
 
 typedef struct conn {
     int fd;
@@ -32,6 +33,8 @@ typedef struct conn {
     uint64_t last_ms;       /* last byte in or out */
     uint64_t frame_start_ms; /* first byte of the current partial frame */
     int writing;            /* waiting for EPOLLOUT; not reading */
+    uint32_t in_off, in_len; /* unparsed bytes are in[in_off, in_len) */
+    uint8_t in[CONN_IN];
 } conn_t;
 
 typedef struct loop {
@@ -103,14 +106,15 @@ static int error_reply(conn_t *c, uint16_t type, uint64_t req_id, int status)
     return 0;
 }
 
-/* Handles the complete frame in c; leaves the reply in c->out. */
-static int handle_frame(struct cr__rpc_server *s, conn_t *c)
+/* Handles the complete frame in c (header c->h, payload bytes at payload);
+ * leaves the reply in c->out. */
+static int handle_frame(struct cr__rpc_server *s, conn_t *c, const uint8_t *payload)
 {
     INC(s->frames);
     cr__rpc_msg_t req;
     int rc = -EBADMSG;
     if (!(c->h.type & CR__RPC_REPLY))
-        rc = cr__rpc_decode(&c->h, c->payload, c->h.payload_len, &req);
+        rc = cr__rpc_decode(&c->h, payload, c->h.payload_len, &req);
     if (rc) {
         INC(s->bad_frames);
         CR_LOG_INFO("rpc", "fd %d: undecodable %s frame (%u bytes): %s", c->fd,
@@ -176,24 +180,45 @@ static int conn_flush(loop_t *l, conn_t *c, uint64_t now)
 }
 
 /* Reads and serves frames until the socket would block or a reply is
- * pending. Returns 0 or -1 (close). */
+ * pending. Bytes come in CONN_IN-sized recvs into c->in, so a small frame
+ * costs one recv and its payload is decoded in place; only a frame that does
+ * not fit is assembled in c->payload (big remainders are received straight
+ * into it). A short recv means the socket is empty: epoll is level-triggered
+ * and reports anything that arrives later, so no recv is spent on EAGAIN.
+ * Returns 0 or -1 (close). */
 static int conn_read(loop_t *l, conn_t *c, uint64_t now)
 {
     struct cr__rpc_server *s = l->srv;
+    int drained = 0;
     for (;;) {
         if (c->writing)
             return 0;
-        if (c->hdr_got < CR__RPC_HDR_SIZE) {
-            ssize_t k = recv(c->fd, c->hdr + c->hdr_got, CR__RPC_HDR_SIZE - c->hdr_got,
-                             MSG_DONTWAIT);
+        int hdr_done = c->hdr_got == CR__RPC_HDR_SIZE;
+        if (c->in_off == c->in_len &&
+            !(hdr_done && c->h.payload_len - c->payload_got >= CONN_IN)) {
+            if (drained)
+                return 0;
+            ssize_t k = recv(c->fd, c->in, CONN_IN, MSG_DONTWAIT);
             if (k == 0)
                 return -1;
             if (k < 0)
                 return errno == EAGAIN || errno == EINTR ? 0 : -1;
+            c->in_off = 0;
+            c->in_len = (uint32_t)k;
+            c->last_ms = now;
+            drained = k < CONN_IN;
+        }
+        size_t avail = c->in_len - c->in_off;
+        if (!hdr_done) {
+            size_t t = CR__RPC_HDR_SIZE - c->hdr_got;
+            if (t > avail)
+                t = avail;
             if (c->hdr_got == 0)
                 c->frame_start_ms = now;
-            c->hdr_got += (size_t)k;
-            c->last_ms = now;
+            memcpy(c->hdr + c->hdr_got, c->in + c->in_off, t);
+            c->hdr_got += t;
+            c->in_off += (uint32_t)t;
+            avail -= t;
             if (c->hdr_got < CR__RPC_HDR_SIZE)
                 continue;
             if (cr__rpc_decode_hdr(c->hdr, &c->h)) {
@@ -203,7 +228,12 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
             }
             c->payload_got = 0;
         }
-        if (c->payload_got < c->h.payload_len) {
+        const uint8_t *payload = c->payload;
+        if (c->payload_got == 0 && avail >= c->h.payload_len) {
+            /* the whole payload is buffered: decode it in place */
+            payload = c->in + c->in_off;
+            c->in_off += c->h.payload_len;
+        } else {
             /* grow with the bytes actually received, never to payload_len
              * up front: a peer announcing 64 MiB costs only what it sends */
             size_t want = c->h.payload_len - c->payload_got;
@@ -230,19 +260,29 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
                 c->payload_cap = cap;
             }
             size_t room = c->payload_cap - c->payload_got;
-            ssize_t k = recv(c->fd, c->payload + c->payload_got, room < want ? room : want,
-                             MSG_DONTWAIT);
-            if (k == 0)
-                return -1;
-            if (k < 0)
-                return errno == EAGAIN || errno == EINTR ? 0 : -1;
-            c->payload_got += (size_t)k;
-            c->last_ms = now;
+            if (room > want)
+                room = want;
+            if (avail) {
+                size_t t = room < avail ? room : avail;
+                memcpy(c->payload + c->payload_got, c->in + c->in_off, t);
+                c->in_off += (uint32_t)t;
+                c->payload_got += t;
+            } else {
+                ssize_t k = recv(c->fd, c->payload + c->payload_got, room, MSG_DONTWAIT);
+                if (k == 0)
+                    return -1;
+                if (k < 0)
+                    return errno == EAGAIN || errno == EINTR ? 0 : -1;
+                c->payload_got += (size_t)k;
+                c->last_ms = now;
+                drained = (size_t)k < room;
+            }
             if (c->payload_got < c->h.payload_len)
                 continue;
+            payload = c->payload;
         }
         /* complete frame */
-        int rc = handle_frame(s, c);
+        int rc = handle_frame(s, c, payload);
         c->hdr_got = 0;
         c->payload_got = 0;
         if (c->payload_cap > (1u << 20)) {
@@ -301,7 +341,7 @@ static void sweep(loop_t *l, uint64_t now)
     conn_t *c = l->conns;
     while (c) {
         conn_t *n = c->next;
-        int partial = c->hdr_got > 0 || c->writing;
+        int partial = c->hdr_got > 0 || c->writing || c->in_off < c->in_len;
         if ((partial && now - c->frame_start_ms > (uint64_t)s->p.frame_timeout_ms) ||
             now - c->last_ms > (uint64_t)s->p.idle_timeout_ms) {
             INC(s->closed_timeout);
@@ -335,7 +375,10 @@ static void *loop_main(void *arg)
                 if (conn_flush(l, c, now))
                     bad = 1;
             }
-            if (!bad && !c->writing && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)))
+            /* bytes already buffered in c->in are served once a blocked
+             * reply is out, even without a new EPOLLIN */
+            if (!bad && !c->writing &&
+                ((evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) || c->in_off < c->in_len))
                 bad = conn_read(l, c, now) != 0;
             if (!bad && (evs[i].events & EPOLLERR))
                 bad = 1;

@@ -1,7 +1,8 @@
 /* Store RPC server + client over loopback: calls, per-connection bad input
  * (garbage, truncated frames, undecodable payloads, bad headers), the
  * connection bound, frame timeouts, client reconnect after a server
- * restart, and calls from several threads. */
+ * restart, calls from several threads, and frames that arrive split at odd
+ * byte boundaries or several in one segment (pipelined). */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -130,6 +131,20 @@ static void test_calls(void **s)
     assert_int_equal(r.items[1].status, CR_E_OBJECT_NOT_FOUND);
     assert_int_equal(r.items[2].status, 0);
     cr__rpc_msg_free(&r);
+    /* a reply bigger than the client's first recv buffer */
+    {
+        uint32_t n = 2000;
+        cr__rpc_item_t *big = calloc(n, sizeof *big);
+        for (uint32_t i = 0; i < n; i++)
+            big[i] = (cr__rpc_item_t){.key = i % 2 ? "x" : "yes", .key_len = i % 2 ? 1 : 3};
+        m = (cr__rpc_msg_t){.type = CR__RPC_BATCH_EXIST, .n_items = n, .items = big};
+        assert_int_equal(cr__rpc_client_call(c, &m, &r), 0);
+        assert_int_equal(r.n_items, n);
+        for (uint32_t i = 0; i < n; i++)
+            assert_int_equal(r.items[i].status, i % 2 ? CR_E_OBJECT_NOT_FOUND : 0);
+        cr__rpc_msg_free(&r);
+        free(big);
+    }
     /* an unencodable request fails locally */
     m = (cr__rpc_msg_t){.type = CR__RPC_EXIST, .n_items = 2, .items = its};
     assert_int_equal(cr__rpc_client_call(c, &m, &r), -EINVAL);
@@ -342,6 +357,81 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* Appends a request of n keys ("yes" for even i, "no..." otherwise) to b. */
+static void encode_exist(cr__rpc_buf_t *b, uint64_t req_id, uint32_t n)
+{
+    cr__rpc_item_t *its = calloc(n, sizeof *its);
+    char (*keys)[16] = calloc(n, sizeof *keys);
+    for (uint32_t i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof keys[i], i % 2 ? "no-%u" : "yes", i);
+        its[i].key = keys[i];
+        its[i].key_len = (uint32_t)strlen(keys[i]);
+    }
+    cr__rpc_msg_t m = {.type = n == 1 ? CR__RPC_EXIST : CR__RPC_BATCH_EXIST,
+                       .req_id = req_id, .n_items = n, .items = its};
+    cr__rpc_buf_t one;
+    cr__rpc_buf_init(&one);
+    assert_int_equal(cr__rpc_encode(&m, &one), 0);
+    uint8_t *d = realloc(b->data, b->len + one.len);
+    assert_non_null(d);
+    memcpy(d + b->len, one.data, one.len);
+    b->data = d;
+    b->len += one.len;
+    b->cap = b->len;
+    cr__rpc_buf_free(&one);
+    free(keys);
+    free(its);
+}
+
+/* The server buffers what it receives: a frame split anywhere, a payload
+ * bigger than its receive buffer, and several frames in one segment are all
+ * served, in order. */
+static void test_split_and_pipelined_frames(void **s)
+{
+    (void)s;
+    cr__rpc_server_t *srv = start(0, 0, 0);
+    static const uint32_t counts[] = {1, 1500, 2, 1, 700};
+    const int nf = (int)(sizeof counts / sizeof counts[0]);
+    cr__rpc_buf_t b;
+    cr__rpc_buf_init(&b);
+    for (int i = 0; i < nf; i++)
+        encode_exist(&b, (uint64_t)i + 1, counts[i]);
+    for (int mode = 0; mode < 2; mode++) {
+        int fd = raw_connect(srv);
+        if (mode == 0) { /* everything in one write */
+            assert_int_equal(cr__net_write_full(fd, b.data, b.len, 2000), 0);
+        } else { /* odd-sized pieces with pauses, so frames arrive split */
+            for (size_t off = 0; off < b.len;) {
+                size_t k = b.len - off < 37 ? b.len - off : 37;
+                if (off > 1000 && off < b.len - 2000)
+                    k = b.len - off - 2000 < 3001 ? b.len - off - 2000 : 3001;
+                assert_int_equal(cr__net_write_full(fd, b.data + off, k, 2000), 0);
+                off += k;
+                usleep(1000);
+            }
+        }
+        for (int i = 0; i < nf; i++) {
+            uint8_t hb[32];
+            cr__rpc_hdr_t h;
+            assert_int_equal(cr__net_read_full(fd, hb, 32, 5000), 0);
+            assert_int_equal(cr__rpc_decode_hdr(hb, &h), 0);
+            assert_int_equal(h.req_id, (uint64_t)i + 1);
+            uint8_t *p = malloc(h.payload_len ? h.payload_len : 1);
+            assert_int_equal(cr__net_read_full(fd, p, h.payload_len, 5000), 0);
+            cr__rpc_msg_t r;
+            assert_int_equal(cr__rpc_decode(&h, p, h.payload_len, &r), 0);
+            free(p);
+            assert_int_equal(r.n_items, counts[i]);
+            for (uint32_t j = 0; j < r.n_items; j++)
+                assert_int_equal(r.items[j].status, j % 2 ? CR_E_OBJECT_NOT_FOUND : 0);
+            cr__rpc_msg_free(&r);
+        }
+        close(fd);
+    }
+    cr__rpc_buf_free(&b);
+    cr__rpc_server_stop(srv);
+}
+
 static void test_threads(void **s)
 {
     (void)s;
@@ -366,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_reconnect_after_restart),
         cmocka_unit_test(test_buffer_budget),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_split_and_pipelined_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
