@@ -1040,8 +1040,12 @@ static int put_revoke_locked(cr__master_t *m, const char *key, size_t key_len, u
         return CR_E_OBJECT_NOT_FOUND;
     if (o->flags & OF_COMPLETE)
         return CR_E_INVALID_PARAMS;
-    /* the writer has stopped writing: free at once */
-    obj_delete(m, o, 0, now);
+    /* The writer gave up, but a transfer it timed out on may still have
+     * slices in flight toward this space (TE requests cannot be recalled):
+     * quarantine it like a put that missed its deadline, so no new object's
+     * bytes can be overwritten by the abandoned write. The client keeps its
+     * transfer timeout below the put timeout, so that long is enough. */
+    obj_delete(m, o, now + m->cfg.put_timeout_ms, now);
     CNT(m, puts_revoked_total)++;
     return 0;
 }

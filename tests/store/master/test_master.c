@@ -126,7 +126,7 @@ static void test_put_lifecycle(void **s)
     assert_int_equal(gver, ver);
     /* revoke of a complete object is refused */
     assert_int_equal(cr__master_put_revoke(m, "k", 1, ver, 14), CR_E_INVALID_PARAMS);
-    /* revoke of a pending one frees it */
+    /* revoke of a pending one drops it */
     uint64_t v2;
     assert_int_equal(put(m, "r", 5000, 1, 0, 20, &v2, 0), 0);
     assert_int_equal(cr__master_put_revoke(m, "r", 1, v2 + 7, 21), CR_E_OBJECT_NOT_FOUND);
@@ -138,7 +138,12 @@ static void test_put_lifecycle(void **s)
     assert_int_equal(st.keys, 2);
     assert_int_equal(st.pending_puts, 0);
     assert_int_equal(st.capacity_bytes, 4 * MiB);
-    assert_int_equal(st.allocated_bytes, 1024 + 5056); /* granule-rounded */
+    /* granule-rounded; the revoked put's space stays quarantined for a put
+     * timeout (a write the client gave up on may still be landing there) */
+    assert_int_equal(st.allocated_bytes, 1024 + 5056 + 5056);
+    tick_alive(m, 21 + 30000 + 1);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.allocated_bytes, 1024 + 5056);
     cr__master_destroy(m);
 }
 
