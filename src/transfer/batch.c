@@ -280,6 +280,7 @@ int cr_xfer_batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs, size
             t->batch = b;
             t->index = (uint32_t)(base + i);
             t->deadline_ns = deadline;
+            t->caller_waits = b->caller_waits;
             int err = validate(e, &reqs[i], t, refreshed, &n_refreshed);
             if (err) {
                 fail_now(t, err);
@@ -464,6 +465,9 @@ int cr_xfer_transfer_sync(cr_xfer_engine_t *e, const cr_xfer_request_t *reqs, si
     int rc = cr_xfer_batch_alloc(e, n, &b);
     if (rc)
         return rc;
+    /* a lone request may be run by this thread (shm copies it here rather
+     * than waking a worker and being woken back); several stay parallel */
+    b->caller_waits = n == 1;
     rc = cr_xfer_batch_submit(b, reqs, n);
     if (rc) {
         cr_xfer_batch_free(b);

@@ -77,6 +77,8 @@ struct cr_xfer_batch {
     size_t n;                 /* submitted requests; written by submitters only */
     atomic_size_t running;    /* requests not finished */
     atomic_int has_notify;
+    int caller_waits;         /* set by cr_xfer_transfer_sync for a lone request: the
+                               * submitter blocks on it anyway (task->caller_waits) */
     pthread_mutex_t lock;
     pthread_cond_t done_cv;   /* signalled when running drops to 0 */
     int waiters;              /* guarded by lock */

@@ -105,46 +105,24 @@ static void scratch_fini(scratch_t *sc)
 
 /* Runs reqs as one TE batch and waits; per-request status in st (n
  * entries, 0 or negative errno). Returns 0 if all succeeded, else the first
- * error. */
+ * error. cr_xfer_transfer_sync lets the TE run a lone request in this thread
+ * (a same-host copy then costs no thread handoff). */
 static int run_batch(cr_store_t *s, const cr_xfer_request_t *reqs, size_t n, int *st)
 {
     if (n == 0)
         return 0;
-    cr_xfer_batch_t *b = NULL;
-    int rc = cr_xfer_batch_alloc(s->te, n, &b);
-    if (rc) {
-        for (size_t i = 0; i < n; i++)
-            st[i] = rc;
-        return rc;
-    }
-    rc = cr_xfer_batch_submit(b, reqs, n);
-    if (rc) {
-        for (size_t i = 0; i < n; i++)
-            st[i] = rc;
-        cr_xfer_batch_free(b);
-        return rc;
-    }
-    cr_xfer_batch_wait(b, -1);
+    for (size_t i = 0; i < n; i++)
+        st[i] = 0;
+    int rc = cr_xfer_transfer_sync(s->te, reqs, n, st);
+    if (!rc)
+        return 0;
     int first = 0;
-    for (size_t i = 0; i < n; i++) {
-        cr_xfer_status_t xs;
-        if (cr_xfer_batch_status(b, i, &xs))
-            st[i] = -EIO;
-        else if (xs.state == CR_XFER_STATE_COMPLETED)
-            st[i] = 0;
-        else if (xs.state == CR_XFER_STATE_FAILED)
-            st[i] = xs.error ? xs.error : -EIO;
-        else
-            st[i] = -ETIMEDOUT;
-        if (st[i] && !first)
-            first = st[i];
-    }
-    /* wait(-1) returns when every request finished (the engine's request
-     * timeout bounds it), so the batch is idle here; a still-busy batch
-     * would be a TE bug: wait once more rather than leak it. */
-    while (cr_xfer_batch_free(b) == -EBUSY)
-        cr_xfer_batch_wait(b, 100);
-    return first;
+    for (size_t i = 0; i < n && !first; i++)
+        first = st[i];
+    if (!first) /* the batch itself failed (alloc/submit): every request did */
+        for (size_t i = 0; i < n; i++)
+            st[i] = rc;
+    return first ? first : rc;
 }
 
 static int map_te_error(int rc)

@@ -65,6 +65,11 @@ typedef struct cr__xfer_task {
     cr__xfer_peer_t *peer;
     uint64_t deadline_ns; /* monotonic; the transport fails the task with -ETIMEDOUT after it */
     void *transport_priv; /* free for the transport's use (e.g. slice counters) */
+    /* 1: the submitter waits for this task right after submit returns and
+     * nothing else is in its batch, so a transport may run it in the
+     * submitting thread (submit then returns after the task completed)
+     * instead of handing it to a worker and waking the waiter back. */
+    int caller_waits;
     /* engine-owned: */
     struct cr_xfer_batch *batch;
     uint32_t index;

@@ -13,7 +13,10 @@
  * SHM_MAX_IOV iovecs), so small requests cost a fraction of a syscall each.
  * A submit of one task of at most SHM_INLINE bytes is copied by the
  * submitting thread instead: its copy takes less time than the two thread
- * wakeups (to the worker and back to the waiter) that queueing costs.
+ * wakeups (to the worker and back to the waiter) that queueing costs. So is
+ * a lone task of up to SHM_CHUNK whose submitter waits for it anyway
+ * (task->caller_waits, from cr_xfer_transfer_sync): one worker would copy
+ * it in one piece, so handing it over only adds the two wakeups.
  *
  * Safety: every task's target range is checked against the snapshot of the
  * peer's registered buffers taken when the per-peer state was created (the
@@ -598,7 +601,8 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
         last = it;
     }
 
-    if (n == 1 && first->task->length <= SHM_INLINE) {
+    if (n == 1 && (first->task->length <= SHM_INLINE ||
+                   (first->task->caller_waits && first->task->length <= SHM_CHUNK))) {
         /* copied here, like the worker's single-item path; never queued */
         shm_item_t *it = first;
         uint64_t len = it->task->length;
