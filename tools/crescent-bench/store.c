@@ -283,6 +283,29 @@ static int read_all(int fd, void *b, size_t n)
     return 0;
 }
 
+/* Busy CPU time of the whole host so far, in seconds (/proc/stat: every
+ * column but idle and iowait), or -1. Sampled around a phase it tells what
+ * the phase cost in CPU on all processes (master, nodes, this client): on a
+ * machine with nothing else running a steadier figure than throughput. */
+static double host_busy_s(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return -1;
+    unsigned long long v[10] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+                   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]);
+    fclose(f);
+    if (n < 8)
+        return -1;
+    /* guest time is already counted in user time */
+    unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+    long hz = sysconf(_SC_CLK_TCK);
+    return (double)busy / (double)(hz > 0 ? hz : 100);
+}
+
+static double g_host_cpu_s = -1; /* busy host CPU seconds of the phase being printed */
+
 static int print_result(const char *phase, int nthreads, const sb_cfg_t *c, uint64_t calls,
                         uint64_t keys, uint64_t errors, uint64_t vfail, uint64_t ns,
                         cr_bench_lat_t *all)
@@ -295,13 +318,14 @@ static int print_result(const char *phase, int nthreads, const sb_cfg_t *c, uint
     printf("RESULT bench=store op=%s value_size=%" PRIu64 " threads=%d processes=%d batch=%d "
            "replica_num=%d calls=%" PRIu64 " keys=%" PRIu64 " seconds=%.3f gbps=%.3f "
            "keys_per_s=%.0f calls_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f "
-           "errors=%" PRIu64 " verify=%s\n",
+           "errors=%" PRIu64 " verify=%s host_cpu_s=%.2f cpu_us_per_key=%.1f\n",
            phase, c->value_size, nthreads, (int)c->processes,
            (!strncmp(phase, "batch", 5) || is_exist) ? (int)c->batch : 1, (int)c->replica_num,
            calls, keys, secs, (double)bytes / secs / 1e9, (double)keys / secs,
            (double)calls / secs, cr_bench_lat_pct_us(all, 50), cr_bench_lat_pct_us(all, 99),
            cr_bench_lat_pct_us(all, 99.9), errors,
-           (c->verify || is_exist) ? (vfail ? "FAILED" : "ok") : "off");
+           (c->verify || is_exist) ? (vfail ? "FAILED" : "ok") : "off", g_host_cpu_s,
+           g_host_cpu_s >= 0 && keys ? g_host_cpu_s * 1e6 / (double)keys : -1.0);
     fflush(stdout);
     return (int)(errors + vfail ? 1 : 0);
 }
@@ -321,10 +345,13 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
         if (write_all(g_ready_wr, &ch, 1) || read_all(g_go_rd, &ch, 1))
             _exit(3);
     }
+    double b0 = host_busy_s();
     pthread_barrier_wait(&g_bar);
     uint64_t t0 = cr__now_ns();
     pthread_barrier_wait(&g_bar);
     uint64_t t1 = cr__now_ns();
+    double b1 = host_busy_s();
+    g_host_cpu_s = b0 >= 0 && b1 >= b0 ? b1 - b0 : -1;
     for (int i = 0; i < n; i++)
         pthread_join(th[i].tid, NULL);
     pthread_barrier_destroy(&g_bar);
@@ -421,6 +448,7 @@ static int run_processes(sb_cfg_t *c)
         }
         char gos[256];
         memset(gos, 'G', sizeof gos);
+        double b0 = host_busy_s();
         for (int left = P; left > 0; left -= 256)
             write_all(go[1], gos, (size_t)(left < 256 ? left : 256));
         cr_bench_lat_t all;
@@ -456,6 +484,8 @@ static int run_processes(sb_cfg_t *c)
             memcpy(phase, r.phase, sizeof phase);
             phase[sizeof phase - 1] = 0;
         }
+        double b1 = host_busy_s();
+        g_host_cpu_s = b0 >= 0 && b1 >= b0 ? b1 - b0 : -1;
         if (!ret)
             ret |= print_result(phase, P * (int)c->threads, c, calls, keys, errors, vfail,
                                 t1 - t0, &all);

@@ -34,7 +34,7 @@ run() {
   echo "$out"
   local n
   n=$(echo "$out" | grep -c '^RESULT ')
-  if [ $rc -ne 0 ] || [ "$n" -eq 0 ] || echo "$out" | grep '^RESULT ' | grep -qv 'errors=0 verify=\(ok\|off\)'; then
+  if [ $rc -ne 0 ] || [ "$n" -eq 0 ] || echo "$out" | grep '^RESULT ' | grep -qv 'errors=0 verify=\(ok\|off\) '; then
     echo "FAIL: crescent-bench store $* (rc $rc)"; cat "$tmp/bench.log"; fail=1
   fi
 }
