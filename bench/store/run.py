@@ -2,7 +2,9 @@
 """Store benchmark: crescent next to Redis measured in the same run on the
 same machine, with ratios (crescent / Redis).
 
-Cases (each figure is the median over --reps runs):
+Cases (each figure is the median over --reps runs; for a and b each
+repetition runs Redis and crescent back to back and the ratio is the median
+of the per-repetition ratios, after one unmeasured warm-up of each):
   a  same host: redis-server on a private loopback port, `redis-benchmark -t
      set,get -d <size> -c <clients> -P 1`, vs crescent put/get (zero-copy
      put_from/get_into, <clients> threads of one client) against a local
@@ -16,7 +18,7 @@ Cases (each figure is the median over --reps runs):
   d  4 KiB put/get latency p50/p99, one client thread, vs redis-benchmark
      -d 4096 -c 1 p50/p99.
 
-Usage: bench/store/run.sh [--build build] [--reps 3] [--clients 4] [--cases abcd]
+Usage: bench/store/run.sh [--build build] [--reps 5] [--clients 4] [--cases abcd]
                           [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
@@ -184,8 +186,10 @@ class Table:
     def __init__(self):
         self.rows = []
 
-    def add(self, case, what, ref_name, ref, val, unit):
-        ratio = ("%.2fx" % (val / ref)) if ref else "-"
+    def add(self, case, what, ref_name, ref, val, unit, ratio=None):
+        if ratio is None:
+            ratio = val / ref if ref else None
+        ratio = ("%.2fx" % ratio) if ratio else "-"
         self.rows.append((case, what, ref_name, ref, val, unit, ratio))
         log("  %-44s ref %10.3f  crescent %10.3f %s  %s" % (what, ref, val, unit, ratio))
 
@@ -198,21 +202,35 @@ class Table:
 
 
 def case_throughput(t, build, case, addr, host, rport, clients, reps, protos, prefix=(), rprefix=()):
-    for size, n in ((1 << 20, 800), (4 << 20, 240)):
+    # The machine's speed drifts (shared VM: the same run varies by +-25 %
+    # within minutes), so each repetition runs Redis and then crescent back to
+    # back, and the ratio reported is the median of the per-repetition ratios.
+    # One unmeasured warm-up of each comes first (fresh connections, first
+    # touch of the servers' memory).
+    for size, n in ((1 << 20, 2000), (4 << 20, 500)):
         mib = size >> 20
-        ref = [redis_bench(host, rport, size, clients, n, rprefix) for _ in range(reps)]
+
+        def cres(proto):
+            return crescent(build, addr, ["--op", "putget", "--value_size", str(size),
+                                          "--threads", str(clients), "--ops", str(max(1, n // clients)),
+                                          "--protocol", proto, "--local_hostname", host_of(prefix)],
+                            prefix)
+        redis_bench(host, rport, size, clients, n // 4, rprefix)
         for proto in protos:
-            runs = [crescent(build, addr, ["--op", "putget", "--value_size", str(size),
-                                           "--threads", str(clients), "--ops", str(max(1, n // clients)),
-                                           "--protocol", proto, "--local_hostname", host_of(prefix)],
-                             prefix)
-                    for _ in range(reps)]
+            cres(proto)
+        ref, runs = [], {p: [] for p in protos}
+        for _ in range(reps):
+            ref.append(redis_bench(host, rport, size, clients, n, rprefix))
+            for proto in protos:
+                runs[proto].append(cres(proto))
+        for proto in protos:
             for op in ("set", "get"):
-                gb = med([r[op]["rps"] * size / 1e9 for r in ref])
                 mine = "put" if op == "set" else "get"
+                refgb = [r[op]["rps"] * size / 1e9 for r in ref]
+                gb = [float(r[mine]["gbps"]) for r in runs[proto]]
                 t.add(case, "%s %d MiB x%d clients (%s)" % (mine, mib, clients, proto),
-                      "redis %s -d %d -c %d" % (op.upper(), size, clients), gb,
-                      med([float(r[mine]["gbps"]) for r in runs]), "GB/s")
+                      "redis %s -d %d -c %d" % (op.upper(), size, clients), med(refgb), med(gb), "GB/s",
+                      ratio=med([g / r for g, r in zip(gb, refgb) if r > 0]))
 
 
 HOSTS = {}
@@ -225,7 +243,7 @@ def host_of(prefix):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--cases", default="abcd")
     ap.add_argument("--out", default="")
@@ -301,7 +319,8 @@ def main():
                     stop(rp)
     finally:
         cleanup()
-    md = ("Store benchmark, %s, %d cores, median of %d; GB/s = 1e9 bytes/s; ratio = crescent / Redis\n\n"
+    md = ("Store benchmark, %s, %d cores, median of %d; GB/s = 1e9 bytes/s; ratio = crescent / Redis "
+          "(cases a, b: median of the per-repetition ratios)\n\n"
           % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), a.reps)) + t.markdown()
     print(md)
     if a.out:
