@@ -57,6 +57,7 @@ typedef struct sb_cfg {
     int64_t keys;
     int64_t batch;
     int64_t replica_num;
+    int64_t slots;
     int verify;
     int keep;
 } sb_cfg_t;
@@ -80,6 +81,10 @@ static const cr__cfg_opt_t sb_opts[] = {
     OPT(keys, "16", "keys per thread for get (prefilled, read round-robin)", CR__CFG_INT),
     OPT(batch, "32", "keys per batch call", CR__CFG_INT),
     OPT(replica_num, "1", "replicas per put", CR__CFG_INT),
+    OPT(slots, "0",
+        "value buffers per thread, reused round-robin (0 = one per key, at most 1 GiB; "
+        "redis-benchmark reuses one buffer)",
+        CR__CFG_INT),
     OPT(verify, "false", "check every byte read against the written pattern", CR__CFG_BOOL),
     OPT(keep, "false", "do not remove the keys at the end", CR__CFG_BOOL),
 };
@@ -557,6 +562,8 @@ static int store_run(sb_cfg_t *cp)
         slots = (1ull << 30) / c.value_size;
     if (slots < 1)
         slots = 1;
+    if (c.slots > 0 && (uint64_t)c.slots < slots)
+        slots = (uint64_t)c.slots;
     if (batched && slots < (uint64_t)c.batch) {
         fprintf(stderr, "crescent-bench store: --batch x --value_size over 1 GiB per thread\n");
         return 2;
