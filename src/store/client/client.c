@@ -31,10 +31,18 @@ int cr__sc_check_key(const char *key)
     return 0;
 }
 
+/* Each calling thread keeps one connection (threads are numbered on their
+ * first call, round-robin), so up to CR__SC_RPC_CONNS threads never queue
+ * behind each other's calls; a per-call round-robin would let two threads
+ * pick the same connection while others sit idle. */
 cr__rpc_client_t *cr__sc_rpc(cr_store_t *s)
 {
-    unsigned i = atomic_fetch_add_explicit(&s->rpc_rr, 1, memory_order_relaxed);
-    return s->rpc[i % CR__SC_RPC_CONNS];
+    static __thread unsigned tid_plus1;
+    if (!tid_plus1) {
+        static atomic_uint next_tid;
+        tid_plus1 = atomic_fetch_add_explicit(&next_tid, 1, memory_order_relaxed) + 1;
+    }
+    return s->rpc[(tid_plus1 - 1) % CR__SC_RPC_CONNS];
 }
 
 int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)

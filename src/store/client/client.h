@@ -63,7 +63,6 @@ struct cr_store {
     cr__rpc_client_id_t id;
 
     cr__rpc_client_t *rpc[CR__SC_RPC_CONNS];
-    atomic_uint rpc_rr;
     cr__rpc_client_t *hb_rpc; /* heartbeat thread's own connection */
 
     pthread_t hb_thread;
