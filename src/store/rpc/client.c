@@ -19,6 +19,7 @@ struct cr__rpc_client {
     uint16_t port;
     int connect_timeout_ms, call_timeout_ms;
     int fd;               /* guarded by mu; -1 when closed */
+    uint64_t last_ok_ms;  /* guarded by mu: when a call last completed on fd */
     uint64_t next_req_id; /* guarded by mu */
     cr__rpc_buf_t out;    /* guarded by mu */
     uint8_t in[4096];     /* guarded by mu: a reply's first bytes (header + small payload) */
@@ -54,12 +55,19 @@ static void close_locked(cr__rpc_client_t *c)
     }
 }
 
+#define STALE_CHECK_MS 50
+
 static int connect_locked(cr__rpc_client_t *c)
 {
     if (c->fd >= 0) {
         /* A cached connection that the master closed (idle timeout,
          * restart) is readable (EOF) or hung up: drop it before sending, so
-         * that even non-idempotent calls go out on a live connection. */
+         * that even non-idempotent calls go out on a live connection. A
+         * connection that completed a call in the last STALE_CHECK_MS is
+         * live (the master's idle timeout is seconds, and a master that died
+         * since failed that thread's calls, which closed it): no poll(). */
+        if (cr__now_ms() - c->last_ok_ms < STALE_CHECK_MS)
+            return 0;
         struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
         if (poll(&pf, 1, 0) == 0)
             return 0;
@@ -70,6 +78,9 @@ static int connect_locked(cr__rpc_client_t *c)
         CR_LOG_DEBUG("rpc", "connect %s:%u: %s", c->host, c->port, cr_strerror(fd));
         return CR_E_RPC_FAIL;
     }
+    /* bounds each blocking recv (recv_some); sends never block (MSG_DONTWAIT) */
+    int slice = c->call_timeout_ms / 4;
+    cr__net_set_timeouts(fd, slice > 0 ? slice : 1);
     c->fd = fd;
     return 0;
 }
@@ -136,31 +147,25 @@ static int send_full(int fd, const uint8_t *p, size_t n, uint64_t deadline, size
     return 0;
 }
 
-/* Receives between min and max bytes before deadline (a reply has not
- * arrived when the request was just sent, so poll first). Returns the count,
+/* Receives between min and max bytes before deadline. The socket blocks
+ * with SO_RCVTIMEO set to a quarter of the call timeout (connect_locked), so
+ * a reply costs one recv() instead of poll() + recv(), and a silent master is
+ * noticed within a quarter timeout of the deadline. Returns the count,
  * -ETIMEDOUT, -ECONNRESET (EOF or reset before any byte), -EPROTO (after
  * some) or -errno. */
 static ssize_t recv_some(int fd, uint8_t *p, size_t min, size_t max, uint64_t deadline)
 {
     size_t done = 0;
     while (done < min) {
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int ms = remaining_ms(deadline);
-        if (ms == 0)
-            return -ETIMEDOUT;
-        int pr = poll(&pf, 1, ms);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr < 0)
-            return -errno;
-        if (pr == 0)
-            return -ETIMEDOUT;
-        ssize_t k = recv(fd, p + done, max - done, MSG_DONTWAIT);
+        ssize_t k = recv(fd, p + done, max - done, 0);
         if (k == 0)
             return done ? -EPROTO : -ECONNRESET;
         if (k < 0) {
-            if (errno == EINTR || errno == EAGAIN)
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (remaining_ms(deadline) == 0)
+                    return -ETIMEDOUT;
                 continue;
+            }
             return done ? -EPROTO : -errno;
         }
         done += (size_t)k;
@@ -243,6 +248,8 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
     }
     rc = cr__rpc_decode(&h, payload, h.payload_len, reply);
     free(big);
+    if (rc == 0)
+        c->last_ok_ms = cr__now_ms();
     if (rc) {
         CR_LOG_WARN("rpc", "malformed %s reply from %s:%u", cr__rpc_type_name(type), c->host,
                     c->port);
