@@ -90,6 +90,7 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
     if (st->window_bytes < cfg->slice_size)
         st->window_bytes = cfg->slice_size;
     st->sockbuf = (int)env_u64("CRESCENT_TCP_SOCKBUF", 0, 0, 1u << 30);
+    st->sync_path = (int)env_u64("CRESCENT_TCP_SYNC", 1, 0, 1);
     for (int i = 0; i < CR_XFER_MAX_NICS; i++)
         st->listen_fd[i] = -1;
     pthread_mutex_init(&st->srv_mu, NULL);

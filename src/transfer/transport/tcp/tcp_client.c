@@ -565,6 +565,9 @@ static void peer_free(tcp_peer_t *p)
         }
     free(p->conns);
     free(p->retry);
+    for (int i = 0; i < TCP_SYNC_SLOTS; i++)
+        if (p->sync[i].fd >= 0)
+            close(p->sync[i].fd);
     if (p->ctl_fd >= 0)
         close(p->ctl_fd);
     pthread_mutex_destroy(&p->mu);
@@ -589,6 +592,12 @@ static void peer_stop(tcp_peer_t *p)
             pthread_join(p->conns[i]->sender, NULL);
     pthread_mutex_lock(&p->mu);
     fail_queued_locked(p, -ECANCELED);
+    /* callers running the sync path: cut their connections, wait for them */
+    for (int i = 0; i < TCP_SYNC_SLOTS; i++)
+        if (p->sync[i].busy && p->sync[i].fd >= 0)
+            shutdown(p->sync[i].fd, SHUT_RDWR);
+    while (p->sync_busy)
+        pthread_cond_wait(&p->cv, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -600,6 +609,8 @@ static tcp_peer_t *peer_create(tcp_state_t *st, cr__xfer_peer_t *xp)
     p->st = st;
     p->xp = xp;
     p->ctl_fd = -1;
+    for (int i = 0; i < TCP_SYNC_SLOTS; i++)
+        p->sync[i].fd = -1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->ctl_mu, NULL);
     pthread_condattr_t ca;
@@ -666,6 +677,166 @@ tcp_peer_t *cr__tcp_peer_get(tcp_state_t *st, cr__xfer_peer_t *xp)
     return p;
 }
 
+/* ---- sync path: a lone request run by the thread that waits for it --------- */
+
+/* A request submitted through cr_xfer_transfer_sync alone (caller_waits) and
+ * at most TCP_SYNC_MAX bytes is run by the submitting thread on a
+ * connection of its own, taken from the peer's sync slots: it sends the
+ * slices and reads the replies itself, so no sender or receiver thread is
+ * woken and handed back (four context switches per request saved). Same
+ * wire protocol, same server. Anything unusual (no free slot, no usable
+ * path, connect or I/O failure) hands the request to the normal queue,
+ * which owns failover and retries; a status refused by the server is final.
+ * Returns 1 if the task was completed here, 0 to queue it. */
+#define SYNC_GROUP 16 /* slices sent before their replies are read */
+
+static void sync_release(tcp_peer_t *p, struct tcp_sync_slot *sl, int close_fd)
+{
+    pthread_mutex_lock(&p->mu);
+    if (close_fd && sl->fd >= 0) {
+        close(sl->fd);
+        sl->fd = -1;
+    }
+    sl->busy = 0;
+    if (--p->sync_busy == 0 && p->stopping)
+        pthread_cond_broadcast(&p->cv); /* peer_stop waits for it */
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Runs slices [first, first + k) of t on fd; *status gets the first error
+ * the server returned. Returns 0 or an I/O error (the connection is then
+ * unusable). */
+static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first, int k,
+                      int *status)
+{
+    cr__tcp_hdr_t h[SYNC_GROUP];
+    struct iovec iov[2 * SYNC_GROUP];
+    int cnt = 0, write = t->opcode == CR_XFER_WRITE;
+    uint8_t op = write ? CR__TCP_WRITE : CR__TCP_READ;
+    for (int i = 0; i < k; i++) {
+        uint64_t off = (first + (uint64_t)i) * slice;
+        uint64_t len = t->length - off < slice ? t->length - off : slice;
+        cr__tcp_hdr_enc(&h[i], op, 0, (uint32_t)i, t->remote_addr + off, len);
+        iov[cnt].iov_base = &h[i];
+        iov[cnt++].iov_len = sizeof h[i];
+        if (write) {
+            iov[cnt].iov_base = t->local + off;
+            iov[cnt++].iov_len = len;
+        }
+    }
+    int rc = cr__tcp_writev_full(fd, iov, cnt);
+    for (int i = 0; !rc && i < k; i++) {
+        uint64_t off = (first + (uint64_t)i) * slice;
+        uint64_t len = t->length - off < slice ? t->length - off : slice;
+        cr__tcp_hdr_t r;
+        if ((rc = cr__tcp_recv_full(fd, &r, sizeof r)) != 0)
+            break;
+        if (cr__tcp_hdr_dec(&r) || r.opcode != (op | CR__TCP_RESP) || r.seq != (uint32_t)i ||
+            r.addr != t->remote_addr + off || r.len != (write ? 0 : len)) {
+            rc = -EPROTO;
+            break;
+        }
+        if (!write) /* data, or zeros when refused: the layout never depends on status */
+            rc = cr__tcp_recv_full(fd, t->local + off, len);
+        if (r.status && !*status)
+            *status = r.status < 0 ? r.status : -EIO;
+    }
+    return rc;
+}
+
+static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
+{
+    if (!st->sync_path || !t->caller_waits || t->length > TCP_SYNC_MAX)
+        return 0;
+    uint64_t now = cr__now_ns();
+    pthread_mutex_lock(&p->mu);
+    if (p->stopping || p->n_retry || p->q_head) { /* the queue runs: keep order with it */
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
+    uint32_t up = up_lnic_mask(p, now);
+    int pi = -1;
+    for (int i = 0; i < p->n_paths && pi < 0; i++)
+        if (path_up(&p->paths[i], now) && allowed(t, p->paths[i].lnic, up))
+            pi = i;
+    struct tcp_sync_slot *sl = NULL;
+    for (int i = 0; pi >= 0 && i < TCP_SYNC_SLOTS; i++) {
+        struct tcp_sync_slot *x = &p->sync[i];
+        if (x->busy)
+            continue;
+        if (x->fd >= 0 && x->path == pi) { /* a live connection on our path: best */
+            sl = x;
+            break;
+        }
+        if (!sl || (sl->fd >= 0 && x->fd < 0))
+            sl = x; /* else an empty slot, else one connected elsewhere */
+    }
+    if (!sl) {
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
+    sl->busy = 1;
+    p->sync_busy++;
+    if (sl->fd >= 0 && sl->path != pi) {
+        close(sl->fd);
+        sl->fd = -1;
+    }
+    pthread_mutex_unlock(&p->mu);
+
+    tcp_path_t *pa = &p->paths[pi];
+    if (sl->fd < 0) {
+        cr__seg_nic_t remote;
+        memset(&remote, 0, sizeof remote);
+        if (path_remote(p, pa, &remote)) {
+            sync_release(p, sl, 0);
+            return 0;
+        }
+        int ct = (int)(st->cfg.timeout_ms < 5000 ? st->cfg.timeout_ms : 5000);
+        int fd = cr__net_connect(remote.addr, remote.port, st->cfg.nics[pa->lnic], ct);
+        if (fd < 0) { /* the queue's senders find out about the path */
+            sync_release(p, sl, 0);
+            return 0;
+        }
+        cr__tcp_tune_socket(st, fd);
+        cr__net_set_timeouts(fd, (int)st->cfg.timeout_ms);
+        pthread_mutex_lock(&p->mu);
+        sl->fd = fd;
+        sl->path = pi;
+        int stop = p->stopping;
+        pthread_mutex_unlock(&p->mu);
+        if (stop) {
+            sync_release(p, sl, 1);
+            return 0;
+        }
+    }
+    uint64_t slice = st->cfg.slice_size;
+    uint64_t n_sl = (t->length + slice - 1) / slice;
+    int status = 0, rc = 0;
+    for (uint64_t first = 0; !rc && first < n_sl; first += SYNC_GROUP) {
+        if (t->deadline_ns && cr__now_ns() > t->deadline_ns) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        int k = (int)(n_sl - first < SYNC_GROUP ? n_sl - first : SYNC_GROUP);
+        rc = sync_group(sl->fd, t, slice, first, k, &status);
+    }
+    if (rc) {
+        sync_release(p, sl, 1);
+        if (rc != -ETIMEDOUT && !(t->deadline_ns && cr__now_ns() > t->deadline_ns))
+            return 0; /* queue it: failover and retries live there */
+        cr__xfer_task_done(t, -ETIMEDOUT);
+        return 1;
+    }
+    sync_release(p, sl, 0);
+    if (!status) {
+        atomic_fetch_add_explicit(&st->nic_bytes[pa->lnic], t->length, memory_order_relaxed);
+        cr__xfer_task_progress(t, t->length);
+    }
+    atomic_fetch_add_explicit(&st->sync_done, 1, memory_order_relaxed);
+    cr__xfer_task_done(t, status);
+    return 1;
+}
+
 int cr__tcp_submit(void *state, cr__xfer_peer_t *xp, cr__xfer_task_t **tasks, size_t n)
 {
     tcp_state_t *st = state;
@@ -674,6 +845,8 @@ int cr__tcp_submit(void *state, cr__xfer_peer_t *xp, cr__xfer_task_t **tasks, si
     tcp_peer_t *p = cr__tcp_peer_get(st, xp);
     if (!p)
         return -ENOMEM;
+    if (n == 1 && sync_try(st, p, tasks[0]))
+        return 0;
     pthread_mutex_lock(&p->mu);
     if (p->stopping) {
         pthread_mutex_unlock(&p->mu);

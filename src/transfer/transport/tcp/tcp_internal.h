@@ -31,6 +31,8 @@
 #define TCP_MAX_PATHS CR_XFER_MAX_NICS
 #define TCP_REPROBE_NS 1000000000ull /* a failed path is retried after 1 s */
 #define TCP_MAX_SRV_CONNS 1024
+#define TCP_SYNC_SLOTS 32                /* caller-run connections per peer */
+#define TCP_SYNC_MAX (4ull << 20)        /* largest request a caller runs itself */
 
 typedef struct tcp_slice {
     cr__xfer_task_t *task;
@@ -79,6 +81,13 @@ typedef struct tcp_peer {
     tcp_conn_t **conns;
     pthread_mutex_t ctl_mu; /* control connection (notifications) */
     int ctl_fd;
+    /* caller-run connections (tcp_client.c, "sync path"), guarded by mu:
+     * a slot is busy while one caller uses its fd; idle slots keep their
+     * connection for the next caller */
+    struct tcp_sync_slot {
+        int fd, path, busy;
+    } sync[TCP_SYNC_SLOTS];
+    int sync_busy;
 } tcp_peer_t;
 
 typedef struct srv_conn {
@@ -96,6 +105,8 @@ typedef struct tcp_state {
     cr__xfer_config_t cfg;
     uint64_t stall_ns;      /* a connection with work in flight and no progress for this long is cut */
     uint64_t window_bytes;  /* in-flight bytes per connection */
+    int sync_path;          /* 0: never run a request in the caller's thread */
+    atomic_uint_fast64_t sync_done; /* requests the sync path completed (tests) */
     int sockbuf;            /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
     atomic_int stopping;
     /* server */
@@ -132,6 +143,9 @@ void cr__tcp_watchdog_scan(tcp_state_t *st);
 
 /* writes all iovecs (advancing them); returns 0 or -errno */
 int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt);
+/* Receives exactly len bytes (blocking; SO_RCVTIMEO bounds each wait).
+ * Returns 0, -ECONNRESET (EOF), -ETIMEDOUT or -errno. */
+int cr__tcp_recv_full(int fd, void *buf, size_t len);
 
 /* Test hook: simulate the failure (down=1) or repair (down=0) of local NIC
  * `nic` on the serving side: its listener is closed and connections

@@ -59,7 +59,7 @@ int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt)
 }
 
 /* blocking read of exactly len bytes; SO_RCVTIMEO bounds each wait */
-static int recv_full(int fd, void *buf, size_t len)
+int cr__tcp_recv_full(int fd, void *buf, size_t len)
 {
     char *p = buf;
     while (len) {
@@ -133,7 +133,7 @@ static int drain(srv_conn_t *sc, uint64_t len)
         return -ENOMEM;
     while (len) {
         size_t k = len < SCRATCH ? (size_t)len : SCRATCH;
-        int rc = recv_full(sc->fd, sc->scratch, k);
+        int rc = cr__tcp_recv_full(sc->fd, sc->scratch, k);
         if (rc)
             return rc;
         len -= k;
@@ -213,7 +213,7 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
         if (h->len > CR__TCP_MAX_NOTIFY)
             return -EPROTO;
         char buf[CR__TCP_MAX_NOTIFY];
-        if ((rc = recv_full(fd, buf, h->len)) != 0)
+        if ((rc = cr__tcp_recv_full(fd, buf, h->len)) != 0)
             return rc;
         int status = cr__xfer_notify_payload_deliver(e, buf, h->len);
         cr__tcp_hdr_enc(&r, CR__TCP_NOTIFY | CR__TCP_RESP, status, h->seq, 0, 0);
@@ -286,7 +286,7 @@ static int take_read_run(int fd, cr__tcp_hdr_t *h)
         return 0;
     /* consume exactly the k headers we decoded (they are already queued) */
     cr__tcp_hdr_t junk[READ_BATCH];
-    if (recv_full(fd, junk, (size_t)k * sizeof *h))
+    if (cr__tcp_recv_full(fd, junk, (size_t)k * sizeof *h))
         return -1;
     return k;
 }
@@ -346,7 +346,7 @@ static void *srv_main(void *arg)
             rc = -errno;
             break;
         }
-        if ((size_t)n < sizeof h && (rc = recv_full(fd, (char *)&h + n, sizeof h - (size_t)n)))
+        if ((size_t)n < sizeof h && (rc = cr__tcp_recv_full(fd, (char *)&h + n, sizeof h - (size_t)n)))
             break;
         if (cr__tcp_hdr_dec(&h)) {
             CR_LOG_WARN(LOGC, "bad header (magic/version) from a client: closing its connection");

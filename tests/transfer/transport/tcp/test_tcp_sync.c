@@ -1,0 +1,190 @@
+/* tcp sync path: a lone request submitted through cr_xfer_transfer_sync is
+ * run by the calling thread on a connection of its own (tcp_client.c).
+ * Checks which requests take it (counted by tcp_state.sync_done), that the
+ * bytes are right both ways, that a status refused by the target is final
+ * and leaves the connection usable, and that a cut connection hands the
+ * request to the queue (which owns failover) instead of failing it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <unistd.h>
+
+#include "../../core/xfer_test_util.h"
+#include "transfer/transport/tcp/tcp_internal.h"
+#include "transfer/xfer_internal.h"
+
+#define BUF (32u << 20)
+
+typedef struct fx {
+    cr_xfer_engine_t *a, *b; /* a initiates, b serves */
+    char *abuf, *bbuf, *bextra;
+    cr_xfer_segment_t seg;
+} fx_t;
+
+static cr_xfer_engine_t *engine_new(void)
+{
+    cr_xfer_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_NICS | CR_XFER_PARAM_TIMEOUT_MS |
+                   CR_XFER_PARAM_SLICE_SIZE;
+    p.transports = "tcp";
+    p.nics = "127.0.0.1";
+    p.timeout_ms = 10000;
+    p.slice_size = 256u << 10; /* a 1 MiB request is 4 slices */
+    cr_xfer_engine_t *e = NULL;
+    int rc = cr_xfer_engine_create(&p, &e);
+    if (rc)
+        fprintf(stderr, "engine create: %s\n", cr_strerror(rc));
+    return e;
+}
+
+static uint64_t sync_done(cr_xfer_engine_t *e)
+{
+    return atomic_load(&((tcp_state_t *)e->tcp)->sync_done);
+}
+
+static int setup(void **state)
+{
+    fx_t *f = calloc(1, sizeof *f);
+    f->a = engine_new();
+    f->b = engine_new();
+    assert_non_null(f->a);
+    assert_non_null(f->b);
+    f->abuf = xt_alloc(BUF);
+    f->bbuf = xt_alloc(BUF);
+    f->bextra = xt_alloc(1u << 20);
+    assert_int_equal(cr_xfer_mem_register(f->a, f->abuf, BUF, NULL), 0);
+    assert_int_equal(cr_xfer_mem_register(f->b, f->bbuf, BUF, NULL), 0);
+    assert_int_equal(cr_xfer_mem_register(f->b, f->bextra, 1u << 20, NULL), 0);
+    assert_int_equal(cr_xfer_segment_open(f->a, cr_xfer_engine_name(f->b), &f->seg), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx_t *f = *state;
+    cr_xfer_engine_destroy(f->a);
+    cr_xfer_engine_destroy(f->b);
+    xt_free(f->abuf, BUF);
+    xt_free(f->bbuf, BUF);
+    xt_free(f->bextra, 1u << 20);
+    free(f);
+    return 0;
+}
+
+static int one(fx_t *f, cr_xfer_opcode_t op, size_t aoff, uint64_t raddr, size_t len)
+{
+    cr_xfer_request_t r = {op, f->abuf + aoff, f->seg, raddr, len};
+    int res = 1;
+    int rc = cr_xfer_transfer_sync(f->a, &r, 1, &res);
+    return rc ? rc : res;
+}
+
+/* lone requests up to TCP_SYNC_MAX run in the caller; bytes right both ways */
+static void test_lone_requests_take_sync_path(void **state)
+{
+    fx_t *f = *state;
+    uint64_t b = (uint64_t)(uintptr_t)f->bbuf;
+    size_t sizes[] = {1, 4096, 65536 + 3, 1u << 20, TCP_SYNC_MAX};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t len = sizes[i];
+        uint64_t before = sync_done(f->a);
+        xt_fill(f->abuf, len, 0, (uint32_t)(10 + i));
+        assert_int_equal(one(f, CR_XFER_WRITE, 0, b + 7, len), 0);
+        assert_int_equal(xt_check(f->bbuf + 7, len, 0, (uint32_t)(10 + i), "sync write"), -1);
+        memset(f->abuf + (8u << 20), 0, len);
+        assert_int_equal(one(f, CR_XFER_READ, 8u << 20, b + 7, len), 0);
+        assert_int_equal(xt_check(f->abuf + (8u << 20), len, 0, (uint32_t)(10 + i), "sync read"),
+                         -1);
+        if (sync_done(f->a) != before + 2)
+            fail_msg("size %zu: expected 2 requests on the sync path, got %llu", len,
+                     (unsigned long long)(sync_done(f->a) - before));
+    }
+}
+
+/* larger lone requests and batches of several go through the queue */
+static void test_big_and_batched_requests_are_queued(void **state)
+{
+    fx_t *f = *state;
+    uint64_t b = (uint64_t)(uintptr_t)f->bbuf;
+    uint64_t before = sync_done(f->a);
+    size_t big = TCP_SYNC_MAX + 4096;
+    xt_fill(f->abuf, big, 0, 77);
+    assert_int_equal(one(f, CR_XFER_WRITE, 0, b, big), 0);
+    assert_int_equal(xt_check(f->bbuf, big, 0, 77, "queued big write"), -1);
+    cr_xfer_request_t r[2] = {{CR_XFER_WRITE, f->abuf, f->seg, b + (16u << 20), 4096},
+                              {CR_XFER_WRITE, f->abuf + 4096, f->seg, b + (16u << 20) + 4096, 4096}};
+    int res[2] = {1, 1};
+    assert_int_equal(cr_xfer_transfer_sync(f->a, r, 2, res), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(res[1], 0);
+    assert_int_equal(xt_check(f->bbuf + (16u << 20), 8192, 0, 77, "queued batch"), -1);
+    assert_int_equal(sync_done(f->a), before);
+}
+
+/* the target refuses a range it no longer registers (a's descriptor still
+ * lists it): the request fails with the target's status, and the same
+ * connection serves the next request */
+static void test_refused_status_is_final_and_connection_survives(void **state)
+{
+    fx_t *f = *state;
+    uint64_t x = (uint64_t)(uintptr_t)f->bextra;
+    assert_int_equal(one(f, CR_XFER_WRITE, 0, x, 4096), 0); /* descriptor cached, conn up */
+    assert_int_equal(cr_xfer_mem_unregister(f->b, f->bextra), 0);
+    uint64_t before = sync_done(f->a);
+    int rc = one(f, CR_XFER_WRITE, 0, x, 65536);
+    if (rc == 0)
+        fail_msg("a WRITE into unregistered target memory succeeded");
+    assert_int_equal(sync_done(f->a), before + 1); /* answered on the sync path */
+    xt_fill(f->abuf, 65536, 0, 5);
+    assert_int_equal(one(f, CR_XFER_WRITE, 0, (uint64_t)(uintptr_t)f->bbuf, 65536), 0);
+    assert_int_equal(xt_check(f->bbuf, 65536, 0, 5, "after a refusal"), -1);
+    assert_int_equal(sync_done(f->a), before + 2);
+}
+
+/* the target cuts every connection (its NIC goes down and comes back): the
+ * caller's connection breaks, the request is handed to the queue and still
+ * completes with the right bytes */
+static void test_cut_connection_falls_back_to_queue(void **state)
+{
+    fx_t *f = *state;
+    uint64_t b = (uint64_t)(uintptr_t)f->bbuf;
+    xt_fill(f->abuf, 1u << 20, 0, 21);
+    assert_int_equal(one(f, CR_XFER_WRITE, 0, b, 1u << 20), 0); /* sync conn cached */
+    assert_int_equal(cr__xfer_tcp_debug_nic(f->b->tcp, 0, 1), 0);
+    /* back up; the port may stay busy until the cut connections closed */
+    int up = -1;
+    for (int i = 0; i < 200 && up; i++) {
+        up = cr__xfer_tcp_debug_nic(f->b->tcp, 0, 0);
+        if (up)
+            usleep(10000);
+    }
+    assert_int_equal(up, 0);
+    xt_fill(f->abuf, 1u << 20, 0, 22);
+    uint64_t before = sync_done(f->a);
+    int rc = one(f, CR_XFER_WRITE, 0, b, 1u << 20);
+    if (rc)
+        fail_msg("WRITE after the target cut its connections: %s (expected the queue to "
+                 "reconnect and finish it)", cr_strerror(rc));
+    assert_int_equal(xt_check(f->bbuf, 1u << 20, 0, 22, "after a cut"), -1);
+    assert_int_equal(sync_done(f->a), before); /* finished by the queue, not the dead conn */
+    /* and the next lone request gets a fresh sync connection */
+    assert_int_equal(one(f, CR_XFER_WRITE, 0, b, 4096), 0);
+    assert_int_equal(sync_done(f->a), before + 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_lone_requests_take_sync_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_big_and_batched_requests_are_queued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused_status_is_final_and_connection_survives,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cut_connection_falls_back_to_queue, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
