@@ -680,7 +680,7 @@ tcp_peer_t *cr__tcp_peer_get(tcp_state_t *st, cr__xfer_peer_t *xp)
 /* ---- sync path: a lone request run by the thread that waits for it --------- */
 
 /* A request submitted through cr_xfer_transfer_sync alone (caller_waits) and
- * at most TCP_SYNC_MAX bytes is run by the submitting thread on a
+ * at most one in-flight window (1 MiB by default) is run by the submitting thread on a
  * connection of its own, taken from the peer's sync slots: it sends the
  * slices and reads the replies itself, so no sender or receiver thread is
  * woken and handed back (four context switches per request saved). Same
@@ -746,7 +746,10 @@ static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first
 
 static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
 {
-    if (!st->sync_path || !t->caller_waits || t->length > TCP_SYNC_MAX)
+    /* at most one in-flight window: more on one connection at once thrashes
+     * the cache (the queue keeps a window per connection over several) */
+    if (!st->sync_path || !t->caller_waits || t->length > TCP_SYNC_MAX ||
+        t->length > st->window_bytes)
         return 0;
     uint64_t now = cr__now_ns();
     pthread_mutex_lock(&p->mu);
