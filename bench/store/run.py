@@ -221,8 +221,13 @@ def case_throughput(t, build, case, addr, host, rport, clients, reps, protos, pr
         ref, runs = [], {p: [] for p in protos}
         for _ in range(reps):
             ref.append(redis_bench(host, rport, size, clients, n, rprefix))
+            line = "    rep: redis SET %.2f GET %.2f GB/s" % (ref[-1]["set"]["rps"] * size / 1e9,
+                                                          ref[-1]["get"]["rps"] * size / 1e9)
             for proto in protos:
                 runs[proto].append(cres(proto))
+                line += "; %s put %s get %s" % (proto, runs[proto][-1]["put"]["gbps"],
+                                                runs[proto][-1]["get"]["gbps"])
+            log(line)
         for proto in protos:
             for op in ("set", "get"):
                 mine = "put" if op == "set" else "get"

@@ -2,6 +2,7 @@
  * control-message clients (p2p descriptor fetch, notifications). Data path:
  * tcp_client.c (initiator) and tcp_server.c (target). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -91,6 +92,15 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
         st->window_bytes = cfg->slice_size;
     st->sockbuf = (int)env_u64("CRESCENT_TCP_SOCKBUF", 0, 0, 1u << 30);
     st->sync_path = (int)env_u64("CRESCENT_TCP_SYNC", 1, 0, 1);
+    /* congestion control of the data sockets: cubic unless told otherwise
+     * ("default" keeps the system's). BBR, the default of some systems,
+     * paces every packet with a timer when the qdisc is not fq: measured on
+     * veth it halved throughput at twice the CPU per byte
+     * (docs/architecture/transfer-core.md) */
+    const char *cc = getenv("CRESCENT_TCP_CC");
+    if (!cc || !*cc)
+        cc = "cubic";
+    snprintf(st->cc, sizeof st->cc, "%s", strcmp(cc, "default") ? cc : "");
     for (int i = 0; i < CR_XFER_MAX_NICS; i++)
         st->listen_fd[i] = -1;
     pthread_mutex_init(&st->srv_mu, NULL);

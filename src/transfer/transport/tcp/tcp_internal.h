@@ -106,6 +106,8 @@ typedef struct tcp_state {
     uint64_t stall_ns;      /* a connection with work in flight and no progress for this long is cut */
     uint64_t window_bytes;  /* in-flight bytes per connection */
     int sync_path;          /* 0: never run a request in the caller's thread */
+    char cc[16];            /* TCP congestion control for data sockets ("" = system default) */
+    atomic_int cc_fallback; /* cc was refused: reno (allowed for everyone) is used */
     atomic_uint_fast64_t sync_done; /* requests the sync path completed (tests) */
     int sockbuf;            /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
     atomic_int stopping;

@@ -27,6 +27,15 @@ void cr__tcp_tune_socket(tcp_state_t *st, int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (st->cc[0] && !atomic_load(&st->cc_fallback) &&
+        setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, st->cc, (socklen_t)strlen(st->cc))) {
+        /* not available, or not allowed for this user (only
+         * net.ipv4.tcp_allowed_congestion_control is): reno always is */
+        CR_LOG_INFO(LOGC, "congestion control %s: %s; using reno", st->cc, strerror(errno));
+        atomic_store(&st->cc_fallback, 1);
+    }
+    if (st->cc[0] && atomic_load(&st->cc_fallback))
+        setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, "reno", 4);
     if (st->sockbuf > 0) {
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &st->sockbuf, sizeof st->sockbuf);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &st->sockbuf, sizeof st->sockbuf);

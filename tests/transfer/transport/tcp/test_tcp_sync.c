@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "../../core/xfer_test_util.h"
@@ -178,6 +179,29 @@ static void test_cut_connection_falls_back_to_queue(void **state)
     assert_int_equal(sync_done(f->a), before + 1);
 }
 
+/* congestion control: cubic by default; one the kernel refuses falls back
+ * to reno and transfers still work */
+static void test_congestion_control_choice(void **state)
+{
+    (void)state;
+    unsetenv("CRESCENT_TCP_CC");
+    cr_xfer_engine_t *e = engine_new();
+    assert_non_null(e);
+    assert_string_equal(((tcp_state_t *)e->tcp)->cc, "cubic");
+    cr_xfer_engine_destroy(e);
+
+    setenv("CRESCENT_TCP_CC", "no-such-cc", 1);
+    fx_t *f;
+    setup((void **)&f);
+    unsetenv("CRESCENT_TCP_CC");
+    xt_fill(f->abuf, 1u << 20, 0, 31);
+    assert_int_equal(one(f, CR_XFER_WRITE, 0, (uint64_t)(uintptr_t)f->bbuf, 1u << 20), 0);
+    assert_int_equal(xt_check(f->bbuf, 1u << 20, 0, 31, "with a refused cc"), -1);
+    assert_int_equal(atomic_load(&((tcp_state_t *)f->a->tcp)->cc_fallback), 1);
+    void *fs = f;
+    teardown(&fs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -186,6 +210,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refused_status_is_final_and_connection_survives,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_connection_falls_back_to_queue, setup, teardown),
+        cmocka_unit_test(test_congestion_control_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
