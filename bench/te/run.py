@@ -107,9 +107,18 @@ def run_initiator(bench, args, secs, prefix=()):
     return res
 
 
+# The reference socket uses the congestion control crescent's tcp transport
+# uses (cubic unless CRESCENT_TCP_CC says otherwise), so the comparison is
+# like for like: the system default here is BBR, which paces every packet
+# without an fq qdisc and roughly halves loopback/veth throughput.
+TCP_CC = os.environ.get("CRESCENT_TCP_CC") or "cubic"
+
+
 def iperf3(host, port, length, secs, client_prefix=()):
     cmd = list(client_prefix) + ["iperf3", "-c", host, "-p", str(port), "-l", length, "-t",
                                  str(secs), "-J"]
+    if TCP_CC != "default":
+        cmd += ["-C", TCP_CC]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=secs * 4 + 30)
     if r.returncode != 0:
         raise RuntimeError("iperf3 failed: %s\n%s%s" % (" ".join(cmd), r.stdout[-500:], r.stderr))
@@ -175,7 +184,7 @@ def case_tcp(t, bench, reps, secs, case, block, batch, iperf_len):
         stop(tgt)
     for op, rs in res.items():
         t.add(case, "tcp loopback %s %s x%d" % (block, op.upper(), batch),
-              "iperf3 -l %s loopback" % iperf_len, ref, med([float(r["gbps"]) for r in rs]),
+              "iperf3 -l %s -C %s loopback" % (iperf_len, TCP_CC), ref, med([float(r["gbps"]) for r in rs]),
               extra="p99 %.0f us/req" % med([float(r["p99_us"]) for r in rs]))
 
 
@@ -258,7 +267,7 @@ def case_netns(t, bench, reps, secs):
     finally:
         stop(tgt)
     for op, rs in res.items():
-        t.add("e", "tcp netns/veth 4MiB %s x8" % op.upper(), "iperf3 -l 1M netns/veth", ref,
+        t.add("e", "tcp netns/veth 4MiB %s x8" % op.upper(), "iperf3 -l 1M -C %s netns/veth" % TCP_CC, ref,
               med([float(r["gbps"]) for r in rs]))
 
 
