@@ -11,9 +11,14 @@ of the per-repetition ratios, after one unmeasured warm-up of each):
      cluster (crescent-master + 2 crescent-node) for 1 MiB and 4 MiB values.
      crescent is measured with the default same-host path (protocol
      "tcp,shm": the TE picks shm for same-host peers) and with tcp only.
+     Like redis-benchmark, which sends the same payload buffer with every
+     request, each crescent client thread reuses one value buffer
+     (crescent-bench --slots 1); the "distinct buffers" rows give every key
+     its own buffer (--slots 0), so each put reads memory no cache holds.
   b  across network namespaces (veth pair, created here and always deleted;
      needs root): redis-server / crescent-master + nodes in namespace B,
-     redis-benchmark / the crescent client in namespace A; tcp.
+     redis-benchmark / the crescent client in namespace A; tcp; buffer
+     reused and distinct buffers as in a.
   c  batch_is_exist of 128 keys per call: keys/s (no Redis counterpart).
   d  4 KiB put/get latency p50/p99, one client thread, vs redis-benchmark
      -d 4096 -c 1 p50/p99.
@@ -201,7 +206,11 @@ class Table:
         return s
 
 
-def case_throughput(t, build, case, addr, host, rport, clients, reps, protos, prefix=(), rprefix=()):
+def case_throughput(t, build, case, addr, host, rport, clients, reps, variants, prefix=(), rprefix=()):
+    """variants: (protocol, slots) pairs. slots 1: each client thread puts from
+    and gets into one buffer it reuses, as redis-benchmark reuses its payload
+    buffer for every request (like for like); slots 0: a distinct buffer per
+    key, so every put reads memory that is not in any cache."""
     # The machine's speed drifts (shared VM: the same run varies by +-25 %
     # within minutes), so each repetition runs Redis and then crescent back to
     # back, and the ratio reported is the median of the per-repetition ratios.
@@ -210,30 +219,35 @@ def case_throughput(t, build, case, addr, host, rport, clients, reps, protos, pr
     for size, n in ((1 << 20, 2000), (4 << 20, 500)):
         mib = size >> 20
 
-        def cres(proto):
+        def cres(v):
+            proto, slots = v
             return crescent(build, addr, ["--op", "putget", "--value_size", str(size),
                                           "--threads", str(clients), "--ops", str(max(1, n // clients)),
+                                          "--slots", str(slots),
                                           "--protocol", proto, "--local_hostname", host_of(prefix)],
                             prefix)
         redis_bench(host, rport, size, clients, n // 4, rprefix)
-        for proto in protos:
-            cres(proto)
-        ref, runs = [], {p: [] for p in protos}
+        for v in variants:
+            cres(v)
+        ref, runs = [], {v: [] for v in variants}
         for _ in range(reps):
             ref.append(redis_bench(host, rport, size, clients, n, rprefix))
             line = "    rep: redis SET %.2f GET %.2f GB/s" % (ref[-1]["set"]["rps"] * size / 1e9,
                                                           ref[-1]["get"]["rps"] * size / 1e9)
-            for proto in protos:
-                runs[proto].append(cres(proto))
-                line += "; %s put %s get %s" % (proto, runs[proto][-1]["put"]["gbps"],
-                                                runs[proto][-1]["get"]["gbps"])
+            for v in variants:
+                runs[v].append(cres(v))
+                line += "; %s slots %d put %s get %s" % (v[0], v[1], runs[v][-1]["put"]["gbps"],
+                                                         runs[v][-1]["get"]["gbps"])
             log(line)
-        for proto in protos:
+        for v in variants:
+            proto, slots = v
+            what = proto + (", buffer reused" if slots == 1 else ", distinct buffers" if slots == 0
+                            else ", %d buffers" % slots)
             for op in ("set", "get"):
                 mine = "put" if op == "set" else "get"
                 refgb = [r[op]["rps"] * size / 1e9 for r in ref]
-                gb = [float(r[mine]["gbps"]) for r in runs[proto]]
-                t.add(case, "%s %d MiB x%d clients (%s)" % (mine, mib, clients, proto),
+                gb = [float(r[mine]["gbps"]) for r in runs[v]]
+                t.add(case, "%s %d MiB x%d clients (%s)" % (mine, mib, clients, what),
                       "redis %s -d %d -c %d" % (op.upper(), size, clients), med(refgb), med(gb), "GB/s",
                       ratio=med([g / r for g, r in zip(gb, refgb) if r > 0]))
 
@@ -267,7 +281,7 @@ def main():
                 if "a" in a.cases:
                     log("a: same host, 1 and 4 MiB, %d clients" % a.clients)
                     case_throughput(t, a.build, "a", cl.addr, "127.0.0.1", rport, a.clients, a.reps,
-                                    ("tcp,shm", "tcp"))
+                                    (("tcp,shm", 1), ("tcp", 1), ("tcp,shm", 0)))
                 if "c" in a.cases:
                     log("c: batch_is_exist, 128 keys per call")
                     vals = [float(crescent(a.build, cl.addr, ["--op", "exist", "--batch", "128", "--threads", "1",
@@ -317,7 +331,8 @@ def main():
                 rp, rport = redis_start(ipb, pb)
                 cl = Cluster(a.build, host=ipb, prefix=pb, proto="tcp")
                 try:
-                    case_throughput(t, a.build, "b", cl.addr, ipb, rport, a.clients, a.reps, ("tcp",),
+                    case_throughput(t, a.build, "b", cl.addr, ipb, rport, a.clients, a.reps,
+                                    (("tcp", 1), ("tcp", 0)),
                                     prefix=pa, rprefix=pa)
                 finally:
                     cl.close()
