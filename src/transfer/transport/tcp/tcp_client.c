@@ -796,9 +796,23 @@ static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
         }
         int ct = (int)(st->cfg.timeout_ms < 5000 ? st->cfg.timeout_ms : 5000);
         int fd = cr__net_connect(remote.addr, remote.port, st->cfg.nics[pa->lnic], ct);
-        if (fd < 0) { /* the queue's senders find out about the path */
+        if (fd < 0) {
+            /* set the path aside as a sender would (re-probed after
+             * TCP_REPROBE_NS); with no path left the peer is unreachable
+             * now: fail at once rather than let the queue wait out another
+             * connect timeout */
+            uint64_t t_now = cr__now_ns();
+            pthread_mutex_lock(&p->mu);
+            atomic_store(&pa->down_until_ns, t_now + TCP_REPROBE_NS);
+            pa->failed = remote;
+            int gone = all_paths_down(p, t_now);
+            pthread_mutex_unlock(&p->mu);
             sync_release(p, sl, 0);
-            return 0;
+            if (!gone)
+                return 0; /* the queue tries the other paths */
+            CR_LOG_INFO(LOGC, "segment %s unreachable: %s", p->xp->name, cr_strerror(fd));
+            cr__xfer_task_done(t, fd == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH);
+            return 1;
         }
         cr__tcp_tune_socket(st, fd);
         cr__net_set_timeouts(fd, (int)st->cfg.timeout_ms);

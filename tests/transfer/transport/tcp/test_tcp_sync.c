@@ -69,7 +69,8 @@ static int teardown(void **state)
 {
     fx_t *f = *state;
     cr_xfer_engine_destroy(f->a);
-    cr_xfer_engine_destroy(f->b);
+    if (f->b)
+        cr_xfer_engine_destroy(f->b);
     xt_free(f->abuf, BUF);
     xt_free(f->bbuf, BUF);
     xt_free(f->bextra, 1u << 20);
@@ -179,6 +180,26 @@ static void test_cut_connection_falls_back_to_queue(void **state)
     assert_int_equal(sync_done(f->a), before + 1);
 }
 
+/* the target is gone before the first request: the caller's connect is
+ * refused, the only path is set aside and the request fails as unreachable,
+ * not with a timeout (a refused connect is also how the queue finds out; a
+ * silent peer, where the sync path saves the queue's second connect timeout,
+ * needs a black-holed address and is not covered here) */
+static void test_unreachable_target_fails_fast(void **state)
+{
+    fx_t *f = *state;
+    uint64_t b = (uint64_t)(uintptr_t)f->bbuf;
+    cr_xfer_engine_destroy(f->b);
+    f->b = NULL;
+    int rc = one(f, CR_XFER_WRITE, 0, b, 4096);
+    if (rc != -EHOSTUNREACH)
+        fail_msg("WRITE to a target that is gone: %s (%d), expected -EHOSTUNREACH",
+                 cr_strerror(rc), rc);
+    rc = one(f, CR_XFER_READ, 0, b, 65536); /* path set aside: through the queue */
+    if (rc == 0)
+        fail_msg("READ from a target that is gone succeeded");
+}
+
 /* congestion control: cubic by default; one the kernel refuses falls back
  * to reno and transfers still work */
 static void test_congestion_control_choice(void **state)
@@ -210,6 +231,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refused_status_is_final_and_connection_survives,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_connection_falls_back_to_queue, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unreachable_target_fails_fast, setup, teardown),
         cmocka_unit_test(test_congestion_control_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
