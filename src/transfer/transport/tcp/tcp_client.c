@@ -305,22 +305,24 @@ static void conn_fail(tcp_conn_t *c, int err)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* A connect on path failed: set the path aside; with every path down, fail
- * what is queued (the peer is unreachable). */
-static void path_failed(tcp_conn_t *c, const cr__seg_nic_t *remote, int err)
+/* A connect on path failed: set the path aside (re-probed after
+ * TCP_REPROBE_NS); with every path down, fail what is queued (the peer is
+ * unreachable) and return 1. */
+static int path_failed(tcp_peer_t *p, int path, const cr__seg_nic_t *remote, int err)
 {
-    tcp_peer_t *p = c->peer;
     uint64_t now = cr__now_ns();
     pthread_mutex_lock(&p->mu);
-    atomic_store(&p->paths[c->path].down_until_ns, now + TCP_REPROBE_NS);
-    p->paths[c->path].failed = *remote;
-    if (all_paths_down(p, now)) {
+    atomic_store(&p->paths[path].down_until_ns, now + TCP_REPROBE_NS);
+    p->paths[path].failed = *remote;
+    int gone = all_paths_down(p, now);
+    if (gone) {
         CR_LOG_WARN(LOGC, "segment %s unreachable on every path: %s", p->xp->name,
                     cr_strerror(err));
         fail_queued_locked(p, err == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH);
     }
     wake_peer_locked(p);
     pthread_mutex_unlock(&p->mu);
+    return gone;
 }
 
 static void *sender_main(void *arg)
@@ -363,7 +365,7 @@ static void *sender_main(void *arg)
             if (rc) {
                 CR_LOG_INFO(LOGC, "connect to %s (path %d) failed: %s", p->xp->name, c->path,
                             cr_strerror(rc));
-                path_failed(c, &remote, rc);
+                path_failed(p, c->path, &remote, rc);
                 continue;
             }
             atomic_store(&pa->down_until_ns, 0);
@@ -797,20 +799,13 @@ static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
         int ct = (int)(st->cfg.timeout_ms < 5000 ? st->cfg.timeout_ms : 5000);
         int fd = cr__net_connect(remote.addr, remote.port, st->cfg.nics[pa->lnic], ct);
         if (fd < 0) {
-            /* set the path aside as a sender would (re-probed after
-             * TCP_REPROBE_NS); with no path left the peer is unreachable
-             * now: fail at once rather than let the queue wait out another
+            /* as a sender would: with no path left the peer is unreachable
+             * now, fail at once rather than let the queue wait out another
              * connect timeout */
-            uint64_t t_now = cr__now_ns();
-            pthread_mutex_lock(&p->mu);
-            atomic_store(&pa->down_until_ns, t_now + TCP_REPROBE_NS);
-            pa->failed = remote;
-            int gone = all_paths_down(p, t_now);
-            pthread_mutex_unlock(&p->mu);
+            int gone = path_failed(p, pi, &remote, fd);
             sync_release(p, sl, 0);
             if (!gone)
                 return 0; /* the queue tries the other paths */
-            CR_LOG_INFO(LOGC, "segment %s unreachable: %s", p->xp->name, cr_strerror(fd));
             cr__xfer_task_done(t, fd == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH);
             return 1;
         }
