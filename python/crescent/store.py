@@ -99,6 +99,8 @@ class DistributedStore(_crescent.DistributedStore):
     def put_tensor(self, key, tensor, config=None):
         """Stores a CPU copy of a PyTorch tensor (header + data). Returns 0 or negative."""
         torch = _torch()
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError("tensor must be a torch.Tensor")
         t = tensor.detach().to("cpu").contiguous()
         name = str(t.dtype).replace("torch.", "")
         if name not in _DTYPES or t.dim() > 4:
