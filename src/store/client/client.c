@@ -204,6 +204,9 @@ static int ping(cr_store_t *s, cr__rpc_client_t *c, uint32_t *flags)
     cr__rpc_msg_t req = {0}, rep = {0};
     req.type = CR__RPC_PING;
     req.client_id = s->id;
+    /* name the segment we hold mounted: a master that dropped it says so */
+    if (s->seg_base && atomic_load(&s->mounted))
+        req.segment = s->seg_name;
     int rc = cr__rpc_client_call(c, &req, &rep);
     if (rc)
         return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;

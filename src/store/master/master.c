@@ -81,7 +81,7 @@ typedef struct held {
 
 typedef struct client {
     cr__rpc_client_id_t id;
-    uint64_t last_ms;
+    uint64_t last_ms; /* last heartbeat, on the awake clock (awake_locked) */
     int live;
 } client_t;
 
@@ -119,6 +119,13 @@ struct cr__master {
     int futile;
     uint32_t *order; /* scratch: candidate segments of one placement */
     uint32_t cap_order;
+    /* The awake clock: time the master was able to run. It follows now_ms
+     * but a gap between two observations longer than STALL_CREDIT_MS (the
+     * process stopped, the VM paused, the machine starved it) counts as
+     * STALL_CREDIT_MS only: a master that could not read heartbeats does
+     * not count that time against its clients. */
+    uint64_t awake_ms, seen_ms;
+    int clock_started;
     uint64_t counters[CR__MM_COUNT];
 };
 
@@ -445,6 +452,33 @@ uint64_t cr__master_id(const cr__master_t *m) { return m->master_id; }
 
 /* ---- clients and segments ----------------------------------------------- */
 
+/* The longest gap between two observations of the clock (ticks every
+ * ~100 ms, heartbeats) that is believed to be time the master was running. */
+#define STALL_CREDIT_MS 500
+
+static uint64_t awake_locked(cr__master_t *m, uint64_t now)
+{
+    if (!m->clock_started) {
+        m->clock_started = 1;
+        m->seen_ms = now;
+        m->awake_ms = now;
+        return now;
+    }
+    if (now > m->seen_ms) {
+        uint64_t gap = now - m->seen_ms;
+        if (gap > STALL_CREDIT_MS) {
+            CNT(m, stalls_total)++;
+            CNT(m, stalled_ms_total) += gap - STALL_CREDIT_MS;
+            CR_LOG_WARN("master", "did not run for %" PRIu64 " ms (stopped or starved): "
+                        "that time does not count against client heartbeats", gap);
+            gap = STALL_CREDIT_MS;
+        }
+        m->awake_ms += gap;
+        m->seen_ms = now;
+    }
+    return m->awake_ms;
+}
+
 static int id_eq(cr__rpc_client_id_t a, cr__rpc_client_id_t b)
 {
     return a.hi == b.hi && a.lo == b.lo;
@@ -480,7 +514,7 @@ static uint32_t client_add(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now
         }
         m->n_clients++;
     }
-    m->clients[i] = (client_t){.id = id, .last_ms = now, .live = 1};
+    m->clients[i] = (client_t){.id = id, .last_ms = awake_locked(m, now), .live = 1};
     m->live_clients++;
     return i;
 }
@@ -505,7 +539,7 @@ static int ping_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now, ui
             return -ENOMEM;
         *flags = CR__RPC_F_NEED_REMOUNT;
     } else {
-        m->clients[c].last_ms = now;
+        m->clients[c].last_ms = awake_locked(m, now);
     }
     return 0;
 }
@@ -529,7 +563,7 @@ static int mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *nam
     if (s != NONE32) {
         seg_t *sg = &m->segs[s];
         if (c != NONE32 && sg->client == c && sg->base == base && sg->size == size) {
-            m->clients[c].last_ms = now;
+            m->clients[c].last_ms = awake_locked(m, now);
             return 0;
         }
         return CR_E_SEGMENT_ALREADY_EXISTS;
@@ -543,7 +577,7 @@ static int mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *nam
         if (c == NONE32)
             return -ENOMEM;
     }
-    m->clients[c].last_ms = now;
+    m->clients[c].last_ms = awake_locked(m, now);
     for (s = 0; s < m->n_segs; s++)
         if (!m->segs[s].live)
             break;
@@ -700,7 +734,7 @@ int cr__master_unmount(cr__master_t *m, cr__rpc_client_id_t id, const char *name
     uint32_t c = client_find(m, id);
     uint32_t s = name ? seg_find(m, name) : NONE32;
     if (s != NONE32 && c != NONE32 && m->segs[s].client == c) {
-        m->clients[c].last_ms = now;
+        m->clients[c].last_ms = awake_locked(m, now);
         seg_drop_locked(m, s, now);
         rc = 0;
     }
@@ -708,16 +742,19 @@ int cr__master_unmount(cr__master_t *m, cr__rpc_client_id_t id, const char *name
     return rc;
 }
 
+/* Expires clients silent for client_ttl on the awake clock: only time
+ * in which the master could have read their heartbeats counts. */
 static void expire_clients_locked(cr__master_t *m, uint64_t now)
 {
+    uint64_t awake = awake_locked(m, now);
     for (uint32_t c = 0; c < m->n_clients; c++) {
         client_t *cl = &m->clients[c];
-        if (!cl->live || now - cl->last_ms <= m->cfg.client_ttl_ms || now < cl->last_ms)
+        if (!cl->live || awake - cl->last_ms <= m->cfg.client_ttl_ms || awake < cl->last_ms)
             continue;
         for (uint32_t s = 0; s < m->n_segs; s++)
             if (m->segs[s].live && m->segs[s].client == c) {
                 CR_LOG_WARN("master", "client silent for %" PRIu64 " ms: unmounting %s",
-                            now - cl->last_ms, m->segs[s].name);
+                            awake - cl->last_ms, m->segs[s].name);
                 seg_drop_locked(m, s, now);
             }
         cl->live = 0;
@@ -1364,6 +1401,13 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     case CR__RPC_PING:
         CNT(m, rpc_ping_total)++;
         rc = ping_locked(m, req->client_id, now, &reply->flags);
+        /* a heartbeat naming the segment its sender believes mounted: if
+         * the master dropped it (expiry, restart), the sender remounts */
+        if (!rc && req->segment) {
+            uint32_t s = seg_find(m, req->segment);
+            if (s == NONE32 || m->segs[s].client != client_find(m, req->client_id))
+                reply->flags |= CR__RPC_F_NEED_REMOUNT;
+        }
         reply->master_id = m->master_id;
         reply->count = m->cfg.client_ttl_ms;
         break;
@@ -1376,7 +1420,7 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
         uint32_t c = client_find(m, req->client_id);
         uint32_t s = req->segment ? seg_find(m, req->segment) : NONE32;
         if (s != NONE32 && c != NONE32 && m->segs[s].client == c) {
-            m->clients[c].last_ms = now;
+            m->clients[c].last_ms = awake_locked(m, now);
             seg_drop_locked(m, s, now);
         } else {
             rc = CR_E_SEGMENT_NOT_FOUND;

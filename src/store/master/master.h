@@ -178,7 +178,9 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(clients, gauge, "Clients with a live heartbeat")                                         \
     X(capacity_bytes, gauge, "Bytes of mounted segment memory")                                \
     X(allocated_bytes, gauge, "Bytes allocated (objects, pending puts, quarantine)")          \
-    X(quarantine_bytes, gauge, "Freed bytes waiting for leases to expire before reuse")
+    X(quarantine_bytes, gauge, "Freed bytes waiting for leases to expire before reuse")      \
+    X(stalls_total, counter, "Times the master found it had not run for over 500 ms")         \
+    X(stalled_ms_total, counter, "Milliseconds of stalls not counted against heartbeats")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

@@ -318,6 +318,8 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
             } else {
                 w_u64(b, m->client_id.hi);
                 w_u64(b, m->client_id.lo);
+                if (m->segment) /* optional: the segment the sender holds mounted */
+                    rc = w_seg(b, m->segment);
             }
             break;
         case CR__RPC_MOUNT_SEGMENT:
@@ -607,6 +609,11 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
             } else {
                 m.client_id.hi = r_u64(&r);
                 m.client_id.lo = r_u64(&r);
+                if (!r.bad && r.left) {
+                    m.segment = r_seg(&r, &m, &nomem);
+                    if (!m.segment)
+                        rc = -1;
+                }
             }
             break;
         case CR__RPC_MOUNT_SEGMENT:

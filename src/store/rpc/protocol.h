@@ -190,7 +190,9 @@ typedef struct cr__rpc_item {
 } cr__rpc_item_t;
 
 /* A decoded or to-be-encoded message. Fields by type:
- *   PING req:        client_id
+ *   PING req:        client_id [, segment: optional, the segment the sender
+ *                    holds mounted; if the master does not have it mounted
+ *                    for this client the reply says NEED_REMOUNT]
  *   PING reply:      status, flags (NEED_REMOUNT), master_id, count = client
  *                    ttl in ms (a client silent that long loses its segments)
  *   MOUNT req:       client_id, segment, base, size

@@ -267,6 +267,43 @@ static void test_striping(void **s)
     cr__master_destroy(m);
 }
 
+/* Regression (issue 10): a master stopped for 3x the client ttl expired
+ * every client in the same millisecond on resume. Time in which the master
+ * did not run is not counted against heartbeats; a client that stays
+ * silent once the master runs again still expires. */
+static void test_master_stall_expires_nobody(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    uint32_t f;
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 4 * MiB, 0), 0);
+    assert_int_equal(cr__master_mount(m, CB, "segB", 0x20000000, 4 * MiB, 0), 0);
+    assert_int_equal(put(m, "onA", 1000, 1, 0, 1, NULL, 1), 0);
+    for (uint64_t t = 100; t <= 900; t += 100)
+        tick_alive(m, t);
+    /* the master stops for 30 s (3 ttls); its ticker runs first on resume */
+    cr__master_tick(m, 30900);
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.segments, 2);
+    assert_int_equal(st.counters[CR__MM_clients_expired_total], 0);
+    assert_int_equal(st.counters[CR__MM_stalls_total], 1);
+    /* heartbeats queued during the stop arrive: both are alive */
+    assert_int_equal(cr__master_ping(m, CA, 30901, &f), 0);
+    assert_int_equal(f, 0);
+    /* B never pings again: it expires after the ttl of running time */
+    uint64_t t = 30900;
+    while (st.segments == 2 && t < 30900 + 20000) {
+        t += 100;
+        cr__master_ping(m, CA, t, &f);
+        cr__master_tick(m, t);
+        cr__master_stats(m, &st);
+    }
+    assert_int_equal(st.segments, 1);
+    assert_true(t - 30900 >= 9000 && t - 30900 <= 11000);
+    cr__master_destroy(m);
+}
+
 static void test_client_ttl_expiry(void **s)
 {
     (void)s;
@@ -300,8 +337,9 @@ static void test_client_ttl_expiry(void **s)
     cr__rpc_msg_free(&msg);
     assert_int_equal(cr__master_validate(m, "two", 3, ver, rid_a, 4), 0);
     /* B keeps pinging, A goes silent */
-    for (uint64_t t = 1000; t <= 10000; t += 1000) {
-        assert_int_equal(cr__master_ping(m, CB, t, &flags), 0);
+    for (uint64_t t = 100; t <= 10000; t += 100) {
+        if (t % 1000 == 0)
+            assert_int_equal(cr__master_ping(m, CB, t, &flags), 0);
         cr__master_tick(m, t);
     }
     assert_int_equal(exist(m, "onA", 10001), 0); /* silent for exactly the ttl: kept */
@@ -649,8 +687,10 @@ static void test_limits(void **s)
                      CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
     assert_int_equal(cr__master_unmount(m, (cr__rpc_client_id_t){100, 0}, "s2", 1), 0);
     assert_int_equal(cr__master_mount(m, (cr__rpc_client_id_t){100, 0}, "s3", 0, MiB, 1), 0);
-    /* silent clients expire and free their slots */
-    cr__master_tick(m, 20000);
+    /* silent clients expire and free their slots (ticks every 100 ms: a
+     * master that did not run in between would not count that time) */
+    for (uint64_t t = 100; t <= 20000; t += 100)
+        cr__master_tick(m, t);
     assert_int_equal(cr__master_ping(m, (cr__rpc_client_id_t){100, 9}, 20001, &f), 0);
     assert_int_equal(f, CR__RPC_F_NEED_REMOUNT);
     cr__master_stats_t st;
@@ -748,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_replicas_distinct_and_preferred),
         cmocka_unit_test(test_striping),
         cmocka_unit_test(test_client_ttl_expiry),
+        cmocka_unit_test(test_master_stall_expires_nobody),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),
         cmocka_unit_test(test_remount_hold),
