@@ -189,8 +189,10 @@ CR_API double cr_cond_cost_prefill(const cr_cond_model_t *m, uint64_t input_len,
  * charged cr_cond_cost_prefill() with the tokens before it as prefix. With
  * stages > 1 the layers are split over `stages` instances that pipeline the
  * chunks (Mooncake's chunked pipeline parallelism): sum / stages plus the
- * pipeline fill, (stages - 1) / stages of the last chunk, plus one
- * transfer_overhead_s per extra stage for the activations hand-off. */
+ * pipeline fill, (stages - 1) / stages of the LARGEST chunk (a
+ * proportionate flow shop drains at its slowest chunk; the last chunk is
+ * often a short remainder), plus one transfer_overhead_s per extra stage for
+ * the activations hand-off. */
 CR_API double cr_cond_cost_prefill_chunked(const cr_cond_model_t *m, uint64_t input_len,
                                            uint64_t reused_len, uint32_t chunk_tokens,
                                            uint32_t stages);

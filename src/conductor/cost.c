@@ -65,16 +65,22 @@ double cr_cond_cost_prefill_chunked(const cr_cond_model_t *m, uint64_t input_len
     uint64_t ch = chunk_tokens ? chunk_tokens : input_len - reused_len;
     if (ch == 0 || stages == 0)
         return cr_cond_cost_prefill(m, input_len, reused_len);
-    double sum = 0, last = 0;
+    /* stages run 1/stages of the layers each: a proportionate flow shop,
+     * whose makespan is sum / k + (k - 1) / k x the LARGEST chunk (the
+     * pipeline drains at the pace of its slowest chunk). The last chunk is
+     * often a short remainder, so it must not stand in for the largest. */
+    double sum = 0, big = 0;
     for (uint64_t a = reused_len; a < input_len; a += ch) {
         uint64_t b = input_len - a > ch ? a + ch : input_len;
-        last = cr_cond_cost_prefill(m, b, a);
-        sum += last;
+        double c = cr_cond_cost_prefill(m, b, a);
+        sum += c;
+        if (c > big)
+            big = c;
     }
     if (reused_len >= input_len)
         return cr_cond_cost_prefill(m, input_len, reused_len);
     if (stages == 1)
         return sum;
     double k = stages;
-    return sum / k + (k - 1) / k * last + (k - 1) * m->transfer_overhead_s;
+    return sum / k + (k - 1) / k * big + (k - 1) * m->transfer_overhead_s;
 }

@@ -85,15 +85,33 @@ static void test_chunked_and_pipelined(void **st)
     /* unchunked == cost_prefill */
     assert_float_equal(cr_cond_cost_prefill_chunked(&m, 10, 2, 0, 1),
                        cr_cond_cost_prefill(&m, 10, 2), 1e-9);
-    /* 2 stages: half the sum + half the last chunk + one hand-off */
+    /* 2 stages: half the sum + half the LARGEST chunk + one hand-off. The
+     * last chunk [8,10) is a short remainder (2 tokens): the fill must be
+     * charged with c2, the largest (regression: it used the last one). */
+    assert_true(c3 < c2);
+    assert_true(c2 > c1);
     assert_float_equal(cr_cond_cost_prefill_chunked(&m, 10, 2, 3, 2),
-                       (c1 + c2 + c3) / 2 + c3 / 2 + 0.125, 1e-9);
+                       (c1 + c2 + c3) / 2 + c2 / 2 + 0.125, 1e-9);
+    /* 3 stages: a third of the sum + 2/3 of the largest + two hand-offs */
+    assert_float_equal(cr_cond_cost_prefill_chunked(&m, 10, 2, 3, 3),
+                       (c1 + c2 + c3) / 3 + 2 * c2 / 3 + 2 * 0.125, 1e-9);
     /* the default model: pipelining a 64k prefill over 2 instances helps */
     cr_cond_model_default(&m);
     double one = cr_cond_cost_prefill_chunked(&m, 65536, 0, 8192, 1);
     double two = cr_cond_cost_prefill_chunked(&m, 65536, 0, 8192, 2);
     if (!(two < 0.7 * one && two > 0.5 * one))
         fail_msg("2-stage pipeline %.3f s vs 1 stage %.3f s: expected 0.5..0.7x", two, one);
+    /* the issue's case: 25k tokens in 8192-token chunks leave a 424-token
+     * remainder; the 2-stage fill is half of the third (largest) chunk */
+    double full[4], sum = 0;
+    for (int i = 0; i < 4; i++) {
+        uint64_t a = (uint64_t)i * 8192, b = a + 8192 > 25000 ? 25000 : a + 8192;
+        full[i] = cr_cond_cost_prefill(&m, b, a);
+        sum += full[i];
+    }
+    assert_true(full[3] < full[2] / 10);
+    double two25 = cr_cond_cost_prefill_chunked(&m, 25000, 0, 8192, 2);
+    assert_float_equal(two25, sum / 2 + full[2] / 2 + m.transfer_overhead_s, 1e-9);
 }
 
 int main(void)
