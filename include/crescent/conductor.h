@@ -206,6 +206,75 @@ CR_API double cr_cond_cost_decode_step(const cr_cond_model_t *m, uint32_t batch,
  * busy_until (seconds, same clock): max(0, busy_until - now). */
 CR_API double cr_cond_cost_queue(double now, double busy_until);
 
+/* ---- predictor --------------------------------------------------------- */
+/* What the scheduler believes. The cost model above is only a prior: real
+ * prefill and decode times differ from it per request (noise) and
+ * systematically (a wrong MFU, a slower engine). A predictor multiplies the
+ * model by a correction factor learned online from reported actual times:
+ * an exponentially weighted mean of log(actual / model), kept per bucket of
+ * computed tokens (log2) for prefill and once for decode steps, with the
+ * spread (standard deviation of the log ratio) that gives confidence bounds.
+ * A bucket with fewer than min_samples observations uses the all-bucket
+ * correction. Nothing here reads the simulator's ground truth. */
+
+typedef struct cr_cond_pred cr_cond_pred_t;
+
+enum cr_cond_pred_param_field {
+    CR_COND_PRED_PARAM_MODEL = 1u << 0,
+    CR_COND_PRED_PARAM_CHUNK_TOKENS = 1u << 1,
+    CR_COND_PRED_PARAM_LEARN_RATE = 1u << 2,
+    CR_COND_PRED_PARAM_MIN_SAMPLES = 1u << 3,
+};
+
+typedef struct cr_cond_pred_params {
+    uint64_t field_mask;
+    cr_cond_model_t model;   /* the prior; default cr_cond_model_default() */
+    uint32_t chunk_tokens;   /* chunked-prefill chunk size; default 0 (one chunk) */
+    /* weight of a new observation once a bucket has 1 / learn_rate of them
+     * (before that, a plain mean); in (0, 1], default 0.05 */
+    double learn_rate;
+    uint32_t min_samples;    /* per-bucket samples before it is trusted; default 8 */
+} cr_cond_pred_params_t;
+
+#define CR_COND_PRED_BUCKETS 24 /* log2 of computed tokens, 0..23 (16M) */
+
+/* Creates a predictor that knows nothing yet (corrections 1, spread 0).
+ * params may be NULL. Returns 0, -EINVAL, -ENOMEM. Release with
+ * cr_cond_pred_destroy(). */
+CR_API int cr_cond_pred_create(const cr_cond_pred_params_t *params, cr_cond_pred_t **out);
+CR_API void cr_cond_pred_destroy(cr_cond_pred_t *p);
+
+/* Predicted seconds of a prefill of input_len tokens reusing reused_len,
+ * over `stages` pipeline stages (1 = one instance): the chunked cost model
+ * times the learned correction. */
+CR_API double cr_cond_pred_prefill(const cr_cond_pred_t *p, uint64_t input_len,
+                                   uint64_t reused_len, uint32_t stages);
+/* The same, at z standard deviations of the learned log-spread: the
+ * estimate times exp(z * sigma). z = 0 is cr_cond_pred_prefill(). */
+CR_API double cr_cond_pred_prefill_bound(const cr_cond_pred_t *p, uint64_t input_len,
+                                         uint64_t reused_len, uint32_t stages, double z);
+/* Predicted seconds of one decode step (batch requests, context_tokens). */
+CR_API double cr_cond_pred_decode_step(const cr_cond_pred_t *p, uint32_t batch,
+                                       uint64_t context_tokens);
+/* Reports an observed prefill (same arguments as the prediction, plus the
+ * actual seconds it took to compute, queueing excluded) / decode step.
+ * Returns 0, or -EINVAL (actual_s not finite and > 0, stages 0, or
+ * reused_len >= input_len for a prefill); a rejected report changes
+ * nothing. */
+CR_API int cr_cond_pred_observe_prefill(cr_cond_pred_t *p, uint64_t input_len,
+                                        uint64_t reused_len, uint32_t stages, double actual_s);
+CR_API int cr_cond_pred_observe_decode_step(cr_cond_pred_t *p, uint32_t batch,
+                                            uint64_t context_tokens, double actual_s);
+
+typedef struct cr_cond_pred_stats {
+    uint64_t prefill_samples, decode_samples;
+    double prefill_factor, prefill_sigma; /* all buckets: exp(mean log ratio), spread */
+    double decode_factor, decode_sigma;
+} cr_cond_pred_stats_t;
+
+/* Fills *out. Returns 0 or -EINVAL. */
+CR_API int cr_cond_pred_stats(const cr_cond_pred_t *p, cr_cond_pred_stats_t *out);
+
 /* ---- scheduler --------------------------------------------------------- */
 
 typedef enum cr_cond_policy {
@@ -213,11 +282,13 @@ typedef enum cr_cond_policy {
     CR_COND_POLICY_LOAD_BALANCE = 1,
     CR_COND_POLICY_LOCAL_CACHE = 2,   /* local cache-aware */
     CR_COND_POLICY_GLOBAL_CACHE = 3,  /* Algorithm 1 */
-    CR_COND_POLICY_COST_FETCH = 4,    /* ours: see docs/scheduling.md */
-    CR_COND_POLICY_COUNT = 5
+    CR_COND_POLICY_COST_FETCH = 4,    /* cost-based fetch (superseded; docs/scheduling.md) */
+    CR_COND_POLICY_LATE = 5,          /* ours: cache-aware late binding, see below */
+    CR_COND_POLICY_COUNT = 6
 } cr_cond_policy_t;
 
-/* "random", "load_balance", "local_cache", "global_cache", "cost_fetch". */
+/* "random", "load_balance", "local_cache", "global_cache", "cost_fetch",
+ * "late". */
 CR_API const char *cr_cond_policy_name(cr_cond_policy_t p);
 /* Parses a name above (also "lb", "local", "global"). Returns 0 or -EINVAL. */
 CR_API int cr_cond_policy_parse(const char *name, cr_cond_policy_t *out);
@@ -235,6 +306,8 @@ enum cr_cond_sched_param_field {
     CR_COND_SCHED_PARAM_FETCH_MIN_GAIN = 1u << 7,
     CR_COND_SCHED_PARAM_CHUNK_TOKENS = 1u << 8,
     CR_COND_SCHED_PARAM_PIPELINE = 1u << 9,
+    CR_COND_SCHED_PARAM_LATE = 1u << 10,
+    CR_COND_SCHED_PARAM_PRED_LEARN_RATE = 1u << 11,
 };
 
 typedef struct cr_cond_sched_params {
@@ -267,6 +340,14 @@ typedef struct cr_cond_sched_params {
     /* ... and only while at least this many other idle instances stay free
      * for the requests that follow (load adaptivity). Default 0. */
     uint32_t pipeline_reserve;
+    /* POLICY_LATE: a waiting request's score is its predicted prefill on
+     * the freed instance minus late_aging x its wait (s per s; 0 = shortest
+     * predicted first, large = FIFO). Only the late_window oldest waiting
+     * requests are scored (bounded work per pick). Defaults 0.5 and 64. */
+    double late_aging;
+    uint32_t late_window;
+    /* learn rate of the scheduler's predictor (cr_cond_pred_params_t). */
+    double pred_learn_rate;
 } cr_cond_sched_params_t;
 
 /* Creates a scheduler for n_prefill prefill instances (index instance ids
@@ -324,6 +405,32 @@ typedef struct cr_cond_decision {
  * or -EINVAL. */
 CR_API int cr_cond_sched_schedule(cr_cond_sched_t *s, const cr_cond_request_t *req,
                                   cr_cond_decision_t *out);
+
+/* The scheduler's predictor (owned by s, valid until cr_cond_sched_destroy):
+ * every estimate above goes through it. Report actual prefill and decode
+ * times to it (cr_cond_pred_observe_*) and the estimates correct
+ * themselves. */
+CR_API cr_cond_pred_t *cr_cond_sched_predictor(cr_cond_sched_t *s);
+
+/* POLICY_LATE (ours): cache-aware late binding. Requests are not bound to
+ * an instance's queue at arrival; they wait in the conductor, and when
+ * instances are observed idle (idle_mask, bit i = prefill instance i has
+ * nothing queued or running) this picks which waiting request runs and
+ * where. queue[0..n) holds the waiting requests oldest first, each with
+ * .now = its arrival time. For each of the late_window oldest, the best
+ * idle instance is the one with the lowest predicted fetch + prefill (cost-
+ * based fetch of the best prefix anywhere); the request with the lowest
+ * score (that time minus late_aging x its wait) is picked. If it is the
+ * only one waiting, its predicted prefill exceeds pipeline_min_prefill_s
+ * and more idle instances than pipeline_reserve remain, it is pipelined
+ * over idle instances when that lowers its predicted TTFT. With a TTFT SLO
+ * set, a waiting request that can no longer meet it (wait + predicted
+ * prefill > SLO) is returned first, with rejected = 1, for the caller to
+ * shed. Sets *which (index into queue) and *out. Returns 0, -ENOENT (n 0
+ * or no idle instance), -EINVAL. */
+CR_API int cr_cond_sched_pick(cr_cond_sched_t *s, const cr_cond_request_t *queue, size_t n,
+                              double now, uint64_t idle_mask, size_t *which,
+                              cr_cond_decision_t *out);
 
 #ifdef __cplusplus
 }

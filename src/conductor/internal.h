@@ -61,6 +61,18 @@ typedef struct cr__cond_sim_cfg {
     double pipe_min_s, pipe_idle_s; /* cost_fetch pipelining (pipe_min_s 0 = off) */
     uint32_t pipe_max, pipe_reserve;
     double reject_ttft, reject_tbt; /* scheduler rejection thresholds, 0 = off */
+    /* Error model (what happens vs what the scheduler believes): request r's
+     * actual prefill takes the cost model x err_bias x exp(err_sigma x Z_r),
+     * Z_r standard normal drawn from (err_seed, r) so every policy meets the
+     * same errors; every actual decode step takes the model x
+     * err_decode_bias x exp(err_sigma x Z) with Z fresh per step. The
+     * scheduler sees only its predictor, which learns from the completions
+     * the simulator reports to it (learn = 0: never reported). */
+    double err_sigma, err_bias, err_decode_bias;
+    uint64_t err_seed;
+    int learn;
+    double late_aging;         /* POLICY_LATE score weight of waiting */
+    uint32_t late_window;
     double slo_ttft, slo_tbt;  /* SLOs for attainment (0 = ignore that one) */
     uint64_t seed;
     double rate_scale;         /* arrival rate multiplier (timestamps / scale) */
@@ -88,9 +100,23 @@ typedef struct cr__cond_sim_result {
     double sim_end_s;              /* simulated time of the last event */
     uint64_t evictions;
     size_t pipelined;              /* requests whose prefill was pipelined */
+    cr__cond_dist_t handoff;       /* first -> second token gap (s), requests with >= 2 */
+    double share_fetch_s;          /* sum of layer-share copies for pipelined stages */
+    cr_cond_pred_stats_t pred;     /* the scheduler's predictor at the end */
 } cr__cond_sim_result_t;
 
-/* Replays trace under cfg. ttft_out (may be NULL) gets, per replayed
+/* Standard normal draw number k of stream seed (deterministic). */
+double cr__cond_normal(uint64_t seed, uint64_t k);
+
+/* Replays trace under cfg.
+ * TTFT: arrival -> first token, which the prefill produces (queue, prefix
+ * fetch and prefill included). The KV moves to decode layer by layer while
+ * the prefill runs (Mooncake streams it), so it reaches decode at
+ * max(prefill end, prefill start + transfer) + transfer overhead; that
+ * hand-off and the wait for admission to the decode batch make the first ->
+ * second token gap, reported apart (`handoff`). TBT: a request's mean gap
+ * between consecutive decode tokens (second .. last), for requests with
+ * >= 3 output tokens. ttft_out (may be NULL) gets, per replayed
  * request, its TTFT in seconds or -1 if rejected. Returns 0, -EINVAL,
  * -ENOMEM. */
 int cr__cond_sim_run(const cr__cond_trace_t *trace, const cr__cond_sim_cfg_t *cfg,

@@ -1,23 +1,34 @@
 /* Discrete-event simulator: P prefill + D decode instances replaying a
  * Mooncake trace under one scheduling policy.
  *
- * Events (binary heap, ties broken by insertion order): arrival (from the
- * trace, in order), prefill done, KV arrived at decode, decode step done.
- *   - Prefill instances serve requests FIFO. A request's prefill runs as
- *     chunks of chunk_tokens tokens; each chunk is charged the cost model
- *     with the tokens before it as reused prefix, so the quadratic attention
- *     term and the per-chunk overhead are exact. Chunks of one request run
- *     back to back (FIFO), so they need no event each. A prefix fetched from
- *     another instance overlaps the queueing: start = max(instance free,
- *     arrival + fetch time).
+ * What happens and what the scheduler believes are kept apart:
+ *   - Truth: request r's prefill takes the chunked cost model x its error
+ *     factor (cfg err_*); decode steps likewise. Prefill instances serve
+ *     FIFO, so a request's actual start and end are known when it is
+ *     assigned. A prefix fetched from another instance overlaps the
+ *     queueing: start = max(instance free, arrival + fetch time).
+ *   - Belief: the scheduler only sees its predictor (the cost model times a
+ *     correction learned from the completions reported to it) and the
+ *     busy-until it derives from it: on assignment, the predicted prefill is
+ *     added; on every completion the instance's belief is re-based to now +
+ *     the predictions of what is still queued on it (an instance reports its
+ *     queue; the scheduler converts it to time with its predictor).
+ *   - Pipelined prefill over k stages (chunked pipeline parallelism): each
+ *     stage runs 1/k of the layers, so each copies its share of the reused
+ *     prefix it lacks, and afterwards each holds its share of every block.
+ *     The index records the blocks on every stage; the simulator keeps the
+ *     share apart (the scheduler's index does not know it): a later request
+ *     reusing a block held as a 1/k share copies the missing layers first.
  *   - After its prefill an instance holds every block of the request in its
  *     DRAM cache (LRU, cache_blocks per instance); blocks it reused are
  *     touched when the request is scheduled.
- *   - The KV cache then moves to the decode instance chosen at arrival
- *     (cost_transfer of input_len tokens), joins its waiting queue, and is
- *     admitted at the next step boundary (continuous batching) if the batch
- *     and KV capacity allow. Every step emits one token per running request
- *     and lasts cost_decode_step(batch, context).
+ *   - The KV streams to the decode instance during the prefill (see
+ *     internal.h for where that time is counted), joins its waiting queue,
+ *     and is admitted at the next step boundary (continuous batching) if
+ *     the batch and KV capacity allow. Every step emits one token per
+ *     running request.
+ *   - POLICY_LATE binds late: requests wait in the conductor and are placed
+ *     (cr_cond_sched_pick) when instances are observed idle.
  */
 #include <errno.h>
 #include <math.h>
@@ -91,8 +102,11 @@ static ev_t heap_pop(heap_t *h)
 }
 
 typedef struct rstate {
-    double arrival, first_token, ttft, tbt;
-    uint32_t p, d, gen;
+    double arrival, first_token, second_token, ttft, tbt, pred;
+    double factor;       /* actual / model prefill time (error model) */
+    uint64_t mask;       /* prefill stages */
+    uint64_t reused;     /* reused tokens */
+    uint32_t p, d, gen, stages;
     int rejected, done;
 } rstate_t;
 
@@ -103,9 +117,25 @@ typedef struct dinst {
     uint32_t wcap, whead, wn;
     uint64_t ctx; /* context tokens of running requests */
     int stepping;
+    double step_t0;        /* start of the running step (for the predictor) */
+    uint32_t step_batch;
+    uint64_t step_ctx, steps;
     uint32_t assigned;      /* running + waiting + in flight, for the scheduler */
     uint64_t assigned_ctx;
 } dinst_t;
+
+/* layer shares: (block, instance) -> k when the instance holds 1/k of the
+ * block's layers (pipelined prefill); absent = all layers. Open addressing,
+ * k 0 = empty slot, k 1 = tombstone (all layers again). */
+typedef struct share_ent {
+    uint64_t key;
+    uint32_t k;
+} share_ent_t;
+
+typedef struct shares {
+    share_ent_t *v;
+    size_t cap, used;
+} shares_t;
 
 void cr__cond_sim_cfg_default(cr__cond_sim_cfg_t *c)
 {
@@ -117,8 +147,8 @@ void cr__cond_sim_cfg_default(cr__cond_sim_cfg_t *c)
     c->block_tokens = CR_COND_DEFAULT_BLOCK_TOKENS;
     c->threshold = 1.25;
     c->seed = 1;
-    /* cost_fetch pipelining, chosen on the first half of the conversation
-     * trace (docs/scheduling.md) */
+    /* chunked pipeline parallelism (every cache-aware policy): chosen on
+     * the first half of the conversation trace (docs/scheduling.md) */
     c->pipe_min_s = 3;
     c->pipe_max = 2;
     c->pipe_idle_s = 2;
@@ -129,6 +159,30 @@ void cr__cond_sim_cfg_default(cr__cond_sim_cfg_t *c)
     c->max_batch = 128;
     /* 8 x 80 GB HBM - 140 GB weights - 20% activations: ~400 GB of KV */
     c->decode_kv_tokens = 400000000000ull / 327680;
+    c->err_bias = 1;
+    c->err_decode_bias = 1;
+    c->err_seed = 7;
+    c->learn = 1;
+    c->late_aging = 0.5;
+    c->late_window = 64;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+double cr__cond_normal(uint64_t seed, uint64_t k)
+{
+    /* Box-Muller from two hashed uniforms in (0, 1) */
+    uint64_t a = mix64(seed * 0x632BE59BD9B4E019ull ^ mix64(2 * k));
+    uint64_t b = mix64(seed * 0x632BE59BD9B4E019ull ^ mix64(2 * k + 1));
+    double u1 = ((double)(a >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = ((double)(b >> 11) + 0.5) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -161,14 +215,76 @@ typedef struct sim {
     size_t first, n;
     cr_cond_index_t *idx;
     cr_cond_sched_t *s;
+    cr_cond_pred_t *pred; /* the scheduler's, borrowed */
     heap_t h;
     rstate_t *rs;
-    double *busy;
+    double *busy;     /* truth: instance free at */
+    double *belief;   /* what the scheduler is told: busy-until */
+    double *qpred;    /* predicted prefill of what is assigned and not done */
+    uint32_t *nq;     /* requests assigned and not done, per prefill instance */
     dinst_t *di;
+    shares_t sh;
+    /* POLICY_LATE: the conductor's waiting queue, oldest first */
+    uint32_t *lq;
+    size_t lqn;
+    cr_cond_request_t *lreq;
+    uint64_t idle;
+    uint64_t dstep; /* decode steps, for their error draws */
     double now;
-    double prefill_gpu, transfer, hit_local, hit_remote, in_tokens;
+    double prefill_gpu, transfer, share_fetch, hit_local, hit_remote, in_tokens;
     size_t pipelined;
 } sim_t;
+
+static uint64_t skey(uint64_t h, uint32_t inst)
+{
+    return mix64(h ^ ((uint64_t)inst << 56 | (uint64_t)inst));
+}
+
+static share_ent_t *share_slot(const shares_t *t, uint64_t h, uint32_t inst, uint64_t key)
+{
+    (void)h;
+    (void)inst;
+    size_t m = t->cap - 1;
+    for (size_t i = key & m;; i = (i + 1) & m)
+        if (t->v[i].k == 0 || t->v[i].key == key)
+            return &t->v[i];
+}
+
+static uint32_t share_get(const shares_t *t, uint64_t h, uint32_t inst)
+{
+    if (!t->cap)
+        return 1;
+    share_ent_t *e = share_slot(t, h, inst, skey(h, inst));
+    return e->k ? e->k : 1;
+}
+
+static int share_set(shares_t *t, uint64_t h, uint32_t inst, uint32_t k)
+{
+    if (k <= 1 && share_get(t, h, inst) == 1)
+        return 0; /* nothing to undo */
+    if ((t->used + 1) * 2 > t->cap) {
+        size_t nc = t->cap ? t->cap * 2 : 4096;
+        share_ent_t *nv = calloc(nc, sizeof *nv);
+        if (!nv)
+            return -ENOMEM;
+        shares_t n2 = {nv, nc, 0};
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->v[i].k > 1) {
+                share_ent_t *e = share_slot(&n2, 0, 0, t->v[i].key);
+                *e = t->v[i];
+                n2.used++;
+            }
+        free(t->v);
+        *t = n2;
+    }
+    uint64_t key = skey(h, inst);
+    share_ent_t *e = share_slot(t, h, inst, key);
+    if (!e->k)
+        t->used++;
+    e->key = key;
+    e->k = k ? k : 1;
+    return 0;
+}
 
 static void report_decode(sim_t *S, uint32_t d)
 {
@@ -204,7 +320,13 @@ static int start_step(sim_t *S, uint32_t d)
     }
     x->stepping = 1;
     double dt = cr_cond_cost_decode_step(&S->c->model, x->nrun, x->ctx);
-    return heap_push(&S->h, S->now + dt, EV_STEP_DONE, d);
+    x->step_t0 = S->now;
+    x->step_batch = x->nrun;
+    x->step_ctx = x->ctx;
+    double f = S->c->err_decode_bias;
+    if (S->c->err_sigma > 0)
+        f *= exp(S->c->err_sigma * cr__cond_normal(S->c->err_seed ^ 0xdec0de, S->dstep++));
+    return heap_push(&S->h, S->now + dt * f, EV_STEP_DONE, d);
 }
 
 static void finish(sim_t *S, uint32_t r)
@@ -213,7 +335,8 @@ static void finish(sim_t *S, uint32_t r)
     const cr__cond_trace_req_t *q = &S->tr->reqs[S->first + r];
     dinst_t *x = &S->di[st->d];
     st->done = 1;
-    st->tbt = q->output_len > 1 ? (S->now - st->first_token) / (q->output_len - 1) : -1;
+    /* TBT: mean gap between decode tokens 2..n (see internal.h) */
+    st->tbt = q->output_len > 2 ? (S->now - st->second_token) / (q->output_len - 2) : -1;
     x->assigned--;
     x->assigned_ctx -= q->input_len + st->gen;
     report_decode(S, st->d);
@@ -222,6 +345,9 @@ static void finish(sim_t *S, uint32_t r)
 static int on_step_done(sim_t *S, uint32_t d)
 {
     dinst_t *x = &S->di[d];
+    if (S->c->learn)
+        cr_cond_pred_observe_decode_step(S->pred, x->step_batch, x->step_ctx,
+                                         S->now - x->step_t0);
     x->ctx += x->nrun;
     x->assigned_ctx += x->nrun;
     uint32_t k = 0;
@@ -230,6 +356,8 @@ static int on_step_done(sim_t *S, uint32_t d)
         rstate_t *st = &S->rs[r];
         const cr__cond_trace_req_t *q = &S->tr->reqs[S->first + r];
         st->gen++;
+        if (st->gen == 1)
+            st->second_token = S->now;
         if (st->gen + 1 >= q->output_len) {
             x->ctx -= q->input_len + st->gen;
             finish(S, r);
@@ -270,18 +398,184 @@ static int on_join(sim_t *S, uint32_t r)
     return 0;
 }
 
+static int late_dispatch(sim_t *S);
+
 static int on_prefill_done(sim_t *S, uint32_t r)
 {
     rstate_t *st = &S->rs[r];
     const cr__cond_trace_req_t *q = &S->tr->reqs[S->first + r];
     st->first_token = S->now;
     st->ttft = S->now - st->arrival;
-    int rc = cr_cond_index_insert(S->idx, st->p, CR_COND_TIER_DRAM, S->tr->hashes + q->off,
-                                  q->n_blocks, NULL);
-    if (rc)
-        return rc;
+    const uint64_t *hs = S->tr->hashes + q->off;
+    double exec = cr_cond_cost_prefill_chunked(&S->c->model, q->input_len, st->reused,
+                                               S->c->chunk_tokens, st->stages) *
+                  st->factor;
+    double start = S->now - exec;
+    for (uint64_t m = st->mask; m; m &= m - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(m);
+        /* every stage holds its layer share of every block */
+        int rc = cr_cond_index_insert(S->idx, i, CR_COND_TIER_DRAM, hs, q->n_blocks, NULL);
+        if (rc)
+            return rc;
+        for (uint32_t b = 0; b < q->n_blocks; b++)
+            if ((rc = share_set(&S->sh, hs[b], i, st->stages)) != 0)
+                return rc;
+        /* the instance reports its queue; the scheduler re-bases its belief */
+        S->qpred[i] -= st->pred;
+        S->nq[i]--;
+        if (S->nq[i] == 0 || S->qpred[i] < 0)
+            S->qpred[i] = 0;
+        S->belief[i] = S->now + S->qpred[i];
+        if (S->c->policy == CR_COND_POLICY_LATE) {
+            if (S->nq[i] == 0)
+                S->idle |= 1ull << i;
+        } else {
+            cr_cond_sched_set_prefill_load(S->s, i, S->belief[i]);
+        }
+    }
+    if (S->c->learn)
+        cr_cond_pred_observe_prefill(S->pred, q->input_len, st->reused, st->stages, exec);
+    /* the KV streamed to decode while the prefill ran */
     double tx = cr_cond_cost_transfer(&S->c->model, q->input_len);
-    return heap_push(&S->h, S->now + tx, EV_DECODE_JOIN, r);
+    double join = start + tx > S->now ? start + tx : S->now;
+    int rc = heap_push(&S->h, join + S->c->model.transfer_overhead_s, EV_DECODE_JOIN, r);
+    if (rc == 0 && S->c->policy == CR_COND_POLICY_LATE)
+        rc = late_dispatch(S);
+    return rc;
+}
+
+/* Seconds for instance i to get the KV of the first `reused` tokens of
+ * request q for a stage running 1/stages of the layers: blocks it lacks, or
+ * holds only a smaller layer share of, are copied (truth, share-aware). */
+static double stage_fetch(sim_t *S, const cr__cond_trace_req_t *q, uint32_t i, uint64_t reused,
+                          uint32_t stages, uint64_t *local_tok)
+{
+    const uint64_t *hs = S->tr->hashes + q->off;
+    uint32_t bt = S->c->block_tokens;
+    cr_cond_match_t m;
+    uint32_t held = 0;
+    if (q->n_blocks && cr_cond_index_match(S->idx, i, hs, q->n_blocks, &m) == 0)
+        held = m.blocks;
+    double need = 1.0 / stages, bytes_tok = 0; /* in token-equivalents of full KV */
+    uint64_t lt = 0;
+    for (uint32_t b = 0; b < held && (uint64_t)b * bt < reused; b++) {
+        uint64_t tok = reused - (uint64_t)b * bt < bt ? reused - (uint64_t)b * bt : bt;
+        double have = 1.0 / share_get(&S->sh, hs[b], i);
+        if (have < need)
+            bytes_tok += (need - have) * (double)tok;
+        lt += tok;
+    }
+    if (reused > lt)
+        bytes_tok += need * (double)(reused - lt);
+    if (local_tok)
+        *local_tok = lt;
+    if (bytes_tok <= 0)
+        return 0;
+    return S->c->model.transfer_overhead_s +
+           bytes_tok * S->c->model.kv_bytes_per_token / S->c->model.net_bandwidth;
+}
+
+/* Applies decision d for request r at S->now: truth execution, belief. */
+static int assign(sim_t *S, uint32_t r, const cr_cond_decision_t *d)
+{
+    rstate_t *st = &S->rs[r];
+    const cr__cond_trace_req_t *q = &S->tr->reqs[S->first + r];
+    const uint64_t *hs = S->tr->hashes + q->off;
+    st->p = d->prefill;
+    st->d = d->decode;
+    uint64_t mask = d->pipeline_mask ? d->pipeline_mask : 1ull << d->prefill;
+    uint32_t stages = (uint32_t)__builtin_popcountll(mask);
+    st->mask = mask;
+    st->stages = stages;
+    st->reused = d->reused_tokens;
+    if (d->local_prefix_blocks)
+        cr_cond_index_touch(S->idx, d->prefill, hs, d->local_prefix_blocks);
+    double start = S->now, maxtx = 0;
+    uint64_t local_first = 0;
+    for (uint64_t m = mask; m; m &= m - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(m);
+        if (i >= S->c->n_prefill)
+            return -EINVAL;
+        uint64_t lt;
+        double tx = stage_fetch(S, q, i, d->reused_tokens, stages, &lt);
+        if (i == d->prefill)
+            local_first = lt;
+        if (tx > maxtx)
+            maxtx = tx;
+        double si = S->busy[i] > S->now + tx ? S->busy[i] : S->now + tx;
+        if (si > start)
+            start = si;
+    }
+    if (local_first > d->reused_tokens)
+        local_first = d->reused_tokens;
+    S->hit_local += (double)local_first;
+    S->hit_remote += (double)(d->reused_tokens - local_first);
+    S->in_tokens += q->input_len;
+    if (stages > 1)
+        S->share_fetch += maxtx;
+    else
+        S->transfer += maxtx;
+    double exec = cr_cond_cost_prefill_chunked(&S->c->model, q->input_len, d->reused_tokens,
+                                               S->c->chunk_tokens, stages) *
+                  st->factor;
+    S->prefill_gpu += exec * stages;
+    if (stages > 1)
+        S->pipelined++;
+    st->pred = d->est_prefill_s;
+    for (uint64_t m = mask; m; m &= m - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(m);
+        S->busy[i] = start + exec;
+        /* belief: what the scheduler predicted, on top of what it believed */
+        double b = S->belief[i] > S->now ? S->belief[i] : S->now;
+        if (S->now + d->est_transfer_s > b)
+            b = S->now + d->est_transfer_s;
+        S->belief[i] = b + d->est_prefill_s;
+        S->qpred[i] += d->est_prefill_s;
+        S->nq[i]++;
+        S->idle &= ~(1ull << i);
+        if (S->c->policy != CR_COND_POLICY_LATE)
+            cr_cond_sched_set_prefill_load(S->s, i, S->belief[i]);
+    }
+    dinst_t *x = &S->di[d->decode];
+    x->assigned++;
+    x->assigned_ctx += q->input_len;
+    report_decode(S, d->decode);
+    return heap_push(&S->h, start + exec, EV_PREFILL_DONE, r);
+}
+
+static void set_req(sim_t *S, uint32_t r, cr_cond_request_t *req)
+{
+    const cr__cond_trace_req_t *q = &S->tr->reqs[S->first + r];
+    req->block_hashes = S->tr->hashes + q->off;
+    req->n_blocks = q->n_blocks;
+    req->input_len = q->input_len;
+    req->output_len = q->output_len;
+    req->now = S->rs[r].arrival;
+}
+
+/* POLICY_LATE: place waiting requests while instances are observed idle. */
+static int late_dispatch(sim_t *S)
+{
+    while (S->lqn && S->idle) {
+        size_t w = S->lqn < S->c->late_window ? S->lqn : S->c->late_window;
+        for (size_t j = 0; j < w; j++)
+            set_req(S, S->lq[j], &S->lreq[j]);
+        size_t which;
+        cr_cond_decision_t d;
+        int rc = cr_cond_sched_pick(S->s, S->lreq, w, S->now, S->idle, &which, &d);
+        if (rc)
+            return rc;
+        uint32_t r = S->lq[which];
+        memmove(&S->lq[which], &S->lq[which + 1], (S->lqn - which - 1) * sizeof *S->lq);
+        S->lqn--;
+        if (d.rejected || (S->c->reject_tbt > 0 && d.est_tbt_s > S->c->reject_tbt)) {
+            S->rs[r].rejected = 1;
+            continue;
+        }
+        if ((rc = assign(S, r, &d)) != 0)
+            return rc;
+    }
+    return 0;
 }
 
 static int on_arrival(sim_t *S, uint32_t r)
@@ -289,6 +583,13 @@ static int on_arrival(sim_t *S, uint32_t r)
     rstate_t *st = &S->rs[r];
     const cr__cond_trace_req_t *q = &S->tr->reqs[S->first + r];
     st->arrival = S->now;
+    st->factor = S->c->err_bias;
+    if (S->c->err_sigma > 0)
+        st->factor *= exp(S->c->err_sigma * cr__cond_normal(S->c->err_seed, S->first + r));
+    if (S->c->policy == CR_COND_POLICY_LATE) {
+        S->lq[S->lqn++] = r;
+        return late_dispatch(S);
+    }
     cr_cond_request_t req = {.block_hashes = S->tr->hashes + q->off,
                              .n_blocks = q->n_blocks,
                              .input_len = q->input_len,
@@ -302,43 +603,7 @@ static int on_arrival(sim_t *S, uint32_t r)
         st->rejected = 1;
         return 0;
     }
-    st->p = d.prefill;
-    st->d = d.decode;
-    uint64_t local_tok = (uint64_t)d.local_prefix_blocks * S->c->block_tokens;
-    if (local_tok > d.reused_tokens)
-        local_tok = d.reused_tokens;
-    S->hit_local += (double)local_tok;
-    S->hit_remote += (double)(d.reused_tokens - local_tok);
-    S->in_tokens += q->input_len;
-    double tx = cr_cond_cost_transfer(&S->c->model, d.reused_tokens - local_tok);
-    S->transfer += tx;
-    if (d.local_prefix_blocks)
-        cr_cond_index_touch(S->idx, d.prefill, req.block_hashes, d.local_prefix_blocks);
-    uint64_t mask = d.pipeline_mask ? d.pipeline_mask : 1ull << d.prefill;
-    uint32_t stages = (uint32_t)__builtin_popcountll(mask);
-    double start = S->now + tx;
-    for (uint64_t m = mask; m; m &= m - 1) {
-        uint32_t i = (uint32_t)__builtin_ctzll(m);
-        if (i >= S->c->n_prefill)
-            return -EINVAL;
-        if (S->busy[i] > start)
-            start = S->busy[i];
-    }
-    double exec = cr_cond_cost_prefill_chunked(&S->c->model, q->input_len, d.reused_tokens,
-                                               S->c->chunk_tokens, stages);
-    S->prefill_gpu += exec * stages;
-    if (stages > 1)
-        S->pipelined++;
-    for (uint64_t m = mask; m; m &= m - 1) {
-        uint32_t i = (uint32_t)__builtin_ctzll(m);
-        S->busy[i] = start + exec;
-        cr_cond_sched_set_prefill_load(S->s, i, start + exec);
-    }
-    dinst_t *x = &S->di[d.decode];
-    x->assigned++;
-    x->assigned_ctx += q->input_len;
-    report_decode(S, d.decode);
-    return heap_push(&S->h, start + exec, EV_PREFILL_DONE, r);
+    return assign(S, r, &d);
 }
 
 static int dispatch(sim_t *S, const ev_t *e)
@@ -359,7 +624,10 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
 {
     if (!tr || !c || !res || c->n_prefill == 0 || c->n_prefill > CR_COND_MAX_INSTANCES ||
         c->n_decode == 0 || c->n_decode > 4096 || !(c->rate_scale > 0) ||
-        c->block_tokens == 0 || c->max_batch == 0 || c->first > tr->n)
+        c->block_tokens == 0 || c->max_batch == 0 || c->first > tr->n ||
+        !(c->err_sigma >= 0) || !(c->err_sigma <= 3) || !(c->err_bias > 0) ||
+        !(c->err_decode_bias > 0) || !isfinite(c->err_bias) || !isfinite(c->err_decode_bias) ||
+        c->late_window == 0)
         return -EINVAL;
     sim_t S;
     memset(&S, 0, sizeof S);
@@ -383,7 +651,8 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
                       CR_COND_SCHED_PARAM_BLOCK_TOKENS | CR_COND_SCHED_PARAM_BALANCE_THRESHOLD |
                       CR_COND_SCHED_PARAM_TTFT_SLO | CR_COND_SCHED_PARAM_TBT_SLO |
                       CR_COND_SCHED_PARAM_SEED | CR_COND_SCHED_PARAM_FETCH_MIN_GAIN |
-                      CR_COND_SCHED_PARAM_CHUNK_TOKENS | CR_COND_SCHED_PARAM_PIPELINE,
+                      CR_COND_SCHED_PARAM_CHUNK_TOKENS | CR_COND_SCHED_PARAM_PIPELINE |
+                      CR_COND_SCHED_PARAM_LATE,
         .policy = c->policy,
         .model = c->model,
         .block_tokens = c->block_tokens,
@@ -396,15 +665,24 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
         .pipeline_min_prefill_s = c->pipe_min_s,
         .pipeline_max_stages = c->pipe_max ? c->pipe_max : 4,
         .pipeline_idle_s = c->pipe_idle_s,
-        .pipeline_reserve = c->pipe_reserve};
+        .pipeline_reserve = c->pipe_reserve,
+        .late_aging = c->late_aging,
+        .late_window = c->late_window};
     if ((rc = cr_cond_sched_create(&sp, S.idx, c->n_prefill, c->n_decode, &S.s)) != 0)
         goto out;
+    S.pred = cr_cond_sched_predictor(S.s);
     rc = -ENOMEM;
     S.rs = calloc(S.n ? S.n : 1, sizeof *S.rs);
     S.busy = calloc(c->n_prefill, sizeof *S.busy);
+    S.belief = calloc(c->n_prefill, sizeof *S.belief);
+    S.qpred = calloc(c->n_prefill, sizeof *S.qpred);
+    S.nq = calloc(c->n_prefill, sizeof *S.nq);
     S.di = calloc(c->n_decode, sizeof *S.di);
-    if (!S.rs || !S.busy || !S.di)
+    S.lq = calloc(S.n ? S.n : 1, sizeof *S.lq);
+    S.lreq = calloc(c->late_window, sizeof *S.lreq);
+    if (!S.rs || !S.busy || !S.belief || !S.qpred || !S.nq || !S.di || !S.lq || !S.lreq)
         goto out;
+    S.idle = c->n_prefill == 64 ? ~0ull : (1ull << c->n_prefill) - 1;
     for (uint32_t i = 0; i < c->n_decode; i++)
         report_decode(&S, i);
 
@@ -435,13 +713,15 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
     memset(res, 0, sizeof *res);
     double *tt = malloc((S.n ? S.n : 1) * sizeof *tt);
     double *tb = malloc((S.n ? S.n : 1) * sizeof *tb);
-    if (!tt || !tb) {
+    double *ho = malloc((S.n ? S.n : 1) * sizeof *ho);
+    if (!tt || !tb || !ho) {
         free(tt);
         free(tb);
+        free(ho);
         rc = -ENOMEM;
         goto out;
     }
-    size_t ntt = 0, ntb = 0, ok = 0;
+    size_t ntt = 0, ntb = 0, nho = 0, ok = 0;
     for (size_t i = 0; i < S.n; i++) {
         rstate_t *st = &S.rs[i];
         if (ttft_out)
@@ -454,6 +734,8 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
         tt[ntt++] = st->ttft;
         if (st->tbt >= 0)
             tb[ntb++] = st->tbt;
+        if (tr->reqs[S.first + i].output_len >= 2)
+            ho[nho++] = st->second_token - st->first_token;
         int good = (c->slo_ttft <= 0 || st->ttft <= c->slo_ttft) &&
                    (c->slo_tbt <= 0 || st->tbt < 0 || st->tbt <= c->slo_tbt);
         ok += good;
@@ -461,15 +743,19 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
     res->n = S.n;
     cr__cond_dist(tt, ntt, &res->ttft);
     cr__cond_dist(tb, ntb, &res->tbt);
+    cr__cond_dist(ho, nho, &res->handoff);
     free(tt);
     free(tb);
+    free(ho);
     res->slo_attainment = S.n ? (double)ok / (double)S.n : 0;
     res->hit_local = S.in_tokens > 0 ? S.hit_local / S.in_tokens : 0;
     res->hit_remote = S.in_tokens > 0 ? S.hit_remote / S.in_tokens : 0;
     res->prefill_gpu_s = S.prefill_gpu;
     res->transfer_s = S.transfer;
+    res->share_fetch_s = S.share_fetch;
     res->sim_end_s = S.now;
     res->pipelined = S.pipelined;
+    cr_cond_pred_stats(S.pred, &res->pred);
     cr_cond_index_stats_t is;
     cr_cond_index_stats(S.idx, &is);
     res->evictions = is.evictions;
@@ -481,6 +767,12 @@ out:
         }
     free(S.di);
     free(S.busy);
+    free(S.belief);
+    free(S.qpred);
+    free(S.nq);
+    free(S.lq);
+    free(S.lreq);
+    free(S.sh.v);
     free(S.rs);
     free(S.h.v);
     cr_cond_sched_destroy(S.s);

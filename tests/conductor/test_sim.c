@@ -59,11 +59,17 @@ static void test_single_request_exact_ttft(void **st)
     assert_float_equal(ttft[0], want, 1e-9);
     assert_float_equal(r.ttft.mean, want, 1e-9);
     assert_float_equal(r.prefill_gpu_s, want, 1e-9);
-    /* TBT: the KV transfer to decode then 9 steps of batch 1 */
-    double tb = cr_cond_cost_transfer(&c.model, 4096);
-    for (uint32_t g = 0; g < 9; g++)
+    /* TBT: the 8 gaps between decode tokens 2..10, one step of batch 1 each */
+    double tb = 0;
+    for (uint32_t g = 1; g < 9; g++)
         tb += cr_cond_cost_decode_step(&c.model, 1, 4096 + g);
-    assert_float_equal(r.tbt.mean, tb / 9, 1e-9);
+    assert_float_equal(r.tbt.mean, tb / 8, 1e-9);
+    /* the first -> second token gap: the KV streamed during the prefill
+     * (arrives at max(end, start + transfer) + overhead), then one step */
+    double tx = cr_cond_cost_transfer(&c.model, 4096);
+    double join = (tx > want ? tx : want) + c.model.transfer_overhead_s;
+    assert_float_equal(r.handoff.mean, join - want + cr_cond_cost_decode_step(&c.model, 1, 4096),
+                       1e-6);
     cr__cond_trace_free(&t);
 }
 
@@ -187,34 +193,118 @@ static void test_hit_rate_grows_with_capacity(void **st)
     cr__cond_trace_free(&t);
 }
 
-static void test_cost_fetch_pipelines_when_idle(void **st)
+static void test_pipelines_when_idle(void **st)
 {
     (void)st;
     cr__cond_trace_t t;
-    /* sparse 64k-token requests (~8 s prefill each) on 8 idle instances */
+    /* sparse 64k-token requests (~8 s prefill each) on 8 idle instances:
+     * chunked pipeline parallelism is a Mooncake mechanism, so the baseline
+     * (global) pipelines exactly like cost_fetch and late */
     synth(&t, 20, 30000, 128, 0, 1, 5);
     cr__cond_sim_cfg_t c;
     cr__cond_sim_cfg_default(&c);
     c.n_prefill = 8;
     c.n_decode = 2;
-    cr__cond_sim_result_t rg, rc;
-    c.policy = CR_COND_POLICY_GLOBAL_CACHE;
-    assert_int_equal(cr__cond_sim_run(&t, &c, &rg, NULL), 0);
-    c.policy = CR_COND_POLICY_COST_FETCH;
-    assert_int_equal(cr__cond_sim_run(&t, &c, &rc, NULL), 0);
-    assert_int_equal(rg.pipelined, 0);
-    assert_int_equal(rc.pipelined, 20);
     double one = cr_cond_cost_prefill_chunked(&c.model, 65536, 0, c.chunk_tokens, 1);
     double two = cr_cond_cost_prefill_chunked(&c.model, 65536, 0, c.chunk_tokens, 2);
-    assert_float_equal(rg.ttft.mean, one, 1e-6);
-    assert_float_equal(rc.ttft.mean, two, 1e-6);
-    /* pipelining costs GPU time: 2 instances for `two` seconds each */
-    assert_float_equal(rc.prefill_gpu_s, 20 * 2 * two, 1e-3);
-    /* switched off: same as global */
+    static const cr_cond_policy_t pol[3] = {CR_COND_POLICY_GLOBAL_CACHE,
+                                            CR_COND_POLICY_COST_FETCH, CR_COND_POLICY_LATE};
+    for (int i = 0; i < 3; i++) {
+        cr__cond_sim_result_t r;
+        c.policy = pol[i];
+        c.pipe_min_s = 3;
+        assert_int_equal(cr__cond_sim_run(&t, &c, &r, NULL), 0);
+        assert_int_equal(r.pipelined, 20);
+        assert_float_equal(r.ttft.mean, two, 1e-6);
+        /* pipelining costs GPU time: 2 instances for `two` seconds each */
+        assert_float_equal(r.prefill_gpu_s, 20 * 2 * two, 1e-3);
+        /* switched off: one instance each */
+        c.pipe_min_s = 0;
+        assert_int_equal(cr__cond_sim_run(&t, &c, &r, NULL), 0);
+        assert_int_equal(r.pipelined, 0);
+        assert_float_equal(r.ttft.mean, one, 1e-6);
+    }
+    cr__cond_trace_free(&t);
+}
+
+static void test_pipelined_kv_placement(void **st)
+{
+    (void)st;
+    cr__cond_trace_t t;
+    /* the same 64k-token prompt twice, 60 s apart: the first is pipelined
+     * over 2 stages, so each stage holds half of the layers of every block;
+     * the second (a 1-token prefill, never pipelined) runs on one of them
+     * and must first copy the half of the layers it lacks */
+    synth(&t, 2, 60000, 128, 128, 1, 2);
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 8;
+    c.n_decode = 1;
+    c.policy = CR_COND_POLICY_GLOBAL_CACHE;
+    double ttft[2];
+    cr__cond_sim_result_t r;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r, ttft), 0);
+    assert_int_equal(r.pipelined, 1);
+    double two = cr_cond_cost_prefill_chunked(&c.model, 65536, 0, c.chunk_tokens, 2);
+    assert_float_equal(ttft[0], two, 1e-6);
+    double half = c.model.transfer_overhead_s +
+                  0.5 * 65535 * c.model.kv_bytes_per_token / c.model.net_bandwidth;
+    double want = half + cr_cond_cost_prefill_chunked(&c.model, 65536, 65535, c.chunk_tokens, 1);
+    assert_float_equal(ttft[1], want, 1e-6);
+    /* unpipelined, the second request reuses everything in place */
     c.pipe_min_s = 0;
-    assert_int_equal(cr__cond_sim_run(&t, &c, &rc, NULL), 0);
-    assert_int_equal(rc.pipelined, 0);
-    assert_float_equal(rc.ttft.mean, one, 1e-6);
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r, ttft), 0);
+    assert_float_equal(ttft[1], cr_cond_cost_prefill_chunked(&c.model, 65536, 65535,
+                                                             c.chunk_tokens, 1),
+                       1e-6);
+    cr__cond_trace_free(&t);
+}
+
+static void test_error_model_is_paired_and_learned(void **st)
+{
+    (void)st;
+    cr__cond_trace_t t;
+    /* 400 sparse 8k-token requests on one instance: each prefill alone, so
+     * TTFT = the actual prefill time = model x bias x exp(sigma Z_r) */
+    synth(&t, 400, 20000, 16, 0, 1, 3);
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 1;
+    c.n_decode = 1;
+    c.err_sigma = 0.3;
+    c.err_bias = 1.5;
+    double *a = calloc(400, sizeof *a), *b = calloc(400, sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    cr__cond_sim_result_t r;
+    c.policy = CR_COND_POLICY_GLOBAL_CACHE;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r, a), 0);
+    c.policy = CR_COND_POLICY_LOAD_BALANCE;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r, b), 0);
+    double base = cr_cond_cost_prefill_chunked(&c.model, 8192, 0, c.chunk_tokens, 1);
+    double sl = 0, sl2 = 0;
+    for (int i = 0; i < 400; i++) {
+        /* the same request meets the same error under every policy */
+        assert_float_equal(a[i], b[i], 1e-12);
+        double x = log(a[i] / base);
+        sl += x;
+        sl2 += x * x;
+    }
+    double mean = sl / 400, sd = sqrt(sl2 / 400 - mean * mean);
+    if (fabs(mean - log(1.5)) > 0.05 || fabs(sd - 0.3) > 0.05)
+        fail_msg("log error mean %.3f sd %.3f, want %.3f and 0.3", mean, sd, log(1.5));
+    /* the scheduler's predictor learned the bias and the spread */
+    if (fabs(r.pred.prefill_factor / 1.5 - 1) > 0.2 || fabs(r.pred.prefill_sigma - 0.3) > 0.1)
+        fail_msg("predictor factor %.3f sigma %.3f, want ~1.5 and ~0.3", r.pred.prefill_factor,
+                 r.pred.prefill_sigma);
+    assert_int_equal(r.pred.prefill_samples, 400);
+    /* not reported to it: it keeps the prior */
+    c.learn = 0;
+    assert_int_equal(cr__cond_sim_run(&t, &c, &r, NULL), 0);
+    assert_int_equal(r.pred.prefill_samples, 0);
+    assert_float_equal(r.pred.prefill_factor, 1.0, 1e-12);
+    free(a);
+    free(b);
     cr__cond_trace_free(&t);
 }
 
@@ -226,7 +316,9 @@ int main(void)
         cmocka_unit_test(test_policy_ordering_on_shared_prefixes),
         cmocka_unit_test(test_rejection_and_rate_scale),
         cmocka_unit_test(test_hit_rate_grows_with_capacity),
-        cmocka_unit_test(test_cost_fetch_pipelines_when_idle),
+        cmocka_unit_test(test_pipelines_when_idle),
+        cmocka_unit_test(test_pipelined_kv_placement),
+        cmocka_unit_test(test_error_model_is_paired_and_learned),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,14 +37,16 @@ typedef struct opts {
     uint64_t cache_blocks;
     double rate_scale, threshold, min_gain, pipe_min_s, pipe_idle_s, ttft_slo, tbt_slo, slo_target;
     double net_gbps, prefill_mfu;
-    int reject, plot, progress;
+    double err_sigma, err_bias, err_decode_bias, late_aging;
+    int64_t err_seed, late_window;
+    int reject, plot, progress, learn;
 } opts_t;
 
 #define O(f) offsetof(opts_t, f)
 static const cr__cfg_opt_t table[] = {
     {"trace", "../shared/traces/conversation_trace.jsonl", "JSONL trace", CR__CFG_STR, O(trace)},
     {"mode", "run", "run | capacity | hitrate | all", CR__CFG_STR, O(mode)},
-    {"policies", "random,load_balance,local_cache,global_cache,cost_fetch",
+    {"policies", "random,load_balance,local_cache,global_cache,late",
      "comma-separated policies", CR__CFG_STR, O(policies)},
     {"out_dir", "", "directory for CSV/plots (none: no files)", CR__CFG_STR, O(out_dir)},
     {"n_prefill", "8", "prefill instances (1..64)", CR__CFG_INT, O(n_prefill)},
@@ -81,6 +83,19 @@ static const cr__cfg_opt_t table[] = {
      O(net_gbps)},
     {"prefill_mfu", "0.5", "achieved fraction of peak FLOP/s in prefill", CR__CFG_DOUBLE,
      O(prefill_mfu)},
+    {"err_sigma", "0", "estimation error: actual prefill = model x bias x exp(sigma x N(0,1)) "
+     "per request (and per decode step); 0.3 = the issue's 30 %", CR__CFG_DOUBLE, O(err_sigma)},
+    {"err_bias", "1", "estimation error: systematic factor on actual prefill times",
+     CR__CFG_DOUBLE, O(err_bias)},
+    {"err_decode_bias", "1", "estimation error: systematic factor on actual decode steps",
+     CR__CFG_DOUBLE, O(err_decode_bias)},
+    {"err_seed", "7", "estimation error: seed of the per-request draws", CR__CFG_INT,
+     O(err_seed)},
+    {"learn", "true", "the predictor learns from reported completions", CR__CFG_BOOL, O(learn)},
+    {"late_aging", "0.5", "late: score = predicted prefill - late_aging x wait", CR__CFG_DOUBLE,
+     O(late_aging)},
+    {"late_window", "64", "late: oldest waiting requests scored per pick", CR__CFG_INT,
+     O(late_window)},
     {"plot", "false", "draw PNG plots with gnuplot", CR__CFG_BOOL, O(plot)},
     {"progress", "true", "progress on stderr", CR__CFG_BOOL, O(progress)},
 };
@@ -140,6 +155,13 @@ static void base_cfg(const opts_t *o, cr__cond_sim_cfg_t *c)
     c->progress = o->progress;
     c->model.net_bandwidth = o->net_gbps * 1e9 / 8;
     c->model.prefill_mfu = o->prefill_mfu;
+    c->err_sigma = o->err_sigma;
+    c->err_bias = o->err_bias;
+    c->err_decode_bias = o->err_decode_bias;
+    c->err_seed = (uint64_t)o->err_seed;
+    c->learn = o->learn;
+    c->late_aging = o->late_aging;
+    c->late_window = (uint32_t)o->late_window;
     if (o->reject) {
         c->reject_ttft = o->ttft_slo;
         c->reject_tbt = o->tbt_slo;
@@ -455,7 +477,9 @@ int main(int argc, char **argv)
     if (o.n_prefill < 1 || o.n_prefill > CR_COND_MAX_INSTANCES || o.n_decode < 1 ||
         o.n_decode > 4096 || o.block_tokens < 1 || o.block_tokens > CR_COND_MAX_BLOCK_TOKENS ||
         o.chunk_tokens < 0 || o.max_batch < 1 || o.first < 0 || o.count < 0 ||
-        !(o.rate_scale > 0) || o.pipe_max < 1 || o.pipe_max > 64 || o.pipe_reserve < 0 || o.pipe_reserve > 64 || !(o.net_gbps > 0) || !(o.prefill_mfu > 0 && o.prefill_mfu <= 1)) {
+        !(o.rate_scale > 0) || o.pipe_max < 1 || o.pipe_max > 64 || o.pipe_reserve < 0 || o.pipe_reserve > 64 || !(o.net_gbps > 0) || !(o.prefill_mfu > 0 && o.prefill_mfu <= 1) ||
+        !(o.err_sigma >= 0 && o.err_sigma <= 3) || !(o.err_bias > 0) || !(o.err_decode_bias > 0) ||
+        !(o.late_aging >= 0) || o.late_window < 1 || o.late_window > 100000) {
         fprintf(stderr, "crescent-sim: parameter out of range (n_prefill 1..64, n_decode "
                         "1..4096, rate_scale > 0, ...)\n");
         return 2;
