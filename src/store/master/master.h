@@ -6,7 +6,8 @@
  * Every function takes the current time now_ms (a monotonic clock in ms,
  * cr__now_ms() in the service) so that tests drive time explicitly.
  * Thread-safe: one mutex guards the whole state; a batch is handled under
- * one acquisition.
+ * one acquisition. The implementation is split by job over the files of
+ * this folder; master_priv.h lists them and holds the shared internals.
  *
  * Object lifecycle:
  *   PutStart -> PENDING (invisible: Exist/Get/Remove see OBJECT_NOT_FOUND,

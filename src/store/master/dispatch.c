@@ -1,0 +1,113 @@
+/* Master rpc dispatch: one decoded request, single or batch, served under
+ * one lock acquisition and counted in the metrics (master.h). */
+#include "store/master/master_priv.h"
+
+#include <errno.h>
+#include <string.h>
+
+static int item_locked(cr__master_t *m, uint16_t bt, const cr__rpc_item_t *in,
+                       cr__rpc_item_t *out, cr__rpc_msg_t *reply, uint64_t now)
+{
+    switch (bt) {
+    case CR__RPC_PUT_START:
+        CNT(m, rpc_put_start_total)++;
+        return cr__m_put_start_locked(m, in->key, in->key_len, in->size, &in->cfg, now, reply, out);
+    case CR__RPC_PUT_END:
+        CNT(m, rpc_put_end_total)++;
+        return cr__m_put_end_locked(m, in->key, in->key_len, in->version, now);
+    case CR__RPC_PUT_REVOKE:
+        CNT(m, rpc_put_revoke_total)++;
+        return cr__m_put_revoke_locked(m, in->key, in->key_len, in->version, now);
+    case CR__RPC_GET_REPLICA_LIST:
+        CNT(m, rpc_get_replica_list_total)++;
+        return cr__m_get_replicas_locked(m, in->key, in->key_len, now, reply, out);
+    case CR__RPC_EXIST:
+        CNT(m, rpc_exist_total)++;
+        return cr__m_exist_locked(m, in->key, in->key_len);
+    case CR__RPC_GET_SIZE:
+        CNT(m, rpc_get_size_total)++;
+        return cr__m_get_size_locked(m, in->key, in->key_len, &out->size);
+    case CR__RPC_REMOVE:
+        CNT(m, rpc_remove_total)++;
+        return cr__m_remove_locked(m, in->key, in->key_len, (in->flags & CR__RPC_F_FORCE) != 0, now);
+    case CR__RPC_VALIDATE:
+        CNT(m, rpc_validate_total)++;
+        return cr__m_validate_locked(m, in->key, in->key_len, in->version, in->replica_id);
+    default:
+        return CR_E_INVALID_PARAMS;
+    }
+}
+
+void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                       uint64_t now)
+{
+    uint16_t type = req->type & (uint16_t)~CR__RPC_REPLY;
+    reply->status = 0;
+    if (cr__rpc_type_has_items(type)) {
+        uint16_t bt = type >= CR__RPC_BATCH_PUT_START ? (uint16_t)(type - CR__RPC_BATCH_OFFSET)
+                                                      : type;
+        reply->items = req->n_items ? cr__rpc_msg_alloc(reply, req->n_items * sizeof *reply->items)
+                                    : NULL;
+        if (req->n_items && !reply->items) {
+            reply->status = CR_E_INTERNAL_ERROR;
+            return;
+        }
+        reply->n_items = req->n_items;
+        pthread_mutex_lock(&m->mu);
+        if (type != bt)
+            CNT(m, rpc_batch_requests_total)++;
+        for (uint32_t i = 0; i < req->n_items; i++) {
+            cr__rpc_item_t *out = &reply->items[i];
+            int rc = item_locked(m, bt, &req->items[i], out, reply, now);
+            if (rc == -ENOMEM)
+                rc = CR_E_INTERNAL_ERROR;
+            if (rc) {
+                /* a failed item carries no data */
+                memset(out, 0, sizeof *out);
+                CNT(m, rpc_errors_total)++;
+            }
+            out->status = rc;
+        }
+        pthread_mutex_unlock(&m->mu);
+        if (type == bt && reply->n_items == 1)
+            reply->status = reply->items[0].status;
+        return;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&m->mu);
+    switch (type) {
+    case CR__RPC_PING:
+        CNT(m, rpc_ping_total)++;
+        rc = cr__m_ping_locked(m, req->client_id, now, &reply->flags);
+        /* a heartbeat naming the segment its sender believes mounted: if
+         * the master dropped it (expiry, restart), the sender remounts */
+        if (!rc && req->segment) {
+            uint32_t s = cr__m_seg_find(m, req->segment);
+            if (s == NONE32 || m->segs[s].client != cr__m_client_find(m, req->client_id))
+                reply->flags |= CR__RPC_F_NEED_REMOUNT;
+        }
+        reply->master_id = m->master_id;
+        reply->count = m->cfg.client_ttl_ms;
+        break;
+    case CR__RPC_MOUNT_SEGMENT:
+        CNT(m, rpc_mount_segment_total)++;
+        rc = cr__m_mount_locked(m, req->client_id, req->segment, req->base, req->size, now);
+        break;
+    case CR__RPC_UNMOUNT_SEGMENT:
+        CNT(m, rpc_unmount_segment_total)++;
+        rc = cr__m_unmount_locked(m, req->client_id, req->segment, now);
+        break;
+    case CR__RPC_REMOVE_ALL:
+        CNT(m, rpc_remove_all_total)++;
+        rc = cr__m_remove_all_locked(m, (req->flags & CR__RPC_F_FORCE) != 0, now, &reply->count);
+        break;
+    default:
+        rc = CR_E_INVALID_PARAMS;
+    }
+    if (rc == -ENOMEM)
+        rc = CR_E_INTERNAL_ERROR;
+    if (rc)
+        CNT(m, rpc_errors_total)++;
+    pthread_mutex_unlock(&m->mu);
+    reply->status = rc;
+}

@@ -1,0 +1,63 @@
+/* Master eviction glue: walks the LRU with the verdicts and step sizes of
+ * store/eviction/policy.h (master_priv.h). */
+#include "store/master/master_priv.h"
+
+#include <inttypes.h>
+
+#include "common/log.h"
+
+static cr__evict_verdict_t verdict(cr__master_t *m, obj_t *o, uint64_t now)
+{
+    cr__evict_view_t v = {
+        .complete = (o->flags & OF_COMPLETE) != 0,
+        .hard_pinned = (o->flags & OF_HARD_PIN) != 0,
+        .soft_pinned = (o->flags & OF_SOFT_PIN) && (uint64_t)o->pin_until_s * 1000 > now,
+        .lease_until_ms = o->until_ms,
+    };
+    (void)m;
+    return cr__evict_classify(&v, now);
+}
+
+uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, uint64_t now)
+{
+    uint64_t target = cr__evict_target(&m->ev, m->allocated, m->capacity, need);
+    if (!target)
+        return 0;
+    if (m->futile && m->futile_now == now && m->futile_seq == m->state_seq)
+        return 0;
+    CNT(m, eviction_steps_total)++;
+    uint64_t freed = 0, n = 0;
+    int passes = m->cfg.evict_soft_pinned ? 2 : 1;
+    for (int pass = 0; pass < passes && freed < target; pass++) {
+        cr__evict_verdict_t want = pass == 0 ? CR__EVICT_NOW : CR__EVICT_LAST;
+        uint32_t visited = 0;
+        obj_t *o = m->lru.prev;
+        while (o != &m->lru && freed < target && visited++ < m->ev.max_visit) {
+            obj_t *prev = o->prev;
+            if (verdict(m, o, now) == want) {
+                uint64_t b = cr__m_obj_bytes(m, o);
+                cr__m_obj_delete(m, o, 0, now);
+                freed += b;
+                n++;
+                CNT(m, evicted_bytes_total) += b;
+            }
+            o = prev;
+        }
+    }
+    CNT(m, evictions_total) += n;
+    m->futile = n == 0;
+    m->futile_now = now;
+    m->futile_seq = m->state_seq;
+    if (n)
+        CR_LOG_INFO("master", "evicted %" PRIu64 " objects, %" PRIu64 " bytes (target %" PRIu64
+                    ")", n, freed, target);
+    return n;
+}
+
+uint64_t cr__master_evict(cr__master_t *m, uint64_t need, uint64_t now)
+{
+    pthread_mutex_lock(&m->mu);
+    uint64_t n = cr__m_evict_locked(m, need, now);
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}

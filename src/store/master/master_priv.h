@@ -1,0 +1,285 @@
+/* Master-internal header: the records and the state struct shared by the
+ * files of src/store/master/. Nothing outside this folder includes it; the
+ * master's interface is master.h.
+ *
+ * Files, one job each:
+ *   master.c     create/destroy, defaults, the periodic tick
+ *   objmap.c     key index (open addressing over record pointers)
+ *   space.c      freeing space: quarantine, block release, object delete
+ *   placement.c  where a new object's replicas go; its replica list
+ *   segments.c   clients (heartbeats) and mounted segments
+ *   objects.c    object operations: two-phase put, get, remove, validate
+ *   eviction.c   the glue between the master and store/eviction/policy
+ *   dispatch.c   serving one decoded rpc request (single or batch)
+ *   report.c     stats snapshot, Prometheus text, JSON views
+ *
+ * Lock discipline: one mutex, m->mu, guards every field of struct
+ * cr__master except cfg, ev and master_id (written once by
+ * cr__master_create, read-only after). Every cr__m_* function below is
+ * called with m->mu held; the ones named *_locked are the operations
+ * (what a public call or one rpc item does under the lock), the others are
+ * helpers. The public cr__master_* calls take the lock themselves.
+ */
+#ifndef CR_STORE_MASTER_MASTER_PRIV_H
+#define CR_STORE_MASTER_MASTER_PRIV_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "store/allocator/offset_alloc.h"
+#include "store/eviction/policy.h"
+#include "store/master/master.h"
+
+/* ---- records ------------------------------------------------------------ */
+
+#define OF_COMPLETE 0x1
+#define OF_HARD_PIN 0x2
+#define OF_SOFT_PIN 0x4
+#define REP_DEAD 0x80
+#define NONE32 UINT32_MAX
+/* replica index needs 3 bits: CR__RPC_REPLICA_MAX == 8 */
+#define REPLICA_ID(version, idx) (((uint64_t)(version) << 3) | (uint64_t)(idx))
+_Static_assert(CR__RPC_REPLICA_MAX <= 8, "replica index in 3 bits");
+
+typedef struct shard {
+    uint32_t seg; /* index into m->segs (interned segment id) */
+    uint32_t blk; /* block handle in that segment's allocator */
+} shard_t;
+
+/* One object, one malloc: header, then uint8_t nsh[n_rep] (shards of each
+ * replica, | REP_DEAD once dropped), padding to 4, shard_t shards[], key. */
+typedef struct obj {
+    struct obj *prev, *next; /* LRU list (complete) or pending list */
+    uint64_t version;
+    uint64_t size;
+    uint64_t until_ms;    /* complete: lease expiry; pending: put deadline */
+    uint32_t pin_until_s; /* soft pin expiry (now_ms / 1000 scale) */
+    uint16_t key_len;
+    uint8_t flags;
+    uint8_t n_rep;
+} obj_t;
+_Static_assert(sizeof(obj_t) == 48, "compact object header");
+
+static inline uint8_t *obj_nsh(obj_t *o) { return (uint8_t *)(o + 1); }
+static inline shard_t *obj_shards(obj_t *o)
+{
+    return (shard_t *)((uint8_t *)(o + 1) + ((o->n_rep + 3u) & ~3u));
+}
+static inline uint32_t obj_total_shards(obj_t *o)
+{
+    uint32_t t = 0;
+    for (uint32_t r = 0; r < o->n_rep; r++)
+        t += obj_nsh(o)[r] & 0x7f;
+    return t;
+}
+static inline char *obj_key(obj_t *o) { return (char *)(obj_shards(o) + obj_total_shards(o)); }
+
+typedef struct seg {
+    char name[CR__RPC_SEGMENT_NAME_MAX];
+    uint64_t base, size;
+    cr__oalloc_t *alloc;
+    uint32_t client; /* index into m->clients */
+    uint32_t gen;    /* bumped at unmount: stale quarantine entries skip */
+    int live;
+    uint64_t alloc_after_ms; /* no allocation before (remount of a dropped name) */
+} seg_t;
+
+/* A segment name dropped while its space could still be read (live
+ * leases) or written (pending puts): if the same memory is mounted again
+ * under that name, nothing is allocated there before `until`. */
+#define HELD_MAX 64
+typedef struct held {
+    char name[CR__RPC_SEGMENT_NAME_MAX];
+    uint64_t until;
+} held_t;
+
+typedef struct client {
+    cr__rpc_client_id_t id;
+    uint64_t last_ms; /* last heartbeat, on the awake clock (segments.c) */
+    int live;
+} client_t;
+
+typedef struct qent {
+    uint32_t seg, gen, blk;
+    uint64_t bytes;
+    uint64_t release_ms;
+} qent_t;
+
+struct cr__master {
+    pthread_mutex_t mu; /* guards every field below except cfg, ev, master_id */
+    cr__master_cfg_t cfg; /* immutable after create */
+    cr__evict_cfg_t ev;   /* immutable after create */
+    uint64_t master_id;   /* immutable after create */
+    uint64_t next_version;
+    /* key index (objmap.c): open addressing, linear probing, backward-shift
+     * deletion */
+    obj_t **slots;
+    uint32_t *tags; /* low 32 bits of the key hash */
+    uint64_t cap, count;
+    obj_t lru;     /* sentinel: lru.next = most recent, lru.prev = oldest */
+    obj_t pending; /* sentinel: FIFO by start time (= by deadline) */
+    /* clients and segments (segments.c) */
+    seg_t *segs;
+    uint32_t n_segs, cap_segs, seg_cursor;
+    client_t *clients;
+    uint32_t n_clients, cap_clients, live_clients, live_segs;
+    held_t held[HELD_MAX];
+    /* space accounting and quarantine FIFO (space.c) */
+    qent_t *q;
+    size_t q_head, q_len, q_cap;
+    uint64_t capacity, allocated, quarantine_bytes;
+    uint64_t n_complete, n_pending;
+    /* eviction (eviction.c). A step that evicted nothing stays futile
+     * until something changes (space freed, an object completed or was
+     * touched) or time moves: skip repeating it (a 4096-key batch on a
+     * pinned-full pool would otherwise walk the LRU 4096 times). */
+    uint64_t state_seq, futile_seq, futile_now;
+    int futile;
+    /* placement scratch (placement.c): candidate segments of one placement */
+    uint32_t *order;
+    uint32_t cap_order;
+    /* The awake clock (segments.c): time the master was able to run. It
+     * follows now_ms but a gap between two observations longer than
+     * STALL_CREDIT_MS (the process stopped, the VM paused, the machine
+     * starved it) counts as STALL_CREDIT_MS only: a master that could not
+     * read heartbeats does not count that time against its clients. */
+    uint64_t awake_ms, seen_ms;
+    int clock_started;
+    uint64_t counters[CR__MM_COUNT]; /* metrics list of master.h */
+};
+
+#define CNT(m, name) ((m)->counters[CR__MM_##name])
+
+/* ---- lists (LRU of complete objects, FIFO of pending puts) --------------- */
+
+static inline void list_init(obj_t *s) { s->prev = s->next = s; }
+static inline void list_unlink(obj_t *o)
+{
+    o->prev->next = o->next;
+    o->next->prev = o->prev;
+    o->prev = o->next = NULL;
+}
+static inline void list_push_front(obj_t *s, obj_t *o)
+{
+    o->next = s->next;
+    o->prev = s;
+    s->next->prev = o;
+    s->next = o;
+}
+static inline void list_push_back(obj_t *s, obj_t *o)
+{
+    o->prev = s->prev;
+    o->next = s;
+    s->prev->next = o;
+    s->prev = o;
+}
+
+/* ---- keys --------------------------------------------------------------- */
+
+static inline uint64_t key_hash(const char *k, size_t l) { return XXH3_64bits(k, l); }
+
+static inline int key_ok(const char *k, size_t l)
+{
+    return k && l >= 1 && l <= CR__RPC_KEY_MAX && !memchr(k, 0, l);
+}
+
+/* ---- objmap.c: key index ------------------------------------------------ */
+
+/* Slot index of key k (hash h), or -1. */
+int64_t cr__m_map_find(cr__master_t *m, const char *k, size_t l, uint64_t h);
+/* Doubles the table (first call: 1024 slots). Returns 0 or -ENOMEM. */
+int cr__m_map_grow(cr__master_t *m);
+/* Inserts o (hash h), growing past load 0.7. Returns 0 or -ENOMEM. */
+int cr__m_map_insert(cr__master_t *m, obj_t *o, uint64_t h);
+void cr__m_map_erase(cr__master_t *m, uint64_t i);
+/* The record of key (any state), or NULL. */
+obj_t *cr__m_lookup(cr__master_t *m, const char *key, size_t len);
+/* The record of key if complete, or NULL. */
+obj_t *cr__m_lookup_complete(cr__master_t *m, const char *key, size_t key_len);
+
+/* ---- space.c: freeing and quarantine ------------------------------------ */
+
+/* Frees a block without marking the state changed (undoing a placement
+ * that just allocated it). */
+void cr__m_block_unalloc(cr__master_t *m, uint32_t seg, uint32_t blk);
+/* Frees a block now or, if it may still be accessed until release_ms, later. */
+void cr__m_block_release(cr__master_t *m, uint32_t seg, uint32_t blk, uint64_t release_ms,
+                         uint64_t now);
+/* Releases due quarantine entries; at most max of them. */
+void cr__m_quarantine_release(cr__master_t *m, uint64_t now, size_t max);
+/* Until when the space of o may still be accessed (lease, or put deadline
+ * plus one more put timeout). */
+uint64_t cr__m_obj_release_ms(cr__master_t *m, obj_t *o, uint64_t now);
+/* Bytes held by o's live replicas. */
+uint64_t cr__m_obj_bytes(cr__master_t *m, obj_t *o);
+/* Releases o's space (quarantined until release_ms), unlinks it from its
+ * list and the index, and frees it. */
+void cr__m_obj_delete(cr__master_t *m, obj_t *o, uint64_t release_ms, uint64_t now);
+
+/* ---- placement.c: where replicas go ------------------------------------- */
+
+/* The shards of one object being placed (on the stack of put_start). */
+typedef struct placing {
+    uint32_t n_rep;
+    uint8_t nsh[CR__RPC_REPLICA_MAX];
+    shard_t sh[CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX];
+    uint64_t len[CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX];
+    uint32_t n_sh;
+    uint32_t used_segs[CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX];
+    uint32_t n_used;
+} placing_t;
+
+/* Places n_rep replicas of size bytes, each on segments no other replica
+ * uses. Returns 0, or -1 with nothing allocated. */
+int cr__m_place_all(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep,
+                    const cr__rpc_repl_cfg_t *cfg, uint64_t now);
+/* Frees every block of p (a placement not turned into an object). */
+void cr__m_placing_rollback(cr__master_t *m, placing_t *p);
+/* Fills it->replicas with the live replicas of o (names copied into the
+ * arena of msg). Returns 0 or -ENOMEM. */
+int cr__m_fill_replicas(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_item_t *it);
+
+/* ---- segments.c: clients and segments ----------------------------------- */
+
+/* Index of the live client id / live segment name, or NONE32. */
+uint32_t cr__m_client_find(cr__master_t *m, cr__rpc_client_id_t id);
+uint32_t cr__m_seg_find(cr__master_t *m, const char *name);
+/* The operations of master.h's cr__master_ping/mount/unmount. */
+int cr__m_ping_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now, uint32_t *flags);
+int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name, uint64_t base,
+                       uint64_t size, uint64_t now);
+int cr__m_unmount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name,
+                         uint64_t now);
+/* Unmounts every segment of clients silent longer than client_ttl_ms. */
+void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now);
+
+/* ---- objects.c: object operations (master.h documents each) ------------- */
+
+int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
+                           const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
+                           cr__rpc_item_t *it);
+int cr__m_put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                         uint64_t now);
+int cr__m_put_revoke_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                            uint64_t now);
+int cr__m_get_replicas_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t now,
+                              cr__rpc_msg_t *msg, cr__rpc_item_t *it);
+int cr__m_exist_locked(cr__master_t *m, const char *key, size_t key_len);
+int cr__m_get_size_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t *size);
+int cr__m_remove_locked(cr__master_t *m, const char *key, size_t key_len, int force,
+                        uint64_t now);
+int cr__m_remove_all_locked(cr__master_t *m, int force, uint64_t now, uint64_t *count);
+int cr__m_validate_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                          uint64_t replica_id);
+
+/* ---- eviction.c ---------------------------------------------------------- */
+
+/* One eviction step freeing at least need bytes (or the policy's step);
+ * returns objects evicted. */
+uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, uint64_t now);
+
+#endif

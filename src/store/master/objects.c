@@ -1,0 +1,300 @@
+/* Master object operations: two-phase put (start, end, revoke), get
+ * (replica list + lease), exist, size, remove, validate; each a *_locked
+ * operation plus its public locking wrapper (master.h). */
+#include "store/master/master_priv.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
+                            const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
+                            cr__rpc_item_t *it)
+{
+    if (!key_ok(key, key_len))
+        return CR_E_INVALID_KEY;
+    uint32_t n_rep = cfg && cfg->replica_num ? cfg->replica_num : 1;
+    if (size == 0 || size > CR__RPC_VALUE_MAX || n_rep > CR__RPC_REPLICA_MAX)
+        return CR_E_INVALID_PARAMS;
+    uint64_t h = key_hash(key, key_len);
+    int64_t i = cr__m_map_find(m, key, key_len, h);
+    if (i >= 0) {
+        obj_t *o = m->slots[i];
+        if ((o->flags & OF_COMPLETE) || o->until_ms > now)
+            return CR_E_OBJECT_ALREADY_EXISTS;
+        /* a dead writer's put past its deadline: reclaim it now */
+        CNT(m, puts_timed_out_total)++;
+        cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
+    }
+    placing_t p;
+    if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
+        cr__m_quarantine_release(m, now, SIZE_MAX);
+        cr__m_evict_locked(m, size * n_rep, now);
+        if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
+            CNT(m, alloc_failures_total)++;
+            return CR_E_NO_AVAILABLE_HANDLE;
+        }
+    }
+    size_t nsh_bytes = (n_rep + 3u) & ~3u;
+    obj_t *o = malloc(sizeof *o + nsh_bytes + p.n_sh * sizeof(shard_t) + key_len);
+    if (!o) {
+        cr__m_placing_rollback(m, &p);
+        return -ENOMEM;
+    }
+    memset(o, 0, sizeof *o);
+    o->version = m->next_version++;
+    o->size = size;
+    o->until_ms = now + m->cfg.put_timeout_ms;
+    o->key_len = (uint16_t)key_len;
+    o->n_rep = (uint8_t)n_rep;
+    if (cfg && (cfg->flags & CR__RPC_CFG_HARD_PIN))
+        o->flags |= OF_HARD_PIN;
+    if (cfg && (cfg->flags & CR__RPC_CFG_SOFT_PIN))
+        o->flags |= OF_SOFT_PIN;
+    memcpy(obj_nsh(o), p.nsh, n_rep);
+    memcpy(obj_shards(o), p.sh, p.n_sh * sizeof(shard_t));
+    memcpy(obj_key(o), key, key_len);
+    if (cr__m_map_insert(m, o, h)) {
+        cr__m_placing_rollback(m, &p);
+        free(o);
+        return -ENOMEM;
+    }
+    list_push_back(&m->pending, o);
+    m->n_pending++;
+    it->version = o->version;
+    it->size = size;
+    it->lease_ms = (uint32_t)(m->cfg.put_timeout_ms > UINT32_MAX ? UINT32_MAX
+                                                                 : m->cfg.put_timeout_ms);
+    int rc = cr__m_fill_replicas(m, o, msg, it);
+    if (rc) {
+        cr__m_obj_delete(m, o, 0, now);
+        return rc;
+    }
+    if (cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes, m->capacity))
+        cr__m_evict_locked(m, 0, now);
+    return 0;
+}
+
+int cr__master_put_start(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
+                         const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
+                         cr__rpc_item_t *it)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc = cr__m_put_start_locked(m, key, key_len, size, cfg, now, msg, it);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__m_put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                          uint64_t now)
+{
+    if (!key_ok(key, key_len))
+        return CR_E_INVALID_KEY;
+    obj_t *o = cr__m_lookup(m, key, key_len);
+    if (!o || o->version != version)
+        return CR_E_OBJECT_NOT_FOUND;
+    if (o->flags & OF_COMPLETE)
+        return 0;
+    if (o->until_ms <= now) { /* past its deadline: reclaim, refuse */
+        CNT(m, puts_timed_out_total)++;
+        cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
+        return CR_E_OBJECT_NOT_FOUND;
+    }
+    list_unlink(o);
+    m->n_pending--;
+    o->flags |= OF_COMPLETE;
+    o->until_ms = 0; /* no lease yet */
+    if (o->flags & OF_SOFT_PIN) {
+        uint64_t until = (now + m->cfg.soft_pin_ttl_ms + 999) / 1000;
+        o->pin_until_s = until > UINT32_MAX ? UINT32_MAX : (uint32_t)until;
+    }
+    list_push_front(&m->lru, o);
+    m->n_complete++;
+    m->state_seq++;
+    CNT(m, puts_completed_total)++;
+    return 0;
+}
+
+int cr__master_put_end(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                       uint64_t now)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc = cr__m_put_end_locked(m, key, key_len, version, now);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__m_put_revoke_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                             uint64_t now)
+{
+    if (!key_ok(key, key_len))
+        return CR_E_INVALID_KEY;
+    obj_t *o = cr__m_lookup(m, key, key_len);
+    if (!o || o->version != version)
+        return CR_E_OBJECT_NOT_FOUND;
+    if (o->flags & OF_COMPLETE)
+        return CR_E_INVALID_PARAMS;
+    /* The writer gave up, but a transfer it timed out on may still have
+     * slices in flight toward this space (TE requests cannot be recalled):
+     * quarantine it like a put that missed its deadline, so no new object's
+     * bytes can be overwritten by the abandoned write. The client keeps its
+     * transfer timeout below the put timeout, so that long is enough. */
+    cr__m_obj_delete(m, o, now + m->cfg.put_timeout_ms, now);
+    CNT(m, puts_revoked_total)++;
+    return 0;
+}
+
+int cr__master_put_revoke(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                          uint64_t now)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc = cr__m_put_revoke_locked(m, key, key_len, version, now);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__m_get_replicas_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t now,
+                               cr__rpc_msg_t *msg, cr__rpc_item_t *it)
+{
+    if (!key_ok(key, key_len))
+        return CR_E_INVALID_KEY;
+    obj_t *o = cr__m_lookup_complete(m, key, key_len);
+    if (!o) {
+        CNT(m, misses_total)++;
+        return CR_E_OBJECT_NOT_FOUND;
+    }
+    int rc = cr__m_fill_replicas(m, o, msg, it);
+    if (rc)
+        return rc;
+    uint64_t until = now + m->cfg.lease_ttl_ms;
+    if (o->until_ms < until)
+        o->until_ms = until;
+    list_unlink(o);
+    list_push_front(&m->lru, o);
+    m->state_seq++;
+    it->version = o->version;
+    it->size = o->size;
+    it->lease_ms = (uint32_t)(m->cfg.lease_ttl_ms > UINT32_MAX ? UINT32_MAX : m->cfg.lease_ttl_ms);
+    CNT(m, hits_total)++;
+    return 0;
+}
+
+int cr__master_get_replicas(cr__master_t *m, const char *key, size_t key_len, uint64_t now,
+                            cr__rpc_msg_t *msg, cr__rpc_item_t *it)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc = cr__m_get_replicas_locked(m, key, key_len, now, msg, it);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__m_exist_locked(cr__master_t *m, const char *key, size_t key_len)
+{
+    if (!key_ok(key, key_len))
+        return CR_E_INVALID_KEY;
+    return cr__m_lookup_complete(m, key, key_len) ? 0 : CR_E_OBJECT_NOT_FOUND;
+}
+
+int cr__master_exist(cr__master_t *m, const char *key, size_t key_len, uint64_t now)
+{
+    (void)now;
+    pthread_mutex_lock(&m->mu);
+    int rc = cr__m_exist_locked(m, key, key_len);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__m_get_size_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t *size)
+{
+    if (!key_ok(key, key_len))
+        return CR_E_INVALID_KEY;
+    obj_t *o = cr__m_lookup_complete(m, key, key_len);
+    if (!o)
+        return CR_E_OBJECT_NOT_FOUND;
+    *size = o->size;
+    return 0;
+}
+
+int cr__master_get_size(cr__master_t *m, const char *key, size_t key_len, uint64_t now,
+                        uint64_t *size)
+{
+    (void)now;
+    pthread_mutex_lock(&m->mu);
+    int rc = cr__m_get_size_locked(m, key, key_len, size);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__m_remove_locked(cr__master_t *m, const char *key, size_t key_len, int force,
+                         uint64_t now)
+{
+    if (!key_ok(key, key_len))
+        return CR_E_INVALID_KEY;
+    obj_t *o = cr__m_lookup_complete(m, key, key_len);
+    if (!o)
+        return CR_E_OBJECT_NOT_FOUND;
+    if (o->until_ms > now && !force)
+        return CR_E_OBJECT_HAS_LEASE;
+    cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
+    CNT(m, removed_objects_total)++;
+    return 0;
+}
+
+int cr__master_remove(cr__master_t *m, const char *key, size_t key_len, int force, uint64_t now)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc = cr__m_remove_locked(m, key, key_len, force, now);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__m_remove_all_locked(cr__master_t *m, int force, uint64_t now, uint64_t *count)
+{
+    uint64_t n = 0;
+    obj_t *o = m->lru.next;
+    while (o != &m->lru) {
+        obj_t *next = o->next;
+        if (force || o->until_ms <= now) {
+            cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
+            n++;
+        }
+        o = next;
+    }
+    CNT(m, removed_objects_total) += n;
+    *count = n;
+    return 0;
+}
+
+int cr__master_remove_all(cr__master_t *m, int force, uint64_t now, uint64_t *count)
+{
+    pthread_mutex_lock(&m->mu);
+    int rc = cr__m_remove_all_locked(m, force, now, count);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+int cr__m_validate_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                           uint64_t replica_id)
+{
+    if (!key_ok(key, key_len))
+        return CR_E_INVALID_KEY;
+    obj_t *o = cr__m_lookup_complete(m, key, key_len);
+    int rc = 0;
+    if (!o || o->version != version || (replica_id >> 3) != version)
+        rc = CR_E_OBJECT_NOT_FOUND;
+    else if ((replica_id & 7) >= o->n_rep || (obj_nsh(o)[replica_id & 7] & REP_DEAD))
+        rc = CR_E_REPLICA_IS_GONE;
+    if (rc)
+        CNT(m, validate_failures_total)++;
+    return rc;
+}
+
+int cr__master_validate(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                        uint64_t replica_id, uint64_t now)
+{
+    (void)now;
+    pthread_mutex_lock(&m->mu);
+    int rc = cr__m_validate_locked(m, key, key_len, version, replica_id);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}

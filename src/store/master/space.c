@@ -1,0 +1,140 @@
+/* Master space release: freeing blocks, the quarantine FIFO of space that
+ * may still be read or written, deleting an object (master_priv.h). */
+#include "store/master/master_priv.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+static void q_push(cr__master_t *m, uint32_t seg, uint32_t blk, uint64_t bytes, uint64_t rel)
+{
+    if (m->q_head + m->q_len == m->q_cap) {
+        if (m->q_head > m->q_cap / 2) {
+            memmove(m->q, m->q + m->q_head, m->q_len * sizeof *m->q);
+            m->q_head = 0;
+        } else {
+            size_t nc = m->q_cap ? m->q_cap * 2 : 256;
+            qent_t *nq = realloc(m->q, nc * sizeof *nq);
+            if (!nq) {
+                /* cannot remember it: leak the block (never reuse) rather
+                 * than risk handing out space a reader may still read */
+                CR_LOG_ERROR("master", "quarantine full (ENOMEM): %" PRIu64 " bytes leaked",
+                             bytes);
+                return;
+            }
+            m->q = nq;
+            m->q_cap = nc;
+        }
+    }
+    m->q[m->q_head + m->q_len++] =
+        (qent_t){.seg = seg, .gen = m->segs[seg].gen, .blk = blk, .bytes = bytes, .release_ms = rel};
+    m->quarantine_bytes += bytes;
+    CNT(m, quarantined_bytes_total) += bytes;
+}
+
+/* Frees a block without marking the state changed (undoing a placement
+ * that just allocated it). */
+void cr__m_block_unalloc(cr__master_t *m, uint32_t seg, uint32_t blk)
+{
+    seg_t *s = &m->segs[seg];
+    uint64_t b = cr__oalloc_block_size(s->alloc, blk);
+    if (cr__oalloc_free(s->alloc, blk) == 0)
+        m->allocated -= b;
+}
+
+static void block_free(cr__master_t *m, uint32_t seg, uint32_t blk)
+{
+    cr__m_block_unalloc(m, seg, blk);
+    m->state_seq++;
+}
+
+/* Frees a block now or, if it may still be accessed until release_ms, later. */
+void cr__m_block_release(cr__master_t *m, uint32_t seg, uint32_t blk, uint64_t release_ms,
+                          uint64_t now)
+{
+    if (release_ms > now)
+        q_push(m, seg, blk, cr__oalloc_block_size(m->segs[seg].alloc, blk), release_ms);
+    else
+        block_free(m, seg, blk);
+}
+
+/* Releases due quarantine entries; bounded by max entries. */
+void cr__m_quarantine_release(cr__master_t *m, uint64_t now, size_t max)
+{
+    while (m->q_len && max--) {
+        qent_t *e = &m->q[m->q_head];
+        if (e->release_ms > now)
+            break;
+        if (e->seg != NONE32 && m->segs[e->seg].live && m->segs[e->seg].gen == e->gen) {
+            block_free(m, e->seg, e->blk);
+            m->quarantine_bytes -= e->bytes;
+        }
+        m->q_head++;
+        m->q_len--;
+    }
+    if (!m->q_len)
+        m->q_head = 0;
+}
+
+/* When the space of o may be accessed until: readers up to the lease
+ * expiry; for a pending put, its writer until the deadline plus another
+ * put timeout. */
+uint64_t cr__m_obj_release_ms(cr__master_t *m, obj_t *o, uint64_t now)
+{
+    if (o->flags & OF_COMPLETE)
+        return o->until_ms;
+    uint64_t d = o->until_ms > now ? o->until_ms : now;
+    return d + m->cfg.put_timeout_ms;
+}
+
+/* Frees every live replica's blocks (skipping segment skip_seg, whose
+ * allocator is going away) and marks the replicas dead. */
+static void obj_release_space(cr__master_t *m, obj_t *o, uint64_t release_ms, uint64_t now,
+                              uint32_t skip_seg)
+{
+    uint8_t *nsh = obj_nsh(o);
+    shard_t *sh = obj_shards(o);
+    for (uint32_t r = 0; r < o->n_rep; r++) {
+        uint32_t n = nsh[r] & 0x7f;
+        if (!(nsh[r] & REP_DEAD))
+            for (uint32_t s = 0; s < n; s++)
+                if (sh[s].seg != skip_seg)
+                    cr__m_block_release(m, sh[s].seg, sh[s].blk, release_ms, now);
+        nsh[r] |= REP_DEAD;
+        sh += n;
+    }
+}
+
+uint64_t cr__m_obj_bytes(cr__master_t *m, obj_t *o)
+{
+    uint64_t b = 0;
+    uint8_t *nsh = obj_nsh(o);
+    shard_t *sh = obj_shards(o);
+    for (uint32_t r = 0; r < o->n_rep; r++) {
+        uint32_t n = nsh[r] & 0x7f;
+        if (!(nsh[r] & REP_DEAD))
+            for (uint32_t s = 0; s < n; s++)
+                b += cr__oalloc_block_size(m->segs[sh[s].seg].alloc, sh[s].blk);
+        sh += n;
+    }
+    return b;
+}
+
+/* Removes o from lists and map and frees it. Its space must already be
+ * released (or is released here with release_ms). */
+void cr__m_obj_delete(cr__master_t *m, obj_t *o, uint64_t release_ms, uint64_t now)
+{
+    obj_release_space(m, o, release_ms, now, NONE32);
+    int64_t i = cr__m_map_find(m, obj_key(o), o->key_len, key_hash(obj_key(o), o->key_len));
+    if (i >= 0)
+        cr__m_map_erase(m, (uint64_t)i);
+    list_unlink(o);
+    if (o->flags & OF_COMPLETE)
+        m->n_complete--;
+    else
+        m->n_pending--;
+    free(o);
+}
