@@ -29,7 +29,8 @@ static int item_locked(cr__master_t *m, uint16_t bt, const cr__rpc_item_t *in,
         return cr__m_get_size_locked(m, in->key, in->key_len, &out->size);
     case CR__RPC_REMOVE:
         CNT(m, rpc_remove_total)++;
-        return cr__m_remove_locked(m, in->key, in->key_len, (in->flags & CR__RPC_F_FORCE) != 0, now);
+        return cr__m_remove_locked(m, in->key, in->key_len, (in->flags & CR__RPC_F_FORCE) != 0,
+                                   now);
     case CR__RPC_VALIDATE:
         CNT(m, rpc_validate_total)++;
         return cr__m_validate_locked(m, in->key, in->key_len, in->version, in->replica_id);

@@ -8,8 +8,8 @@
 #include <string.h>
 
 int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
-                            const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
-                            cr__rpc_item_t *it)
+                           const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
+                           cr__rpc_item_t *it)
 {
     if (!key_ok(key, key_len))
         return CR_E_INVALID_KEY;
@@ -86,7 +86,7 @@ int cr__master_put_start(cr__master_t *m, const char *key, size_t key_len, uint6
 }
 
 int cr__m_put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
-                          uint64_t now)
+                         uint64_t now)
 {
     if (!key_ok(key, key_len))
         return CR_E_INVALID_KEY;
@@ -125,7 +125,7 @@ int cr__master_put_end(cr__master_t *m, const char *key, size_t key_len, uint64_
 }
 
 int cr__m_put_revoke_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
-                             uint64_t now)
+                            uint64_t now)
 {
     if (!key_ok(key, key_len))
         return CR_E_INVALID_KEY;
@@ -154,7 +154,7 @@ int cr__master_put_revoke(cr__master_t *m, const char *key, size_t key_len, uint
 }
 
 int cr__m_get_replicas_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t now,
-                               cr__rpc_msg_t *msg, cr__rpc_item_t *it)
+                              cr__rpc_msg_t *msg, cr__rpc_item_t *it)
 {
     if (!key_ok(key, key_len))
         return CR_E_INVALID_KEY;
@@ -226,7 +226,7 @@ int cr__master_get_size(cr__master_t *m, const char *key, size_t key_len, uint64
 }
 
 int cr__m_remove_locked(cr__master_t *m, const char *key, size_t key_len, int force,
-                         uint64_t now)
+                        uint64_t now)
 {
     if (!key_ok(key, key_len))
         return CR_E_INVALID_KEY;
@@ -274,7 +274,7 @@ int cr__master_remove_all(cr__master_t *m, int force, uint64_t now, uint64_t *co
 }
 
 int cr__m_validate_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
-                           uint64_t replica_id)
+                          uint64_t replica_id)
 {
     if (!key_ok(key, key_len))
         return CR_E_INVALID_KEY;

@@ -119,7 +119,7 @@ static int place_replica(cr__master_t *m, placing_t *p, uint64_t size, uint32_t 
 }
 
 int cr__m_place_all(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep,
-                     const cr__rpc_repl_cfg_t *cfg, uint64_t now)
+                    const cr__rpc_repl_cfg_t *cfg, uint64_t now)
 {
     memset(p, 0, offsetof(placing_t, sh));
     p->n_sh = p->n_used = 0;

@@ -111,7 +111,7 @@ int cr__master_ping(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now, uint3
 }
 
 int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name, uint64_t base,
-                        uint64_t size, uint64_t now)
+                       uint64_t size, uint64_t now)
 {
     if (!name || !*name || strnlen(name, CR__RPC_SEGMENT_NAME_MAX) >= CR__RPC_SEGMENT_NAME_MAX ||
         base + size < base || size < (1ull << m->cfg.granule_shift))

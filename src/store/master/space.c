@@ -53,7 +53,7 @@ static void block_free(cr__master_t *m, uint32_t seg, uint32_t blk)
 
 /* Frees a block now or, if it may still be accessed until release_ms, later. */
 void cr__m_block_release(cr__master_t *m, uint32_t seg, uint32_t blk, uint64_t release_ms,
-                          uint64_t now)
+                         uint64_t now)
 {
     if (release_ms > now)
         q_push(m, seg, blk, cr__oalloc_block_size(m->segs[seg].alloc, blk), release_ms);
