@@ -1,0 +1,197 @@
+"""The engines the workers run: prefill (vLLM-shaped, through the v1 KV
+connector) and decode (SGLang-shaped, through the HiCache storage backend),
+plus the in-process reference the tests compare against."""
+import os
+import sys
+import time
+
+import torch
+
+from . import hashing
+from .hicache import CrescentHiCacheStorage, HiCacheStorageConfig
+from .model import GPT, KVPool, ModelMismatch, argmax_token
+from .vllm_connector import (AttentionMetadata, CrescentConnectorV1, ForwardContext,
+                             KVCacheBlocks, Request, SchedulerOutput, layer_name)
+
+
+class KVMissing(RuntimeError):
+    """The KV a decode needs is not (or no longer) in the store."""
+
+
+def pause_point(name):
+    """Tests: CRESCENT_SERVING_PAUSE=<name> makes the worker announce the
+    point on stdout and stop there until it is killed."""
+    if os.environ.get("CRESCENT_SERVING_PAUSE") == name:
+        sys.stdout.write("PAUSED %s\n" % name)
+        sys.stdout.flush()
+        while True:
+            time.sleep(3600)
+
+
+def _blocks_for(n_tokens, bs):
+    return (n_tokens + bs - 1) // bs
+
+
+class PrefillEngine:
+    def __init__(self, cfg, kvstore, num_blocks, layer_wise=True):
+        self.cfg = cfg
+        self.model = GPT(cfg)
+        self.pool = KVPool(cfg, num_blocks)
+        self.sched = CrescentConnectorV1(cfg, CrescentConnectorV1.SCHEDULER, kvstore, layer_wise)
+        self.conn = CrescentConnectorV1(cfg, CrescentConnectorV1.WORKER, kvstore, layer_wise)
+        self.conn.register_kv_caches({layer_name(l): self.pool.t[l] for l in range(cfg.n_layer)},
+                                     pool=self.pool)
+
+    def set_layer_wise(self, on):
+        self.sched.layer_wise = self.conn.layer_wise = bool(on)
+
+    def prefill(self, req_id, tokens, reuse=True):
+        """Returns {first_token, logits (bytes), kv_transfer_params, events,
+        timings}. The pool blocks are released before returning: the decode
+        side reads the KV from the store."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        req = Request(req_id, list(tokens))
+        # -- scheduler step (vLLM: Scheduler.schedule) --
+        n_ext = 0
+        if reuse:
+            n_ext, load_async = self.sched.get_num_new_matched_tokens(req, 0)
+            assert load_async is False
+        t_lookup = time.perf_counter() - t0
+        blocks = self.pool.alloc(_blocks_for(req.num_tokens, cfg.block_size))
+        try:
+            self.sched.update_state_after_alloc(req, KVCacheBlocks(blocks), n_ext)
+            meta = self.sched.build_connector_meta(SchedulerOutput([req]))
+            # -- model runner step --
+            self.conn.bind_connector_metadata(meta)
+            start = n_ext
+            am = AttentionMetadata(blocks, start, req.num_tokens)
+            self.conn.start_load_kv(ForwardContext(am))
+            failed = self.conn.get_block_ids_with_load_errors()
+            if failed:
+                # recompute from the first block that did not load
+                first_bad = min(blocks.index(b) for b in failed)
+                start = min(start, first_bad * cfg.block_size)
+                am.start = start
+            t_c0 = time.perf_counter()
+            logits = self.model.forward(
+                req.prompt_token_ids[start:], start, self.pool, blocks,
+                before_layer=lambda l: self.conn.wait_for_layer_load(layer_name(l)),
+                after_layer=lambda l: self.conn.save_kv_layer(layer_name(l), self.pool.t[l], am))
+            t_first = time.perf_counter()
+            self.conn.wait_for_save()
+            self.conn.clear_connector_metadata()
+            self.conn.get_finished({req_id})
+            self.sched.update_connector_output(self.conn.build_connector_worker_meta())
+            _, params = self.sched.request_finished(req, blocks)
+            t_ready = time.perf_counter()
+        finally:
+            self.pool.release(blocks)
+        events = []
+        for e in self.sched.take_events():
+            i = e["block_index"]
+            events.append((e["hash"], e["parent"],
+                           req.prompt_token_ids[i * cfg.block_size:(i + 1) * cfg.block_size]))
+        first = argmax_token(logits)
+        return {"first_token": first, "logits": logits.numpy().tobytes(),
+                "kv_transfer_params": params, "events": events, "computed_from": start,
+                "t_lookup": t_lookup, "t_compute": t_first - t_c0, "t_first": t_first - t0,
+                "t_ready": t_ready - t0}
+
+
+class DecodeEngine:
+    def __init__(self, cfg, kvstore, num_blocks, load_batch_pages=128):
+        self.cfg = cfg
+        self.model = GPT(cfg)
+        self.pool = KVPool(cfg, num_blocks)
+        self.hicache = CrescentHiCacheStorage(HiCacheStorageConfig(cfg.name), kvstore)
+        self.hicache.register_mem_pool_host(self.pool)
+        self.load_batch_pages = load_batch_pages
+
+    def decode(self, req_id, tokens, first_token, params, max_new):
+        """Loads the prompt's KV through the HiCache backend and generates
+        max_new tokens (the first one came from prefill). Returns
+        {tokens, logits (list of bytes, one per decode step), timings}."""
+        cfg = self.cfg
+        if not params:
+            raise KVMissing("request %s: no KV pages from prefill" % req_id)
+        if params.get("fp") != cfg.fingerprint():
+            cfg.check_same(params.get("shape") or {}, "the prefill worker")
+            raise ModelMismatch("request %s: prefill fingerprint %s, ours %s"
+                                % (req_id, params.get("fp"), cfg.fingerprint()))
+        n = int(params["num_tokens"])
+        if n != len(tokens):
+            raise ValueError("request %s: %d prompt tokens, KV for %d" % (req_id, len(tokens), n))
+        pages = params["pages"]
+        if pages is None or len(pages) != _blocks_for(n, cfg.block_size):
+            raise KVMissing("request %s: prefill could not store all KV pages" % req_id)
+        t0 = time.perf_counter()
+        blocks = self.pool.alloc(_blocks_for(n + max_new, cfg.block_size))
+        try:
+            have = self.hicache.batch_exists(pages)
+            if have < len(pages):
+                raise KVMissing("request %s: page %d of %d (%s) not in the store"
+                                % (req_id, have, len(pages), pages[have]))
+            bs = cfg.block_size
+            B = self.load_batch_pages
+            for i in range(0, len(pages), B):
+                batch = pages[i:i + B]
+                host = torch.cat([torch.arange(b * bs, (b + 1) * bs) for b in blocks[i:i + len(batch)]])
+                ok = self.hicache.batch_get_v1(batch, host)
+                if not all(ok):
+                    j = ok.index(False)
+                    raise KVMissing("request %s: page %s vanished before it was read" % (req_id, batch[j]))
+                if i == 0 and len(pages) > B:
+                    pause_point("decode_mid_load")
+            t_load = time.perf_counter() - t0
+            out, logits = [first_token], []
+            tok, pos = first_token, n
+            for _ in range(max_new - 1):
+                lg = self.model.forward([tok], pos, self.pool, blocks)
+                logits.append(lg.numpy().tobytes())
+                tok = argmax_token(lg)
+                out.append(tok)
+                pos += 1
+            t_done = time.perf_counter() - t0
+        finally:
+            self.pool.release(blocks)
+        tails = [p for p in pages if p.startswith("t/")]
+        if tails:
+            self.hicache.kv.remove([k for p in tails for k in self.hicache._keys(p)])
+        return {"tokens": out, "logits": logits, "t_load": t_load, "t_decode": t_done - t_load,
+                "bytes_loaded": len(pages) * cfg.n_layer * cfg.block_bytes()}
+
+
+class Reference:
+    """The same computation in one process: a dict stands for the store
+    (first writer wins, like the store's immutable objects), splits given by
+    the caller (the hit lengths the distributed run reported)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.model = GPT(cfg)
+        self.blocks = {}          # rolling hash -> [L,2,bs,H,D] tensor
+
+    def run(self, tokens, hit_tokens, max_new, store=True):
+        cfg = self.cfg
+        bs = cfg.block_size
+        hashes = hashing.prefix_hashes(tokens, bs)
+        pool = KVPool(cfg, _blocks_for(len(tokens) + max_new, bs))
+        bt = list(range(pool.num_blocks))
+        for i in range(hit_tokens // bs):
+            pool.t[:, i] = self.blocks[hashes[i]]
+        lg = self.model.forward(tokens[hit_tokens:], hit_tokens, pool, bt)
+        if store:
+            for i in range(hit_tokens // bs, len(hashes)):
+                self.blocks.setdefault(hashes[i], pool.t[:, i].clone())
+        logits = [lg.clone()]
+        tok = argmax_token(lg)
+        out = [tok]
+        pos = len(tokens)
+        for _ in range(max_new - 1):
+            lg = self.model.forward([tok], pos, pool, bt)
+            logits.append(lg.clone())
+            tok = argmax_token(lg)
+            out.append(tok)
+            pos += 1
+        return out, logits

@@ -1,0 +1,118 @@
+"""The router: asks crescent-conductor's /schedule where a request runs, then
+drives prefill and decode on those workers.
+
+Startup (Router.attach): `hello` every worker, refuse to start if any two
+report different model shapes (ModelMismatch names the fields), register
+every worker with the conductor (/register; prefill workers with their
+KV-event PUB endpoint, role prefill; decode workers role decode).
+
+Per request (Router.generate):
+  1. POST /schedule {model, token_ids} -> prefill and decode instance ids
+  2. prefill RPC on that worker -> first token + kv_transfer_params
+  3. decode RPC -> the remaining tokens. A decode worker that dies or times
+     out is marked dead and the decode goes to another decode worker (the
+     KV is still in the store); KVMissing (KV evicted between prefill and
+     decode) re-runs the prefill once.
+"""
+import json
+import time
+import urllib.request
+
+from .model import ModelMismatch
+from .rpc import RpcError, call
+
+
+def http_post(url, body, timeout=10.0):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+class Router:
+    def __init__(self, conductor_url, model_name, rpc_timeout_s=120.0):
+        self.conductor = conductor_url.rstrip("/")
+        self.model = model_name
+        self.timeout = rpc_timeout_s
+        self.workers = {}         # id -> hello + endpoint
+        self.dead = set()
+        self.shape = None
+
+    def attach(self, endpoints):
+        hellos = [(ep, call(ep, "hello", 30.0)) for ep in endpoints]
+        ref_ep, ref = hellos[0]
+        for ep, h in hellos[1:]:
+            if h["fp"] != ref["fp"]:
+                diff = ["%s %r vs %r" % (k, ref["shape"][k], h["shape"].get(k))
+                        for k in ref["shape"] if h["shape"].get(k) != ref["shape"][k]]
+                raise ModelMismatch("worker %s (%s) and worker %s (%s) serve different models: %s"
+                                    % (ref["id"], ref_ep, h["id"], ep, "; ".join(diff)))
+        self.shape = ref["shape"]
+        if ref["shape"]["name"] != self.model:
+            raise ModelMismatch("workers serve %r, router configured for %r" % (ref["shape"]["name"], self.model))
+        for ep, h in hellos:
+            h["endpoint"] = ep
+            self.workers[h["id"]] = h
+            body = {"endpoint": h["events"] or ep, "type": "vLLM", "modelname": self.model,
+                    "instance_id": h["id"], "block_size": h["shape"]["block_size"],
+                    "role": h["role"], "medium": "cpu"}
+            st, rep = http_post(self.conductor + "/register", body)
+            if st != 200:
+                raise RuntimeError("conductor /register %s: %s %s" % (h["id"], st, rep))
+
+    def _pick(self, role, preferred):
+        if preferred in self.workers and preferred not in self.dead and \
+                self.workers[preferred]["role"] == role:
+            return preferred
+        for wid, h in sorted(self.workers.items()):
+            if h["role"] == role and wid not in self.dead:
+                return wid
+        raise RuntimeError("no live %s worker" % role)
+
+    def schedule(self, tokens):
+        st, rep = http_post(self.conductor + "/schedule", {"model": self.model, "token_ids": tokens})
+        if st != 200:
+            raise RuntimeError("conductor /schedule: %s %s" % (st, rep))
+        return rep["prefill"]["instance_id"], rep["decode"]["instance_id"], rep
+
+    def generate(self, req_id, tokens, max_new, reuse=True, layer_wise=None):
+        t0 = time.perf_counter()
+        p_id, d_id, sched = self.schedule(tokens)
+        t_sched = time.perf_counter() - t0
+        for attempt in range(2):
+            p_id = self._pick("prefill", p_id)
+            pre = call(self.workers[p_id]["endpoint"], "prefill", self.timeout,
+                       req_id=req_id, tokens=tokens, reuse=reuse, layer_wise=layer_wise)
+            ttft = time.perf_counter() - t0
+            try:
+                dec = self._decode(req_id, tokens, pre, max_new, d_id)
+                break
+            except RpcError as e:
+                if e.kind != "KVMissing" or attempt == 1:
+                    raise
+                reuse = False       # the pages vanished: compute and store them again
+        return {"tokens": dec["tokens"], "logits": [pre["logits"]] + dec["logits"],
+                "prefill": pre, "decode": dec, "ttft": ttft, "t_sched": t_sched,
+                "prefill_worker": p_id, "decode_worker": dec["worker"],
+                "e2e": time.perf_counter() - t0, "schedule": sched}
+
+    def _decode(self, req_id, tokens, pre, max_new, d_id):
+        last = None
+        for _ in range(len(self.workers)):
+            d_id = self._pick("decode", d_id)
+            try:
+                dec = call(self.workers[d_id]["endpoint"], "decode", self.timeout,
+                           req_id=req_id, tokens=tokens, first_token=pre["first_token"],
+                           params=pre["kv_transfer_params"], max_new=max_new)
+                dec["worker"] = d_id
+                return dec
+            except RpcError as e:
+                if e.kind not in ("RpcTimeout", "WorkerGone"):
+                    raise
+                last = e
+                self.dead.add(d_id)
+        raise last

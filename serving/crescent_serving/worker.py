@@ -1,0 +1,78 @@
+"""A prefill or decode worker process.
+
+    python3 -m crescent_serving.worker --role prefill --id p0 \
+        --master 127.0.0.1:50051 --metadata http://127.0.0.1:8080/metadata \
+        [--model '{"n_layer": 2, ...}'] [--host 127.0.0.1] [--blocks 512] [--whole-kv]
+
+Prints "READY id=<id> rpc=<endpoint> events=<endpoint>" once it serves.
+Methods: hello, prefill (prefill role), decode (decode role), shutdown.
+"""
+import argparse
+import json
+import sys
+
+from .engine import DecodeEngine, PrefillEngine
+from .events import KVEventPublisher
+from .kvstore import KVStore, open_store
+from .model import ModelConfig, set_deterministic_threads
+from .rpc import serve
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--role", choices=("prefill", "decode"), required=True)
+    ap.add_argument("--id", required=True)
+    ap.add_argument("--master", required=True)
+    ap.add_argument("--metadata", required=True)
+    ap.add_argument("--model", default="{}", help="ModelConfig fields as JSON")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--protocol", default="tcp")
+    ap.add_argument("--blocks", type=int, default=512, help="KV pool blocks")
+    ap.add_argument("--whole-kv", action="store_true", help="save the whole KV at the end (not layer-wise)")
+    ap.add_argument("--load-batch-pages", type=int, default=128)
+    a = ap.parse_args(argv)
+    set_deterministic_threads()
+    cfg = ModelConfig(**json.loads(a.model))
+    store = open_store(a.host, a.metadata, a.master, a.protocol)
+    kv = KVStore(store, cfg)
+    pub = None
+    if a.role == "prefill":
+        eng = PrefillEngine(cfg, kv, a.blocks, layer_wise=not a.whole_kv)
+        pub = KVEventPublisher(a.host, cfg.block_size)
+    else:
+        eng = DecodeEngine(cfg, kv, a.blocks, a.load_batch_pages)
+
+    def hello():
+        return {"id": a.id, "role": a.role, "fp": cfg.fingerprint(), "shape": cfg.shape(),
+                "events": pub.endpoint if pub else None}
+
+    def prefill(req_id, tokens, reuse=True, layer_wise=None):
+        if a.role != "prefill":
+            raise RuntimeError("worker %s is a decode worker" % a.id)
+        if layer_wise is not None:
+            eng.set_layer_wise(layer_wise)
+        r = eng.prefill(req_id, tokens, reuse)
+        pub.block_stored(r.pop("events"))
+        return r
+
+    def decode(req_id, tokens, first_token, params, max_new):
+        if a.role != "decode":
+            raise RuntimeError("worker %s is a prefill worker" % a.id)
+        return eng.decode(req_id, tokens, first_token, params, max_new)
+
+    def shutdown():
+        return "bye"
+
+    def ready(ep):
+        print("READY id=%s rpc=%s events=%s" % (a.id, ep, pub.endpoint if pub else "-"), flush=True)
+
+    serve(a.host, {"hello": hello, "prefill": prefill, "decode": decode, "shutdown": shutdown}, ready)
+    if pub:
+        pub.close()
+    kv.close()
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
