@@ -41,6 +41,12 @@ class PrefillEngine:
         self.conn = CrescentConnectorV1(cfg, CrescentConnectorV1.WORKER, kvstore, layer_wise)
         self.conn.register_kv_caches({layer_name(l): self.pool.t[l] for l in range(cfg.n_layer)},
                                      pool=self.pool)
+        if os.environ.get("CRESCENT_SERVING_PAUSE") == "prefill_mid_save":
+            def hook(point, info):
+                # layers 0..L-2 are handed to the saver; the last is not
+                if point == "save_layer" and info[1] == cfg.n_layer - 1:
+                    pause_point("prefill_mid_save")
+            self.conn.fault_hook = hook
 
     def set_layer_wise(self, on):
         self.sched.layer_wise = self.conn.layer_wise = bool(on)

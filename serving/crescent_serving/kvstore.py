@@ -153,6 +153,19 @@ class KVStore:
         rc = self.s.put_batch(keys, [m] * len(keys))
         return [rc] * len(keys) if isinstance(rc, int) else list(rc)
 
+    def uncommit(self, hashes, nonce):
+        """Removes the markers of blocks found broken, if they still name
+        `nonce` (a marker re-written meanwhile by another writer stays)."""
+        keys = [marker_key(self.ns, h) for h in hashes]
+        stale = []
+        for k, v in zip(keys, self.s.get_batch(keys)):
+            try:
+                if v and msgpack.unpackb(v, raw=False)["nonce"] == nonce:
+                    stale.append(k)
+            except Exception:  # noqa: BLE001 - a corrupt marker is stale too
+                stale.append(k)
+        self.remove(stale)
+
     # -- layer objects (zero copy) ------------------------------------------
     def put_from(self, keys, addrs):
         """Stores each key from one registered range of block_bytes."""

@@ -45,7 +45,10 @@ class Router:
     def attach(self, endpoints):
         hellos = [(ep, call(ep, "hello", 30.0)) for ep in endpoints]
         ref_ep, ref = hellos[0]
-        for ep, h in hellos[1:]:
+        if self.workers:
+            ref = next(iter(self.workers.values()))
+            ref_ep = ref["endpoint"]
+        for ep, h in hellos:
             if h["fp"] != ref["fp"]:
                 diff = ["%s %r vs %r" % (k, ref["shape"][k], h["shape"].get(k))
                         for k in ref["shape"] if h["shape"].get(k) != ref["shape"][k]]
@@ -84,9 +87,8 @@ class Router:
         p_id, d_id, sched = self.schedule(tokens)
         t_sched = time.perf_counter() - t0
         for attempt in range(2):
-            p_id = self._pick("prefill", p_id)
-            pre = call(self.workers[p_id]["endpoint"], "prefill", self.timeout,
-                       req_id=req_id, tokens=tokens, reuse=reuse, layer_wise=layer_wise)
+            pre = self._prefill(req_id, tokens, reuse, layer_wise, p_id)
+            p_id = pre["worker"]
             ttft = time.perf_counter() - t0
             try:
                 dec = self._decode(req_id, tokens, pre, max_new, d_id)
@@ -99,6 +101,27 @@ class Router:
                 "prefill": pre, "decode": dec, "ttft": ttft, "t_sched": t_sched,
                 "prefill_worker": p_id, "decode_worker": dec["worker"],
                 "e2e": time.perf_counter() - t0, "schedule": sched}
+
+    def _lost(self, wid):
+        """A worker died or hangs: never pick it again, drop it from the index."""
+        self.dead.add(wid)
+        http_post(self.conductor + "/unregister", {"instance_id": wid})
+
+    def _prefill(self, req_id, tokens, reuse, layer_wise, p_id):
+        last = None
+        for _ in range(len(self.workers)):
+            p_id = self._pick("prefill", p_id)
+            try:
+                pre = call(self.workers[p_id]["endpoint"], "prefill", self.timeout,
+                           req_id=req_id, tokens=tokens, reuse=reuse, layer_wise=layer_wise)
+                pre["worker"] = p_id
+                return pre
+            except RpcError as e:
+                if e.kind not in ("RpcTimeout", "WorkerGone"):
+                    raise
+                last = e
+                self._lost(p_id)
+        raise last
 
     def _decode(self, req_id, tokens, pre, max_new, d_id):
         last = None
@@ -114,5 +137,5 @@ class Router:
                 if e.kind not in ("RpcTimeout", "WorkerGone"):
                     raise
                 last = e
-                self.dead.add(d_id)
+                self._lost(d_id)
         raise last

@@ -230,6 +230,10 @@ class CrescentConnectorV1:
                     good = min(good, i)
             for i in range(good, wanted):
                 self._load_errors.add(m.block_ids[i])
+            if good < len(nonces):
+                # the marker of block `good` names layer objects that are gone
+                # (evicted): drop it so that this request's save commits anew
+                self.kv.uncommit([m.hashes[good]], nonces[good])
             m.load_blocks = good
             m.save_from = good
             rep["pages"] = [block_page(m.hashes[i], nonces[i]) for i in range(good)]

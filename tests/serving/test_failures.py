@@ -1,0 +1,172 @@
+"""Bad input and failures on the KV path, each with real processes and the
+real store: a block evicted between exists and get, a decode worker killed
+mid-load, a prefill worker killed mid-save, mismatched model shapes."""
+import dataclasses
+import re
+import threading
+
+import pytest
+import torch
+
+from conftest import CFG, prompt, wait_indexed
+from crescent_serving.cluster import Cluster, _wait_line
+from crescent_serving.engine import PrefillEngine, Reference
+from crescent_serving.hashing import prefix_hashes
+from crescent_serving.kvstore import KVStore, block_page, layer_key, marker_key, open_store
+from crescent_serving.model import ModelConfig, ModelMismatch
+from crescent_serving.router import Router
+from crescent_serving.rpc import RpcError, call
+
+
+def _t(b):
+    return torch.frombuffer(bytearray(b), dtype=torch.float32)
+
+
+def _same_logits(got, ref):
+    assert len(got) == len(ref)
+    for i, (g, r) in enumerate(zip(got, ref)):
+        g = _t(g) if isinstance(g, (bytes, bytearray)) else g
+        assert torch.equal(g, r), "logits %d differ by %g" % (i, (g - r).abs().max().item())
+
+
+@pytest.fixture(scope="module")
+def bare():
+    """master, node, conductor; each test starts the workers it needs."""
+    c = Cluster(CFG, n_prefill=0, n_decode=0, node_size="128MB", worker_blocks=256)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def store(bare):
+    s = open_store("127.0.0.1", bare.metadata, bare.master)
+    yield s
+    s.close()
+
+
+def test_block_evicted_between_exists_and_get(bare, store):
+    """The lookup sees 6 committed blocks; before the load, block 4's marker
+    and one layer object of block 2 are removed (as an eviction would). The
+    load keeps blocks 0-1, recomputes from block 2, and the logits equal the
+    in-process computation split at block 2: never KV of a missing block."""
+    p = prompt(10, 100)
+    kv = KVStore(store, CFG)
+    first = PrefillEngine(CFG, kv, 64)
+    r0 = first.prefill("evict-0", p)
+    hs = prefix_hashes(p, CFG.block_size)
+    assert kv.committed_prefix(hs) == 6
+
+    eng = PrefillEngine(CFG, KVStore(store, CFG), 64)
+    removed = []
+
+    def evict(point, m):
+        if point == "after_markers":
+            nonces = KVStore(store, CFG).read_markers(hs[:3])
+            assert len(nonces) == 3
+            removed.append(store.remove(marker_key(kv.ns, hs[4]), True))
+            removed.append(store.remove(layer_key(kv.ns, block_page(hs[2], nonces[2]), 1), True))
+    eng.conn.fault_hook = evict
+    r = eng.prefill("evict-1", p)
+    assert removed == [0, 0]
+    params = r["kv_transfer_params"]
+    assert params["hit_tokens"] == 32 and r["computed_from"] == 32, params
+    assert params["load_errors"] == 4
+    ref = Reference(CFG)
+    ref.run(p, 0, 1)
+    _, lr = ref.run(p, 32, 1, store=False)
+    _same_logits([r["logits"]], lr)
+    # the stale marker of block 2 was dropped and the blocks committed anew
+    assert kv.committed_prefix(hs) == 6
+    r2 = PrefillEngine(CFG, KVStore(store, CFG), 64).prefill("evict-2", p)
+    assert r2["kv_transfer_params"]["hit_tokens"] == 96
+    assert r0["first_token"] == r["first_token"] == r2["first_token"]
+
+
+def test_decode_killed_mid_load(bare, store):
+    """d0 stops after reading the first 2 of 7 pages and is SIGKILLed; the
+    router sees the connection drop, marks d0 dead and decodes on d1 from
+    the same pages; the output equals the in-process computation."""
+    p_ep = bare.start_worker("prefill", "pk")
+    d0 = bare.start_worker("decode", "dk0", env={"CRESCENT_SERVING_PAUSE": "decode_mid_load",
+                                                "LOAD_BATCH_PAGES": "2"})
+    r = Router(bare.conductor, CFG.name, rpc_timeout_s=120)
+    r.attach([p_ep, d0])
+    p = prompt(20, 100)
+    out = {}
+    th = threading.Thread(target=lambda: out.update(r.generate("killdec", p, 6)))
+    th.start()
+    _wait_line(bare.workers["dk0"][0], r"PAUSED decode_mid_load", "dk0")
+    d1 = bare.start_worker("decode", "dk1")
+    r.attach([d1])
+    bare.kill("dk0")
+    th.join(120)
+    assert not th.is_alive()
+    assert out["decode_worker"] == "dk1" and "dk0" in r.dead
+    ref = Reference(CFG)
+    t, l = ref.run(p, out["prefill"]["kv_transfer_params"]["hit_tokens"], 6)
+    assert out["tokens"] == t
+    _same_logits(out["logits"], l)
+    call(p_ep, "shutdown")
+    call(d1, "shutdown")
+
+
+def test_prefill_killed_mid_save(bare, store):
+    """pm0 is SIGKILLed after handing layer 0 of every new block to its saver
+    (layer 1 never saved, no marker written). No block of the prompt becomes
+    visible; the router retries on pm1, which recomputes everything and
+    answers what the in-process computation answers."""
+    p = prompt(30, 100)
+    hs = prefix_hashes(p, CFG.block_size)
+    kv = KVStore(store, CFG)
+    p0 = bare.start_worker("prefill", "pm0", env={"CRESCENT_SERVING_PAUSE": "prefill_mid_save"})
+    d = bare.start_worker("decode", "dm")
+    r = Router(bare.conductor, CFG.name, rpc_timeout_s=120)
+    r.attach([p0, d])
+    out = {}
+    th = threading.Thread(target=lambda: out.update(r.generate("killpre", p, 4)))
+    th.start()
+    _wait_line(bare.workers["pm0"][0], r"PAUSED prefill_mid_save", "pm0")
+    assert kv.committed_prefix(hs) == 0
+    p1 = bare.start_worker("prefill", "pm1")
+    r.attach([p1])
+    bare.kill("pm0")
+    assert kv.committed_prefix(hs) == 0          # nothing of the dead writer is visible
+    th.join(120)
+    assert not th.is_alive()
+    assert out["prefill_worker"] == "pm1" and "pm0" in r.dead
+    assert out["prefill"]["kv_transfer_params"]["hit_tokens"] == 0
+    t, l = Reference(CFG).run(p, 0, 4)
+    assert out["tokens"] == t
+    _same_logits(out["logits"], l)
+    assert kv.committed_prefix(hs) == 6          # pm1's blocks, all layers
+    for ep in (p1, d):
+        call(ep, "shutdown")
+
+
+def test_model_shape_mismatch_refused(bare, store):
+    other = dataclasses.replace(CFG, n_head=8)
+    p_ep = bare.start_worker("prefill", "ps")
+    bad_d = bare.start_worker("decode", "ds-bad", cfg=other)
+    # 1. the router refuses to start with workers of different shapes
+    r = Router(bare.conductor, CFG.name)
+    with pytest.raises(ModelMismatch, match=r"n_head 4 vs 8"):
+        r.attach([p_ep, bad_d])
+    # 2. a decode worker refuses KV produced by another model shape
+    pre = call(p_ep, "prefill", 60, req_id="shape", tokens=prompt(40, 50))
+    with pytest.raises(RpcError, match=r"ModelMismatch.*n_head 8 here vs 4 at the prefill worker"):
+        call(bad_d, "decode", 60, req_id="shape", tokens=prompt(40, 50),
+             first_token=pre["first_token"], params=pre["kv_transfer_params"], max_new=2)
+    # 3. a prefill worker with the same model name but another shape finds
+    #    the blocks' markers and refuses their bytes
+    eng = PrefillEngine(dataclasses.replace(CFG, d_model=128, d_ff=512), KVStore(store, CFG.__class__(
+        **dict(CFG.to_dict(), d_model=128, d_ff=512))), 16)
+    with pytest.raises(ModelMismatch, match=r"d_model 128 here vs 64"):
+        eng.prefill("shape2", prompt(40, 50))
+    # 4. shapes are validated when a config is made
+    with pytest.raises(ValueError, match="not divisible"):
+        ModelConfig(d_model=65)
+    for ep in (p_ep, bad_d):
+        call(ep, "shutdown")
