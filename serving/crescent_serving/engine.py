@@ -48,6 +48,10 @@ class PrefillEngine:
                     pause_point("prefill_mid_save")
             self.conn.fault_hook = hook
 
+    def close(self):
+        """Unregisters the pool from the store (before the pool is freed)."""
+        self.conn.shutdown()
+
     def set_layer_wise(self, on):
         self.sched.layer_wise = self.conn.layer_wise = bool(on)
 
@@ -113,6 +117,9 @@ class DecodeEngine:
         self.hicache = CrescentHiCacheStorage(HiCacheStorageConfig(cfg.name), kvstore)
         self.hicache.register_mem_pool_host(self.pool)
         self.load_batch_pages = load_batch_pages
+
+    def close(self):
+        self.hicache.kv.close()
 
     def decode(self, req_id, tokens, first_token, params, max_new):
         """Loads the prompt's KV through the HiCache backend and generates

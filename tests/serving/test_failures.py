@@ -80,8 +80,11 @@ def test_block_evicted_between_exists_and_get(bare, store):
     _same_logits([r["logits"]], lr)
     # the stale marker of block 2 was dropped and the blocks committed anew
     assert kv.committed_prefix(hs) == 6
-    r2 = PrefillEngine(CFG, KVStore(store, CFG), 64).prefill("evict-2", p)
+    third = PrefillEngine(CFG, KVStore(store, CFG), 64)
+    r2 = third.prefill("evict-2", p)
     assert r2["kv_transfer_params"]["hit_tokens"] == 96
+    for e in (first, eng, third):
+        e.close()
     assert r0["first_token"] == r["first_token"] == r2["first_token"]
 
 
@@ -163,8 +166,11 @@ def test_model_shape_mismatch_refused(bare, store):
     #    the blocks' markers and refuses their bytes
     eng = PrefillEngine(dataclasses.replace(CFG, d_model=128, d_ff=512), KVStore(store, CFG.__class__(
         **dict(CFG.to_dict(), d_model=128, d_ff=512))), 16)
-    with pytest.raises(ModelMismatch, match=r"d_model 128 here vs 64"):
-        eng.prefill("shape2", prompt(40, 50))
+    try:
+        with pytest.raises(ModelMismatch, match=r"d_model 128 here vs 64"):
+            eng.prefill("shape2", prompt(40, 50))
+    finally:
+        eng.close()
     # 4. shapes are validated when a config is made
     with pytest.raises(ValueError, match="not divisible"):
         ModelConfig(d_model=65)
