@@ -371,14 +371,9 @@ static void teardown(cr_store_t *s)
     free(s);
 }
 
-int cr_store_create(const cr_store_params_t *p, cr_store_t **out)
+/* Step 1: locks and condition variable (never fails). */
+static void create_sync(cr_store_t *s)
 {
-    if (!p || !out)
-        return CR_E_INVALID_PARAMS;
-    uint64_t m = p->field_mask;
-    cr_store_t *s = calloc(1, sizeof *s);
-    if (!s)
-        return -ENOMEM;
     pthread_rwlock_init(&s->reg_lock, NULL);
     pthread_mutex_init(&s->seg_mu, NULL);
     pthread_mutex_init(&s->hb_mu, NULL);
@@ -387,7 +382,14 @@ int cr_store_create(const cr_store_params_t *p, cr_store_t **out)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&s->hb_cv, &ca);
     pthread_condattr_destroy(&ca);
+}
 
+/* Step 2: the configuration from p (defaults for fields not in its
+ * field_mask), checked; transports gets the TE's transport list. Returns 0
+ * or CR_E_INVALID_PARAMS (logged). */
+static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transports, size_t cap)
+{
+    uint64_t m = p->field_mask;
     copy_str(s->hostname, sizeof s->hostname,
              (m & CR_STORE_PARAM_LOCAL_HOSTNAME) ? p->local_hostname : NULL, "127.0.0.1");
     copy_str(s->metadata_uri, sizeof s->metadata_uri,
@@ -407,19 +409,11 @@ int cr_store_create(const cr_store_params_t *p, cr_store_t **out)
     s->xfer_timeout_ms = (m & CR_STORE_PARAM_TRANSFER_TIMEOUT_MS) ? p->transfer_timeout_ms : 30000;
     s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : 1000;
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
-    const char *stall = getenv("CRESCENT_STORE_TEST_GET_STALL_MS");
-    if (stall)
-        s->test_get_stall_ms = strtoull(stall, NULL, 10);
-    stall = getenv("CRESCENT_STORE_TEST_PUT_STALL_MS");
-    if (stall)
-        s->test_put_stall_ms = strtoull(stall, NULL, 10);
 
-    int rc = CR_E_INVALID_PARAMS;
-    char transports[64];
     const char *why = NULL;
     if (!s->hostname[0])
         why = "empty local_hostname";
-    else if (protocol_to_transports(s->protocol, transports, sizeof transports))
+    else if (protocol_to_transports(s->protocol, transports, cap))
         why = "protocol must be tcp, shm or tcp,shm";
     else if (s->seg_size > (1ull << 40))
         why = "global_segment_size over 1 TiB";
@@ -436,12 +430,18 @@ int cr_store_create(const cr_store_params_t *p, cr_store_t **out)
     }
     if (why) {
         CR_LOG_ERROR(COMP, "cr_store_create: %s", why);
-        goto fail;
+        return CR_E_INVALID_PARAMS;
     }
     s->seg_size = (s->seg_size + SEG_ALIGN - 1) & ~(SEG_ALIGN - 1);
     s->lbuf_size = (s->lbuf_size + SEG_ALIGN - 1) & ~(SEG_ALIGN - 1);
     random_id(&s->id);
+    return 0;
+}
 
+/* Step 3: the transfer engine. Returns 0 or its error (-EINVAL as
+ * CR_E_INVALID_PARAMS). */
+static int create_engine(cr_store_t *s, const char *transports)
+{
     cr_xfer_params_t xp = {0};
     xp.field_mask = CR_XFER_PARAM_METADATA_URI | CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_NICS |
                     CR_XFER_PARAM_PORT | CR_XFER_PARAM_TIMEOUT_MS;
@@ -450,67 +450,95 @@ int cr_store_create(const cr_store_params_t *p, cr_store_t **out)
     xp.nics = s->devices;
     xp.port = s->te_port;
     xp.timeout_ms = s->xfer_timeout_ms;
-    rc = cr_xfer_engine_create(&xp, &s->te);
+    int rc = cr_xfer_engine_create(&xp, &s->te);
     if (rc) {
         CR_LOG_ERROR(COMP, "transfer engine: %s", cr_strerror(rc));
-        if (rc == -EINVAL)
-            rc = CR_E_INVALID_PARAMS;
-        goto fail;
+        return rc == -EINVAL ? CR_E_INVALID_PARAMS : rc;
     }
     snprintf(s->seg_name, sizeof s->seg_name, "%s", cr_xfer_engine_name(s->te));
+    return 0;
+}
 
-    rc = -ENOMEM;
+/* Step 4: the staging buffer and the contributed segment, mapped,
+ * pre-faulted and registered with the engine. Returns 0 or -ENOMEM / the
+ * registration's error. */
+static int create_memory(cr_store_t *s)
+{
     s->lbuf = map_prefaulted(s->lbuf_size);
     if (!s->lbuf)
-        goto fail;
+        return -ENOMEM;
     cr__staging_init(&s->staging, s->lbuf, s->lbuf_size);
-    rc = cr_xfer_mem_register(s->te, s->lbuf, s->lbuf_size, "cpu:0");
-    if (rc)
-        goto fail;
-    if (s->seg_size) {
-        rc = -ENOMEM;
-        s->seg_base = map_prefaulted(s->seg_size);
-        if (!s->seg_base) {
-            CR_LOG_ERROR(COMP, "cannot map a %llu-byte segment",
-                         (unsigned long long)s->seg_size);
-            goto fail;
-        }
-        rc = cr_xfer_mem_register(s->te, s->seg_base, s->seg_size, "cpu:0");
-        if (rc)
-            goto fail;
+    int rc = cr_xfer_mem_register(s->te, s->lbuf, s->lbuf_size, "cpu:0");
+    if (rc || !s->seg_size)
+        return rc;
+    s->seg_base = map_prefaulted(s->seg_size);
+    if (!s->seg_base) {
+        CR_LOG_ERROR(COMP, "cannot map a %llu-byte segment", (unsigned long long)s->seg_size);
+        return -ENOMEM;
     }
+    return cr_xfer_mem_register(s->te, s->seg_base, s->seg_size, "cpu:0");
+}
 
-    for (size_t i = 0; i < CR__SC_RPC_CONNS; i++) {
+/* Step 5: the master connections (request pool + the heartbeat's own). */
+static int create_rpc(cr_store_t *s)
+{
+    int rc = 0;
+    for (size_t i = 0; i < CR__SC_RPC_CONNS && !rc; i++)
         rc = cr__rpc_client_create(s->master_addr, (int)s->rpc_timeout_ms, (int)s->rpc_timeout_ms,
                                    &s->rpc[i]);
-        if (rc)
-            goto fail;
-    }
-    rc = cr__rpc_client_create(s->master_addr, (int)s->rpc_timeout_ms, (int)s->rpc_timeout_ms,
-                               &s->hb_rpc);
-    if (rc)
-        goto fail;
+    if (!rc)
+        rc = cr__rpc_client_create(s->master_addr, (int)s->rpc_timeout_ms,
+                                   (int)s->rpc_timeout_ms, &s->hb_rpc);
+    return rc;
+}
 
+/* Step 6: joins the cluster: first ping, mount of the contributed
+ * segment, heartbeat thread. */
+static int create_join(cr_store_t *s)
+{
     uint32_t flags;
-    rc = ping(s, s->hb_rpc, &flags);
+    int rc = ping(s, s->hb_rpc, &flags);
     if (rc) {
         CR_LOG_ERROR(COMP, "master %s: %s", s->master_addr, cr_strerror(rc));
-        goto fail;
+        return rc;
     }
     if (s->seg_base) {
         rc = mount_segment(s, s->hb_rpc);
         if (rc) {
             CR_LOG_ERROR(COMP, "mount of %s at %s failed: %s", s->seg_name, s->master_addr,
                          cr_strerror(rc));
-            goto fail;
+            return rc;
         }
     }
     atomic_store(&s->mounted, 1);
-    if (pthread_create(&s->hb_thread, NULL, hb_main, s)) {
-        rc = -ENOMEM;
-        goto fail;
-    }
+    if (pthread_create(&s->hb_thread, NULL, hb_main, s))
+        return -ENOMEM;
     s->hb_started = 1;
+    return 0;
+}
+
+/* Each step leaves what it made in s; teardown() undoes whatever exists,
+ * in reverse order, so one unwinding label serves every step. */
+int cr_store_create(const cr_store_params_t *p, cr_store_t **out)
+{
+    if (!p || !out)
+        return CR_E_INVALID_PARAMS;
+    cr_store_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    create_sync(s);
+    char transports[64];
+    int rc = create_config(s, p, transports, sizeof transports);
+    if (rc)
+        goto fail;
+    if ((rc = create_engine(s, transports)) != 0)
+        goto fail;
+    if ((rc = create_memory(s)) != 0)
+        goto fail;
+    if ((rc = create_rpc(s)) != 0)
+        goto fail;
+    if ((rc = create_join(s)) != 0)
+        goto fail;
     *out = s;
     return 0;
 fail:
@@ -527,4 +555,14 @@ void cr_store_destroy(cr_store_t *s)
 const char *cr_store_segment_name(const cr_store_t *s)
 {
     return s ? s->seg_name : "";
+}
+
+void cr__store_set_test_hooks(cr_store_t *s, const cr__store_test_hooks_t *hooks)
+{
+    if (!s)
+        return;
+    if (hooks)
+        s->test_hooks = *hooks;
+    else
+        memset(&s->test_hooks, 0, sizeof s->test_hooks);
 }

@@ -2,7 +2,8 @@
  *
  * Files: client.c (create/destroy, heartbeat + remount thread, registered
  * buffers, TE segment handle cache, RPC pool), ops.c (put/get/batch data
- * paths), staging.c (allocator over the local staging buffer).
+ * paths), staging.c (allocator over the local staging buffer),
+ * test_hooks.h (test-only interface).
  *
  * Locks (never nested except as noted):
  *   reg_lock (rwlock)  guards regs/n_regs (user registrations)
@@ -21,6 +22,7 @@
 #include "crescent/store.h"
 #include "crescent/transfer.h"
 #include "store/client/staging.h"
+#include "store/client/test_hooks.h"
 #include "store/rpc/client.h"
 #include "store/rpc/protocol.h"
 
@@ -52,8 +54,7 @@ struct cr_store {
     unsigned xfer_timeout_ms;
     unsigned hb_ms;
     uint16_t te_port;
-    uint64_t test_get_stall_ms; /* CRESCENT_STORE_TEST_GET_STALL_MS: tests only */
-    uint64_t test_put_stall_ms; /* CRESCENT_STORE_TEST_PUT_STALL_MS: tests only */
+    cr__store_test_hooks_t test_hooks; /* tests only (test_hooks.h); zero otherwise */
 
     cr_xfer_engine_t *te;
     char seg_name[CR_XFER_NAME_MAX];

@@ -12,10 +12,8 @@
  * Batches use one master round-trip per phase and one TE batch for all
  * keys; every key keeps its own status. */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -391,14 +389,13 @@ static void put_finish(cr_store_t *s, const char *const *keys, const cr__rpc_ite
 
 /* ---- put ------------------------------------------------------------------ */
 
-/* Core of put / put_from / batch_put_from. srcs[i] is the value of keys[i]
- * (registered memory when !staged). */
-static int do_put(cr_store_t *s, const char *const *keys, const void *const *srcs,
-                  const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
-                  int *results)
+/* PutStart for n keys of lens[i] bytes. Returns 0 (*rep: one item per
+ * key, each with its own status; the caller frees it) or the RPC error
+ * (then written to every results[i]). */
+static int put_start(cr_store_t *s, const char *const *keys, const size_t *lens, size_t n,
+                     const cr_store_replicate_config_t *cfg, cr__rpc_msg_t *rep, int *results)
 {
-    uint64_t t0 = cr__now_ms();
-    cr__rpc_msg_t req, rep = {0};
+    cr__rpc_msg_t req;
     int rc = build_items(&req, CR__RPC_PUT_START, keys, n);
     if (rc)
         return rc;
@@ -408,22 +405,165 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
         req.items[i].size = lens[i];
         req.items[i].cfg = rcfg;
     }
-    rc = call_items(s, &req, &rep, n);
-    if (rc) {
+    rc = call_items(s, &req, rep, n);
+    if (rc)
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
+    return rc;
+}
+
+/* Takes PutStart's answers: results[i] = the key's status (or
+ * CR_E_INVALID_REPLICA for a malformed replica list), started[i] = 1 for
+ * every key PutStart allocated (to be ended or revoked). Returns the
+ * earliest put deadline (monotonic ms) of the keys to write. */
+static uint64_t put_started(cr__rpc_msg_t *rep, const char *const *keys, const size_t *lens,
+                            size_t n, uint64_t t0, uint8_t *started, int *results)
+{
+    uint64_t deadline = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        cr__rpc_item_t *it = &rep->items[i];
+        results[i] = it->status;
+        if (it->status)
+            continue;
+        started[i] = 1;
+        it->size = lens[i]; /* PutStart's reply carries no size */
+        if (check_replicas(it)) {
+            CR_LOG_ERROR(COMP, "PutStart(%s): malformed replica list", keys[i]);
+            results[i] = CR_E_INVALID_REPLICA;
+            continue;
+        }
+        uint64_t dl = t0 + it->lease_ms;
+        if (dl < deadline)
+            deadline = dl;
+    }
+    return deadline;
+}
+
+/* Direct put (registered sources): one TE batch for every replica of
+ * every started key; never starts writes (also the memcpy into our own
+ * segment) into space the master may reclaim. first: n + 1 entries of
+ * scratch. */
+static void put_write_direct(cr_store_t *s, const cr__rpc_msg_t *rep, const void *const *srcs,
+                             const size_t *lens, size_t n, const uint8_t *started, size_t *first,
+                             uint64_t deadline, int *results)
+{
+    reqvec_t rv;
+    rv_init(&rv);
+    int late = remaining_ms(deadline) == 0;
+    for (size_t i = 0; i < n; i++) {
+        first[i] = rv.n;
+        if (!started[i] || results[i])
+            continue;
+        if (late) {
+            results[i] = CR_E_LEASE_EXPIRED;
+            continue;
+        }
+        const cr__rpc_item_t *it = &rep->items[i];
+        for (uint32_t r = 0; r < it->n_replicas && !results[i]; r++)
+            results[i] = add_range(s, &rv, &it->replicas[r], 0, lens[i],
+                                   (uint8_t *)(uintptr_t)srcs[i], CR_XFER_WRITE);
+    }
+    first[n] = rv.n;
+    int stack_st[INLINE_REQS];
+    int *st = NULL;
+    if (rv.err) {
+        for (size_t i = 0; i < n; i++)
+            if (started[i] && !results[i])
+                results[i] = rv.err;
+    } else if (rv.n) {
+        st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
+        if (!st) {
+            for (size_t i = 0; i < n; i++)
+                if (started[i] && !results[i])
+                    results[i] = -ENOMEM;
+        } else if (remaining_ms(deadline) == 0) {
+            /* never start writes into space the master may reclaim */
+            for (size_t i = 0; i < n; i++)
+                if (started[i] && !results[i])
+                    results[i] = CR_E_LEASE_EXPIRED;
+        } else {
+            run_batch(s, rv.v, rv.n, st);
+            for (size_t i = 0; i < n; i++)
+                for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
+                    if (st[q])
+                        results[i] = CR_E_TRANSFER_FAIL;
+        }
+    }
+    if (st != stack_st)
+        free(st);
+    rv_free(&rv);
+}
+
+/* Staged put (any source memory, one key in practice): chunks copied
+ * through the staging buffer, each written to every replica before the
+ * next; stops at the put deadline. */
+static void put_write_staged(cr_store_t *s, const cr__rpc_msg_t *rep, const void *const *srcs,
+                             const size_t *lens, size_t n, const uint8_t *started,
+                             uint64_t deadline, int *results)
+{
+    size_t chunk = s->staging.size / 4;
+    if (chunk < CR__STAGING_ALIGN)
+        chunk = s->staging.size;
+    reqvec_t rv;
+    rv_init(&rv);
+    for (size_t i = 0; i < n; i++) {
+        if (!started[i] || results[i])
+            continue;
+        const cr__rpc_item_t *it = &rep->items[i];
+        const uint8_t *src = srcs[i];
+        for (uint64_t off = 0; off < lens[i] && !results[i];) {
+            size_t c = lens[i] - off < chunk ? (size_t)(lens[i] - off) : chunk;
+            int64_t rem = remaining_ms(deadline);
+            uint8_t *stg = rem ? cr__staging_alloc(&s->staging, c,
+                                                   (int)(rem > 60000 ? 60000 : rem))
+                               : NULL;
+            if (!stg) {
+                results[i] = CR_E_LEASE_EXPIRED;
+                break;
+            }
+            memcpy(stg, src + off, c);
+            rv.n = 0;
+            for (uint32_t r = 0; r < it->n_replicas && !results[i]; r++)
+                results[i] = add_range(s, &rv, &it->replicas[r], off, c, stg, CR_XFER_WRITE);
+            if (!results[i] && rv.err)
+                results[i] = rv.err;
+            if (!results[i] && rv.n) {
+                int stack_st[INLINE_REQS];
+                int *st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
+                if (!st)
+                    results[i] = -ENOMEM;
+                else if (remaining_ms(deadline) == 0)
+                    results[i] = CR_E_LEASE_EXPIRED;
+                else if (run_batch(s, rv.v, rv.n, st))
+                    results[i] = CR_E_TRANSFER_FAIL;
+                if (st && st != stack_st)
+                    free(st);
+            }
+            cr__staging_free(&s->staging, stg, c);
+            off += c;
+        }
+    }
+    rv_free(&rv);
+}
+
+/* Core of put / put_from / batch_put_from: PutStart, the writes (direct
+ * from registered memory, or staged), then PutEnd for the keys written
+ * and PutRevoke for the others. srcs[i] is the value of keys[i]
+ * (registered memory when !staged). */
+static int do_put(cr_store_t *s, const char *const *keys, const void *const *srcs,
+                  const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
+                  int *results)
+{
+    uint64_t t0 = cr__now_ms();
+    cr__rpc_msg_t rep = {0};
+    int rc = put_start(s, keys, lens, n, cfg, &rep, results);
+    if (rc)
         return rc;
-    }
-    if (s->test_put_stall_ms) { /* tests: a writer stuck between PutStart and its writes */
-        fprintf(stderr, "store-client: test hook: put stalls %llu ms after PutStart (status %d)\n",
-                (unsigned long long)s->test_put_stall_ms, rep.items[0].status);
-        usleep((useconds_t)(s->test_put_stall_ms * 1000));
-    }
+    if (s->test_hooks.after_put_start) /* tests: a writer stuck before its writes */
+        s->test_hooks.after_put_start(s->test_hooks.user, rep.items[0].status);
     scratch_t sc;
     uint8_t *started = NULL; /* [0,n): PutStart ok; [n,2n): data written */
     size_t *first = NULL;
-    reqvec_t rv;
-    rv_init(&rv);
     if (scratch_init(&sc, SCR(2 * n) + SCR((n + 1) * sizeof *first)) == 0) {
         started = scratch_take(&sc, 2 * n);
         first = scratch_take(&sc, (n + 1) * sizeof *first);
@@ -442,112 +582,11 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
         return -ENOMEM;
     }
     uint8_t *ok = started + n;
-    uint64_t deadline = UINT64_MAX;
-    for (size_t i = 0; i < n; i++) {
-        cr__rpc_item_t *it = &rep.items[i];
-        results[i] = it->status;
-        if (it->status)
-            continue;
-        started[i] = 1;
-        it->size = lens[i]; /* PutStart's reply carries no size */
-        if (check_replicas(it)) {
-            CR_LOG_ERROR(COMP, "PutStart(%s): malformed replica list", keys[i]);
-            results[i] = CR_E_INVALID_REPLICA;
-            continue;
-        }
-        uint64_t dl = t0 + it->lease_ms;
-        if (dl < deadline)
-            deadline = dl;
-    }
-
-    if (!staged) {
-        /* one TE batch for every replica of every key; never start writes
-         * (also the memcpy into our own segment) into space the master may
-         * reclaim */
-        int late = remaining_ms(deadline) == 0;
-        for (size_t i = 0; i < n; i++) {
-            first[i] = rv.n;
-            if (!started[i] || results[i])
-                continue;
-            if (late) {
-                results[i] = CR_E_LEASE_EXPIRED;
-                continue;
-            }
-            const cr__rpc_item_t *it = &rep.items[i];
-            for (uint32_t r = 0; r < it->n_replicas && !results[i]; r++)
-                results[i] = add_range(s, &rv, &it->replicas[r], 0, lens[i],
-                                       (uint8_t *)(uintptr_t)srcs[i], CR_XFER_WRITE);
-        }
-        first[n] = rv.n;
-        int stack_st[INLINE_REQS];
-        int *st = NULL;
-        if (rv.err) {
-            for (size_t i = 0; i < n; i++)
-                if (started[i] && !results[i])
-                    results[i] = rv.err;
-        } else if (rv.n) {
-            st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
-            if (!st) {
-                for (size_t i = 0; i < n; i++)
-                    if (started[i] && !results[i])
-                        results[i] = -ENOMEM;
-            } else if (remaining_ms(deadline) == 0) {
-                /* never start writes into space the master may reclaim */
-                for (size_t i = 0; i < n; i++)
-                    if (started[i] && !results[i])
-                        results[i] = CR_E_LEASE_EXPIRED;
-            } else {
-                run_batch(s, rv.v, rv.n, st);
-                for (size_t i = 0; i < n; i++)
-                    for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
-                        if (st[q])
-                            results[i] = CR_E_TRANSFER_FAIL;
-            }
-        }
-        if (st != stack_st)
-            free(st);
-    } else {
-        /* copying put of one key: chunks through the staging buffer */
-        size_t chunk = s->staging.size / 4;
-        if (chunk < CR__STAGING_ALIGN)
-            chunk = s->staging.size;
-        for (size_t i = 0; i < n; i++) {
-            if (!started[i] || results[i])
-                continue;
-            const cr__rpc_item_t *it = &rep.items[i];
-            const uint8_t *src = srcs[i];
-            for (uint64_t off = 0; off < lens[i] && !results[i];) {
-                size_t c = lens[i] - off < chunk ? (size_t)(lens[i] - off) : chunk;
-                int64_t rem = remaining_ms(deadline);
-                uint8_t *stg = rem ? cr__staging_alloc(&s->staging, c, (int)(rem > 60000 ? 60000 : rem)) : NULL;
-                if (!stg) {
-                    results[i] = CR_E_LEASE_EXPIRED;
-                    break;
-                }
-                memcpy(stg, src + off, c);
-                rv.n = 0;
-                for (uint32_t r = 0; r < it->n_replicas && !results[i]; r++)
-                    results[i] = add_range(s, &rv, &it->replicas[r], off, c, stg, CR_XFER_WRITE);
-                if (!results[i] && rv.err)
-                    results[i] = rv.err;
-                if (!results[i] && rv.n) {
-                    int stack_st[INLINE_REQS];
-                    int *st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
-                    if (!st)
-                        results[i] = -ENOMEM;
-                    else if (remaining_ms(deadline) == 0)
-                        results[i] = CR_E_LEASE_EXPIRED;
-                    else if (run_batch(s, rv.v, rv.n, st))
-                        results[i] = CR_E_TRANSFER_FAIL;
-                    if (st && st != stack_st)
-                        free(st);
-                }
-                cr__staging_free(&s->staging, stg, c);
-                off += c;
-            }
-        }
-    }
-    rv_free(&rv);
+    uint64_t deadline = put_started(&rep, keys, lens, n, t0, started, results);
+    if (!staged)
+        put_write_direct(s, &rep, srcs, lens, n, started, first, deadline, results);
+    else
+        put_write_staged(s, &rep, srcs, lens, n, started, deadline, results);
 
     for (size_t i = 0; i < n; i++)
         ok[i] = started[i] && results[i] == 0;
@@ -708,53 +747,15 @@ static void validate(cr_store_t *s, const cr__rpc_item_t *items, const uint32_t 
     free(owner);
 }
 
-static void test_stall(cr_store_t *s)
+/* Takes GetReplicaList's answers: sets each item's key (replies carry
+ * none; Validate and the logs need it), results[i] = the key's status, or
+ * CR_E_BUFFER_OVERFLOW / CR_E_INVALID_REPLICA, and the replica visiting
+ * order of the readable keys. */
+static void get_located(cr_store_t *s, cr__rpc_msg_t *rep, const char *const *keys,
+                        const size_t *caps, size_t n, uint32_t *orders, int *results)
 {
-    if (s->test_get_stall_ms)
-        usleep((useconds_t)(s->test_get_stall_ms * 1000));
-}
-
-/* Core of the gets. dsts[i] is registered memory unless staged (then any
- * memory; only n == 1). */
-static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, const size_t *caps,
-                  size_t n, size_t *lens, int staged, int *results)
-{
-    uint64_t t0 = cr__now_ms();
-    cr__rpc_msg_t req, rep = {0};
-    int rc = build_items(&req, CR__RPC_GET_REPLICA_LIST, keys, n);
-    if (rc)
-        return rc;
-    rc = call_items(s, &req, &rep, n);
-    if (rc) {
-        for (size_t i = 0; i < n; i++)
-            results[i] = rc;
-        return rc;
-    }
-    test_stall(s);
-    scratch_t sc;
-    uint32_t *orders = NULL, *used = NULL;
-    size_t *first = NULL, *which = NULL;
-    uint64_t *sizes = NULL;
-    reqvec_t rv;
-    rv_init(&rv);
-    if (scratch_init(&sc, SCR(n * CR__RPC_REPLICA_MAX * sizeof *orders) + SCR(n * sizeof *used) +
-                              SCR((n + 1) * sizeof *first) + SCR(n * sizeof *which) +
-                              SCR(n * sizeof *sizes)) == 0) {
-        orders = scratch_take(&sc, n * CR__RPC_REPLICA_MAX * sizeof *orders);
-        used = scratch_take(&sc, n * sizeof *used);
-        first = scratch_take(&sc, (n + 1) * sizeof *first);
-        which = scratch_take(&sc, n * sizeof *which);
-        sizes = scratch_take(&sc, n * sizeof *sizes);
-    }
-    if (!orders) {
-        rc = -ENOMEM;
-        for (size_t i = 0; i < n; i++)
-            results[i] = rc;
-        goto out;
-    }
     for (size_t i = 0; i < n; i++) {
-        cr__rpc_item_t *it = &rep.items[i];
-        /* replies carry no key: Validate and the logs need it */
+        cr__rpc_item_t *it = &rep->items[i];
         it->key = keys[i];
         it->key_len = (uint32_t)strlen(keys[i]);
         results[i] = it->status;
@@ -771,101 +772,162 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
         }
         replica_order(s, it, &orders[i * CR__RPC_REPLICA_MAX]);
     }
+}
 
-    if (!staged) {
-        /* first choice of every key in one TE batch */
-        for (size_t i = 0; i < n; i++) {
-            first[i] = rv.n;
-            if (results[i])
-                continue;
-            const cr__rpc_item_t *it = &rep.items[i];
-            uint32_t r = orders[i * CR__RPC_REPLICA_MAX];
-            results[i] = add_range(s, &rv, &it->replicas[r], 0, it->size, dsts[i], CR_XFER_READ);
-            if (!results[i])
-                used[i] = 1u << r;
-        }
-        first[n] = rv.n;
-        if (rv.err) {
-            for (size_t i = 0; i < n; i++)
-                if (!results[i])
-                    results[i] = rv.err;
-        } else if (rv.n) {
-            int stack_st[INLINE_REQS];
-            int *st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
-            if (!st) {
-                for (size_t i = 0; i < n; i++)
-                    if (!results[i])
-                        results[i] = -ENOMEM;
-            } else {
-                run_batch(s, rv.v, rv.n, st);
-                for (size_t i = 0; i < n; i++)
-                    for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
-                        if (st[q])
-                            results[i] = CR_E_TRANSFER_FAIL;
-                if (st != stack_st)
-                    free(st);
-            }
-        }
-        /* failover: the other replicas of keys whose first choice failed */
-        for (size_t i = 0; i < n; i++) {
-            if (results[i] != CR_E_TRANSFER_FAIL || rep.items[i].n_replicas < 2)
-                continue;
-            const cr__rpc_item_t *it = &rep.items[i];
-            used[i] = 0;
-            uint32_t dead = 0;
-            results[i] = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX + 1],
-                                    it->n_replicas - 1, 0, it->size, dsts[i], &used[i], &dead);
-        }
-    } else {
-        /* copying get of one key, in chunks through the staging buffer */
-        size_t chunk = s->staging.size / 4;
-        if (chunk < CR__STAGING_ALIGN)
-            chunk = s->staging.size;
-        for (size_t i = 0; i < n; i++) {
-            if (results[i])
-                continue;
-            const cr__rpc_item_t *it = &rep.items[i];
-            uint8_t *dst = dsts[i];
-            uint32_t dead = 0;
-            for (uint64_t off = 0; off < it->size && !results[i];) {
-                size_t c = it->size - off < chunk ? (size_t)(it->size - off) : chunk;
-                uint8_t *stg = cr__staging_alloc(&s->staging, c, (int)s->xfer_timeout_ms);
-                if (!stg) {
-                    results[i] = CR_E_TRANSFER_FAIL;
-                    break;
-                }
-                results[i] = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX],
-                                        it->n_replicas, off, c, stg, &used[i], &dead);
-                if (!results[i])
-                    memcpy(dst + off, stg, c);
-                cr__staging_free(&s->staging, stg, c);
-                off += c;
-            }
-        }
+/* Direct get (registered destinations): the first-choice replica of every
+ * key in one TE batch, then the other replicas of the keys whose first
+ * choice failed. used[i] gets the replica read; first: n + 1 entries of
+ * scratch. */
+static void get_read_direct(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
+                            const uint32_t *orders, uint32_t *used, size_t *first, int *results)
+{
+    reqvec_t rv;
+    rv_init(&rv);
+    for (size_t i = 0; i < n; i++) {
+        first[i] = rv.n;
+        if (results[i])
+            continue;
+        const cr__rpc_item_t *it = &rep->items[i];
+        uint32_t r = orders[i * CR__RPC_REPLICA_MAX];
+        results[i] = add_range(s, &rv, &it->replicas[r], 0, it->size, dsts[i], CR_XFER_READ);
+        if (!results[i])
+            used[i] = 1u << r;
     }
-
-    for (size_t i = 0; i < n; i++)
-        sizes[i] = rep.items[i].size;
-    /* stale-read contract: validate reads that may have outlived the lease */
-    {
-        size_t m = 0;
-        uint64_t elapsed = cr__now_ms() - t0;
-        for (size_t i = 0; i < n; i++) {
-            if (results[i] || !needs_validation(elapsed, rep.items[i].lease_ms))
-                continue;
-            rep.items[m] = rep.items[i]; /* compact (shallow; arena owns data) */
-            used[m] = used[i];
-            which[m] = i;
-            m++;
-        }
-        if (m)
-            validate(s, rep.items, used, which, m, results);
+    first[n] = rv.n;
+    if (rv.err) {
         for (size_t i = 0; i < n; i++)
             if (!results[i])
-                lens[i] = (size_t)sizes[i];
+                results[i] = rv.err;
+    } else if (rv.n) {
+        int stack_st[INLINE_REQS];
+        int *st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
+        if (!st) {
+            for (size_t i = 0; i < n; i++)
+                if (!results[i])
+                    results[i] = -ENOMEM;
+        } else {
+            run_batch(s, rv.v, rv.n, st);
+            for (size_t i = 0; i < n; i++)
+                for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
+                    if (st[q])
+                        results[i] = CR_E_TRANSFER_FAIL;
+            if (st != stack_st)
+                free(st);
+        }
     }
-out:
     rv_free(&rv);
+    /* failover: the other replicas of keys whose first choice failed */
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] != CR_E_TRANSFER_FAIL || rep->items[i].n_replicas < 2)
+            continue;
+        const cr__rpc_item_t *it = &rep->items[i];
+        used[i] = 0;
+        uint32_t dead = 0;
+        results[i] = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX + 1], it->n_replicas - 1,
+                                0, it->size, dsts[i], &used[i], &dead);
+    }
+}
+
+/* Staged get (any destination memory, one key in practice): chunks read
+ * into the staging buffer, each from the first replica that delivers it,
+ * then copied out. */
+static void get_read_staged(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
+                            const uint32_t *orders, uint32_t *used, int *results)
+{
+    size_t chunk = s->staging.size / 4;
+    if (chunk < CR__STAGING_ALIGN)
+        chunk = s->staging.size;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i])
+            continue;
+        const cr__rpc_item_t *it = &rep->items[i];
+        uint8_t *dst = dsts[i];
+        uint32_t dead = 0;
+        for (uint64_t off = 0; off < it->size && !results[i];) {
+            size_t c = it->size - off < chunk ? (size_t)(it->size - off) : chunk;
+            uint8_t *stg = cr__staging_alloc(&s->staging, c, (int)s->xfer_timeout_ms);
+            if (!stg) {
+                results[i] = CR_E_TRANSFER_FAIL;
+                break;
+            }
+            results[i] = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX], it->n_replicas, off,
+                                    c, stg, &used[i], &dead);
+            if (!results[i])
+                memcpy(dst + off, stg, c);
+            cr__staging_free(&s->staging, stg, c);
+            off += c;
+        }
+    }
+}
+
+/* The stale-read contract: Validate the reads that may have outlived
+ * their lease (started at t0), then report each good key's length. Uses
+ * rep->items, used and which as scratch (compacted). */
+static void get_validate(cr_store_t *s, cr__rpc_msg_t *rep, uint64_t t0, size_t n, uint32_t *used,
+                         size_t *which, uint64_t *sizes, size_t *lens, int *results)
+{
+    for (size_t i = 0; i < n; i++)
+        sizes[i] = rep->items[i].size;
+    size_t m = 0;
+    uint64_t elapsed = cr__now_ms() - t0;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] || !needs_validation(elapsed, rep->items[i].lease_ms))
+            continue;
+        rep->items[m] = rep->items[i]; /* compact (shallow; arena owns data) */
+        used[m] = used[i];
+        which[m] = i;
+        m++;
+    }
+    if (m)
+        validate(s, rep->items, used, which, m, results);
+    for (size_t i = 0; i < n; i++)
+        if (!results[i])
+            lens[i] = (size_t)sizes[i];
+}
+
+/* Core of the gets: GetReplicaList, the reads (direct into registered
+ * memory, or staged), then validation. dsts[i] is registered memory
+ * unless staged (then any memory; only n == 1). */
+static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, const size_t *caps,
+                  size_t n, size_t *lens, int staged, int *results)
+{
+    uint64_t t0 = cr__now_ms();
+    cr__rpc_msg_t req, rep = {0};
+    int rc = build_items(&req, CR__RPC_GET_REPLICA_LIST, keys, n);
+    if (rc)
+        return rc;
+    rc = call_items(s, &req, &rep, n);
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc;
+        return rc;
+    }
+    if (s->test_hooks.after_get_replicas) /* tests: a reader stuck before its reads */
+        s->test_hooks.after_get_replicas(s->test_hooks.user);
+    scratch_t sc;
+    uint32_t *orders = NULL, *used = NULL;
+    size_t *first = NULL, *which = NULL;
+    uint64_t *sizes = NULL;
+    if (scratch_init(&sc, SCR(n * CR__RPC_REPLICA_MAX * sizeof *orders) + SCR(n * sizeof *used) +
+                              SCR((n + 1) * sizeof *first) + SCR(n * sizeof *which) +
+                              SCR(n * sizeof *sizes)) == 0) {
+        orders = scratch_take(&sc, n * CR__RPC_REPLICA_MAX * sizeof *orders);
+        used = scratch_take(&sc, n * sizeof *used);
+        first = scratch_take(&sc, (n + 1) * sizeof *first);
+        which = scratch_take(&sc, n * sizeof *which);
+        sizes = scratch_take(&sc, n * sizeof *sizes);
+    }
+    if (!orders) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = -ENOMEM;
+    } else {
+        get_located(s, &rep, keys, caps, n, orders, results);
+        if (!staged)
+            get_read_direct(s, &rep, dsts, n, orders, used, first, results);
+        else
+            get_read_staged(s, &rep, dsts, n, orders, used, results);
+        get_validate(s, &rep, t0, n, used, which, sizes, lens, results);
+    }
     scratch_fini(&sc);
     cr__rpc_msg_free(&rep);
     int firsterr = 0;

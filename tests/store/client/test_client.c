@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "crescent/store.h"
+#include "store/client/test_hooks.h"
 #include "store/master/master.h"
 #include "store/rpc/server.h"
 
@@ -25,6 +26,27 @@
 #define SEG_SIZE (24u << 20)
 #define LEASE_MS 1000
 
+
+/* Test hooks (store/client/test_hooks.h): a client that stalls for ms
+ * between the master's answer and the data transfer. */
+static void stall_get_hook(void *user) { usleep((useconds_t)(uintptr_t)user * 1000u); }
+static void stall_put_hook(void *user, int status)
+{
+    (void)status;
+    usleep((useconds_t)(uintptr_t)user * 1000u);
+}
+static void stall_gets(cr_store_t *c, unsigned ms)
+{
+    cr__store_test_hooks_t h = {.after_get_replicas = stall_get_hook,
+                                .user = (void *)(uintptr_t)ms};
+    cr__store_set_test_hooks(c, &h);
+}
+static void stall_puts(cr_store_t *c, unsigned ms)
+{
+    cr__store_test_hooks_t h = {.after_put_start = stall_put_hook,
+                                .user = (void *)(uintptr_t)ms};
+    cr__store_set_test_hooks(c, &h);
+}
 static cr__master_t *g_master;
 static cr__rpc_server_t *g_server;
 static uint16_t g_port;
@@ -386,11 +408,10 @@ static void test_stalled_reader(void **state)
 {
     (void)state;
     const size_t n = 256 * 1024;
-    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "2500", 1);
     cr_store_t *reader = NULL;
     int rc = make_client(0, 1 << 20, &reader);
-    unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
     assert_int_equal(rc, 0);
+    stall_gets(reader, 2500);
     uint8_t *v = malloc(n), *o = calloc(1, n);
     fill(v, n, 111);
     assert_int_equal(cr_store_put(g_cli, "stale", v, n, NULL), 0);
@@ -433,11 +454,10 @@ static void test_slow_reader_validated(void **state)
 {
     (void)state;
     const size_t n = 64 * 1024;
-    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "1200", 1);
     cr_store_t *reader = NULL;
     int rc = make_client(0, 1 << 20, &reader);
-    unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
     assert_int_equal(rc, 0);
+    stall_gets(reader, 1200);
     uint8_t *v = malloc(n), *o = calloc(1, n);
     fill(v, n, 333);
     assert_int_equal(cr_store_put(g_cli, "slow", v, n, NULL), 0);
@@ -455,10 +475,9 @@ static void test_slow_reader_validated(void **state)
     size_t caps[1] = {n}, lens[1];
     int res[1];
     cr_store_t *breader = NULL;
-    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "1200", 1);
     rc = make_client(0, 1 << 20, &breader);
-    unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
     assert_int_equal(rc, 0);
+    stall_gets(breader, 1200);
     uint8_t *bbuf = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_int_equal(cr_store_register_buffer(breader, bbuf, n), 0);
     outs[0] = bbuf;
@@ -481,11 +500,10 @@ static void test_slow_reader_validated(void **state)
 static void test_put_past_deadline(void **state)
 {
     (void)state;
-    setenv("CRESCENT_STORE_TEST_PUT_STALL_MS", "1500", 1);
     cr_store_t *w = NULL;
     int rc = make_client(0, 1 << 20, &w);
-    unsetenv("CRESCENT_STORE_TEST_PUT_STALL_MS");
     assert_int_equal(rc, 0);
+    stall_puts(w, 1500);
     uint8_t v[8192];
     fill(v, sizeof v, 12);
     rc = cr_store_put(w, "late-put", v, sizeof v, NULL);

@@ -29,6 +29,7 @@
 #include "cluster_util.h"
 #include "common/clock.h"
 #include "crescent/store.h"
+#include "store/client/test_hooks.h"
 
 #define N_NODES 3
 #define NODE_SEG "32MB"
@@ -221,6 +222,16 @@ static void test_lease_blocks_remove(void)
     fprintf(stderr, "ok: a live lease blocks remove\n");
 }
 
+/* The writer's test hook: says PutStart's status, then stalls (the
+ * parent SIGKILLs it there). */
+static void writer_stall(void *user, int status)
+{
+    (void)user;
+    fprintf(stderr, "writer: stalls after PutStart (status %d)\n", status);
+    fflush(stderr);
+    sleep(60);
+}
+
 /* child role: put a big key with replicas on every node, stalled after
  * PutStart (the parent SIGKILLs it there) */
 static int writer_main(const char *addr, const char *meta, const char *key, size_t n)
@@ -230,6 +241,7 @@ static int writer_main(const char *addr, const char *meta, const char *key, size
     cr_store_t *c;
     if (make_client(&c))
         return 3;
+    cr__store_set_test_hooks(c, &(cr__store_test_hooks_t){.after_put_start = writer_stall});
     uint8_t *v = malloc(n);
     fill(v, n, 4242);
     cr_store_replicate_config_t cfg = {.replica_num = N_NODES};
@@ -249,8 +261,7 @@ static void test_writer_killed(void)
     snprintf(log, sizeof log, "%s/writer.log", g_dir);
     snprintf(sz, sizeof sz, "%zu", n);
     char *argv[] = {self, "--writer", g_addr, g_meta_uri, "killed-writer", sz, NULL};
-    char *env[] = {"CRESCENT_STORE_TEST_PUT_STALL_MS=60000", NULL};
-    pid_t w = cu_spawn(argv, log, env);
+    pid_t w = cu_spawn(argv, log, NULL);
     CHECK(w > 0, "spawn writer");
     /* wait until the writer holds its allocation (its test hook logs the
      * PutStart status), then our put of the same shape cannot fit */
@@ -307,14 +318,21 @@ static void *stall_get(void *a)
     return NULL;
 }
 
+static void reader_stall(void *user)
+{
+    (void)user;
+    usleep(2500 * 1000);
+}
+
 static void test_stalled_reader(void)
 {
     const size_t n = 1 << 20;
-    setenv("CRESCENT_STORE_TEST_GET_STALL_MS", "2500", 1);
     cr_store_t *reader;
     int rc = make_client(&reader);
-    unsetenv("CRESCENT_STORE_TEST_GET_STALL_MS");
     CHECK_RC(rc, 0);
+    /* the reader stalls 2.5 s between GetReplicaList and its read */
+    cr__store_test_hooks_t hooks = {.after_get_replicas = reader_stall};
+    cr__store_set_test_hooks(reader, &hooks);
     fill(g_reg, n, 1);
     CHECK_RC(cr_store_put_from(g_cli, "stale", g_reg, n, NULL), 0);
     struct stall_arg a = {reader, calloc(1, n), n, 0};

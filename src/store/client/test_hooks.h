@@ -1,0 +1,25 @@
+/* Test-only interface of the store client: hooks that let a test stop a
+ * client at the points where the stale-read and put-deadline contracts
+ * matter (between the master's answer and the data transfer). Production
+ * code never sets them, and the library reads no environment variable
+ * for them: a test calls cr__store_set_test_hooks() on its own client.
+ */
+#ifndef CR_STORE_CLIENT_TEST_HOOKS_H
+#define CR_STORE_CLIENT_TEST_HOOKS_H
+
+#include "crescent/store.h"
+
+typedef struct cr__store_test_hooks {
+    /* After PutStart's reply, before any write; status is the first key's
+     * PutStart result. Runs in the calling thread (it may sleep). */
+    void (*after_put_start)(void *user, int status);
+    /* After GetReplicaList's reply, before any read (it may sleep). */
+    void (*after_get_replicas)(void *user);
+    void *user;
+} cr__store_test_hooks_t;
+
+/* Installs hooks (copied; NULL clears them). Call before the client is
+ * used by other threads. */
+void cr__store_set_test_hooks(cr_store_t *s, const cr__store_test_hooks_t *hooks);
+
+#endif
