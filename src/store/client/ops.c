@@ -259,6 +259,39 @@ static int64_t remaining_ms(uint64_t deadline_ms)
     return now >= deadline_ms ? 0 : (int64_t)(deadline_ms - now);
 }
 
+/* Runs the requests of rv (key i's are [first[i], first[i+1])) as one TE
+ * batch. Every key still without an error (results[i] == 0) gets
+ * CR_E_TRANSFER_FAIL if one of its requests failed, or the reason the
+ * batch could not run: rv's sticky error, -ENOMEM, or CR_E_LEASE_EXPIRED
+ * when a deadline (0 = none) has passed: never start writes into space the
+ * master may reclaim. */
+static void run_keyed(cr_store_t *s, const reqvec_t *rv, const size_t *first, size_t n,
+                      uint64_t deadline, int *results)
+{
+    int stack_st[INLINE_REQS];
+    int *st = NULL, err = rv->err;
+    if (!err && rv->n) {
+        st = rv->n <= INLINE_REQS ? stack_st : malloc(rv->n * sizeof *st);
+        if (!st)
+            err = -ENOMEM;
+        else if (deadline && remaining_ms(deadline) == 0)
+            err = CR_E_LEASE_EXPIRED;
+    }
+    if (err) {
+        for (size_t i = 0; i < n; i++)
+            if (!results[i])
+                results[i] = err;
+    } else if (rv->n) {
+        run_batch(s, rv->v, rv->n, st);
+        for (size_t i = 0; i < n; i++)
+            for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
+                if (st[q])
+                    results[i] = CR_E_TRANSFER_FAIL;
+    }
+    if (st && st != stack_st)
+        free(st);
+}
+
 /* A read that took elapsed_ms under a lease of lease_ms needs validation
  * when it may have outlived the lease (with a safety margin for clock
  * granularity and the master's reply travel). */
@@ -464,33 +497,8 @@ static void put_write_direct(cr_store_t *s, const cr__rpc_msg_t *rep, const void
                                    (uint8_t *)(uintptr_t)srcs[i], CR_XFER_WRITE);
     }
     first[n] = rv.n;
-    int stack_st[INLINE_REQS];
-    int *st = NULL;
-    if (rv.err) {
-        for (size_t i = 0; i < n; i++)
-            if (started[i] && !results[i])
-                results[i] = rv.err;
-    } else if (rv.n) {
-        st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
-        if (!st) {
-            for (size_t i = 0; i < n; i++)
-                if (started[i] && !results[i])
-                    results[i] = -ENOMEM;
-        } else if (remaining_ms(deadline) == 0) {
-            /* never start writes into space the master may reclaim */
-            for (size_t i = 0; i < n; i++)
-                if (started[i] && !results[i])
-                    results[i] = CR_E_LEASE_EXPIRED;
-        } else {
-            run_batch(s, rv.v, rv.n, st);
-            for (size_t i = 0; i < n; i++)
-                for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
-                    if (st[q])
-                        results[i] = CR_E_TRANSFER_FAIL;
-        }
-    }
-    if (st != stack_st)
-        free(st);
+    /* a key not started has its PutStart error in results[i] */
+    run_keyed(s, &rv, first, n, deadline, results);
     rv_free(&rv);
 }
 
@@ -794,27 +802,7 @@ static void get_read_direct(cr_store_t *s, const cr__rpc_msg_t *rep, void *const
             used[i] = 1u << r;
     }
     first[n] = rv.n;
-    if (rv.err) {
-        for (size_t i = 0; i < n; i++)
-            if (!results[i])
-                results[i] = rv.err;
-    } else if (rv.n) {
-        int stack_st[INLINE_REQS];
-        int *st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
-        if (!st) {
-            for (size_t i = 0; i < n; i++)
-                if (!results[i])
-                    results[i] = -ENOMEM;
-        } else {
-            run_batch(s, rv.v, rv.n, st);
-            for (size_t i = 0; i < n; i++)
-                for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
-                    if (st[q])
-                        results[i] = CR_E_TRANSFER_FAIL;
-            if (st != stack_st)
-                free(st);
-        }
-    }
+    run_keyed(s, &rv, first, n, 0, results);
     rv_free(&rv);
     /* failover: the other replicas of keys whose first choice failed */
     for (size_t i = 0; i < n; i++) {
