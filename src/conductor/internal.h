@@ -81,7 +81,11 @@ typedef struct cr__cond_sim_cfg {
     uint32_t max_batch;        /* decode continuous-batching limit */
     uint64_t decode_kv_tokens; /* decode KV capacity (tokens) */
     size_t first, count;       /* replay reqs [first, first+count); count 0 = all */
-    int progress;              /* print progress to stderr */
+    /* progress report, called about every tenth of the requests (NULL =
+     * none); the library prints nothing itself */
+    void (*progress)(void *user, cr_cond_policy_t policy, size_t done, size_t total,
+                     double sim_s, double wall_s);
+    void *progress_user;
 } cr__cond_sim_cfg_t;
 
 void cr__cond_sim_cfg_default(cr__cond_sim_cfg_t *c);

@@ -701,9 +701,8 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
             rc = on_arrival(&S, (uint32_t)next);
             next++;
             if (c->progress && next % step == 0)
-                fprintf(stderr, "crescent-sim: %s: %zu/%zu requests, sim %.0f s, wall %.1f s\n",
-                        cr_cond_policy_name(c->policy), next, S.n, S.now,
-                        (double)(cr__now_ns() - wall0) / 1e9);
+                c->progress(c->progress_user, c->policy, next, S.n, S.now,
+                            (double)(cr__now_ns() - wall0) / 1e9);
         }
     }
     if (rc)

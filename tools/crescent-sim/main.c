@@ -131,6 +131,15 @@ static int parse_policies(const char *s, cr_cond_policy_t *p, int cap)
     return n;
 }
 
+/* The simulator's progress callback: one line on stderr. */
+static void print_progress(void *user, cr_cond_policy_t policy, size_t done, size_t total,
+                           double sim_s, double wall_s)
+{
+    (void)user;
+    fprintf(stderr, "crescent-sim: %s: %zu/%zu requests, sim %.0f s, wall %.1f s\n",
+            cr_cond_policy_name(policy), done, total, sim_s, wall_s);
+}
+
 static void base_cfg(const opts_t *o, cr__cond_sim_cfg_t *c)
 {
     cr__cond_sim_cfg_default(c);
@@ -152,7 +161,7 @@ static void base_cfg(const opts_t *o, cr__cond_sim_cfg_t *c)
     c->seed = (uint64_t)o->seed;
     c->first = (size_t)o->first;
     c->count = (size_t)o->count;
-    c->progress = o->progress;
+    c->progress = o->progress ? print_progress : NULL;
     c->model.net_bandwidth = o->net_gbps * 1e9 / 8;
     c->model.prefill_mfu = o->prefill_mfu;
     c->err_sigma = o->err_sigma;
@@ -325,7 +334,7 @@ static int mode_capacity(const opts_t *o, const cr__cond_trace_t *t, const cr_co
     }
     cr__cond_sim_cfg_t c;
     base_cfg(o, &c);
-    c.progress = 0;
+    c.progress = NULL;
     double rate = base_rate(t, &c);
     FILE *f = out_file(o, "capacity.csv");
     if (f)
@@ -382,7 +391,7 @@ static int mode_hitrate(const opts_t *o, const cr__cond_trace_t *t)
     }
     cr__cond_sim_cfg_t c;
     base_cfg(o, &c);
-    c.progress = 0;
+    c.progress = NULL;
     FILE *f = out_file(o, "hitrate.csv");
     if (f)
         fprintf(f, "cache_blocks,load_balance,local_cache,global_cache,global_remote_part\n");
