@@ -6,8 +6,9 @@ ports and is stopped (TERM, then KILL) by Cluster.stop().
 With netns=True the pieces run in three network namespaces (names prefixed
 "i15-", a /24 per link, nothing in the root namespace), created here and
 always deleted by stop(): i15-store-<pid> (master, node, conductor),
-i15-pre-<pid> (prefill workers), i15-dec-<pid> (decode workers), joined by a
-bridge namespace i15-br-<pid>."""
+i15-pre-<pid> (prefill workers), i15-dec-<pid> (decode workers),
+i15-rtr-<pid> (the calling process: the router), joined by a bridge namespace
+i15-br-<pid>."""
 import json
 import os
 import re
@@ -51,13 +52,18 @@ def _wait_line(proc, pattern, what, timeout=STARTUP_S):
 
 
 class Netns:
-    """Three hosts on one bridge: 10.215.0.1 store, .2 prefill, .3 decode."""
+    """Four hosts on one bridge: 10.215.0.1 store, .2 prefill, .3 decode,
+    .4 the router (this process moves its own thread there: enter())."""
+
+    HOSTS = ("store", "pre", "dec", "rtr")
 
     def __init__(self):
         tag = str(os.getpid())
-        self.ns = {"store": "i15-store-" + tag, "pre": "i15-pre-" + tag, "dec": "i15-dec-" + tag,
-                   "br": "i15-br-" + tag}
-        self.ip = {"store": "10.215.0.1", "pre": "10.215.0.2", "dec": "10.215.0.3"}
+        self.ns = {h: "i15-%s-%s" % (h, tag) for h in self.HOSTS}
+        self.ns["br"] = "i15-br-" + tag
+        self.ip = {"store": "10.215.0.1", "pre": "10.215.0.2", "dec": "10.215.0.3",
+                   "rtr": "10.215.0.4"}
+        self.root_fd = None
         self.created = []
 
     @staticmethod
@@ -73,7 +79,7 @@ class Netns:
         br = self.ns["br"]
         self._ip("-n", br, "link", "add", "br0", "type", "bridge")
         self._ip("-n", br, "link", "set", "br0", "up")
-        for i, host in enumerate(("store", "pre", "dec")):
+        for i, host in enumerate(self.HOSTS):
             ns = self.ns[host]
             self._ip("link", "add", "e%d" % i, "netns", ns, "type", "veth", "peer", "name",
                      "p%d" % i, "netns", br)
@@ -83,10 +89,31 @@ class Netns:
             self._ip("-n", ns, "link", "set", "e%d" % i, "up")
             self._ip("-n", ns, "link", "set", "lo", "up")
 
+    def enter(self, host):
+        """Moves the calling thread (call it before any thread exists that
+        must talk to the cluster) into host's namespace; leave() returns."""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.root_fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+        fd = os.open("/run/netns/" + self.ns[host], os.O_RDONLY)
+        try:
+            if libc.setns(fd, 0x40000000) != 0:          # CLONE_NEWNET
+                raise OSError(ctypes.get_errno(), "setns " + self.ns[host])
+        finally:
+            os.close(fd)
+
+    def leave(self):
+        if self.root_fd is not None:
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).setns(self.root_fd, 0x40000000)
+            os.close(self.root_fd)
+            self.root_fd = None
+
     def prefix(self, host):
         return ["ip", "netns", "exec", self.ns[host]]
 
     def down(self):
+        self.leave()
         for n in reversed(self.created):
             subprocess.run(["ip", "netns", "del", n], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.created = []
@@ -96,7 +123,7 @@ class Netns:
         """Deletes i15-*-<pid> namespaces whose creating process is gone."""
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for line in out.splitlines():
-            m = re.match(r"(i15-(?:store|pre|dec|br)-(\d+))", line)
+            m = re.match(r"(i15-(?:store|pre|dec|rtr|br)-(\d+))", line)
             if m and not os.path.exists("/proc/%s" % m.group(2)):
                 subprocess.run(["ip", "netns", "del", m.group(1)], stderr=subprocess.DEVNULL)
 
@@ -131,6 +158,7 @@ class Cluster:
         try:
             if self.net:
                 self.net.up()
+                self.net.enter("rtr")
             h = self._host("store")
             m = self._start([find_exe("crescent-master"), "--rpc_port=0", "--rpc_address=" + h,
                              "--enable_http_metadata_server=true", "--http_metadata_server_host=" + h,
