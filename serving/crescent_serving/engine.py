@@ -55,7 +55,35 @@ class PrefillEngine:
     def set_layer_wise(self, on):
         self.sched.layer_wise = self.conn.layer_wise = bool(on)
 
-    def prefill(self, req_id, tokens, reuse=True):
+    def enable_p2p(self, engine):
+        """Mooncake's P2P mode: the KV is also written straight into a decode
+        worker's reserved blocks through the Transfer Engine."""
+        self.te = engine
+        rc = engine.register_memory(self.pool.ptr(), self.pool.nbytes())
+        if rc != 0:
+            raise RuntimeError("TE register_memory of the KV pool: %d" % rc)
+
+    def _push(self, push, blocks, n_tokens):
+        from mooncake.engine import TransferNotify, TransferOpcode
+        cfg = self.cfg
+        if push.get("fp") != cfg.fingerprint():
+            cfg.check_same(push.get("shape") or {}, "the decode worker")
+            raise ModelMismatch("decode fingerprint %s, ours %s" % (push.get("fp"), cfg.fingerprint()))
+        pages = _blocks_for(n_tokens, cfg.block_size)
+        if len(push["addrs"]) != pages or any(len(a) != cfg.n_layer for a in push["addrs"]):
+            raise ValueError("push: %d pages x %d layers wanted" % (pages, cfg.n_layer))
+        src = [self.pool.block_addr(l, blocks[i]) for i in range(pages) for l in range(cfg.n_layer)]
+        dst = [push["addrs"][i][l] for i in range(pages) for l in range(cfg.n_layer)]
+        # Mooncake names it TransferOpcode.Write; crescent's compat has WRITE
+        # (noted for i13 in /work/wt/NOTES.md): accept both
+        write = getattr(TransferOpcode, "Write", None) or TransferOpcode.WRITE
+        rc = self.te.batch_transfer_sync(push["segment"], src, dst, [cfg.block_bytes()] * len(src),
+                                         write, notify=TransferNotify(push["rid"], "kv"))
+        if rc != 0:
+            raise RuntimeError("TE write of %d KV pages to %s: %d" % (pages, push["segment"], rc))
+        return len(src) * cfg.block_bytes()
+
+    def prefill(self, req_id, tokens, reuse=True, push=None):
         """Returns {first_token, logits (bytes), kv_transfer_params, events,
         timings}. The pool blocks are released before returning: the decode
         side reads the KV from the store."""
@@ -94,7 +122,12 @@ class PrefillEngine:
             self.conn.get_finished({req_id})
             self.sched.update_connector_output(self.conn.build_connector_worker_meta())
             _, params = self.sched.request_finished(req, blocks)
+            t_push, pushed = time.perf_counter(), 0
+            if push is not None:
+                pushed = self._push(push, blocks, req.num_tokens)
+                params = dict(params, p2p_rid=push["rid"], bytes_pushed=pushed)
             t_ready = time.perf_counter()
+            t_push = t_ready - t_push
         finally:
             self.pool.release(blocks)
         events = []
@@ -106,7 +139,7 @@ class PrefillEngine:
         return {"first_token": first, "logits": logits.numpy().tobytes(),
                 "kv_transfer_params": params, "events": events, "computed_from": start,
                 "t_lookup": t_lookup, "t_compute": t_first - t_c0, "t_first": t_first - t0,
-                "t_ready": t_ready - t0}
+                "t_ready": t_ready - t0, "t_push": t_push}
 
 
 class DecodeEngine:
@@ -120,6 +153,79 @@ class DecodeEngine:
 
     def close(self):
         self.hicache.kv.close()
+
+    MAX_RESERVED = 64
+
+    def enable_p2p(self, engine):
+        self.te = engine
+        self.reserved = {}        # rid -> (blocks, n_tokens, max_new, deadline)
+        self.notified = set()
+        rc = engine.register_memory(self.pool.ptr(), self.pool.nbytes())
+        if rc != 0:
+            raise RuntimeError("TE register_memory of the KV pool: %d" % rc)
+
+    def reserve(self, req_id, n_tokens, max_new, ttl_s=300.0):
+        """Allocates the blocks a P2P prefill writes into; returns where."""
+        cfg = self.cfg
+        now = time.monotonic()
+        for rid, r in list(self.reserved.items()):
+            if r[3] < now:                       # never claimed: give back
+                self.pool.release(r[0])
+                del self.reserved[rid]
+        if len(self.reserved) >= self.MAX_RESERVED:
+            raise MemoryError("decode: %d reservations pending" % len(self.reserved))
+        blocks = self.pool.alloc(_blocks_for(n_tokens + max_new, cfg.block_size))
+        rid = "%s/%s" % (req_id, os.urandom(4).hex())
+        self.reserved[rid] = (blocks, n_tokens, max_new, now + ttl_s)
+        pages = _blocks_for(n_tokens, cfg.block_size)
+        return {"rid": rid, "segment": self.te.get_local_name(), "fp": cfg.fingerprint(),
+                "shape": cfg.shape(),
+                "addrs": [[self.pool.block_addr(l, blocks[i]) for l in range(cfg.n_layer)]
+                          for i in range(pages)]}
+
+    def _wait_notify(self, rid, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while rid not in self.notified:
+            for n in self.te.get_notifies():
+                self.notified.add(n.name)
+            if rid in self.notified:
+                break
+            if time.monotonic() > deadline:
+                raise KVMissing("no P2P notification %s within %ss" % (rid, timeout_s))
+            time.sleep(0.001)
+        self.notified.discard(rid)
+
+    def decode_p2p(self, req_id, tokens, first_token, params, max_new, timeout_s=60.0):
+        """The KV was written into the reserved blocks by the prefill worker;
+        waits for its notification, then generates."""
+        rid = params.get("p2p_rid") if params else None
+        if rid not in self.reserved:
+            raise KVMissing("request %s: no P2P reservation %s" % (req_id, rid))
+        blocks, n, mx, _ = self.reserved.pop(rid)
+        try:
+            if n != len(tokens) or max_new > mx:
+                raise ValueError("request %s: reservation for %d tokens + %d, got %d + %d"
+                                 % (req_id, n, mx, len(tokens), max_new))
+            t0 = time.perf_counter()
+            self._wait_notify(rid, timeout_s)
+            t_load = time.perf_counter() - t0
+            out, logits = self._generate(blocks, first_token, n, max_new)
+            return {"tokens": out, "logits": logits, "t_load": t_load,
+                    "t_decode": time.perf_counter() - t0 - t_load, "bytes_loaded": 0,
+                    "bytes_pushed": params.get("bytes_pushed", 0)}
+        finally:
+            self.pool.release(blocks)
+
+    def _generate(self, blocks, first_token, n, max_new):
+        out, logits = [first_token], []
+        tok, pos = first_token, n
+        for _ in range(max_new - 1):
+            lg = self.model.forward([tok], pos, self.pool, blocks)
+            logits.append(lg.numpy().tobytes())
+            tok = argmax_token(lg)
+            out.append(tok)
+            pos += 1
+        return out, logits
 
     def decode(self, req_id, tokens, first_token, params, max_new):
         """Loads the prompt's KV through the HiCache backend and generates
@@ -157,14 +263,7 @@ class DecodeEngine:
                 if i == 0 and len(pages) > B:
                     pause_point("decode_mid_load")
             t_load = time.perf_counter() - t0
-            out, logits = [first_token], []
-            tok, pos = first_token, n
-            for _ in range(max_new - 1):
-                lg = self.model.forward([tok], pos, self.pool, blocks)
-                logits.append(lg.numpy().tobytes())
-                tok = argmax_token(lg)
-                out.append(tok)
-                pos += 1
+            out, logits = self._generate(blocks, first_token, n, max_new)
             t_done = time.perf_counter() - t0
         finally:
             self.pool.release(blocks)

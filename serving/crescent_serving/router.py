@@ -82,7 +82,12 @@ class Router:
             raise RuntimeError("conductor /schedule: %s %s" % (st, rep))
         return rep["prefill"]["instance_id"], rep["decode"]["instance_id"], rep
 
-    def generate(self, req_id, tokens, max_new, reuse=True, layer_wise=None):
+    def generate(self, req_id, tokens, max_new, reuse=True, layer_wise=None, p2p=False):
+        """p2p: Mooncake's P2P handoff — the decode worker reserves blocks, the
+        prefill worker writes the KV into them through the Transfer Engine
+        and notifies; otherwise the decode worker reads the store."""
+        if p2p:
+            return self._generate_p2p(req_id, tokens, max_new, reuse, layer_wise)
         t0 = time.perf_counter()
         p_id, d_id, sched = self.schedule(tokens)
         t_sched = time.perf_counter() - t0
@@ -100,6 +105,24 @@ class Router:
         return {"tokens": dec["tokens"], "logits": [pre["logits"]] + dec["logits"],
                 "prefill": pre, "decode": dec, "ttft": ttft, "t_sched": t_sched,
                 "prefill_worker": p_id, "decode_worker": dec["worker"],
+                "e2e": time.perf_counter() - t0, "schedule": sched}
+
+    def _generate_p2p(self, req_id, tokens, max_new, reuse, layer_wise):
+        t0 = time.perf_counter()
+        p_id, d_id, sched = self.schedule(tokens)
+        t_sched = time.perf_counter() - t0
+        d_id = self._pick("decode", d_id)
+        d_ep = self.workers[d_id]["endpoint"]
+        push = call(d_ep, "reserve", self.timeout, req_id=req_id, n_tokens=len(tokens), max_new=max_new)
+        p_id = self._pick("prefill", p_id)
+        pre = call(self.workers[p_id]["endpoint"], "prefill", self.timeout, req_id=req_id,
+                   tokens=tokens, reuse=reuse, layer_wise=layer_wise, push=push)
+        ttft = time.perf_counter() - t0
+        dec = call(d_ep, "decode", self.timeout, req_id=req_id, tokens=tokens,
+                   first_token=pre["first_token"], params=pre["kv_transfer_params"], max_new=max_new)
+        return {"tokens": dec["tokens"], "logits": [pre["logits"]] + dec["logits"],
+                "prefill": pre, "decode": dec, "ttft": ttft, "t_sched": t_sched,
+                "prefill_worker": p_id, "decode_worker": d_id,
                 "e2e": time.perf_counter() - t0, "schedule": sched}
 
     def _lost(self, wid):

@@ -5,7 +5,9 @@
         [--model '{"n_layer": 2, ...}'] [--host 127.0.0.1] [--blocks 512] [--whole-kv]
 
 Prints "READY id=<id> rpc=<endpoint> events=<endpoint>" once it serves.
-Methods: hello, prefill (prefill role), decode (decode role), shutdown.
+Methods: hello, prefill (prefill role), decode and reserve (decode role),
+shutdown. Each worker also runs a Transfer Engine (P2P handshake) with its
+KV pool registered, for the P2P handoff (Router.generate(p2p=True)).
 """
 import argparse
 import json
@@ -42,23 +44,37 @@ def main(argv=None):
     else:
         eng = DecodeEngine(cfg, kv, a.blocks, a.load_batch_pages)
 
+    from mooncake.engine import TransferEngine
+    te = TransferEngine()
+    rc = te.initialize(a.host, "P2PHANDSHAKE", "tcp", "")
+    if rc != 0:
+        raise RuntimeError("TransferEngine.initialize(%s): %d" % (a.host, rc))
+    eng.enable_p2p(te)
+
     def hello():
         return {"id": a.id, "role": a.role, "fp": cfg.fingerprint(), "shape": cfg.shape(),
                 "events": pub.endpoint if pub else None}
 
-    def prefill(req_id, tokens, reuse=True, layer_wise=None):
+    def prefill(req_id, tokens, reuse=True, layer_wise=None, push=None):
         if a.role != "prefill":
             raise RuntimeError("worker %s is a decode worker" % a.id)
         if layer_wise is not None:
             eng.set_layer_wise(layer_wise)
-        r = eng.prefill(req_id, tokens, reuse)
+        r = eng.prefill(req_id, tokens, reuse, push)
         pub.block_stored(r.pop("events"))
         return r
 
     def decode(req_id, tokens, first_token, params, max_new):
         if a.role != "decode":
             raise RuntimeError("worker %s is a prefill worker" % a.id)
+        if params and params.get("p2p_rid"):
+            return eng.decode_p2p(req_id, tokens, first_token, params, max_new)
         return eng.decode(req_id, tokens, first_token, params, max_new)
+
+    def reserve(req_id, n_tokens, max_new):
+        if a.role != "decode":
+            raise RuntimeError("worker %s is a prefill worker" % a.id)
+        return eng.reserve(req_id, n_tokens, max_new)
 
     def shutdown():
         return "bye"
@@ -66,10 +82,12 @@ def main(argv=None):
     def ready(ep):
         print("READY id=%s rpc=%s events=%s" % (a.id, ep, pub.endpoint if pub else "-"), flush=True)
 
-    serve(a.host, {"hello": hello, "prefill": prefill, "decode": decode, "shutdown": shutdown}, ready)
+    serve(a.host, {"hello": hello, "prefill": prefill, "decode": decode, "reserve": reserve,
+           "shutdown": shutdown}, ready)
     if pub:
         pub.close()
     kv.close()
+    te.close()
     store.close()
     return 0
 

@@ -69,3 +69,23 @@ def test_block_keys_are_conductor_hashes(cluster, router):
         assert KVStore(s, CFG).committed_prefix(hs) == 4
     finally:
         s.close()
+
+
+def test_p2p_handoff_bit_identical(cluster, router):
+    """Mooncake's P2P mode: the decode worker reserves blocks, the prefill
+    worker writes the KV into them through the Transfer Engine and notifies;
+    no store read on the decode side; same tokens and logits."""
+    p1 = prompt(50, 90)
+    a = router.generate("p2p-1", p1, 6, p2p=True)
+    assert a["decode"]["bytes_loaded"] == 0
+    assert a["decode"]["bytes_pushed"] == 6 * CFG.n_layer * CFG.block_bytes()
+    p2 = p1 + a["tokens"] + prompt(51, 30)
+    b = router.generate("p2p-2", p2, 6, p2p=True)
+    hit = b["prefill"]["kv_transfer_params"]["hit_tokens"]
+    assert hit == 80
+    ref = Reference(CFG)
+    t1, l1 = ref.run(p1, 0, 6)
+    t2, l2 = ref.run(p2, hit, 6)
+    assert (a["tokens"], b["tokens"]) == (t1, t2)
+    for g, r in zip(a["logits"] + b["logits"], l1 + l2):
+        assert torch.equal(_t(g), r)
