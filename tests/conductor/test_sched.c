@@ -309,6 +309,149 @@ static void test_bad_args_and_names(void **st)
     assert_int_equal(cr_cond_policy_parse("nope", &p), -EINVAL);
 }
 
+/* Chunked pipeline parallelism is a mechanism of the baseline too: global
+ * cache-aware pipelines a long prefill over idle instances, and the stage
+ * that lacks the prefix copies only its layer share of it. */
+static void test_global_pipelines_with_layer_shares(void **st)
+{
+    (void)st;
+    fx_t f;
+    cr_cond_sched_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_COND_SCHED_PARAM_PIPELINE | CR_COND_SCHED_PARAM_CHUNK_TOKENS;
+    p.pipeline_min_prefill_s = 0.5;
+    p.pipeline_max_stages = 2;
+    p.pipeline_idle_s = 0.1;
+    p.chunk_tokens = 4096;
+    setup(&f, CR_COND_POLICY_GLOBAL_CACHE, &p);
+    assert_int_equal(cr_cond_index_insert(f.ix, 0, CR_COND_TIER_DRAM, f.h, 8, NULL), 0);
+    cr_cond_sched_set_prefill_load(f.s, 0, 10);
+    cr_cond_sched_set_prefill_load(f.s, 1, 10);
+    cr_cond_sched_set_prefill_load(f.s, 2, 50);
+    cr_cond_sched_set_prefill_load(f.s, 3, 50);
+    cr_cond_decision_t d = run(&f, 10);
+    assert_int_equal(d.pipeline_stages, 2);
+    assert_int_equal(d.pipeline_mask, 3u);
+    assert_int_equal(d.prefill, 0); /* the stage holding the prefix leads */
+    assert_int_equal(d.reused_blocks, 8);
+    cr_cond_model_t m;
+    cr_cond_model_default(&m);
+    m.kv_bytes_per_token /= 2; /* instance 1 copies half of the layers */
+    assert_float_equal(d.est_transfer_s, cr_cond_cost_transfer(&m, 8 * 512), 1e-12);
+    cr_cond_model_default(&m);
+    assert_float_equal(d.est_prefill_s,
+                       cr_cond_cost_prefill_chunked(&m, NB * 512, 8 * 512, 4096, 2), 1e-12);
+    /* Algorithm 1 adds the transfer to the queue */
+    assert_float_equal(d.est_ttft_s, d.est_queue_s + d.est_transfer_s + d.est_prefill_s, 1e-12);
+    teardown(&f);
+}
+
+/* POLICY_LATE on a constructed state: three waiting requests, two idle
+ * instances. */
+static void test_late_pick(void **st)
+{
+    (void)st;
+    fx_t f;
+    cr_cond_sched_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_COND_SCHED_PARAM_LATE;
+    p.late_aging = 0;
+    p.late_window = 64;
+    setup(&f, CR_COND_POLICY_LATE, &p);
+    uint64_t hb[4] = {7001, 7002, 7003, 7004}, hc[4] = {8001, 8002, 8003, 8004};
+    /* C's prefix (3 blocks) is cached on instance 2 */
+    assert_int_equal(cr_cond_index_insert(f.ix, 2, CR_COND_TIER_DRAM, hc, 3, NULL), 0);
+    cr_cond_request_t q[3] = {
+        {.block_hashes = f.h, .n_blocks = NB, .input_len = NB * 512, .output_len = 10, .now = 0},
+        {.block_hashes = hb, .n_blocks = 4, .input_len = 2048, .output_len = 10, .now = 5},
+        {.block_hashes = hc, .n_blocks = 4, .input_len = 2048, .output_len = 10, .now = 6}};
+    uint64_t idle = (1u << 1) | (1u << 2);
+    size_t which = 99;
+    cr_cond_decision_t d;
+    /* shortest predicted first: C, on the idle instance holding its prefix */
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 3, 8, idle, &which, &d), 0);
+    assert_int_equal(which, 2);
+    assert_int_equal(d.prefill, 2);
+    assert_int_equal(d.local_prefix_blocks, 3);
+    assert_int_equal(d.rejected, 0);
+    assert_float_equal(d.est_queue_s, 2.0, 1e-12); /* waited 8 - 6 s */
+    assert_float_equal(d.est_ttft_s, 2.0 + d.est_prefill_s, 1e-12);
+    /* the pick is never on a busy instance: only instance 1 idle */
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 3, 8, 1u << 1, &which, &d), 0);
+    assert_int_equal(d.prefill, 1);
+    /* B and C equally long on instance 1 (C's prefix is on 2; fetching it
+     * costs ms and saves more): C still first; B next once C is gone */
+    assert_int_equal(which, 2);
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 2, 8, 1u << 1, &which, &d), 0);
+    assert_int_equal(which, 1);
+    teardown(&f);
+
+    /* with heavy aging, the oldest (A, long) goes first */
+    p.late_aging = 1000;
+    setup(&f, CR_COND_POLICY_LATE, &p);
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 3, 8, idle, &which, &d), 0);
+    assert_int_equal(which, 0);
+    teardown(&f);
+
+    /* with a 10 s TTFT SLO, A (waiting 12 s) is shed first */
+    p.late_aging = 0;
+    p.field_mask |= CR_COND_SCHED_PARAM_TTFT_SLO;
+    p.ttft_slo_s = 10;
+    setup(&f, CR_COND_POLICY_LATE, &p);
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 3, 12, idle, &which, &d), 0);
+    assert_int_equal(which, 0);
+    assert_int_equal(d.rejected, 1);
+    /* the others (waiting 6-7 s, sub-second prefills) can still make it */
+    assert_int_equal(cr_cond_sched_pick(f.s, q + 1, 2, 12, idle, &which, &d), 0);
+    assert_int_equal(d.rejected, 0);
+    teardown(&f);
+
+    /* the only waiting request, long, 4 idle instances, reserve 1: it is
+     * pipelined over idle instances (observed idle, not predicted) */
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_COND_SCHED_PARAM_PIPELINE | CR_COND_SCHED_PARAM_CHUNK_TOKENS;
+    p.chunk_tokens = 2048; /* one chunk would gain nothing from a pipeline */
+    p.pipeline_min_prefill_s = 0.5;
+    p.pipeline_max_stages = 3;
+    p.pipeline_reserve = 1;
+    setup(&f, CR_COND_POLICY_LATE, &p);
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 1, 0, 0xf, &which, &d), 0);
+    assert_int_equal(which, 0);
+    assert_int_equal(d.pipeline_stages, 3);
+    assert_int_equal(d.pipeline_mask & ~0xfull, 0);
+    /* two idle and reserve 1: not enough to pipeline */
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 1, 0, 0x3, &which, &d), 0);
+    assert_int_equal(d.pipeline_stages, 1);
+    /* nothing idle / nothing waiting */
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 1, 0, 0, &which, &d), -ENOENT);
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 0, 0, 0xf, &which, &d), -ENOENT);
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 1, 0, 0xf, NULL, &d), -EINVAL);
+    teardown(&f);
+}
+
+/* Every estimate goes through the predictor: once it learned that prefills
+ * take twice the model, the scheduler's estimate doubles. */
+static void test_sched_uses_learned_predictor(void **st)
+{
+    (void)st;
+    fx_t f;
+    setup(&f, CR_COND_POLICY_GLOBAL_CACHE, NULL);
+    cr_cond_decision_t d0 = run(&f, 10);
+    cr_cond_model_t m0;
+    cr_cond_model_default(&m0);
+    cr_cond_pred_t *pr = cr_cond_sched_predictor(f.s);
+    assert_non_null(pr);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(cr_cond_pred_observe_prefill(
+                             pr, NB * 512, 0, 1, 2 * cr_cond_cost_prefill(&m0, NB * 512, 0)),
+                         0);
+    cr_cond_decision_t d1 = run(&f, 10);
+    if (!(d1.est_prefill_s > 1.5 * d0.est_prefill_s))
+        fail_msg("estimate %.3f s after learning, %.3f s before", d1.est_prefill_s,
+                 d0.est_prefill_s);
+    teardown(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +463,9 @@ int main(void)
         cmocka_unit_test(test_random_spreads_and_is_seeded),
         cmocka_unit_test(test_slo_rejection_and_decode_choice),
         cmocka_unit_test(test_bad_args_and_names),
+        cmocka_unit_test(test_global_pipelines_with_layer_shares),
+        cmocka_unit_test(test_late_pick),
+        cmocka_unit_test(test_sched_uses_learned_predictor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

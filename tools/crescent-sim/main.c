@@ -38,7 +38,8 @@ typedef struct opts {
     double rate_scale, threshold, min_gain, pipe_min_s, pipe_idle_s, ttft_slo, tbt_slo, slo_target;
     double net_gbps, prefill_mfu;
     double err_sigma, err_bias, err_decode_bias, late_aging;
-    int64_t err_seed, late_window;
+    int64_t err_seed, late_window, late_pipe_max, late_pipe_reserve;
+    double late_pipe_min_s;
     int reject, plot, progress, learn;
 } opts_t;
 
@@ -96,6 +97,12 @@ static const cr__cfg_opt_t table[] = {
      O(late_aging)},
     {"late_window", "64", "late: oldest waiting requests scored per pick", CR__CFG_INT,
      O(late_window)},
+    {"late_pipe_min_s", "-1", "late: pipe_min_s of its own (-1 = --pipe_min_s)", CR__CFG_DOUBLE,
+     O(late_pipe_min_s)},
+    {"late_pipe_max", "-1", "late: pipe_max of its own (-1 = --pipe_max)", CR__CFG_INT,
+     O(late_pipe_max)},
+    {"late_pipe_reserve", "-1", "late: pipe_reserve of its own (-1 = --pipe_reserve)",
+     CR__CFG_INT, O(late_pipe_reserve)},
     {"plot", "false", "draw PNG plots with gnuplot", CR__CFG_BOOL, O(plot)},
     {"progress", "true", "progress on stderr", CR__CFG_BOOL, O(progress)},
 };
@@ -177,6 +184,23 @@ static void base_cfg(const opts_t *o, cr__cond_sim_cfg_t *c)
     }
 }
 
+/* per-policy parameters: late may have its own pipelining knobs */
+static void policy_cfg(const opts_t *o, cr__cond_sim_cfg_t *c, cr_cond_policy_t p)
+{
+    c->policy = p;
+    c->pipe_min_s = o->pipe_min_s;
+    c->pipe_max = (uint32_t)o->pipe_max;
+    c->pipe_reserve = (uint32_t)o->pipe_reserve;
+    if (p != CR_COND_POLICY_LATE)
+        return;
+    if (o->late_pipe_min_s >= 0)
+        c->pipe_min_s = o->late_pipe_min_s;
+    if (o->late_pipe_max >= 1)
+        c->pipe_max = (uint32_t)o->late_pipe_max;
+    if (o->late_pipe_reserve >= 0)
+        c->pipe_reserve = (uint32_t)o->late_pipe_reserve;
+}
+
 static FILE *out_file(const opts_t *o, const char *name)
 {
     if (!o->out_dir[0])
@@ -225,7 +249,7 @@ static int mode_run(const opts_t *o, const cr__cond_trace_t *t, const cr_cond_po
            "gpu_s", "rej");
     int rc = 0;
     for (int i = 0; i < np && !rc; i++) {
-        c.policy = pol[i];
+        policy_cfg(o, &c, pol[i]);
         ttft[i] = malloc((n ? n : 1) * sizeof(double));
         if (!ttft[i]) {
             rc = -ENOMEM;
@@ -290,13 +314,23 @@ static int mode_run(const opts_t *o, const cr__cond_trace_t *t, const cr_cond_po
     return rc;
 }
 
-/* Largest rate scale with attainment >= target: doubling then bisection. */
+/* Largest rate scale with attainment >= target: doubling then bisection.
+ * *out = -1 ("unreachable") if even a rate with no queueing (1/64 of the
+ * trace's, one request at a time in practice) misses the target: the SLO
+ * is then broken by the requests themselves, not by load. */
 static int capacity(const cr__cond_trace_t *t, cr__cond_sim_cfg_t *c, double target,
                     double *out)
 {
     cr__cond_sim_result_t r;
     double lo = 0, hi = 0.25;
     int rc;
+    c->rate_scale = 1.0 / 64;
+    if ((rc = cr__cond_sim_run(t, c, &r, NULL)))
+        return rc;
+    if (r.slo_attainment < target) {
+        *out = -1;
+        return 0;
+    }
     for (int i = 0; i < 12; i++) {
         c->rate_scale = hi;
         if ((rc = cr__cond_sim_run(t, c, &r, NULL)))
@@ -306,7 +340,8 @@ static int capacity(const cr__cond_trace_t *t, cr__cond_sim_cfg_t *c, double tar
         lo = hi;
         hi *= 2;
     }
-    if (lo == 0) { /* even 0.25x fails: bisect below */
+    if (lo == 0) { /* 0.25x fails: bisect between 1/64 and 0.25 */
+        lo = 1.0 / 64;
         hi = 0.25;
     }
     for (int i = 0; i < 8; i++) {
@@ -358,19 +393,26 @@ static int mode_capacity(const opts_t *o, const cr__cond_trace_t *t, const cr_co
         if (f)
             fprintf(f, "%.3f", tbt[k]);
         for (int i = 0; i < np; i++) {
-            c.policy = pol[i];
+            policy_cfg(o, &c, pol[i]);
             c.slo_tbt = c.reject_tbt = tbt[k];
             c.slo_ttft = c.reject_ttft = o->ttft_slo;
             double s = 0;
             if ((rc = capacity(t, &c, o->slo_target, &s)))
                 break;
-            printf(" %13.3f", s * rate);
+            if (s < 0) {
+                printf(" %13s", "unreachable");
+                if (f)
+                    fprintf(f, ",");
+            } else {
+                printf(" %13.3f", s * rate);
+                if (f)
+                    fprintf(f, ",%.4f", s * rate);
+            }
             fflush(stdout);
-            if (f)
-                fprintf(f, ",%.4f", s * rate);
             if (o->progress)
-                fprintf(stderr, "crescent-sim: capacity %s tbt %.3f: %.3f req/s\n",
-                        cr_cond_policy_name(pol[i]), tbt[k], s * rate);
+                fprintf(stderr, "crescent-sim: capacity %s tbt %.3f: %s%.3f req/s\n",
+                        cr_cond_policy_name(pol[i]), tbt[k], s < 0 ? "unreachable, " : "",
+                        s < 0 ? 0 : s * rate);
         }
         printf("\n");
         if (f)
@@ -488,7 +530,8 @@ int main(int argc, char **argv)
         o.chunk_tokens < 0 || o.max_batch < 1 || o.first < 0 || o.count < 0 ||
         !(o.rate_scale > 0) || o.pipe_max < 1 || o.pipe_max > 64 || o.pipe_reserve < 0 || o.pipe_reserve > 64 || !(o.net_gbps > 0) || !(o.prefill_mfu > 0 && o.prefill_mfu <= 1) ||
         !(o.err_sigma >= 0 && o.err_sigma <= 3) || !(o.err_bias > 0) || !(o.err_decode_bias > 0) ||
-        !(o.late_aging >= 0) || o.late_window < 1 || o.late_window > 100000) {
+        !(o.late_aging >= 0) || o.late_window < 1 || o.late_window > 100000 || o.late_pipe_max > 64 ||
+        o.late_pipe_reserve > 64) {
         fprintf(stderr, "crescent-sim: parameter out of range (n_prefill 1..64, n_decode "
                         "1..4096, rate_scale > 0, ...)\n");
         return 2;
