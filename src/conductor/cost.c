@@ -63,24 +63,29 @@ double cr_cond_cost_prefill_chunked(const cr_cond_model_t *m, uint64_t input_len
     if (reused_len > input_len)
         reused_len = input_len;
     uint64_t ch = chunk_tokens ? chunk_tokens : input_len - reused_len;
-    if (ch == 0 || stages == 0)
+    if (ch == 0 || stages == 0 || reused_len >= input_len)
         return cr_cond_cost_prefill(m, input_len, reused_len);
-    /* stages run 1/stages of the layers each: a proportionate flow shop,
-     * whose makespan is sum / k + (k - 1) / k x the LARGEST chunk (the
-     * pipeline drains at the pace of its slowest chunk). The last chunk is
-     * often a short remainder, so it must not stand in for the largest. */
-    double sum = 0, big = 0;
-    for (uint64_t a = reused_len; a < input_len; a += ch) {
-        uint64_t b = input_len - a > ch ? a + ch : input_len;
-        double c = cr_cond_cost_prefill(m, b, a);
-        sum += c;
-        if (c > big)
-            big = c;
-    }
-    if (reused_len >= input_len)
-        return cr_cond_cost_prefill(m, input_len, reused_len);
+    /* O(1), no loop over chunks (a decision estimates many prefills): the
+     * per-chunk linear and attention terms telescope, so the sum of the
+     * chunks is the unchunked compute plus one overhead per chunk */
+    uint64_t nch = (input_len - reused_len + ch - 1) / ch;
+    double sum = cr_cond_cost_prefill(m, input_len, reused_len) +
+                 (double)(nch - 1) * m->prefill_overhead_s;
     if (stages == 1)
         return sum;
+    /* stages run 1/stages of the layers each: a proportionate flow shop,
+     * whose makespan is sum / k + (k - 1) / k x the LARGEST chunk (the
+     * pipeline drains at the pace of its slowest chunk). A chunk costs more
+     * the later it starts, so the largest is the last full-size chunk or
+     * the final remainder; the remainder is often short, so it must not
+     * stand in for the largest. */
+    uint64_t last_a = reused_len + (nch - 1) * ch;
+    double big = cr_cond_cost_prefill(m, input_len, last_a);
+    if (nch >= 2 && input_len - last_a < ch) {
+        double full = cr_cond_cost_prefill(m, last_a, last_a - ch);
+        if (full > big)
+            big = full;
+    }
     double k = stages;
     return sum / k + (k - 1) / k * big + (k - 1) * m->transfer_overhead_s;
 }

@@ -451,7 +451,15 @@ int cr_cond_index_match_all(const cr_cond_index_t *ix, const uint64_t *hashes, s
         n = UINT32_MAX;
     uint64_t alive = n_out == 64 ? ~0ull : ((1ull << n_out) - 1);
     size_t i = 0;
+    /* the lookups are cache misses on a big table: prefetch a few blocks
+     * ahead so they overlap (a prefix is usually matched far) */
+    enum { AHEAD = 8 };
+    uint64_t msk = ix->nslots - 1;
+    for (size_t k = 0; k < AHEAD && k < n; k++)
+        __builtin_prefetch(&ix->slots[mix64(hashes[k]) & msk]);
     for (; i < n && alive; i++) {
+        if (i + AHEAD < n)
+            __builtin_prefetch(&ix->slots[mix64(hashes[i + AHEAD]) & msk]);
         const slot_t *s = find_slot(ix, hashes[i]);
         uint64_t m = s ? s->mask : 0;
         uint64_t dropped = alive & ~m;
