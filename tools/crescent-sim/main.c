@@ -33,6 +33,10 @@ typedef struct opts {
     char out_dir[CR__CFG_STR_MAX];
     char tbt_list[CR__CFG_STR_MAX];
     char cap_list[CR__CFG_STR_MAX];
+    char loads[CR__CFG_STR_MAX];
+    char errs[CR__CFG_STR_MAX];
+    char base[CR__CFG_STR_MAX];
+    char ours[CR__CFG_STR_MAX];
     int64_t pipe_max, pipe_reserve, n_prefill, n_decode, block_tokens, chunk_tokens, max_batch, first, count, seed;
     uint64_t cache_blocks;
     double rate_scale, threshold, min_gain, pipe_min_s, pipe_idle_s, ttft_slo, tbt_slo, slo_target;
@@ -46,7 +50,11 @@ typedef struct opts {
 #define O(f) offsetof(opts_t, f)
 static const cr__cfg_opt_t table[] = {
     {"trace", "../shared/traces/conversation_trace.jsonl", "JSONL trace", CR__CFG_STR, O(trace)},
-    {"mode", "run", "run | capacity | hitrate | all", CR__CFG_STR, O(mode)},
+    {"mode", "run", "run | capacity | hitrate | all | margin", CR__CFG_STR, O(mode)},
+    {"loads", "1,1.25,1.5,1.75,2", "margin: rate scales", CR__CFG_STR, O(loads)},
+    {"errs", "0,0.3", "margin: estimation errors (err_sigma)", CR__CFG_STR, O(errs)},
+    {"base", "global_cache", "margin: the baseline policy", CR__CFG_STR, O(base)},
+    {"ours", "late", "margin: the policy compared with it", CR__CFG_STR, O(ours)},
     {"policies", "random,load_balance,local_cache,global_cache,late",
      "comma-separated policies", CR__CFG_STR, O(policies)},
     {"out_dir", "", "directory for CSV/plots (none: no files)", CR__CFG_STR, O(out_dir)},
@@ -243,7 +251,8 @@ static int mode_run(const opts_t *o, const cr__cond_trace_t *t, const cr_cond_po
     if (fs)
         fprintf(fs, "policy,n_prefill,n_decode,rate_scale,requests,completed,rejected,"
                     "ttft_mean,ttft_p50,ttft_p90,ttft_p99,tbt_mean,tbt_p50,tbt_p90,tbt_p99,"
-                    "slo_attainment,hit_local,hit_remote,prefill_gpu_s,fetch_s,pipelined,wall_s\n");
+                    "slo_attainment,hit_local,hit_remote,prefill_gpu_s,fetch_s,pipelined,wall_s,"
+                    "handoff_p50,handoff_p99,share_fetch_s,pred_factor,pred_sigma,err_sigma\n");
     printf("%-13s %9s %7s %7s %7s %7s %8s %8s %6s %6s %6s %9s %6s\n", "policy", "ttft_mean",
            "p50", "p90", "p99", "tbt_mean", "tbt_p90", "tbt_p99", "slo%", "hitL%", "hitR%",
            "gpu_s", "rej");
@@ -271,11 +280,13 @@ static int mode_run(const opts_t *o, const cr__cond_trace_t *t, const cr_cond_po
                 cr_cond_policy_name(pol[i]), r.n, wall);
         if (fs)
             fprintf(fs, "%s,%u,%u,%g,%zu,%zu,%zu,%.4f,%.4f,%.4f,%.4f,%.5f,%.5f,%.5f,%.5f,%.4f,"
-                        "%.4f,%.4f,%.1f,%.1f,%zu,%.3f\n",
+                        "%.4f,%.4f,%.1f,%.1f,%zu,%.3f,%.5f,%.5f,%.2f,%.4f,%.4f,%.3f\n",
                     cr_cond_policy_name(pol[i]), c.n_prefill, c.n_decode, c.rate_scale, r.n,
                     r.completed, r.rejected, r.ttft.mean, r.ttft.p50, r.ttft.p90, r.ttft.p99,
                     r.tbt.mean, r.tbt.p50, r.tbt.p90, r.tbt.p99, r.slo_attainment, r.hit_local,
-                    r.hit_remote, r.prefill_gpu_s, r.transfer_s, r.pipelined, wall);
+                    r.hit_remote, r.prefill_gpu_s, r.transfer_s, r.pipelined, wall, r.handoff.p50,
+                    r.handoff.p99, r.share_fetch_s, r.pred.prefill_factor, r.pred.prefill_sigma,
+                    o->err_sigma);
         /* keep only admitted TTFTs, sorted, for the CDF */
         size_t k = 0;
         for (size_t j = 0; j < n; j++)
@@ -467,6 +478,62 @@ static int mode_hitrate(const opts_t *o, const cr__cond_trace_t *t)
     return 0;
 }
 
+/* margin: ours against base over loads x errors; writes margin.csv.
+ * margin = ours / base - 1 of the average TTFT (negative = ours better). */
+static int mode_margin(const opts_t *o, const cr__cond_trace_t *t)
+{
+    double loads[32], errs[32];
+    int nl = parse_list(o->loads, loads, 32), ne = parse_list(o->errs, errs, 32);
+    cr_cond_policy_t pb, po;
+    if (nl <= 0 || ne <= 0 || cr_cond_policy_parse(o->base, &pb) ||
+        cr_cond_policy_parse(o->ours, &po)) {
+        fprintf(stderr, "crescent-sim: bad --loads, --errs, --base or --ours\n");
+        return -EINVAL;
+    }
+    cr__cond_sim_cfg_t c;
+    base_cfg(o, &c);
+    c.progress = 0;
+    FILE *f = out_file(o, "margin.csv");
+    const char *hdr = "err_sigma,load,base_avg,ours_avg,margin_pct,base_p50,ours_p50,base_p99,"
+                      "ours_p99,base_rejected,ours_rejected,ours_pipelined,pred_factor";
+    if (f)
+        fprintf(f, "%s\n", hdr);
+    printf("margin of %s against %s (avg TTFT; negative = %s lower)\n", o->ours, o->base, o->ours);
+    printf("%-6s %-6s %9s %9s %8s %8s %8s %8s %8s\n", "err", "load", "base_avg", "ours_avg",
+           "margin%", "base_p50", "ours_p50", "base_p99", "ours_p99");
+    for (int e = 0; e < ne; e++)
+        for (int l = 0; l < nl; l++) {
+            cr__cond_sim_result_t rb, ro;
+            c.err_sigma = errs[e];
+            c.rate_scale = loads[l];
+            policy_cfg(o, &c, pb);
+            int rc = cr__cond_sim_run(t, &c, &rb, NULL);
+            if (!rc) {
+                policy_cfg(o, &c, po);
+                rc = cr__cond_sim_run(t, &c, &ro, NULL);
+            }
+            if (rc) {
+                fprintf(stderr, "crescent-sim: simulation failed: %s\n", cr_strerror(rc));
+                if (f)
+                    fclose(f);
+                return rc;
+            }
+            double m = 100 * (ro.ttft.mean / rb.ttft.mean - 1);
+            printf("%-6.2f %-6.2f %9.3f %9.3f %+8.1f %8.3f %8.3f %8.3f %8.3f\n", errs[e], loads[l],
+                   rb.ttft.mean, ro.ttft.mean, m, rb.ttft.p50, ro.ttft.p50, rb.ttft.p99,
+                   ro.ttft.p99);
+            fflush(stdout);
+            if (f)
+                fprintf(f, "%.3f,%.3f,%.4f,%.4f,%.2f,%.4f,%.4f,%.4f,%.4f,%zu,%zu,%zu,%.4f\n", errs[e],
+                        loads[l], rb.ttft.mean, ro.ttft.mean, m, rb.ttft.p50, ro.ttft.p50,
+                        rb.ttft.p99, ro.ttft.p99, rb.rejected, ro.rejected, ro.pipelined,
+                        ro.pred.prefill_factor);
+        }
+    if (f)
+        fclose(f);
+    return 0;
+}
+
 static void plot(const opts_t *o, const cr_cond_policy_t *pol, int np, int ran_run, int ran_cap,
                  int ran_hit)
 {
@@ -543,7 +610,8 @@ int main(int argc, char **argv)
     int m_run = !strcmp(o.mode, "run") || !strcmp(o.mode, "all");
     int m_cap = !strcmp(o.mode, "capacity") || !strcmp(o.mode, "all");
     int m_hit = !strcmp(o.mode, "hitrate") || !strcmp(o.mode, "all");
-    if (!m_run && !m_cap && !m_hit) {
+    int m_margin = !strcmp(o.mode, "margin");
+    if (!m_run && !m_cap && !m_hit && !m_margin) {
         fprintf(stderr, "crescent-sim: unknown --mode \"%s\"\n", o.mode);
         return 2;
     }
@@ -570,6 +638,11 @@ int main(int argc, char **argv)
     printf("# trace %s, %lld prefill + %lld decode instances, cache %llu blocks/instance%s\n",
            o.trace, (long long)o.n_prefill, (long long)o.n_decode,
            (unsigned long long)o.cache_blocks, o.cache_blocks ? "" : " (unlimited)");
+    printf("# requests %lld..%lld; estimation error: sigma %.2f, prefill bias %.2f, decode bias "
+           "%.2f, predictor %s\n",
+           (long long)o.first,
+           (long long)(o.count ? o.first + o.count : (int64_t)t.n) - 1, o.err_sigma, o.err_bias,
+           o.err_decode_bias, o.learn ? "learning" : "frozen (prior only)");
     if (m_run) {
         printf("# run: rate_scale %g, TTFT SLO %.2f s, TBT SLO %.3f s%s\n", o.rate_scale,
                o.ttft_slo, o.tbt_slo, o.reject ? ", SLO rejection on" : "");
@@ -579,6 +652,8 @@ int main(int argc, char **argv)
         rc = mode_capacity(&o, &t, pol, np);
     if (!rc && m_hit)
         rc = mode_hitrate(&o, &t);
+    if (!rc && m_margin)
+        rc = mode_margin(&o, &t);
     if (!rc && o.plot) {
         if (!o.out_dir[0])
             fprintf(stderr, "crescent-sim: --plot needs --out_dir\n");
