@@ -158,7 +158,8 @@ void cr__csvc_handle(void *user, const cr__http_req_t *req, cr__http_resp_t *res
     int get = req->method && !strcmp(req->method, "GET");
     int post = req->method && !strcmp(req->method, "POST");
     static const char *const posts[] = {"/register", "/unregister",    "/query",
-                                        "/query_by_hash", "/schedule", "/load"};
+                                        "/query_by_hash", "/schedule", "/load",
+                                        "/report"};
     static const char *const gets[] = {"/health", "/metrics", "/instances"};
     for (size_t i = 0; i < sizeof posts / sizeof posts[0]; i++)
         if (!strcmp(p, posts[i])) {
@@ -170,7 +171,8 @@ void cr__csvc_handle(void *user, const cr__http_req_t *req, cr__http_resp_t *res
             case 2: return cr__csvc_h_query(s, req, resp, 0);
             case 3: return cr__csvc_h_query(s, req, resp, 1);
             case 4: return cr__csvc_h_schedule(s, req, resp);
-            default: return cr__csvc_h_load(s, req, resp);
+            case 5: return cr__csvc_h_load(s, req, resp);
+            default: return cr__csvc_h_report(s, req, resp);
             }
         }
     for (size_t i = 0; i < sizeof gets / sizeof gets[0]; i++)

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "conductor/service/report.h"
+
 void cr__csvc_h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *resp)
 {
     char err[512];
@@ -118,7 +120,17 @@ void cr__csvc_h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp
                         d.fetch_from >= 0 && s->slots[d.fetch_from].used
                         ? cr__csvc_slot_json(&s->slots[d.fetch_from])
                         : json_null());
+    /* why: the policy, its expected TTFT and parts, the matched prefix, and
+     * what the predictor behind the estimates has learned */
+    json_t *pj = cr__csvc_pred_json(cr_cond_sched_predictor(s->sched));
     pthread_mutex_unlock(&s->lock);
+    char reason[384];
+    cr__csvc_decision_reason(&d, cr_cond_policy_name(s->policy),
+                             (unsigned long long)r.input_len, bs, reason, sizeof reason);
+    json_object_set_new(j, "decided_by", json_string(cr_cond_policy_name(s->policy)));
+    json_object_set_new(j, "reason", json_string(reason));
+    json_object_set_new(j, "matched_prefix_tokens", json_integer((json_int_t)d.reused_tokens));
+    json_object_set_new(j, "predictor", pj ? pj : json_null());
     json_object_set_new(j, "policy", json_string(cr_cond_policy_name(s->policy)));
     json_object_set_new(j, "block_size", json_integer(bs));
     json_object_set_new(j, "prompt_blocks", json_integer((json_int_t)n));

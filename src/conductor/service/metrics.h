@@ -42,7 +42,9 @@
     X(INDEX_FULL, "crescent_conductor_index_full_total",                                         \
       "index inserts refused at the index entry bound")                                          \
     X(EVICTIONS, "crescent_conductor_index_evictions_total",                                     \
-      "blocks evicted by per-tier capacity (LRU)")
+      "blocks evicted by per-tier capacity (LRU)")                                                   \
+    X(REPORTS, "crescent_conductor_reports_total",                                           \
+      "actual prefill / decode-step times taken from /report (the predictor learns them)")
 
 #define CR__CSVC_M_ENUM(id, name, help) CR__CSVC_M_##id,
 enum cr__csvc_metric { CR__CSVC_METRICS(CR__CSVC_M_ENUM) CR__CSVC_M__COUNT };

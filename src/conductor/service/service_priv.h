@@ -160,5 +160,7 @@ void cr__csvc_h_query(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t 
 
 void cr__csvc_h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *resp);
 void cr__csvc_h_load(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *resp);
+/* POST /report (http_report.c): actual times for the predictor */
+void cr__csvc_h_report(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *resp);
 
 #endif

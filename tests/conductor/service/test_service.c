@@ -811,6 +811,58 @@ static void test_register_unregister_race(void **st)
     json_decref(j);
 }
 
+/* POST /report: instances report actual prefill times; the predictor behind
+ * /schedule learns them and the next estimate doubles. /schedule says which
+ * policy decided and why. */
+static void test_report_corrects_schedule(void **st)
+{
+    fx_t *f = *st;
+    feed(f);
+    const char *q = "{\"model\":\"m\",\"token_ids\":" TOKENS ",\"dry_run\":true}";
+    json_t *j = call(f->s, "POST", "/schedule", q, 200);
+    double before = json_number_value(json_object_get(j, "est_prefill_ms"));
+    assert_non_null(json_object_get(j, "decided_by"));
+    const char *why = json_string_value(json_object_get(j, "reason"));
+    assert_non_null(why);
+    assert_non_null(strstr(why, "lowest expected TTFT"));
+    assert_non_null(strstr(why, "prompt tokens reused"));
+    assert_int_equal(jint(j, "matched_prefix_tokens"), 15);
+    assert_int_equal(jint(j, "predictor/prefill_samples"), 0);
+    json_decref(j);
+    /* p1 reports 16 prefills of 20 tokens (4 reused) at twice the model */
+    cr_cond_model_t m;
+    cr_cond_model_default(&m);
+    char body[2048];
+    int n = snprintf(body, sizeof body, "{\"instance_id\":\"p1\",\"prefill\":[");
+    for (int i = 0; i < 16; i++)
+        n += snprintf(body + n, sizeof body - (size_t)n,
+                      "%s{\"input_tokens\":20,\"reused_tokens\":4,\"seconds\":%.9f}", i ? "," : "",
+                      2 * cr_cond_cost_prefill(&m, 20, 4));
+    snprintf(body + n, sizeof body - (size_t)n, ",{\"input_tokens\":20,\"seconds\":0}]}");
+    j = call(f->s, "POST", "/report", body, 200);
+    assert_int_equal(jint(j, "accepted"), 16);
+    assert_int_equal(json_array_size(json_object_get(j, "refused")), 1);
+    assert_int_equal(jint(j, "predictor/prefill_samples"), 16);
+    json_decref(j);
+    j = call(f->s, "POST", "/schedule", q, 200);
+    double after = json_number_value(json_object_get(j, "est_prefill_ms"));
+    if (!(after > 1.9 * before && after < 2.1 * before))
+        fail_msg("est_prefill_ms %.4f after the reports, %.4f before: want 2x", after, before);
+    json_decref(j);
+    /* strangers and bad bodies change nothing */
+    json_decref(call(f->s, "POST", "/report",
+                     "{\"instance_id\":\"zz\",\"prefill\":[{\"input_tokens\":9,\"seconds\":1}]}",
+                     404));
+    json_decref(call(f->s, "POST", "/report", "{\"instance_id\":\"p1\",\"prefill\":7}", 400));
+    json_decref(call(f->s, "GET", "/report", NULL, 405));
+    json_t *mt = call(f->s, "GET", "/metrics", NULL, 200);
+    assert_non_null(strstr(json_string_value(mt), "crescent_conductor_reports_total 16\n"));
+    json_decref(mt);
+    j = call(f->s, "POST", "/schedule", q, 200);
+    assert_int_equal(jint(j, "predictor/prefill_samples"), 16);
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -824,6 +876,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_query_tiers_and_dp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_cleared_orphan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_schedule, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_corrects_schedule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http_errors, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
