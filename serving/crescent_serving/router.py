@@ -111,12 +111,12 @@ class Router:
         t0 = time.perf_counter()
         p_id, d_id, sched = self.schedule(tokens)
         t_sched = time.perf_counter() - t0
+        # the reserved blocks live in one decode worker: no decode retry here
         d_id = self._pick("decode", d_id)
         d_ep = self.workers[d_id]["endpoint"]
         push = call(d_ep, "reserve", self.timeout, req_id=req_id, n_tokens=len(tokens), max_new=max_new)
-        p_id = self._pick("prefill", p_id)
-        pre = call(self.workers[p_id]["endpoint"], "prefill", self.timeout, req_id=req_id,
-                   tokens=tokens, reuse=reuse, layer_wise=layer_wise, push=push)
+        p_id, pre = self._call_role("prefill", p_id, "prefill", req_id=req_id, tokens=tokens,
+                                    reuse=reuse, layer_wise=layer_wise, push=push)
         ttft = time.perf_counter() - t0
         dec = call(d_ep, "decode", self.timeout, req_id=req_id, tokens=tokens,
                    first_token=pre["first_token"], params=pre["kv_transfer_params"], max_new=max_new)
@@ -130,35 +130,31 @@ class Router:
         self.dead.add(wid)
         http_post(self.conductor + "/unregister", {"instance_id": wid})
 
-    def _prefill(self, req_id, tokens, reuse, layer_wise, p_id):
+    def _call_role(self, role, wid, method, **args):
+        """Calls method on worker wid (or another live one of role); a worker
+        that is gone or silent is marked lost and the next one is tried.
+        Returns (worker id, answer)."""
         last = None
         for _ in range(len(self.workers)):
-            p_id = self._pick("prefill", p_id)
+            wid = self._pick(role, wid)
             try:
-                pre = call(self.workers[p_id]["endpoint"], "prefill", self.timeout,
-                           req_id=req_id, tokens=tokens, reuse=reuse, layer_wise=layer_wise)
-                pre["worker"] = p_id
-                return pre
+                return wid, call(self.workers[wid]["endpoint"], method, self.timeout, **args)
             except RpcError as e:
                 if e.kind not in ("RpcTimeout", "WorkerGone"):
                     raise
                 last = e
-                self._lost(p_id)
+                self._lost(wid)
         raise last
 
+    def _prefill(self, req_id, tokens, reuse, layer_wise, p_id):
+        wid, pre = self._call_role("prefill", p_id, "prefill", req_id=req_id, tokens=tokens,
+                                   reuse=reuse, layer_wise=layer_wise)
+        pre["worker"] = wid
+        return pre
+
     def _decode(self, req_id, tokens, pre, max_new, d_id):
-        last = None
-        for _ in range(len(self.workers)):
-            d_id = self._pick("decode", d_id)
-            try:
-                dec = call(self.workers[d_id]["endpoint"], "decode", self.timeout,
-                           req_id=req_id, tokens=tokens, first_token=pre["first_token"],
-                           params=pre["kv_transfer_params"], max_new=max_new)
-                dec["worker"] = d_id
-                return dec
-            except RpcError as e:
-                if e.kind not in ("RpcTimeout", "WorkerGone"):
-                    raise
-                last = e
-                self._lost(d_id)
-        raise last
+        wid, dec = self._call_role("decode", d_id, "decode", req_id=req_id, tokens=tokens,
+                                   first_token=pre["first_token"],
+                                   params=pre["kv_transfer_params"], max_new=max_new)
+        dec["worker"] = wid
+        return dec

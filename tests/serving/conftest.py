@@ -37,12 +37,8 @@ def wait_indexed(conductor, tokens, want_tokens, timeout=30.0):
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(CFG, n_prefill=1, n_decode=1, node_size="128MB", worker_blocks=256)
-    c.start()
-    try:
+    with Cluster(CFG, n_prefill=1, n_decode=1, node_size="128MB", worker_blocks=256) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")

@@ -32,12 +32,8 @@ def _same_logits(got, ref):
 @pytest.fixture(scope="module")
 def bare():
     """master, node, conductor; each test starts the workers it needs."""
-    c = Cluster(CFG, n_prefill=0, n_decode=0, node_size="128MB", worker_blocks=256)
-    c.start()
-    try:
+    with Cluster(CFG, n_prefill=0, n_decode=0, node_size="128MB", worker_blocks=256) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
