@@ -11,6 +11,8 @@ and D decode workers; with --netns across network namespaces i15-*), then:
      copied by memcpy (torch) in this run as the reference for the load.
   2. saving: fresh 2,048-token prompts with layer-wise saving and with the
      whole KV saved at the end (alternating rounds): TTFT and exposed save.
+  2b. handoff: a 2,048-token prompt's KV to the decode worker through the
+     store vs P2P through the Transfer Engine, memcpy as the reference.
   3. workload: N requests of the earliest multi-turn conversations of
      /work/shared/traces' conversation trace (its hash_ids give the shared
      prefixes; requests agreeing on the first two are one conversation's
@@ -101,6 +103,32 @@ def saving(router, cfg, rounds, log):
     return rows
 
 
+def handoff(router, cfg, rounds, log):
+    """Prefill -> decode handoff of a 2,048-token prompt's KV: decode reading
+    the store (HiCache batch_get_v1) vs the prefill worker writing into the
+    decode worker's blocks through the Transfer Engine (P2P); memcpy of the
+    same bytes in this process as the reference."""
+    rows = []
+    for r in range(rounds):
+        toks = _rand_tokens("handoff-%d" % r, 2048, cfg.vocab)
+        s = router.generate("handoff-store-%d" % r, toks, 2)
+        toks2 = _rand_tokens("handoff-p2p-%d" % r, 2048, cfg.vocab)
+        p = router.generate("handoff-p2p-%d" % r, toks2, 2, p2p=True)
+        nbytes = s["decode"]["bytes_loaded"]
+        src = torch.ones(nbytes // 4)
+        dst = torch.zeros_like(src)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        t_mem = time.perf_counter() - t0
+        rows.append({"bytes": nbytes, "store_decode_load": s["decode"]["t_load"],
+                     "p2p_push": p["prefill"]["t_push"], "p2p_decode_wait": p["decode"]["t_load"],
+                     "memcpy": t_mem})
+        log("handoff round %d: %.1f MB, decode load from the store %.4fs, P2P push %.4fs "
+            "(+ notify wait %.4fs), memcpy %.4fs"
+            % (r, nbytes / 1e6, s["decode"]["t_load"], p["prefill"]["t_push"], p["decode"]["t_load"], t_mem))
+    return rows
+
+
 def load_trace(n, vocab, max_tokens=2048, max_out=16, max_turns=3):
     """Multi-turn conversations of the trace: requests whose first two
     hash_ids agree are turns of one conversation. Takes the earliest
@@ -170,7 +198,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--netns", action="store_true", help="across network namespaces (needs root)")
     ap.add_argument("--protocol", default="tcp", help="store protocol of the workers (tcp, tcp,shm)")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: goal,saving,workload")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: goal,saving,handoff,workload")
     ap.add_argument("--json", help="write every figure here")
     a = ap.parse_args(argv)
     set_deterministic_threads()
@@ -192,6 +220,8 @@ def main(argv=None):
             out["goal"] = goal(r, cfg, a.rounds, log)
         if "saving" not in skip:
             out["saving"] = saving(r, cfg, a.rounds * 2, log)
+        if "handoff" not in skip:
+            out["handoff"] = handoff(r, cfg, a.rounds, log)
         if "workload" not in skip:
             reqs = load_trace(a.requests, cfg.vocab)
             out["workload_reuse"], _ = workload(r, reqs, True, log, "wl-reuse")
@@ -209,6 +239,11 @@ def main(argv=None):
             log("SAVING %s: TTFT median %.3fs, save exposed after the first token median %.4fs"
                 % ("layer-wise" if lw else "whole-KV  ", statistics.median(x["ttft"] for x in xs),
                    statistics.median(x["exposed_save"] for x in xs)))
+    if "handoff" in out:
+        h = out["handoff"]
+        log("HANDOFF %.1f MB: decode load from the store median %.4fs, P2P push median %.4fs, memcpy %.4fs"
+            % (h[0]["bytes"] / 1e6, statistics.median(x["store_decode_load"] for x in h),
+               statistics.median(x["p2p_push"] for x in h), statistics.median(x["memcpy"] for x in h)))
     if "workload_reuse" in out:
         w, n = out["workload_reuse"], out["workload_noreuse"]
         log("WORKLOAD: TTFT mean with reuse %.3fs vs without %.3fs (x%.2f), hit rate %.1f%%"
