@@ -28,6 +28,19 @@ def pause_point(name):
             time.sleep(3600)
 
 
+def check_tokens(cfg, tokens, max_new=0):
+    """Refuses a prompt the model cannot take, before anything is touched."""
+    if not isinstance(tokens, (list, tuple)) or not tokens:
+        raise ValueError("tokens: a non-empty list of ints is required")
+    if len(tokens) + max_new > cfg.max_seq:
+        raise ValueError("tokens: %d + %d new exceed max_seq %d" % (len(tokens), max_new, cfg.max_seq))
+    for i, t in enumerate(tokens):
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < cfg.vocab:
+            raise ValueError("tokens[%d] = %r: not a token id in [0, %d)" % (i, t, cfg.vocab))
+    if not isinstance(max_new, int) or max_new < 0:
+        raise ValueError("max_new: %r is not an int >= 0" % (max_new,))
+
+
 def _blocks_for(n_tokens, bs):
     return (n_tokens + bs - 1) // bs
 
@@ -88,6 +101,7 @@ class PrefillEngine:
         timings}. The pool blocks are released before returning: the decode
         side reads the KV from the store."""
         cfg = self.cfg
+        check_tokens(cfg, tokens)
         t0 = time.perf_counter()
         req = Request(req_id, list(tokens))
         # -- scheduler step (vLLM: Scheduler.schedule) --
@@ -167,6 +181,9 @@ class DecodeEngine:
     def reserve(self, req_id, n_tokens, max_new, ttl_s=300.0):
         """Allocates the blocks a P2P prefill writes into; returns where."""
         cfg = self.cfg
+        if not isinstance(n_tokens, int) or not 0 < n_tokens or not isinstance(max_new, int) \
+                or not 0 < max_new or n_tokens + max_new > cfg.max_seq:
+            raise ValueError("reserve: %r tokens + %r new (max_seq %d)" % (n_tokens, max_new, cfg.max_seq))
         now = time.monotonic()
         for rid, r in list(self.reserved.items()):
             if r[3] < now:                       # never claimed: give back
@@ -232,6 +249,9 @@ class DecodeEngine:
         max_new tokens (the first one came from prefill). Returns
         {tokens, logits (list of bytes, one per decode step), timings}."""
         cfg = self.cfg
+        check_tokens(cfg, tokens, max_new)
+        if max_new < 1:
+            raise ValueError("max_new: at least 1 (the first token comes from prefill)")
         if not params:
             raise KVMissing("request %s: no KV pages from prefill" % req_id)
         if params.get("fp") != cfg.fingerprint():

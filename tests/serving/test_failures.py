@@ -172,3 +172,27 @@ def test_model_shape_mismatch_refused(bare, store):
         ModelConfig(d_model=65)
     for ep in (p_ep, bad_d):
         call(ep, "shutdown")
+
+
+def test_bad_requests_refused_worker_keeps_serving(bare):
+    """Junk token lists get a clear per-request error; the same worker then
+    serves a good request."""
+    p_ep = bare.start_worker("prefill", "pb")
+    d_ep = bare.start_worker("decode", "db")
+    for bad, why in (([], "non-empty"), ([1, 2, 256], r"tokens\[2\] = 256"),
+                     ([1, -1], r"tokens\[1\] = -1"), ([1, "a"], r"tokens\[1\] = 'a'"),
+                     ([1] * (CFG.max_seq + 1), "exceed max_seq")):
+        with pytest.raises(RpcError, match=why):
+            call(p_ep, "prefill", 60, req_id="bad", tokens=bad)
+    with pytest.raises(RpcError, match="reserve"):
+        call(d_ep, "reserve", 60, req_id="bad", n_tokens=CFG.max_seq, max_new=1)
+    pre = call(p_ep, "prefill", 60, req_id="good", tokens=prompt(70, 40))
+    with pytest.raises(RpcError, match="max_new"):
+        call(d_ep, "decode", 60, req_id="good", tokens=prompt(70, 40), first_token=pre["first_token"],
+             params=pre["kv_transfer_params"], max_new=0)
+    dec = call(d_ep, "decode", 60, req_id="good", tokens=prompt(70, 40), first_token=pre["first_token"],
+               params=pre["kv_transfer_params"], max_new=3)
+    t, _ = Reference(CFG).run(prompt(70, 40), 0, 3)
+    assert dec["tokens"] == t
+    for ep in (p_ep, d_ep):
+        call(ep, "shutdown")
