@@ -117,6 +117,7 @@ class Router:
         push = call(d_ep, "reserve", self.timeout, req_id=req_id, n_tokens=len(tokens), max_new=max_new)
         p_id, pre = self._call_role("prefill", p_id, "prefill", req_id=req_id, tokens=tokens,
                                     reuse=reuse, layer_wise=layer_wise, push=push)
+        self._idle(p_id)
         ttft = time.perf_counter() - t0
         dec = call(d_ep, "decode", self.timeout, req_id=req_id, tokens=tokens,
                    first_token=pre["first_token"], params=pre["kv_transfer_params"], max_new=max_new)
@@ -150,7 +151,13 @@ class Router:
         wid, pre = self._call_role("prefill", p_id, "prefill", req_id=req_id, tokens=tokens,
                                    reuse=reuse, layer_wise=layer_wise)
         pre["worker"] = wid
+        self._idle(wid)
         return pre
+
+    def _idle(self, wid):
+        """The router runs one request at a time per worker: once a prefill
+        answered, its queue is empty (/load resets the conductor's estimate)."""
+        http_post(self.conductor + "/load", {"instance_id": wid, "prefill_queue_ms": 0})
 
     def _decode(self, req_id, tokens, pre, max_new, d_id):
         wid, dec = self._call_role("decode", d_id, "decode", req_id=req_id, tokens=tokens,
