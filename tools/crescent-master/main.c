@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "crescent/common.h"
 #include "store/master/admin.h"
+#include "store/master/ha/journal.h"
 #include "store/master/master.h"
 #include "store/rpc/server.h"
 #include "transfer/metadata/metadata.h"
@@ -60,6 +61,8 @@ typedef struct master_opts {
     char etcd_endpoints[CR__CFG_STR_MAX];
     char cluster_id[CR__CFG_STR_MAX];
     char memory_allocator[CR__CFG_STR_MAX];
+    char journal_dir[CR__CFG_STR_MAX];
+    int journal_fsync;
 } master_opts_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(master_opts_t, n)}
@@ -107,11 +110,20 @@ static const cr__cfg_opt_t opts[] = {
     OPT(cluster_id, "", "accepted for HA command lines; unused", CR__CFG_STR),
     OPT(memory_allocator, "offset", "segment allocator: offset (cachelib is not available)",
         CR__CFG_STR),
+    OPT(journal_dir, "",
+        "keep the object index in DIR/journal: a master restarted after a crash recovers every "
+        "object still on its nodes (empty = off)",
+        CR__CFG_STR),
+    OPT(journal_fsync, "false",
+        "fdatasync each journal write (survives a machine crash, not only a process crash)",
+        CR__CFG_BOOL),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 #define SUMMARY "crescent store master: segments, objects, leases, eviction (metadata only)"
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static cr__ha_journal_t *g_journal;
+static cr__master_t *g_master;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static int g_stop;
 
@@ -122,6 +134,10 @@ static void *ticker(void *arg)
     while (!g_stop) {
         pthread_mutex_unlock(&g_mu);
         cr__master_tick(m, cr__now_ms());
+        if (g_journal) {
+            cr__ha_journal_sync(g_journal);
+            cr__ha_journal_compact(g_journal, m, 0);
+        }
         pthread_mutex_lock(&g_mu);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -140,6 +156,15 @@ static void *ticker(void *arg)
 static void handle(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
 {
     cr__master_handle(user, req, reply, cr__now_ms());
+    /* a change is acknowledged only once its records are written */
+    if (g_journal && cr__ha_journal_sync(g_journal)) {
+        uint16_t type = reply->type;
+        uint64_t id = reply->req_id;
+        cr__rpc_msg_free(reply); /* zeroes it */
+        reply->type = type;
+        reply->req_id = id;
+        reply->status = CR_E_INTERNAL_ERROR;
+    }
 }
 
 static int port_ok(int64_t p, int allow_off) { return (p >= 0 || (allow_off && p == -1)) && p <= 65535; }
@@ -208,6 +233,26 @@ int main(int argc, char **argv)
     if ((rc = cr__master_create(&mc, &m))) {
         fprintf(stderr, "crescent-master: cannot create master state: %s\n", cr_strerror(rc));
         return 1;
+    }
+    g_master = m;
+    if (o.journal_dir[0]) {
+        cr__ha_shadow_t *loaded = NULL;
+        uint64_t n = 0, t0 = cr__now_ms();
+        rc = cr__ha_journal_open(o.journal_dir, o.journal_fsync, &loaded, &g_journal);
+        if (!rc)
+            rc = cr__master_restore(m, loaded, cr__now_ms(), &n);
+        cr__ha_shadow_destroy(loaded);
+        if (!rc) {
+            cr__master_set_journal(m, cr__ha_journal_record, g_journal);
+            rc = cr__ha_journal_compact(g_journal, m, 1);
+        }
+        if (rc) {
+            fprintf(stderr, "crescent-master: cannot use --journal_dir %s: %s\n", o.journal_dir,
+                    cr_strerror(rc));
+            goto out;
+        }
+        CR_LOG_INFO("master", "journal %s: %llu objects restored in %llu ms", o.journal_dir,
+                    (unsigned long long)n, (unsigned long long)(cr__now_ms() - t0));
     }
     if (o.enable_http_metadata_server) {
         rc = cr__meta_server_start(o.http_metadata_server_host,
@@ -286,6 +331,9 @@ out:
     cr__rpc_server_stop(rpc);
     cr__httpd_stop(admin);
     cr__meta_server_stop(meta);
+    if (m)
+        cr__master_set_journal(m, NULL, NULL);
+    cr__ha_journal_close(g_journal);
     cr__master_destroy(m);
     return exit_code;
 }

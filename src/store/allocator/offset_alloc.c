@@ -259,6 +259,75 @@ int cr__oalloc_free(cr__oalloc_t *a, uint32_t i)
     return 0;
 }
 
+int cr__oalloc_create_used(uint64_t size, unsigned min_shift, const uint64_t *offs,
+                           const uint64_t *lens, size_t n, uint32_t *blk, cr__oalloc_t **out)
+{
+    cr__oalloc_t *a;
+    int rc = cr__oalloc_create(size, min_shift, &a);
+    if (rc)
+        return rc;
+    /* the free tail [cur.off, total): node 0 at first, then what follows
+     * the last range placed */
+    uint32_t cur = 0;
+    for (size_t k = 0; k < n; k++) {
+        blk[k] = CR__OALLOC_NONE;
+        uint64_t gran = 1ull << a->shift;
+        if (cur == NIL || (offs[k] & (gran - 1)) || lens[k] == 0)
+            continue;
+        uint64_t go = offs[k] >> a->shift, g = (lens[k] + gran - 1) >> a->shift;
+        node_t *c = &a->nodes[cur];
+        if (go < c->off || go + g > (uint64_t)c->off + c->size)
+            continue; /* overlaps the previous range or passes the end */
+        /* two spare node slots first, so a failure changes nothing */
+        uint32_t s1 = node_get(a), s2 = s1 == NIL ? NIL : node_get(a);
+        if (s2 == NIL) {
+            if (s1 != NIL)
+                node_put(a, s1);
+            cr__oalloc_destroy(a);
+            return -ENOMEM;
+        }
+        uint32_t sp[2] = {s1, s2}, nsp = 2;
+        c = &a->nodes[cur]; /* node_get may have moved the array */
+        bin_remove(a, cur);
+        uint32_t used = cur;
+        if (go > c->off) { /* the gap before the range stays free in cur */
+            uint32_t x = sp[--nsp];
+            node_t *u = &a->nodes[x];
+            *u = (node_t){.off = (uint32_t)go, .size = c->off + c->size - (uint32_t)go,
+                          .nb_prev = cur, .nb_next = c->nb_next};
+            if (c->nb_next != NIL)
+                a->nodes[c->nb_next].nb_prev = x;
+            c->nb_next = x;
+            c->size = (uint32_t)go - c->off;
+            bin_insert(a, cur);
+            used = x;
+        }
+        node_t *u = &a->nodes[used];
+        uint32_t rest = u->size - (uint32_t)g;
+        u->size = (uint32_t)g;
+        u->state = N_USED;
+        a->used += (uint32_t)g;
+        a->n_used_blocks++;
+        blk[k] = used;
+        cur = NIL;
+        if (rest) {
+            uint32_t x = sp[--nsp];
+            node_t *t = &a->nodes[x];
+            *t = (node_t){.off = u->off + (uint32_t)g, .size = rest, .nb_prev = used,
+                          .nb_next = u->nb_next};
+            if (u->nb_next != NIL)
+                a->nodes[u->nb_next].nb_prev = x;
+            u->nb_next = x;
+            bin_insert(a, x);
+            cur = x;
+        }
+        while (nsp)
+            node_put(a, sp[--nsp]);
+    }
+    *out = a;
+    return 0;
+}
+
 uint64_t cr__oalloc_block_offset(const cr__oalloc_t *a, uint32_t i)
 {
     return i < a->n_nodes ? (uint64_t)a->nodes[i].off << a->shift : 0;

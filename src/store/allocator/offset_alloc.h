@@ -19,6 +19,7 @@
 #ifndef CR_STORE_ALLOCATOR_OFFSET_ALLOC_H
 #define CR_STORE_ALLOCATOR_OFFSET_ALLOC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct cr__oalloc cr__oalloc_t;
@@ -31,6 +32,15 @@ typedef struct cr__oalloc cr__oalloc_t;
  * Returns 0 and *out, -EINVAL (size smaller than one granule, shift out of
  * 6..30) or -ENOMEM. */
 int cr__oalloc_create(uint64_t size, unsigned min_granule_shift, cr__oalloc_t **out);
+
+/* Creates an allocator like cr__oalloc_create() with n blocks already
+ * allocated at given byte ranges (restoring a master's state): offs[]
+ * ascending, granule-aligned; lens[] rounded up to a granule. blk[k] gets
+ * the handle of range k, or CR__OALLOC_NONE for a range that is misaligned,
+ * overlaps the one before or passes the end (it is not allocated). O(n).
+ * Returns 0 and *out, -EINVAL (as create) or -ENOMEM. */
+int cr__oalloc_create_used(uint64_t size, unsigned min_granule_shift, const uint64_t *offs,
+                           const uint64_t *lens, size_t n, uint32_t *blk, cr__oalloc_t **out);
 
 /* Frees the allocator (outstanding blocks included). NULL is a no-op. */
 void cr__oalloc_destroy(cr__oalloc_t *a);

@@ -78,6 +78,7 @@ void cr__master_destroy(cr__master_t *m)
     free(m->clients);
     free(m->q);
     free(m->order);
+    cr__ha_buf_free(&m->jbuf);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }

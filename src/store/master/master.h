@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/master/ha/shadow.h"
 #include "store/rpc/protocol.h"
 
 typedef struct cr__master cr__master_t;
@@ -129,6 +130,33 @@ void cr__master_tick(cr__master_t *m, uint64_t now_ms);
 
 /* Runs one eviction step now (as on the watermark); returns objects evicted. */
 uint64_t cr__master_evict(cr__master_t *m, uint64_t need_bytes, uint64_t now_ms);
+
+/* ---- durability (ha/) ------------------------------------------------------
+ * Every durable change (segment mounted/dropped, put started/ended, object
+ * gone, replicas dropped) is described by an op record (ha/record.h)
+ * handed to the journal function, under the state lock, in state order.
+ * Leases, clients and quarantine are not durable. */
+typedef void (*cr__master_journal_fn)(void *user, const uint8_t *frame, size_t len);
+
+/* Sets (or clears, fn NULL) the journal function. */
+void cr__master_set_journal(cr__master_t *m, cr__master_journal_fn fn, void *user);
+
+/* Frames the whole durable state (SEG, OBJ, VERSION records) into b: a
+ * snapshot; at(user) is called under the state lock once it is taken, so
+ * the snapshot matches the journal position at that moment. Returns 0 or
+ * -ENOMEM. */
+int cr__master_dump(cr__master_t *m, cr__ha_buf_t *b, void (*at)(void *), void *user);
+
+/* Adds the state of a shadow index (a journal or a leader's stream) to
+ * this master: its segments are mounted detached (no allocation on them;
+ * the owner — same client id, base and size — attaches by mounting again
+ * within --client_ttl, else they are dropped), its objects indexed with
+ * their blocks in place, complete ones leased for one lease ttl (a reader
+ * of the previous master may be mid-transfer), pending ones given a whole
+ * put timeout. *n_objects gets how many objects were indexed. Returns 0
+ * or -ENOMEM (the master must then be discarded). */
+int cr__master_restore(cr__master_t *m, const cr__ha_shadow_t *sh, uint64_t now,
+                       uint64_t *n_objects);
 
 /* ---- rpc dispatch ------------------------------------------------------ */
 

@@ -32,6 +32,7 @@
 
 #include "store/allocator/offset_alloc.h"
 #include "store/eviction/policy.h"
+#include "store/master/ha/record.h"
 #include "store/master/master.h"
 
 /* ---- records ------------------------------------------------------------ */
@@ -86,6 +87,11 @@ typedef struct seg {
     uint32_t gen;    /* bumped at unmount: stale quarantine entries skip */
     int live;
     uint64_t alloc_after_ms; /* no allocation before (remount of a dropped name) */
+    /* restored from a journal and not mounted again yet (client ==
+     * NONE32): only its owner (same client id, base, size) may attach it,
+     * before orphan_awake + client ttl on the awake clock (durable.c) */
+    cr__rpc_client_id_t owner;
+    uint64_t orphan_awake;
 } seg_t;
 
 /* A segment name dropped while its space could still be read (live
@@ -149,6 +155,11 @@ struct cr__master {
      * read heartbeats does not count that time against its clients. */
     uint64_t awake_ms, seen_ms;
     int clock_started;
+    /* op records of every durable change, in state order (durable.c) */
+    cr__master_journal_fn jfn;
+    void *juser;
+    cr__ha_buf_t jbuf;
+    cr__ha_rec_t jrec;
     uint64_t counters[CR__MM_COUNT]; /* metrics list of master.h */
 };
 
@@ -254,6 +265,8 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
                        uint64_t size, uint64_t now);
 int cr__m_unmount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name,
                          uint64_t now);
+/* The awake clock at now (see struct cr__master). */
+uint64_t cr__m_awake_locked(cr__master_t *m, uint64_t now);
 /* Unmounts every segment of clients silent longer than client_ttl_ms. */
 void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now);
 
@@ -275,6 +288,16 @@ int cr__m_remove_locked(cr__master_t *m, const char *key, size_t key_len, int fo
 int cr__m_remove_all_locked(cr__master_t *m, int force, uint64_t now, uint64_t *count);
 int cr__m_validate_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
                           uint64_t replica_id);
+
+/* ---- durable.c: op records, restore, dump -------------------------------- */
+
+/* Journal the object as it is now (OBJ), a key event (END, DEL), a
+ * segment event (SEG, SEGDROP); no-ops without a journal function. */
+void cr__m_jr_obj(cr__master_t *m, obj_t *o);
+void cr__m_jr_key(cr__master_t *m, uint8_t type, obj_t *o);
+void cr__m_jr_seg(cr__master_t *m, uint8_t type, seg_t *sg);
+/* 1 if a restored segment still waits for its owner. */
+int cr__m_any_detached(const cr__master_t *m);
 
 /* ---- eviction.c ---------------------------------------------------------- */
 

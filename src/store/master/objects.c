@@ -29,7 +29,10 @@ int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uin
     placing_t p;
     if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
         cr__m_quarantine_release(m, now, SIZE_MAX);
-        cr__m_evict_locked(m, size * n_rep, now);
+        /* not while restored segments wait for their owners: the space is
+         * there, only not usable yet (the caller retries) */
+        if (!cr__m_any_detached(m))
+            cr__m_evict_locked(m, size * n_rep, now);
         if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
             CNT(m, alloc_failures_total)++;
             return CR_E_NO_AVAILABLE_HANDLE;
@@ -61,6 +64,7 @@ int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uin
     }
     list_push_back(&m->pending, o);
     m->n_pending++;
+    cr__m_jr_obj(m, o);
     it->version = o->version;
     it->size = size;
     it->lease_ms = (uint32_t)(m->cfg.put_timeout_ms > UINT32_MAX ? UINT32_MAX
@@ -112,6 +116,7 @@ int cr__m_put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint6
     m->n_complete++;
     m->state_seq++;
     CNT(m, puts_completed_total)++;
+    cr__m_jr_key(m, CR__HA_END, o);
     return 0;
 }
 

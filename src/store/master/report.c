@@ -174,7 +174,7 @@ int cr__master_segments_json(cr__master_t *m, char **out, size_t *len)
         seg_t *sg = &m->segs[i];
         if (!sg->live)
             continue;
-        cr__rpc_client_id_t id = m->clients[sg->client].id;
+        cr__rpc_client_id_t id = sg->client == NONE32 ? sg->owner : m->clients[sg->client].id;
         sb_printf(&b, "%s{\"name\":", first ? "" : ",");
         first = 0;
         sb_json_str(&b, sg->name, strlen(sg->name));

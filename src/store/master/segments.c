@@ -14,7 +14,7 @@
  * ~100 ms, heartbeats) that is believed to be time the master was running. */
 #define STALL_CREDIT_MS 500
 
-static uint64_t awake_locked(cr__master_t *m, uint64_t now)
+uint64_t cr__m_awake_locked(cr__master_t *m, uint64_t now)
 {
     if (!m->clock_started) {
         m->clock_started = 1;
@@ -72,7 +72,7 @@ static uint32_t client_add(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now
         }
         m->n_clients++;
     }
-    m->clients[i] = (client_t){.id = id, .last_ms = awake_locked(m, now), .live = 1};
+    m->clients[i] = (client_t){.id = id, .last_ms = cr__m_awake_locked(m, now), .live = 1};
     m->live_clients++;
     return i;
 }
@@ -97,7 +97,7 @@ int cr__m_ping_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now, uin
             return -ENOMEM;
         *flags = CR__RPC_F_NEED_REMOUNT;
     } else {
-        m->clients[c].last_ms = awake_locked(m, now);
+        m->clients[c].last_ms = cr__m_awake_locked(m, now);
     }
     return 0;
 }
@@ -121,7 +121,23 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
     if (s != NONE32) {
         seg_t *sg = &m->segs[s];
         if (c != NONE32 && sg->client == c && sg->base == base && sg->size == size) {
-            m->clients[c].last_ms = awake_locked(m, now);
+            m->clients[c].last_ms = cr__m_awake_locked(m, now);
+            return 0;
+        }
+        if (sg->client == NONE32 && sg->owner.hi == id.hi && sg->owner.lo == id.lo &&
+            sg->base == base && sg->size == size) {
+            /* a restored segment's owner is back with the same memory */
+            if (c == NONE32) {
+                c = client_add(m, id, now);
+                if (c == CLIENTS_FULL)
+                    return CR_E_UNAVAILABLE_IN_CURRENT_STATUS;
+                if (c == NONE32)
+                    return -ENOMEM;
+            }
+            m->clients[c].last_ms = cr__m_awake_locked(m, now);
+            sg->client = c;
+            sg->alloc_after_ms = 0;
+            CR_LOG_INFO("master", "restored segment %s attached to its owner again", name);
             return 0;
         }
         return CR_E_SEGMENT_ALREADY_EXISTS;
@@ -135,7 +151,7 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
         if (c == NONE32)
             return -ENOMEM;
     }
-    m->clients[c].last_ms = awake_locked(m, now);
+    m->clients[c].last_ms = cr__m_awake_locked(m, now);
     for (s = 0; s < m->n_segs; s++)
         if (!m->segs[s].live)
             break;
@@ -168,6 +184,7 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
         if (m->held[h].until > now && !strcmp(m->held[h].name, name))
             sg->alloc_after_ms = m->held[h].until;
     m->capacity += cr__oalloc_capacity(a);
+    cr__m_jr_seg(m, CR__HA_SEG, sg);
     CR_LOG_INFO("master", "mounted segment %s base 0x%" PRIx64 " size %" PRIu64, name, base, size);
     return 0;
 }
@@ -218,6 +235,8 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
             }
             sh += n;
         }
+        if (hit && live && (o->flags & OF_COMPLETE))
+            cr__m_jr_obj(m, o); /* still readable, with fewer replicas */
         /* a pending put that lost a replica cannot complete: drop it all */
         if (hit && (!live || !(o->flags & OF_COMPLETE))) {
             if (n_dead == cap_dead) {
@@ -275,6 +294,7 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
         if (hold > m->held[slot].until)
             m->held[slot].until = hold;
     }
+    cr__m_jr_seg(m, CR__HA_SEGDROP, sg);
     m->capacity -= cr__oalloc_capacity(sg->alloc);
     m->allocated -= cr__oalloc_used(sg->alloc);
     cr__oalloc_destroy(sg->alloc);
@@ -291,7 +311,7 @@ int cr__m_unmount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *na
     uint32_t s = name ? cr__m_seg_find(m, name) : NONE32;
     if (s == NONE32 || c == NONE32 || m->segs[s].client != c)
         return CR_E_SEGMENT_NOT_FOUND;
-    m->clients[c].last_ms = awake_locked(m, now);
+    m->clients[c].last_ms = cr__m_awake_locked(m, now);
     seg_drop_locked(m, s, now);
     return 0;
 }
@@ -308,7 +328,7 @@ int cr__master_unmount(cr__master_t *m, cr__rpc_client_id_t id, const char *name
  * in which the master could have read their heartbeats counts. */
 void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now)
 {
-    uint64_t awake = awake_locked(m, now);
+    uint64_t awake = cr__m_awake_locked(m, now);
     for (uint32_t c = 0; c < m->n_clients; c++) {
         client_t *cl = &m->clients[c];
         if (!cl->live || awake - cl->last_ms <= m->cfg.client_ttl_ms || awake < cl->last_ms)
@@ -322,5 +342,14 @@ void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now)
         cl->live = 0;
         m->live_clients--;
         CNT(m, clients_expired_total)++;
+    }
+    /* restored segments whose owner did not come back */
+    for (uint32_t s = 0; s < m->n_segs; s++) {
+        seg_t *sg = &m->segs[s];
+        if (sg->live && sg->client == NONE32 && awake - sg->orphan_awake > m->cfg.client_ttl_ms) {
+            CR_LOG_WARN("master", "restored segment %s: its owner did not mount it again",
+                        sg->name);
+            seg_drop_locked(m, s, now);
+        }
     }
 }

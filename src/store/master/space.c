@@ -127,6 +127,7 @@ uint64_t cr__m_obj_bytes(cr__master_t *m, obj_t *o)
  * released (or is released here with release_ms). */
 void cr__m_obj_delete(cr__master_t *m, obj_t *o, uint64_t release_ms, uint64_t now)
 {
+    cr__m_jr_key(m, CR__HA_DEL, o);
     obj_release_space(m, o, release_ms, now, NONE32);
     int64_t i = cr__m_map_find(m, obj_key(o), o->key_len, key_hash(obj_key(o), o->key_len));
     if (i >= 0)

@@ -234,6 +234,66 @@ static void test_fragmentation(void **s)
     cr__oalloc_destroy(a);
 }
 
+/* Restore: an allocator built with blocks in place has them at those
+ * offsets, refuses overlapping/misaligned/out-of-range ones, never hands
+ * out their space again, and coalesces back to one block when all are
+ * freed. */
+static void test_create_used(void **s)
+{
+    (void)s;
+    enum { N = 2000 };
+    static uint64_t offs[N], lens[N];
+    static uint32_t blk[N];
+    uint64_t size = 64ull << 20, off = 0;
+    srand(7);
+    size_t n = 0;
+    while (n < N - 3) {
+        off += (uint64_t)(rand() % 4) * 64; /* a gap or none */
+        uint64_t len = 64 + (uint64_t)(rand() % 3000);
+        if (off + len > size)
+            break;
+        offs[n] = off;
+        lens[n++] = len;
+        off += (len + 63) & ~63ull;
+    }
+    offs[n] = offs[n - 1]; /* overlaps the one before */
+    lens[n++] = 64;
+    offs[n] = off + 3; /* misaligned */
+    lens[n++] = 64;
+    offs[n] = size - 64; /* passes the end */
+    lens[n++] = 128;
+    cr__oalloc_t *a;
+    assert_int_equal(cr__oalloc_create_used(size, 6, offs, lens, n, blk, &a), 0);
+    uint64_t used = 0;
+    for (size_t k = 0; k + 3 < n; k++) {
+        assert_int_not_equal(blk[k], CR__OALLOC_NONE);
+        assert_int_equal(cr__oalloc_block_offset(a, blk[k]), offs[k]);
+        assert_int_equal(cr__oalloc_block_size(a, blk[k]), (lens[k] + 63) & ~63ull);
+        used += (lens[k] + 63) & ~63ull;
+    }
+    for (size_t k = n - 3; k < n; k++)
+        assert_int_equal(blk[k], CR__OALLOC_NONE);
+    assert_int_equal(cr__oalloc_used(a), used);
+    /* new blocks never overlap restored ones */
+    for (int i = 0; i < 200; i++) {
+        uint64_t o2;
+        uint32_t b = cr__oalloc_alloc(a, 4096, &o2);
+        if (b == CR__OALLOC_NONE)
+            break;
+        for (size_t k = 0; k + 3 < n; k++)
+            assert_true(o2 + 4096 <= offs[k] || o2 >= offs[k] + lens[k]);
+        cr__oalloc_free(a, b);
+    }
+    for (size_t k = 0; k + 3 < n; k++)
+        assert_int_equal(cr__oalloc_free(a, blk[k]), 0);
+    cr__oalloc_stats_t st;
+    cr__oalloc_stats(a, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.n_free_blocks, 1);
+    assert_int_equal(st.largest_free, size);
+    cr__oalloc_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -242,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_exhaust_and_max_alloc),
         cmocka_unit_test(test_random_vs_shadow),
         cmocka_unit_test(test_fragmentation),
+        cmocka_unit_test(test_create_used),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

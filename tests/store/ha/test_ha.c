@@ -296,6 +296,9 @@ static void scenario_restart(void)
             FAIL("restart failed");
             return;
         }
+        fprintf(stderr, "restarted: segments %lld capacity %lld allocated %lld keys %lld\n",
+                metric("segments"), metric("capacity_bytes"), metric("allocated_bytes"),
+                metric("keys"));
         if (wait_segments(N_NODES, 20000))
             FAIL("nodes did not remount after the restart");
     }

@@ -1,0 +1,88 @@
+/* Master op records: the ordered description of every change to the
+ * master's durable state (segments and objects; not leases, not clients).
+ * One format for the local journal file (cold restart), the stream a
+ * leader sends its standbys, and the snapshot that starts either.
+ *
+ * Frame (little-endian): u32 body_len, u32 check (low 32 bits of XXH3 of
+ * the body), body. Body: u8 type, then by type:
+ *   OBJ      u64 version, u64 size, u8 flags (CR__HA_OBJ_*), u16 key_len, key,
+ *            u8 n_rep, per replica: u8 n_shards (CR__HA_REP_DEAD: dropped, no shards), per shard:
+ *            u16 seg_len, segment name, u64 offset (from the segment base), u64 len
+ *            (an upsert: the object as it is now, its live replicas only)
+ *   END      u64 version, u16 key_len, key           (PutEnd: now complete)
+ *   DEL      u64 version, u16 key_len, key           (gone: revoke, remove, evict, ...)
+ *   SEG      u64 base, u64 size, u64 client_hi, u64 client_lo, u16 name_len, name
+ *   SEGDROP  u16 name_len, name
+ *   VERSION  u64 next_version (versions below it are used)
+ * Bounds are the RPC ones (key, replicas, shards, segment names); a record
+ * over CR__HA_REC_MAX bytes does not exist. */
+#ifndef CR_STORE_MASTER_HA_RECORD_H
+#define CR_STORE_MASTER_HA_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/rpc/protocol.h"
+
+enum cr__ha_rec_type {
+    CR__HA_OBJ = 1,
+    CR__HA_END = 2,
+    CR__HA_DEL = 3,
+    CR__HA_SEG = 4,
+    CR__HA_SEGDROP = 5,
+    CR__HA_VERSION = 6,
+};
+
+#define CR__HA_OBJ_COMPLETE 0x1
+#define CR__HA_OBJ_HARD_PIN 0x2
+#define CR__HA_OBJ_SOFT_PIN 0x4
+#define CR__HA_REP_DEAD 0x80 /* n_shards of a dropped replica (no shards follow) */
+
+#define CR__HA_FRAME_HDR 8
+#define CR__HA_REC_MAX                                                                         \
+    (64 + CR__RPC_KEY_MAX +                                                                    \
+     CR__RPC_REPLICA_MAX * (1 + CR__RPC_SHARD_MAX * (2 + CR__RPC_SEGMENT_NAME_MAX + 16)))
+
+typedef struct cr__ha_shard {
+    const char *seg; /* NUL-terminated */
+    uint64_t off, len;
+} cr__ha_shard_t;
+
+/* A decoded record; strings point into the decoded buffer. */
+typedef struct cr__ha_rec {
+    uint8_t type;
+    uint64_t version, size; /* OBJ/END/DEL; VERSION: version = next version */
+    uint8_t flags;
+    const char *key; /* not NUL-terminated: key_len bytes */
+    uint16_t key_len;
+    uint8_t n_rep;
+    uint8_t n_sh[CR__RPC_REPLICA_MAX];
+    cr__ha_shard_t sh[CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX]; /* replicas' shards in order */
+    char segs[CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX][CR__RPC_SEGMENT_NAME_MAX];
+    uint64_t base, seg_size; /* SEG */
+    cr__rpc_client_id_t client;
+    char name[CR__RPC_SEGMENT_NAME_MAX]; /* SEG / SEGDROP */
+} cr__ha_rec_t;
+
+/* Growable byte buffer records are framed into. */
+typedef struct cr__ha_buf {
+    uint8_t *p;
+    size_t len, cap;
+    int err; /* sticky -ENOMEM */
+} cr__ha_buf_t;
+
+void cr__ha_buf_free(cr__ha_buf_t *b);
+/* Appends n bytes; returns 0 or -ENOMEM (sticky in b->err). */
+int cr__ha_buf_append(cr__ha_buf_t *b, const void *p, size_t n);
+
+/* Frames one record of r (fields by type as above) at the end of b.
+ * Returns 0, -EINVAL (a bound exceeded) or -ENOMEM (also sticky in b->err). */
+int cr__ha_rec_put(cr__ha_buf_t *b, const cr__ha_rec_t *r);
+
+/* Decodes the frame at p (avail bytes). Returns the frame length (> 0) and
+ * *r, 0 if the frame is incomplete (need more bytes), or -EBADMSG (bad
+ * check, length over CR__HA_REC_MAX, malformed body): the stream is
+ * corrupt from here on. */
+long cr__ha_rec_get(const uint8_t *p, size_t avail, cr__ha_rec_t *r);
+
+#endif

@@ -1,0 +1,284 @@
+/* Shadow index (shadow.h): a chained hash of key -> the object's latest OBJ
+ * frame (copied), plus the mounted segments. */
+#include "store/master/ha/shadow.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+typedef struct ent {
+    struct ent *next;
+    uint64_t hash, version;
+    int complete;
+    uint16_t key_len;
+    uint32_t frame_len;
+    uint8_t *frame; /* the OBJ record frame; the key points inside it */
+    const char *key;
+} ent_t;
+
+struct cr__ha_shadow {
+    ent_t **b;
+    uint64_t nb, count;
+    cr__ha_seg_t *segs;
+    uint32_t n_segs, cap_segs;
+    uint64_t next_version;
+};
+
+int cr__ha_shadow_create(cr__ha_shadow_t **out)
+{
+    cr__ha_shadow_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    s->nb = 1024;
+    s->b = calloc(s->nb, sizeof *s->b);
+    if (!s->b) {
+        free(s);
+        return -ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+static void ent_free(ent_t *e)
+{
+    if (e) {
+        free(e->frame);
+        free(e);
+    }
+}
+
+void cr__ha_shadow_reset(cr__ha_shadow_t *s)
+{
+    for (uint64_t i = 0; i < s->nb; i++) {
+        ent_t *e = s->b[i];
+        while (e) {
+            ent_t *n = e->next;
+            ent_free(e);
+            e = n;
+        }
+        s->b[i] = NULL;
+    }
+    s->count = 0;
+    s->n_segs = 0;
+    s->next_version = 0;
+}
+
+void cr__ha_shadow_destroy(cr__ha_shadow_t *s)
+{
+    if (!s)
+        return;
+    cr__ha_shadow_reset(s);
+    free(s->b);
+    free(s->segs);
+    free(s);
+}
+
+static ent_t **find(cr__ha_shadow_t *s, const char *k, size_t l, uint64_t h)
+{
+    ent_t **pp = &s->b[h & (s->nb - 1)];
+    while (*pp && !((*pp)->hash == h && (*pp)->key_len == l && !memcmp((*pp)->key, k, l)))
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static void grow(cr__ha_shadow_t *s)
+{
+    uint64_t nb = s->nb * 2;
+    ent_t **b = calloc(nb, sizeof *b);
+    if (!b)
+        return; /* longer chains, still correct */
+    for (uint64_t i = 0; i < s->nb; i++) {
+        ent_t *e = s->b[i];
+        while (e) {
+            ent_t *n = e->next;
+            e->next = b[e->hash & (nb - 1)];
+            b[e->hash & (nb - 1)] = e;
+            e = n;
+        }
+    }
+    free(s->b);
+    s->b = b;
+    s->nb = nb;
+}
+
+static void bump_version(cr__ha_shadow_t *s, uint64_t v)
+{
+    if (v + 1 > s->next_version)
+        s->next_version = v + 1;
+}
+
+static int seg_index(const cr__ha_shadow_t *s, const char *name)
+{
+    for (uint32_t i = 0; i < s->n_segs; i++)
+        if (!strcmp(s->segs[i].name, name))
+            return (int)i;
+    return -1;
+}
+
+int cr__ha_shadow_apply(cr__ha_shadow_t *s, const uint8_t *frame, size_t len,
+                        const cr__ha_rec_t *r)
+{
+    switch (r->type) {
+    case CR__HA_OBJ: {
+        uint64_t h = XXH3_64bits(r->key, r->key_len);
+        ent_t **pp = find(s, r->key, r->key_len, h);
+        ent_t *e = *pp;
+        uint8_t *copy = malloc(len);
+        if (!copy)
+            return -ENOMEM;
+        memcpy(copy, frame, len);
+        if (!e) {
+            e = calloc(1, sizeof *e);
+            if (!e) {
+                free(copy);
+                return -ENOMEM;
+            }
+            e->hash = h;
+            e->next = s->b[h & (s->nb - 1)];
+            s->b[h & (s->nb - 1)] = e;
+            s->count++;
+        } else {
+            free(e->frame);
+        }
+        e->frame = copy;
+        e->frame_len = (uint32_t)len;
+        e->key = (const char *)copy + (r->key - (const char *)frame);
+        e->key_len = r->key_len;
+        e->version = r->version;
+        e->complete = (r->flags & CR__HA_OBJ_COMPLETE) != 0;
+        bump_version(s, r->version);
+        if (s->count > s->nb)
+            grow(s);
+        return 0;
+    }
+    case CR__HA_END:
+    case CR__HA_DEL: {
+        ent_t **pp = find(s, r->key, r->key_len, XXH3_64bits(r->key, r->key_len));
+        ent_t *e = *pp;
+        if (!e || e->version != r->version)
+            return 0;
+        if (r->type == CR__HA_END) {
+            e->complete = 1;
+        } else {
+            *pp = e->next;
+            ent_free(e);
+            s->count--;
+        }
+        return 0;
+    }
+    case CR__HA_SEG: {
+        int i = seg_index(s, r->name);
+        if (i < 0) {
+            if (s->n_segs == s->cap_segs) {
+                uint32_t nc = s->cap_segs ? s->cap_segs * 2 : 16;
+                cr__ha_seg_t *n = realloc(s->segs, nc * sizeof *n);
+                if (!n)
+                    return -ENOMEM;
+                s->segs = n;
+                s->cap_segs = nc;
+            }
+            i = (int)s->n_segs++;
+        }
+        cr__ha_seg_t *g = &s->segs[i];
+        memcpy(g->name, r->name, sizeof g->name);
+        g->base = r->base;
+        g->size = r->seg_size;
+        g->client = r->client;
+        return 0;
+    }
+    case CR__HA_SEGDROP: {
+        int i = seg_index(s, r->name);
+        if (i >= 0)
+            s->segs[i] = s->segs[--s->n_segs];
+        return 0;
+    }
+    case CR__HA_VERSION:
+        if (r->version > s->next_version)
+            s->next_version = r->version;
+        return 0;
+    }
+    return 0;
+}
+
+long cr__ha_shadow_load(cr__ha_shadow_t *s, const uint8_t *buf, size_t len)
+{
+    static __thread cr__ha_rec_t rec; /* 32 KiB: not on the stack */
+    size_t off = 0;
+    while (off < len) {
+        long n = cr__ha_rec_get(buf + off, len - off, &rec);
+        if (n == 0)
+            break;
+        if (n < 0)
+            return -EBADMSG;
+        int rc = cr__ha_shadow_apply(s, buf + off, (size_t)n, &rec);
+        if (rc)
+            return rc;
+        off += (size_t)n;
+    }
+    return (long)off;
+}
+
+uint64_t cr__ha_shadow_objects(const cr__ha_shadow_t *s) { return s->count; }
+uint64_t cr__ha_shadow_next_version(const cr__ha_shadow_t *s) { return s->next_version; }
+
+int cr__ha_shadow_foreach_seg(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_seg_t *),
+                              void *user)
+{
+    for (uint32_t i = 0; i < s->n_segs; i++) {
+        int rc = fn(user, &s->segs[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int cr__ha_shadow_foreach_obj(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_rec_t *),
+                              void *user)
+{
+    static __thread cr__ha_rec_t rec;
+    for (uint64_t i = 0; i < s->nb; i++) {
+        for (ent_t *e = s->b[i]; e; e = e->next) {
+            if (cr__ha_rec_get(e->frame, e->frame_len, &rec) <= 0)
+                continue; /* cannot happen: the frame decoded when applied */
+            if (e->complete)
+                rec.flags |= CR__HA_OBJ_COMPLETE;
+            else
+                rec.flags &= (uint8_t)~CR__HA_OBJ_COMPLETE;
+            int rc = fn(user, &rec);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static int dump_seg(void *u, const cr__ha_seg_t *g)
+{
+    cr__ha_rec_t r;
+    memset(&r, 0, offsetof(cr__ha_rec_t, segs));
+    r.type = CR__HA_SEG;
+    r.base = g->base;
+    r.seg_size = g->size;
+    r.client = g->client;
+    memcpy(r.name, g->name, sizeof r.name);
+    return cr__ha_rec_put(u, &r);
+}
+
+static int dump_obj(void *u, const cr__ha_rec_t *r) { return cr__ha_rec_put(u, r); }
+
+int cr__ha_shadow_dump(const cr__ha_shadow_t *s, cr__ha_buf_t *b)
+{
+    int rc = cr__ha_shadow_foreach_seg(s, dump_seg, b);
+    if (!rc)
+        rc = cr__ha_shadow_foreach_obj(s, dump_obj, b);
+    if (!rc) {
+        cr__ha_rec_t r;
+        memset(&r, 0, offsetof(cr__ha_rec_t, segs));
+        r.type = CR__HA_VERSION;
+        r.version = s->next_version;
+        rc = cr__ha_rec_put(b, &r);
+    }
+    return rc;
+}
