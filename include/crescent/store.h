@@ -230,6 +230,39 @@ CR_API int cr_store_batch_get_into(cr_store_t *store, const char *const *keys,
 CR_API int cr_store_batch_is_exist(cr_store_t *store, const char *const *keys, size_t n,
                                    int *results);
 
+/* ---- introspection (Mooncake's replica descriptors) ----------------------- */
+
+#define CR_STORE_SHARD_MAX 16          /* shards (stripes) of one replica */
+#define CR_STORE_SEGMENT_NAME_MAX 256  /* segment name incl. NUL */
+
+/* One contiguous piece of a replica: [addr, addr+len) in segment's memory. */
+typedef struct cr_store_shard_desc {
+    char segment[CR_STORE_SEGMENT_NAME_MAX];
+    uint64_t addr;
+    uint64_t len;
+} cr_store_shard_desc_t;
+
+/* One complete replica of an object, as the master placed it. */
+typedef struct cr_store_replica_desc {
+    uint64_t replica_id;
+    uint32_t n_shards; /* 1..CR_STORE_SHARD_MAX */
+    cr_store_shard_desc_t shards[CR_STORE_SHARD_MAX];
+} cr_store_replica_desc_t;
+
+/* Where the replicas of key live now: fills out[0..min(cap, replicas)),
+ * sets *n to the number of replicas (may exceed cap) and *size (optional)
+ * to the value size. Like a get, it takes a read lease on the object.
+ * Returns 0, CR_E_OBJECT_NOT_FOUND, CR_E_INVALID_KEY, CR_E_INVALID_PARAMS
+ * (NULL store/n, out NULL with cap > 0), CR_E_RPC_FAIL. */
+CR_API int cr_store_get_replica_desc(cr_store_t *store, const char *key,
+                                     cr_store_replica_desc_t *out, size_t cap, size_t *n,
+                                     uint64_t *size);
+
+/* cr_store_remove_all() with force: also removes objects under a live read
+ * lease (their readers then fail validation, never read other bytes).
+ * Returns as cr_store_remove_all(). */
+CR_API int cr_store_remove_all_force(cr_store_t *store, int force, uint64_t *removed);
+
 #ifdef __cplusplus
 }
 #endif

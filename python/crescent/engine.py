@@ -21,9 +21,22 @@ __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify"]
 
 
 class TransferOpcode(enum.IntEnum):
-    """Direction of a transfer (values as Mooncake's)."""
+    """Direction of a transfer: Mooncake's Read (0) and Write (1); READ and
+    WRITE are aliases kept for crescent's earlier spelling."""
+    Read = 0
+    Write = 1
     READ = 0
     WRITE = 1
+
+
+# Transports that need hardware crescent does not drive: initialize() fails
+# with -1 like a Mooncake build without them.
+UNSUPPORTED_PROTOCOLS = frozenset(("nvlink", "nvlink_intra", "hip", "musa", "efa", "cxl",
+                                   "ascend", "hccs", "barex", "nvmeof", "ubshmem", "cuda"))
+# Memory locations crescent cannot register (device memory).
+_DEVICE_LOCATIONS = ("cuda", "musa", "npu", "hip", "gpu", "xpu", "mlu")
+# Statuses of a submission that never reached a peer.
+_UNREACHABLE = (-2, -111, -113, -110, -104, -6)
 
 
 class TransferNotify:
@@ -84,6 +97,53 @@ class TransferEngine(_crescent.TransferEngine):
     def __init__(self):
         super().__init__()
         _live.add(self)
+
+    def initialize(self, local_hostname, metadata_server, protocol="tcp", device_name=""):
+        """Starts the engine. Returns 0, or -1 for a transport that needs
+        hardware crescent does not have (nvlink, hip, efa, ...)."""
+        if isinstance(protocol, str) and protocol.lower() in UNSUPPORTED_PROTOCOLS:
+            return -1
+        return super().initialize(local_hostname, metadata_server, protocol, device_name)
+
+    def initialize_ext(self, local_hostname, metadata_server, protocol="tcp", device_name="",
+                       *args, **kwargs):
+        if isinstance(protocol, str) and protocol.lower() in UNSUPPORTED_PROTOCOLS:
+            return -1
+        return super().initialize_ext(local_hostname, metadata_server, protocol, device_name,
+                                      *args, **kwargs)
+
+    def register_memory(self, buffer_addr, capacity=None, location="cpu:0",
+                        remote_accessible=True, update_metadata=True):
+        """Registers host memory. location names where it lives; device
+        memory ("cuda:0", "musa:0", ...) is not supported here: -1."""
+        if location is not None and not isinstance(location, str):
+            raise TypeError("location must be str, not %s" % type(location).__name__)
+        if location and location.split(":")[0].lower() in _DEVICE_LOCATIONS:
+            return -1
+        if capacity is None:
+            return super().register_memory(buffer_addr)
+        return super().register_memory(buffer_addr, capacity)
+
+    def batch_register_memory(self, buffer_addresses, capacities, locations=None):
+        if locations is not None:
+            if isinstance(locations, str) or not hasattr(locations, "__iter__"):
+                raise TypeError("locations must be a list of str")
+            for loc in locations:
+                if not isinstance(loc, str):
+                    raise TypeError("locations must hold str")
+                if loc.split(":")[0].lower() in _DEVICE_LOCATIONS:
+                    return -1
+        return super().batch_register_memory(buffer_addresses, capacities)
+
+    def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length,
+                              transport_hint=""):
+        """Submits one write; returns its batch id (> 0). A write to a peer
+        that cannot be resolved or reached returns 0, as Mooncake's
+        submission does for a segment it cannot open; other failures are
+        negative."""
+        rc = super().transfer_submit_write(target_hostname, buffer, peer_buffer_address, length,
+                                           transport_hint)
+        return 0 if rc in _UNREACHABLE else rc
 
     def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode,
                       notify=None, transport_hint=""):

@@ -10,63 +10,117 @@ not found, -705 already exists, ...), ``get`` returns b"" on a miss,
 ``is_exist`` 1/0/negative, zero-copy reads return the number of bytes read.
 Bad argument types raise TypeError, bad values (negative sizes, buffers too
 small) ValueError.  Pointers may be ints or buffer-protocol objects.
+
+The data path (put/get and their zero-copy and batch forms) is the C
+extension; this module adds Mooncake's remaining methods on top of it:
+tensors (Mooncake's 40-byte tensor header, TP and general parallelism,
+safetensors files), upserts, ranged reads, put sessions, replica
+descriptors, and the calls whose feature crescent does not have, which
+return -1011 (UNAVAILABLE_IN_CURRENT_MODE) or raise RuntimeError naming it.
 """
 import atexit
-import struct
+import ctypes
+import os
+import random
+import re
+import threading
 import weakref
 
 from crescent import _crescent
+from crescent import tensor_codec as tc
+from crescent.mooncake_types import (Descriptor, MemoryDescriptor, ParallelAxis,
+                                     QueryTaskResponse, ReadTarget, ReplicaDescriptor,
+                                     ReplicateConfig, TensorParallelism, segment_name_of)
 
-__all__ = ["DistributedStore", "ReplicateConfig", "BufferHandle"]
+__all__ = ["DistributedStore", "ReplicateConfig", "BufferHandle", "UNAVAILABLE",
+           "get_alloc_func_addr", "get_free_func_addr", "bind_to_numa_node",
+           "MooncakeHostMemAllocator"]
 
 BufferHandle = _crescent.BufferHandle
 
+# Mooncake's ErrorCode values used here.
+OK = 0
+INTERNAL_ERROR = -1
+NO_AVAILABLE_HANDLE = -200
+INVALID_PARAMS = -600
+OBJECT_NOT_FOUND = -704
+UNAVAILABLE_IN_CURRENT_STATUS = -1010
+UNAVAILABLE = -1011  # UNAVAILABLE_IN_CURRENT_MODE: the feature is not in crescent
+FILE_NOT_FOUND = -1100
+FILE_OPEN_FAIL = -1101
+FILE_WRITE_FAIL = -1103
+TASK_NOT_FOUND = -1400
 
-class ReplicateConfig:
-    """How a put places its replicas (Mooncake's ReplicateConfig).
-
-    Read by the store: replica_num, with_soft_pin, with_hard_pin,
-    preferred_segments (or the single preferred_segment). Accepted and
-    ignored: prefer_alloc_in_same_node, group_ids, and any other attribute
-    newer Mooncake versions add (no __slots__, so setting one never fails)."""
-
-    def __init__(self, replica_num=1, with_soft_pin=False, with_hard_pin=False,
-                 preferred_segments=None, prefer_alloc_in_same_node=False, group_ids=None):
-        self.replica_num = replica_num
-        self.with_soft_pin = with_soft_pin
-        self.with_hard_pin = with_hard_pin
-        self.preferred_segments = list(preferred_segments or [])
-        self.prefer_alloc_in_same_node = prefer_alloc_in_same_node
-        self.group_ids = group_ids
-
-    # Mooncake's single-segment spelling.
-    @property
-    def preferred_segment(self):
-        return self.preferred_segments[0] if self.preferred_segments else ""
-
-    @preferred_segment.setter
-    def preferred_segment(self, seg):
-        self.preferred_segments = [seg] if seg else []
-
-    def __repr__(self):
-        return ("ReplicateConfig(replica_num=%r, with_soft_pin=%r, with_hard_pin=%r, "
-                "preferred_segments=%r)" % (self.replica_num, self.with_soft_pin,
-                                            self.with_hard_pin, self.preferred_segments))
+# Mooncake picks the store's transfer port in this range.
+PORT_RANGE = (12300, 14300)
+_EADDRINUSE = -98
 
 
-# Tensor objects: a 48-byte header then the raw C-contiguous data.
-#   magic "CRTN", u32 version=1, i32 dtype, i32 ndim, i64 shape[4]
-_TENSOR_HDR = struct.Struct("<4sIii4q")
-_DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32",
-           "int64", "bool"]
+class _NativeCfg:
+    """The fields the C extension reads from a config."""
+    __slots__ = ("replica_num", "with_soft_pin", "with_hard_pin", "preferred_segments")
+
+    def __init__(self, c):
+        self.replica_num = c.replica_num
+        self.with_soft_pin = c._soft_pin()
+        self.with_hard_pin = c.with_hard_pin
+        self.preferred_segments = [segment_name_of(s) for s in c.preferred_segments]
 
 
-def _torch():
+class _Unavailable(Exception):
+    pass
+
+
+def _cfg(config):
+    """Translates a ReplicateConfig for the C extension. Raises _Unavailable
+    for replicas crescent cannot place (NVMe-oF, DFS)."""
+    if config is None or not isinstance(config, ReplicateConfig):
+        return config  # None, or let the extension refuse the type
+    if config.nof_replica_num or config.dfs_replica_num or config.preferred_nof_segments:
+        raise _Unavailable()
+    return _NativeCfg(config)
+
+
+def _is_seq(o):
+    return isinstance(o, (list, tuple))
+
+
+def _keys(keys, name="keys"):
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+        raise TypeError("%s must be a list of str" % name)
+    keys = list(keys)
+    for k in keys:
+        if not isinstance(k, str):
+            raise TypeError("%s must hold str, not %s" % (name, type(k).__name__))
+    return keys
+
+
+def _int(v, name):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError("%s must be int, not %s" % (name, type(v).__name__))
+    return v
+
+
+def _addr(obj, name="buffer_ptr"):
+    """Address of an int pointer or a buffer-protocol object (and its size)."""
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        if obj < 0 or obj >= 1 << 64:
+            raise ValueError("%s out of range" % name)
+        return obj, None
     try:
-        import torch  # noqa: F401
-    except ImportError as e:  # pragma: no cover - depends on the machine
-        raise RuntimeError("put_tensor/get_tensor need PyTorch (import torch failed)") from e
-    return torch
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError("%s must be an int address or a buffer, not %s"
+                        % (name, type(obj).__name__)) from None
+    if mv.readonly:
+        raise ValueError("%s must be writable" % name)
+    if not mv.contiguous:
+        raise ValueError("%s must be contiguous" % name)
+    nbytes = mv.nbytes
+    if nbytes == 0:
+        return 0, 0
+    arr = (ctypes.c_char * nbytes).from_buffer(mv.cast("B") if mv.format != "B" else mv)
+    return ctypes.addressof(arr), nbytes
 
 
 _live = weakref.WeakSet()
@@ -86,53 +140,1159 @@ def _close_all():
 class DistributedStore(_crescent.DistributedStore):
     """Mooncake-compatible store client (see the module doc)."""
 
+    # Bounds of the client-side put sessions (batch_put_session_start).
+    SESSION_MAX_KEYS = 4096
+    SESSION_MAX_BYTES = 4 << 30
+
     def __init__(self):
         super().__init__()
+        self._host = ""
+        self._no_local_buffer = False
+        self._regs = {}
+        self._regs_mu = threading.Lock()
+        self._sessions = {}
+        self._session_bytes = 0
+        self._sess_mu = threading.Lock()
         _live.add(self)
+
+    # ---- lifecycle -----------------------------------------------------------
+
+    def setup(self, local_hostname, metadata_server=None, global_segment_size=16 << 20,
+              local_buffer_size=16 << 20, protocol="tcp", rdma_devices="",
+              master_server_addr="127.0.0.1:50051", engine=None):
+        """Mooncake's setup(): connects to the master, mounts
+        global_segment_size bytes of this process and maps the local buffer.
+        Also setup(dict) with the same keys. Returns 0 or a negative code.
+        The transfer port is chosen in 12300-14300 like Mooncake's
+        (MC_LEGACY_RPC_PORT_BINDING=1 binds the port given in local_hostname);
+        get_hostname() then returns "<local_hostname>:<port>"."""
+        if isinstance(local_hostname, dict) and metadata_server is None:
+            d = dict(local_hostname)
+            local_hostname = d.get("local_hostname", "localhost")
+            metadata_server = d.get("metadata_server", "")
+            global_segment_size = d.get("global_segment_size", 16 << 20)
+            local_buffer_size = d.get("local_buffer_size", 16 << 20)
+            protocol = d.get("protocol", "tcp")
+            rdma_devices = d.get("rdma_devices", d.get("device_name", ""))
+            master_server_addr = d.get("master_server_addr",
+                                       d.get("master_server_address", "127.0.0.1:50051"))
+        if metadata_server is None:
+            metadata_server = ""
+        if not isinstance(local_hostname, str):
+            raise TypeError("local_hostname must be str, not %s" % type(local_hostname).__name__)
+        if isinstance(protocol, str) and protocol.lower() in (
+                "nvlink", "nvlink_intra", "hip", "musa", "efa", "cxl", "ascend", "hccs",
+                "barex", "nvmeof", "ubshmem", "cuda"):
+            return INTERNAL_ERROR  # hardware transport not built into crescent
+        lbs = local_buffer_size
+        zero_lbs = (isinstance(lbs, int) and not isinstance(lbs, bool) and lbs == 0) or \
+            (isinstance(lbs, str) and lbs.strip() in ("0", "0B", "0b"))
+        if zero_lbs:
+            lbs = 64 << 10  # staging for the C client; copying calls still fail (below)
+        host, _, _ = local_hostname.rpartition(":") if ":" in local_hostname else (
+            local_hostname, "", "")
+        legacy = os.environ.get("MC_LEGACY_RPC_PORT_BINDING", "")
+        args = (local_hostname, metadata_server, global_segment_size, lbs, protocol,
+                rdma_devices, master_server_addr, engine)
+        rc = INTERNAL_ERROR
+        if legacy and legacy != "0" and ":" in local_hostname:
+            rc = super().setup(*args)
+        else:
+            lo, hi = PORT_RANGE
+            for _ in range(24):
+                rc = super().setup(*args, _te_port=random.randint(lo, hi))
+                if rc != _EADDRINUSE:
+                    break
+            else:
+                rc = super().setup(*args)  # range exhausted here: any free port
+        if rc == 0:
+            self._host = host or local_hostname
+            self._no_local_buffer = zero_lbs
+        return rc
+
+    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
+        """Mooncake's dummy client attaches to a real client process through
+        shared memory and IPC; crescent has no such daemon. Returns -1010
+        when this store is set up already, else -1011."""
+        _int(mem_pool_size, "mem_pool_size")
+        _int(local_buffer_size, "local_buffer_size")
+        if not isinstance(server_address, str):
+            raise TypeError("server_address must be str")
+        return UNAVAILABLE_IN_CURRENT_STATUS if self._is_setup() else UNAVAILABLE
+
+    def init_all(self, protocol, device_name, mount_segment_size=16 << 20):
+        """Part of Mooncake's dummy-client setup: -1011 here (see setup_dummy)."""
+        if not isinstance(protocol, str) or not isinstance(device_name, str):
+            raise TypeError("protocol and device_name must be str")
+        _int(mount_segment_size, "mount_segment_size")
+        return UNAVAILABLE
+
+    def alloc_from_mem_pool(self, size):
+        """Dummy-client shared pool allocation: 0 (failure) without one."""
+        _int(size, "size")
+        return 0
+
+    def close(self):
+        with self._sess_mu:
+            self._sessions.clear()
+            self._session_bytes = 0
+        with self._regs_mu:
+            self._regs.clear()
+        return super().close()
+
+    def get_hostname(self):
+        """"<local_hostname>:<port>" of this client, as Mooncake returns it
+        ("" before setup). Usable as preferred_segment and segment_name."""
+        name = super().get_hostname()
+        if not name:
+            return ""
+        port = name.rpartition(":")[2]
+        return "%s:%s" % (self._host, port) if self._host else name
+
+    def health_check(self):
+        """0 when the store is set up and its master answers, else negative."""
+        if not self._is_setup():
+            return UNAVAILABLE_IN_CURRENT_STATUS
+        rc = self.is_exist("__crescent_health_check__")
+        return 0 if rc in (0, 1) else rc
+
+    # camelCase spelling some Mooncake tools use
+    def isExist(self, key):  # noqa: N802 - Mooncake's name
+        return self.is_exist(key)
+
+    # ---- registration ----------------------------------------------------------
+
+    def register_buffer(self, buffer_ptr, size=None):
+        if size is None:
+            rc = super().register_buffer(buffer_ptr)
+        else:
+            rc = super().register_buffer(buffer_ptr, size)
+        if rc == 0:
+            try:
+                a, n = _addr(buffer_ptr)
+                n = size if size is not None else n
+                if n:
+                    with self._regs_mu:
+                        self._regs[a] = n
+            except (TypeError, ValueError):
+                pass
+        return rc
+
+    def unregister_buffer(self, buffer_ptr):
+        rc = super().unregister_buffer(buffer_ptr)
+        if rc == 0:
+            try:
+                a, _ = _addr(buffer_ptr)
+                with self._regs_mu:
+                    self._regs.pop(a, None)
+            except (TypeError, ValueError):
+                pass
+        return rc
+
+    def _registered(self, ptr, length):
+        with self._regs_mu:
+            for a, n in self._regs.items():
+                if a <= ptr and ptr + length <= a + n:
+                    return True
+        return False
+
+    # ---- puts and gets that need translation -----------------------------------
+
+    def put(self, key, value, config=None):
+        if self._no_local_buffer:
+            return INVALID_PARAMS  # Mooncake: no local buffer to stage through
+        try:
+            return super().put(key, value, _cfg(config))
+        except _Unavailable:
+            return UNAVAILABLE
+
+    def put_parts(self, key, *parts, config=None):
+        if self._no_local_buffer:
+            return INVALID_PARAMS
+        try:
+            return super().put_parts(key, *parts, config=_cfg(config))
+        except _Unavailable:
+            return UNAVAILABLE
+
+    def put_batch(self, keys, values, config=None):
+        if self._no_local_buffer:
+            return INVALID_PARAMS
+        try:
+            return super().put_batch(keys, values, _cfg(config))
+        except _Unavailable:
+            return UNAVAILABLE
+
+    def put_from(self, key, buffer_ptr, size=None, config=None):
+        try:
+            return super().put_from(key, buffer_ptr, size, _cfg(config))
+        except _Unavailable:
+            return UNAVAILABLE
+
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        try:
+            c = _cfg(config)
+        except _Unavailable:
+            return [UNAVAILABLE] * len(_keys(keys))
+        return super().batch_put_from(keys, buffer_ptrs, sizes, c)
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        try:
+            c = _cfg(config)
+        except _Unavailable:
+            return [UNAVAILABLE] * len(_keys(keys))
+        return super().batch_put_from_multi_buffers(keys, all_buffer_ptrs, all_sizes, c)
+
+    def get(self, key):
+        if self._no_local_buffer:
+            if not isinstance(key, str):
+                raise TypeError("key must be str")
+            return b""
+        return super().get(key)
+
+    def get_batch(self, keys):
+        if self._no_local_buffer:
+            return [b""] * len(_keys(keys))
+        return super().get_batch(keys)
+
+    def get_buffer(self, key):
+        if self._no_local_buffer:
+            if not isinstance(key, str):
+                raise TypeError("key must be str")
+            return None
+        return super().get_buffer(key)
 
     def batch_get_buffer(self, keys):
         """get_buffer() of each key: BufferHandle, or None for a missing key."""
-        if isinstance(keys, (str, bytes)):
-            raise TypeError("keys must be a list of str")
-        return [self.get_buffer(k) for k in keys]
+        return [self.get_buffer(k) for k in _keys(keys)]
 
-    def put_tensor(self, key, tensor, config=None):
-        """Stores a CPU copy of a PyTorch tensor (header + data). Returns 0 or negative."""
-        torch = _torch()
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError("tensor must be a torch.Tensor")
-        t = tensor.detach().to("cpu").contiguous()
-        name = str(t.dtype).replace("torch.", "")
-        if name not in _DTYPES or t.dim() > 4:
-            return -600
-        shape = list(t.shape) + [-1] * (4 - t.dim())
-        hdr = _TENSOR_HDR.pack(b"CRTN", 1, _DTYPES.index(name), t.dim(), *shape)
-        flat = t.reshape(-1)  # 1-D first: view(dtype) refuses 0-d tensors
-        raw = flat.view(torch.uint8) if t.dtype != torch.bool else flat.to(torch.uint8)
-        data = raw.numpy().tobytes() if t.numel() else b""
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size,
+                               config=None):
+        """Stores one object made of the metadata bytes followed by the data
+        bytes, both read from registered memory. Returns 0 or negative."""
+        for v, n in ((size, "size"), (metadata_size, "metadata_size")):
+            _int(v, n)
+            if v < 0:
+                raise ValueError("%s must be >= 0" % n)
+        ptrs, sizes = [], []
+        if metadata_size:
+            ptrs.append(metadata_buffer_ptr)
+            sizes.append(metadata_size)
+        if size:
+            ptrs.append(buffer_ptr)
+            sizes.append(size)
+        if not ptrs:
+            return INVALID_PARAMS
+        r = self.batch_put_from_multi_buffers([key], [ptrs], [sizes], config)
+        return r[0] if _is_seq(r) else r
+
+    # ---- upserts -----------------------------------------------------------------
+    # A put never replaces an existing object (Mooncake's rule); an upsert
+    # does. Until the master offers an atomic replace, an upsert removes
+    # the old object (force) and puts the new one: a reader in between
+    # sees OBJECT_NOT_FOUND, never mixed bytes.
+
+    def _clear_for_upsert(self, keys):
+        ex = self.batch_is_exist(keys)
+        present = [k for k, e in zip(keys, ex) if e == 1]
+        if present:
+            self.batch_remove(present, force=True)
+
+    def upsert(self, key, value, config=None):
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        if self._no_local_buffer:
+            return INVALID_PARAMS
+        self._clear_for_upsert([key])
+        return self.put(key, value, config)
+
+    def upsert_parts(self, key, *parts, config=None):
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        if self._no_local_buffer:
+            return INVALID_PARAMS
+        self._clear_for_upsert([key])
+        return self.put_parts(key, *parts, config=config)
+
+    def upsert_batch(self, keys, values, config=None):
+        keys = _keys(keys)
+        if not _is_seq(values) or len(values) != len(keys):
+            return INVALID_PARAMS
+        if self._no_local_buffer:
+            return INVALID_PARAMS
+        if keys:
+            self._clear_for_upsert(keys)
+        return self.put_batch(keys, values, config)
+
+    def upsert_from(self, key, buffer_ptr, size=None, config=None):
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        self._clear_for_upsert([key])
+        return self.put_from(key, buffer_ptr, size, config)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        keys = _keys(keys)
+        if keys and _is_seq(buffer_ptrs) and _is_seq(sizes) and \
+                len(buffer_ptrs) == len(keys) == len(sizes):
+            self._clear_for_upsert(keys)
+        return self.batch_put_from(keys, buffer_ptrs, sizes, config)
+
+    # ---- ranged reads and put sessions --------------------------------------------
+
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,
+                        all_sizes):
+        """Reads fragments of objects into registered buffers (Mooncake's
+        buffer-major layout). Returns results[i][j][k]: bytes read for
+        fragment k of key j into buffer i, or a negative code."""
+        tops = (buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes)
+        if not all(_is_seq(x) for x in tops):
+            raise TypeError("every argument must be a list")
+        nb = len(buffer_ptrs)
+        if any(len(x) != nb for x in tops[1:]):
+            shape = all_keys if _is_seq(all_keys) else []
+            return [[[INVALID_PARAMS] for _ in (ks if _is_seq(ks) else [])] for ks in shape]
+        wanted = []
+        for ks in all_keys:
+            if not _is_seq(ks):
+                raise TypeError("all_keys must be a list of lists of str")
+            wanted += _keys(ks, "all_keys[i]")
+        uniq = list(dict.fromkeys(wanted))
+        handles = dict(zip(uniq, self.batch_get_buffer(uniq))) if uniq else {}
+        out = []
+        for i in range(nb):
+            dst = _int(buffer_ptrs[i], "buffer_ptrs[i]")
+            ks, dos, sos, szs = all_keys[i], all_dst_offsets[i], all_src_offsets[i], all_sizes[i]
+            if not (_is_seq(dos) and _is_seq(sos) and _is_seq(szs)) or \
+                    not len(ks) == len(dos) == len(sos) == len(szs):
+                out.append([[INVALID_PARAMS] for _ in ks])
+                continue
+            row = []
+            for j, key in enumerate(ks):
+                d, s, z = dos[j], sos[j], szs[j]
+                if not (_is_seq(d) and _is_seq(s) and _is_seq(z)) or not len(d) == len(s) == len(z):
+                    row.append([INVALID_PARAMS] * (len(z) if _is_seq(z) else 1))
+                    continue
+                h = handles.get(key)
+                frs = []
+                for k in range(len(z)):
+                    do, so, sz = (_int(d[k], "dst offset"), _int(s[k], "src offset"),
+                                  _int(z[k], "size"))
+                    if do < 0 or so < 0 or sz < 0:
+                        frs.append(INVALID_PARAMS)
+                    elif h is None:
+                        frs.append(OBJECT_NOT_FOUND)
+                    elif so + sz > h.size() or not self._registered(dst + do, sz):
+                        frs.append(INVALID_PARAMS)
+                    else:
+                        if sz:
+                            ctypes.memmove(dst + do, h.ptr() + so, sz)
+                        frs.append(sz)
+                row.append(frs)
+            out.append(row)
+        return out
+
+    def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,
+                                           all_offsets):
+        """For each key, reads object range [offsets[k], offsets[k]+sizes[k])
+        into registered buffer ptrs[k]. Returns per key the bytes read or a
+        negative code."""
+        keys = _keys(keys)
+        n = len(keys)
+        if not all(_is_seq(x) and len(x) == n for x in (all_buffer_ptrs, all_sizes, all_offsets)):
+            return [INVALID_PARAMS] * n
+        out = []
+        handles = dict(zip(dict.fromkeys(keys), self.batch_get_buffer(list(dict.fromkeys(keys)))))
+        for i, key in enumerate(keys):
+            ptrs, sizes, offs = all_buffer_ptrs[i], all_sizes[i], all_offsets[i]
+            if not (_is_seq(ptrs) and _is_seq(sizes) and _is_seq(offs)) or \
+                    not len(ptrs) == len(sizes) == len(offs):
+                out.append(INVALID_PARAMS)
+                continue
+            h = handles.get(key)
+            if h is None:
+                out.append(OBJECT_NOT_FOUND)
+                continue
+            total, rc = 0, 0
+            for p, z, o in zip(ptrs, sizes, offs):
+                p, z, o = _int(p, "ptr"), _int(z, "size"), _int(o, "offset")
+                if z < 0 or o < 0 or o + z > h.size() or not self._registered(p, z):
+                    rc = INVALID_PARAMS
+                    break
+                ctypes.memmove(p, h.ptr() + o, z)
+                total += z
+            out.append(rc or total)
+        return out
+
+    def batch_put_session_start(self, keys, sizes, config=None):
+        """Opens a put session per key: the object of sizes[i] bytes is
+        assembled by batch_put_from_multi_buffer_ranges and stored by
+        batch_put_session_end. Returns per key 0 or a negative code (-705
+        when a session for the key is open already)."""
+        keys = _keys(keys)
+        if not _is_seq(sizes) or len(sizes) != len(keys):
+            return [INVALID_PARAMS] * len(keys)
+        if not self._is_setup():
+            return [UNAVAILABLE_IN_CURRENT_STATUS] * len(keys)
+        out = []
+        with self._sess_mu:
+            for k, z in zip(keys, sizes):
+                z = _int(z, "size")
+                if k in self._sessions:
+                    out.append(-705)
+                elif z <= 0 or not k:
+                    out.append(INVALID_PARAMS)
+                elif len(self._sessions) >= self.SESSION_MAX_KEYS or \
+                        self._session_bytes + z > self.SESSION_MAX_BYTES:
+                    out.append(NO_AVAILABLE_HANDLE)
+                else:
+                    self._sessions[k] = [bytearray(z), config]
+                    self._session_bytes += z
+                    out.append(0)
+        return out
+
+    def batch_put_from_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_offsets):
+        """Writes into open put sessions: for key i, sizes[k] bytes from
+        registered buffer ptrs[k] land at offsets[k] of the object. Returns
+        per key the bytes written or a negative code."""
+        keys = _keys(keys)
+        n = len(keys)
+        if not all(_is_seq(x) and len(x) == n for x in (all_buffer_ptrs, all_sizes, all_offsets)):
+            return [INVALID_PARAMS] * n
+        out = []
+        for i, k in enumerate(keys):
+            ptrs, sizes, offs = all_buffer_ptrs[i], all_sizes[i], all_offsets[i]
+            with self._sess_mu:
+                sess = self._sessions.get(k)
+            if sess is None:
+                out.append(OBJECT_NOT_FOUND)
+                continue
+            if not (_is_seq(ptrs) and _is_seq(sizes) and _is_seq(offs)) or \
+                    not len(ptrs) == len(sizes) == len(offs):
+                out.append(INVALID_PARAMS)
+                continue
+            buf, total, rc = sess[0], 0, 0
+            for p, z, o in zip(ptrs, sizes, offs):
+                p, z, o = _int(p, "ptr"), _int(z, "size"), _int(o, "offset")
+                if z < 0 or o < 0 or o + z > len(buf) or not self._registered(p, z):
+                    rc = INVALID_PARAMS
+                    break
+                buf[o:o + z] = ctypes.string_at(p, z)
+                total += z
+            out.append(rc or total)
+        return out
+
+    def batch_put_session_end(self, keys):
+        """Stores the objects assembled in the keys' put sessions and closes
+        them. Returns per key 0 or a negative code."""
+        keys = _keys(keys)
+        out = []
+        for k in keys:
+            with self._sess_mu:
+                sess = self._sessions.pop(k, None)
+                if sess is not None:
+                    self._session_bytes -= len(sess[0])
+            out.append(OBJECT_NOT_FOUND if sess is None else self.put(k, sess[0], sess[1]))
+        return out
+
+    def batch_put_session_abort(self, keys):
+        """Closes put sessions without storing anything."""
+        out = []
+        for k in _keys(keys):
+            with self._sess_mu:
+                sess = self._sessions.pop(k, None)
+                if sess is not None:
+                    self._session_bytes -= len(sess[0])
+            out.append(0 if sess is not None else OBJECT_NOT_FOUND)
+        return out
+
+    # ---- replicas, tasks, segments -------------------------------------------------
+
+    def get_replica_desc(self, key):
+        """Descriptors of the replicas of key (list of ReplicaDescriptor;
+        empty when the key does not exist). Takes a read lease like a get."""
+        r = self._replica_desc(key)
+        if isinstance(r, int):
+            return []
+        _, reps = r
+        return [ReplicaDescriptor(rid, MemoryDescriptor([Descriptor(ln, addr, seg)
+                                                         for seg, addr, ln in shards]))
+                for rid, shards in reps]
+
+    def batch_get_replica_desc(self, keys):
+        """{key: [ReplicaDescriptor]} for the keys that exist."""
+        out = {}
+        for k in _keys(keys):
+            d = self.get_replica_desc(k)
+            if d:
+                out[k] = d
+        return out
+
+    def batch_replica_clear(self, keys, segment_name=""):
+        """Drops the keys whose read lease has expired; returns the list of
+        keys cleared (keys under a live lease or missing are skipped). With
+        segment_name, only keys held on that segment qualify; crescent's
+        master drops whole objects, not single replicas."""
+        keys = _keys(keys)
+        if not isinstance(segment_name, str):
+            raise TypeError("segment_name must be str")
+        out = []
+        seg = segment_name_of(segment_name) if segment_name else ""
+        for k in keys:
+            if seg:
+                # placement without taking a lease: only this client's own
+                # segment can be checked locally
+                if seg != super().get_hostname():
+                    continue
+            if self.remove(k) == 0:
+                out.append(k)
+        return out
+
+    def create_copy_task(self, key, targets):
+        """Mooncake's master-run replica copy. crescent's master runs no
+        replica tasks: returns ((0, 0), -1011)."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        _keys(targets, "targets")
+        return (0, 0), UNAVAILABLE
+
+    def create_move_task(self, key, source, target):
+        """See create_copy_task: ((0, 0), -1011)."""
+        for v, n in ((key, "key"), (source, "source"), (target, "target")):
+            if not isinstance(v, str):
+                raise TypeError("%s must be str" % n)
+        return (0, 0), UNAVAILABLE
+
+    def query_task(self, task_id):
+        """(None, -1400 TASK_NOT_FOUND): no task is ever created here."""
+        if not (_is_seq(task_id) and len(task_id) == 2 and all(isinstance(x, int) for x in task_id)):
+            raise TypeError("task_id must be a (hi, lo) pair of int")
+        return None, TASK_NOT_FOUND
+
+    def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
+        """Mooncake mounts extra file/shm segments per client; crescent's
+        client mounts exactly one (global_segment_size). {'ret': -1011, ...}."""
+        if not isinstance(path, str):
+            raise TypeError("path must be str")
+        _int(size, "size")
+        _int(offset, "offset")
+        return {"ret": UNAVAILABLE, "segment_ids": []}
+
+    def unmount_segment(self, segment_ids):
+        _keys(segment_ids, "segment_ids")
+        return UNAVAILABLE
+
+    def allocate_and_mount_segment(self, size, protocol="tcp", location=""):
+        _int(size, "size")
+        return {"ret": UNAVAILABLE, "segment_ids": [], "allocated_size": 0}
+
+    def unmount_and_free_segment(self, segment_ids):
+        _keys(segment_ids, "segment_ids")
+        return UNAVAILABLE
+
+    def remove_by_regex(self, regex_pattern):
+        """Removes the keys matching a regular expression; returns the count
+        or a negative code. crescent's master has no key listing yet: -1011
+        (the pattern is still checked: a bad one gives -600)."""
+        if not isinstance(regex_pattern, str):
+            raise TypeError("regex_pattern must be str")
+        try:
+            re.compile(regex_pattern)
+        except re.error:
+            return INVALID_PARAMS
+        return UNAVAILABLE
+
+    # ---- KV sessions (Mooncake master feature crescent lacks) ------------------------
+
+    def _no_sessions(self, *a, **k):
+        raise RuntimeError("UNAVAILABLE_IN_CURRENT_MODE: crescent's master has no KV sessions")
+
+    pin_kv_session = unpin_kv_session = attach_kv_session = get_kv_session = \
+        close_kv_session = update_kv_session = list_kv_session_keys = _no_sessions
+
+    # ---- tensors -------------------------------------------------------------------
+
+    def _enc(self, tensor):
+        tc.torch()
+        e = tc.encode(tensor)
+        return e
+
+    def _write_tensor(self, key, tensor, config, upsert):
+        e = self._enc(tensor)
+        if e is None:
+            return INVALID_PARAMS
+        hdr, data, _keep = e
+        if upsert:
+            return self.upsert_parts(key, hdr, data, config=config)
         return self.put_parts(key, hdr, data, config=config)
 
-    def pub_tensor(self, key, tensor, config=None):
-        return self.put_tensor(key, tensor, config)
+    def _write_tensors(self, keys, tensors, config, upsert):
+        keys = _keys(keys)
+        if not _is_seq(tensors) or len(tensors) != len(keys) or not keys:
+            return [INVALID_PARAMS] * len(keys)
+        return [self._write_tensor(k, t, config, upsert) for k, t in zip(keys, tensors)]
 
-    def get_tensor(self, key):
-        """The tensor stored by put_tensor(), or None when missing."""
-        torch = _torch()
-        buf = self.get(key)
-        if len(buf) < _TENSOR_HDR.size:
-            return None
-        magic, ver, dt, ndim, *shape = _TENSOR_HDR.unpack_from(buf)
-        if magic != b"CRTN" or ver != 1 or not 0 <= dt < len(_DTYPES) or not 0 <= ndim <= 4:
-            return None
-        import numpy as np
-        dtype = getattr(torch, _DTYPES[dt])
-        raw = torch.from_numpy(np.frombuffer(buf, dtype=np.uint8, offset=_TENSOR_HDR.size).copy())
-        if dtype == torch.bool:
-            return raw.to(torch.bool).reshape(shape[:ndim])
-        return raw.view(dtype).reshape(shape[:ndim])
+    def put_tensor(self, key, tensor):
+        """Stores a tensor (Mooncake's header + data). 0 or negative (-600 for
+        a non-tensor, an empty tensor, more than 4 dims)."""
+        return self._write_tensor(key, tensor, None, False)
+
+    def pub_tensor(self, key, tensor, config=None):
+        return self._write_tensor(key, tensor, config, False)
+
+    def upsert_tensor(self, key, tensor):
+        return self._write_tensor(key, tensor, None, True)
+
+    def upsert_pub_tensor(self, key, tensor, config=None):
+        return self._write_tensor(key, tensor, config, True)
 
     def batch_put_tensor(self, keys, tensors_list):
-        return [self.put_tensor(k, t) for k, t in zip(keys, tensors_list)]
+        return self._write_tensors(keys, tensors_list, None, False)
+
+    def batch_pub_tensor(self, keys, tensors_list, config=None):
+        return self._write_tensors(keys, tensors_list, config, False)
+
+    def batch_upsert_tensor(self, keys, tensors_list):
+        return self._write_tensors(keys, tensors_list, None, True)
+
+    def batch_upsert_pub_tensor(self, keys, tensors_list, config=None):
+        return self._write_tensors(keys, tensors_list, config, True)
+
+    def get_tensor(self, key):
+        """The tensor stored under key, or None (missing, not a tensor)."""
+        tc.torch()
+        h = self.get_buffer(key)
+        if h is None:
+            return None
+        return tc.decode(h)
 
     def batch_get_tensor(self, keys):
-        return [self.get_tensor(k) for k in keys]
+        tc.torch()
+        return [None if h is None else tc.decode(h) for h in self.batch_get_buffer(keys)]
+
+    def get_tensor_into(self, key, buffer_ptr, size):
+        """Reads the tensor into registered memory and returns a tensor
+        sharing it (None on failure)."""
+        tc.torch()
+        n = self.get_into(key, buffer_ptr, size)
+        if n <= 0:
+            return None
+        return tc.decode_at(_addr(buffer_ptr)[0], n)
+
+    def batch_get_tensor_into(self, keys, buffer_ptrs, sizes):
+        tc.torch()
+        keys = _keys(keys)
+        if not (_is_seq(buffer_ptrs) and _is_seq(sizes)) or \
+                not len(keys) == len(buffer_ptrs) == len(sizes):
+            return [None] * len(keys)
+        res = self.batch_get_into(keys, buffer_ptrs, sizes)
+        return [tc.decode_at(_addr(p)[0], n) if n > 0 else None for p, n in zip(buffer_ptrs, res)]
+
+    def _check_tensor_buf(self, ptr, size):
+        a, _ = _addr(ptr)
+        _int(size, "size")
+        if size <= tc.HEADER_SIZE or not a or not self._registered(a, size):
+            return None  # only registered memory is read (as Mooncake requires)
+        return tc.decode_at(a, size)
+
+    def put_tensor_from(self, key, buffer_ptr, size):
+        """Stores a serialized tensor ([header][data], e.g. filled by
+        get_tensor_into) from registered memory; -600 if it is not one."""
+        tc.torch()
+        if self._check_tensor_buf(buffer_ptr, size) is None:
+            return INVALID_PARAMS
+        return self.put_from(key, buffer_ptr, size)
+
+    def upsert_tensor_from(self, key, buffer_ptr, size):
+        tc.torch()
+        if self._check_tensor_buf(buffer_ptr, size) is None:
+            return INVALID_PARAMS
+        return self.upsert_from(key, buffer_ptr, size)
+
+    def _batch_tensor_from(self, keys, ptrs, sizes, upsert):
+        tc.torch()
+        keys = _keys(keys)
+        if not (_is_seq(ptrs) and _is_seq(sizes)) or not len(keys) == len(ptrs) == len(sizes):
+            return [INVALID_PARAMS] * len(keys)
+        ok = [self._check_tensor_buf(p, s) is not None for p, s in zip(ptrs, sizes)]
+        idx = [i for i, g in enumerate(ok) if g]
+        out = [INVALID_PARAMS] * len(keys)
+        if idx:
+            sub = [keys[i] for i in idx]
+            fn = self.batch_upsert_from if upsert else self.batch_put_from
+            for i, r in zip(idx, fn(sub, [ptrs[i] for i in idx], [sizes[i] for i in idx])):
+                out[i] = r
+        return out
+
+    def batch_put_tensor_from(self, keys, buffer_ptrs, sizes):
+        return self._batch_tensor_from(keys, buffer_ptrs, sizes, False)
+
+    def batch_upsert_tensor_from(self, keys, buffer_ptrs, sizes):
+        return self._batch_tensor_from(keys, buffer_ptrs, sizes, True)
+
+    # -- tensor parallelism (Mooncake's key_tp_<rank> shards) --
+
+    @staticmethod
+    def _tp_args(tp_rank, tp_size, split_dim):
+        for v, n in ((tp_rank, "tp_rank"), (tp_size, "tp_size"), (split_dim, "split_dim")):
+            _int(v, n)
+
+    def _put_tp(self, key, tensor, config, tp_rank, tp_size, split_dim, upsert):
+        self._tp_args(tp_rank, tp_size, split_dim)
+        tc.torch()
+        if tp_size <= 1:
+            return self._write_tensor(key, tensor, config, upsert)
+        if not isinstance(tensor, tc.torch().Tensor):
+            return INVALID_PARAMS
+        chunks = tc.tp_chunks(tensor, tp_size, split_dim)
+        if chunks is None:
+            return INVALID_PARAMS
+        for r, c in enumerate(chunks):
+            rc = self._write_tensor(tc.tp_key(key, r), c, config, upsert)
+            if rc:
+                return rc
+        return 0
+
+    def _batch_put_tp(self, keys, tensors, config, tp_rank, tp_size, split_dim, upsert):
+        keys = _keys(keys, "base_keys")
+        if not _is_seq(tensors) or len(tensors) != len(keys) or not keys:
+            return [INVALID_PARAMS] * len(keys)
+        return [self._put_tp(k, t, config, tp_rank, tp_size, split_dim, upsert)
+                for k, t in zip(keys, tensors)]
+
+    def put_tensor_with_tp(self, key, tensor, tp_rank=0, tp_size=1, split_dim=0):
+        """Splits tensor with tensor.chunk(tp_size, split_dim) and stores every
+        shard under key_tp_<rank> (tp_rank is not used, as in Mooncake)."""
+        return self._put_tp(key, tensor, None, tp_rank, tp_size, split_dim, False)
+
+    def pub_tensor_with_tp(self, key, tensor, config=None, tp_rank=0, tp_size=1, split_dim=0):
+        return self._put_tp(key, tensor, config, tp_rank, tp_size, split_dim, False)
+
+    def upsert_tensor_with_tp(self, key, tensor, tp_rank=0, tp_size=1, split_dim=0):
+        return self._put_tp(key, tensor, None, tp_rank, tp_size, split_dim, True)
+
+    def upsert_pub_tensor_with_tp(self, key, tensor, config=None, tp_rank=0, tp_size=1,
+                                  split_dim=0):
+        return self._put_tp(key, tensor, config, tp_rank, tp_size, split_dim, True)
+
+    def batch_put_tensor_with_tp(self, base_keys, tensors_list, tp_rank=0, tp_size=1,
+                                 split_dim=0):
+        return self._batch_put_tp(base_keys, tensors_list, None, tp_rank, tp_size, split_dim,
+                                  False)
+
+    def batch_pub_tensor_with_tp(self, base_keys, tensors_list, config=None, tp_rank=0,
+                                 tp_size=1, split_dim=0):
+        return self._batch_put_tp(base_keys, tensors_list, config, tp_rank, tp_size, split_dim,
+                                  False)
+
+    def batch_upsert_tensor_with_tp(self, base_keys, tensors_list, tp_rank=0, tp_size=1,
+                                    split_dim=0):
+        return self._batch_put_tp(base_keys, tensors_list, None, tp_rank, tp_size, split_dim,
+                                  True)
+
+    def batch_upsert_pub_tensor_with_tp(self, base_keys, tensors_list, config=None, tp_rank=0,
+                                        tp_size=1, split_dim=0):
+        return self._batch_put_tp(base_keys, tensors_list, config, tp_rank, tp_size, split_dim,
+                                  True)
+
+    def get_tensor_with_tp(self, key, tp_rank=0, tp_size=1, split_dim=0):
+        """Shard tp_rank of key (key itself when tp_size <= 1), or None."""
+        self._tp_args(tp_rank, tp_size, split_dim)
+        return self.get_tensor(key if tp_size <= 1 else tc.tp_key(key, tp_rank))
+
+    def batch_get_tensor_with_tp(self, base_keys, tp_rank=0, tp_size=1):
+        self._tp_args(tp_rank, tp_size, 0)
+        keys = _keys(base_keys, "base_keys")
+        return self.batch_get_tensor(keys if tp_size <= 1 else
+                                     [tc.tp_key(k, tp_rank) for k in keys])
+
+    def get_tensor_with_tp_into(self, key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0):
+        self._tp_args(tp_rank, tp_size, split_dim)
+        return self.get_tensor_into(key if tp_size <= 1 else tc.tp_key(key, tp_rank),
+                                    buffer_ptr, size)
+
+    def batch_get_tensor_with_tp_into(self, base_keys, buffer_ptrs, sizes, tp_rank=0, tp_size=1):
+        self._tp_args(tp_rank, tp_size, 0)
+        keys = _keys(base_keys, "base_keys")
+        return self.batch_get_tensor_into(
+            keys if tp_size <= 1 else [tc.tp_key(k, tp_rank) for k in keys], buffer_ptrs, sizes)
+
+    def _tp_from(self, key, ptr, size, tp_rank, tp_size, split_dim, upsert):
+        self._tp_args(tp_rank, tp_size, split_dim)
+        tc.torch()
+        if tp_size <= 1:
+            return (self.upsert_tensor_from if upsert else self.put_tensor_from)(key, ptr, size)
+        t = self._check_tensor_buf(ptr, size)
+        if t is None:
+            return INVALID_PARAMS
+        return self._put_tp(key, t, None, tp_rank, tp_size, split_dim, upsert)
+
+    def put_tensor_with_tp_from(self, key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0):
+        """The full serialized tensor at buffer_ptr, split and stored like
+        put_tensor_with_tp()."""
+        return self._tp_from(key, buffer_ptr, size, tp_rank, tp_size, split_dim, False)
+
+    def upsert_tensor_with_tp_from(self, key, buffer_ptr, size, tp_rank=0, tp_size=1,
+                                   split_dim=0):
+        return self._tp_from(key, buffer_ptr, size, tp_rank, tp_size, split_dim, True)
+
+    def _batch_tp_from(self, keys, ptrs, sizes, tp_rank, tp_size, split_dim, upsert):
+        keys = _keys(keys, "base_keys")
+        if not (_is_seq(ptrs) and _is_seq(sizes)) or not len(keys) == len(ptrs) == len(sizes):
+            return [INVALID_PARAMS] * len(keys)
+        return [self._tp_from(k, p, s, tp_rank, tp_size, split_dim, upsert)
+                for k, p, s in zip(keys, ptrs, sizes)]
+
+    def batch_put_tensor_with_tp_from(self, base_keys, buffer_ptrs, sizes, tp_rank=0, tp_size=1,
+                                      split_dim=0):
+        return self._batch_tp_from(base_keys, buffer_ptrs, sizes, tp_rank, tp_size, split_dim,
+                                   False)
+
+    def batch_upsert_tensor_with_tp_from(self, base_keys, buffer_ptrs, sizes, tp_rank=0,
+                                         tp_size=1, split_dim=0):
+        return self._batch_tp_from(base_keys, buffer_ptrs, sizes, tp_rank, tp_size, split_dim,
+                                   True)
+
+    # -- unified parallelism --
+
+    @staticmethod
+    def _writer(w):
+        """(rank, size, split_dim) of a writer_partition given as a tuple,
+        dict or object; ValueError when malformed."""
+        if isinstance(w, dict):
+            vals = (w.get("rank"), w.get("size"), w.get("split_dim", 0))
+        elif _is_seq(w):
+            vals = tuple(w) + ((0,) if len(w) == 2 else ())
+        else:
+            vals = (getattr(w, "rank", None), getattr(w, "size", None),
+                    getattr(w, "split_dim", 0))
+        if len(vals) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+            raise ValueError("writer_partition must be (rank, size, split_dim)")
+        r, s, d = vals
+        if s < 1 or not 0 <= r < s or d < 0:
+            raise ValueError("writer_partition out of range: %r" % (vals,))
+        return vals
+
+    def _shard_plan(self, key, tensor, parallelism, writer_partition):
+        """(store key, tensor to store) for one parallel write, or None."""
+        torch = tc.torch()
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        if parallelism is not None and writer_partition is not None:
+            raise ValueError("give parallelism or writer_partition, not both")
+        if writer_partition is not None:
+            r, s, d = self._writer(writer_partition)
+            shard = tc.partition(tensor, r, s, d)
+            return None if shard is None else (tc.tp_key(key, r), shard)
+        if parallelism is None or not parallelism.axes:
+            return key, tensor
+        if not isinstance(parallelism, TensorParallelism):
+            raise TypeError("parallelism must be a TensorParallelism")
+        axes = parallelism.axes
+        for a in axes:
+            if a.rank >= a.size:
+                return None
+        tp = [a for a in axes if a.kind == "tp"]
+        if len(axes) > 1 and tp and tp[0].split_dim is not None:
+            # TP inside a multi-axis layout: the caller passes the full tensor
+            shard = tc.partition(tensor, tp[0].rank, tp[0].size, tp[0].split_dim)
+            if shard is None:
+                return None
+            return tc.parallelism_key(key, axes), shard
+        return tc.parallelism_key(key, axes), tensor  # shard input
+
+    def _put_par(self, key, tensor, parallelism, config, writer_partition, upsert):
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        plan = self._shard_plan(key, tensor, parallelism, writer_partition)
+        if plan is None:
+            return INVALID_PARAMS
+        return self._write_tensor(plan[0], plan[1], config, upsert)
+
+    def _batch_put_par(self, keys, tensors, parallelisms, config, writer_partitions, upsert):
+        keys = _keys(keys)
+        n = len(keys)
+        if not _is_seq(tensors) or len(tensors) != n or \
+                (parallelisms is not None and (not _is_seq(parallelisms) or len(parallelisms) != n)) \
+                or (writer_partitions is not None and
+                    (not _is_seq(writer_partitions) or len(writer_partitions) != n)):
+            return [INVALID_PARAMS] * n
+        return [self._put_par(k, t, parallelisms[i] if parallelisms is not None else None, config,
+                              writer_partitions[i] if writer_partitions is not None else None,
+                              upsert) for i, (k, t) in enumerate(zip(keys, tensors))]
+
+    def put_tensor_with_parallelism(self, key, tensor, parallelism=None, config=None,
+                                    writer_partition=None):
+        """Stores a full tensor (parallelism None) or the shard named by
+        parallelism (a lone TP axis: shard input, key_tp_<rank>; TP inside a
+        multi-axis layout: full input, the TP shard is cut here), or shard
+        writer_partition=(rank, size, split_dim) of a full tensor."""
+        return self._put_par(key, tensor, parallelism, config, writer_partition, False)
+
+    def upsert_tensor_with_parallelism(self, key, tensor, parallelism=None, config=None,
+                                       writer_partition=None):
+        return self._put_par(key, tensor, parallelism, config, writer_partition, True)
+
+    def batch_put_tensor_with_parallelism(self, keys, tensors, parallelisms=None, config=None,
+                                          writer_partitions=None):
+        return self._batch_put_par(keys, tensors, parallelisms, config, writer_partitions, False)
+
+    def batch_upsert_tensor_with_parallelism(self, keys, tensors, parallelisms=None, config=None,
+                                             writer_partitions=None):
+        return self._batch_put_par(keys, tensors, parallelisms, config, writer_partitions, True)
+
+    def _par_from(self, key, ptr, size, parallelism, config, writer_partition, upsert):
+        tc.torch()
+        t = self._check_tensor_buf(ptr, size)
+        if t is None:
+            return INVALID_PARAMS
+        return self._put_par(key, t, parallelism, config, writer_partition, upsert)
+
+    def put_tensor_with_parallelism_from(self, key, buffer_ptr, size, parallelism=None,
+                                         config=None, writer_partition=None):
+        return self._par_from(key, buffer_ptr, size, parallelism, config, writer_partition, False)
+
+    def upsert_tensor_with_parallelism_from(self, key, buffer_ptr, size, parallelism=None,
+                                            config=None, writer_partition=None):
+        return self._par_from(key, buffer_ptr, size, parallelism, config, writer_partition, True)
+
+    def _batch_par_from(self, keys, ptrs, sizes, parallelisms, config, writers, upsert):
+        keys = _keys(keys)
+        n = len(keys)
+        if not (_is_seq(ptrs) and _is_seq(sizes)) or not n == len(ptrs) == len(sizes) or \
+                (parallelisms is not None and len(parallelisms) != n) or \
+                (writers is not None and len(writers) != n):
+            return [INVALID_PARAMS] * n
+        return [self._par_from(k, ptrs[i], sizes[i],
+                               parallelisms[i] if parallelisms is not None else None, config,
+                               writers[i] if writers is not None else None, upsert)
+                for i, k in enumerate(keys)]
+
+    def batch_put_tensor_with_parallelism_from(self, keys, buffer_ptrs, sizes, parallelisms=None,
+                                               config=None, writer_partitions=None):
+        return self._batch_par_from(keys, buffer_ptrs, sizes, parallelisms, config,
+                                    writer_partitions, False)
+
+    def batch_upsert_tensor_with_parallelism_from(self, keys, buffer_ptrs, sizes,
+                                                  parallelisms=None, config=None,
+                                                  writer_partitions=None):
+        return self._batch_par_from(keys, buffer_ptrs, sizes, parallelisms, config,
+                                    writer_partitions, True)
+
+    def _read_par(self, key, target, reader):
+        """reader(key) over the keys a ReadTarget names; "full" reassembles
+        the TP shards named by target.parallelism along their split_dim."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        if target is not None and not isinstance(target, ReadTarget):
+            raise TypeError("target must be a ReadTarget or None")
+        if target is None or target.mode == "as_stored":
+            return reader(key)
+        axes = target.parallelism.axes if target.parallelism is not None else []
+        if target.mode == "shard":
+            if not axes:
+                return None
+            return reader(tc.parallelism_key(key, axes))
+        # full
+        if not axes:
+            return reader(key)
+        tp = [i for i, a in enumerate(axes) if a.kind == "tp"]
+        if not tp or axes[tp[0]].split_dim is None:
+            return None
+        i = tp[0]
+        parts = []
+        for r in range(axes[i].size):
+            ax = list(axes)
+            ax[i] = ParallelAxis("tp", r, axes[i].size, axes[i].split_dim)
+            t = reader(tc.parallelism_key(key, ax))
+            if t is None:
+                return None
+            parts.append(t)
+        try:
+            return tc.torch().cat(parts, axes[i].split_dim)
+        except RuntimeError:
+            return None
+
+    def get_tensor_with_parallelism(self, key, target=None):
+        """The tensor a ReadTarget names: as stored (None target), one shard,
+        or the full tensor rebuilt from its TP shards (target.parallelism
+        names the TP axis: size and split_dim; crescent stores Mooncake's
+        40-byte header, which carries no global shape)."""
+        tc.torch()
+        return self._read_par(key, target, self.get_tensor)
+
+    def batch_get_tensor_with_parallelism(self, keys, targets=None):
+        keys = _keys(keys)
+        if targets is not None and (not _is_seq(targets) or len(targets) != len(keys)):
+            return [None] * len(keys)
+        return [self.get_tensor_with_parallelism(k, targets[i] if targets is not None else None)
+                for i, k in enumerate(keys)]
+
+    def get_tensor_with_parallelism_into(self, key, buffer_ptr, size, target=None):
+        """Like get_tensor_with_parallelism(); the result is serialized into
+        registered memory at buffer_ptr and returned as a tensor sharing it."""
+        tc.torch()
+        if target is not None and isinstance(target, ReadTarget) and target.mode == "full" and \
+                target.parallelism is not None and target.parallelism.axes:
+            t = self.get_tensor_with_parallelism(key, target)
+            if t is None:
+                return None
+            e = tc.encode(t)
+            a, _ = _addr(buffer_ptr)
+            n = len(e[0]) + e[1].nbytes
+            _int(size, "size")
+            if n > size or not self._registered(a, n):
+                return None
+            ctypes.memmove(a, e[0], len(e[0]))
+            ctypes.memmove(a + len(e[0]), bytes(e[1]), e[1].nbytes)
+            return tc.decode_at(a, n)
+        return self._read_par(key, target, lambda k: self.get_tensor_into(k, buffer_ptr, size))
+
+    def batch_get_tensor_with_parallelism_into(self, keys, buffer_ptrs, sizes, targets=None):
+        keys = _keys(keys)
+        n = len(keys)
+        if not (_is_seq(buffer_ptrs) and _is_seq(sizes)) or not n == len(buffer_ptrs) == len(sizes) \
+                or (targets is not None and len(targets) != n):
+            return [None] * n
+        return [self.get_tensor_with_parallelism_into(
+            k, buffer_ptrs[i], sizes[i], targets[i] if targets is not None else None)
+            for i, k in enumerate(keys)]
+
+    # -- files --
+
+    def save_tensor_to_safetensor(self, key, filename=None, filesystem=None, tensor_name=None):
+        """Writes the tensor of key to a safetensors file (default file name:
+        the key; tensor name: tensor_name or the key). Returns 0, -704 for a
+        missing key or non-tensor, -1103 when the file cannot be written."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        if tensor_name is not None and not isinstance(tensor_name, str):
+            raise TypeError("tensor_name must be str")
+        t = self.get_tensor(key)
+        if t is None:
+            return OBJECT_NOT_FOUND
+        try:
+            path = tc.local_path(filename or key, filesystem)
+            tc.safetensors_write(path, {tensor_name or key: t}, {"mooncake_key": key})
+        except ValueError:
+            return INVALID_PARAMS
+        except OSError:
+            return FILE_WRITE_FAIL
+        return 0
+
+    def load_tensor_from_safetensor(self, key, filename=None, filesystem=None, tensor_name=None):
+        """Reads a tensor from a safetensors file (tensor_name, or the key's
+        name, or the only one), stores it under key (upsert) and returns it;
+        None when the file is missing or bad or the store refuses it."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        if tensor_name is not None and not isinstance(tensor_name, str):
+            raise TypeError("tensor_name must be str")
+        try:
+            path = tc.local_path(filename or key, filesystem)
+            try:
+                t = tc.safetensors_read(path, tensor_name)
+            except ValueError:
+                if tensor_name is not None:
+                    raise
+                t = tc.safetensors_read(path, None)
+        except (OSError, ValueError):
+            return None
+        return t if self.upsert_tensor(key, t) == 0 else None
+
+    def save_tensor_to_file(self, key, filename=None, filesystem=None):
+        """torch.save() of the tensor of key. 0 or negative."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        t = self.get_tensor(key)
+        if t is None:
+            return OBJECT_NOT_FOUND
+        try:
+            path = tc.local_path(filename or key, filesystem)
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            tc.torch().save(t, path)
+        except ValueError:
+            return INVALID_PARAMS
+        except OSError:
+            return FILE_WRITE_FAIL
+        return 0
+
+    def load_tensor_from_file(self, key, filename=None, filesystem=None):
+        """torch.load(weights_only=True) of a file, stored under key."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        try:
+            path = tc.local_path(filename or key, filesystem)
+            t = tc.torch().load(path, weights_only=True)
+        except (OSError, ValueError, RuntimeError, EOFError):
+            return None
+        if not isinstance(t, tc.torch().Tensor):
+            return None
+        return t if self.upsert_tensor(key, t) == 0 else None
+
+
+# ---- module-level helpers ------------------------------------------------------------
+
+_libc = ctypes.CDLL(None)
+
+
+def get_alloc_func_addr():
+    """Address of a C ``void *alloc(size_t)`` for host buffers (glibc's
+    valloc: page-aligned, never huge pages here)."""
+    return ctypes.cast(_libc.valloc, ctypes.c_void_p).value
+
+
+def get_free_func_addr():
+    """Address of the matching ``void free(void *)``."""
+    return ctypes.cast(_libc.free, ctypes.c_void_p).value
+
+
+class MooncakeHostMemAllocator:
+    """Host memory for store buffers: alloc(size) -> address (0 on failure),
+    free(ptr) -> 0 (-600 for a pointer it did not allocate)."""
+
+    def __init__(self):
+        self._live = set()
+        self._mu = threading.Lock()
+        self._valloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(get_alloc_func_addr())
+        self._free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(get_free_func_addr())
+
+    def alloc(self, size):
+        _int(size, "size")
+        if size <= 0:
+            return 0
+        p = self._valloc(size) or 0
+        if p:
+            with self._mu:
+                self._live.add(p)
+        return p
+
+    def free(self, ptr):
+        _int(ptr, "ptr")
+        with self._mu:
+            if ptr not in self._live:
+                return INVALID_PARAMS
+            self._live.discard(ptr)
+        self._free(ptr)
+        return 0
+
+
+def bind_to_numa_node(node):
+    """Runs the calling thread on the CPUs of NUMA node `node` (from
+    /sys/devices/system/node); warns and does nothing for an unknown node."""
+    import warnings
+    _int(node, "node")
+    try:
+        with open("/sys/devices/system/node/node%d/cpulist" % node) as f:
+            spec = f.read().strip()
+    except OSError:
+        warnings.warn("NUMA node %d does not exist here; binding skipped" % node,
+                      RuntimeWarning, stacklevel=2)
+        return
+    cpus = set()
+    for part in spec.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            cpus.update(range(int(a), int(b) + 1))
+        elif part:
+            cpus.add(int(part))
+    if cpus:
+        os.sched_setaffinity(0, cpus)

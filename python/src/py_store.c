@@ -322,7 +322,8 @@ static PyObject *store_setup(PyStore *self, PyObject *args, PyObject *kw)
 {
     static char *kwl[] = {"local_hostname", "metadata_server", "global_segment_size",
                           "local_buffer_size", "protocol", "rdma_devices", "master_server_addr",
-                          "engine", NULL};
+                          "engine", "_te_port", NULL};
+    int te_port = 0;
     PyObject *lh_o = NULL, *ms_o = NULL, *gss_o = NULL, *lbs_o = NULL, *proto_o = NULL,
              *dev_o = NULL, *master_o = NULL, *engine_o = NULL;
     PyObject *dict = NULL;
@@ -340,8 +341,9 @@ static PyObject *store_setup(PyStore *self, PyObject *args, PyObject *kw)
         master_o = PyDict_GetItemString(dict, "master_server_addr");
         if (!master_o)
             master_o = PyDict_GetItemString(dict, "master_server_address");
-    } else if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOOOO:setup", kwl, &lh_o, &ms_o, &gss_o,
-                                            &lbs_o, &proto_o, &dev_o, &master_o, &engine_o)) {
+    } else if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OOOOOOi:setup", kwl, &lh_o, &ms_o, &gss_o,
+                                            &lbs_o, &proto_o, &dev_o, &master_o, &engine_o,
+                                            &te_port)) {
         return NULL;
     }
     const char *lh = "localhost", *ms = "", *proto = "tcp", *dev = "", *master = "127.0.0.1:50051";
@@ -439,6 +441,10 @@ static PyObject *store_setup(PyStore *self, PyObject *args, PyObject *kw)
     if (port && legacy && *legacy && strcmp(legacy, "0")) {
         p.field_mask |= CR_STORE_PARAM_TE_PORT;
         p.te_port = port;
+    } else if (te_port > 0 && te_port < 65536) {
+        /* the Python layer picks Mooncake's port range (12300-14300) */
+        p.field_mask |= CR_STORE_PARAM_TE_PORT;
+        p.te_port = (uint16_t)te_port;
     }
     const char *tmo = getenv("MC_TRANSFER_TIMEOUT");
     if (tmo && atoi(tmo) > 0) {
@@ -879,9 +885,13 @@ static PyObject *store_remove(PyStore *self, PyObject *args, PyObject *kw)
     return PyLong_FromLong(rc);
 }
 
-static PyObject *store_remove_all(PyStore *self, PyObject *unused)
+/* remove_all(force=False) -> count or negative */
+static PyObject *store_remove_all(PyStore *self, PyObject *args, PyObject *kw)
 {
-    (void)unused;
+    static char *kwl[] = {"force", NULL};
+    int force = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:remove_all", kwl, &force))
+        return NULL;
     uint64_t n = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -889,11 +899,64 @@ static PyObject *store_remove_all(PyStore *self, PyObject *unused)
     if (!s) {
         rc = NOT_READY;
     } else {
-        rc = cr_store_remove_all(s, &n);
+        rc = cr_store_remove_all_force(s, force, &n);
         st_release(self);
     }
     Py_END_ALLOW_THREADS
     return rc < 0 ? PyLong_FromLong(rc) : PyLong_FromUnsignedLongLong(n);
+}
+
+/* _replica_desc(key) -> (size, [(replica_id, [(segment, addr, len), ...]), ...])
+ * or a negative status. */
+static PyObject *store_replica_desc(PyStore *self, PyObject *args, PyObject *kw)
+{
+    const char *key = parse_key_arg(args, kw, "O:_replica_desc");
+    if (!key)
+        return NULL;
+    cr_store_replica_desc_t *d = PyMem_Calloc(CR_STORE_REPLICA_MAX, sizeof *d);
+    if (!d)
+        return PyErr_NoMemory();
+    size_t n = 0;
+    uint64_t size = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
+    } else {
+        rc = cr_store_get_replica_desc(s, key, d, CR_STORE_REPLICA_MAX, &n, &size);
+        st_release(self);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        PyMem_Free(d);
+        return PyLong_FromLong(rc);
+    }
+    if (n > CR_STORE_REPLICA_MAX)
+        n = CR_STORE_REPLICA_MAX;
+    PyObject *reps = PyList_New((Py_ssize_t)n);
+    for (size_t r = 0; reps && r < n; r++) {
+        PyObject *shards = PyList_New(d[r].n_shards);
+        for (uint32_t k = 0; shards && k < d[r].n_shards; k++) {
+            PyObject *t = Py_BuildValue("(sKK)", d[r].shards[k].segment,
+                                        (unsigned long long)d[r].shards[k].addr,
+                                        (unsigned long long)d[r].shards[k].len);
+            if (!t)
+                Py_CLEAR(shards);
+            else
+                PyList_SET_ITEM(shards, k, t);
+        }
+        PyObject *rep = shards ? Py_BuildValue("(KN)", (unsigned long long)d[r].replica_id, shards)
+                               : NULL;
+        if (!rep)
+            Py_CLEAR(reps);
+        else
+            PyList_SET_ITEM(reps, (Py_ssize_t)r, rep);
+    }
+    PyMem_Free(d);
+    if (!reps)
+        return NULL;
+    return Py_BuildValue("(KN)", (unsigned long long)size, reps);
 }
 
 /* ---- batches -------------------------------------------------------------- */
@@ -1655,7 +1718,9 @@ static PyMethodDef store_methods[] = {
     M("get_size", store_get_size, "get_size(key) -> size or negative"),
     M("is_exist", store_is_exist, "is_exist(key) -> 1, 0 or negative"),
     M("remove", store_remove, "remove(key, force=False) -> int"),
-    {"remove_all", (PyCFunction)store_remove_all, METH_NOARGS, "remove_all() -> count or negative"},
+    M("remove_all", store_remove_all, "remove_all(force=False) -> count or negative"),
+    M("_replica_desc", store_replica_desc,
+      "_replica_desc(key) -> (size, [(replica_id, [(segment, addr, len)])]) or negative"),
     M("batch_is_exist", store_batch_is_exist, "batch_is_exist(keys) -> [1|0|negative]"),
     M("batch_put_from", store_batch_put_from,
       "batch_put_from(keys, buffer_ptrs, sizes, config=None) -> [int]"),

@@ -25,6 +25,7 @@ def test_names_and_constants():
     assert issubclass(MooncakeDistributedStore, crescent.store.DistributedStore)
     assert TransferEngine is crescent.engine.TransferEngine
     assert TransferOpcode.READ == 0 and TransferOpcode.WRITE == 1
+    assert TransferOpcode.Read == 0 and TransferOpcode.Write == 1
     assert mc_engine.SUPPORT_CUDA is False
     n = TransferNotify("a", "b")
     assert (n.name, n.msg) == ("a", "b")
@@ -95,6 +96,9 @@ def test_mooncake_http_metadata_server_entry_point():
         req = urllib.request.Request(url + "?key=compat-test", data=b"v", method="PUT")
         urllib.request.urlopen(req, timeout=5).read()
         assert urllib.request.urlopen(url + "?key=compat-test", timeout=5).read() == b"v"
+        health = url.rsplit("/", 1)[0] + "/health"
+        with urllib.request.urlopen(health, timeout=5) as r:
+            assert r.status == 200
     finally:
         assert _stop(p) == 0
 
@@ -102,6 +106,7 @@ def test_mooncake_http_metadata_server_entry_point():
 def test_mooncake_master_entry_point():
     """mooncake_master with Mooncake's flags runs crescent-master; a store works against it."""
     m, p = _run_entry([os.path.join(BIN, "mooncake_master"), "--rpc_port=0",
+                       "--enable_offload=false", "--root_fs_dir", "/tmp",
                        "--rpc_address=127.0.0.1", "--enable_http_metadata_server=true",
                        "--http_metadata_server_host=127.0.0.1", "--http_metadata_server_port=0",
                        "--metrics_port=0", "--metrics_address=127.0.0.1"],
@@ -117,9 +122,69 @@ def test_mooncake_master_entry_point():
                          "127.0.0.1:%s" % m.group(1))
         assert rc == 0, crescent.strerror(rc)
         assert s.put("via-entry-point", b"ok") == 0 and s.get("via-entry-point") == b"ok"
+        import urllib.request
+        with urllib.request.urlopen("http://127.0.0.1:%s/health" % m.group(2), timeout=5) as r:
+            assert r.status == 200  # the embedded metadata server answers /health
+        # mooncake_client with Mooncake's flags: a storage process holding data
+        c, cp = _run_entry([os.path.join(BIN, "mooncake_client"), "--host=127.0.0.1",
+                            "--metadata_server=http://127.0.0.1:%s/metadata" % m.group(2),
+                            "--master_server_address=127.0.0.1:%s" % m.group(1),
+                            "--global_segment_size=32MB", "--protocol=tcp", "--port=50052",
+                            "--threads=2", "--enable_offload=false"],
+                           r"ready segment=(\S+)")
+        try:
+            cfg = ReplicateConfig()
+            cfg.preferred_segment = c.group(1)
+            assert s.put("on-client", b"z" * 1000, cfg) == 0
+            segs = [d.get_memory_descriptor().buffer_descriptor.transport_endpoint
+                    for d in s.get_replica_desc("on-client")]
+            assert segs == [c.group(1)]
+        finally:
+            assert _stop(cp) == 0
         s.close()
     finally:
         assert _stop(p) == 0
+
+
+def test_transfer_engine_bench_entry_point(tmp_path):
+    """transfer_engine_bench with Mooncake's flags: a target and an initiator."""
+    ready = tmp_path / "seg"
+    t = subprocess.Popen([sys.executable, os.path.join(BIN, "transfer_engine_bench"),
+                          "--mode=target", "--metadata_server=P2PHANDSHAKE",
+                          "--local_server_name=127.0.0.1:0", "--buffer_size=8MB",
+                          "--ready_file=%s" % ready, "--report_unit=GB", "--gpu_id=0"],
+                         stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        import time
+        deadline = time.monotonic() + 60
+        while not (ready.exists() and ready.read_text().strip()) and t.poll() is None and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        seg = ready.read_text().strip()
+        r = subprocess.run([sys.executable, os.path.join(BIN, "transfer_engine_bench"),
+                            "--mode=initiator", "--metadata_server=P2PHANDSHAKE",
+                            "--segment_id=%s" % seg, "--operation=write", "--duration=1",
+                            "--threads=1", "--block_size=65536", "--batch_size=8",
+                            "--buffer_size=8MB"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+    finally:
+        t.terminate()
+        t.wait(timeout=20)
+    r = subprocess.run([sys.executable, os.path.join(BIN, "transfer_engine_bench"),
+                        "--mode=initiator", "--use_vram=true"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and "GPU" in r.stderr
+
+
+def test_flag_translation():
+    assert cli.client_args(["--host", "0.0.0.0:1234", "--device_names=", "--port=9",
+                            "--metadata_server=P2PHANDSHAKE", "--protocol=rdma"])[2:] == \
+        ["--metadata_server", "p2p", "--protocol", "tcp"]
+    assert cli.bench_args(["--metadata_server=10.0.0.1:2379", "--segment_id", "a:1"]) == \
+        ["te", "--metadata", "etcd://10.0.0.1:2379", "--segment", "a:1"]
+    with pytest.raises(ValueError):
+        cli.bench_args(["--use_vram"])
 
 
 def test_entry_point_help_passes_through():

@@ -1096,18 +1096,7 @@ int cr_store_remove(cr_store_t *s, const char *key, int force)
 
 int cr_store_remove_all(cr_store_t *s, uint64_t *removed)
 {
-    if (!s)
-        return CR_E_INVALID_PARAMS;
-    cr__rpc_msg_t req = {0}, rep = {0};
-    req.type = CR__RPC_REMOVE_ALL;
-    int rc = cr__sc_call(s, &req, &rep);
-    if (rc)
-        return rc;
-    rc = rep.status;
-    if (!rc && removed)
-        *removed = rep.count;
-    cr__rpc_msg_free(&rep);
-    return rc;
+    return cr_store_remove_all_force(s, 0, removed); /* desc.c */
 }
 
 int cr_store_batch_is_exist(cr_store_t *s, const char *const *keys, size_t n, int *results)

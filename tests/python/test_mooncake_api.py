@@ -1,0 +1,626 @@
+"""Mooncake's whole mooncake.store / mooncake.engine surface on crescent, against
+a real local cluster (crescent-master with a short read lease + a storage
+node): every module name, ReplicateConfig's fields, the methods beyond the
+basic put/get (upserts, tensors with TP and general parallelism,
+safetensors, ranged reads, put sessions, replica descriptors, replica
+clear) and the calls whose feature crescent lacks, which must answer with
+Mooncake's codes instead of AttributeError."""
+import ctypes
+import os
+import struct
+import uuid
+
+import numpy as np
+import pytest
+
+import crescent
+from conftest import Daemons, SEG, exe, start_node, wait_line
+import mooncake
+from mooncake import engine as mengine
+from mooncake import store as mstore
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+
+INVALID_PARAMS = -600
+NOT_FOUND = -704
+NOT_READY = -1010
+UNAVAILABLE = -1011
+LEASE_MS = 300
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+
+
+def K(tag=""):
+    return "m-%s-%s" % (tag, uuid.uuid4().hex[:12])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A master with a 300 ms read lease (so lease expiry is reachable by
+    waiting, never asserted on time) and one storage node."""
+    d = Daemons()
+    try:
+        p = d.start([exe("crescent-master"), "--rpc_port=0", "--rpc_address=127.0.0.1",
+                     "--enable_http_metadata_server=true",
+                     "--http_metadata_server_host=127.0.0.1", "--http_metadata_server_port=0",
+                     "--metrics_address=127.0.0.1", "--metrics_port=0",
+                     "--default_kv_lease_ttl=%d" % LEASE_MS])
+        m = wait_line(p, r"listening rpc=(\d+) .*http_metadata=(\d+)", "crescent-master")
+        master = "127.0.0.1:%s" % m.group(1)
+        meta = "http://127.0.0.1:%s/metadata" % m.group(2)
+        node = start_node(d, master, meta)
+        yield {"master": master, "metadata": meta, "node": node}
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def store(cluster):
+    s = MooncakeDistributedStore()
+    assert s.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                   cluster["master"]) == 0
+    yield s
+    s.remove_all(force=True)
+    s.close()
+
+
+def wait_lease():
+    import time
+    time.sleep(LEASE_MS / 1000 * 2)
+
+
+# ---- names ---------------------------------------------------------------------
+
+MOONCAKE_STORE_NAMES = {
+    "RangedReadSnapshot", "ObjectDataType", "SoftPinAction", "ReplicateConfig", "ReplicaStatus",
+    "MemoryDescriptor", "DiskDescriptor", "ReplicaDescriptor", "Descriptor", "TaskType",
+    "TaskStatus", "QueryTaskResponse", "BufferHandle", "BufferLeaseView", "BufferLease",
+    "BufferPool", "RegisteredBufferPool", "RegisteredBufferLease", "RegisteredBufferLeaseView",
+    "MooncakeHostMemAllocator", "MooncakeDistributedNoFRegister", "MooncakeDistributedStore",
+    "EngramStoreConfig", "EngramStore", "bind_to_numa_node", "get_alloc_func_addr",
+    "get_free_func_addr", "UNKNOWN", "KVCACHE", "TENSOR", "WEIGHT", "SAMPLE", "ACTIVATION",
+    "GRADIENT", "OPTIMIZER_STATE", "METADATA", "GENERAL", "UNDEFINED", "INITIALIZED",
+    "PROCESSING", "COMPLETE", "REMOVED", "FAILED", "REPLICA_COPY", "REPLICA_MOVE", "PENDING",
+    "SUCCESS", "ParallelAxis", "TensorParallelism", "ReadTarget", "AXIS_DP", "AXIS_TP",
+    "AXIS_EP", "AXIS_PP", "READ_MODE_AS_STORED", "READ_MODE_SHARD", "READ_MODE_FULL"}
+
+STORE_METHODS = """setup setup_dummy init_all alloc_from_mem_pool close get_hostname health_check
+get get_batch get_buffer batch_get_buffer get_size is_exist batch_is_exist isExist remove
+batch_remove remove_all remove_by_regex register_buffer unregister_buffer put put_parts put_batch
+put_from batch_put_from put_from_with_metadata get_into batch_get_into get_into_ranges
+batch_put_from_multi_buffers batch_get_into_multi_buffers batch_put_from_multi_buffer_ranges
+batch_get_into_multi_buffer_ranges batch_put_session_start batch_put_session_end
+batch_put_session_abort upsert upsert_parts upsert_batch upsert_from batch_upsert_from
+upsert_tensor upsert_pub_tensor batch_upsert_tensor batch_upsert_pub_tensor upsert_tensor_from
+batch_upsert_tensor_from upsert_tensor_with_tp batch_upsert_tensor_with_tp upsert_pub_tensor_with_tp
+batch_upsert_pub_tensor_with_tp upsert_tensor_with_tp_from batch_upsert_tensor_with_tp_from
+upsert_tensor_with_parallelism batch_upsert_tensor_with_parallelism
+upsert_tensor_with_parallelism_from batch_upsert_tensor_with_parallelism_from put_tensor
+get_tensor batch_put_tensor batch_get_tensor pub_tensor batch_pub_tensor get_tensor_into
+batch_get_tensor_into put_tensor_from batch_put_tensor_from put_tensor_with_tp
+batch_put_tensor_with_tp pub_tensor_with_tp batch_pub_tensor_with_tp get_tensor_with_tp
+batch_get_tensor_with_tp get_tensor_with_tp_into batch_get_tensor_with_tp_into
+put_tensor_with_tp_from batch_put_tensor_with_tp_from put_tensor_with_parallelism
+batch_put_tensor_with_parallelism get_tensor_with_parallelism batch_get_tensor_with_parallelism
+get_tensor_with_parallelism_into batch_get_tensor_with_parallelism_into
+put_tensor_with_parallelism_from batch_put_tensor_with_parallelism_from
+save_tensor_to_safetensor load_tensor_from_safetensor save_tensor_to_file load_tensor_from_file
+get_replica_desc batch_get_replica_desc batch_replica_clear create_copy_task create_move_task
+query_task mount_segment unmount_segment allocate_and_mount_segment unmount_and_free_segment
+pin_kv_session unpin_kv_session attach_kv_session get_kv_session close_kv_session
+update_kv_session list_kv_session_keys""".split()
+
+
+def test_every_store_name_exists():
+    missing = sorted(n for n in MOONCAKE_STORE_NAMES if not hasattr(mstore, n))
+    assert not missing, missing
+    assert MOONCAKE_STORE_NAMES <= set(mstore.__all__)
+    # export_values(): the later enums win the shared names, as in Mooncake
+    assert mstore.PROCESSING is mstore.TaskStatus.PROCESSING
+    assert mstore.FAILED is mstore.TaskStatus.FAILED
+    assert mstore.COMPLETE is mstore.ReplicaStatus.COMPLETE
+    assert (int(mstore.SoftPinAction.PRESERVE), int(mstore.SoftPinAction.ENABLE),
+            int(mstore.SoftPinAction.DISABLE)) == (0, 1, 2)
+    assert mooncake.BufferPool is mstore.BufferPool
+    from mooncake.buffer_pool import BufferPool, RegisteredBufferPool
+    assert BufferPool is RegisteredBufferPool is mstore.BufferPool
+    methods = [m for m in STORE_METHODS if not callable(getattr(MooncakeDistributedStore, m, None))]
+    assert not methods, methods
+    assert len(STORE_METHODS) >= 98
+
+
+def test_unsupported_classes_raise_named_error():
+    for cls in (mstore.EngramStore, mstore.EngramStoreConfig,
+                mstore.MooncakeDistributedNoFRegister, mstore.RangedReadSnapshot):
+        with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+            cls()
+
+
+def test_replicate_config_fields_and_refusal():
+    c = ReplicateConfig()
+    assert (c.replica_num, c.with_soft_pin, c.with_hard_pin, c.preferred_segments,
+            c.preferred_segment, c.soft_pin_action, c.soft_pin_ttl_ms, c.nof_replica_num,
+            c.dfs_replica_num, c.preferred_nof_segments, c.data_type) == \
+        (1, False, False, [], "", mstore.SoftPinAction.PRESERVE, 0, 0, 0, [],
+         mstore.ObjectDataType.UNKNOWN)
+    c.soft_pin_action = mstore.SoftPinAction.ENABLE
+    c.soft_pin_ttl_ms = 1000
+    c.data_type = mstore.ObjectDataType.KVCACHE
+    c.preferred_segment = "localhost:12345"
+    assert c.preferred_segments == ["localhost:12345"]
+    c.prefer_alloc_in_same_node = "True"
+    assert c.prefer_alloc_in_same_node is True
+    with pytest.raises(AttributeError):
+        c.no_such_field = 1
+    with pytest.raises(ValueError):
+        c.soft_pin_action = 7
+    with pytest.raises(TypeError):
+        c.replica_num = "2"
+    with pytest.raises(ValueError):
+        c.replica_num = -1
+    assert "replica_num=1" in str(c)
+
+
+def test_engine_names_and_opcodes():
+    assert mengine.TransferOpcode.Read == 0 and mengine.TransferOpcode.Write == 1
+    assert mengine.TransferOpcode.READ is mengine.TransferOpcode.Read
+    for flag in ("SUPPORT_CUDA", "SUPPORT_EFA", "SUPPORT_HIP", "SUPPORT_MNNVL",
+                 "SUPPORT_INTRA_NVLINK"):
+        assert getattr(mengine, flag) is False
+
+
+@pytest.mark.parametrize("protocol", ["nvlink", "hip", "nvlink_intra", "efa"])
+def test_engine_rejects_hardware_protocols(protocol):
+    e = mengine.TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", protocol, "") == -1
+
+
+def test_engine_device_memory_and_unknown_peer():
+    e = mengine.TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    try:
+        buf = np.zeros(8192, dtype=np.uint8)
+        assert e.register_memory(buf.ctypes.data, buf.nbytes, location="cuda:0") == -1
+        assert e.register_memory(buf.ctypes.data, buf.nbytes, location="cpu:0") == 0
+        assert e.transfer_submit_write("127.0.0.1:1", buf.ctypes.data, 4096, 16) == 0
+        assert e.unregister_memory(buf.ctypes.data) == 0
+    finally:
+        e.close()
+
+
+# ---- lifecycle -------------------------------------------------------------------
+
+def test_setup_hostname_port_range_health_and_dummy(cluster):
+    s = MooncakeDistributedStore()
+    assert s.get_hostname() == ""
+    assert s.health_check() == NOT_READY
+    assert s.setup_dummy(16 << 20, 16 << 20, "localhost:12345") == UNAVAILABLE
+    assert s.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                   cluster["master"]) == 0
+    host, _, port = s.get_hostname().rpartition(":")
+    assert host == "localhost" and 12300 <= int(port) <= 14300
+    assert s.health_check() == 0
+    assert s.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                   cluster["master"]) != 0
+    assert s.setup_dummy(16 << 20, 16 << 20, "localhost:12345") != 0
+    assert s.init_all("tcp", "") == UNAVAILABLE and s.alloc_from_mem_pool(4096) == 0
+    # get_hostname() works as preferred_segment: the replica lands on this client
+    c = ReplicateConfig()
+    c.preferred_segment = s.get_hostname()
+    k = K("pref")
+    assert s.put(k, b"here", c) == 0
+    desc = s.get_replica_desc(k)
+    assert len(desc) == 1
+    seg = desc[0].get_memory_descriptor().buffer_descriptor.transport_endpoint
+    assert seg == "127.0.0.1:%s" % port
+    assert s.close() == 0
+    assert s.health_check() == NOT_READY
+    assert s.setup({"local_hostname": "localhost", "metadata_server": cluster["metadata"],
+                    "master_server_addr": cluster["master"], "protocol": "tcp",
+                    "rdma_devices": "", "global_segment_size": "16MB",
+                    "local_buffer_size": "16MB"}) == 0
+    assert s.close() == 0
+
+
+def test_remove_all_force(store):
+    k = K("lease")
+    assert store.put(k, b"x" * 10) == 0
+    assert store.get(k) == b"x" * 10  # takes a read lease
+    assert store.remove_all(force=True) >= 1
+    assert store.is_exist(k) == 0
+
+
+def test_nof_and_dfs_replicas_unavailable(store):
+    c = ReplicateConfig()
+    c.nof_replica_num = 1
+    assert store.put(K("nof"), b"v", c) == UNAVAILABLE
+    c.nof_replica_num = 0
+    c.dfs_replica_num = 1
+    buf = np.ones(64, dtype=np.uint8)
+    assert store.register_buffer(buf) == 0
+    assert store.batch_put_from([K("dfs")], [buf.ctypes.data], [64], c) == [UNAVAILABLE]
+    assert store.unregister_buffer(buf) == 0
+
+
+# ---- upsert ------------------------------------------------------------------------
+
+def test_upsert_family_replaces(store):
+    k = K("up")
+    assert store.upsert(k, b"one") == 0 and store.get(k) == b"one"
+    assert store.put(k, b"two") == 0 and store.get(k) == b"one"  # put keeps the old value
+    assert store.upsert(k, b"three-longer") == 0 and store.get(k) == b"three-longer"
+    assert store.upsert_parts(k, b"a", b"b") == 0 and store.get(k) == b"ab"
+    ks = [K("ub%d" % i) for i in range(3)]
+    assert store.upsert_batch(ks, [b"1", b"2", b"3"]) == 0
+    assert store.upsert_batch(ks, [b"x", b"y", b"z"]) == 0
+    assert store.get_batch(ks) == [b"x", b"y", b"z"]
+    assert store.upsert_batch(ks, [b"x"]) == INVALID_PARAMS
+    buf = np.frombuffer(b"zero-copy-value!", dtype=np.uint8).copy()
+    assert store.register_buffer(buf) == 0
+    assert store.upsert_from(k, buf.ctypes.data, 16) == 0 and store.get(k) == b"zero-copy-value!"
+    assert store.batch_upsert_from(ks, [buf.ctypes.data] * 3, [4, 8, 16]) == [0, 0, 0]
+    assert store.get_batch(ks) == [b"zero", b"zero-cop", b"zero-copy-value!"]
+    assert store.unregister_buffer(buf) == 0
+
+
+# ---- tensors -------------------------------------------------------------------------
+
+def test_tensor_layout_is_mooncakes(store):
+    t = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    k = K("t")
+    assert store.put_tensor(k, t) == 0
+    raw = store.get(k)
+    dtype, ndim, *shape = struct.unpack_from("<ii4q", raw)
+    assert (dtype, ndim, shape) == (6, 2, [2, 3, -1, -1])  # INT32 = 6 in Mooncake
+    assert raw[40:] == t.numpy().tobytes()
+    for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+               torch.uint8, torch.int16, torch.int64, torch.bool):
+        x = (torch.arange(8) % 2).to(dt).reshape(2, 2, 2)
+        kk = K("dt")
+        assert store.put_tensor(kk, x) == 0
+        y = store.get_tensor(kk)
+        assert y.dtype == dt and torch.equal(x, y)
+    scalar = torch.tensor(3.5)
+    assert store.put_tensor(K("0d"), scalar) == 0
+
+
+def test_tensor_edge_cases(store):
+    assert store.put_tensor(K("empty"), torch.zeros(0)) == INVALID_PARAMS
+    assert store.put_tensor(K("5d"), torch.zeros(1, 1, 1, 1, 2)) == INVALID_PARAMS
+    assert store.put_tensor(K("junk"), "not a tensor") == INVALID_PARAMS
+    k = K("bytes")
+    assert store.put(k, b"not a tensor at all, just bytes that are long enough") == 0
+    assert store.get_tensor(k) is None
+    assert store.get_tensor(K("missing")) is None
+    assert store.batch_put_tensor([K("a")], []) == [INVALID_PARAMS]
+    assert store.batch_get_tensor([K("x"), K("y")]) == [None, None]
+
+
+def test_tensor_into_and_from(store):
+    t = torch.randn(4, 8)
+    k = K("into")
+    assert store.put_tensor(k, t) == 0
+    buf = np.zeros(4096, dtype=np.uint8)
+    assert store.register_buffer(buf) == 0
+    got = store.get_tensor_into(k, buf.ctypes.data, buf.nbytes)
+    assert torch.equal(got, t)
+    n = 40 + t.numel() * 4
+    k2 = K("from")
+    assert store.put_tensor_from(k2, buf.ctypes.data, n) == 0
+    assert torch.equal(store.get_tensor(k2), t)
+    assert store.upsert_tensor_from(k2, buf.ctypes.data, n) == 0
+    assert store.put_tensor_from(K("bad"), buf.ctypes.data + 8, 32) == INVALID_PARAMS
+    assert store.batch_put_tensor_from([K("b1"), K("b2")], [buf.ctypes.data] * 2, [n, 10]) == \
+        [0, INVALID_PARAMS]
+    res = store.batch_get_tensor_into([k, K("none")], [buf.ctypes.data, buf.ctypes.data + 2048],
+                                      [2048, 2048])
+    assert torch.equal(res[0], t) and res[1] is None
+    assert store.unregister_buffer(buf) == 0
+
+
+def test_tensor_parallel(store):
+    t = torch.arange(32, dtype=torch.float32).reshape(4, 8)
+    k = K("tp")
+    assert store.put_tensor_with_tp(k, t, tp_size=2, split_dim=1) == 0
+    assert torch.equal(store.get_tensor(k + "_tp_0"), t[:, :4])
+    assert torch.equal(store.get_tensor_with_tp(k, tp_rank=1, tp_size=2), t[:, 4:])
+    assert store.get_tensor_with_tp(k, tp_rank=3, tp_size=4) is None
+    assert store.put_tensor_with_tp(K("bad"), t, tp_size=3, split_dim=5) == INVALID_PARAMS
+    ks = [K("btp1"), K("btp2")]
+    c = ReplicateConfig()
+    assert store.batch_pub_tensor_with_tp(ks, [t, t * 2], c, tp_size=4) == [0, 0]
+    got = store.batch_get_tensor_with_tp(ks, tp_rank=3, tp_size=4)
+    assert torch.equal(got[0], t[3:]) and torch.equal(got[1], t[3:] * 2)
+    assert store.upsert_tensor_with_tp(ks[0], t + 1, tp_size=4) == 0
+    assert torch.equal(store.get_tensor_with_tp(ks[0], 0, 4), t[:1] + 1)
+    # _from: the full tensor is read from registered memory and split
+    buf = np.zeros(4096, dtype=np.uint8)
+    assert store.register_buffer(buf) == 0
+    assert store.get_tensor_into(k + "_tp_0", buf.ctypes.data, 4096) is not None
+    kf = K("tpf")
+    assert store.put_tensor_with_tp_from(kf, buf.ctypes.data, 40 + 16 * 4, tp_size=2) == 0
+    assert torch.equal(store.get_tensor_with_tp(kf, 1, 2), t[2:, :4])
+    shard = store.get_tensor_with_tp_into(kf, buf.ctypes.data + 1024, 1024, 1, 2)
+    assert torch.equal(shard, t[2:, :4])
+    assert store.unregister_buffer(buf) == 0
+
+
+def test_general_parallelism(store):
+    P, TP, RT = mstore.ParallelAxis, mstore.TensorParallelism, mstore.ReadTarget
+    full = torch.arange(24, dtype=torch.float32).reshape(2, 12)
+    k = K("par")
+    # lone TP axis: shard input, legacy key names
+    for r in range(3):
+        par = TP([P("tp", r, 3, split_dim=1)])
+        assert store.put_tensor_with_parallelism(k, full[:, 4 * r:4 * r + 4], par) == 0
+    assert torch.equal(store.get_tensor(k + "_tp_2"), full[:, 8:])
+    tgt = RT("full", TP([P("tp", 0, 3, split_dim=1)]))
+    assert torch.equal(store.get_tensor_with_parallelism(k, tgt), full)
+    tgt = RT("shard", TP([P("tp", 1, 3, split_dim=1)]))
+    assert torch.equal(store.get_tensor_with_parallelism(k, tgt), full[:, 4:8])
+    # DP + TP: full input, the TP shard is cut here
+    k2 = K("dptp")
+    for r in range(2):
+        par = TP([P("dp", 1, 2), P("tp", r, 2, split_dim=0)])
+        assert store.put_tensor_with_parallelism(k2, full, par) == 0
+    tgt = RT("full", TP([P("dp", 1, 2), P("tp", 0, 2, split_dim=0)]))
+    assert torch.equal(store.get_tensor_with_parallelism(k2, tgt), full)
+    # writer_partition on a full tensor, uneven split
+    k3 = K("wp")
+    x = torch.arange(10, dtype=torch.int64)
+    for r in range(3):
+        assert store.put_tensor_with_parallelism(k3, x, writer_partition=(r, 3, 0)) == 0
+    assert torch.equal(store.get_tensor_with_parallelism(
+        k3, RT("full", TP([P("tp", 0, 3, split_dim=0)]))), x)
+    with pytest.raises(ValueError):
+        store.put_tensor_with_parallelism(k3, x, TP([P("tp", 0, 2)]), writer_partition=(0, 2, 0))
+    with pytest.raises(ValueError):
+        P("zz", 0, 1)
+    assert store.put_tensor_with_parallelism(K("oob"), x, TP([P("tp", 5, 2, split_dim=0)])) == \
+        INVALID_PARAMS
+    # batch, as-stored, into, upsert
+    ks = [K("bp1"), K("bp2")]
+    assert store.batch_put_tensor_with_parallelism(ks, [x, x * 2]) == [0, 0]
+    got = store.batch_get_tensor_with_parallelism(ks)
+    assert torch.equal(got[1], x * 2)
+    assert store.batch_upsert_tensor_with_parallelism(ks, [x * 3, x * 4]) == [0, 0]
+    buf = np.zeros(4096, dtype=np.uint8)
+    assert store.register_buffer(buf) == 0
+    into = store.get_tensor_with_parallelism_into(ks[1], buf.ctypes.data, 4096)
+    assert torch.equal(into, x * 4)
+    fi = store.get_tensor_with_parallelism_into(
+        k, buf.ctypes.data, 4096, RT("full", TP([P("tp", 0, 3, split_dim=1)])))
+    assert torch.equal(fi, full)
+    kf = K("pf")
+    assert store.put_tensor_with_parallelism_from(kf, buf.ctypes.data, 40 + 24 * 4) == 0
+    assert torch.equal(store.get_tensor(kf), full)
+    assert store.unregister_buffer(buf) == 0
+
+
+def test_safetensors_roundtrip_and_format(store, tmp_path):
+    t = torch.tensor([[1.5, 2.5], [3.5, 4.5]], dtype=torch.float32)
+    k = K("st")
+    assert store.put_tensor(k, t) == 0
+    path = tmp_path / "nested" / "x.safetensors"
+    assert store.save_tensor_to_safetensor(k, path.as_uri(), filesystem="file",
+                                           tensor_name="kv") == 0
+    raw = path.read_bytes()
+    n = struct.unpack_from("<Q", raw)[0]
+    import json
+    hdr = json.loads(raw[8:8 + n])
+    assert hdr["kv"] == {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}
+    assert raw[8 + n:] == t.numpy().tobytes() and n % 8 == 0
+    k2 = K("st2")
+    back = store.load_tensor_from_safetensor(k2, str(path), tensor_name="kv")
+    assert torch.equal(back, t) and torch.equal(store.get_tensor(k2), t)
+    assert store.save_tensor_to_safetensor(K("missing"), str(tmp_path / "m")) == NOT_FOUND
+    assert store.load_tensor_from_safetensor(k2, str(tmp_path / "nope.safetensors")) is None
+    (tmp_path / "bad.safetensors").write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
+    assert store.load_tensor_from_safetensor(k2, str(tmp_path / "bad.safetensors")) is None
+    assert store.save_tensor_to_file(k, str(tmp_path / "t.pt")) == 0
+    assert torch.equal(store.load_tensor_from_file(K("pt"), str(tmp_path / "t.pt")), t)
+
+
+# ---- ranges, sessions, metadata ---------------------------------------------------
+
+def test_get_into_ranges_matches_mooncakes_example(store):
+    k1, k2 = K("r1"), K("r2")
+    assert store.put(k1, bytes(range(40))) == 0
+    assert store.put(k2, bytes(range(100, 140))) == 0
+    b0 = (ctypes.c_ubyte * 32)()
+    b1 = (ctypes.c_ubyte * 32)()
+    p0, p1 = ctypes.addressof(b0), ctypes.addressof(b1)
+    assert store.register_buffer(p0, 32) == 0 and store.register_buffer(p1, 32) == 0
+    res = store.get_into_ranges([p0, p1], [[k1, k2], [k2, k1]],
+                                [[[0, 20], [8]], [[4], [16]]],
+                                [[[1, 30], [2]], [[0], [10]]],
+                                [[[4, 3], [5]], [[6], [4]]])
+    assert res == [[[4, 3], [5]], [[6], [4]]]
+    assert bytes(b0[0:4]) == bytes(range(1, 5)) and bytes(b0[20:23]) == bytes(range(30, 33))
+    assert bytes(b0[8:13]) == bytes(range(102, 107)) and bytes(b1[4:10]) == bytes(range(100, 106))
+    # missing key, source overflow, unregistered destination, shape mismatch
+    res = store.get_into_ranges([p0], [[K("none"), k1, k1]], [[[0], [0], [0]]],
+                                [[[0], [39], [0]]], [[[1], [2], [1]]])
+    assert res == [[[NOT_FOUND], [INVALID_PARAMS], [1]]]
+    junk = (ctypes.c_ubyte * 8)()
+    assert store.get_into_ranges([ctypes.addressof(junk)], [[k1]], [[[0]]], [[[0]]],
+                                 [[[4]]]) == [[[INVALID_PARAMS]]]
+    assert store.get_into_ranges([p0], [[k1]], [], [], []) == [[[INVALID_PARAMS]]]
+    out = store.batch_get_into_multi_buffer_ranges([k1], [[p1]], [[5]], [[35]])
+    assert out == [5] and bytes(b1[0:5]) == bytes(range(35, 40))
+    assert store.unregister_buffer(p0) == 0 and store.unregister_buffer(p1) == 0
+
+
+def test_put_sessions(store):
+    buf = ctypes.create_string_buffer(b"buffer-data")
+    a = ctypes.addressof(buf)
+    assert store.register_buffer(a, len(buf)) == 0
+    r1, r2 = K("s1"), K("s2")
+    assert store.batch_put_session_start([r1, r2], [11, 11]) == [0, 0]
+    assert store.batch_put_session_start([r1], [11]) == [-705]
+    assert store.batch_put_from_multi_buffer_ranges([r1, r2], [[a], [a, a + 5]], [[11], [5, 6]],
+                                                    [[0], [0, 5]]) == [11, 11]
+    assert store.batch_put_from_multi_buffer_ranges([r1], [[a]], [[11]], [[1]]) == \
+        [INVALID_PARAMS]
+    assert store.batch_put_session_end([r1, r2, K("none")]) == [0, 0, NOT_FOUND]
+    assert store.get(r1) == b"buffer-data" and store.get(r2) == b"buffer-data"
+    assert store.batch_put_session_start([K("ab")], [4]) == [0]
+    assert store.unregister_buffer(a) == 0
+
+
+def test_put_from_with_metadata(store):
+    data = np.arange(16, dtype=np.uint8)
+    meta = np.array([42, 43], dtype=np.uint8)
+    assert store.register_buffer(data) == 0 and store.register_buffer(meta) == 0
+    k = K("meta")
+    assert store.put_from_with_metadata(k, data.ctypes.data, meta.ctypes.data, 16, 2) == 0
+    assert store.get(k) == bytes([42, 43]) + bytes(range(16))
+    assert store.unregister_buffer(data) == 0 and store.unregister_buffer(meta) == 0
+
+
+def test_replica_descriptors(store, cluster):
+    c = ReplicateConfig()
+    c.replica_num = 2
+    k = K("desc")
+    assert store.put(k, b"v" * 5000, c) == 0
+    desc = store.get_replica_desc(k)
+    assert len(desc) == 2
+    segs = set()
+    for d in desc:
+        assert d.status == mstore.ReplicaStatus.COMPLETE
+        assert d.is_memory_replica() and not d.is_disk_replica()
+        md = d.get_memory_descriptor()
+        assert sum(x.size for x in md.buffer_descriptors) == 5000
+        assert md.buffer_descriptor.buffer_address > 0
+        segs.add(md.buffer_descriptor.transport_endpoint)
+        with pytest.raises(RuntimeError):
+            d.get_disk_descriptor()
+    assert cluster["node"] in segs and len(segs) == 2
+    assert store.get_replica_desc(K("none")) == []
+    m = store.batch_get_replica_desc([k, K("none")])
+    assert list(m) == [k] and len(m[k]) == 2
+
+
+def test_batch_replica_clear(store):
+    ks = [K("c%d" % i) for i in range(3)]
+    for k in ks:
+        assert store.put(k, b"data") == 0
+        assert store.get(k) == b"data"  # read lease
+    assert store.batch_replica_clear(ks) == []  # live leases: skipped
+    wait_lease()
+    assert store.batch_replica_clear([]) == []
+    assert store.batch_replica_clear([ks[0], K("none")]) == [ks[0]]
+    assert store.get(ks[0]) == b""
+    assert store.batch_replica_clear([ks[1]], segment_name="nonexistent_host:99999") == []
+    assert store.is_exist(ks[1]) == 1
+
+
+def test_unavailable_features_answer_with_codes(store):
+    assert store.create_copy_task(K("k"), ["a:1"]) == ((0, 0), UNAVAILABLE)
+    assert store.create_move_task(K("k"), "a:1", "b:2") == ((0, 0), UNAVAILABLE)
+    assert store.query_task((1, 2)) == (None, -1400)
+    assert store.mount_segment("/dev/shm/x", 1 << 20)["ret"] == UNAVAILABLE
+    assert store.allocate_and_mount_segment(1 << 20)["ret"] == UNAVAILABLE
+    assert store.unmount_segment(["x"]) == UNAVAILABLE
+    assert store.unmount_and_free_segment(["x"]) == UNAVAILABLE
+    assert store.remove_by_regex("^user_.*") == UNAVAILABLE
+    assert store.remove_by_regex("(") == INVALID_PARAMS
+    with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+        store.get_kv_session("s")
+    with pytest.raises(TypeError):
+        store.create_copy_task(1, [])
+
+
+# ---- buffers --------------------------------------------------------------------------
+
+def test_buffer_pool(store):
+    pool = mstore.BufferPool(store, min_size_class=4096, alignment=4096)
+    lease = pool.acquire(1234)
+    assert lease.size == 1234 and lease.ptr % 4096 == 0
+    lease.buffer[:4] = b"abcd"
+    k = K("bp")
+    assert store.put_from(k, lease.ptr, 4) == 0 and store.get(k) == b"abcd"
+    view = lease.buffer
+    with pytest.raises(RuntimeError, match="exported views"):
+        lease.release()
+    del view
+    lease.release()
+    small = mstore.BufferPool(store, min_size_class=4096, max_size_class=4096, max_regions=1,
+                              block_on_exhaustion=False)
+    one = small.acquire(1)
+    with pytest.raises(RuntimeError, match="exhausted"):
+        small.acquire(1)
+    with pytest.raises(RuntimeError, match="active leases"):
+        small.close()
+    one.release()
+    small.close()
+    with pytest.raises(RuntimeError, match="alignment"):
+        mstore.BufferPool(store, alignment=12345)
+    assert pool.acquire(0).size == 0
+    pool.close()
+
+
+def test_host_allocator_and_func_addrs(store):
+    a = mstore.MooncakeHostMemAllocator()
+    p = a.alloc(1 << 20)
+    assert p and p % 4096 == 0
+    assert store.register_buffer(p, 1 << 20) == 0
+    ctypes.memset(p, 0x5a, 64)
+    k = K("ha")
+    assert store.put_from(k, p, 64) == 0 and store.get(k) == b"\x5a" * 64
+    assert store.unregister_buffer(p) == 0
+    assert a.free(p) == 0 and a.free(p) == INVALID_PARAMS
+    alloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(mstore.get_alloc_func_addr())
+    free = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(mstore.get_free_func_addr())
+    q = alloc(8192)
+    assert q
+    free(q)
+    mstore.bind_to_numa_node(0)
+    with pytest.warns(RuntimeWarning):
+        mstore.bind_to_numa_node(4095)
+
+
+# ---- pure-Python modules -----------------------------------------------------------------
+
+def test_mooncake_config(tmp_path, monkeypatch, cluster):
+    from mooncake.mooncake_config import MooncakeConfig
+    f = tmp_path / "mc.json"
+    f.write_text('{"local_hostname": "localhost", "metadata_server": "%s", '
+                 '"master_server_address": "%s", "global_segment_size": "32MB", '
+                 '"local_buffer_size": "16 MB", "protocol": "tcp", "device_name": "", '
+                 '"enable_ssd_offload": "false"}' % (cluster["metadata"], cluster["master"]))
+    c = MooncakeConfig.from_file(str(f))
+    assert (c.global_segment_size, c.local_buffer_size, c.enable_ssd_offload, c.tenant_id) == \
+        (32 << 20, 16 << 20, False, "default")
+    s = MooncakeDistributedStore()
+    assert s.setup(*c.setup_args()) == 0
+    s.close()
+    monkeypatch.delenv("MOONCAKE_CONFIG_PATH", raising=False)
+    monkeypatch.delenv("MOONCAKE_MASTER", raising=False)
+    with pytest.raises(ValueError):
+        MooncakeConfig.load_from_env()
+    monkeypatch.setenv("MOONCAKE_MASTER", cluster["master"])
+    monkeypatch.setenv("MOONCAKE_GLOBAL_SEGMENT_SIZE", "1gb")
+    e = MooncakeConfig.load_from_env()
+    assert e.master_server_address == cluster["master"] and e.global_segment_size == 1 << 30
+    assert e.metadata_server == "P2PHANDSHAKE"
+    monkeypatch.setenv("MOONCAKE_CONFIG_PATH", str(f))
+    assert MooncakeConfig.load_from_env() == c
+    f.write_text('{"local_hostname": "x"}')
+    with pytest.raises(ValueError, match="master_server_address|metadata_server"):
+        MooncakeConfig.from_file(str(f))
+
+
+def test_async_store(cluster):
+    import asyncio
+    from mooncake.async_store import AsyncMooncakeDistributedStore
+
+    async def main():
+        s = AsyncMooncakeDistributedStore()
+        assert await s.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                             cluster["master"]) == 0
+        k = K("async")
+        res = await asyncio.gather(s.put(k, b"v1"), s.is_exist(K("none")))
+        assert res == [0, 0]
+        assert await s.get(k) == b"v1"
+        assert await s.close() == 0
+    asyncio.run(main())
