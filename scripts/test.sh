@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc)
 
+echo "== the transfer core names no transport"
+scripts/check-transport-names.sh
+
 echo "== build + tests (RelWithDebInfo)"
 scripts/build.sh build
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 600)

@@ -64,8 +64,10 @@ typedef struct cr_xfer_params {
     /* "http://host:port/metadata", "etcd://host:2379[,host2:2379]", or "p2p"
      * (also accepted: "P2PHANDSHAKE"). Default "p2p". */
     const char *metadata_uri;
-    /* Comma-separated transports to enable: "tcp", "shm". Default "tcp,shm":
-     * shm is used automatically for peers on the same host. */
+    /* Comma-separated transports to enable: "tcp", "shm". Default: every
+     * transport built in ("tcp,shm"): shm is used automatically for peers on
+     * the same host. Descriptor fetches and notifications do not need any
+     * (they use the engine's control port). */
     const char *transports;
     /* Comma-separated local IP addresses (NICs) to listen on and publish.
      * Default "127.0.0.1". */
@@ -74,7 +76,9 @@ typedef struct cr_xfer_params {
      * mapping a location tag to [preferred NICs, secondary NICs]. Optional;
      * without it all NICs are preferred for every location. */
     const char *topology_file;
-    /* TCP port to listen on (same port on every NIC). Default 0: ephemeral. */
+    /* The engine's TCP port (its control port, same on every NIC; the port
+     * of the p2p name). The tcp transport moves data on an ephemeral port of
+     * its own, published in the descriptor. Default 0: ephemeral. */
     uint16_t port;
     /* Slice size for the tcp transport in bytes (4 KiB .. 16 MiB). Default
      * 512 KiB (docs/benchmarks/transfer-core.md). */
@@ -107,7 +111,8 @@ CR_API void cr_xfer_engine_destroy(cr_xfer_engine_t *engine);
  * engine's lifetime). */
 CR_API const char *cr_xfer_engine_name(const cr_xfer_engine_t *engine);
 
-/* The TCP port the engine listens on (the "rpc port"). */
+/* The engine's TCP port (the "rpc port"): its control channel, which serves
+ * the p2p descriptor and receives notifications. */
 CR_API uint16_t cr_xfer_engine_port(const cr_xfer_engine_t *engine);
 
 /* ---- local memory ------------------------------------------------------ */

@@ -90,6 +90,36 @@ int cr__net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound
     return fd;
 }
 
+int cr__net_listen_all(const char (*hosts)[64], uint32_t n, uint16_t port, int backlog, int *fds,
+                       uint16_t *bound_port)
+{
+    int rc = -EINVAL;
+    for (int attempt = 0; attempt < CR__NET_LISTEN_RETRIES; attempt++) {
+        rc = 0;
+        uint16_t want = port;
+        uint32_t k = 0;
+        for (; k < n; k++) {
+            uint16_t bound = 0;
+            int fd = cr__net_listen(hosts[k], want, backlog, &bound);
+            if (fd < 0) {
+                rc = fd;
+                break;
+            }
+            fds[k] = fd;
+            want = bound; /* the same port on every host */
+        }
+        if (rc == 0) {
+            *bound_port = want;
+            return 0;
+        }
+        while (k > 0)
+            close(fds[--k]);
+        if (port != 0 || rc != -EADDRINUSE)
+            break; /* a fixed port is taken, or a real error: give up */
+    }
+    return rc;
+}
+
 int cr__net_connect(const char *host, uint16_t port, const char *src_host, int timeout_ms)
 {
     struct sockaddr_storage ss;

@@ -21,6 +21,14 @@ int cr__net_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss
  * -errno on failure. */
 int cr__net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound_port);
 
+/* Listening sockets on every one of hosts[0..n) at one common port: port,
+ * or (port 0) an ephemeral port free on all of them (retried a few times
+ * when another process takes it on one host meanwhile). Writes n fds and the
+ * port on success; on failure nothing stays open. Returns 0 or -errno. */
+#define CR__NET_LISTEN_RETRIES 16
+int cr__net_listen_all(const char (*hosts)[64], uint32_t n, uint16_t port, int backlog, int *fds,
+                       uint16_t *bound_port);
+
 /* Connects with a timeout (ms). Optional local bind address src_host (for
  * choosing a NIC), may be NULL. Returns the connected, blocking fd with
  * TCP_NODELAY set, or -errno (-ETIMEDOUT on timeout). */

@@ -465,8 +465,9 @@ int cr_xfer_transfer_sync(cr_xfer_engine_t *e, const cr_xfer_request_t *reqs, si
     int rc = cr_xfer_batch_alloc(e, n, &b);
     if (rc)
         return rc;
-    /* a lone request may be run by this thread (shm copies it here rather
-     * than waking a worker and being woken back); several stay parallel */
+    /* a lone request may be run by this thread (a transport may copy it
+     * here rather than wake a worker and be woken back); several stay
+     * parallel */
     b->caller_waits = n == 1;
     rc = cr_xfer_batch_submit(b, reqs, n);
     if (rc) {

@@ -24,22 +24,29 @@ static int copy_str(char *dst, size_t cap, const char *src)
     return 0;
 }
 
+/* "a,b": names of registered transports; bit i of c->transports enables
+ * registry entry i. NULL: every registered transport. */
 static int parse_transports(const char *s, cr__xfer_config_t *c)
 {
-    c->enable_tcp = c->enable_shm = 0;
+    c->transports = 0;
+    if (!s) {
+        c->transports = (1u << cr__xfer_transport_registry_len) - 1;
+        return 0;
+    }
     char buf[128];
     if (copy_str(buf, sizeof buf, s))
         return -EINVAL;
     char *save = NULL;
     for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-        if (!strcasecmp(t, "tcp"))
-            c->enable_tcp = 1;
-        else if (!strcasecmp(t, "shm"))
-            c->enable_shm = 1;
-        else
+        size_t i = 0;
+        while (i < cr__xfer_transport_registry_len &&
+               strcasecmp(t, cr__xfer_transport_registry[i]->name))
+            i++;
+        if (i == cr__xfer_transport_registry_len)
             return -EINVAL;
+        c->transports |= 1u << i;
     }
-    return c->enable_tcp || c->enable_shm ? 0 : -EINVAL;
+    return c->transports ? 0 : -EINVAL;
 }
 
 static int parse_nics(const char *s, cr__xfer_config_t *c)
@@ -71,9 +78,7 @@ static int build_config(const cr_xfer_params_t *p, cr__xfer_config_t *c)
     if (copy_str(c->metadata_uri, sizeof c->metadata_uri, uri))
         return -EINVAL;
     c->p2p = !strcasecmp(uri, "p2p") || !strcasecmp(uri, "P2PHANDSHAKE");
-    if (parse_transports((m & CR_XFER_PARAM_TRANSPORTS) && p->transports ? p->transports
-                                                                          : "tcp,shm",
-                         c))
+    if (parse_transports((m & CR_XFER_PARAM_TRANSPORTS) ? p->transports : NULL, c))
         return -EINVAL;
     if (parse_nics((m & CR_XFER_PARAM_NICS) && p->nics ? p->nics : "127.0.0.1", c))
         return -EINVAL;
@@ -111,42 +116,45 @@ static int build_config(const cr_xfer_params_t *p, cr__xfer_config_t *c)
     return 0;
 }
 
-int cr__xfer_publish(cr_xfer_engine_t *e)
+void *cr__xfer_transport_state(cr_xfer_engine_t *e, const char *name)
 {
-    pthread_mutex_lock(&e->publish_lock);
-    e->local.version = atomic_fetch_add(&e->version, 1) + 1;
-    int rc = 0;
-    if (e->meta) {
-        char *json = NULL;
-        size_t len = 0;
-        rc = cr__xfer_mem_snapshot(e, &e->local);
-        if (!rc)
-            rc = cr__seg_desc_encode(&e->local, &json, &len);
-        if (!rc) {
-            char key[CR__META_KEY_MAX];
-            snprintf(key, sizeof key, "%s%s", CR__SEG_KEY_PREFIX, e->local.name);
-            rc = cr__meta_put(e->meta, key, json, len);
-            if (rc)
-                CR_LOG_WARN(LOGC, "publishing segment %s failed: %s", e->local.name,
-                            cr_strerror(rc));
+    for (size_t i = 0; i < e->n_transports; i++)
+        if (!strcmp(e->transports[i].ops->name, name))
+            return e->transports[i].state;
+    return NULL;
+}
+
+/* Creates every enabled transport, in registry order. One that cannot run
+ * here is left out with a warning; with none left, setup fails with the
+ * last error. */
+static int transports_create(cr_xfer_engine_t *e, cr__seg_desc_t *d)
+{
+    int rc = -EINVAL;
+    for (size_t i = 0; i < cr__xfer_transport_registry_len; i++) {
+        if (!(e->cfg.transports & (1u << i)))
+            continue;
+        const struct cr_xfer_transport_ops *ops = cr__xfer_transport_registry[i];
+        void *st = NULL;
+        int trc = ops->create(e, &e->cfg, d, &st);
+        if (trc) {
+            CR_LOG_WARN(LOGC, "%s transport unavailable: %s", ops->name, cr_strerror(trc));
+            rc = trc;
+            continue;
         }
-        free(json);
+        e->transports[e->n_transports].ops = ops;
+        e->transports[e->n_transports++].state = st;
     }
-    pthread_mutex_unlock(&e->publish_lock);
-    return rc;
+    return e->n_transports ? 0 : rc;
 }
 
-int cr__xfer_local_desc_json(cr_xfer_engine_t *e, char **json, size_t *len)
+static void transports_destroy(cr_xfer_engine_t *e)
 {
-    pthread_mutex_lock(&e->publish_lock);
-    int rc = cr__xfer_mem_snapshot(e, &e->local);
-    if (!rc)
-        rc = cr__seg_desc_encode(&e->local, json, len);
-    pthread_mutex_unlock(&e->publish_lock);
-    return rc;
+    for (size_t i = e->n_transports; i-- > 0;) {
+        if (e->transports[i].state)
+            e->transports[i].ops->destroy(e->transports[i].state);
+        e->transports[i].state = NULL;
+    }
 }
-
-const cr__xfer_config_t *cr__xfer_engine_config(const cr_xfer_engine_t *e) { return &e->cfg; }
 
 static void teardown(cr_xfer_engine_t *e, int published)
 {
@@ -160,13 +168,11 @@ static void teardown(cr_xfer_engine_t *e, int published)
     }
     /* the notifier thread sends through the transports: stop it first */
     cr__xfer_notify_fini(e);
+    /* no more descriptor fetches or notifications from peers */
+    cr__xfer_ctl_destroy(e->ctl);
+    e->ctl = NULL;
     /* transports fail whatever is in flight with -ECANCELED and stop serving */
-    if (e->shm && e->shm_ops)
-        e->shm_ops->destroy(e->shm);
-    e->shm = NULL;
-    if (e->tcp)
-        cr__xfer_tcp_ops.destroy(e->tcp);
-    e->tcp = NULL;
+    transports_destroy(e);
     cr__xfer_batches_fini(e);
     cr__xfer_peers_fini(e);
     cr__xfer_mem_fini(e);
@@ -208,10 +214,8 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
     for (uint32_t i = 0; i < e->cfg.n_nics; i++)
         strcpy(d->nics[i].addr, e->cfg.nics[i]);
 
-    /* tcp is always created: its port also carries the control messages
-     * (p2p descriptor fetch, notifications); enable_tcp only decides
-     * whether it may carry data. */
-    if ((rc = cr__xfer_tcp_ops.create(e, &e->cfg, d, &e->tcp)) != 0) {
+    /* the control channel owns the port the engine is known by */
+    if ((rc = cr__xfer_ctl_create(e, &e->cfg, &d->rpc_port, &e->ctl)) != 0) {
         if (rc == -EADDRNOTAVAIL) {
             CR_LOG_ERROR(LOGC, "a NIC address in \"%s...\" is not configured on this host",
                          e->cfg.nics[0]);
@@ -219,19 +223,12 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
         }
         goto fail;
     }
-    if (e->cfg.enable_shm) {
-        e->shm_ops = &cr__xfer_shm_ops;
-        int src = e->shm_ops->create(e, &e->cfg, d, &e->shm);
-        if (src) {
-            CR_LOG_WARN(LOGC, "shm transport unavailable (%s); using tcp only", cr_strerror(src));
-            e->shm = NULL;
-            e->shm_ops = NULL;
-        }
-    }
+    if ((rc = transports_create(e, d)) != 0)
+        goto fail;
     if (!e->cfg.local_name[0])
         snprintf(e->cfg.local_name, sizeof e->cfg.local_name,
                  strchr(d->nics[0].addr, ':') ? "[%s]:%u" : "%s:%u", d->nics[0].addr,
-                 d->nics[0].port);
+                 d->rpc_port);
     strcpy(d->name, e->cfg.local_name);
 
     if (!e->cfg.p2p) {
@@ -243,8 +240,12 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
             goto fail;
         }
     }
-    CR_LOG_INFO(LOGC, "engine %s up (tcp%s, %u NICs, slice %zu)", d->name,
-                e->shm ? "+shm" : "", d->n_nics, e->cfg.slice_size);
+    char names[128] = "";
+    for (size_t i = 0, o = 0; i < e->n_transports && o < sizeof names; i++)
+        o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? "+" : "",
+                              e->transports[i].ops->name);
+    CR_LOG_INFO(LOGC, "engine %s up (%s, %u NICs, slice %zu)", d->name, names, d->n_nics,
+                e->cfg.slice_size);
     *out = e;
     return 0;
 fail:
@@ -266,4 +267,4 @@ void cr_xfer_engine_destroy(cr_xfer_engine_t *e)
 
 const char *cr_xfer_engine_name(const cr_xfer_engine_t *e) { return e ? e->local.name : NULL; }
 
-uint16_t cr_xfer_engine_port(const cr_xfer_engine_t *e) { return e ? e->local.nics[0].port : 0; }
+uint16_t cr_xfer_engine_port(const cr_xfer_engine_t *e) { return e ? e->local.rpc_port : 0; }

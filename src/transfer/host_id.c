@@ -1,4 +1,4 @@
-/* cr__seg_host_id: the identity of "this host" as the shm transport sees it.
+/* cr__seg_host_id: the identity of "this host" as same-host transports see it.
  *
  * Format (ASCII, fits CR__HOST_ID_MAX with room to spare):
  *     "<machine>/<boot>/net:<inode>/pid:<inode>"
@@ -12,8 +12,8 @@
  *           meaningful inside its pid namespace, which process_vm_readv needs.
  * Only [0-9A-Za-z-] survive from the files, so the id is safe in JSON and
  * in logs. Missing pieces are written as "-" rather than failing: two hosts
- * that both lack a piece still differ in the others, and the shm transport
- * additionally probes the peer before it is chosen.
+ * that both lack a piece still differ in the others, and a same-host
+ * transport additionally probes the peer before it is chosen.
  */
 #include <fcntl.h>
 #include <stdio.h>

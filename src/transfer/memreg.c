@@ -1,9 +1,13 @@
-/* Local memory registration: a sorted array of registrations under a
+/* The local segment: memory registration and the descriptor built from it
+ * (published to the metadata service, served to p2p peers).
+ *
+ * Registrations are a sorted array under a
  * rwlock. Lookups (request validation, remote pins) take it for reading;
  * register/unregister for writing. A pin increments the registration's pin
  * count; unregistration removes the entry first (no new pins) and then waits
  * for the count to drop to zero before freeing it. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -112,10 +116,10 @@ out:
         free(r);
         return rc;
     }
-    /* let the same-host transport prepare the range (huge-page advice: the
-     * peer's process_vm_* copies walk far fewer page-table entries) */
-    if (e->shm && e->shm_ops && e->shm_ops->mem_registered)
-        e->shm_ops->mem_registered(e->shm, addr, len);
+    /* let the transports prepare the range (e.g. huge-page advice) */
+    for (size_t i = 0; i < e->n_transports; i++)
+        if (e->transports[i].ops->mem_registered && e->transports[i].state)
+            e->transports[i].ops->mem_registered(e->transports[i].state, addr, len);
     int prc = cr__xfer_publish(e);
     if (prc)
         CR_LOG_WARN("xfer", "registered %p+%zu but could not republish: %s", addr, len,
@@ -167,7 +171,8 @@ void cr__xfer_mem_unpin(cr_xfer_engine_t *e, void *token)
     atomic_fetch_sub_explicit(&r->pins, 1, memory_order_acq_rel);
 }
 
-int cr__xfer_mem_snapshot(cr_xfer_engine_t *e, cr__seg_desc_t *d)
+/* Fills d->buffers from regs (caller holds publish_lock). Returns 0 or -ENOMEM. */
+static int mem_snapshot(cr_xfer_engine_t *e, cr__seg_desc_t *d)
 {
     pthread_rwlock_rdlock(&e->mem_lock);
     size_t n = e->n_regs;
@@ -187,4 +192,39 @@ int cr__xfer_mem_snapshot(cr_xfer_engine_t *e, cr__seg_desc_t *d)
     d->buffers = b;
     d->n_buffers = (uint32_t)n;
     return 0;
+}
+
+int cr__xfer_publish(cr_xfer_engine_t *e)
+{
+    pthread_mutex_lock(&e->publish_lock);
+    e->local.version = atomic_fetch_add(&e->version, 1) + 1;
+    int rc = 0;
+    if (e->meta) {
+        char *json = NULL;
+        size_t len = 0;
+        rc = mem_snapshot(e, &e->local);
+        if (!rc)
+            rc = cr__seg_desc_encode(&e->local, &json, &len);
+        if (!rc) {
+            char key[CR__META_KEY_MAX];
+            snprintf(key, sizeof key, "%s%s", CR__SEG_KEY_PREFIX, e->local.name);
+            rc = cr__meta_put(e->meta, key, json, len);
+            if (rc)
+                CR_LOG_WARN("xfer", "publishing segment %s failed: %s", e->local.name,
+                            cr_strerror(rc));
+        }
+        free(json);
+    }
+    pthread_mutex_unlock(&e->publish_lock);
+    return rc;
+}
+
+int cr__xfer_local_desc_json(cr_xfer_engine_t *e, char **json, size_t *len)
+{
+    pthread_mutex_lock(&e->publish_lock);
+    int rc = mem_snapshot(e, &e->local);
+    if (!rc)
+        rc = cr__seg_desc_encode(&e->local, json, len);
+    pthread_mutex_unlock(&e->publish_lock);
+    return rc;
 }

@@ -104,9 +104,7 @@ int cr__xfer_notify_send_peer(cr_xfer_engine_t *e, cr__xfer_peer_t *p, const voi
     const struct cr_xfer_transport_ops *t = cr__xfer_transport_of(e, &st, p);
     if (t && t->notify && st)
         return t->notify(st, p, msg, len);
-    if (!e->tcp)
-        return -ECANCELED;
-    return cr__xfer_tcp_notify_peer(e->tcp, p, msg, len);
+    return cr__xfer_ctl_notify(e, p, msg, len);
 }
 
 int cr_xfer_notify_send(cr_xfer_engine_t *e, cr_xfer_segment_t target, const void *msg,

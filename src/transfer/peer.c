@@ -21,7 +21,7 @@ static int fetch_desc(cr_xfer_engine_t *e, const char *name, cr__seg_desc_t *d, 
         uint16_t port;
         if (cr__net_split_hostport(name, host, &port, 0))
             return -ENOENT; /* p2p names are host:port */
-        rc = cr__xfer_tcp_fetch_desc(host, port, timeout_ms, &json, &len);
+        rc = cr__xfer_ctl_fetch_desc(e, host, port, timeout_ms, &json, &len);
         if (rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ENETUNREACH)
             rc = -EHOSTUNREACH;
     } else {
@@ -58,21 +58,22 @@ cr__xfer_peer_t *cr__xfer_peer_get(cr_xfer_engine_t *e, cr_xfer_segment_t h)
 const struct cr_xfer_transport_ops *cr__xfer_transport_of(cr_xfer_engine_t *e, void **state,
                                                           cr__xfer_peer_t *p)
 {
-    if (p->transport == &cr__xfer_tcp_ops) {
-        *state = e->tcp;
-        return &cr__xfer_tcp_ops;
-    }
-    *state = e->shm;
-    return e->shm_ops;
+    for (size_t i = 0; i < e->n_transports; i++)
+        if (e->transports[i].ops == p->transport) {
+            *state = e->transports[i].state;
+            return p->transport;
+        }
+    *state = NULL;
+    return NULL;
 }
 
+/* the first transport, in registry order, that reaches the peer */
 static const struct cr_xfer_transport_ops *choose_transport(cr_xfer_engine_t *e,
                                                             const cr__seg_desc_t *d)
 {
-    if (e->shm && e->shm_ops && e->shm_ops->can_reach(e->shm, d))
-        return e->shm_ops;
-    if (e->cfg.enable_tcp)
-        return &cr__xfer_tcp_ops;
+    for (size_t i = 0; i < e->n_transports; i++)
+        if (e->transports[i].ops->can_reach(e->transports[i].state, d))
+            return e->transports[i].ops;
     return NULL;
 }
 
@@ -131,6 +132,7 @@ int cr_xfer_segment_open(cr_xfer_engine_t *e, const char *name, cr_xfer_segment_
         p->transport = t;
         p->handle = (int64_t)e->n_peers;
         p->engine = e;
+        cr__xfer_ctl_peer_init(p);
         strcpy(p->name, name);
         atomic_store(&p->refs, 1);
         e->peers[e->n_peers++] = p;
@@ -178,7 +180,7 @@ int cr__xfer_peer_refresh(cr_xfer_engine_t *e, cr__xfer_peer_t *p)
     atomic_store(&p->stale, 0);
     pthread_mutex_unlock(&e->peer_lock);
     /* let the transport drop per-peer state built from the old descriptor
-     * (shm keeps a snapshot of the buffers; tcp reads NICs at each connect) */
+     * (e.g. a snapshot of its buffers) */
     void *st;
     const struct cr_xfer_transport_ops *t = cr__xfer_transport_of(e, &st, p);
     if (t && t->peer_forget && st &&
@@ -227,6 +229,7 @@ void cr__xfer_peers_fini(cr_xfer_engine_t *e)
 {
     for (size_t i = 0; i < e->n_peers; i++) {
         cr__seg_desc_clear(&e->peers[i]->desc);
+        cr__xfer_ctl_peer_fini(e->peers[i]);
         free(e->peers[i]);
     }
     e->n_peers = 0;

@@ -3,7 +3,8 @@
  * Wire format (one JSON object; unknown members are ignored so that newer
  * writers can add fields):
  *   {"name": "host:port", "host_id": "...", "pid": 1234, "version": 7,
- *    "nics": [{"addr": "127.0.0.1", "port": 15000}, ...],
+ *    "rpc_port": 15000,
+ *    "nics": [{"addr": "127.0.0.1", "port": 40123}, ...],
  *    "buffers": [{"addr": 140234..., "len": 4194304, "location": "cpu:0"}, ...]}
  * Addresses and lengths are JSON integers; a value above INT64_MAX (which
  * jansson cannot hold as an integer) is written as a "0x..." string, and the
@@ -65,7 +66,8 @@ int cr__seg_desc_encode(const cr__seg_desc_t *d, char **out, size_t *out_len)
     if (obj_put(root, "name", fixed_str(d->name, sizeof d->name)) ||
         obj_put(root, "host_id", fixed_str(d->host_id, sizeof d->host_id)) ||
         obj_put(root, "pid", json_integer(d->pid)) ||
-        obj_put(root, "version", u64_to_json(d->version)))
+        obj_put(root, "version", u64_to_json(d->version)) ||
+        obj_put(root, "rpc_port", json_integer(d->rpc_port)))
         goto fail;
     uint32_t n_nics = d->n_nics < CR_XFER_MAX_NICS ? d->n_nics : CR_XFER_MAX_NICS;
     for (uint32_t i = 0; i < n_nics; i++) {
@@ -193,7 +195,8 @@ static int decode_nics(json_t *arr, cr__seg_desc_t *d)
             !is_numeric_ip(d->nics[i].addr))
             return -EINVAL;
         json_t *p = json_object_get(nic, "port");
-        if (!json_is_integer(p) || get_u64(nic, "port", &port) || port < 1 || port > 65535)
+        /* 0: the segment runs no network data transport (same-host only) */
+        if (!json_is_integer(p) || get_u64(nic, "port", &port) || port > 65535)
             return -EINVAL;
         d->nics[i].port = (uint16_t)port;
     }
@@ -254,6 +257,13 @@ int cr__seg_desc_decode(const char *json, size_t len, cr__seg_desc_t *out)
     if (get_u64(root, "version", &version))
         goto done;
     d.version = version;
+    /* absent (older writers): 0, the segment cannot be notified */
+    uint64_t rpc_port = 0;
+    if (json_object_get(root, "rpc_port") &&
+        (!json_is_integer(json_object_get(root, "rpc_port")) ||
+         get_u64(root, "rpc_port", &rpc_port) || rpc_port > 65535))
+        goto done;
+    d.rpc_port = (uint16_t)rpc_port;
     if ((rc = decode_nics(json_object_get(root, "nics"), &d)) != 0)
         goto done;
     if ((rc = decode_buffers(json_object_get(root, "buffers"), &d)) != 0)

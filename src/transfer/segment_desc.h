@@ -1,6 +1,6 @@
 /* Segment descriptor: what a peer needs to reach a segment. Published as
  * JSON (docs/architecture.md "Segment descriptor") under the metadata key
- * CR__SEG_KEY_PREFIX<name>, or served by the segment's own TCP port in p2p
+ * CR__SEG_KEY_PREFIX<name>, or served by the segment's control channel in p2p
  * mode. */
 #ifndef CR_TRANSFER_SEGMENT_DESC_H
 #define CR_TRANSFER_SEGMENT_DESC_H
@@ -17,18 +17,19 @@
 
 typedef struct cr__seg_nic {
     char addr[64]; /* numeric IP address */
-    uint16_t port; /* TCP data/control port */
+    uint16_t port; /* the network data transport's port on this NIC (0: none) */
 } cr__seg_nic_t;
 
 typedef struct cr__seg_desc {
     char name[CR_XFER_NAME_MAX];
-    /* Identifies "the same host" for the shm transport: machine-id, boot id,
+    /* Identifies "the same host" for same-host transports: machine-id, boot id,
      * network-namespace and pid-namespace inodes. Two processes in different
      * network namespaces count as different hosts (that is how multi-host
      * tests model hosts). */
     char host_id[CR__HOST_ID_MAX];
     int32_t pid;
     uint64_t version; /* bumped on every (un)registration */
+    uint16_t rpc_port; /* the control channel's port, on every NIC (0: unknown) */
     uint32_t n_nics;
     cr__seg_nic_t nics[CR_XFER_MAX_NICS];
     uint32_t n_buffers;

@@ -1,7 +1,6 @@
 /* Transfer engine core: internal state shared by engine.c, memreg.c,
- * peer.c, batch.c, notify.c and topology.c. Not seen by transports (they
- * use transport/transport.h only), except the tcp transport, which calls
- * the notify-payload and local-descriptor helpers below.
+ * peer.c, batch.c, notify.c, topology.c and the control channel
+ * (control/). Not seen by transports: they use transport/transport.h only.
  *
  * Locks (never taken in the reverse order):
  *   engine->peer_lock    peers[], every peer's desc   (mutex)
@@ -19,6 +18,7 @@
 #include <stdint.h>
 
 #include "crescent/transfer.h"
+#include "transfer/control/control.h"
 #include "transfer/metadata/metadata.h"
 #include "transfer/segment_desc.h"
 #include "transfer/transport/transport.h"
@@ -100,10 +100,11 @@ struct cr_xfer_engine {
     cr__seg_desc_t local; /* name, host id, pid, nics (buffers filled on publish) */
     atomic_uint_fast64_t version;
 
-    /* transports */
-    void *tcp;
-    void *shm;
-    const struct cr_xfer_transport_ops *shm_ops; /* NULL when shm is not built in */
+    /* the transports created at setup, in registry order (set before the
+     * engine is shared, read-only after; states are NULLed at teardown) */
+    cr__xfer_transport_t transports[CR__XFER_MAX_TRANSPORTS];
+    size_t n_transports;
+    cr__xfer_ctl_t *ctl; /* the control channel */
 
     /* remote segments */
     pthread_mutex_t peer_lock;
@@ -136,11 +137,17 @@ void cr__xfer_mem_fini(cr_xfer_engine_t *e);
 /* Finds the registration containing [addr, addr+len) (caller holds mem_lock
  * for reading). Returns NULL if none. */
 cr__memreg_t *cr__xfer_mem_find_locked(cr_xfer_engine_t *e, uint64_t addr, uint64_t len);
-/* Fills e->local.buffers from regs (caller holds publish_lock). Returns 0 or -ENOMEM. */
-int cr__xfer_mem_snapshot(cr_xfer_engine_t *e, cr__seg_desc_t *d);
+/* Bumps the local descriptor's version and publishes it (metadata mode).
+ * Returns 0 or -errno from the metadata service. */
+int cr__xfer_publish(cr_xfer_engine_t *e);
+/* The local descriptor as JSON (malloc'd, caller frees): what p2p serves.
+ * Returns 0 or -ENOMEM. */
+int cr__xfer_local_desc_json(cr_xfer_engine_t *e, char **json, size_t *len);
 
 /* engine.c */
-int cr__xfer_publish(cr_xfer_engine_t *e);
+/* Test hook: the state of the engine's transport called name, or NULL if it
+ * is not running in this engine. */
+void *cr__xfer_transport_state(cr_xfer_engine_t *e, const char *name);
 
 /* topology.c */
 int cr__xfer_topology_load(const char *path, const cr__xfer_config_t *cfg, cr__topology_t *t);
@@ -167,7 +174,8 @@ int cr__xfer_notify_init(cr_xfer_engine_t *e);
 void cr__xfer_notify_fini(cr_xfer_engine_t *e);
 /* Queues a batch notification for the notifier thread (takes ownership of m). */
 void cr__xfer_notify_enqueue(cr_xfer_engine_t *e, cr__xfer_outmsg_t *m);
-/* Sends msg to peer now through its transport (or tcp). */
+/* Sends msg to peer now: through its transport's own notify if it has one,
+ * else on the control channel. */
 int cr__xfer_notify_send_peer(cr_xfer_engine_t *e, cr__xfer_peer_t *p, const void *msg,
                               size_t len);
 /* Serving side: decodes the engine's notification payload

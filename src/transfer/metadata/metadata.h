@@ -1,6 +1,6 @@
 /* Metadata backends: a small key/value interface over the central
  * metadata services (HTTP, etcd). "p2p" has no backend: descriptors are
- * fetched from the peer itself over its TCP port (see transport/tcp). */
+ * fetched from the peer itself over its control channel (see control/). */
 #ifndef CR_TRANSFER_METADATA_H
 #define CR_TRANSFER_METADATA_H
 

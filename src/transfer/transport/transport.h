@@ -1,9 +1,22 @@
 /* Internal contract between the transfer engine core and its transports.
  *
+ * A transport is one folder under src/transfer/transport/ that defines a
+ * `const struct cr_xfer_transport_ops cr__xfer_<name>_ops` and one line in
+ * transport/registry.c; nothing else in the engine names it. The engine
+ * creates every enabled registered transport at setup and keeps
+ * (ops, state) pairs (cr__xfer_transport_t).
+ *
  * The engine validates each request (local buffer registered, segment open,
  * length 1..CR__XFER_MAX_REQUEST, target range inside the descriptor's
  * buffers) and then hands it to the transport chosen for the peer when the
- * segment was opened (shm if enabled and peer on the same host, else tcp).
+ * segment was opened: the first transport, in registry order, whose
+ * can_reach() accepts the peer's descriptor.
+ *
+ * Control messages (p2p descriptor fetch, notifications) are not a
+ * transport's business: they travel on the engine's control channel
+ * (src/transfer/control/). Every connection a transport accepts or makes
+ * passes the engine's connection-setup hook first (cr__xfer_conn_accepted /
+ * cr__xfer_conn_connected below: authentication).
  * A transport cuts a task into slices as it likes, moves the bytes, and
  * reports completion with cr__xfer_task_done() exactly once per task, also
  * on failure, on timeout and on destroy (-ECANCELED).
@@ -14,6 +27,7 @@
 #ifndef CR_TRANSFER_TRANSPORT_H
 #define CR_TRANSFER_TRANSPORT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,7 +42,7 @@ typedef struct cr__xfer_config {
     char local_name[CR_XFER_NAME_MAX];
     char metadata_uri[512];
     int p2p; /* metadata_uri is "p2p"/"P2PHANDSHAKE" */
-    int enable_tcp, enable_shm;
+    uint32_t transports; /* bit i: registry entry i is enabled */
     uint32_t n_nics;
     char nics[CR_XFER_MAX_NICS][64];
     char topology_file[512];
@@ -50,10 +64,10 @@ typedef struct cr__xfer_peer {
     char name[CR_XFER_NAME_MAX]; /* segment name as opened */
     atomic_int stale;            /* refetch the descriptor before the next use */
     cr_xfer_engine_t *engine;
-    /* added by te-shm: the shm transport's per-peer state. shm does not use
-     * transport_peer, because tcp also serves shm peers (notifications over
-     * its control path) and keeps its own state in transport_peer. */
-    void *shm_peer;
+    /* engine-owned: the cached control-channel connection to this peer
+     * (notifications), see control/control.h */
+    pthread_mutex_t ctl_mu;
+    int ctl_fd; /* -1: none; guarded by ctl_mu */
 } cr__xfer_peer_t;
 
 /* One request of a batch, as the transport sees it. */
@@ -64,7 +78,6 @@ typedef struct cr__xfer_task {
     uint64_t length;
     cr__xfer_peer_t *peer;
     uint64_t deadline_ns; /* monotonic; the transport fails the task with -ETIMEDOUT after it */
-    void *transport_priv; /* free for the transport's use (e.g. slice counters) */
     /* 1: the submitter waits for this task right after submit returns and
      * nothing else is in its batch, so a transport may run it in the
      * submitting thread (submit then returns after the task completed)
@@ -81,8 +94,8 @@ typedef struct cr__xfer_task {
      * ones; a transport with several paths uses preferred NICs while any of
      * them works, then secondary, then any. */
     uint32_t nic_pref_mask, nic_sec_mask;
-    /* scratch for the transport that runs the task (tcp uses them for its
-     * work queue and slice accounting; another transport may use them too) */
+    /* scratch for the transport that runs the task (e.g. a work queue link
+     * and slice accounting) */
     struct cr__xfer_task *tp_next;
     uint64_t tp_carved;
     atomic_uint_fast64_t tp_settled;
@@ -90,9 +103,9 @@ typedef struct cr__xfer_task {
 } cr__xfer_task_t;
 
 struct cr_xfer_transport_ops {
-    const char *name; /* "tcp", "shm" */
+    const char *name; /* what CR_XFER_PARAM_TRANSPORTS lists and cr_xfer_segment_transport returns */
     /* Creates the transport's state for engine (listeners, threads). May fill
-     * fields of the local descriptor (e.g. tcp fills NIC ports). Returns 0 or -errno. */
+     * fields of the local descriptor (e.g. its port on each NIC). Returns 0 or -errno. */
     int (*create)(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr__seg_desc_t *local,
                   void **state);
     /* Fails every outstanding task with -ECANCELED, stops threads, frees. */
@@ -101,30 +114,37 @@ struct cr_xfer_transport_ops {
     int (*can_reach)(void *state, const cr__seg_desc_t *d);
     /* Starts n tasks, all to the same peer. Never blocks for the data
      * movement itself, except that a transport may copy a lone small task
-     * in the caller (shm: one task <= 64 KiB), finishing it before returning;
+     * in the caller (e.g. one small task), finishing it before returning;
      * completion via cr__xfer_task_done(). Returns 0; a
      * negative return means none were started and the engine fails them. */
     int (*submit)(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **tasks, size_t n);
     /* Sends a notification to peer (engine payload, opaque to the transport).
      * Returns 0 once the peer acknowledged it, or -errno. May block up to the timeout.
-     * May be NULL (shm sets it NULL): the engine then sends the notification
-     * through tcp to the same peer (its descriptor's NICs). */
+     * Optional, for a transport with a path of its own for small messages;
+     * NULL: the engine's control channel carries it. */
     int (*notify)(void *state, cr__xfer_peer_t *peer, const void *msg, size_t len);
     /* The peer is being closed/refreshed: drop per-peer state. Optional.
-     * (shm: in-flight tasks keep their own reference, so this is safe while
-     * tasks to the peer are still running.) */
+     * Tasks to the peer may still be running: they must keep what they use
+     * alive on their own (e.g. a reference). */
     void (*peer_forget)(void *state, cr__xfer_peer_t *peer);
-    /* added by te-shm. Optional: the engine calls it for each transport that
-     * has it after [addr, addr+len) was registered locally (before the
-     * descriptor is republished). It must not fail the registration. shm
-     * backs the region's 2 MiB-aligned interior with transparent huge pages
-     * (MADV_HUGEPAGE + MADV_COLLAPSE): process_vm_readv/writev pin and copy
-     * 4 KiB pages at about 0.4x memcpy, huge pages at about 0.9x. */
+    /* Optional: the engine calls it for each transport that has it after
+     * [addr, addr+len) was registered locally (before the descriptor is
+     * republished), e.g. to advise huge pages. It must not fail the
+     * registration. */
     void (*mem_registered)(void *state, void *addr, size_t len);
 };
 
-extern const struct cr_xfer_transport_ops cr__xfer_tcp_ops;
-extern const struct cr_xfer_transport_ops cr__xfer_shm_ops;
+/* A transport as the engine holds it: its ops and the state create() made. */
+typedef struct cr__xfer_transport {
+    const struct cr_xfer_transport_ops *ops;
+    void *state;
+} cr__xfer_transport_t;
+
+/* The registry (transport/registry.c): every transport built in, in order of
+ * preference. */
+extern const struct cr_xfer_transport_ops *const cr__xfer_transport_registry[];
+extern const size_t cr__xfer_transport_registry_len;
+#define CR__XFER_MAX_TRANSPORTS 8 /* bound on the registry */
 
 /* ---- services the engine core provides to transports ------------------- */
 
@@ -145,26 +165,19 @@ void cr__xfer_mem_unpin(cr_xfer_engine_t *engine, void *token);
 void cr__xfer_notify_deliver(cr_xfer_engine_t *engine, const char *from, const void *msg,
                              size_t len);
 
-/* The local descriptor as JSON (malloc'd, caller frees): what p2p serves. */
-int cr__xfer_local_desc_json(cr_xfer_engine_t *engine, char **json, size_t *len);
+/* Connection-setup hook (authentication), called on every connection of
+ * the engine right after it is established and before any protocol byte:
+ * by the accepting side with cr__xfer_conn_accepted (in the thread that
+ * will serve the connection, not the acceptor), by the connecting side with
+ * cr__xfer_conn_connected. timeout_ms bounds the whole exchange. Returns 0
+ * to go on, or -errno: the caller then closes the fd and treats it like a
+ * failed connect (client) or a rejected client (server). */
+int cr__xfer_conn_accepted(cr_xfer_engine_t *engine, int fd, int timeout_ms);
+int cr__xfer_conn_connected(cr_xfer_engine_t *engine, int fd, int timeout_ms);
 
-/* The engine's configuration. */
-const cr__xfer_config_t *cr__xfer_engine_config(const cr_xfer_engine_t *engine);
-
-/* added by te-core: copies the peer's current NIC list (under the engine's
- * peer lock; the descriptor may be refreshed concurrently). Returns the
- * number of NICs copied (<= cap). */
+/* Copies the peer's current NIC list (under the engine's peer lock; the
+ * descriptor may be refreshed concurrently). Returns the number of NICs
+ * copied (<= cap). */
 uint32_t cr__xfer_peer_nics(cr__xfer_peer_t *peer, cr__seg_nic_t *out, uint32_t cap);
-
-/* added by te-core: the tcp transport's client for the p2p GET_DESC control
- * message: fetches the descriptor JSON served by host:port (malloc'd, NUL
- * terminated, caller frees). Returns 0, -ECONNREFUSED/-ETIMEDOUT/-EPROTO... */
-int cr__xfer_tcp_fetch_desc(const char *host, uint16_t port, int timeout_ms, char **json,
-                            size_t *len);
-
-/* added by te-core: sends a notification over tcp to a peer whatever its
- * data transport is (used when a transport's notify is NULL). */
-int cr__xfer_tcp_notify_peer(void *tcp_state, cr__xfer_peer_t *peer, const void *msg,
-                             size_t len);
 
 #endif

@@ -1,6 +1,7 @@
-/* A fake tcp peer for tests: answers GET_DESC with a descriptor that has one
- * large buffer, swallows every other request and never answers it (a peer
- * that hangs). Header-only; one thread with poll(). */
+/* A fake peer for tests: its control listener answers GET_DESC with a
+ * descriptor that has one large buffer and a tcp data port; every other
+ * request, on either listener, is swallowed and never answered (a peer that
+ * hangs). Header-only; one thread with poll(). */
 #ifndef CR_TESTS_FAKE_PEER_H
 #define CR_TESTS_FAKE_PEER_H
 
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/net.h"
+#include "transfer/control/ctl_wire.h"
 #include "transfer/segment_desc.h"
 #include "transfer/transport/tcp/tcp_wire.h"
 
@@ -21,15 +23,17 @@
 #define FAKE_BUF_LEN (1ull << 30)
 
 typedef struct fake_peer {
-    int lfd;
+    int lfd;       /* control listener (the name's port) */
     uint16_t port;
+    int dfd;       /* tcp data listener */
+    uint16_t dport;
     int wake[2];
     pthread_t th;
     char name[64];
     int n_conns; /* connections accepted so far */
 } fake_peer_t;
 
-static int fake_send_desc(fake_peer_t *f, int fd, uint32_t seq)
+static int fake_send_desc(fake_peer_t *f, int fd)
 {
     cr__seg_desc_t d;
     memset(&d, 0, sizeof d);
@@ -37,9 +41,10 @@ static int fake_send_desc(fake_peer_t *f, int fd, uint32_t seq)
     snprintf(d.host_id, sizeof d.host_id, "fake-host");
     d.pid = 1;
     d.version = 1;
+    d.rpc_port = f->port;
     d.n_nics = 1;
     snprintf(d.nics[0].addr, sizeof d.nics[0].addr, "127.0.0.1");
-    d.nics[0].port = f->port;
+    d.nics[0].port = f->dport;
     cr_xfer_buffer_info_t b;
     memset(&b, 0, sizeof b);
     b.addr = FAKE_BUF_ADDR;
@@ -51,8 +56,8 @@ static int fake_send_desc(fake_peer_t *f, int fd, uint32_t seq)
     size_t len;
     if (cr__seg_desc_encode(&d, &json, &len))
         return -1;
-    cr__tcp_hdr_t h;
-    cr__tcp_hdr_enc(&h, CR__TCP_GET_DESC | CR__TCP_RESP, 0, seq, 0, len);
+    cr__ctl_hdr_t h;
+    cr__ctl_hdr_enc(&h, CR__CTL_GET_DESC | CR__CTL_RESP, 0, (uint32_t)len);
     int rc = cr__net_write_full(fd, &h, sizeof h, 1000);
     if (!rc)
         rc = cr__net_write_full(fd, json, len, 1000);
@@ -60,56 +65,82 @@ static int fake_send_desc(fake_peer_t *f, int fd, uint32_t seq)
     return rc;
 }
 
+static void fake_swallow(int fd, uint64_t left)
+{
+    static char sink[1 << 16];
+    while (left) {
+        ssize_t k = recv(fd, sink, left < sizeof sink ? left : sizeof sink, 0);
+        if (k <= 0)
+            break;
+        left -= (uint64_t)k;
+    }
+}
+
+/* one request on a control (ctl) or data connection; 0 to keep it */
+static int fake_serve(fake_peer_t *f, int fd, int ctl)
+{
+    if (ctl) {
+        cr__ctl_hdr_t h;
+        if (recv(fd, &h, sizeof h, MSG_WAITALL) != (ssize_t)sizeof h || cr__ctl_hdr_dec(&h))
+            return -1;
+        if (h.opcode == CR__CTL_GET_DESC)
+            fake_send_desc(f, fd);
+        else
+            fake_swallow(fd, h.len); /* NOTIFY: never answered */
+        return 0;
+    }
+    cr__tcp_hdr_t h;
+    if (recv(fd, &h, sizeof h, MSG_WAITALL) != (ssize_t)sizeof h || cr__tcp_hdr_dec(&h))
+        return -1;
+    if (h.opcode == CR__TCP_WRITE)
+        fake_swallow(fd, h.len); /* never answered */
+    return 0;
+}
+
+#define FAKE_MAX_FDS 67
+
 static void *fake_main(void *arg)
 {
     fake_peer_t *f = arg;
-    struct pollfd p[66];
-    int n = 2;
+    struct pollfd p[FAKE_MAX_FDS];
+    int is_ctl[FAKE_MAX_FDS];
+    int n = 3;
     p[0].fd = f->wake[0];
     p[0].events = POLLIN;
     p[1].fd = f->lfd;
     p[1].events = POLLIN;
-    static char sink[1 << 16];
+    p[2].fd = f->dfd;
+    p[2].events = POLLIN;
     for (;;) {
         if (poll(p, (nfds_t)n, -1) < 0)
             continue;
         if (p[0].revents)
             break;
-        if ((p[1].revents & POLLIN) && n < 66) {
-            int fd = accept(f->lfd, NULL, NULL);
+        for (int l = 1; l <= 2; l++) {
+            if (!(p[l].revents & POLLIN) || n >= FAKE_MAX_FDS)
+                continue;
+            int fd = accept(p[l].fd, NULL, NULL);
             if (fd >= 0) {
                 p[n].fd = fd;
                 p[n].events = POLLIN;
                 p[n].revents = 0;
+                is_ctl[n] = l == 1;
                 n++;
                 __atomic_add_fetch(&f->n_conns, 1, __ATOMIC_SEQ_CST);
             }
         }
-        for (int i = 2; i < n; i++) {
+        for (int i = 3; i < n; i++) {
             if (!p[i].revents)
                 continue;
-            cr__tcp_hdr_t h;
-            ssize_t r = recv(p[i].fd, &h, sizeof h, MSG_WAITALL);
-            if (r != (ssize_t)sizeof h || cr__tcp_hdr_dec(&h)) {
+            if (fake_serve(f, p[i].fd, is_ctl[i])) {
                 close(p[i].fd);
+                is_ctl[i] = is_ctl[n - 1];
                 p[i] = p[--n];
                 i--;
-                continue;
-            }
-            if (h.opcode == CR__TCP_GET_DESC) {
-                fake_send_desc(f, p[i].fd, h.seq);
-            } else if (h.opcode == CR__TCP_WRITE || h.opcode == CR__TCP_NOTIFY) {
-                uint64_t left = h.len; /* swallow the payload, never answer */
-                while (left) {
-                    ssize_t k = recv(p[i].fd, sink, left < sizeof sink ? left : sizeof sink, 0);
-                    if (k <= 0)
-                        break;
-                    left -= (uint64_t)k;
-                }
             }
         }
     }
-    for (int i = 2; i < n; i++)
+    for (int i = 3; i < n; i++)
         close(p[i].fd);
     return NULL;
 }
@@ -118,7 +149,8 @@ static inline int fake_peer_start(fake_peer_t *f)
 {
     memset(f, 0, sizeof *f);
     f->lfd = cr__net_listen("127.0.0.1", 0, 64, &f->port);
-    if (f->lfd < 0 || pipe(f->wake))
+    f->dfd = cr__net_listen("127.0.0.1", 0, 64, &f->dport);
+    if (f->lfd < 0 || f->dfd < 0 || pipe(f->wake))
         return -1;
     snprintf(f->name, sizeof f->name, "127.0.0.1:%u", f->port);
     return pthread_create(&f->th, NULL, fake_main, f) ? -1 : 0;
@@ -131,6 +163,7 @@ static inline void fake_peer_stop(fake_peer_t *f)
         return;
     pthread_join(f->th, NULL);
     close(f->lfd);
+    close(f->dfd);
     close(f->wake[0]);
     close(f->wake[1]);
 }

@@ -15,6 +15,7 @@
 
 #include "transfer/metadata/metadata.h"
 #include "transfer/segment_desc.h"
+#include "transfer/xfer_internal.h"
 #include "xfer_test_util.h"
 
 static cr__meta_server_t *srv;
@@ -76,7 +77,8 @@ static void test_publish_lifecycle(void **state)
     assert_int_equal(stored("node-a", &d), 0);
     assert_int_equal(d.n_buffers, 0);
     assert_int_equal(d.n_nics, 1);
-    assert_int_equal(d.nics[0].port, cr_xfer_engine_port(e));
+    assert_int_equal(d.rpc_port, cr_xfer_engine_port(e));
+    assert_int_equal(d.nics[0].port, e->local.nics[0].port);
     uint64_t v0 = d.version;
     cr__seg_desc_clear(&d);
 

@@ -41,7 +41,7 @@ static cr_xfer_engine_t *engine_with(const char *topology)
 
 static void nic_bytes(cr_xfer_engine_t *e, uint64_t out[CR_XFER_MAX_NICS])
 {
-    cr__xfer_tcp_debug_nic_bytes(e->tcp, out);
+    cr__xfer_tcp_debug_nic_bytes(cr__xfer_transport_state(e, "tcp"), out);
 }
 
 /* n WRITEs of 4 MiB from a's buffer into b's, the same offsets */
@@ -114,8 +114,12 @@ static void test_descriptor_lists_both_nics(void **state)
     assert_int_equal(cr__xfer_peer_nics(p, nics, CR_XFER_MAX_NICS), 2);
     assert_string_equal(nics[0].addr, "127.0.0.1");
     assert_string_equal(nics[1].addr, "127.0.0.2");
-    assert_int_equal(nics[0].port, cr_xfer_engine_port(f->b));
-    assert_int_equal(nics[1].port, cr_xfer_engine_port(f->b));
+    /* the data port is the same on both NICs; the control channel has its own */
+    assert_int_equal(nics[0].port, f->b->local.nics[0].port);
+    assert_int_equal(nics[1].port, nics[0].port);
+    assert_int_not_equal(nics[0].port, 0);
+    assert_int_equal(p->desc.rpc_port, cr_xfer_engine_port(f->b));
+    assert_int_not_equal(p->desc.rpc_port, nics[0].port);
 }
 
 static void test_aggregation(void **state)
@@ -153,7 +157,7 @@ static void test_failover_and_reprobe(void **state)
         usleep(200);
     } while (xt_now_ms() < end);
     assert_int_equal(st.state, CR_XFER_STATE_WAITING);
-    assert_int_equal(cr__xfer_tcp_debug_nic(f->b->tcp, 0, 1), 0);
+    assert_int_equal(cr__xfer_tcp_debug_nic(cr__xfer_transport_state(f->b, "tcp"), 0, 1), 0);
     nic_bytes(f->a, mid);
     int rc = cr_xfer_batch_wait(b, 120000);
     if (rc)
@@ -176,7 +180,7 @@ static void test_failover_and_reprobe(void **state)
     assert_int_equal(xt_check(f->bbuf, BUF, 0, 21, "while down"), -1);
 
     /* repair: after the re-probe interval the path carries data again */
-    assert_int_equal(cr__xfer_tcp_debug_nic(f->b->tcp, 0, 0), 0);
+    assert_int_equal(cr__xfer_tcp_debug_nic(cr__xfer_transport_state(f->b, "tcp"), 0, 0), 0);
     usleep(1500000);
     nic_bytes(f->a, before);
     uint64_t t_end = xt_now_ms() + 30000;
@@ -225,7 +229,7 @@ static void test_topology(void **state)
     assert_int_equal(n2[0] - n1[0], 0);
 
     /* preferred NIC's path fails: the secondary one takes over */
-    assert_int_equal(cr__xfer_tcp_debug_nic(b->tcp, 0, 1), 0);
+    assert_int_equal(cr__xfer_tcp_debug_nic(cr__xfer_transport_state(b, "tcp"), 0, 1), 0);
     xt_fill(m0, len, 0, 44);
     r.local_addr = m0;
     r.opcode = CR_XFER_WRITE;

@@ -19,6 +19,7 @@ static void fill(cr__seg_desc_t *d, uint32_t nbuf)
     snprintf(d->host_id, sizeof d->host_id, "machine/boot/4026531992/4026531836");
     d->pid = 4242;
     d->version = 7;
+    d->rpc_port = 15000;
     d->n_nics = 2;
     snprintf(d->nics[0].addr, sizeof d->nics[0].addr, "127.0.0.1");
     d->nics[0].port = 15000;
@@ -50,6 +51,7 @@ static void test_roundtrip(void **state)
     assert_string_equal(a.host_id, b.host_id);
     assert_int_equal(a.pid, b.pid);
     assert_int_equal(a.version, b.version);
+    assert_int_equal(b.rpc_port, 15000);
     assert_int_equal(b.n_nics, 2);
     assert_string_equal(b.nics[1].addr, "::1");
     assert_int_equal(b.nics[1].port, 65535);
@@ -117,8 +119,10 @@ static const char *bad_docs[] = {
     "{\"name\":\"n\",\"name\":\"m\",\"host_id\":\"h\",\"pid\":1,\"version\":1,\"nics\":[],\"buffers\":[]}",
     /* nics */
     BASE_PREFIX "\"nics\":{},\"buffers\":[]}",
+    BASE_PREFIX "\"rpc_port\":65536,\"nics\":[],\"buffers\":[]}",
+    BASE_PREFIX "\"rpc_port\":\"80\",\"nics\":[],\"buffers\":[]}",
     BASE_PREFIX "\"nics\":[{\"addr\":\"localhost\",\"port\":1}],\"buffers\":[]}",
-    BASE_PREFIX "\"nics\":[{\"addr\":\"127.0.0.1\",\"port\":0}],\"buffers\":[]}",
+    BASE_PREFIX "\"nics\":[{\"addr\":\"127.0.0.1\",\"port\":-1}],\"buffers\":[]}",
     BASE_PREFIX "\"nics\":[{\"addr\":\"127.0.0.1\",\"port\":65536}],\"buffers\":[]}",
     BASE_PREFIX "\"nics\":[{\"addr\":\"127.0.0.1\",\"port\":\"80\"}],\"buffers\":[]}",
     BASE_PREFIX "\"nics\":[{\"addr\":\"127.0.0.1\"}],\"buffers\":[]}",

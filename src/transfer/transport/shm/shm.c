@@ -61,7 +61,7 @@
 #endif
 
 /* Per-peer state, shared by the peer's queued items (one reference each)
- * and by peer->shm_peer (one reference, dropped by peer_forget or when
+ * and by peer->transport_peer (one reference, dropped by peer_forget or when
  * the descriptor names another pid). */
 typedef struct shm_peer {
     atomic_int refs;
@@ -103,7 +103,7 @@ typedef struct shm_state {
     unsigned n_threads;
     pthread_t threads[SHM_MAX_THREADS];
 
-    pthread_mutex_t peers_lock; /* guards the registry and peer->shm_peer writes */
+    pthread_mutex_t peers_lock; /* guards the registry and peer->transport_peer writes */
     shm_peer_t *peers;
 } shm_state_t;
 
@@ -259,10 +259,10 @@ static shm_peer_t *shm_peer_get(shm_state_t *st, cr__xfer_peer_t *peer)
     pid_t pid = __atomic_load_n(&peer->desc.pid, __ATOMIC_RELAXED);
     shm_peer_t *old = NULL;
     pthread_mutex_lock(&st->peers_lock);
-    shm_peer_t *sp = peer->shm_peer;
+    shm_peer_t *sp = peer->transport_peer;
     if (sp && sp->pid != pid) {
         shm_peer_unlink_locked(st, sp);
-        peer->shm_peer = NULL;
+        peer->transport_peer = NULL;
         old = sp;
         sp = NULL;
     }
@@ -273,7 +273,7 @@ static shm_peer_t *shm_peer_get(shm_state_t *st, cr__xfer_peer_t *peer)
             if (st->peers)
                 st->peers->reg_prev = sp;
             st->peers = sp;
-            peer->shm_peer = sp;
+            peer->transport_peer = sp;
         }
     }
     if (sp)
@@ -298,8 +298,8 @@ static void shm_peer_forget(void *state, cr__xfer_peer_t *peer)
 {
     shm_state_t *st = state;
     pthread_mutex_lock(&st->peers_lock);
-    shm_peer_t *sp = peer->shm_peer;
-    peer->shm_peer = NULL;
+    shm_peer_t *sp = peer->transport_peer;
+    peer->transport_peer = NULL;
     if (sp)
         shm_peer_unlink_locked(st, sp);
     pthread_mutex_unlock(&st->peers_lock);
@@ -740,7 +740,7 @@ static void shm_destroy(void *state)
     while (st->peers) {
         shm_peer_t *sp = st->peers;
         shm_peer_unlink_locked(st, sp);
-        shm_peer_unref(sp); /* the registry's (peer->shm_peer) reference */
+        shm_peer_unref(sp); /* the registry's (peer->transport_peer) reference */
     }
     pthread_mutex_unlock(&st->peers_lock);
     pthread_mutex_destroy(&st->peers_lock);
@@ -759,7 +759,7 @@ static int shm_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg,
     const char *thp = getenv("CRESCENT_SHM_THP");
     st->thp = !(thp && !strcmp(thp, "0"));
     /* Yama ptrace_scope 1 (Ubuntu's default) lets only ancestors read a
-     * process's memory, so peers fall back to tcp. Opt-in: declare any
+     * process's memory, so peers fall back to the network. Opt-in: declare any
      * process of ours a permitted "tracer" (same uid is still required). */
     const char *any = getenv("CRESCENT_SHM_PTRACER_ANY");
     if (any && !strcmp(any, "1") && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) != 0)
@@ -798,7 +798,7 @@ const struct cr_xfer_transport_ops cr__xfer_shm_ops = {
     .destroy = shm_destroy,
     .can_reach = shm_can_reach,
     .submit = shm_submit,
-    .notify = NULL, /* the engine sends notifications to shm peers over tcp */
+    .notify = NULL, /* notifications travel on the engine's control channel */
     .peer_forget = shm_peer_forget,
     .mem_registered = shm_mem_registered,
 };

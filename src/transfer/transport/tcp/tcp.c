@@ -1,6 +1,5 @@
-/* tcp transport: the ops table, create/destroy, the watchdog thread and the
- * control-message clients (p2p descriptor fetch, notifications). Data path:
- * tcp_client.c (initiator) and tcp_server.c (target). */
+/* tcp transport: the ops table, create/destroy and the watchdog thread.
+ * Data path: tcp_client.c (initiator) and tcp_server.c (target). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,102 +125,11 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
     return 0;
 }
 
+/* the peer runs tcp too: it published a data port */
 static int tcp_can_reach(void *state, const cr__seg_desc_t *d)
 {
     (void)state;
-    return d->n_nics > 0;
-}
-
-/* ---- control messages ------------------------------------------------------ */
-
-int cr__xfer_tcp_fetch_desc(const char *host, uint16_t port, int timeout_ms, char **json,
-                            size_t *len)
-{
-    int fd = cr__net_connect(host, port, NULL, timeout_ms);
-    if (fd < 0)
-        return fd;
-    cr__tcp_hdr_t h;
-    cr__tcp_hdr_enc(&h, CR__TCP_GET_DESC, 0, 0, 0, 0);
-    int rc = cr__net_write_full(fd, &h, sizeof h, timeout_ms);
-    if (!rc)
-        rc = cr__net_read_full(fd, &h, sizeof h, timeout_ms);
-    if (!rc && (cr__tcp_hdr_dec(&h) || h.opcode != (CR__TCP_GET_DESC | CR__TCP_RESP) ||
-                h.len > CR__SEG_DESC_MAX_JSON || h.status > 0))
-        rc = -EPROTO;
-    if (!rc && h.status)
-        rc = h.status;
-    char *buf = NULL;
-    if (!rc && !(buf = malloc(h.len + 1)))
-        rc = -ENOMEM;
-    if (!rc)
-        rc = cr__net_read_full(fd, buf, h.len, timeout_ms);
-    close(fd);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    buf[h.len] = 0;
-    *json = buf;
-    *len = h.len;
-    return 0;
-}
-
-static int ctl_connect(tcp_state_t *st, cr__xfer_peer_t *xp, int timeout_ms)
-{
-    cr__seg_nic_t nics[CR_XFER_MAX_NICS];
-    uint32_t n = cr__xfer_peer_nics(xp, nics, CR_XFER_MAX_NICS);
-    int rc = -EHOSTUNREACH;
-    for (uint32_t i = 0; i < n; i++) {
-        const char *src = st->cfg.nics[i % st->cfg.n_nics];
-        rc = cr__net_connect(nics[i].addr, nics[i].port, src, timeout_ms);
-        if (rc >= 0)
-            return rc;
-    }
-    return rc;
-}
-
-int cr__xfer_tcp_notify_peer(void *state, cr__xfer_peer_t *xp, const void *msg, size_t len)
-{
-    tcp_state_t *st = state;
-    if (len > CR__TCP_MAX_NOTIFY)
-        return -EINVAL;
-    if (atomic_load(&st->stopping))
-        return -ECANCELED;
-    tcp_peer_t *p = cr__tcp_peer_get(st, xp);
-    if (!p)
-        return -ENOMEM;
-    int to = (int)(st->cfg.timeout_ms < 10000 ? st->cfg.timeout_ms : 10000);
-    int rc = -EHOSTUNREACH;
-    pthread_mutex_lock(&p->ctl_mu);
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (p->ctl_fd < 0) {
-            int fd = ctl_connect(st, xp, to);
-            if (fd < 0) {
-                rc = fd;
-                break;
-            }
-            p->ctl_fd = fd;
-        }
-        cr__tcp_hdr_t h;
-        cr__tcp_hdr_enc(&h, CR__TCP_NOTIFY, 0, 0, 0, len);
-        struct iovec iov[2] = {{&h, sizeof h}, {(void *)msg, len}};
-        rc = cr__net_set_timeouts(p->ctl_fd, to);
-        if (!rc)
-            rc = cr__tcp_writev_full(p->ctl_fd, iov, len ? 2 : 1);
-        if (!rc)
-            rc = cr__net_read_full(p->ctl_fd, &h, sizeof h, to);
-        if (!rc && (cr__tcp_hdr_dec(&h) || h.opcode != (CR__TCP_NOTIFY | CR__TCP_RESP) ||
-                    h.len != 0 || h.status > 0))
-            rc = -EPROTO;
-        if (!rc) {
-            rc = h.status;
-            break;
-        }
-        close(p->ctl_fd); /* broken control connection: reconnect once */
-        p->ctl_fd = -1;
-    }
-    pthread_mutex_unlock(&p->ctl_mu);
-    return rc;
+    return d->n_nics > 0 && d->nics[0].port != 0;
 }
 
 const struct cr_xfer_transport_ops cr__xfer_tcp_ops = {
@@ -230,6 +138,6 @@ const struct cr_xfer_transport_ops cr__xfer_tcp_ops = {
     .destroy = tcp_destroy,
     .can_reach = tcp_can_reach,
     .submit = cr__tcp_submit,
-    .notify = cr__xfer_tcp_notify_peer,
+    .notify = NULL, /* notifications travel on the engine's control channel */
     .peer_forget = NULL, /* connections are kept for a reopen; freed at destroy */
 };

@@ -232,16 +232,32 @@ static int path_remote(tcp_peer_t *p, tcp_path_t *pa, cr__seg_nic_t *out)
     return 0;
 }
 
+/* Connects from local NIC lnic to remote, tunes the socket and passes the
+ * engine's connection-setup hook. Returns the fd or -errno. */
+static int dial(tcp_state_t *st, int lnic, const cr__seg_nic_t *remote)
+{
+    int ct = (int)(st->cfg.timeout_ms < TCP_CONNECT_TIMEOUT_MS ? st->cfg.timeout_ms
+                                                               : TCP_CONNECT_TIMEOUT_MS);
+    int fd = cr__net_connect(remote->addr, remote->port, st->cfg.nics[lnic], ct);
+    if (fd < 0)
+        return fd;
+    cr__tcp_tune_socket(st, fd);
+    int rc = cr__xfer_conn_connected(st->engine, fd, ct);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
 static int conn_open(tcp_conn_t *c, const cr__seg_nic_t *remote)
 {
     tcp_peer_t *p = c->peer;
     tcp_state_t *st = p->st;
     tcp_path_t *pa = &p->paths[c->path];
-    int ct = (int)(st->cfg.timeout_ms < 5000 ? st->cfg.timeout_ms : 5000);
-    int fd = cr__net_connect(remote->addr, remote->port, st->cfg.nics[pa->lnic], ct);
+    int fd = dial(st, pa->lnic, remote);
     if (fd < 0)
         return fd;
-    cr__tcp_tune_socket(st, fd);
     pthread_mutex_lock(&p->mu);
     c->fd = fd;
     atomic_store(&c->dead, 0);
@@ -570,11 +586,8 @@ static void peer_free(tcp_peer_t *p)
     for (int i = 0; i < TCP_SYNC_SLOTS; i++)
         if (p->sync[i].fd >= 0)
             close(p->sync[i].fd);
-    if (p->ctl_fd >= 0)
-        close(p->ctl_fd);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
-    pthread_mutex_destroy(&p->ctl_mu);
     free(p);
 }
 
@@ -610,11 +623,9 @@ static tcp_peer_t *peer_create(tcp_state_t *st, cr__xfer_peer_t *xp)
         return NULL;
     p->st = st;
     p->xp = xp;
-    p->ctl_fd = -1;
     for (int i = 0; i < TCP_SYNC_SLOTS; i++)
         p->sync[i].fd = -1;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_mutex_init(&p->ctl_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -796,8 +807,7 @@ static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
             sync_release(p, sl, 0);
             return 0;
         }
-        int ct = (int)(st->cfg.timeout_ms < 5000 ? st->cfg.timeout_ms : 5000);
-        int fd = cr__net_connect(remote.addr, remote.port, st->cfg.nics[pa->lnic], ct);
+        int fd = dial(st, pa->lnic, &remote);
         if (fd < 0) {
             /* as a sender would: with no path left the peer is unreachable
              * now, fail at once rather than let the queue wait out another
@@ -809,7 +819,6 @@ static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
             cr__xfer_task_done(t, fd == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH);
             return 1;
         }
-        cr__tcp_tune_socket(st, fd);
         cr__net_set_timeouts(fd, (int)st->cfg.timeout_ms);
         pthread_mutex_lock(&p->mu);
         sl->fd = fd;

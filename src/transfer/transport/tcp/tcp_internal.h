@@ -33,6 +33,7 @@
 #define TCP_MAX_SRV_CONNS 1024
 #define TCP_SYNC_SLOTS 32                /* caller-run connections per peer */
 #define TCP_SYNC_MAX (4ull << 20)        /* largest request a caller runs itself */
+#define TCP_CONNECT_TIMEOUT_MS 5000      /* bound on one connect (and its setup hook) */
 
 typedef struct tcp_slice {
     cr__xfer_task_t *task;
@@ -79,8 +80,6 @@ typedef struct tcp_peer {
     tcp_path_t paths[TCP_MAX_PATHS];
     int n_conns;
     tcp_conn_t **conns;
-    pthread_mutex_t ctl_mu; /* control connection (notifications) */
-    int ctl_fd;
     /* caller-run connections (tcp_client.c, "sync path"), guarded by mu:
      * a slot is busy while one caller uses its fd; idle slots keep their
      * connection for the next caller */

@@ -1,5 +1,6 @@
 /* tcp transport, serving side: listeners, one acceptor thread, one thread
- * per accepted connection. Every WRITE/READ is checked with
+ * per accepted connection, which first passes the engine's connection-setup
+ * hook (cr__xfer_conn_accepted). Every WRITE/READ is checked with
  * cr__xfer_mem_pin() before memory is touched; a bad header (magic,
  * version, opcode, oversized length) closes that connection only. */
 #include <errno.h>
@@ -16,7 +17,6 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "transfer/transport/tcp/tcp_internal.h"
-#include "transfer/xfer_internal.h"
 
 #define LOGC "tcp"
 #define SCRATCH (64u << 10)
@@ -205,30 +205,6 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
         }
         return rc;
     }
-    case CR__TCP_GET_DESC: {
-        if (h->len != 0)
-            return -EPROTO;
-        char *json = NULL;
-        size_t len = 0;
-        int status = cr__xfer_local_desc_json(e, &json, &len);
-        cr__tcp_hdr_enc(&r, CR__TCP_GET_DESC | CR__TCP_RESP, status, h->seq, 0,
-                        status ? 0 : len);
-        struct iovec iov[2] = {{&r, sizeof r}, {json, len}};
-        rc = acks_flush(fd, acks, iov, status ? 1 : 2);
-        free(json);
-        return rc;
-    }
-    case CR__TCP_NOTIFY: {
-        if (h->len > CR__TCP_MAX_NOTIFY)
-            return -EPROTO;
-        char buf[CR__TCP_MAX_NOTIFY];
-        if ((rc = cr__tcp_recv_full(fd, buf, h->len)) != 0)
-            return rc;
-        int status = cr__xfer_notify_payload_deliver(e, buf, h->len);
-        cr__tcp_hdr_enc(&r, CR__TCP_NOTIFY | CR__TCP_RESP, status, h->seq, 0, 0);
-        struct iovec iov[1] = {{&r, sizeof r}};
-        return acks_flush(fd, acks, iov, 1);
-    }
     default:
         return -EPROTO;
     }
@@ -308,8 +284,11 @@ static void *srv_main(void *arg)
     ack_buf_t acks;
     acks.n = 0;
     acks.bytes = 0;
-    int rc = 0, last_read = 0;
-    for (;;) {
+    int last_read = 0;
+    /* the engine's connection-setup hook (authentication) runs in this
+     * thread, so a slow handshake never holds up the acceptor */
+    int rc = cr__xfer_conn_accepted(st->engine, fd, (int)st->cfg.timeout_ms);
+    while (!rc) {
         if (last_read && sc->nh_have == 0) {
             cr__tcp_hdr_t run[READ_BATCH];
             int k = take_read_run(fd, run);
@@ -479,35 +458,16 @@ int cr__tcp_server_start(tcp_state_t *st, cr__seg_desc_t *local)
 {
     if (pipe2(st->wake, O_CLOEXEC | O_NONBLOCK))
         return -errno;
-    uint16_t port = st->cfg.port;
-    int rc = 0;
-    for (int attempt = 0; attempt < 16; attempt++) {
-        rc = 0;
-        uint16_t want = port;
-        for (uint32_t i = 0; i < st->cfg.n_nics; i++) {
-            uint16_t bound = 0;
-            int fd = cr__net_listen(st->cfg.nics[i], want, 512, &bound);
-            if (fd < 0) {
-                rc = fd;
-                break;
-            }
-            st->listen_fd[st->n_listen++] = fd;
-            want = bound; /* same port on every NIC */
-        }
-        if (rc == 0) {
-            st->port = want;
-            break;
-        }
-        while (st->n_listen > 0)
-            close(st->listen_fd[--st->n_listen]);
-        if (port != 0 || rc != -EADDRINUSE)
-            break; /* a fixed port is taken, or a real error: give up */
-    }
+    /* an ephemeral port, the same on every NIC: the port the engine is
+     * known by (cfg.port) belongs to its control channel */
+    int rc = cr__net_listen_all((const char(*)[64])st->cfg.nics, st->cfg.n_nics, 0, 512,
+                                st->listen_fd, &st->port);
     if (rc) {
         close(st->wake[0]);
         close(st->wake[1]);
         return rc;
     }
+    st->n_listen = (int)st->cfg.n_nics;
     for (uint32_t i = 0; i < st->cfg.n_nics; i++)
         local->nics[i].port = st->port;
     if (pthread_create(&st->acceptor, NULL, acceptor_main, st)) {

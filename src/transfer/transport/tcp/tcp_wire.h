@@ -5,8 +5,9 @@
  *   off size field
  *   0   4    magic    0x45545243 ("CRTE" in memory order)
  *   4   1    version  1
- *   5   1    opcode   request: 1 WRITE, 2 READ, 3 GET_DESC, 4 NOTIFY;
- *                     response: request opcode | 0x80
+ *   5   1    opcode   request: 1 WRITE, 2 READ (3, 4: retired, were
+ *                     GET_DESC/NOTIFY before the engine's control channel
+ *                     took them); response: request opcode | 0x80
  *   6   2    flags    0 (reserved; receivers ignore unknown bits)
  *   8   4    status   responses: 0 or a negative errno; requests: 0
  *   12  4    seq      request sequence number on this connection, echoed
@@ -27,13 +28,10 @@
 #define CR__TCP_MAGIC 0x45545243u
 #define CR__TCP_VERSION 1
 #define CR__TCP_MAX_SLICE (64ull << 20)   /* bound on one WRITE/READ payload */
-#define CR__TCP_MAX_NOTIFY (2 + 256 + 4096) /* engine notify payload bound */
 
 enum cr__tcp_op {
     CR__TCP_WRITE = 1,
     CR__TCP_READ = 2,
-    CR__TCP_GET_DESC = 3,
-    CR__TCP_NOTIFY = 4,
     CR__TCP_RESP = 0x80,
 };
 

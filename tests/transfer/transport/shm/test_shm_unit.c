@@ -25,6 +25,8 @@
 #include "transfer/segment_desc.h"
 #include "transfer/transport/transport.h"
 
+extern const struct cr_xfer_transport_ops cr__xfer_shm_ops; /* the unit under test */
+
 /* ---- fake engine ----------------------------------------------------- */
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;

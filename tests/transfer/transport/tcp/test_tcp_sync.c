@@ -44,7 +44,7 @@ static cr_xfer_engine_t *engine_new(void)
 
 static uint64_t sync_done(cr_xfer_engine_t *e)
 {
-    return atomic_load(&((tcp_state_t *)e->tcp)->sync_done);
+    return atomic_load(&((tcp_state_t *)cr__xfer_transport_state(e, "tcp"))->sync_done);
 }
 
 static int setup(void **state)
@@ -158,11 +158,11 @@ static void test_cut_connection_falls_back_to_queue(void **state)
     uint64_t b = (uint64_t)(uintptr_t)f->bbuf;
     xt_fill(f->abuf, 1u << 20, 0, 21);
     assert_int_equal(one(f, CR_XFER_WRITE, 0, b, 1u << 20), 0); /* sync conn cached */
-    assert_int_equal(cr__xfer_tcp_debug_nic(f->b->tcp, 0, 1), 0);
+    assert_int_equal(cr__xfer_tcp_debug_nic(cr__xfer_transport_state(f->b, "tcp"), 0, 1), 0);
     /* back up; the port may stay busy until the cut connections closed */
     int up = -1;
     for (int i = 0; i < 200 && up; i++) {
-        up = cr__xfer_tcp_debug_nic(f->b->tcp, 0, 0);
+        up = cr__xfer_tcp_debug_nic(cr__xfer_transport_state(f->b, "tcp"), 0, 0);
         if (up)
             usleep(10000);
     }
@@ -208,7 +208,7 @@ static void test_congestion_control_choice(void **state)
     unsetenv("CRESCENT_TCP_CC");
     cr_xfer_engine_t *e = engine_new();
     assert_non_null(e);
-    assert_string_equal(((tcp_state_t *)e->tcp)->cc, "cubic");
+    assert_string_equal(((tcp_state_t *)cr__xfer_transport_state(e, "tcp"))->cc, "cubic");
     cr_xfer_engine_destroy(e);
 
     setenv("CRESCENT_TCP_CC", "no-such-cc", 1);
@@ -218,7 +218,8 @@ static void test_congestion_control_choice(void **state)
     xt_fill(f->abuf, 1u << 20, 0, 31);
     assert_int_equal(one(f, CR_XFER_WRITE, 0, (uint64_t)(uintptr_t)f->bbuf, 1u << 20), 0);
     assert_int_equal(xt_check(f->bbuf, 1u << 20, 0, 31, "with a refused cc"), -1);
-    assert_int_equal(atomic_load(&((tcp_state_t *)f->a->tcp)->cc_fallback), 1);
+    tcp_state_t *st = cr__xfer_transport_state(f->a, "tcp");
+    assert_int_equal(atomic_load(&st->cc_fallback), 1);
     void *fs = f;
     teardown(&fs);
 }

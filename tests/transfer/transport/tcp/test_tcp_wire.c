@@ -1,5 +1,5 @@
 /* tcp transport wire protocol, spoken raw against a real engine:
- * header layout, GET_DESC, the serving side's range checks (refused
+ * header layout, the serving side's range checks (refused
  * WRITE/READ answered with -EFAULT, memory outside untouched, the stream
  * stays in sync), garbage / bad magic / bad version / unknown opcode /
  * oversized lengths closing only that connection, unregister waiting for
@@ -56,7 +56,7 @@ static int teardown(void **state)
 
 static int raw_connect(fix_t *f)
 {
-    int fd = cr__net_connect("127.0.0.1", cr_xfer_engine_port(f->e), NULL, 2000);
+    int fd = cr__net_connect("127.0.0.1", f->e->local.nics[0].port, NULL, 2000);
     assert_true(fd >= 0);
     return fd;
 }
@@ -115,28 +115,12 @@ static void test_header_layout(void **state)
     assert_int_not_equal(cr__tcp_hdr_dec(&h), 0);
 }
 
-static void test_get_desc(void **state)
+/* the data port is the transport's own: not the engine's (control) port */
+static void test_data_port(void **state)
 {
     fix_t *f = *state;
-    int fd = raw_connect(f);
-    send_hdr(fd, CR__TCP_GET_DESC, 9, 0, 0);
-    cr__tcp_hdr_t h = recv_hdr(fd);
-    assert_int_equal(h.opcode, CR__TCP_GET_DESC | CR__TCP_RESP);
-    assert_int_equal(h.seq, 9);
-    assert_int_equal(h.status, 0);
-    assert_true(h.len > 0 && h.len < 65536);
-    char *json = malloc(h.len);
-    assert_int_equal(cr__net_read_full(fd, json, h.len, 2000), 0);
-    cr__seg_desc_t d;
-    assert_int_equal(cr__seg_desc_decode(json, h.len, &d), 0);
-    assert_string_equal(d.name, cr_xfer_engine_name(f->e));
-    assert_int_equal(d.n_buffers, 1);
-    assert_int_equal(d.buffers[0].addr, (uint64_t)(uintptr_t)f->reg);
-    assert_int_equal(d.n_nics, 1);
-    assert_int_equal(d.nics[0].port, cr_xfer_engine_port(f->e));
-    cr__seg_desc_clear(&d);
-    free(json);
-    close(fd);
+    assert_int_not_equal(f->e->local.nics[0].port, 0);
+    assert_int_not_equal(f->e->local.nics[0].port, cr_xfer_engine_port(f->e));
 }
 
 static void check_guards(fix_t *f)
@@ -233,26 +217,24 @@ static void test_garbage_closes_connection(void **state)
     send_hdr(fd, CR__TCP_READ, 0, (uint64_t)(uintptr_t)f->reg, CR__TCP_MAX_SLICE + 1);
     assert_closed(fd);
 
-    fd = raw_connect(f); /* oversized notification */
-    send_hdr(fd, CR__TCP_NOTIFY, 0, 0, CR__TCP_MAX_NOTIFY + 1);
+    fd = raw_connect(f); /* retired opcodes: GET_DESC and NOTIFY are control messages now */
+    send_hdr(fd, 3, 0, 0, 0);
     assert_closed(fd);
-
-    fd = raw_connect(f); /* malformed notification payload: refused, connection kept */
-    send_hdr(fd, CR__TCP_NOTIFY, 7, 0, 3);
-    assert_int_equal(cr__net_write_full(fd, "\xff\xff" "a", 3, 2000), 0);
-    h = recv_hdr(fd);
-    assert_int_equal(h.seq, 7);
-    assert_int_equal(h.status, -EINVAL);
-    close(fd);
+    fd = raw_connect(f);
+    send_hdr(fd, 4, 0, 0, 3);
+    assert_closed(fd);
 
     fd = raw_connect(f); /* half a header, then hang up */
     assert_int_equal(cr__net_write_full(fd, junk, 10, 2000), 0);
     close(fd);
 
     /* the untouched connection still works */
-    send_hdr(good, CR__TCP_GET_DESC, 1, 0, 0);
+    send_hdr(good, CR__TCP_READ, 1, (uint64_t)(uintptr_t)f->reg, 8);
     h = recv_hdr(good);
+    assert_int_equal(h.seq, 1);
     assert_int_equal(h.status, 0);
+    char eight[8];
+    assert_int_equal(cr__net_read_full(good, eight, sizeof eight, 2000), 0);
     close(good);
 
     /* and so does a real engine-to-engine transfer */
@@ -328,7 +310,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_layout),
-        cmocka_unit_test_setup_teardown(test_get_desc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_data_port, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_range_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_closes_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unregister_waits_for_pins, setup, teardown),
