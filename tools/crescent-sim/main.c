@@ -252,7 +252,8 @@ static int mode_run(const opts_t *o, const cr__cond_trace_t *t, const cr_cond_po
         fprintf(fs, "policy,n_prefill,n_decode,rate_scale,requests,completed,rejected,"
                     "ttft_mean,ttft_p50,ttft_p90,ttft_p99,tbt_mean,tbt_p50,tbt_p90,tbt_p99,"
                     "slo_attainment,hit_local,hit_remote,prefill_gpu_s,fetch_s,pipelined,wall_s,"
-                    "handoff_p50,handoff_p99,share_fetch_s,pred_factor,pred_sigma,err_sigma\n");
+                    "handoff_p50,handoff_p99,share_fetch_s,pred_factor,pred_sigma,err_sigma,"
+                    "ttft_lt8k,ttft_8k_32k,ttft_ge32k,n_lt8k,n_8k_32k,n_ge32k\n");
     printf("%-13s %9s %7s %7s %7s %7s %8s %8s %6s %6s %6s %9s %6s\n", "policy", "ttft_mean",
            "p50", "p90", "p99", "tbt_mean", "tbt_p90", "tbt_p99", "slo%", "hitL%", "hitR%",
            "gpu_s", "rej");
@@ -278,15 +279,29 @@ static int mode_run(const opts_t *o, const cr__cond_trace_t *t, const cr_cond_po
                100 * r.hit_remote, r.prefill_gpu_s, r.rejected);
         fprintf(stderr, "crescent-sim: %s replayed %zu requests in %.2f s wall\n",
                 cr_cond_policy_name(pol[i]), r.n, wall);
+        /* avg TTFT by prompt length: where a policy gains and where it loses */
+        double cls_sum[3] = {0, 0, 0};
+        size_t cls_n[3] = {0, 0, 0};
+        for (size_t j = 0; j < n; j++) {
+            if (ttft[i][j] < 0)
+                continue;
+            uint32_t in = t->reqs[c.first + j].input_len;
+            int k = in < 8192 ? 0 : in < 32768 ? 1 : 2;
+            cls_sum[k] += ttft[i][j];
+            cls_n[k]++;
+        }
         if (fs)
             fprintf(fs, "%s,%u,%u,%g,%zu,%zu,%zu,%.4f,%.4f,%.4f,%.4f,%.5f,%.5f,%.5f,%.5f,%.4f,"
-                        "%.4f,%.4f,%.1f,%.1f,%zu,%.3f,%.5f,%.5f,%.2f,%.4f,%.4f,%.3f\n",
+                        "%.4f,%.4f,%.1f,%.1f,%zu,%.3f,%.5f,%.5f,%.2f,%.4f,%.4f,%.3f,%.4f,%.4f,"
+                        "%.4f,%zu,%zu,%zu\n",
                     cr_cond_policy_name(pol[i]), c.n_prefill, c.n_decode, c.rate_scale, r.n,
                     r.completed, r.rejected, r.ttft.mean, r.ttft.p50, r.ttft.p90, r.ttft.p99,
                     r.tbt.mean, r.tbt.p50, r.tbt.p90, r.tbt.p99, r.slo_attainment, r.hit_local,
                     r.hit_remote, r.prefill_gpu_s, r.transfer_s, r.pipelined, wall, r.handoff.p50,
                     r.handoff.p99, r.share_fetch_s, r.pred.prefill_factor, r.pred.prefill_sigma,
-                    o->err_sigma);
+                    o->err_sigma, cls_n[0] ? cls_sum[0] / (double)cls_n[0] : 0,
+                    cls_n[1] ? cls_sum[1] / (double)cls_n[1] : 0,
+                    cls_n[2] ? cls_sum[2] / (double)cls_n[2] : 0, cls_n[0], cls_n[1], cls_n[2]);
         /* keep only admitted TTFTs, sorted, for the CDF */
         size_t k = 0;
         for (size_t j = 0; j < n; j++)
