@@ -3,10 +3,15 @@
 # tools/crescent-sim/tune.sh chose on the FIRST half of the trace; every
 # comparison of late against global cache-aware is reported on the SECOND
 # half (requests 6000..12030), which the search never replayed.
-#   tools/crescent-sim/eval.sh SIM TRACE OUT_DIR
+#   tools/crescent-sim/eval.sh SIM TRACE OUT_DIR [STEP...]
+# STEPs (default all, in this order): fig5 heldout margin bias capacity plots;
+# separate invocations may run different steps at the same time.
 # Writes CSVs under OUT_DIR (and PNGs if gnuplot exists).
 set -eu
 SRC=$1 TRACE=$2 OUT=$3
+shift 3
+STEPS=${*:-fig5 heldout margin bias capacity plots}
+want() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$OUT"
 SIM=$(mktemp "$OUT/sim.XXXXXX")
 trap 'rm -f "$SIM"' EXIT
@@ -19,17 +24,25 @@ HALF2="--first=6000"
 run() { echo "+ crescent-sim $*" >&2; "$SIM" --trace="$TRACE" --progress=false $PIPE $LATE "$@"; }
 
 # 1. Fig. 5 reproduction: whole trace, exact estimates, every policy; hit rate
+if want fig5; then
 run --mode=run --policies=random,load_balance,local_cache,global_cache,late --out_dir="$OUT/fig5"
 run --mode=hitrate --cap_list=250,500,1000,2000,4000,8000,16000 --out_dir="$OUT/fig5"
+fi
 # 2. held-out half, x1: TTFT per policy without and with 30 % estimation error
-for e in 0 0.3; do
-  run --mode=run $HALF2 --err_sigma=$e --policies=random,load_balance,local_cache,global_cache,late \
+want heldout && for e in 0 0.3; do
+  run --mode=run $HALF2 --err_sigma=$e \
+      --policies=random,load_balance,local_cache,global_cache,cost_fetch,late \
       --out_dir="$OUT/heldout_err$e"
 done
 # 3. margin of late against global, loads x error levels (learning predictor)
+if want margin; then
 run --mode=margin $HALF2 --loads=1,1.25,1.5,1.75,2 --errs=0,0.1,0.3,0.5 --out_dir="$OUT/margin"
+# 3b. the withdrawn cost_fetch claim, corrected: cost_fetch against global, both pipelining
+run --mode=margin $HALF2 --ours=cost_fetch --loads=1,1.25,1.5,1.75 --errs=0,0.3 \
+    --out_dir="$OUT/margin_cost_fetch"
+fi
 # 4. systematic bias, with and without learning (30 % per-request error)
-for b in 0.7 1.5; do
+want bias && for b in 0.7 1.5; do
   for l in true false; do
     run --mode=margin $HALF2 --loads=1,1.5 --errs=0.3 --err_bias=$b --err_decode_bias=$b \
         --learn=$l --out_dir="$OUT/bias${b}_learn_$l"
@@ -37,8 +50,11 @@ for b in 0.7 1.5; do
 done
 # 5. effective capacity under SLOs (TTFT <= 10 s, TBT <= threshold, 90 %)
 for e in 0 0.3; do
+  want capacity || want "capacity$e" || continue
   run --mode=capacity $HALF2 --err_sigma=$e --policies=global_cache,late --ttft_slo=10 \
-      --tbt_list=0.03,0.04,0.05,0.075,0.1 --out_dir="$OUT/capacity_err$e"
+      --tbt_list=0.03,0.04,0.05,0.1 --out_dir="$OUT/capacity_err$e"
 done
-command -v gnuplot >/dev/null 2>&1 && gnuplot -e "dir='$OUT'" "$(dirname "$0")/plots.gp"
-echo "eval.sh: done; CSVs in $OUT"
+if want plots && command -v gnuplot >/dev/null 2>&1; then
+  gnuplot -e "dir='$OUT'" "$(dirname "$0")/plots.gp"
+fi
+echo "eval.sh: $STEPS done; CSVs in $OUT"

@@ -64,6 +64,11 @@ if which in ("all", "margin"):
             for r in rows(p):
                 print(f"| x{b} | {'learning' if l == 'true' else 'prior only'} | x{float(r['load']):g} | {float(r['base_avg']):.3f} | "
                       f"{float(r['ours_avg']):.3f} | **{float(r['margin_pct']):+.1f} %** | {float(r['pred_factor']):.3f} |")
+if which in ("all", "margin") and os.path.exists(os.path.join(d, "margin_cost_fetch/margin.csv")):
+    print("\n| error sigma | load | global avg TTFT (s) | cost_fetch avg TTFT (s) | change |")
+    print("|---|---|---|---|---|")
+    for r in rows("margin_cost_fetch/margin.csv"):
+        print(f"| {float(r['err_sigma']):.1f} | x{float(r['load']):g} | {float(r['base_avg']):.3f} | {float(r['ours_avg']):.3f} | {float(r['margin_pct']):+.1f} % |")
 if which in ("all", "capacity"):
     print("\n| TBT threshold | global, exact | late, exact | change | global, 30 % error | late, 30 % error | **change** |")
     print("|---|---|---|---|---|---|---|")
