@@ -25,8 +25,8 @@ __all__ = ["strerror", "__version__", "find_executable"]
 
 def find_executable(name):
     """Path of a crescent executable (``crescent-master``, ``crescent-metadata``,
-    ...): $CRESCENT_BIN_DIR, then the build tree this package was built in,
-    then $PATH. Returns None when not found."""
+    ...): $CRESCENT_BIN_DIR, then the package's bin/ (pip installs), then the
+    build tree this package was built in, then $PATH. Returns None when not found."""
     import os
     import shutil
 
@@ -34,12 +34,15 @@ def find_executable(name):
     env = os.environ.get("CRESCENT_BIN_DIR")
     if env:
         cands.append(os.path.join(env, name))
+    # installed by pip: the daemons ship inside the package
+    cands.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", name))
     try:
         from crescent import _paths
 
         b = _paths.BUILD_DIR
-        cands += [os.path.join(b, "tools", name, name), os.path.join(b, "tools", name),
-                  os.path.join(b, "bin", name), os.path.join(b, name)]
+        if b:
+            cands += [os.path.join(b, "tools", name, name), os.path.join(b, "tools", name),
+                      os.path.join(b, "bin", name), os.path.join(b, name)]
     except ImportError:
         pass
     for c in cands:
