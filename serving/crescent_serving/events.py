@@ -14,7 +14,9 @@ import zmq
 class KVEventPublisher:
     def __init__(self, host, block_size, medium="CPU", topic=b"kv-events"):
         self.ctx = zmq.Context.instance()
-        self.sock = self.ctx.socket(zmq.PUB)
+        # XPUB, not PUB: it tells us when the conductor's SUB socket has
+        # subscribed, so no batch is published into the void before that
+        self.sock = self.ctx.socket(zmq.XPUB)
         self.sock.setsockopt(zmq.LINGER, 0)
         port = self.sock.bind_to_random_port("tcp://%s" % host)
         self.endpoint = "tcp://%s:%d" % (host, port)
@@ -22,6 +24,26 @@ class KVEventPublisher:
         self.medium = medium
         self.topic = topic
         self.seq = 0
+        self.subscribers = 0
+
+    def _drain(self, timeout_ms):
+        while self.sock.poll(timeout_ms, zmq.POLLIN):
+            msg = self.sock.recv()
+            if msg[:1] == b"\x01":
+                self.subscribers += 1
+            elif msg[:1] == b"\x00":
+                self.subscribers = max(0, self.subscribers - 1)
+            timeout_ms = 0
+
+    def wait_subscribed(self, timeout_s):
+        """True once at least one subscriber (the conductor) has subscribed."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._drain(100)
+            if self.subscribers > 0:
+                return True
+            if time.monotonic() > deadline:
+                return False
 
     def block_stored(self, blocks):
         """blocks: [(hash, parent hash or None, token ids)] in prefix order."""
@@ -35,6 +57,7 @@ class KVEventPublisher:
         self._send([time.time(), [["AllBlocksCleared"]], 0])
 
     def _send(self, batch):
+        self._drain(0)
         self.sock.send_multipart([self.topic, struct.pack(">q", self.seq), msgpack.packb(batch)])
         self.seq += 1
 

@@ -66,6 +66,9 @@ class Router:
             st, rep = http_post(self.conductor + "/register", body)
             if st != 200:
                 raise RuntimeError("conductor /register %s: %s %s" % (h["id"], st, rep))
+            if h["events"] and not call(ep, "wait_subscribed", 60.0, seconds=30.0):
+                raise RuntimeError("conductor did not subscribe to %s's KV events (%s) within 30 s"
+                                   % (h["id"], h["events"]))
 
     def _pick(self, role, preferred):
         if preferred in self.workers and preferred not in self.dead and \

@@ -76,6 +76,9 @@ def main(argv=None):
             raise RuntimeError("worker %s is a prefill worker" % a.id)
         return eng.reserve(req_id, n_tokens, max_new)
 
+    def wait_subscribed(seconds=30.0):
+        return pub.wait_subscribed(min(float(seconds), 60.0)) if pub else True
+
     def shutdown():
         return "bye"
 
@@ -83,6 +86,7 @@ def main(argv=None):
         print("READY id=%s rpc=%s events=%s" % (a.id, ep, pub.endpoint if pub else "-"), flush=True)
 
     serve(a.host, {"hello": hello, "prefill": prefill, "decode": decode, "reserve": reserve,
+           "wait_subscribed": wait_subscribed,
            "shutdown": shutdown}, ready)
     if pub:
         pub.close()
