@@ -175,16 +175,19 @@ class Cluster:
                              "--block_size=%d" % self.cfg.block_size], "store")
             cm = _wait_line(c, r"listening on \S+:(\d+)", "crescent-conductor")
             self.conductor = "http://%s:%s" % (h, cm.group(1))
-            for i in range(self.n_prefill):
-                self.start_worker("prefill", "p%d" % i)
-            for i in range(self.n_decode):
-                self.start_worker("decode", "d%d" % i)
+            # start every worker first, then wait: their imports run in parallel
+            pending = [self.start_worker("prefill", "p%d" % i, wait=False) for i in range(self.n_prefill)]
+            pending += [self.start_worker("decode", "d%d" % i, wait=False) for i in range(self.n_decode)]
+            for wid in pending:
+                self.wait_worker(wid)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def start_worker(self, role, wid, cfg=None, env=None):
+    def start_worker(self, role, wid, cfg=None, env=None, wait=True):
+        """Starts a worker; returns its RPC endpoint (wait=False: its id,
+        wait_worker(id) returns the endpoint)."""
         cfg = cfg or self.cfg
         host = self._host("pre" if role == "prefill" else "dec")
         e = dict(self.worker_env)
@@ -199,6 +202,11 @@ class Cluster:
         if "LOAD_BATCH_PAGES" in e:
             argv += ["--load-batch-pages", e.pop("LOAD_BATCH_PAGES")]
         p = self._start(argv, "pre" if role == "prefill" else "dec", e)
+        self.workers[wid] = (p, None)
+        return self.wait_worker(wid) if wait else wid
+
+    def wait_worker(self, wid):
+        p = self.workers[wid][0]
         m = _wait_line(p, r"READY id=\S+ rpc=(\S+)", "worker " + wid)
         self.workers[wid] = (p, m.group(1))
         return m.group(1)
