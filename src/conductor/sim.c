@@ -149,9 +149,9 @@ void cr__cond_sim_cfg_default(cr__cond_sim_cfg_t *c)
     c->seed = 1;
     /* chunked pipeline parallelism (every cache-aware policy): chosen on
      * the first half of the conversation trace (docs/scheduling.md) */
-    c->pipe_min_s = 3;
+    c->pipe_min_s = 5;
     c->pipe_max = 2;
-    c->pipe_idle_s = 2;
+    c->pipe_idle_s = 0.5;
     c->pipe_reserve = 3;
     c->rate_scale = 1.0;
     c->cache_blocks = 0;
@@ -163,7 +163,7 @@ void cr__cond_sim_cfg_default(cr__cond_sim_cfg_t *c)
     c->err_decode_bias = 1;
     c->err_seed = 7;
     c->learn = 1;
-    c->late_aging = 0.5;
+    c->late_aging = 0.1; /* chosen on the first half (docs/scheduling.md) */
     c->late_window = 64;
 }
 

@@ -4,22 +4,24 @@
 # comparison of late against global cache-aware is reported on the SECOND
 # half (requests 6000..12030), which the search never replayed.
 #   tools/crescent-sim/eval.sh SIM TRACE OUT_DIR [STEP...]
-# STEPs (default all, in this order): fig5 heldout margin bias capacity plots;
+# STEPs (default all, in this order): fig5 heldout margin bias ablation capacity plots;
 # separate invocations may run different steps at the same time.
 # Writes CSVs under OUT_DIR (and PNGs if gnuplot exists).
 set -eu
 SRC=$1 TRACE=$2 OUT=$3
 shift 3
-STEPS=${*:-fig5 heldout margin bias capacity plots}
+STEPS=${*:-fig5 heldout margin bias ablation capacity plots}
 want() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$OUT"
 SIM=$(mktemp "$OUT/sim.XXXXXX")
 trap 'rm -f "$SIM"' EXIT
 cp "$SRC" "$SIM"
 chmod 755 "$SIM"
-# chosen on the first half (tune.sh, err_sigma 0.3, x1 and x1.5):
-PIPE="--pipe_min_s=${PIPE_MIN_S:-0} --pipe_max=${PIPE_MAX:-2} --pipe_idle_s=${PIPE_IDLE_S:-0.5} --pipe_reserve=${PIPE_RESERVE:-0}"
-LATE="--late_aging=${LATE_AGING:-0.5} --late_window=64 --late_pipe_min_s=${LATE_PIPE_MIN_S:-3} --late_pipe_max=${LATE_PIPE_MAX:-2} --late_pipe_reserve=${LATE_PIPE_RESERVE:-3}"
+# chosen on the first half (tune.sh, err_sigma 0.3, x1 and x1.5): the
+# baseline's best setting WITH pipelining (its best overall, pipelining off,
+# is PIPE_MIN_S=0) and late's best
+PIPE="--pipe_min_s=${PIPE_MIN_S:-5} --pipe_max=${PIPE_MAX:-2} --pipe_idle_s=${PIPE_IDLE_S:-0.5} --pipe_reserve=${PIPE_RESERVE:-3}"
+LATE="--late_aging=${LATE_AGING:-0.1} --late_window=64 --late_pipe_min_s=${LATE_PIPE_MIN_S:-5} --late_pipe_max=${LATE_PIPE_MAX:-2} --late_pipe_reserve=${LATE_PIPE_RESERVE:-1}"
 HALF2="--first=6000"
 run() { echo "+ crescent-sim $*" >&2; "$SIM" --trace="$TRACE" --progress=false $PIPE $LATE "$@"; }
 
@@ -48,6 +50,13 @@ want bias && for b in 0.7 1.5; do
         --learn=$l --out_dir="$OUT/bias${b}_learn_$l"
   done
 done
+# 4b. ablation: where late's gain comes from. FIFO late binding (aging so
+# large that the oldest always goes first) isolates binding on observed idleness
+# from shortest-predicted-first; no pipelining isolates that mechanism.
+if want ablation; then
+  run --mode=margin $HALF2 --loads=1,1.5 --errs=0,0.3 --late_aging=1000 --out_dir="$OUT/ablation_fifo"
+  run --mode=margin $HALF2 --loads=1,1.5 --errs=0,0.3 --late_pipe_min_s=0 --out_dir="$OUT/ablation_nopipe"
+fi
 # 5. effective capacity under SLOs (TTFT <= 10 s, TBT <= threshold, 90 %)
 for e in 0 0.3; do
   want capacity || want "capacity$e" || continue

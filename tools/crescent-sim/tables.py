@@ -69,6 +69,15 @@ if which in ("all", "margin") and os.path.exists(os.path.join(d, "margin_cost_fe
     print("|---|---|---|---|---|")
     for r in rows("margin_cost_fetch/margin.csv"):
         print(f"| {float(r['err_sigma']):.1f} | x{float(r['load']):g} | {float(r['base_avg']):.3f} | {float(r['ours_avg']):.3f} | {float(r['margin_pct']):+.1f} % |")
+if which in ("all", "ablation"):
+    print("\n| late variant | error sigma | load | global avg TTFT (s) | variant avg TTFT (s) | change |")
+    print("|---|---|---|---|---|---|")
+    for name, p in (("FIFO late binding (aging 1000)", "ablation_fifo/margin.csv"),
+                    ("late without pipelining", "ablation_nopipe/margin.csv")):
+        if not os.path.exists(os.path.join(d, p)):
+            continue
+        for r in rows(p):
+            print(f"| {name} | {float(r['err_sigma']):.1f} | x{float(r['load']):g} | {float(r['base_avg']):.3f} | {float(r['ours_avg']):.3f} | {float(r['margin_pct']):+.1f} % |")
 if which in ("all", "capacity"):
     print("\n| TBT threshold | global, exact | late, exact | change | global, 30 % error | late, 30 % error | **change** |")
     print("|---|---|---|---|---|---|---|")
