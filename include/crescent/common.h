@@ -1,17 +1,19 @@
 /* crescent — common definitions shared by every component.
  *
  * Status convention (all public functions): 0 is success, a negative value is
- * an error. Two ranges are used and never overlap:
- *   -1 .. -511      negated errno values (-EINVAL, -ENOMEM, -ETIMEDOUT, ...),
- *                   used by the transfer engine and the conductor;
- *   -600 .. -1999   the store's ErrorCode values, numerically identical to
- *                   Mooncake's ErrorCode table so integrations written against
- *                   Mooncake compare against the same numbers.
+ * an error, and every number has one meaning:
+ *   negated errno values (-EINVAL, -ENOMEM, -ETIMEDOUT, ...; Linux errno
+ *   values are 1..133), used by the transfer engine and the conductor;
+ *   the store's ErrorCode values (CR_STORE_ERRC_MAP below: -1, -10,
+ *   -100..-103, -200, ..., -600..-1401), numerically identical to
+ *   Mooncake's ErrorCode table so integrations written against Mooncake
+ *   compare against the same numbers.
  * Mooncake's table also uses -1, -10 and -100..-103, which collide with
- * -EPERM, -ECHILD, -ENETDOWN..-ENETRESET and -ECONNABORTED: crescent never
- * returns those six errno values (it uses -EACCES, -EHOSTUNREACH, -ECONNRESET instead), so
- * each number has one meaning. cr_strerror() turns any status into a static
- * string from one table.
+ * -EPERM, -ECHILD, -ENETDOWN, -ENETUNREACH, -ENETRESET and -ECONNABORTED:
+ * crescent never returns those six errno values (they become -EACCES, -EIO,
+ * -EHOSTUNREACH, -EHOSTUNREACH, -ECONNRESET, -ECONNRESET), so each number
+ * has one meaning. cr_strerror() and cr_err_name() turn any status into a
+ * static string, both generated from one list (CR_STORE_ERRC_MAP).
  */
 #ifndef CRESCENT_COMMON_H
 #define CRESCENT_COMMON_H
@@ -33,61 +35,72 @@ extern "C" {
 #define CR_VERSION_MINOR 1
 #define CR_VERSION_PATCH 0
 
-/* Store error codes (Mooncake ErrorCode values). */
-enum cr_store_errc {
-    CR_OK = 0,
-    CR_E_INTERNAL_ERROR = -1,
-    CR_E_BUFFER_OVERFLOW = -10,
-    CR_E_SHARD_INDEX_OUT_OF_RANGE = -100,
-    CR_E_SEGMENT_NOT_FOUND = -101,
-    CR_E_SEGMENT_ALREADY_EXISTS = -102,
-    CR_E_CLIENT_NOT_FOUND = -103, /* (collides with -ECONNABORTED, never returned as errno) */
-    CR_E_NO_AVAILABLE_HANDLE = -200,
-    CR_E_INVALID_VERSION = -300,
-    CR_E_INVALID_KEY = -400,
-    CR_E_WRITE_FAIL = -500,
-    CR_E_INVALID_PARAMS = -600,
-    CR_E_ILLEGAL_CLIENT = -601,
-    CR_E_INVALID_WRITE = -700,
-    CR_E_INVALID_READ = -701,
-    CR_E_INVALID_REPLICA = -702,
-    CR_E_REPLICA_IS_NOT_READY = -703,
-    CR_E_OBJECT_NOT_FOUND = -704,
-    CR_E_OBJECT_ALREADY_EXISTS = -705,
-    CR_E_OBJECT_HAS_LEASE = -706,
-    CR_E_LEASE_EXPIRED = -707,
-    CR_E_OBJECT_HAS_REPLICATION_TASK = -708,
-    CR_E_OBJECT_NO_REPLICATION_TASK = -709,
-    CR_E_REPLICA_NOT_FOUND = -710,
-    CR_E_REPLICA_ALREADY_EXISTS = -711,
-    CR_E_REPLICA_IS_GONE = -712,
-    CR_E_TRANSFER_FAIL = -800,
-    CR_E_RPC_FAIL = -900,
-    CR_E_ETCD_OPERATION_ERROR = -1000,
-    CR_E_ETCD_KEY_NOT_EXIST = -1001,
-    CR_E_ETCD_TRANSACTION_FAIL = -1002,
-    CR_E_ETCD_CTX_CANCELLED = -1003,
-    CR_E_UNAVAILABLE_IN_CURRENT_STATUS = -1010,
-    CR_E_UNAVAILABLE_IN_CURRENT_MODE = -1011,
-    CR_E_FILE_NOT_FOUND = -1100,
-    CR_E_FILE_OPEN_FAIL = -1101,
-    CR_E_FILE_READ_FAIL = -1102,
-    CR_E_FILE_WRITE_FAIL = -1103,
-    CR_E_FILE_INVALID_BUFFER = -1104,
-    CR_E_FILE_LOCK_FAIL = -1105,
-    CR_E_FILE_INVALID_HANDLE = -1106,
-    CR_E_BUCKET_NOT_FOUND = -1200,
-    CR_E_BUCKET_ALREADY_EXISTS = -1201,
-    CR_E_KEYS_EXCEED_BUCKET_LIMIT = -1202,
-    CR_E_KEYS_ULTRA_LIMIT = -1203,
-    CR_E_UNABLE_OFFLOAD = -1300,
-    CR_E_UNABLE_OFFLOADING = -1301,
-    CR_E_TASK_NOT_FOUND = -1400,
-    CR_E_TASK_PENDING_LIMIT_EXCEEDED = -1401,
-};
+/* Store error codes: Mooncake's ErrorCode values (name, value, meaning).
+ * This list is the one place they are written: it generates the enum below,
+ * cr_strerror() ("NAME: meaning") and cr_err_name() ("NAME"). Append new
+ * codes; never renumber (integrations compare against the numbers). */
+#define CR_STORE_ERRC_MAP(X)                                                                       \
+    X(INTERNAL_ERROR, -1, "internal error")                                                        \
+    X(BUFFER_OVERFLOW, -10, "buffer too small")                                                    \
+    X(SHARD_INDEX_OUT_OF_RANGE, -100, "shard index out of range")                                  \
+    X(SEGMENT_NOT_FOUND, -101, "no such segment")                                                  \
+    X(SEGMENT_ALREADY_EXISTS, -102, "segment already mounted")                                     \
+    X(CLIENT_NOT_FOUND, -103, "client unknown to the master")                                      \
+    X(NO_AVAILABLE_HANDLE, -200, "no space left in the pool")                                      \
+    X(INVALID_VERSION, -300, "protocol or object version mismatch")                                \
+    X(INVALID_KEY, -400, "empty or oversized key")                                                 \
+    X(WRITE_FAIL, -500, "write failed")                                                            \
+    X(INVALID_PARAMS, -600, "invalid parameters")                                                  \
+    X(ILLEGAL_CLIENT, -601, "client may not do this operation")                                    \
+    X(INVALID_WRITE, -700, "invalid write")                                                        \
+    X(INVALID_READ, -701, "invalid read")                                                          \
+    X(INVALID_REPLICA, -702, "malformed or unusable replica")                                      \
+    X(REPLICA_IS_NOT_READY, -703, "object not complete yet")                                       \
+    X(OBJECT_NOT_FOUND, -704, "no such key")                                                       \
+    X(OBJECT_ALREADY_EXISTS, -705, "key already stored")                                           \
+    X(OBJECT_HAS_LEASE, -706, "object is leased to a reader")                                      \
+    X(LEASE_EXPIRED, -707, "lease expired before the transfer completed")                          \
+    X(OBJECT_HAS_REPLICATION_TASK, -708, "object has a replication task")                          \
+    X(OBJECT_NO_REPLICATION_TASK, -709, "object has no replication task")                          \
+    X(REPLICA_NOT_FOUND, -710, "no such replica")                                                  \
+    X(REPLICA_ALREADY_EXISTS, -711, "replica already exists")                                      \
+    X(REPLICA_IS_GONE, -712, "replica existed once but is gone")                                   \
+    X(TRANSFER_FAIL, -800, "data transfer failed")                                                 \
+    X(RPC_FAIL, -900, "control-plane RPC failed")                                                  \
+    X(ETCD_OPERATION_ERROR, -1000, "etcd operation failed")                                        \
+    X(ETCD_KEY_NOT_EXIST, -1001, "etcd key does not exist")                                        \
+    X(ETCD_TRANSACTION_FAIL, -1002, "etcd transaction failed")                                     \
+    X(ETCD_CTX_CANCELLED, -1003, "etcd request cancelled")                                         \
+    X(UNAVAILABLE_IN_CURRENT_STATUS, -1010, "unavailable now (a bound is reached)")                \
+    X(UNAVAILABLE_IN_CURRENT_MODE, -1011, "unavailable in the current mode")                       \
+    X(FILE_NOT_FOUND, -1100, "file not found")                                                     \
+    X(FILE_OPEN_FAIL, -1101, "cannot open file")                                                   \
+    X(FILE_READ_FAIL, -1102, "file read failed")                                                   \
+    X(FILE_WRITE_FAIL, -1103, "file write failed")                                                 \
+    X(FILE_INVALID_BUFFER, -1104, "invalid file buffer")                                           \
+    X(FILE_LOCK_FAIL, -1105, "cannot lock file")                                                   \
+    X(FILE_INVALID_HANDLE, -1106, "invalid file handle")                                           \
+    X(BUCKET_NOT_FOUND, -1200, "no such bucket")                                                   \
+    X(BUCKET_ALREADY_EXISTS, -1201, "bucket already exists")                                       \
+    X(KEYS_EXCEED_BUCKET_LIMIT, -1202, "keys exceed the bucket limit")                             \
+    X(KEYS_ULTRA_LIMIT, -1203, "too many keys")                                                    \
+    X(UNABLE_OFFLOAD, -1300, "cannot offload")                                                     \
+    X(UNABLE_OFFLOADING, -1301, "offloading not possible now")                                     \
+    X(TASK_NOT_FOUND, -1400, "no such task")                                                       \
+    X(TASK_PENDING_LIMIT_EXCEEDED, -1401, "too many pending tasks")
 
-/* Returns a static, never-NULL description of any crescent status code. */
+#define CR_ERRC_ENUM_(name, value, text) CR_E_##name = value,
+enum cr_store_errc { CR_OK = 0, CR_STORE_ERRC_MAP(CR_ERRC_ENUM_) };
+#undef CR_ERRC_ENUM_
+
+/* Returns a static, never-NULL description of any crescent status code:
+ * "NAME: meaning" for a store code, the C library's text for an errno. */
 CR_API const char *cr_strerror(int status);
+
+/* Returns the static, never-NULL symbolic name of a status: "OK",
+ * "OBJECT_NOT_FOUND" (store codes, without the CR_E_ prefix), "EINVAL"
+ * (errno values), or "UNKNOWN". */
+CR_API const char *cr_err_name(int status);
 
 /* Returns the library version as "MAJOR.MINOR.PATCH" (static string). */
 CR_API const char *cr_version(void);

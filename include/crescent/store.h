@@ -23,7 +23,8 @@
  * CR_E_TRANSFER_FAIL (-800), CR_E_RPC_FAIL (-900), CR_E_BUFFER_OVERFLOW (-10,
  * caller's buffer too small), CR_E_LEASE_EXPIRED (-707, a read outlived its
  * lease and was discarded), CR_E_INVALID_KEY (-400); -ENOMEM on allocation
- * failure. cr_strerror() describes any of them.
+ * failure. The full list is CR_STORE_ERRC_MAP in common.h; cr_strerror()
+ * describes any status, cr_err_name() names it.
  *
  * Consistency (the stale-read contract): bytes returned by a get are always
  * bytes some completed put of that key wrote. A get that cannot prove this

@@ -72,11 +72,11 @@ int cr__net_listen(const char *host, uint16_t port, int backlog, uint16_t *bound
         return rc;
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return -errno;
+        return CR__ERRNO();
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(fd, (struct sockaddr *)&ss, len) || listen(fd, backlog)) {
-        rc = -errno;
+        rc = CR__ERRNO();
         close(fd);
         return rc;
     }
@@ -129,13 +129,13 @@ int cr__net_connect(const char *host, uint16_t port, const char *src_host, int t
         return rc;
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
-        return -errno;
+        return CR__ERRNO();
     if (src_host && *src_host) {
         struct sockaddr_storage ls;
         socklen_t ll;
         if ((rc = cr__net_resolve(src_host, 0, &ls, &ll)) ||
             bind(fd, (struct sockaddr *)&ls, ll)) {
-            rc = rc ? rc : -errno;
+            rc = rc ? rc : CR__ERRNO();
             close(fd);
             return rc;
         }
@@ -152,7 +152,7 @@ int cr__net_connect(const char *host, uint16_t port, const char *src_host, int t
     while (pr < 0 && errno == EINTR);
     if (pr <= 0) {
         close(fd);
-        return pr == 0 ? -ETIMEDOUT : -errno;
+        return pr == 0 ? -ETIMEDOUT : CR__ERRNO();
     }
     int err = 0;
     socklen_t el = sizeof err;
@@ -177,7 +177,7 @@ static int wait_fd(int fd, short ev, int timeout_ms)
     while (r < 0 && errno == EINTR);
     if (r == 0)
         return -ETIMEDOUT;
-    return r < 0 ? -errno : 0;
+    return r < 0 ? CR__ERRNO() : 0;
 }
 
 int cr__net_read_full(int fd, void *buf, size_t len, int timeout_ms)
@@ -229,6 +229,6 @@ int cr__net_set_timeouts(int fd, int timeout_ms)
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ||
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv))
-        return -errno;
+        return CR__ERRNO();
     return 0;
 }

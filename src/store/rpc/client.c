@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/status.h"
 
 struct cr__rpc_client {
     pthread_mutex_t mu;
@@ -118,7 +119,8 @@ static int remaining_ms(uint64_t deadline)
 
 /* Sends n bytes before deadline: the send is tried first and poll only
  * waits when the socket buffer is full (a request fits in it almost always,
- * so a call costs one send). Returns 0, -ETIMEDOUT, -ECONNRESET or -errno;
+ * so a call costs one send). Returns 0, -ETIMEDOUT, -ECONNRESET or -errno
+ * (through cr__status_from_errno);
  * *moved counts bytes sent. */
 static int send_full(int fd, const uint8_t *p, size_t n, uint64_t deadline, size_t *moved)
 {
@@ -133,14 +135,14 @@ static int send_full(int fd, const uint8_t *p, size_t n, uint64_t deadline, size
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0 && errno != EAGAIN)
-            return errno == EPIPE ? -ECONNRESET : -errno;
+            return errno == EPIPE ? -ECONNRESET : CR__ERRNO();
         struct pollfd pf = {.fd = fd, .events = POLLOUT};
         int ms = remaining_ms(deadline);
         if (ms == 0)
             return -ETIMEDOUT;
         int pr = poll(&pf, 1, ms);
         if (pr < 0 && errno != EINTR)
-            return -errno;
+            return CR__ERRNO();
         if (pr == 0)
             return -ETIMEDOUT;
     }
@@ -166,7 +168,7 @@ static ssize_t recv_some(int fd, uint8_t *p, size_t min, size_t max, uint64_t de
                     return -ETIMEDOUT;
                 continue;
             }
-            return done ? -EPROTO : -errno;
+            return done ? -EPROTO : CR__ERRNO();
         }
         done += (size_t)k;
     }

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/status.h"
 
 #define MAX_LOOPS 16
 #define CONN_IN 4096 /* per-connection receive buffer: most frames fit whole */
@@ -427,7 +428,7 @@ int cr__rpc_server_start(const cr__rpc_server_params_t *p, cr__rpc_server_t **ou
     fcntl(s->lfd, F_SETFL, fcntl(s->lfd, F_GETFL) | O_NONBLOCK);
     s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->evfd < 0) {
-        rc = -errno;
+        rc = CR__ERRNO();
         close(s->lfd);
         free(s);
         return rc;
@@ -439,14 +440,14 @@ int cr__rpc_server_start(const cr__rpc_server_params_t *p, cr__rpc_server_t **ou
         l->srv = s;
         l->ep = epoll_create1(EPOLL_CLOEXEC);
         if (l->ep < 0) {
-            rc = -errno;
+            rc = CR__ERRNO();
             break;
         }
         struct epoll_event e = {.events = EPOLLIN | EPOLLEXCLUSIVE, .data.ptr = &s->lfd};
         struct epoll_event w = {.events = EPOLLIN, .data.ptr = &s->evfd};
         if (epoll_ctl(l->ep, EPOLL_CTL_ADD, s->lfd, &e) ||
             epoll_ctl(l->ep, EPOLL_CTL_ADD, s->evfd, &w)) {
-            rc = -errno;
+            rc = CR__ERRNO();
             close(l->ep);
             break;
         }
