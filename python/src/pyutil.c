@@ -469,9 +469,3 @@ void cr__py_nics_from_devices(const char *devices, char *out, size_t cap)
         p = e + 1;
     }
 }
-
-PyObject *cr__py_raise_status(PyObject *exc, int status, const char *what)
-{
-    PyErr_Format(exc, "%s: %s (%d)", what, cr_strerror(status), status);
-    return NULL;
-}

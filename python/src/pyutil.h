@@ -128,7 +128,4 @@ int cr__py_metadata_uri(const char *in, char *out, size_t cap);
  * ignored). out is "" when none is an address. */
 void cr__py_nics_from_devices(const char *devices, char *out, size_t cap);
 
-/* Sets an exception for a status from crescent (used where Mooncake raises). */
-PyObject *cr__py_raise_status(PyObject *exc, int status, const char *what);
-
 #endif

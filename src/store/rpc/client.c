@@ -86,21 +86,6 @@ static int connect_locked(cr__rpc_client_t *c)
     return 0;
 }
 
-int cr__rpc_client_connect(cr__rpc_client_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    int rc = connect_locked(c);
-    pthread_mutex_unlock(&c->mu);
-    return rc;
-}
-
-void cr__rpc_client_disconnect(cr__rpc_client_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    close_locked(c);
-    pthread_mutex_unlock(&c->mu);
-}
-
 void cr__rpc_client_destroy(cr__rpc_client_t *c)
 {
     if (!c)

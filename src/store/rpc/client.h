@@ -31,10 +31,6 @@ typedef struct cr__rpc_client cr__rpc_client_t;
 int cr__rpc_client_create(const char *addr, int connect_timeout_ms, int call_timeout_ms,
                           cr__rpc_client_t **out);
 
-/* Opens the connection now if it is not open (optional: calls connect
- * lazily). Returns 0, CR_E_RPC_FAIL (with the errno logged) or -ENOMEM. */
-int cr__rpc_client_connect(cr__rpc_client_t *c);
-
 /* Sends req (its req_id is ignored: the client assigns one) and waits for
  * the matching reply, decoded into *reply (caller frees with
  * cr__rpc_msg_free; untouched on failure). Returns 0 when a reply was
@@ -43,9 +39,6 @@ int cr__rpc_client_connect(cr__rpc_client_t *c);
  * exceeded), -ENOMEM, CR_E_RPC_FAIL (cannot connect, connection lost,
  * timeout, malformed reply or a reply of the wrong type/id). */
 int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
-
-/* Closes the connection (the next call reconnects). */
-void cr__rpc_client_disconnect(cr__rpc_client_t *c);
 
 /* Closes and frees; NULL is a no-op. Must not race with a call. */
 void cr__rpc_client_destroy(cr__rpc_client_t *c);
