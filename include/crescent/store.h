@@ -140,7 +140,21 @@ CR_API int cr_store_unregister_buffer(cr_store_t *store, void *addr);
 /* ---- replication ---------------------------------------------------------- */
 
 /* How a put places its replicas. NULL config = the defaults. */
+/* Bits of cr_store_replicate_config_t.field_mask: a field is read only when
+ * its bit is set. A field_mask of 0 reads the four fields below that
+ * existed before the mask (CR_STORE_REPL_V1), whose zero values are their
+ * defaults, so zero-initialised configs keep their meaning; fields added
+ * later are read only with their bit. */
+#define CR_STORE_REPL_REPLICA_NUM (1ull << 0)
+#define CR_STORE_REPL_PREFERRED_SEGMENTS (1ull << 1) /* preferred_segments + n_preferred */
+#define CR_STORE_REPL_SOFT_PIN (1ull << 2)
+#define CR_STORE_REPL_HARD_PIN (1ull << 3)
+#define CR_STORE_REPL_V1                                                                           \
+    (CR_STORE_REPL_REPLICA_NUM | CR_STORE_REPL_PREFERRED_SEGMENTS | CR_STORE_REPL_SOFT_PIN |       \
+     CR_STORE_REPL_HARD_PIN)
+
 typedef struct cr_store_replicate_config {
+    uint64_t field_mask; /* CR_STORE_REPL_* bits; 0 = CR_STORE_REPL_V1 */
     /* Replicas, each on a distinct segment (1..CR_STORE_REPLICA_MAX).
      * 0 means 1. */
     uint32_t replica_num;

@@ -335,28 +335,48 @@ static int call_items(cr_store_t *s, cr__rpc_msg_t *req, cr__rpc_msg_t *rep, siz
     return 0;
 }
 
-static void cfg_to_rpc(const cr_store_replicate_config_t *c, cr__rpc_repl_cfg_t *o)
+/* The fields of c that its field_mask selects (store.h), defaults for the
+ * others. */
+static cr_store_replicate_config_t cfg_effective(const cr_store_replicate_config_t *c)
 {
-    memset(o, 0, sizeof *o);
-    o->replica_num = 1;
+    cr_store_replicate_config_t e = {.field_mask = CR_STORE_REPL_V1};
     if (!c)
-        return;
-    o->replica_num = c->replica_num ? c->replica_num : 1;
-    o->flags = (c->soft_pin ? CR__RPC_CFG_SOFT_PIN : 0) | (c->hard_pin ? CR__RPC_CFG_HARD_PIN : 0);
-    o->n_preferred = (uint32_t)c->n_preferred;
-    o->preferred = (const char **)c->preferred_segments;
+        return e;
+    uint64_t m = c->field_mask ? c->field_mask : CR_STORE_REPL_V1;
+    if (m & CR_STORE_REPL_REPLICA_NUM)
+        e.replica_num = c->replica_num;
+    if (m & CR_STORE_REPL_PREFERRED_SEGMENTS) {
+        e.preferred_segments = c->preferred_segments;
+        e.n_preferred = c->n_preferred;
+    }
+    if (m & CR_STORE_REPL_SOFT_PIN)
+        e.soft_pin = c->soft_pin;
+    if (m & CR_STORE_REPL_HARD_PIN)
+        e.hard_pin = c->hard_pin;
+    return e;
 }
 
-static int check_cfg(const cr_store_replicate_config_t *c)
+static void cfg_to_rpc(const cr_store_replicate_config_t *config, cr__rpc_repl_cfg_t *o)
 {
-    if (!c)
-        return 0;
-    if (c->replica_num > CR_STORE_REPLICA_MAX || c->n_preferred > CR_STORE_PREFERRED_MAX ||
-        (c->n_preferred && !c->preferred_segments))
+    cr_store_replicate_config_t c = cfg_effective(config);
+    memset(o, 0, sizeof *o);
+    o->replica_num = c.replica_num ? c.replica_num : 1;
+    o->flags = (c.soft_pin ? CR__RPC_CFG_SOFT_PIN : 0) | (c.hard_pin ? CR__RPC_CFG_HARD_PIN : 0);
+    o->n_preferred = (uint32_t)c.n_preferred;
+    o->preferred = (const char **)c.preferred_segments;
+}
+
+static int check_cfg(const cr_store_replicate_config_t *config)
+{
+    if (config && (config->field_mask & ~CR_STORE_REPL_V1))
+        return CR_E_INVALID_PARAMS; /* a bit this library does not know */
+    cr_store_replicate_config_t c = cfg_effective(config);
+    if (c.replica_num > CR_STORE_REPLICA_MAX || c.n_preferred > CR_STORE_PREFERRED_MAX ||
+        (c.n_preferred && !c.preferred_segments))
         return CR_E_INVALID_PARAMS;
-    for (size_t i = 0; i < c->n_preferred; i++)
-        if (!c->preferred_segments[i] ||
-            strnlen(c->preferred_segments[i], CR_XFER_NAME_MAX) >= CR_XFER_NAME_MAX)
+    for (size_t i = 0; i < c.n_preferred; i++)
+        if (!c.preferred_segments[i] ||
+            strnlen(c.preferred_segments[i], CR_XFER_NAME_MAX) >= CR_XFER_NAME_MAX)
             return CR_E_INVALID_PARAMS;
     return 0;
 }

@@ -310,6 +310,34 @@ static void test_replicas_distinct(void **state)
     cr_store_remove(g_cli, "pref", 1);
 }
 
+/* cr_store_replicate_config_t.field_mask: a field whose bit is clear is not
+ * read (here an out-of-range replica_num is ignored), mask 0 reads the
+ * original fields, and a bit the library does not know is refused. */
+static void test_replicate_config_field_mask(void **state)
+{
+    (void)state;
+    size_t n = 64 * 1024;
+    char names[8][256];
+    fill(g_reg, n, 7);
+    cr_store_replicate_config_t c = {.field_mask = CR_STORE_REPL_HARD_PIN,
+                                     .replica_num = CR_STORE_REPLICA_MAX + 1};
+    assert_int_equal(cr_store_put_from(g_cli, "mask-1", g_reg, n, &c), 0);
+    assert_int_equal(replica_segments("mask-1", names, 8), 1);
+    c.field_mask = CR_STORE_REPL_REPLICA_NUM;
+    c.replica_num = 2;
+    assert_int_equal(cr_store_put_from(g_cli, "mask-2", g_reg, n, &c), 0);
+    assert_int_equal(replica_segments("mask-2", names, 8), 2);
+    c.field_mask = 0; /* CR_STORE_REPL_V1: replica_num is read */
+    c.replica_num = CR_STORE_REPLICA_MAX + 1;
+    assert_int_equal(cr_store_put_from(g_cli, "mask-3", g_reg, n, &c), CR_E_INVALID_PARAMS);
+    c.field_mask = 1ull << 40;
+    c.replica_num = 1;
+    assert_int_equal(cr_store_put_from(g_cli, "mask-4", g_reg, n, &c), CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_exist(g_cli, "mask-4"), 0);
+    cr_store_remove(g_cli, "mask-1", 1);
+    cr_store_remove(g_cli, "mask-2", 1);
+}
+
 static void test_batch(void **state)
 {
     (void)state;
@@ -760,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_put_get_sizes),
         cmocka_unit_test(test_miss_and_exists),
         cmocka_unit_test(test_replicas_distinct),
+        cmocka_unit_test(test_replicate_config_field_mask),
         cmocka_unit_test(test_batch),
         cmocka_unit_test(test_lease_blocks_remove),
         cmocka_unit_test(test_stalled_reader),
