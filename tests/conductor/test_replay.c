@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "conductor/internal.h"
+#include "test_check.h"
 
 int main(int argc, char **argv)
 {
@@ -51,21 +52,13 @@ int main(int argc, char **argv)
         printf("%-13s avg TTFT %7.3f s  p99 %7.3f s  hit local %.3f remote %.3f\n",
                cr_cond_policy_name(pol[i]), r.ttft.mean, r.ttft.p99, r.hit_local, r.hit_remote);
     }
-    int ok = 1;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL: " __VA_ARGS__);                                                 \
-            ok = 0;                                                                                \
-        }                                                                                          \
-    } while (0)
-    CHECK(ttft[0] > ttft[1] && ttft[1] > ttft[2] && ttft[2] > ttft[3],
-          "expected random > lb > local > global, got %.3f %.3f %.3f %.3f\n", ttft[0], ttft[1],
-          ttft[2], ttft[3]);
+    EXPECT(ttft[0] > ttft[1] && ttft[1] > ttft[2] && ttft[2] > ttft[3],
+           "expected random > lb > local > global, got %.3f %.3f %.3f %.3f", ttft[0], ttft[1],
+           ttft[2], ttft[3]);
     double gain = 1 - ttft[3] / ttft[2];
-    CHECK(gain >= 0.05 && gain <= 0.30, "global vs local gain %.1f%%, expected 5..30%%\n",
-          100 * gain);
-    CHECK(ttft[0] >= 3 * ttft[3], "random %.3f not >= 3x global %.3f\n", ttft[0], ttft[3]);
+    EXPECT(gain >= 0.05 && gain <= 0.30, "global vs local gain %.1f%%, expected 5..30%%",
+           100 * gain);
+    EXPECT(ttft[0] >= 3 * ttft[3], "random %.3f not >= 3x global %.3f", ttft[0], ttft[3]);
     double errt[2];
     for (int i = 0; i < 2; i++) {
         cr__cond_sim_cfg_t c;
@@ -80,10 +73,10 @@ int main(int argc, char **argv)
         }
         errt[i] = r.ttft.mean;
     }
-    CHECK(errt[1] < errt[0], "with 30%% error, late %.3f not below global %.3f\n", errt[1], errt[0]);
+    EXPECT(errt[1] < errt[0], "with 30%% error, late %.3f not below global %.3f", errt[1], errt[0]);
     cr__cond_trace_free(&t);
     printf("global vs local: %.1f%% lower; random / global = %.2fx; with 30%% error late vs "
            "global: %+.1f%%\n",
            100 * gain, ttft[0] / ttft[3], 100 * (errt[1] / errt[0] - 1));
-    return ok ? 0 : 1;
+    return test_failures ? 1 : 0;
 }

@@ -30,6 +30,7 @@
 #include "common/clock.h"
 #include "crescent/store.h"
 #include "store/client/test_hooks.h"
+#include "test_check.h"
 
 #define N_NODES 3
 #define NODE_SEG "32MB"
@@ -49,24 +50,7 @@ static pid_t g_node_pid[N_NODES];
 static char g_node_seg[N_NODES][320];
 static cr_store_t *g_cli;
 static uint8_t *g_reg;
-static int g_failures;
 
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, "\n");                                                         \
-            g_failures++;                                                                  \
-            return;                                                                        \
-        }                                                                                  \
-    } while (0)
-#define CHECK_RC(expr, want)                                                               \
-    do {                                                                                   \
-        int rc_ = (expr);                                                                  \
-        CHECK(rc_ == (want), "expected %d (%s), got %d (%s)", (int)(want),                 \
-              cr_strerror(want), rc_, cr_strerror(rc_));                                   \
-    } while (0)
 
 static void fill(uint8_t *b, size_t n, uint64_t seed)
 {
@@ -628,7 +612,7 @@ int main(int argc, char **argv)
     test_master_restart();
     test_node_before_master();
     test_node_sigterm();
-    rc = g_failures ? 1 : 0;
+    rc = test_failures ? 1 : 0;
 out:
     if (g_cli) {
         cr_store_unregister_buffer(g_cli, g_reg);
@@ -639,7 +623,7 @@ out:
             cu_stop(g_node_pid[i], SIGTERM, 5000);
     if (g_master_pid > 0)
         cu_stop(g_master_pid, SIGTERM, 5000);
-    fprintf(stderr, "%s (%d failures)\n", rc ? "FAILED" : "PASSED", g_failures);
+    fprintf(stderr, "%s (%d failures)\n", rc ? "FAILED" : "PASSED", test_failures);
     if (!rc) {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

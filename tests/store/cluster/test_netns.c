@@ -21,6 +21,7 @@
 #include "cluster_util.h"
 #include "common/clock.h"
 #include "crescent/store.h"
+#include "test_check.h"
 
 #define N_NODES 3
 #define KEYS 24
@@ -32,18 +33,7 @@ static const char *g_hub, *g_tag, *g_ns[N_NODES], *g_node_bin;
 static pid_t g_master = -1, g_nodes[N_NODES];
 static cr_store_t *g_cli;
 static uint8_t *g_reg;
-static int g_fail;
 
-#define CHECK(c, ...)                                                                      \
-    do {                                                                                   \
-        if (!(c)) {                                                                        \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #c);                   \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, "\n");                                                         \
-            g_fail++;                                                                      \
-            return;                                                                        \
-        }                                                                                  \
-    } while (0)
 
 static void fill(uint8_t *b, size_t n, uint64_t seed)
 {
@@ -284,11 +274,11 @@ int main(int argc, char **argv)
     if (g_reg == MAP_FAILED || cr_store_register_buffer(g_cli, g_reg, regsz))
         goto out;
     test_basic();
-    if (!g_fail)
+    if (!test_failures)
         test_partition();
-    if (!g_fail)
+    if (!test_failures)
         test_kill_under_load();
-    rc = g_fail ? 1 : 0;
+    rc = test_failures ? 1 : 0;
 out:
     if (g_cli)
         cr_store_destroy(g_cli);
