@@ -53,6 +53,8 @@ typedef struct master_opts {
     int64_t port;
     int64_t max_threads;
     int allow_evict_soft_pinned_objects;
+    double tier_offload_watermark;
+    double tier_ssd_high_watermark;
     int64_t rpc_conn_timeout_seconds;
     int rpc_enable_tcp_no_delay;
     int enable_gc;
@@ -96,6 +98,12 @@ static const cr__cfg_opt_t opts[] = {
     OPT(port, "-1", "deprecated alias of --rpc_port (Mooncake); -1 = unset", CR__CFG_INT),
     OPT(max_threads, "0", "deprecated alias of --rpc_thread_num (Mooncake); 0 = unset",
         CR__CFG_INT),
+    OPT(tier_offload_watermark, "0.70",
+        "DRAM usage fraction above which cold objects are copied to their node's disk tier "
+        "ahead of eviction (0 = write-through: every object as soon as it is complete)",
+        CR__CFG_DOUBLE),
+    OPT(tier_ssd_high_watermark, "0.95", "disk tier usage fraction that triggers its eviction",
+        CR__CFG_DOUBLE),
     OPT(allow_evict_soft_pinned_objects, "true",
         "evict soft-pinned objects (last) when unpinned ones do not free enough", CR__CFG_BOOL),
     OPT(rpc_conn_timeout_seconds, "0",
@@ -223,6 +231,14 @@ int main(int argc, char **argv)
     mc.high_watermark = o.eviction_high_watermark_ratio;
     mc.eviction_ratio = o.eviction_ratio;
     mc.evict_soft_pinned = o.allow_evict_soft_pinned_objects;
+    if (o.tier_offload_watermark < 0 || o.tier_offload_watermark > 1 ||
+        o.tier_ssd_high_watermark <= 0.05 || o.tier_ssd_high_watermark > 1) {
+        fprintf(stderr, "crescent-master: --tier_offload_watermark must be 0..1, "
+                        "--tier_ssd_high_watermark 0.05..1\n");
+        return 2;
+    }
+    mc.offload_watermark = o.tier_offload_watermark;
+    mc.ssd_high_watermark = o.tier_ssd_high_watermark;
     cr__master_t *m = NULL;
     cr__rpc_server_t *rpc = NULL;
     cr__httpd_t *admin = NULL;

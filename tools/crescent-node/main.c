@@ -17,6 +17,8 @@
 
 #include "common/config.h"
 #include "crescent/store.h"
+#include "store/client/client.h"
+#include "store/tier/ssd/node.h"
 
 typedef struct node_cfg {
     char master_server_address[CR__CFG_STR_MAX];
@@ -30,6 +32,10 @@ typedef struct node_cfg {
     int64_t rpc_timeout_ms;
     double start_timeout_s;
     char ready_file[CR__CFG_STR_MAX];
+    char ssd_path[CR__CFG_STR_MAX];
+    uint64_t ssd_capacity;
+    int64_t ssd_queue_depth;
+    int64_t ssd_port;
 } node_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(node_cfg_t, n)}
@@ -51,6 +57,13 @@ static const cr__cfg_opt_t opts[] = {
         "still holds this segment name (a previous instance that crashed) for this long",
         CR__CFG_DOUBLE),
     OPT(ready_file, "", "write the segment name to this file once mounted", CR__CFG_STR),
+    OPT(ssd_path, "",
+        "directory of this node's disk tier (DRAM eviction offloads objects there; they "
+        "survive a restart with the same directory); empty = DRAM only",
+        CR__CFG_STR),
+    OPT(ssd_capacity, "1GB", "bytes of the disk tier (preallocated in --ssd_path)", CR__CFG_SIZE),
+    OPT(ssd_queue_depth, "32", "io_uring queue depth of each disk tier thread", CR__CFG_INT),
+    OPT(ssd_port, "0", "port of the disk tier read server (0 = ephemeral)", CR__CFG_INT),
 };
 
 int main(int argc, char **argv)
@@ -135,6 +148,34 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-node: cannot start: %s (%d)\n", cr_strerror(rc), rc);
         return 1;
     }
+    cr__tier_node_t *tier = NULL;
+    if (cfg.ssd_path[0]) {
+        if (cfg.ssd_queue_depth < 1 || cfg.ssd_queue_depth > 256 || cfg.ssd_port < 0 ||
+            cfg.ssd_port > 65535) {
+            fprintf(stderr, "crescent-node: --ssd_queue_depth must be 1..256, --ssd_port 0..65535\n");
+            cr_store_destroy(st);
+            return 2;
+        }
+        cr__tier_node_cfg_t tc = {.dir = cfg.ssd_path,
+                                  .capacity = cfg.ssd_capacity,
+                                  .qd = (unsigned)cfg.ssd_queue_depth,
+                                  .master = cfg.master_server_address,
+                                  .host = cfg.local_hostname,
+                                  .port = (uint16_t)cfg.ssd_port,
+                                  .id = st->id,
+                                  .dram_base = st->seg_base,
+                                  .dram_size = st->seg_size,
+                                  .rpc_timeout_ms = (unsigned)cfg.rpc_timeout_ms};
+        char terr[512] = "";
+        rc = cr__tier_node_start(&tc, &tier, terr, sizeof terr);
+        if (rc) {
+            fprintf(stderr, "crescent-node: disk tier: %s\n", terr);
+            cr_store_destroy(st);
+            return 1;
+        }
+        fprintf(stderr, "crescent-node: disk tier %s at %s (%llu bytes)\n",
+                cr__tier_node_segment(tier), cfg.ssd_path, (unsigned long long)cfg.ssd_capacity);
+    }
     const char *name = cr_store_segment_name(st);
     if (cfg.ready_file[0]) {
         char tmp[CR__CFG_STR_MAX + 8];
@@ -154,6 +195,7 @@ int main(int argc, char **argv)
     while (sigwait(&set, &sig) != 0)
         ;
     fprintf(stderr, "crescent-node: signal %d, unmounting\n", sig);
+    cr__tier_node_stop(tier);
     cr_store_destroy(st);
     return 0;
 }

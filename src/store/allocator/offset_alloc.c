@@ -32,6 +32,7 @@ struct cr__oalloc {
     node_t *nodes;
     uint32_t n_nodes, cap_nodes;
     uint32_t free_nodes; /* stack of unused slots through bin_next */
+    uint32_t hint;       /* last reserved block (cr__oalloc_reserve), may be stale */
     uint64_t n_used_blocks, n_free_blocks;
 };
 
@@ -225,6 +226,76 @@ uint32_t cr__oalloc_alloc(cr__oalloc_t *a, uint64_t len, uint64_t *offset)
     if (offset)
         *offset = (uint64_t)n->off << a->shift;
     return i;
+}
+
+uint32_t cr__oalloc_reserve(cr__oalloc_t *a, uint64_t offset, uint64_t len)
+{
+    uint64_t gmask = (1ull << a->shift) - 1;
+    if (len == 0 || (offset & gmask))
+        return CR__OALLOC_NONE;
+    uint64_t go = offset >> a->shift, gl = (len + gmask) >> a->shift;
+    if (go >= a->total || gl > a->total - go)
+        return CR__OALLOC_NONE;
+    uint32_t f = NIL;
+    if (a->hint < a->n_nodes && a->nodes[a->hint].state != N_UNUSED &&
+        a->nodes[a->hint].off <= go) {
+        for (uint32_t i = a->hint; i != NIL; i = a->nodes[i].nb_next) {
+            if (a->nodes[i].off > go)
+                break;
+            if (go < (uint64_t)a->nodes[i].off + a->nodes[i].size) {
+                f = i;
+                break;
+            }
+        }
+    } else {
+        for (uint32_t i = 0; i < a->n_nodes; i++)
+            if (a->nodes[i].state != N_UNUSED && a->nodes[i].off <= go &&
+                go < (uint64_t)a->nodes[i].off + a->nodes[i].size) {
+                f = i;
+                break;
+            }
+    }
+    if (f == NIL || a->nodes[f].state != N_FREE ||
+        go + gl > (uint64_t)a->nodes[f].off + a->nodes[f].size)
+        return CR__OALLOC_NONE;
+    /* the spare node slots first, so failure has no effect */
+    uint32_t pre = NIL, post = NIL;
+    int need_pre = a->nodes[f].off < go;
+    int need_post = go + gl < (uint64_t)a->nodes[f].off + a->nodes[f].size;
+    if (need_pre && (pre = node_get(a)) == NIL)
+        return CR__OALLOC_NONE;
+    if (need_post && (post = node_get(a)) == NIL) {
+        if (pre != NIL)
+            node_put(a, pre);
+        return CR__OALLOC_NONE;
+    }
+    bin_remove(a, f);
+    node_t *n = &a->nodes[f];
+    uint32_t end = n->off + n->size;
+    if (need_pre) {
+        a->nodes[pre] = (node_t){.off = n->off, .size = (uint32_t)(go - n->off),
+                                 .nb_prev = n->nb_prev, .nb_next = f};
+        if (n->nb_prev != NIL)
+            a->nodes[n->nb_prev].nb_next = pre;
+        n->nb_prev = pre;
+        bin_insert(a, pre);
+    }
+    n = &a->nodes[f];
+    n->off = (uint32_t)go;
+    n->size = (uint32_t)gl;
+    if (need_post) {
+        a->nodes[post] = (node_t){.off = (uint32_t)(go + gl), .size = (uint32_t)(end - go - gl),
+                                  .nb_prev = f, .nb_next = n->nb_next};
+        if (n->nb_next != NIL)
+            a->nodes[n->nb_next].nb_prev = post;
+        n->nb_next = post;
+        bin_insert(a, post);
+    }
+    n->state = N_USED;
+    a->used += (uint32_t)gl;
+    a->n_used_blocks++;
+    a->hint = f;
+    return f;
 }
 
 int cr__oalloc_free(cr__oalloc_t *a, uint32_t i)

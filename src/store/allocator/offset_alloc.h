@@ -50,6 +50,14 @@ void cr__oalloc_destroy(cr__oalloc_t *a);
  * block large enough, or out of memory for bookkeeping). */
 uint32_t cr__oalloc_alloc(cr__oalloc_t *a, uint64_t len, uint64_t *offset);
 
+/* Allocates exactly [offset, offset+len) (offset granule-aligned, len
+ * rounded up to a granule) if that whole range is free: restoring blocks
+ * whose place is fixed (a disk tier's objects after a restart). Returns the
+ * handle, or CR__OALLOC_NONE (misaligned, out of range, not free, no
+ * memory). Walks the physical block list from the previous reservation, so
+ * ascending offsets cost O(1) each; otherwise O(blocks). */
+uint32_t cr__oalloc_reserve(cr__oalloc_t *a, uint64_t offset, uint64_t len);
+
 /* Frees a block returned by cr__oalloc_alloc. Freeing a handle twice or a
  * handle not in use is detected and ignored (returns -EINVAL); 0 on success. */
 int cr__oalloc_free(cr__oalloc_t *a, uint32_t block);

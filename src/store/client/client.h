@@ -99,6 +99,21 @@ int cr__sc_is_registered(cr_store_t *s, const void *p, size_t len);
 /* 1 if [addr, addr+len) lies in this client's own contributed segment. */
 int cr__sc_is_local(const cr_store_t *s, const char *segment, uint64_t addr, uint64_t len);
 
+/* One read of a disk-tier replica (tier_read.c): value bytes [roff,
+ * roff+rlen) of (key, version, size) at disk offset disk_off of the node
+ * named by segment, into dst (any memory). */
+typedef struct cr__sc_tier_rd {
+    const char *segment, *key;
+    uint32_t key_len;
+    uint64_t version, size, disk_off, roff, rlen;
+    void *dst;
+    int result; /* out: 0, CR_E_OBJECT_NOT_FOUND (the node found the copy
+                   bad: a miss), CR_E_TRANSFER_FAIL */
+} cr__sc_tier_rd_t;
+
+/* Runs n reads, pipelined per node. Returns 0 or the first error. */
+int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n);
+
 /* Validates a key; returns 0 or CR_E_INVALID_KEY. */
 int cr__sc_check_key(const char *key);
 

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "store/client/client.h"
+#include "store/tier/tier.h"
 
 #define COMP "store-client"
 #define INLINE_REQS 32
@@ -222,6 +223,21 @@ static int read_range(cr_store_t *s, const cr__rpc_item_t *it, const uint32_t *o
         uint32_t r = order[i];
         if (*dead & (1u << r))
             continue;
+        if (cr__tier_is_ssd(it->replicas[r].shards[0].segment)) {
+            const cr__rpc_replica_t *rp = &it->replicas[r];
+            cr__sc_tier_rd_t q = {.segment = rp->shards[0].segment, .key = it->key,
+                                  .key_len = it->key_len, .version = it->version,
+                                  .size = it->size, .disk_off = rp->shards[0].addr,
+                                  .roff = off, .rlen = len, .dst = dst};
+            int trc = cr__sc_tier_read_batch(s, &q, 1);
+            if (trc == 0) {
+                *used |= 1u << r;
+                return 0;
+            }
+            *dead |= 1u << r;
+            last = trc;
+            continue;
+        }
         reqvec_t rv;
         rv_init(&rv);
         int rc = add_range(s, &rv, &it->replicas[r], off, len, dst, CR_XFER_READ);
@@ -836,6 +852,68 @@ static void get_read_direct(cr_store_t *s, const cr__rpc_msg_t *rep, void *const
     }
 }
 
+/* Keys whose first-choice replica is on a node's disk tier: read from the
+ * nodes straight into the callers' buffers (any memory; pipelined per
+ * node), the other replicas if that fails. A key read here gets results[i]
+ * = DISK_DONE so the TE paths skip it (get_read_disk_done turns it into 0). */
+#define DISK_DONE 1
+static void get_read_disk(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
+                          const uint32_t *orders, uint32_t *used, int *results)
+{
+    size_t nd = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!results[i] &&
+            cr__tier_is_ssd(rep->items[i].replicas[orders[i * CR__RPC_REPLICA_MAX]].shards[0].segment))
+            nd++;
+    if (!nd)
+        return;
+    cr__sc_tier_rd_t *rd = calloc(nd, sizeof *rd);
+    size_t *idx = calloc(nd, sizeof *idx);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] ||
+            !cr__tier_is_ssd(rep->items[i].replicas[orders[i * CR__RPC_REPLICA_MAX]].shards[0].segment))
+            continue;
+        if (!rd || !idx) {
+            results[i] = -ENOMEM;
+            continue;
+        }
+        const cr__rpc_item_t *it = &rep->items[i];
+        const cr__rpc_replica_t *rp = &it->replicas[orders[i * CR__RPC_REPLICA_MAX]];
+        idx[k] = i;
+        rd[k++] = (cr__sc_tier_rd_t){.segment = rp->shards[0].segment, .key = it->key,
+                                     .key_len = it->key_len, .version = it->version,
+                                     .size = it->size, .disk_off = rp->shards[0].addr,
+                                     .roff = 0, .rlen = it->size, .dst = dsts[i]};
+    }
+    if (k)
+        cr__sc_tier_read_batch(s, rd, k);
+    for (size_t j = 0; j < k; j++) {
+        size_t i = idx[j];
+        const cr__rpc_item_t *it = &rep->items[i];
+        uint32_t r = orders[i * CR__RPC_REPLICA_MAX];
+        int rc = rd[j].result;
+        if (rc == 0) {
+            used[i] = 1u << r;
+        } else if (it->n_replicas > 1) {
+            uint32_t dead = 1u << r;
+            used[i] = 0;
+            rc = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX], it->n_replicas, 0, it->size,
+                            dsts[i], &used[i], &dead);
+        }
+        results[i] = rc ? rc : DISK_DONE;
+    }
+    free(rd);
+    free(idx);
+}
+
+static void get_read_disk_done(size_t n, int *results)
+{
+    for (size_t i = 0; i < n; i++)
+        if (results[i] == DISK_DONE)
+            results[i] = 0;
+}
+
 /* Staged get (any destination memory, one key in practice): chunks read
  * into the staging buffer, each from the first replica that delivers it,
  * then copied out. */
@@ -930,10 +1008,12 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
             results[i] = -ENOMEM;
     } else {
         get_located(s, &rep, keys, caps, n, orders, results);
+        get_read_disk(s, &rep, dsts, n, orders, used, results);
         if (!staged)
             get_read_direct(s, &rep, dsts, n, orders, used, first, results);
         else
             get_read_staged(s, &rep, dsts, n, orders, used, results);
+        get_read_disk_done(n, results);
         get_validate(s, &rep, t0, n, used, which, sizes, lens, results);
     }
     scratch_fini(&sc);

@@ -1,6 +1,7 @@
 /* Master rpc dispatch: one decoded request, single or batch, served under
  * one lock acquisition and counted in the metrics (master.h). */
 #include "store/master/master_priv.h"
+#include "store/tier/tier.h"
 
 #include <errno.h>
 #include <string.h>
@@ -44,6 +45,17 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
 {
     uint16_t type = req->type & (uint16_t)~CR__RPC_REPLY;
     reply->status = 0;
+    if (CR__RPC_IS_TIER(type)) {
+        pthread_mutex_lock(&m->mu);
+        int rc = cr__m_tier_handle_locked(m, req, reply, now);
+        if (rc == -ENOMEM)
+            rc = CR_E_INTERNAL_ERROR;
+        if (rc)
+            CNT(m, rpc_errors_total)++;
+        pthread_mutex_unlock(&m->mu);
+        reply->status = rc;
+        return;
+    }
     if (cr__rpc_type_has_items(type)) {
         uint16_t bt = type >= CR__RPC_BATCH_PUT_START ? (uint16_t)(type - CR__RPC_BATCH_OFFSET)
                                                       : type;
@@ -92,7 +104,10 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
         break;
     case CR__RPC_MOUNT_SEGMENT:
         CNT(m, rpc_mount_segment_total)++;
-        rc = cr__m_mount_locked(m, req->client_id, req->segment, req->base, req->size, now);
+        /* disk segments mount through TIER_MOUNT only */
+        rc = cr__tier_is_ssd(req->segment) ? CR_E_INVALID_PARAMS : 0;
+        if (!rc)
+            rc = cr__m_mount_locked(m, req->client_id, req->segment, req->base, req->size, now);
         break;
     case CR__RPC_UNMOUNT_SEGMENT:
         CNT(m, rpc_unmount_segment_total)++;

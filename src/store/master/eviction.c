@@ -35,6 +35,16 @@ uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, uint64_t now)
         while (o != &m->lru && freed < target && visited++ < m->ev.max_visit) {
             obj_t *prev = o->prev;
             if (verdict(m, o, now) == want) {
+                if (m->tier) {
+                    /* a disk tier: demote objects it holds, skip the ones
+                     * being offloaded (puts wait for it), evict the rest */
+                    int t = cr__m_tier_evict_candidate(m, o, now, &freed);
+                    if (t) {
+                        n += t == 1;
+                        o = prev;
+                        continue;
+                    }
+                }
                 uint64_t b = cr__m_obj_bytes(m, o);
                 cr__m_obj_delete(m, o, 0, now);
                 freed += b;

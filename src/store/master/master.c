@@ -23,6 +23,8 @@ void cr__master_cfg_default(cr__master_cfg_t *c)
     c->granule_shift = 6;
     c->min_stripe = 1u << 20;
     c->evict_soft_pinned = 1;
+    c->offload_watermark = 0.70;
+    c->ssd_high_watermark = 0.95;
     c->max_clients = 65536;
     c->max_segments = 65536;
 }
@@ -56,6 +58,7 @@ int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
     m->next_version = m->master_id;
     list_init(&m->lru);
     list_init(&m->pending);
+    list_init(&m->ssd_lru);
     if (cr__m_map_grow(m)) {
         free(m);
         return -ENOMEM;
@@ -79,6 +82,7 @@ void cr__master_destroy(cr__master_t *m)
     free(m->q);
     free(m->order);
     cr__ha_buf_free(&m->jbuf);
+    cr__m_tier_destroy(m);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -99,6 +103,7 @@ void cr__master_tick(cr__master_t *m, uint64_t now)
                     o->key_len > 64 ? 64 : (int)o->key_len, obj_key(o));
         cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
     }
+    cr__m_tier_tick(m, now);
     if (cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes, m->capacity))
         cr__m_evict_locked(m, 0, now);
     pthread_mutex_unlock(&m->mu);

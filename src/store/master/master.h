@@ -41,6 +41,10 @@ typedef struct cr__master_cfg {
     unsigned granule_shift;       /* allocator granule, 1 << shift bytes (6) */
     uint64_t min_stripe;          /* smallest shard when striping (1 MiB) */
     int evict_soft_pinned;        /* --allow_evict_soft_pinned_objects (1) */
+    double offload_watermark;     /* --tier_offload_watermark (0.70): DRAM usage above which
+                                     cold objects are copied to a disk tier ahead of eviction;
+                                     0 = write-through (every completed object) */
+    double ssd_high_watermark;    /* --tier_ssd_high_watermark (0.95): disk-tier eviction */
     uint32_t max_clients;         /* live clients bound (65536) */
     uint32_t max_segments;        /* mounted segments bound (65536) */
 } cr__master_cfg_t;
@@ -209,7 +213,24 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(allocated_bytes, gauge, "Bytes allocated (objects, pending puts, quarantine)")          \
     X(quarantine_bytes, gauge, "Freed bytes waiting for leases to expire before reuse")      \
     X(stalls_total, counter, "Times the master found it had not run for over 500 ms")         \
-    X(stalled_ms_total, counter, "Milliseconds of stalls not counted against heartbeats")
+    X(stalled_ms_total, counter, "Milliseconds of stalls not counted against heartbeats")     \
+    X(tier_ssd_hits_total, counter, "GetReplicaList served from the disk tier only")          \
+    X(tier_ssd_offloads_total, counter, "Objects copied from DRAM to a node's disk tier")     \
+    X(tier_ssd_offload_bytes_total, counter, "Value bytes copied to the disk tier")           \
+    X(tier_ssd_offload_failures_total, counter, "Offload tasks that failed or timed out")     \
+    X(tier_ssd_demotions_total, counter, "DRAM replicas dropped because the disk holds a copy") \
+    X(tier_ssd_evictions_total, counter, "Objects evicted from the disk tier")               \
+    X(tier_ssd_evicted_bytes_total, counter, "Disk bytes freed by disk-tier eviction")        \
+    X(tier_ssd_corrupt_total, counter, "Disk copies that failed their checksum/header check") \
+    X(tier_ssd_adopted_total, counter, "Disk objects re-reported by a restarted node")        \
+    X(tier_ssd_erases_total, counter, "Disk extents handed to their node for erasure")        \
+    X(tier_dram_dropped_total, counter, "DRAM evictions the disk tier could not take")        \
+    X(tier_ssd_segments, gauge, "Mounted disk-tier segments")                                \
+    X(tier_ssd_capacity_bytes, gauge, "Bytes of mounted disk-tier capacity")                  \
+    X(tier_ssd_used_bytes, gauge, "Disk-tier bytes allocated (objects, offloads in flight)")  \
+    X(tier_ssd_only_objects, gauge, "Complete objects held on disk only")                     \
+    X(tier_tasks_queued, gauge, "Tier tasks waiting for their node")                          \
+    X(tier_tasks_running, gauge, "Tier tasks handed to a node and not completed")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

@@ -40,6 +40,7 @@
 #define OF_COMPLETE 0x1
 #define OF_HARD_PIN 0x2
 #define OF_SOFT_PIN 0x4
+#define OF_OFFLOADING 0x8 /* a tier OFFLOAD task of this object is queued or running */
 #define REP_DEAD 0x80
 #define NONE32 UINT32_MAX
 /* replica index needs 3 bits: CR__RPC_REPLICA_MAX == 8 */
@@ -92,6 +93,7 @@ typedef struct seg {
      * before orphan_awake + client ttl on the awake clock (durable.c) */
     cr__rpc_client_id_t owner;
     uint64_t orphan_awake;
+    uint8_t tier;            /* 0 DRAM, 1 node disk (tier.c; never counted in capacity) */
 } seg_t;
 
 /* A segment name dropped while its space could still be read (live
@@ -128,6 +130,8 @@ struct cr__master {
     uint64_t cap, count;
     obj_t lru;     /* sentinel: lru.next = most recent, lru.prev = oldest */
     obj_t pending; /* sentinel: FIFO by start time (= by deadline) */
+    obj_t ssd_lru; /* sentinel: complete objects with no live DRAM replica (tier.c) */
+    struct cr__mtier *tier; /* tier state (tier.c), NULL until a disk segment mounts */
     /* clients and segments (segments.c) */
     seg_t *segs;
     uint32_t n_segs, cap_segs, seg_cursor;
@@ -304,5 +308,32 @@ int cr__m_any_detached(const cr__master_t *m);
 /* One eviction step freeing at least need bytes (or the policy's step);
  * returns objects evicted. */
 uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, uint64_t now);
+
+/* ---- tier.c: disk tier (docs/architecture/store-tiers.md) ---------------- */
+
+/* 1 if o has a live replica on a disk segment / on a DRAM segment. */
+int cr__m_obj_on_disk(cr__master_t *m, obj_t *o);
+int cr__m_obj_in_dram(cr__master_t *m, obj_t *o);
+/* The list o belongs on when complete: m->lru, or m->ssd_lru if disk only. */
+obj_t *cr__m_obj_list(cr__master_t *m, obj_t *o);
+/* Eviction of a DRAM candidate o when a disk tier exists: 1 if o was
+ * demoted (its DRAM replicas dropped, *freed += bytes), 2 if it is being
+ * (or was just queued to be) offloaded and must be skipped for now, 0 if
+ * the tier cannot take it (evict as before). */
+int cr__m_tier_evict_candidate(cr__master_t *m, obj_t *o, uint64_t now, uint64_t *freed);
+/* A block of a disk segment is being freed for good: queue its erase. */
+void cr__m_tier_block_freed(cr__master_t *m, uint32_t seg, uint32_t blk);
+/* Disk segment s is going away: its tasks die with it. */
+void cr__m_tier_seg_dropped(cr__master_t *m, uint32_t s);
+/* Periodic: offload ahead of eviction, disk watermark, task timeouts. */
+void cr__m_tier_tick(cr__master_t *m, uint64_t now);
+/* The tier rpcs (CR__RPC_TIER_*). Returns the reply status. */
+int cr__m_tier_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                             uint64_t now);
+void cr__m_tier_destroy(cr__master_t *m);
+/* Fills the tier gauges of the metrics list. */
+void cr__m_tier_stats_locked(cr__master_t *m, uint64_t *counters);
+/* Write-through (offload_watermark 0): queue the offload of a new object. */
+void cr__m_tier_put_completed(cr__master_t *m, obj_t *o, uint64_t now);
 
 #endif

@@ -117,6 +117,8 @@ int cr__m_put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint6
     m->state_seq++;
     CNT(m, puts_completed_total)++;
     cr__m_jr_key(m, CR__HA_END, o);
+    if (m->tier)
+        cr__m_tier_put_completed(m, o, now);
     return 0;
 }
 
@@ -175,7 +177,10 @@ int cr__m_get_replicas_locked(cr__master_t *m, const char *key, size_t key_len, 
     if (o->until_ms < until)
         o->until_ms = until;
     list_unlink(o);
-    list_push_front(&m->lru, o);
+    obj_t *list = cr__m_obj_list(m, o);
+    list_push_front(list, o);
+    if (list == &m->ssd_lru)
+        CNT(m, tier_ssd_hits_total)++;
     m->state_seq++;
     it->version = o->version;
     it->size = o->size;
@@ -257,13 +262,17 @@ int cr__m_remove_all_locked(cr__master_t *m, int force, uint64_t now, uint64_t *
 {
     uint64_t n = 0;
     obj_t *o = m->lru.next;
-    while (o != &m->lru) {
+    if (o == &m->lru)
+        o = m->ssd_lru.next;
+    while (o != &m->lru && o != &m->ssd_lru) {
         obj_t *next = o->next;
         if (force || o->until_ms <= now) {
             cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
             n++;
         }
         o = next;
+        if (o == &m->lru)
+            o = m->ssd_lru.next; /* then the disk-only objects */
     }
     CNT(m, removed_objects_total) += n;
     *count = n;

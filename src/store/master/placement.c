@@ -40,7 +40,7 @@ static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg, uint6
     for (uint32_t i = 0; cfg && cfg->preferred && i < cfg->n_preferred && i < CR__RPC_PREFERRED_MAX;
          i++) {
         uint32_t s = cfg->preferred[i] ? cr__m_seg_find(m, cfg->preferred[i]) : NONE32;
-        if (s != NONE32 && m->segs[s].alloc_after_ms > now)
+        if (s != NONE32 && (m->segs[s].alloc_after_ms > now || m->segs[s].tier))
             continue;
         int dup = 0;
         for (uint32_t k = 0; k < n; k++)
@@ -52,7 +52,7 @@ static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg, uint6
     uint32_t start = m->n_segs ? m->seg_cursor++ % m->n_segs : 0;
     for (uint32_t k = 0; k < m->n_segs; k++) {
         uint32_t s = (start + k) % m->n_segs;
-        if (!m->segs[s].live || m->segs[s].alloc_after_ms > now)
+        if (!m->segs[s].live || m->segs[s].tier || m->segs[s].alloc_after_ms > now)
             continue;
         int dup = 0;
         for (uint32_t j = 0; j < n_pref; j++)

@@ -23,6 +23,7 @@ void cr__master_stats(cr__master_t *m, cr__master_stats_t *st)
     st->capacity_bytes = m->capacity;
     st->allocated_bytes = m->allocated;
     st->quarantine_bytes = m->quarantine_bytes;
+    cr__m_tier_stats_locked(m, st->counters);
     pthread_mutex_unlock(&m->mu);
     st->counters[CR__MM_keys] = st->keys;
     st->counters[CR__MM_pending_puts] = st->pending_puts;
@@ -144,8 +145,9 @@ int cr__master_query_key_json(cr__master_t *m, const char *key, size_t key_len, 
     for (uint32_t r = 0; r < o->n_rep; r++) {
         uint32_t n = nsh[r] & 0x7f;
         if (!(nsh[r] & REP_DEAD)) {
-            sb_printf(&b, "%s{\"replica_id\":%" PRIu64 ",\"shards\":[", first ? "" : ",",
-                      REPLICA_ID(o->version, r));
+            sb_printf(&b, "%s{\"replica_id\":%" PRIu64 ",\"tier\":\"%s\",\"shards\":[",
+                      first ? "" : ",", REPLICA_ID(o->version, r),
+                      n && m->segs[sh[0].seg].tier ? "ssd" : "dram");
             first = 0;
             for (uint32_t k = 0; k < n; k++) {
                 seg_t *sg = &m->segs[sh[k].seg];

@@ -1,6 +1,7 @@
 /* Master clients and segments: heartbeats, mount, unmount, dropping a
  * segment's replicas, expiring silent clients (master_priv.h). */
 #include "store/master/master_priv.h"
+#include "store/tier/tier.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -183,7 +184,9 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
     for (int h = 0; h < HELD_MAX; h++)
         if (m->held[h].until > now && !strcmp(m->held[h].name, name))
             sg->alloc_after_ms = m->held[h].until;
-    m->capacity += cr__oalloc_capacity(a);
+    sg->tier = cr__tier_is_ssd(name) ? 1 : 0;
+    if (!sg->tier)
+        m->capacity += cr__oalloc_capacity(a);
     cr__m_jr_seg(m, CR__HA_SEG, sg);
     CR_LOG_INFO("master", "mounted segment %s base 0x%" PRIx64 " size %" PRIu64, name, base, size);
     return 0;
@@ -266,7 +269,8 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
         if (e->seg == s && e->gen == sg->gen) {
             if (e->release_ms > hold)
                 hold = e->release_ms;
-            m->quarantine_bytes -= e->bytes;
+            if (!sg->tier)
+                m->quarantine_bytes -= e->bytes;
             e->seg = NONE32;
         }
     }
@@ -295,8 +299,12 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
             m->held[slot].until = hold;
     }
     cr__m_jr_seg(m, CR__HA_SEGDROP, sg);
-    m->capacity -= cr__oalloc_capacity(sg->alloc);
-    m->allocated -= cr__oalloc_used(sg->alloc);
+    if (sg->tier) {
+        cr__m_tier_seg_dropped(m, s);
+    } else {
+        m->capacity -= cr__oalloc_capacity(sg->alloc);
+        m->allocated -= cr__oalloc_used(sg->alloc);
+    }
     cr__oalloc_destroy(sg->alloc);
     sg->alloc = NULL;
     sg->live = 0;

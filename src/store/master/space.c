@@ -31,8 +31,10 @@ static void q_push(cr__master_t *m, uint32_t seg, uint32_t blk, uint64_t bytes, 
     }
     m->q[m->q_head + m->q_len++] =
         (qent_t){.seg = seg, .gen = m->segs[seg].gen, .blk = blk, .bytes = bytes, .release_ms = rel};
-    m->quarantine_bytes += bytes;
-    CNT(m, quarantined_bytes_total) += bytes;
+    if (!m->segs[seg].tier) {
+        m->quarantine_bytes += bytes;
+        CNT(m, quarantined_bytes_total) += bytes;
+    }
 }
 
 /* Frees a block without marking the state changed (undoing a placement
@@ -41,12 +43,14 @@ void cr__m_block_unalloc(cr__master_t *m, uint32_t seg, uint32_t blk)
 {
     seg_t *s = &m->segs[seg];
     uint64_t b = cr__oalloc_block_size(s->alloc, blk);
-    if (cr__oalloc_free(s->alloc, blk) == 0)
+    if (cr__oalloc_free(s->alloc, blk) == 0 && !s->tier)
         m->allocated -= b;
 }
 
 static void block_free(cr__master_t *m, uint32_t seg, uint32_t blk)
 {
+    if (m->segs[seg].tier)
+        cr__m_tier_block_freed(m, seg, blk);
     cr__m_block_unalloc(m, seg, blk);
     m->state_seq++;
 }
@@ -69,8 +73,9 @@ void cr__m_quarantine_release(cr__master_t *m, uint64_t now, size_t max)
         if (e->release_ms > now)
             break;
         if (e->seg != NONE32 && m->segs[e->seg].live && m->segs[e->seg].gen == e->gen) {
+            if (!m->segs[e->seg].tier)
+                m->quarantine_bytes -= e->bytes;
             block_free(m, e->seg, e->blk);
-            m->quarantine_bytes -= e->bytes;
         }
         m->q_head++;
         m->q_len--;
@@ -117,7 +122,8 @@ uint64_t cr__m_obj_bytes(cr__master_t *m, obj_t *o)
         uint32_t n = nsh[r] & 0x7f;
         if (!(nsh[r] & REP_DEAD))
             for (uint32_t s = 0; s < n; s++)
-                b += cr__oalloc_block_size(m->segs[sh[s].seg].alloc, sh[s].blk);
+                if (!m->segs[sh[s].seg].tier) /* DRAM bytes only */
+                    b += cr__oalloc_block_size(m->segs[sh[s].seg].alloc, sh[s].blk);
         sh += n;
     }
     return b;

@@ -95,6 +95,9 @@ static const struct {
     {CR__RPC_BATCH_GET_SIZE, "batch_get_size"},
     {CR__RPC_BATCH_REMOVE, "batch_remove"},
     {CR__RPC_BATCH_VALIDATE, "batch_validate"},
+    {CR__RPC_TIER_MOUNT, "tier_mount"},
+    {CR__RPC_TIER_REPORT, "tier_report"},
+    {CR__RPC_TIER_SYNC, "tier_sync"},
 };
 
 const char *cr__rpc_type_name(uint16_t type)
@@ -111,7 +114,7 @@ int cr__rpc_type_valid(uint16_t type) { return cr__rpc_type_name(type)[0] != '?'
 int cr__rpc_type_has_items(uint16_t type)
 {
     type &= (uint16_t)~CR__RPC_REPLY;
-    return cr__rpc_type_valid(type) && type >= CR__RPC_PUT_START;
+    return cr__rpc_type_valid(type) && type >= CR__RPC_PUT_START && !CR__RPC_IS_TIER(type);
 }
 
 /* single-key base type of an object op */
@@ -285,6 +288,38 @@ static int w_item(cr__rpc_buf_t *b, uint16_t bt, int reply, const cr__rpc_item_t
     }
 }
 
+/* Tier messages (0x60..): one layout both ways, every field present. */
+static int w_tier(cr__rpc_buf_t *b, const cr__rpc_msg_t *m)
+{
+    if (m->n_items > CR__RPC_BATCH_MAX || (m->n_items && !m->items))
+        return -EINVAL;
+    w_u64(b, m->client_id.hi);
+    w_u64(b, m->client_id.lo);
+    if (w_seg(b, m->segment ? m->segment : ""))
+        return -EINVAL;
+    w_u64(b, m->base);
+    w_u64(b, m->size);
+    w_u64(b, m->count);
+    w_u32(b, m->flags);
+    w_u32(b, m->n_items);
+    for (uint32_t i = 0; i < m->n_items; i++) {
+        const cr__rpc_item_t *it = &m->items[i];
+        if (it->key_len > CR__RPC_KEY_MAX || (it->key_len && !it->key))
+            return -EINVAL;
+        w_u32(b, it->key_len);
+        w_bytes(b, it->key, it->key_len);
+        w_u32(b, (uint32_t)it->status);
+        w_u64(b, it->version);
+        w_u64(b, it->size);
+        w_u64(b, it->replica_id);
+        w_u32(b, it->flags);
+        int rc = w_replicas(b, it);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
 {
     b->len = 0;
@@ -298,7 +333,10 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
         return b->err;
     int rc = 0;
     uint16_t bt = base_type(type);
-    if (reply && m->status != 0 && !(cr__rpc_type_has_items(type) && m->n_items)) {
+    if (CR__RPC_IS_TIER(type)) {
+        if (!(reply && m->status != 0))
+            rc = w_tier(b, m);
+    } else if (reply && m->status != 0 && !(cr__rpc_type_has_items(type) && m->n_items)) {
         /* error reply without items: empty payload */
     } else if (cr__rpc_type_has_items(type)) {
         if (m->n_items > CR__RPC_BATCH_MAX || (m->n_items && !m->items))
@@ -565,6 +603,54 @@ static int r_item(rd_t *r, cr__rpc_msg_t *m, uint16_t bt, int reply, cr__rpc_ite
     return r->bad ? -1 : 0;
 }
 
+static int r_tier(rd_t *r, cr__rpc_msg_t *m, int *nomem)
+{
+    m->client_id.hi = r_u64(r);
+    m->client_id.lo = r_u64(r);
+    m->segment = r_seg(r, m, nomem);
+    if (!m->segment)
+        return -1;
+    m->base = r_u64(r);
+    m->size = r_u64(r);
+    m->count = r_u64(r);
+    m->flags = r_u32(r);
+    uint32_t n = r_u32(r);
+    /* an item is at least 4 + 4 + 8 + 8 + 8 + 4 + 4 bytes */
+    if (r->bad || n > CR__RPC_BATCH_MAX || (size_t)n * 40 > r->left)
+        return -1;
+    m->n_items = n;
+    if (!n)
+        return 0;
+    m->items = cr__rpc_msg_alloc(m, (size_t)n * sizeof *m->items);
+    if (!m->items) {
+        *nomem = 1;
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        cr__rpc_item_t *it = &m->items[i];
+        uint32_t kl = r_u32(r);
+        if (r->bad || kl > CR__RPC_KEY_MAX)
+            return -1;
+        const uint8_t *kp = r_take(r, kl);
+        if (!kp)
+            return -1;
+        it->key_len = kl;
+        it->key = cr__rpc_msg_strdup(m, (const char *)kp, kl);
+        if (!it->key) {
+            *nomem = 1;
+            return -1;
+        }
+        it->status = (int32_t)r_u32(r);
+        it->version = r_u64(r);
+        it->size = r_u64(r);
+        it->replica_id = r_u64(r);
+        it->flags = r_u32(r);
+        if (r->bad || r_replicas(r, m, it, nomem))
+            return -1;
+    }
+    return r->bad ? -1 : 0;
+}
+
 int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__rpc_msg_t *out)
 {
     cr__rpc_msg_t m;
@@ -583,6 +669,8 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
     uint16_t bt = base_type(type);
     if (reply && h->status != 0 && len == 0) {
         /* error reply without payload */
+    } else if (CR__RPC_IS_TIER(type)) {
+        rc = r_tier(&r, &m, &nomem);
     } else if (cr__rpc_type_has_items(type)) {
         uint32_t n = r_u32(&r);
         /* count 0 is never valid: an item-less reply is the empty payload */

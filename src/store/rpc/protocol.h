@@ -104,7 +104,17 @@ enum cr__rpc_type {
     CR__RPC_BATCH_GET_SIZE = 35,
     CR__RPC_BATCH_REMOVE = 36,
     CR__RPC_BATCH_VALIDATE = 37,
+
+    /* tiered store (i12; docs/architecture/store-tiers.md): a node's disk
+     * tier talks to the master with these. All three share one layout
+     * (cr__rpc_tier_* below): header fields client_id, segment, base, size,
+     * count, flags and 0..CR__RPC_BATCH_MAX items with every item field. */
+    CR__RPC_TIER_MOUNT = 0x60,  /* mount a disk segment (segment, size = capacity) */
+    CR__RPC_TIER_REPORT = 0x61, /* adopt objects found on disk (restart) */
+    CR__RPC_TIER_SYNC = 0x62,   /* completions in, tasks out */
 };
+/* 1 if type (without the reply bit) is one of the tier messages. */
+#define CR__RPC_IS_TIER(t) (((t) & 0x7fffu) >= CR__RPC_TIER_MOUNT && ((t) & 0x7fffu) <= CR__RPC_TIER_SYNC)
 #define CR__RPC_REPLY 0x8000u
 #define CR__RPC_BATCH_OFFSET 20 /* CR__RPC_BATCH_X == CR__RPC_X + 20 */
 

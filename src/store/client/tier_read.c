@@ -1,0 +1,95 @@
+/* Client reads of disk-tier replicas (store/tier/tier.h): the replica's
+ * segment names the node's tier read server ("ssd@host:port"); the node
+ * reads and checks the object and sends the bytes, which land straight in
+ * the caller's buffer (any memory: nothing is registered for this path).
+ * Requests to one node are pipelined on one connection, so the node reads
+ * them from disk in parallel (its io_uring queue depth). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "store/client/client.h"
+#include "store/tier/tier.h"
+
+#define COMP "store-client"
+
+static int tier_connect(cr_store_t *s, const char *segment)
+{
+    char host[CR__HOST_MAX];
+    uint16_t port;
+    if (cr__net_split_hostport(segment + CR__TIER_SSD_PREFIX_LEN, host, &port, 0))
+        return CR_E_INVALID_REPLICA;
+    int fd = cr__net_connect(host, port, NULL, (int)s->rpc_timeout_ms);
+    if (fd < 0)
+        return CR_E_TRANSFER_FAIL;
+    return fd;
+}
+
+int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        rd[i].result = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (rd[i].result != 1)
+            continue;
+        const char *seg = rd[i].segment;
+        int fd = tier_connect(s, seg);
+        /* every request to this node, sent at once */
+        int rc = fd < 0 ? fd : 0;
+        size_t first = i;
+        for (size_t j = i; j < n && !rc; j++) {
+            cr__sc_tier_rd_t *q = &rd[j];
+            if (q->result != 1 || strcmp(q->segment, seg))
+                continue;
+            uint8_t h[CR__TIER_RD_REQ_FIXED];
+            uint32_t magic = CR__TIER_RD_MAGIC, kl = q->key_len;
+            memcpy(h, &magic, 4);
+            memcpy(h + 4, &kl, 4);
+            memcpy(h + 8, &q->version, 8);
+            memcpy(h + 16, &q->disk_off, 8);
+            memcpy(h + 24, &q->size, 8);
+            memcpy(h + 32, &q->roff, 8);
+            memcpy(h + 40, &q->rlen, 8);
+            rc = cr__net_write_full(fd, h, sizeof h, (int)s->xfer_timeout_ms);
+            if (!rc)
+                rc = cr__net_write_full(fd, q->key, kl, (int)s->xfer_timeout_ms);
+            q->result = 2; /* sent */
+        }
+        for (size_t j = first; j < n; j++) {
+            cr__sc_tier_rd_t *q = &rd[j];
+            if (q->result != 2 && !(q->result == 1 && !strcmp(q->segment, seg)))
+                continue;
+            if (rc) {
+                q->result = CR_E_TRANSFER_FAIL;
+                continue;
+            }
+            uint8_t h[CR__TIER_RD_REP];
+            rc = cr__net_read_full(fd, h, sizeof h, (int)s->xfer_timeout_ms);
+            if (rc) {
+                q->result = CR_E_TRANSFER_FAIL;
+                continue;
+            }
+            int32_t st;
+            uint64_t len;
+            memcpy(&st, h, 4);
+            memcpy(&len, h + 8, 8);
+            if (st == 0 && len != q->rlen) {
+                rc = -EPROTO;
+                q->result = CR_E_TRANSFER_FAIL;
+                continue;
+            }
+            if (st == 0 && len)
+                rc = cr__net_read_full(fd, q->dst, len, (int)s->xfer_timeout_ms);
+            q->result = rc ? CR_E_TRANSFER_FAIL : st;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    int first = 0;
+    for (size_t i = 0; i < n && !first; i++)
+        first = rd[i].result;
+    return first;
+}

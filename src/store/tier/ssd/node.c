@@ -1,0 +1,659 @@
+/* Node disk tier runtime (node.h). */
+#include "store/tier/ssd/node.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "store/rpc/client.h"
+#include "store/tier/ssd/ssd.h"
+#include "store/tier/tier.h"
+
+#define COMP "tier"
+#define CONN_MAX 64
+#define CONN_BUDGET (64ull << 20) /* bytes of reads in flight per connection */
+#define VALUE_MAX (1ull << 30)    /* largest object the read server serves */
+#define CORRUPT_MAX 1024
+
+typedef struct pend {
+    char *key;
+    uint32_t key_len;
+    uint64_t version, off;
+} pend_t;
+
+struct cr__tier_node {
+    cr__tier_node_cfg_t cfg;
+    cr__ssd_t *ssd;
+    char seg[CR__RPC_SEGMENT_NAME_MAX];
+    char host[128];
+    int lfd;
+    uint16_t port;
+    cr__rpc_client_t *rpc;
+    pthread_t sync_thr, acc_thr;
+    int sync_started, acc_started;
+    atomic_int stop;
+    pthread_mutex_t mu; /* guards conns, n_conns, corrupt */
+    pthread_cond_t cv;
+    int conns[CONN_MAX];
+    int n_conns;
+    pend_t corrupt[CORRUPT_MAX];
+    size_t n_corrupt;
+    atomic_ullong reads, read_errors, crc_errors, offloads, offload_errors;
+};
+
+const char *cr__tier_node_segment(const cr__tier_node_t *t) { return t->seg; }
+
+static void note_corrupt(cr__tier_node_t *t, const char *key, uint32_t kl, uint64_t version,
+                         uint64_t off)
+{
+    atomic_fetch_add(&t->crc_errors, 1);
+    CR_LOG_ERROR(COMP, "object '%.*s' at disk offset %" PRIu64 " failed its checks (torn or "
+                 "corrupted): served as a miss, reported to the master",
+                 kl > 64 ? 64 : (int)kl, key, off);
+    pthread_mutex_lock(&t->mu);
+    if (t->n_corrupt < CORRUPT_MAX) {
+        char *k = malloc(kl);
+        if (k) {
+            memcpy(k, key, kl);
+            t->corrupt[t->n_corrupt++] = (pend_t){k, kl, version, off};
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* ---- read server ----------------------------------------------------------- */
+
+typedef struct rreq {
+    char key[CR__RPC_KEY_MAX];
+    uint32_t key_len;
+    uint64_t version, off, size, roff, rlen;
+    int status;
+    uint8_t *buf;
+} rreq_t;
+
+typedef struct conn_arg {
+    cr__tier_node_t *t;
+    int fd;
+} conn_arg_t;
+
+static uint32_t rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Reads one request header+key (blocking). 0, or <0 to close. */
+static int read_req(int fd, rreq_t *q, int timeout_ms)
+{
+    uint8_t h[CR__TIER_RD_REQ_FIXED];
+    int rc = cr__net_read_full(fd, h, sizeof h, timeout_ms);
+    if (rc)
+        return rc;
+    if (rd32(h) != CR__TIER_RD_MAGIC)
+        return -EPROTO;
+    q->key_len = rd32(h + 4);
+    q->version = rd64(h + 8);
+    q->off = rd64(h + 16);
+    q->size = rd64(h + 24);
+    q->roff = rd64(h + 32);
+    q->rlen = rd64(h + 40);
+    if (q->key_len == 0 || q->key_len > CR__RPC_KEY_MAX)
+        return -EPROTO;
+    rc = cr__net_read_full(fd, q->key, q->key_len, timeout_ms);
+    if (rc)
+        return rc;
+    q->status = 0;
+    if (q->size == 0 || q->size > VALUE_MAX || q->roff > q->size || q->rlen > q->size - q->roff ||
+        (q->off & (CR__TIER_BLOCK - 1)))
+        q->status = CR_E_INVALID_PARAMS;
+    return 0;
+}
+
+static int send_reply(int fd, const rreq_t *q)
+{
+    uint8_t h[CR__TIER_RD_REP] = {0};
+    int32_t st = q->status;
+    uint64_t len = q->status ? 0 : q->rlen;
+    memcpy(h, &st, 4);
+    memcpy(h + 8, &len, 8);
+    int rc = cr__net_write_full(fd, h, sizeof h, 30000);
+    if (!rc && len)
+        rc = cr__net_write_full(fd, q->buf + cr__tier_hdr_len(q->key_len) + q->roff, len, 30000);
+    return rc;
+}
+
+static void *conn_main(void *arg)
+{
+    conn_arg_t *ca = arg;
+    cr__tier_node_t *t = ca->t;
+    int fd = ca->fd;
+    free(ca);
+    cr__ssd_ring_t ring;
+    size_t maxq = t->cfg.qd ? t->cfg.qd : 32;
+    if (maxq > 256)
+        maxq = 256;
+    rreq_t *qs = calloc(maxq, sizeof *qs);
+    cr__ssd_io_t *ios = calloc(maxq, sizeof *ios);
+    if (!qs || !ios || cr__ssd_ring_init(&ring, (unsigned)maxq)) {
+        CR_LOG_ERROR(COMP, "read connection: out of memory or io_uring unavailable");
+        goto out;
+    }
+    while (!atomic_load(&t->stop)) {
+        /* one request (waits), then whatever else is already queued */
+        size_t n = 0;
+        uint64_t budget = 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int pr = poll(&p, 1, 500);
+        if (pr == 0)
+            continue;
+        if (pr < 0 || (p.revents & (POLLERR | POLLNVAL)))
+            break;
+        for (;;) {
+            rreq_t *q = &qs[n];
+            if (read_req(fd, q, 30000))
+                goto done;
+            q->buf = NULL;
+            uint64_t dl = cr__tier_disk_len(q->key_len, q->size);
+            if (!q->status && q->off + dl > cr__ssd_capacity(t->ssd))
+                q->status = CR_E_INVALID_PARAMS;
+            if (!q->status && posix_memalign((void **)&q->buf, CR__TIER_BLOCK, dl))
+                q->status = -ENOMEM, q->buf = NULL;
+            if (!q->status) {
+                ios[n] = (cr__ssd_io_t){.write = 0, .buf = q->buf, .off = q->off, .len = dl};
+                budget += dl;
+            } else {
+                ios[n] = (cr__ssd_io_t){.len = 0};
+            }
+            n++;
+            if (n == maxq || budget >= CONN_BUDGET)
+                break;
+            p.revents = 0;
+            if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
+                break;
+        }
+        /* the reads that are valid, all at once */
+        size_t k = 0;
+        cr__ssd_io_t *run = ios;
+        size_t idx[256];
+        for (size_t i = 0; i < n; i++)
+            if (!qs[i].status) {
+                idx[k] = i;
+                run[k++] = ios[i];
+            }
+        if (k)
+            cr__ssd_run(t->ssd, &ring, run, k);
+        for (size_t j = 0; j < k; j++) {
+            rreq_t *q = &qs[idx[j]];
+            if (run[j].result) {
+                q->status = CR_E_TRANSFER_FAIL;
+                atomic_fetch_add(&t->read_errors, 1);
+                continue;
+            }
+            int c = cr__ssd_check(q->buf, q->key, q->key_len, q->version, q->size);
+            if (c) {
+                q->status = CR_E_OBJECT_NOT_FOUND; /* a miss, never the bytes */
+                note_corrupt(t, q->key, q->key_len, q->version, q->off);
+            }
+        }
+        int bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!bad && send_reply(fd, &qs[i]))
+                bad = 1;
+            if (!qs[i].status)
+                atomic_fetch_add(&t->reads, 1);
+            free(qs[i].buf);
+            qs[i].buf = NULL;
+        }
+        if (bad)
+            break;
+    }
+done:
+    cr__ssd_ring_fini(&ring);
+out:
+    free(qs);
+    free(ios);
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n_conns; i++)
+        if (t->conns[i] == fd) {
+            t->conns[i] = t->conns[--t->n_conns];
+            break;
+        }
+    close(fd);
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static void *acc_main(void *arg)
+{
+    cr__tier_node_t *t = arg;
+    while (!atomic_load(&t->stop)) {
+        struct pollfd p = {.fd = t->lfd, .events = POLLIN};
+        if (poll(&p, 1, 200) != 1)
+            continue;
+        int fd = accept4(t->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        pthread_mutex_lock(&t->mu);
+        if (t->n_conns >= CONN_MAX || atomic_load(&t->stop)) {
+            pthread_mutex_unlock(&t->mu);
+            CR_LOG_WARN(COMP, "read server: %d connections, refusing one", CONN_MAX);
+            close(fd);
+            continue;
+        }
+        t->conns[t->n_conns++] = fd;
+        pthread_mutex_unlock(&t->mu);
+        conn_arg_t *ca = malloc(sizeof *ca);
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (!ca || (ca->t = t, ca->fd = fd, pthread_create(&th, &at, conn_main, ca))) {
+            free(ca);
+            pthread_mutex_lock(&t->mu);
+            for (int i = 0; i < t->n_conns; i++)
+                if (t->conns[i] == fd) {
+                    t->conns[i] = t->conns[--t->n_conns];
+                    break;
+                }
+            pthread_mutex_unlock(&t->mu);
+            close(fd);
+        }
+        pthread_attr_destroy(&at);
+    }
+    return NULL;
+}
+
+/* ---- master side: mount, report, sync ------------------------------------- */
+
+static int call(cr__tier_node_t *t, cr__rpc_msg_t *req, cr__rpc_msg_t *rep)
+{
+    req->client_id = t->cfg.id;
+    req->segment = t->seg;
+    int rc = cr__rpc_client_call(t->rpc, req, rep);
+    if (rc)
+        return rc;
+    return rep->status;
+}
+
+typedef struct report_ctx {
+    cr__tier_node_t *t;
+    cr__rpc_msg_t req;
+    uint32_t n;
+    uint64_t adopted, refused;
+    int err;
+    cr__ssd_ring_t *ring;
+} report_ctx_t;
+
+static void erase_at(cr__tier_node_t *t, cr__ssd_ring_t *ring, const uint64_t *offs, size_t n)
+{
+    static _Alignas(4096) const uint8_t zero[CR__TIER_BLOCK];
+    cr__ssd_io_t ios[64];
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < 64 && i < n; k++, i++)
+            ios[k] = (cr__ssd_io_t){.write = 1, .buf = (void *)zero, .off = offs[i],
+                                    .len = CR__TIER_BLOCK};
+        cr__ssd_run(t->ssd, ring, ios, k);
+    }
+}
+
+static int report_flush(report_ctx_t *c)
+{
+    if (!c->n)
+        return 0;
+    cr__rpc_msg_t rep = {0};
+    c->req.type = CR__RPC_TIER_REPORT;
+    c->req.n_items = c->n;
+    int rc = call(c->t, &c->req, &rep);
+    if (rc == 0) {
+        uint64_t offs[CR__RPC_BATCH_MAX];
+        size_t ne = 0;
+        for (uint32_t i = 0; i < rep.n_items && i < c->n; i++) {
+            if (rep.items[i].status == 0)
+                c->adopted++;
+            else {
+                c->refused++;
+                /* the master holds another version (or the extent is bad):
+                 * this copy is stale, erase it so it never comes back */
+                if (rep.items[i].status == CR_E_OBJECT_ALREADY_EXISTS)
+                    offs[ne++] = c->req.items[i].replicas[0].shards[0].addr;
+            }
+        }
+        if (ne && c->ring)
+            erase_at(c->t, c->ring, offs, ne);
+    }
+    cr__rpc_msg_free(&rep);
+    cr__rpc_msg_free(&c->req);
+    c->n = 0;
+    return rc;
+}
+
+static int report_cb(void *arg, const char *key, uint32_t kl, uint64_t version, uint64_t size,
+                     uint64_t off, uint64_t dl)
+{
+    report_ctx_t *c = arg;
+    if (!c->req.items) {
+        c->req.items = cr__rpc_msg_alloc(&c->req, CR__RPC_BATCH_MAX * sizeof *c->req.items);
+        if (!c->req.items)
+            return c->err = -ENOMEM;
+    }
+    cr__rpc_item_t *it = &c->req.items[c->n];
+    it->key = cr__rpc_msg_strdup(&c->req, key, kl);
+    it->key_len = kl;
+    it->version = version;
+    it->size = size;
+    it->replica_id = off;
+    it->n_replicas = 1;
+    it->replicas = cr__rpc_msg_alloc(&c->req, sizeof *it->replicas);
+    cr__rpc_shard_t *sh = cr__rpc_msg_alloc(&c->req, sizeof *sh);
+    if (!it->key || !it->replicas || !sh)
+        return c->err = -ENOMEM;
+    *sh = (cr__rpc_shard_t){.segment = c->t->seg, .addr = off, .len = dl};
+    it->replicas[0] = (cr__rpc_replica_t){.n_shards = 1, .shards = sh};
+    if (++c->n == CR__RPC_BATCH_MAX) {
+        int rc = report_flush(c);
+        if (rc)
+            return c->err = rc;
+    }
+    return 0;
+}
+
+/* Mounts the disk segment and re-reports everything on disk. */
+static int mount_and_report(cr__tier_node_t *t, cr__ssd_ring_t *ring, char *err, size_t errlen)
+{
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = CR__RPC_TIER_MOUNT;
+    req.size = cr__ssd_capacity(t->ssd);
+    int rc = call(t, &req, &rep);
+    cr__rpc_msg_free(&rep);
+    if (rc) {
+        if (err)
+            snprintf(err, errlen, "mounting disk segment %s at %s: %s (%d)", t->seg,
+                     t->cfg.master, cr_strerror(rc), rc);
+        return rc;
+    }
+    report_ctx_t c = {.t = t, .ring = ring};
+    uint64_t trunc = 0;
+    long found = cr__ssd_scan(t->ssd, report_cb, &c, &trunc);
+    if (!c.err)
+        c.err = report_flush(&c);
+    else
+        cr__rpc_msg_free(&c.req);
+    if (found < 0 || c.err) {
+        if (err)
+            snprintf(err, errlen, "re-reporting disk objects: %s",
+                     found < 0 ? strerror((int)-found) : cr_strerror(c.err));
+        return found < 0 ? (int)found : c.err;
+    }
+    CR_LOG_INFO(COMP, "disk segment %s: %ld objects on disk, %" PRIu64 " adopted, %" PRIu64
+                " refused (stale), %" PRIu64 " truncated extents skipped",
+                t->seg, found, c.adopted, c.refused, trunc);
+    return 0;
+}
+
+typedef struct task_buf {
+    uint8_t *buf;
+    uint64_t cap;
+} task_buf_t;
+
+static void *sync_main(void *arg)
+{
+    cr__tier_node_t *t = arg;
+    cr__ssd_ring_t ring;
+    unsigned qd = t->cfg.qd ? t->cfg.qd : 32;
+    if (cr__ssd_ring_init(&ring, qd)) {
+        CR_LOG_ERROR(COMP, "sync thread: io_uring unavailable");
+        return NULL;
+    }
+    cr__rpc_msg_t done = {0}; /* completions for the next sync */
+    uint32_t n_done = 0;
+    task_buf_t *bufs = calloc(CR__RPC_BATCH_MAX, sizeof *bufs);
+    cr__ssd_io_t *ios = calloc(CR__RPC_BATCH_MAX, sizeof *ios);
+    size_t *map = calloc(CR__RPC_BATCH_MAX, sizeof *map);
+    int idle = 0;
+    while (bufs && ios && map && !atomic_load(&t->stop)) {
+        cr__rpc_msg_t req = done, rep = {0};
+        memset(&done, 0, sizeof done);
+        req.type = CR__RPC_TIER_SYNC;
+        req.n_items = n_done;
+        /* corruption reports */
+        pthread_mutex_lock(&t->mu);
+        size_t nc = t->n_corrupt;
+        pend_t cor[CORRUPT_MAX];
+        memcpy(cor, t->corrupt, nc * sizeof *cor);
+        t->n_corrupt = 0;
+        pthread_mutex_unlock(&t->mu);
+        if (nc) {
+            cr__rpc_item_t *its = cr__rpc_msg_alloc(&req, (n_done + nc) * sizeof *its);
+            if (its) {
+                if (n_done)
+                    memcpy(its, req.items, n_done * sizeof *its);
+                for (size_t i = 0; i < nc; i++)
+                    its[n_done + i] = (cr__rpc_item_t){.key = cr__rpc_msg_strdup(&req, cor[i].key, cor[i].key_len),
+                                                      .key_len = cor[i].key_len,
+                                                      .version = cor[i].version,
+                                                      .replica_id = cor[i].off,
+                                                      .flags = CR__TIER_OP_CORRUPT};
+                req.items = its;
+                req.n_items = n_done + (uint32_t)nc;
+            }
+            for (size_t i = 0; i < nc; i++)
+                free(cor[i].key);
+        }
+        n_done = 0;
+        int rc = call(t, &req, &rep);
+        cr__rpc_msg_free(&req);
+        if (rc == CR_E_SEGMENT_NOT_FOUND) {
+            /* the master restarted or dropped us: mount again, re-report */
+            cr__rpc_msg_free(&rep);
+            if (mount_and_report(t, &ring, NULL, 0))
+                usleep(500 * 1000);
+            continue;
+        }
+        if (rc) {
+            cr__rpc_msg_free(&rep);
+            usleep(200 * 1000);
+            continue;
+        }
+        uint32_t n = rep.n_items;
+        if (!n) {
+            cr__rpc_msg_free(&rep);
+            idle = idle < 10 ? idle + 1 : idle;
+            usleep(idle < 3 ? 5000 : 50000);
+            continue;
+        }
+        idle = 0;
+        done.items = cr__rpc_msg_alloc(&done, n * sizeof *done.items);
+        if (!done.items) {
+            cr__rpc_msg_free(&rep);
+            continue;
+        }
+        /* erases first: a later write to the same place must land after */
+        uint64_t offs[CR__RPC_BATCH_MAX];
+        size_t ne = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (rep.items[i].flags == CR__TIER_OP_ERASE)
+                offs[ne++] = rep.items[i].replica_id;
+        if (ne)
+            erase_at(t, &ring, offs, ne);
+        size_t k = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            cr__rpc_item_t *it = &rep.items[i];
+            cr__rpc_item_t *d = &done.items[n_done++];
+            *d = (cr__rpc_item_t){.key = cr__rpc_msg_strdup(&done, it->key, it->key_len),
+                                  .key_len = it->key_len,
+                                  .version = it->version,
+                                  .replica_id = it->replica_id,
+                                  .flags = it->flags};
+            if (it->flags != CR__TIER_OP_OFFLOAD)
+                continue;
+            d->status = CR_E_INVALID_PARAMS;
+            if (it->n_replicas != 2 || it->replicas[0].n_shards != 1 ||
+                it->replicas[1].n_shards != 1)
+                continue;
+            const cr__rpc_shard_t *src = &it->replicas[0].shards[0];
+            const cr__rpc_shard_t *dst = &it->replicas[1].shards[0];
+            uint64_t dl = cr__tier_disk_len(it->key_len, it->size);
+            uintptr_t base = (uintptr_t)t->cfg.dram_base;
+            if (src->len != it->size || src->addr < base ||
+                src->addr + src->len > base + t->cfg.dram_size || dst->len != dl ||
+                dst->addr + dl > cr__ssd_capacity(t->ssd) || (dst->addr & (CR__TIER_BLOCK - 1)))
+                continue;
+            task_buf_t *b = &bufs[k];
+            if (b->cap < dl) {
+                free(b->buf);
+                b->buf = NULL;
+                b->cap = 0;
+                if (posix_memalign((void **)&b->buf, CR__TIER_BLOCK, dl)) {
+                    b->buf = NULL;
+                    d->status = -ENOMEM;
+                    continue;
+                }
+                b->cap = dl;
+            }
+            cr__ssd_encode(b->buf, it->key, it->key_len, it->version,
+                           (const void *)(uintptr_t)src->addr, it->size);
+            ios[k] = (cr__ssd_io_t){.write = 1, .buf = b->buf, .off = dst->addr, .len = dl};
+            map[k] = n_done - 1;
+            k++;
+        }
+        if (k)
+            cr__ssd_run(t->ssd, &ring, ios, k);
+        for (size_t j = 0; j < k; j++) {
+            done.items[map[j]].status = ios[j].result ? CR_E_TRANSFER_FAIL : 0;
+            if (ios[j].result) {
+                atomic_fetch_add(&t->offload_errors, 1);
+                CR_LOG_ERROR(COMP, "offload write at %" PRIu64 ": %s", ios[j].off,
+                             strerror(-ios[j].result));
+            } else {
+                atomic_fetch_add(&t->offloads, 1);
+            }
+        }
+        /* buffers above 64 MiB are not kept */
+        for (size_t j = 0; j < k; j++)
+            if (bufs[j].cap > (64ull << 20)) {
+                free(bufs[j].buf);
+                bufs[j].buf = NULL;
+                bufs[j].cap = 0;
+            }
+        cr__rpc_msg_free(&rep);
+    }
+    cr__rpc_msg_free(&done);
+    if (bufs)
+        for (size_t j = 0; j < CR__RPC_BATCH_MAX; j++)
+            free(bufs[j].buf);
+    free(bufs);
+    free(ios);
+    free(map);
+    cr__ssd_ring_fini(&ring);
+    return NULL;
+}
+
+int cr__tier_node_start(const cr__tier_node_cfg_t *c, cr__tier_node_t **out, char *err,
+                        size_t errlen)
+{
+    cr__tier_node_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    t->cfg = *c;
+    t->lfd = -1;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    int rc = cr__ssd_open(c->dir, c->capacity, &t->ssd, err, errlen);
+    if (rc)
+        goto fail;
+    snprintf(t->host, sizeof t->host, "%s", c->host && c->host[0] ? c->host : "127.0.0.1");
+    rc = cr__net_listen(t->host, c->port, 64, &t->port);
+    if (rc < 0) {
+        snprintf(err, errlen, "disk tier read server on %s:%u: %s", t->host, c->port,
+                 strerror(-rc));
+        goto fail;
+    }
+    t->lfd = rc;
+    snprintf(t->seg, sizeof t->seg, CR__TIER_SSD_PREFIX "%s:%u", t->host, t->port);
+    rc = cr__rpc_client_create(c->master, (int)c->rpc_timeout_ms, (int)c->rpc_timeout_ms, &t->rpc);
+    if (rc) {
+        snprintf(err, errlen, "master address %s: %s", c->master, strerror(-rc));
+        goto fail;
+    }
+    cr__ssd_ring_t ring;
+    if ((rc = cr__ssd_ring_init(&ring, 8)) != 0) {
+        snprintf(err, errlen, "io_uring: %s", strerror(-rc));
+        goto fail;
+    }
+    rc = mount_and_report(t, &ring, err, errlen);
+    cr__ssd_ring_fini(&ring);
+    if (rc)
+        goto fail;
+    if (pthread_create(&t->acc_thr, NULL, acc_main, t)) {
+        snprintf(err, errlen, "cannot start threads");
+        rc = -EAGAIN;
+        goto fail;
+    }
+    t->acc_started = 1;
+    if (pthread_create(&t->sync_thr, NULL, sync_main, t)) {
+        snprintf(err, errlen, "cannot start threads");
+        rc = -EAGAIN;
+        goto fail;
+    }
+    t->sync_started = 1;
+    *out = t;
+    return 0;
+fail:
+    cr__tier_node_stop(t);
+    return rc;
+}
+
+void cr__tier_node_stop(cr__tier_node_t *t)
+{
+    if (!t)
+        return;
+    atomic_store(&t->stop, 1);
+    if (t->acc_started)
+        pthread_join(t->acc_thr, NULL);
+    if (t->sync_started)
+        pthread_join(t->sync_thr, NULL);
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n_conns; i++)
+        shutdown(t->conns[i], SHUT_RDWR);
+    while (t->n_conns)
+        pthread_cond_wait(&t->cv, &t->mu);
+    for (size_t i = 0; i < t->n_corrupt; i++)
+        free(t->corrupt[i].key);
+    pthread_mutex_unlock(&t->mu);
+    if (t->lfd >= 0)
+        close(t->lfd);
+    if (t->rpc && t->sync_started) {
+        /* clean stop: the master forgets the disk copies now (they stay on
+         * disk and come back when a node opens this directory again) */
+        cr__rpc_msg_t req = {0}, rep = {0};
+        req.type = CR__RPC_UNMOUNT_SEGMENT;
+        call(t, &req, &rep);
+        cr__rpc_msg_free(&rep);
+    }
+    cr__rpc_client_destroy(t->rpc);
+    cr__ssd_close(t->ssd);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+}

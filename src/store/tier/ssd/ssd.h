@@ -1,0 +1,82 @@
+/* Node-local disk tier storage: one preallocated data file under --ssd_path,
+ * objects at offsets chosen by the master, read and written with io_uring
+ * and O_DIRECT. Layout of one object (store/tier/tier.h):
+ *
+ *   header block(s): u32 magic, u32 header crc32c (of bytes 8..64+key_len),
+ *                    u64 version, u64 value size, u32 value crc32c,
+ *                    u32 key length, 32 bytes zero, key
+ *   value, zero-padded to 4 KiB
+ *
+ * A reader checks magic, header crc, key, version, size and the value crc:
+ * a torn, stale or corrupted object is an error, never bytes.
+ *
+ * Files in the directory: crescent-ssd.lock (flock'd by the owning process:
+ * a second node on the same directory is refused) and crescent-ssd.data.
+ * Anything else is left alone. */
+#ifndef CR_STORE_TIER_SSD_SSD_H
+#define CR_STORE_TIER_SSD_SSD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <liburing.h>
+
+typedef struct cr__ssd cr__ssd_t;
+
+/* Opens (creating if needed) the tier in dir with capacity bytes (rounded
+ * down to 4 KiB, >= 1 MiB). Checks: dir exists and is a writable directory,
+ * no other process holds its lock, the file system has room for the rest of
+ * capacity (the file is preallocated with fallocate, so a full disk is found
+ * here, not under load). Returns 0 and *out, or a negative errno with a
+ * one-line reason in err. */
+int cr__ssd_open(const char *dir, uint64_t capacity, cr__ssd_t **out, char *err, size_t errlen);
+void cr__ssd_close(cr__ssd_t *s);
+uint64_t cr__ssd_capacity(const cr__ssd_t *s);
+int cr__ssd_fd(const cr__ssd_t *s);
+
+/* Calls cb for every well-formed object header found in the file (ascending
+ * offsets; an object whose extent passes the end of the file or the
+ * capacity is skipped and counted in *truncated). cb returning non-zero
+ * stops the scan. Returns objects found or a negative errno. */
+typedef int (*cr__ssd_scan_cb)(void *arg, const char *key, uint32_t key_len, uint64_t version,
+                               uint64_t size, uint64_t off, uint64_t disk_len);
+long cr__ssd_scan(cr__ssd_t *s, cr__ssd_scan_cb cb, void *arg, uint64_t *truncated);
+
+/* Writes the header + value into buf (CR__TIER_BLOCK-aligned, at least
+ * cr__tier_disk_len(key_len, size) bytes): the value is copied from val
+ * with its crc computed on the way. Returns the disk length. */
+uint64_t cr__ssd_encode(void *buf, const char *key, uint32_t key_len, uint64_t version,
+                        const void *val, uint64_t size);
+
+/* Checks an object read into buf (disk_len bytes) against key, version and
+ * size: 0, or -EBADMSG (bad magic/header crc/value crc: torn or corrupted),
+ * -ESTALE (a well-formed object of another key or version). The value then
+ * starts at buf + cr__tier_hdr_len(key_len). */
+int cr__ssd_check(const void *buf, const char *key, uint32_t key_len, uint64_t version,
+                  uint64_t size);
+
+/* One I/O of a batch. */
+typedef struct cr__ssd_io {
+    int write;    /* 1 write, 0 read */
+    void *buf;    /* CR__TIER_BLOCK-aligned */
+    uint64_t off; /* CR__TIER_BLOCK-aligned */
+    uint64_t len; /* CR__TIER_BLOCK multiple */
+    int result;   /* out: 0 or a negative errno (-EIO for a short transfer) */
+} cr__ssd_io_t;
+
+/* Per-thread io_uring (rings are not shared between threads). */
+typedef struct cr__ssd_ring {
+    struct io_uring ring;
+    unsigned qd;
+    int ok;
+} cr__ssd_ring_t;
+
+int cr__ssd_ring_init(cr__ssd_ring_t *r, unsigned qd);
+void cr__ssd_ring_fini(cr__ssd_ring_t *r);
+
+/* Runs n I/Os on s's file through ring r, keeping up to r->qd in flight
+ * (one io_uring_submit per refill), and waits for all. Each io gets its
+ * result. Returns 0 if all succeeded, else the first error. */
+int cr__ssd_run(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n);
+
+#endif

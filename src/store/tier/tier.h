@@ -1,0 +1,64 @@
+/* Tiered store: definitions shared by the master (src/store/master/tier.c),
+ * the node's disk tier (src/store/tier/ssd/) and the client's disk reads
+ * (src/store/client/tier_read.c). Design: docs/architecture/store-tiers.md.
+ *
+ * A node with --ssd_path mounts, besides its DRAM segment, a *disk segment*
+ * named CR__TIER_SSD_PREFIX "<host>:<port>" (the address of its tier read
+ * server) of --ssd_capacity bytes. The master allocates inside it like in a
+ * DRAM segment (one index, one allocator per segment), never places a put
+ * there, and moves objects into it by handing the node OFFLOAD tasks
+ * (TIER_SYNC). A replica on a disk segment is read by asking the node's tier
+ * server, which reads the object with O_DIRECT, checks key, version and
+ * crc32c, and sends the bytes. */
+#ifndef CR_STORE_TIER_TIER_H
+#define CR_STORE_TIER_TIER_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define CR__TIER_SSD_PREFIX "ssd@"
+#define CR__TIER_SSD_PREFIX_LEN 4
+
+static inline int cr__tier_is_ssd(const char *segment)
+{
+    return segment && !strncmp(segment, CR__TIER_SSD_PREFIX, CR__TIER_SSD_PREFIX_LEN);
+}
+
+/* Disk layout of one object: a header block (CR__TIER_BLOCK-rounded) then
+ * the value padded to CR__TIER_BLOCK. Everything is O_DIRECT-aligned. */
+#define CR__TIER_BLOCK 4096u
+#define CR__TIER_HDR_FIXED 64u
+#define CR__TIER_MAGIC 0x314f5243u /* "CRO1" */
+
+static inline uint64_t cr__tier_round(uint64_t v)
+{
+    return (v + CR__TIER_BLOCK - 1) & ~(uint64_t)(CR__TIER_BLOCK - 1);
+}
+static inline uint64_t cr__tier_hdr_len(uint64_t key_len)
+{
+    return cr__tier_round(CR__TIER_HDR_FIXED + key_len);
+}
+/* Bytes an object of key_len/size takes on disk. */
+static inline uint64_t cr__tier_disk_len(uint64_t key_len, uint64_t size)
+{
+    return cr__tier_hdr_len(key_len) + cr__tier_round(size);
+}
+
+/* TIER_SYNC item ops (item.flags). Completions use the same op codes. */
+enum {
+    CR__TIER_OP_OFFLOAD = 1, /* copy DRAM replica (replicas[0]) to disk at replicas[1] */
+    CR__TIER_OP_ERASE = 2,   /* invalidate the header at replicas[0] (object gone) */
+    CR__TIER_OP_CORRUPT = 3, /* node -> master: the disk copy failed its checks */
+};
+
+/* ---- node tier read protocol (client -> node, TCP) -----------------------
+ * Request (little-endian, 48 + key_len bytes):
+ *   u32 magic CR__TIER_RD_MAGIC, u32 key_len, u64 version, u64 disk offset,
+ *   u64 value size, u64 range offset, u64 range length, key bytes
+ * Reply: i32 status, u32 0, u64 length; then length bytes (status 0 only).
+ * Requests on one connection are answered in order (pipelining allowed). */
+#define CR__TIER_RD_MAGIC 0x44525443u /* "CTRD" */
+#define CR__TIER_RD_REQ_FIXED 48u
+#define CR__TIER_RD_REP 16u
+
+#endif

@@ -1,0 +1,218 @@
+"""Disk tier (docs/architecture/store-tiers.md) through the unchanged Mooncake
+Python API: real crescent-master + crescent-node processes with --ssd_path on
+real files (io_uring, O_DIRECT). Each test names the behaviour it protects."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import Daemons, exe, wait_line, SANITIZED
+from mooncake.store import MooncakeDistributedStore
+
+MiB = 1 << 20
+
+
+def start_master(d, extra=()):
+    p = d.start([exe("crescent-master"), "--rpc_port=0", "--rpc_address=127.0.0.1",
+                 "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+                 "--http_metadata_server_port=0", "--metrics_address=127.0.0.1",
+                 "--metrics_port=0", "--client_ttl=2"] + list(extra))
+    m = wait_line(p, r"listening rpc=(\d+) metrics=(\d+) http_metadata=(\d+)", "crescent-master")
+    return {"master": "127.0.0.1:%s" % m.group(1), "metrics": int(m.group(2)),
+            "metadata": "http://127.0.0.1:%s/metadata" % m.group(3)}
+
+
+def node_argv(c, ssd_path, dram="32MB", ssd="256MB", extra=()):
+    return [exe("crescent-node"), "--master_server_address", c["master"], "--metadata_server",
+            c["metadata"], "--local_hostname", "127.0.0.1", "--global_segment_size", dram,
+            "--ssd_path", str(ssd_path), "--ssd_capacity", ssd] + list(extra)
+
+
+def start_node(d, c, ssd_path, **kw):
+    p = d.start(node_argv(c, ssd_path, **kw), stderr=subprocess.PIPE)
+    wait_line(p, r"ready segment=(\S+)", "crescent-node")
+    return p
+
+
+def client(c):
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", c["metadata"], 0, "16MB", "tcp", "", c["master"]) == 0
+    return s
+
+
+def metrics(c):
+    txt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % c["metrics"], timeout=10).read()
+    out = {}
+    for line in txt.decode().splitlines():
+        if line.startswith("crescent_master_"):
+            k, v = line.split()
+            out[k[len("crescent_master_"):]] = int(v)
+    return out
+
+
+def query_key(c, key):
+    try:
+        r = urllib.request.urlopen("http://127.0.0.1:%d/query_key?key=%s" % (c["metrics"], key),
+                                   timeout=10)
+        return json.loads(r.read())
+    except urllib.error.HTTPError:
+        return None
+
+
+def value(i, size):
+    b = (b"%08d" % i) * (size // 8)
+    return b + b"x" * (size - len(b))
+
+
+def put_retry(s, key, v, tries=200):
+    """A full pool pushes back (the disk tier is still taking the cold
+    objects): a writer retries, like an application would."""
+    for _ in range(tries):
+        rc = s.put(key, v)
+        if rc == 0:
+            return 0
+        time.sleep(0.05)
+    return rc
+
+
+@pytest.fixture
+def d():
+    ds = Daemons()
+    yield ds
+    ds.stop()
+
+
+N_KEYS = 48 if SANITIZED else 96
+
+
+def test_working_set_larger_than_dram_stays_readable(d, tmp_path):
+    """3x the DRAM pool, DRAM + disk hold it all: >= 99% of puts readable,
+    byte for byte, served from the disk tier, through the Python API."""
+    c = start_master(d)
+    start_node(d, c, tmp_path)
+    s = client(c)
+    ok = [k for k in range(N_KEYS) if put_retry(s, "k%d" % k, value(k, MiB)) == 0]
+    assert len(ok) >= 0.99 * N_KEYS, "puts that succeeded: %d of %d" % (len(ok), N_KEYS)
+    good = sum(1 for k in ok if s.get("k%d" % k) == value(k, MiB))
+    assert good >= 0.99 * N_KEYS, "readable: %d of %d" % (good, N_KEYS)
+    m = metrics(c)
+    assert m["tier_ssd_offloads_total"] > 0 and m["tier_ssd_hits_total"] > 0, m
+    tiers = {r["tier"] for k in ok[:4] for r in (query_key(c, "k%d" % k) or {}).get("replicas", [])}
+    assert "ssd" in tiers, tiers
+    s.close()
+
+
+def test_node_sigkill_restart_serves_its_disk_objects(d, tmp_path):
+    """A node SIGKILLed and restarted on the same --ssd_path re-reports what
+    is on its disk: those objects are readable again, byte for byte."""
+    c = start_master(d)
+    node = start_node(d, c, tmp_path)
+    s = client(c)
+    n = 60 if not SANITIZED else 40
+    for k in range(n):
+        assert put_retry(s, "r%d" % k, value(k, MiB)) == 0
+    on_disk = [k for k in range(n)
+               if any(r["tier"] == "ssd" for r in (query_key(c, "r%d" % k) or {}).get("replicas", []))]
+    assert on_disk, "nothing reached the disk tier"
+    node.send_signal(signal.SIGKILL)
+    node.wait()
+    # the master drops the dead node's segments after --client_ttl (2 s)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and metrics(c)["tier_ssd_segments"]:
+        time.sleep(0.2)
+    start_node(d, c, tmp_path)
+    back = sum(1 for k in on_disk if s.get("r%d" % k) == value(k, MiB))
+    assert back == len(on_disk), "readable after restart: %d of %d" % (back, len(on_disk))
+    assert metrics(c)["tier_ssd_adopted_total"] >= len(on_disk)
+    s.close()
+
+
+def test_flipped_byte_on_disk_is_a_miss_and_counted(d, tmp_path):
+    """One flipped byte in an object file: the get fails (a miss), never
+    returns wrong bytes; the master counts the corrupt copy and drops it."""
+    c = start_master(d, ["--tier_offload_watermark=0"])  # write-through
+    start_node(d, c, tmp_path)
+    s = client(c)
+    for k in range(8):
+        assert s.put("c%d" % k, value(k, MiB)) == 0
+    # wait for the write-through copies, then push everything out of DRAM
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and metrics(c)["tier_ssd_offloads_total"] < 8:
+        time.sleep(0.1)
+    for k in range(8, 8 + 40):
+        assert put_retry(s, "c%d" % k, value(k, MiB)) == 0
+    q = query_key(c, "c0")
+    reps = q["replicas"]
+    assert [r["tier"] for r in reps] == ["ssd"], q
+    off = reps[0]["shards"][0]["addr"] + 4096 + 12345  # header block, then the value
+    with open(os.path.join(str(tmp_path), "crescent-ssd.data"), "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x40]))
+        f.flush()
+        os.fsync(f.fileno())
+    got = s.get("c0")
+    assert got != value(0, MiB) and len(got) == 0, "corrupted object returned bytes"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and metrics(c)["tier_ssd_corrupt_total"] < 1:
+        time.sleep(0.1)
+    assert metrics(c)["tier_ssd_corrupt_total"] >= 1
+    assert s.is_exist("c0") == 0
+    assert s.get("c1") == value(1, MiB)  # the others are intact
+    s.close()
+
+
+def run_node(c, ssd_path, timeout=30, **kw):
+    return subprocess.run(node_argv(c, ssd_path, **kw) + ["--start_timeout_s", "5"],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_bad_ssd_path_and_capacity_give_clear_errors(d, tmp_path):
+    c = start_master(d)
+    r = run_node(c, tmp_path / "missing")
+    assert r.returncode != 0 and "--ssd_path" in r.stderr and "No such file" in r.stderr, r.stderr
+    r = run_node(c, "/proc")  # a read-only file system
+    assert r.returncode != 0 and "--ssd_path" in r.stderr, r.stderr
+    r = run_node(c, tmp_path, ssd="500TB")
+    assert r.returncode != 0 and "does not fit" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "crescent-ssd.data") or \
+        os.path.getsize(tmp_path / "crescent-ssd.data") == 0
+
+
+def test_two_nodes_on_one_directory_refused(d, tmp_path):
+    c = start_master(d)
+    start_node(d, c, tmp_path)
+    r = run_node(c, tmp_path)
+    assert r.returncode != 0 and "in use by another process" in r.stderr, r.stderr
+
+
+def test_foreign_and_truncated_files_are_left_alone(d, tmp_path):
+    """Foreign files in the directory are ignored and kept; a data file cut
+    short loses only the objects past its end."""
+    c = start_master(d, ["--tier_offload_watermark=0"])
+    node = start_node(d, c, tmp_path)
+    s = client(c)
+    for k in range(6):
+        assert s.put("t%d" % k, value(k, MiB)) == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and metrics(c)["tier_ssd_offloads_total"] < 6:
+        time.sleep(0.1)
+    offs = sorted((query_key(c, "t%d" % k)["replicas"][-1]["shards"][0]["addr"], k) for k in range(6))
+    node.send_signal(signal.SIGTERM)
+    node.wait()
+    (tmp_path / "notes.txt").write_text("not crescent's")
+    cut = offs[-1][0] + 8192  # inside the last object
+    os.truncate(tmp_path / "crescent-ssd.data", cut)
+    s.remove_all()
+    start_node(d, c, tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "not crescent's"
+    for off, k in offs[:-1]:
+        assert s.get("t%d" % k) == value(k, MiB)
+    assert s.is_exist("t%d" % offs[-1][1]) == 0
+    s.close()
