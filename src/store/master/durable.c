@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "store/master/master_priv.h"
+#include "store/tier/tier.h"
 
 /* ---- journal ------------------------------------------------------------ */
 
@@ -137,6 +138,7 @@ static int rs_seg(void *u, const cr__ha_seg_t *g)
     sg->owner = g->client;
     sg->orphan_awake = x->awake;
     sg->alloc_after_ms = UINT64_MAX; /* nothing new until its owner is back */
+    sg->tier = cr__tier_is_ssd(sg->name) ? 1 : 0; /* a node's disk tier (tier.c) */
     sg->live = 1;
     m->live_segs++;
     return 0;
@@ -273,7 +275,7 @@ static int rs_build(rs_ctx_t *x)
         free(offs);
         free(lens);
         free(blk);
-        if (!rc) {
+        if (!rc && !sg->tier) {
             m->capacity += cr__oalloc_capacity(sg->alloc);
             m->allocated += cr__oalloc_used(sg->alloc);
         }
