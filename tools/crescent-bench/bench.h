@@ -14,6 +14,7 @@
 
 int cr_bench_te_main(int argc, char **argv);
 int cr_bench_store_main(int argc, char **argv) __attribute__((weak));
+int cr_bench_tier_main(int argc, char **argv) __attribute__((weak));
 
 /* ---- latency samples: bounded reservoir, exact until it fills ---------- */
 

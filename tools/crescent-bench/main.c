@@ -20,6 +20,7 @@ int main(int argc, char **argv)
     const struct subcmd cmds[] = {
         {"te", cr_bench_te_main, "Transfer Engine throughput/latency (default)"},
         {"store", cr_bench_store_main, "Store put/get throughput/latency"},
+        {"tier", cr_bench_tier_main, "Store disk tier: gets served from disk, offload rate"},
     };
     const size_t n = sizeof cmds / sizeof cmds[0];
     if (argc >= 2 && argv[1][0] != '-') {

@@ -1,0 +1,187 @@
+/* crescent-bench tier: gets served from a node's disk tier, and the
+ * write-through offload rate (bench/tier/run.py drives it next to fio).
+ *
+ *   crescent-bench tier --master_server_address A --metadata_server M
+ *       --value_size 1MB --keys 512 --qd 16 --rounds 2 [--phase get|offload]
+ *
+ * get: puts --keys values (untimed, retried while the pool pushes back),
+ * then reads the oldest half of them (the ones the master moved to disk)
+ * in batches of --qd keys with cr_store_batch_get_into, --rounds times,
+ * checking every byte. Prints
+ *   RESULT bench=tier phase=get value_size=.. qd=.. gets=.. errors=.. wrong=.. gbps=..
+ *          batch_p50_us=.. batch_p99_us=.. get_p50_us=.. get_p99_us=..
+ * (batch latency = one batch of qd gets; get_* = single gets at qd 1, run
+ * after the batches, over the same keys).
+ * offload: puts --keys values as fast as it can (the master runs
+ * write-through) and prints the put rate; the driver reads the offload
+ * completion time from the master's metrics. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "common/config.h"
+#include "crescent/store.h"
+
+typedef struct tb_cfg {
+    char master_server_address[CR__CFG_STR_MAX];
+    char metadata_server[CR__CFG_STR_MAX];
+    char local_hostname[CR__CFG_STR_MAX];
+    char phase[CR__CFG_STR_MAX];
+    uint64_t value_size;
+    int64_t keys, qd, rounds;
+} tb_cfg_t;
+
+#define OPT(n, d, h, t) {#n, d, h, t, offsetof(tb_cfg_t, n)}
+static const cr__cfg_opt_t opts[] = {
+    OPT(master_server_address, "127.0.0.1:50051", "master host:port", CR__CFG_STR),
+    OPT(metadata_server, "p2p", "TE metadata", CR__CFG_STR),
+    OPT(local_hostname, "127.0.0.1", "this client's address", CR__CFG_STR),
+    OPT(phase, "get", "get | offload", CR__CFG_STR),
+    OPT(value_size, "1MB", "bytes per value", CR__CFG_SIZE),
+    OPT(keys, "512", "values put", CR__CFG_INT),
+    OPT(qd, "16", "keys per batch get (the node's disk queue depth)", CR__CFG_INT),
+    OPT(rounds, "2", "passes over the disk-resident keys", CR__CFG_INT),
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+int cr_bench_tier_main(int argc, char **argv)
+{
+    tb_cfg_t c;
+    char err[256] = "";
+    int rc = cr__cfg_parse(opts, sizeof opts / sizeof opts[0], &c, argc, argv, 1,
+                           "CRESCENT_BENCH_", NULL, 0, NULL, err, sizeof err);
+    if (rc == 1) {
+        cr__cfg_usage(stdout, "crescent-bench tier", "disk tier get / offload benchmark", opts,
+                      sizeof opts / sizeof opts[0]);
+        return 0;
+    }
+    if (rc || c.keys < 2 || c.qd < 1 || c.qd > 256 || c.value_size == 0 || c.rounds < 1) {
+        fprintf(stderr, "crescent-bench tier: %s\n", rc ? err : "bad --keys/--qd/--value_size");
+        return 2;
+    }
+    cr_store_params_t p = {0};
+    p.field_mask = CR_STORE_PARAM_LOCAL_HOSTNAME | CR_STORE_PARAM_METADATA_URI |
+                   CR_STORE_PARAM_MASTER_ADDR | CR_STORE_PARAM_GLOBAL_SEGMENT_SIZE |
+                   CR_STORE_PARAM_PROTOCOL;
+    p.local_hostname = c.local_hostname;
+    p.metadata_uri = c.metadata_server;
+    p.master_addr = c.master_server_address;
+    p.global_segment_size = 0;
+    p.protocol = "tcp";
+    cr_store_t *st = NULL;
+    if ((rc = cr_store_create(&p, &st)) != 0) {
+        fprintf(stderr, "crescent-bench tier: client: %s\n", cr_strerror(rc));
+        return 3;
+    }
+    size_t vs = (size_t)c.value_size, qd = (size_t)c.qd;
+    size_t blen = vs * qd;
+    uint8_t *buf = cr_bench_alloc_prefaulted(blen);
+    if (!buf || cr_store_register_buffer(st, buf, blen)) {
+        fprintf(stderr, "crescent-bench tier: buffer\n");
+        return 3;
+    }
+    char key[64];
+    /* puts */
+    uint64_t t0 = now_ns(), put_err = 0;
+    for (int64_t k = 0; k < c.keys; k++) {
+        snprintf(key, sizeof key, "tier-%lld", (long long)k);
+        cr_bench_pattern_fill(buf, 0, vs, (uint64_t)k);
+        for (int tries = 0;; tries++) {
+            rc = cr_store_put_from(st, key, buf, vs, NULL);
+            if (rc == 0 || tries >= 2000)
+                break;
+            usleep(10000); /* the pool pushes back while the disk tier catches up */
+        }
+        put_err += rc != 0;
+    }
+    double put_s = (double)(now_ns() - t0) / 1e9;
+    if (!strcmp(c.phase, "offload")) {
+        printf("RESULT bench=tier phase=offload value_size=%zu keys=%lld put_errors=%llu "
+               "put_seconds=%.3f put_gbps=%.3f\n",
+               vs, (long long)c.keys, (unsigned long long)put_err, put_s,
+               (double)vs * (double)c.keys / put_s / 1e9);
+        cr_store_destroy(st);
+        return put_err ? 1 : 0;
+    }
+    /* timed batch gets over the oldest half */
+    int64_t n_disk = c.keys / 2;
+    cr_bench_lat_t lb, l1;
+    cr_bench_lat_init(&lb, 1);
+    cr_bench_lat_init(&l1, 2);
+    const char **keys = calloc(qd, sizeof *keys);
+    char (*kb)[64] = calloc(qd, 64);
+    void **bufs = calloc(qd, sizeof *bufs);
+    size_t *caps = calloc(qd, sizeof *caps), *lens = calloc(qd, sizeof *lens);
+    int *res = calloc(qd, sizeof *res);
+    uint64_t gets = 0, errors = 0, wrong = 0, bytes = 0, busy_ns = 0;
+    for (size_t i = 0; i < qd; i++) {
+        keys[i] = kb[i];
+        bufs[i] = buf + i * vs;
+        caps[i] = vs;
+    }
+    for (int64_t r = 0; r < c.rounds; r++) {
+        for (int64_t base = 0; base < n_disk; base += (int64_t)qd) {
+            size_t nb = (size_t)(n_disk - base < (int64_t)qd ? n_disk - base : (int64_t)qd);
+            for (size_t i = 0; i < nb; i++)
+                snprintf(kb[i], 64, "tier-%lld", (long long)(base + (int64_t)i));
+            uint64_t a = now_ns();
+            cr_store_batch_get_into(st, keys, bufs, caps, nb, lens, res);
+            uint64_t d = now_ns() - a;
+            busy_ns += d;
+            cr_bench_lat_add(&lb, d);
+            for (size_t i = 0; i < nb; i++) {
+                gets++;
+                if (res[i]) {
+                    errors++;
+                    continue;
+                }
+                bytes += lens[i];
+                if (lens[i] != vs ||
+                    cr_bench_pattern_check(bufs[i], 0, vs, (uint64_t)(base + (int64_t)i)) !=
+                        (size_t)-1)
+                    wrong++;
+            }
+        }
+    }
+    /* single gets at qd 1 */
+    for (int64_t k = 0; k < n_disk; k++) {
+        snprintf(key, sizeof key, "tier-%lld", (long long)k);
+        size_t len;
+        uint64_t a = now_ns();
+        rc = cr_store_get_into(st, key, buf, vs, &len);
+        cr_bench_lat_add(&l1, now_ns() - a);
+        if (rc || cr_bench_pattern_check(buf, 0, vs, (uint64_t)k) != (size_t)-1)
+            errors += rc != 0, wrong += rc == 0;
+    }
+    printf("RESULT bench=tier phase=get value_size=%zu qd=%zu gets=%llu errors=%llu wrong=%llu "
+           "gbps=%.3f batch_p50_us=%.0f batch_p99_us=%.0f get_p50_us=%.0f get_p99_us=%.0f "
+           "put_errors=%llu\n",
+           vs, qd, (unsigned long long)gets, (unsigned long long)errors,
+           (unsigned long long)wrong, busy_ns ? (double)bytes / ((double)busy_ns / 1e9) / 1e9 : 0,
+           cr_bench_lat_pct_us(&lb, 50), cr_bench_lat_pct_us(&lb, 99),
+           cr_bench_lat_pct_us(&l1, 50), cr_bench_lat_pct_us(&l1, 99),
+           (unsigned long long)put_err);
+    cr_bench_lat_free(&lb);
+    cr_bench_lat_free(&l1);
+    free(keys);
+    free(kb);
+    free(bufs);
+    free(caps);
+    free(lens);
+    free(res);
+    cr_store_unregister_buffer(st, buf);
+    cr_store_destroy(st);
+    cr_bench_free(buf, blen);
+    return wrong ? 1 : 0;
+}
