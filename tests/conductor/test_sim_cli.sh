@@ -54,5 +54,21 @@ grep -q "none.jsonl" "$dir/err" || fail "missing trace: message lacks the path"
 grep -q 'unknown policy "nope"' "$dir/err" || fail "bad policy message"
 "$SIM" --trace="$dir/ok.jsonl" --n_prefill=65 >/dev/null 2>&1 && fail "n_prefill 65 accepted"
 "$SIM" --trace="$dir/ok.jsonl" --first=60 >/dev/null 2>&1 && fail "--first beyond trace accepted"
+# a TBT SLO no decode step can meet (a step alone takes > 10 ms): the
+# capacity is "unreachable", printed as such and left empty in the CSV, never
+# "0 req/s"; a reachable one is a number
+"$SIM" --trace="$dir/ok.jsonl" --mode=capacity --n_prefill=2 --n_decode=1 --policies=global_cache,late \
+  --tbt_list=0.001,0.1 --out_dir="$dir/cap" --progress=false >"$dir/cap.out" 2>"$dir/err" \
+  || { cat "$dir/err"; fail "capacity run exited non-zero"; }
+grep -q '^0.001 *unreachable *unreachable$' "$dir/cap.out" || { cat "$dir/cap.out"; fail "unreachable not printed"; }
+grep -q '^0.001,,$' "$dir/cap/capacity.csv" || { cat "$dir/cap/capacity.csv"; fail "unreachable not empty in the CSV"; }
+grep -Eq '^0.100,[0-9.]+,[0-9.]+$' "$dir/cap/capacity.csv" || { cat "$dir/cap/capacity.csv"; fail "reachable capacity"; }
+# margin mode: one row per (error, load), the estimation error flags accepted
+"$SIM" --trace="$dir/ok.jsonl" --mode=margin --n_prefill=2 --n_decode=1 --loads=1,2 --errs=0,0.3 \
+  --err_bias=1.2 --out_dir="$dir/mg" --progress=false >/dev/null 2>"$dir/err" \
+  || { cat "$dir/err"; fail "margin run exited non-zero"; }
+[ "$(wc -l < "$dir/mg/margin.csv")" -eq 5 ] || { cat "$dir/mg/margin.csv"; fail "margin.csv: header + 4 rows"; }
+"$SIM" --trace="$dir/ok.jsonl" --err_sigma=-1 >/dev/null 2>&1 && fail "negative err_sigma accepted"
+"$SIM" --trace="$dir/ok.jsonl" --err_bias=0 >/dev/null 2>&1 && fail "zero err_bias accepted"
 "$SIM" --help >/dev/null || fail "--help"
 echo "PASS"
