@@ -215,7 +215,9 @@ CR_API double cr_cond_cost_queue(double now, double busy_until);
  * computed tokens (log2) for prefill and once for decode steps, with the
  * spread (standard deviation of the log ratio) that gives confidence bounds.
  * A bucket with fewer than min_samples observations uses the all-bucket
- * correction. Nothing here reads the simulator's ground truth. */
+ * correction. One report counts as at most 20x (or 1/20) the model, so a wild
+ * or hostile report cannot make every estimate absurd. Nothing here reads
+ * the simulator's ground truth. */
 
 typedef struct cr_cond_pred cr_cond_pred_t;
 

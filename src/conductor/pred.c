@@ -77,6 +77,16 @@ static void lstat_add(lstat_t *s, double x, double rate)
     s->var = (1 - w) * (s->var + w * d * d);
 }
 
+/* One report moves the correction by at most a factor CLAMP: a wild or
+ * hostile report (an engine stalled by something else, a bad clock) cannot
+ * make every estimate absurd. */
+#define CLAMP_LOG 2.995732273553991 /* ln 20 */
+
+static double clamp_log(double x)
+{
+    return x > CLAMP_LOG ? CLAMP_LOG : x < -CLAMP_LOG ? -CLAMP_LOG : x;
+}
+
 static const lstat_t *pf_stat(const cr_cond_pred_t *p, uint64_t computed)
 {
     const lstat_t *b = &p->pf[bucket(computed)];
@@ -123,7 +133,7 @@ int cr_cond_pred_observe_prefill(cr_cond_pred_t *p, uint64_t input_len, uint64_t
     double b = base_prefill(p, input_len, reused_len, stages);
     if (!(b > 0))
         return -EINVAL;
-    double x = log(actual_s / b);
+    double x = clamp_log(log(actual_s / b));
     lstat_add(&p->pf[bucket(input_len - reused_len)], x, p->rate);
     lstat_add(&p->pf_all, x, p->rate);
     return 0;
@@ -137,7 +147,7 @@ int cr_cond_pred_observe_decode_step(cr_cond_pred_t *p, uint32_t batch, uint64_t
     double b = cr_cond_cost_decode_step(&p->model, batch, ctx);
     if (!(b > 0))
         return -EINVAL;
-    lstat_add(&p->dec, log(actual_s / b), p->rate);
+    lstat_add(&p->dec, clamp_log(log(actual_s / b)), p->rate);
     return 0;
 }
 

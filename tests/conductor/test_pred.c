@@ -150,6 +150,19 @@ static void test_bad_reports(void **st)
     cr_cond_pred_destroy(p);
 }
 
+/* a wild report (10^4 x the model) counts as 20x at most */
+static void test_wild_report_is_bounded(void **st)
+{
+    (void)st;
+    cr_cond_pred_t *p = mk(0.05);
+    double base = cr_cond_pred_prefill(p, 10000, 0, 1);
+    assert_int_equal(cr_cond_pred_observe_prefill(p, 10000, 0, 1, 1e4 * base), 0);
+    double f = cr_cond_pred_prefill(p, 10000, 0, 1) / base;
+    if (!(f <= 20.0001 && f > 19.9))
+        fail_msg("one 10^4x report moved the estimate by %.1fx, want 20x at most", f);
+    cr_cond_pred_destroy(p);
+}
+
 /* the error model's draws: standard normal, deterministic per (seed, k) */
 static void test_normal_draws(void **st)
 {
@@ -178,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_follows_a_change),
         cmocka_unit_test(test_bad_reports),
         cmocka_unit_test(test_normal_draws),
+        cmocka_unit_test(test_wild_report_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
