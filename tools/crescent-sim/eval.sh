@@ -4,13 +4,13 @@
 # comparison of late against global cache-aware is reported on the SECOND
 # half (requests 6000..12030), which the search never replayed.
 #   tools/crescent-sim/eval.sh SIM TRACE OUT_DIR [STEP...]
-# STEPs (default all, in this order): fig5 heldout margin bias ablation capacity plots;
+# STEPs (default all, in this order): fig5 heldout margin bias ablation seeds capacity plots;
 # separate invocations may run different steps at the same time.
 # Writes CSVs under OUT_DIR (and PNGs if gnuplot exists).
 set -eu
 SRC=$1 TRACE=$2 OUT=$3
 shift 3
-STEPS=${*:-fig5 heldout margin bias ablation capacity plots}
+STEPS=${*:-fig5 heldout margin bias ablation seeds capacity plots}
 want() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 mkdir -p "$OUT"
 SIM=$(mktemp "$OUT/sim.XXXXXX")
@@ -56,6 +56,12 @@ done
 if want ablation; then
   run --mode=margin $HALF2 --loads=1,1.5 --errs=0,0.3 --late_aging=1000 --out_dir="$OUT/ablation_fifo"
   run --mode=margin $HALF2 --loads=1,1.5 --errs=0,0.3 --late_pipe_min_s=0 --out_dir="$OUT/ablation_nopipe"
+fi
+# 4c. other draws of the per-request error (the headline uses err_seed 7)
+if want seeds; then
+  for sd in 1 2 3; do
+    run --mode=margin $HALF2 --loads=1,1.5 --errs=0.3 --err_seed=$sd --out_dir="$OUT/seed$sd"
+  done
 fi
 # 5. effective capacity under SLOs (TTFT <= 10 s, TBT <= threshold, 90 %)
 for e in 0 0.3; do
