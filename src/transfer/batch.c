@@ -107,17 +107,20 @@ void cr__xfer_batches_fini(cr_xfer_engine_t *e)
 
 static int is_conn_error(int err)
 {
+    /* err went through cr__status_from_errno: ENETUNREACH and ECONNABORTED
+     * arrive as -EHOSTUNREACH and -ECONNRESET */
     return err == -ECONNRESET || err == -ECONNREFUSED || err == -EHOSTUNREACH ||
-           err == -ENETUNREACH || err == -EPIPE || err == -ETIMEDOUT || err == -ECONNABORTED;
+           err == -EPIPE || err == -ETIMEDOUT;
 }
 
 /* batch notifications: the task finished; count it down in every record
- * that counted it (see cr_xfer_batch_notify) */
+ * that counted it (see cr_xfer_batch_notify). Records that reach zero are
+ * unlinked under the lock and sent after it, however many complete at
+ * once. */
 static void notify_task_finished(cr_xfer_batch_t *b, cr__xfer_task_t *t, int err)
 {
     cr_xfer_engine_t *e = b->engine;
-    cr__xfer_outmsg_t *send[16];
-    size_t ns = 0;
+    cr__xfer_bnotify_t *due = NULL;
     uint32_t idx = t->index;
     pthread_mutex_lock(&b->lock);
     cr__xfer_bnotify_t **pp = &b->notifies;
@@ -129,25 +132,33 @@ static void notify_task_finished(cr_xfer_batch_t *b, cr__xfer_task_t *t, int err
                 n->failed = 1;
             if (--n->remaining == 0) {
                 *pp = n->next;
-                if (n->failed)
-                    CR_LOG_INFO("xfer", "batch notification to %s dropped: a write failed",
-                                n->peer->name);
-                else if (ns < 16 && (send[ns] = malloc(sizeof *send[ns] + n->len)) != NULL) {
-                    send[ns]->peer = n->peer;
-                    send[ns]->len = n->len;
-                    memcpy(send[ns]->msg, n->msg, n->len);
-                    ns++;
-                }
-                free(n->counted);
-                free(n);
+                n->next = due;
+                due = n;
                 continue;
             }
         }
         pp = &n->next;
     }
     pthread_mutex_unlock(&b->lock);
-    for (size_t i = 0; i < ns; i++)
-        cr__xfer_notify_enqueue(e, send[i]);
+    while (due) {
+        cr__xfer_bnotify_t *n = due;
+        due = n->next;
+        cr__xfer_outmsg_t *m = n->failed ? NULL : malloc(sizeof *m + n->len);
+        if (n->failed) {
+            CR_LOG_INFO("xfer", "batch notification to %s dropped: a write failed",
+                        n->peer->name);
+        } else if (!m) {
+            CR_LOG_WARN("xfer", "batch notification to %s dropped: out of memory",
+                        n->peer->name);
+        } else {
+            m->peer = n->peer;
+            m->len = n->len;
+            memcpy(m->msg, n->msg, n->len);
+            cr__xfer_notify_enqueue(e, m);
+        }
+        free(n->counted);
+        free(n);
+    }
 }
 
 void cr__xfer_task_progress(cr__xfer_task_t *t, uint64_t bytes)

@@ -509,6 +509,23 @@ static void test_batch_notify(void **state)
     assert_int_equal(cr_xfer_batch_wait(b, 5000), -EFAULT);
     assert_int_equal(cr_xfer_batch_free(b), 0);
     assert_int_equal(poll_until(f->b, out, 4, 1, 500), 0);
+
+    /* more than 16 notifications released by one completing write are all
+     * sent (regression: the 17th and later were dropped without a log
+     * line) */
+    static cr_xfer_notify_t many[32];
+    enum { N_NOTIFY = 24 };
+    r[0] = req(CR_XFER_WRITE, f->abuf, f->seg, f->bbuf, len);
+    assert_int_equal(cr_xfer_batch_alloc(f->a, 1, &b), 0);
+    assert_int_equal(cr_xfer_batch_submit(b, r, 1), 0);
+    for (int i = 0; i < N_NOTIFY; i++) {
+        char m[8];
+        int ml = snprintf(m, sizeof m, "n%d", i);
+        assert_int_equal(cr_xfer_batch_notify(b, f->seg, m, (size_t)ml), 0);
+    }
+    assert_int_equal(cr_xfer_batch_wait(b, 10000), 0);
+    assert_int_equal(poll_until(f->b, many, 32, N_NOTIFY, 10000), N_NOTIFY);
+    assert_int_equal(cr_xfer_batch_free(b), 0);
 }
 
 /* ---- a peer that never answers ------------------------------------------------ */
