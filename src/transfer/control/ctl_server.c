@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "common/status.h"
 #include "transfer/control/control.h"
 #include "transfer/control/ctl_wire.h"
 #include "transfer/xfer_internal.h"
@@ -93,7 +94,7 @@ static void *conn_main(void *arg)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0 || atomic_load(&ctl->stopping)) {
-            rc = n < 0 ? -errno : -ECANCELED; /* idle, or the engine stops */
+            rc = n < 0 ? CR__ERRNO() : -ECANCELED; /* idle, or the engine stops */
             break;
         }
         cr__ctl_hdr_t h;
@@ -234,7 +235,7 @@ int cr__xfer_ctl_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, 
         goto fail;
     ctl->n_listen = (int)cfg->n_nics;
     if (pipe2(ctl->wake, O_CLOEXEC | O_NONBLOCK)) {
-        rc = -errno;
+        rc = CR__ERRNO();
         ctl->wake[0] = ctl->wake[1] = -1;
         goto fail;
     }

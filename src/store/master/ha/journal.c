@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/status.h"
 
 #define COMP "journal"
 #define MIN_COMPACT_BYTES (64ull << 20)
@@ -37,7 +38,7 @@ static int write_all(int fd, const uint8_t *p, size_t n)
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return -errno;
+            return CR__ERRNO();
         }
         p += w;
         n -= (size_t)w;
@@ -59,7 +60,7 @@ static int load(int fd, cr__ha_shadow_t *sh, uint64_t *good)
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            rc = -errno;
+            rc = CR__ERRNO();
             break;
         }
         have += (size_t)r;
@@ -86,7 +87,7 @@ int cr__ha_journal_open(const char *dir, int fsync_each, cr__ha_shadow_t **loade
     if (!dir || !*dir || strlen(dir) > PATH_MAX - 32)
         return -EINVAL;
     if (mkdir(dir, 0755) && errno != EEXIST)
-        return -errno;
+        return CR__ERRNO();
     cr__ha_journal_t *j = calloc(1, sizeof *j);
     if (!j)
         return -ENOMEM;
@@ -101,7 +102,7 @@ int cr__ha_journal_open(const char *dir, int fsync_each, cr__ha_shadow_t **loade
         goto fail;
     j->fd = open(j->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (j->fd < 0) {
-        rc = -errno;
+        rc = CR__ERRNO();
         goto fail;
     }
     uint64_t good = 0;
@@ -113,12 +114,12 @@ int cr__ha_journal_open(const char *dir, int fsync_each, cr__ha_shadow_t **loade
         CR_LOG_WARN(COMP, "%s: %" PRIu64 " bytes after the last whole record cut off",
                     j->path, (uint64_t)stt.st_size - good);
         if (ftruncate(j->fd, (off_t)good)) {
-            rc = -errno;
+            rc = CR__ERRNO();
             goto fail;
         }
     }
     if (lseek(j->fd, 0, SEEK_END) < 0) {
-        rc = -errno;
+        rc = CR__ERRNO();
         goto fail;
     }
     j->st.file_bytes = good;
@@ -156,7 +157,7 @@ static int flush_locked(cr__ha_journal_t *j)
         return 0;
     int rc = write_all(j->fd, j->pend.p, j->pend.len);
     if (!rc && j->fsync_each && fdatasync(j->fd))
-        rc = -errno;
+        rc = CR__ERRNO();
     if (rc) {
         CR_LOG_ERROR(COMP, "%s: write failed: %s", j->path, strerror(-rc));
         return rc;
@@ -208,11 +209,11 @@ int cr__ha_journal_compact(cr__ha_journal_t *j, cr__master_t *m, int force)
     int fd = -1;
     if (!rc) {
         fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        rc = fd < 0 ? -errno : write_all(fd, snap.p, snap.len);
+        rc = fd < 0 ? CR__ERRNO() : write_all(fd, snap.p, snap.len);
         if (!rc && fsync(fd))
-            rc = -errno;
+            rc = CR__ERRNO();
         if (!rc && rename(j->tmp, j->path))
-            rc = -errno;
+            rc = CR__ERRNO();
     }
     pthread_mutex_lock(&j->mu);
     if (!rc) {

@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/status.h"
 #include "transfer/transport/tcp/tcp_internal.h"
 
 #define LOGC "tcp"
@@ -18,7 +19,7 @@
 
 /* ---- task accounting --------------------------------------------------- */
 
-/* Settles len bytes of task t with err (0 or -errno). The last settlement
+/* Settles len bytes of task t with err (0 or CR__ERRNO()). The last settlement
  * finishes the task; t must not be touched afterwards. */
 static void settle(tcp_peer_t *p, cr__xfer_task_t *t, uint64_t len, int err)
 {
@@ -508,7 +509,7 @@ static void *receiver_main(void *arg)
         if (n <= 0) {
             if (n < 0 && errno == EINTR)
                 continue;
-            rc = n == 0 ? -ECONNRESET : -errno;
+            rc = n == 0 ? -ECONNRESET : CR__ERRNO();
             break;
         }
         uint64_t left = (uint64_t)n;

@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "common/status.h"
 #include "transfer/transport/tcp/tcp_internal.h"
 
 #define LOGC "tcp"
@@ -52,7 +53,7 @@ int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            return errno == EPIPE ? -ECONNRESET : errno == EAGAIN ? -ETIMEDOUT : -errno;
+            return errno == EPIPE ? -ECONNRESET : errno == EAGAIN ? -ETIMEDOUT : CR__ERRNO();
         }
         while (cnt > 0 && (size_t)n >= iov->iov_len) {
             n -= (ssize_t)iov->iov_len;
@@ -78,7 +79,7 @@ int cr__tcp_recv_full(int fd, void *buf, size_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            return errno == EAGAIN ? -ETIMEDOUT : -errno;
+            return errno == EAGAIN ? -ETIMEDOUT : CR__ERRNO();
         }
         p += n;
         len -= (size_t)n;
@@ -101,7 +102,7 @@ static int recv_payload(srv_conn_t *sc, char *dst, uint64_t len)
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            return errno == EAGAIN ? -ETIMEDOUT : -errno;
+            return errno == EAGAIN ? -ETIMEDOUT : CR__ERRNO();
         }
         if ((uint64_t)n > len - got) {
             sc->nh_have = (size_t)((uint64_t)n - (len - got));
@@ -317,7 +318,7 @@ static void *srv_main(void *arg)
                 break;
             struct pollfd p = {.fd = fd, .events = POLLIN};
             if (poll(&p, 1, -1) < 0 && errno != EINTR) {
-                rc = -errno;
+                rc = CR__ERRNO();
                 break;
             }
             if (atomic_load(&st->stopping)) {
@@ -331,7 +332,7 @@ static void *srv_main(void *arg)
             break;
         }
         if (n < 0) {
-            rc = -errno;
+            rc = CR__ERRNO();
             break;
         }
         if ((size_t)n < sizeof h && (rc = cr__tcp_recv_full(fd, (char *)&h + n, sizeof h - (size_t)n)))
@@ -457,7 +458,7 @@ static void wake_acceptor(tcp_state_t *st)
 int cr__tcp_server_start(tcp_state_t *st, cr__seg_desc_t *local)
 {
     if (pipe2(st->wake, O_CLOEXEC | O_NONBLOCK))
-        return -errno;
+        return CR__ERRNO();
     /* an ephemeral port, the same on every NIC: the port the engine is
      * known by (cfg.port) belongs to its control channel */
     int rc = cr__net_listen_all((const char(*)[64])st->cfg.nics, st->cfg.n_nics, 0, 512,
