@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/crc32c.h"
+#include "common/status.h"
 #include "store/tier/tier.h"
 
 #define LOCK_NAME "crescent-ssd.lock"
@@ -241,7 +242,7 @@ long cr__ssd_scan(cr__ssd_t *s, cr__ssd_scan_cb cb, void *arg, uint64_t *truncat
             uint64_t want = limit - pos < SCAN_CHUNK ? limit - pos : SCAN_CHUNK;
             ssize_t n = pread(s->fd, buf, want, (off_t)pos);
             if (n < 0) {
-                found = -errno;
+                found = CR__ERRNO();
                 break;
             }
             if (n == 0)
