@@ -33,52 +33,19 @@ import csv
 import io
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-procs = []
-netns = []
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchlib import (ROOT, cleanup, cleanup_on_signals, free_port, log, procs,  # noqa: E402
+                      stop, veth_pair)
 
 
 # crescent-master's default --default_kv_lease_ttl is 5000 ms; wait a little longer
 LEASE_WAIT_S = 6.0
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def cleanup():
-    for p in reversed(procs):
-        stop(p)
-    procs.clear()
-    for ns in netns:
-        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
-    netns.clear()
 
 
 def med(v):
@@ -270,8 +237,7 @@ def main():
     for tool in ("redis-server", "redis-benchmark", "redis-cli"):
         if not shutil.which(tool):
             sys.exit("%s not installed (scripts/install-deps.sh)" % tool)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: (cleanup(), sys.exit(130)))
+    cleanup_on_signals()
     t = Table()
     try:
         if "a" in a.cases or "c" in a.cases or "d" in a.cases:
@@ -309,24 +275,7 @@ def main():
                 log("b: skipped (needs root and iproute2)")
             else:
                 log("b: across network namespaces (veth), tcp")
-                tag = str(os.getpid() % 100000)
-                na, nb = "crs-a-" + tag, "crs-b-" + tag
-                va, vb = "crsva" + tag, "crsvb" + tag
-                ipa, ipb = "10.214.%d.1" % (os.getpid() % 250), "10.214.%d.2" % (os.getpid() % 250)
-
-                def sh(*cmd):
-                    subprocess.run(cmd, check=True)
-                for ns in (na, nb):
-                    sh("ip", "netns", "add", ns)
-                    netns.append(ns)
-                sh("ip", "link", "add", va, "type", "veth", "peer", "name", vb)
-                sh("ip", "link", "set", va, "netns", na)
-                sh("ip", "link", "set", vb, "netns", nb)
-                for ns, dev, ip in ((na, va, ipa), (nb, vb, ipb)):
-                    sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", dev)
-                    sh("ip", "-n", ns, "link", "set", dev, "up")
-                    sh("ip", "-n", ns, "link", "set", "lo", "up")
-                pa, pb = ("ip", "netns", "exec", na), ("ip", "netns", "exec", nb)
+                pa, pb, ipa, ipb = veth_pair("crs", 214)
                 HOSTS[pa] = ipa
                 rp, rport = redis_start(ipb, pb)
                 cl = Cluster(a.build, host=ipb, prefix=pb, proto="tcp")

@@ -20,46 +20,16 @@ non-zero only if a tool fails to run.
 import argparse
 import json
 import os
-import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-procs = []  # background processes to kill on exit
-netns = []  # namespaces to delete on exit
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def cleanup():
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-    procs.clear()
-    for ns in netns:
-        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
-    netns.clear()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchlib import (ROOT, cleanup, cleanup_on_signals, free_port, log, procs,  # noqa: E402
+                      stop, veth_pair)
 
 
 def parse_result(text):
@@ -84,18 +54,6 @@ def start_target(bench, args, prefix=()):
             raise RuntimeError("target exited: %s" % p.stderr.read())
         time.sleep(0.05)
     raise RuntimeError("target did not become ready: %s" % " ".join(cmd))
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    if p in procs:
-        procs.remove(p)
 
 
 def run_initiator(bench, args, secs, prefix=()):
@@ -228,32 +186,7 @@ def case_netns(t, bench, reps, secs):
     if os.geteuid() != 0 or not shutil.which("ip"):
         log("  e: skipped (needs root and iproute2)")
         return
-    # namespaces left by an earlier run that was killed (-9) before its cleanup:
-    # ours by name, and empty (no process inside)
-    for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                               text=True).stdout.splitlines():
-        ns = line.split()[0] if line.split() else ""
-        if re.fullmatch(r"crb-[ab]-\d+", ns) and not subprocess.run(
-                ["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.strip():
-            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
-    tag = str(os.getpid() % 100000)
-    a, b = "crb-a-" + tag, "crb-b-" + tag
-    va, vb = "crbva" + tag, "crbvb" + tag
-    ipa, ipb = "10.213.%d.1" % (os.getpid() % 250), "10.213.%d.2" % (os.getpid() % 250)
-
-    def sh(*cmd):
-        subprocess.run(cmd, check=True)
-    for ns in (a, b):
-        sh("ip", "netns", "add", ns)
-        netns.append(ns)
-    sh("ip", "link", "add", va, "type", "veth", "peer", "name", vb)
-    sh("ip", "link", "set", va, "netns", a)
-    sh("ip", "link", "set", vb, "netns", b)
-    for ns, dev, ip in ((a, va, ipa), (b, vb, ipb)):
-        sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", dev)
-        sh("ip", "-n", ns, "link", "set", dev, "up")
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
-    pa, pb = ("ip", "netns", "exec", a), ("ip", "netns", "exec", b)
+    pa, pb, ipa, ipb = veth_pair("crb", 213)
     port = 5201
     srv = start_iperf3_server(port, pb)
     ref = med([iperf3(ipb, port, "1M", secs, pa) for _ in range(reps)])
@@ -289,8 +222,7 @@ def main():
     if "a" in a.cases or "b" in a.cases or "e" in a.cases:
         if not shutil.which("iperf3"):
             sys.exit("iperf3 not installed (scripts/install-deps.sh)")
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: (cleanup(), sys.exit(130)))
+    cleanup_on_signals()
     t = Table()
     secs = a.seconds
     try:
