@@ -3,16 +3,19 @@
 same run on the same machine, with ratios (crescent / reference).
 
 Cases (each figure is the median over --reps runs of --seconds each):
-  a  TCP loopback, 4 MiB requests, READ and WRITE  vs  iperf3 -l 1M on loopback
+  a  TCP loopback, 4 MiB and 1 MiB requests, READ and WRITE  vs  iperf3 -l 1M
   b  TCP loopback, 64 KiB requests, READ and WRITE vs  iperf3 -l 64K on loopback
+     (a, b, e: iperf3 and crescent run back to back in every repetition; the
+     ratio is the median of per-repetition ratios, shown with its min-max, and
+     CPU per byte is user+sys of both processes of each side over bytes moved)
   c  shm, 16 MiB requests, READ and WRITE          vs  single-thread memcpy of 16 MiB
   d  4 KiB requests in batches of 128 (tcp and shm): requests/s and p99 latency
      (reference: none; iperf3 has no request notion)
-  e  TCP between two network namespaces over a veth pair, 4 MiB READ/WRITE
+  e  TCP between two network namespaces over a veth pair, 4 MiB and 1 MiB READ/WRITE
      vs iperf3 between the same namespaces (created here and always deleted;
      addresses only inside them; needs root, skipped otherwise)
 
-Usage: bench/te/run.sh [--build build] [--reps 3] [--seconds 3] [--cases abcde]
+Usage: bench/te/run.sh [--build build] [--reps 5] [--seconds 3] [--cases abcde]
                        [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
@@ -20,6 +23,7 @@ non-zero only if a tool fails to run.
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -72,16 +76,35 @@ def run_initiator(bench, args, secs, prefix=()):
 TCP_CC = os.environ.get("CRESCENT_TCP_CC") or "cubic"
 
 
-def iperf3(host, port, length, secs, client_prefix=()):
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(p):
+    """user+sys CPU seconds a running process has used so far (all threads)."""
+    with open("/proc/%d/stat" % p.pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+def children_cpu():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def iperf3(host, port, length, secs, client_prefix=(), server=None):
+    """One iperf3 run: (GB/s, CPU seconds of client + server, bytes received)."""
     cmd = list(client_prefix) + ["iperf3", "-c", host, "-p", str(port), "-l", length, "-t",
                                  str(secs), "-J"]
     if TCP_CC != "default":
         cmd += ["-C", TCP_CC]
+    c0, s0 = children_cpu(), proc_cpu(server) if server else 0.0
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=secs * 4 + 30)
+    c1, s1 = children_cpu(), proc_cpu(server) if server else 0.0
     if r.returncode != 0:
         raise RuntimeError("iperf3 failed: %s\n%s%s" % (" ".join(cmd), r.stdout[-500:], r.stderr))
     j = json.loads(r.stdout)
-    return j["end"]["sum_received"]["bits_per_second"] / 8 / 1e9
+    rx = j["end"]["sum_received"]
+    return rx["bits_per_second"] / 8 / 1e9, (c1 - c0) + (s1 - s0), rx["bytes"]
 
 
 def start_iperf3_server(port, prefix=()):
@@ -100,8 +123,9 @@ class Table:
     def __init__(self):
         self.rows = []
 
-    def add(self, case, what, ref_name, ref, ours, unit="GB/s", extra=""):
-        ratio = (ours / ref) if ref and ref == ref and ref > 0 else None
+    def add(self, case, what, ref_name, ref, ours, unit="GB/s", extra="", ratio=None):
+        if ratio is None:
+            ratio = (ours / ref) if ref and ref == ref and ref > 0 else None
         self.rows.append((case, what, ref_name, ref, ours, unit, ratio, extra))
         log("  %-4s %-34s ref=%s crescent=%.3f %s %s %s" % (
             case, what, "-" if ref is None else "%.3f" % ref, ours, unit,
@@ -129,21 +153,62 @@ def bench_pair(bench, seg, base_args, ops, reps, secs, prefix=()):
     return out
 
 
-def case_tcp(t, bench, reps, secs, case, block, batch, iperf_len):
+def crescent_run(bench, tgt, seg, args, secs, prefix=()):
+    """One initiator run: (GB/s, CPU seconds of initiator + target, bytes, result)."""
+    t0 = proc_cpu(tgt)
+    r = run_initiator(bench, ["--segment", seg] + args, secs, prefix)
+    t1 = proc_cpu(tgt)
+    return float(r["gbps"]), float(r["cpu_s"]) + (t1 - t0), int(r["bytes"]), r
+
+
+def interleaved(t, case, reps, ref_name, ref_fn, runs):
+    """Runs the reference and each crescent variant back to back in every
+    repetition; the ratio is the median of the per-repetition ratios (the VM's
+    speed drifts within minutes), with its spread, and CPU per byte of both
+    sides (user+sys of both processes over bytes moved)."""
+    refs, ours = [], {label: [] for label, _ in runs}
+    for i in range(reps):
+        refs.append(ref_fn())
+        for label, fn in runs:
+            ours[label].append(fn())
+        log("  rep %d: ref %.2f GB/s, %s" % (i + 1, refs[-1][0], ", ".join(
+            "%s %.2f" % (label, ours[label][-1][0]) for label, _ in runs)))
+    ref_cpb = med([r[1] / r[2] * 1e9 for r in refs])  # CPU seconds per GB
+    for label, _ in runs:
+        rs = ours[label]
+        ratios = [o[0] / r[0] for o, r in zip(rs, refs)]
+        cpb = med([o[1] / o[2] * 1e9 for o in rs])
+        cpu_ratios = [(o[1] / o[2]) / (r[1] / r[2]) for o, r in zip(rs, refs)]
+        t.add(case, label, ref_name, med([r[0] for r in refs]), med([o[0] for o in rs]),
+              ratio=med(ratios),
+              extra="ratio min-max %.2f-%.2f; CPU s/GB %.3f vs %.3f (x%.2f); p99 %.0f us/req" % (
+                  min(ratios), max(ratios), cpb, ref_cpb, med(cpu_ratios),
+                  med([float(o[3]["p99_us"]) for o in rs])))
+
+
+def tcp_cases(t, bench, reps, secs, case, where, blocks, host, port, srv, tgt, seg, nic_args=(),
+              prefix=()):
+    runs = []
+    for block, batch in blocks:
+        for op in ("read", "write"):
+            args = list(nic_args) + ["--protocol", "tcp", "--block_size", block, "--batch_size",
+                                     str(batch), "--threads", "2", "--operation", op]
+            runs.append(("tcp %s %s %s x%d" % (where, block, op.upper(), batch),
+                         lambda a=args: crescent_run(bench, tgt, seg, a, secs, prefix)))
+    iperf_len = "64K" if blocks[0][0] == "64KiB" else "1M"
+    interleaved(t, case, reps, "iperf3 -l %s -C %s %s" % (iperf_len, TCP_CC, where),
+                lambda: iperf3(host, port, iperf_len, secs, prefix, srv), runs)
+
+
+def case_tcp(t, bench, reps, secs, case, blocks):
     port = free_port()
     srv = start_iperf3_server(port)
-    ref = med([iperf3("127.0.0.1", port, iperf_len, secs) for _ in range(reps)])
-    stop(srv)
     tgt, seg = start_target(bench, ["--protocol", "tcp", "--buffer_size", "512MiB"])
     try:
-        res = bench_pair(bench, seg, ["--protocol", "tcp", "--block_size", block, "--batch_size",
-                                      str(batch), "--threads", "2"], ["read", "write"], reps, secs)
+        tcp_cases(t, bench, reps, secs, case, "loopback", blocks, "127.0.0.1", port, srv, tgt, seg)
     finally:
         stop(tgt)
-    for op, rs in res.items():
-        t.add(case, "tcp loopback %s %s x%d" % (block, op.upper(), batch),
-              "iperf3 -l %s -C %s loopback" % (iperf_len, TCP_CC), ref, med([float(r["gbps"]) for r in rs]),
-              extra="p99 %.0f us/req" % med([float(r["p99_us"]) for r in rs]))
+        stop(srv)
 
 
 def case_shm(t, bench, memcpy_ref, reps, secs):
@@ -189,25 +254,20 @@ def case_netns(t, bench, reps, secs):
     pa, pb, ipa, ipb = veth_pair("crb", 213)
     port = 5201
     srv = start_iperf3_server(port, pb)
-    ref = med([iperf3(ipb, port, "1M", secs, pa) for _ in range(reps)])
-    stop(srv)
     tgt, seg = start_target(bench, ["--protocol", "tcp", "--nics", ipb, "--buffer_size", "512MiB"],
                             pb)
     try:
-        res = bench_pair(bench, seg, ["--protocol", "tcp", "--nics", ipa, "--block_size", "4MiB",
-                                      "--batch_size", "8", "--threads", "2"],
-                         ["read", "write"], reps, secs, pa)
+        tcp_cases(t, bench, reps, secs, "e", "netns/veth", [("4MiB", 8), ("1MiB", 32)], ipb, port,
+                  srv, tgt, seg, ["--nics", ipa], pa)
     finally:
         stop(tgt)
-    for op, rs in res.items():
-        t.add("e", "tcp netns/veth 4MiB %s x8" % op.upper(), "iperf3 -l 1M -C %s netns/veth" % TCP_CC, ref,
-              med([float(r["gbps"]) for r in rs]))
+        stop(srv)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--cases", default="abcde")
     ap.add_argument("--out", default="")
@@ -227,11 +287,11 @@ def main():
     secs = a.seconds
     try:
         if "a" in a.cases:
-            log("a: tcp loopback 4 MiB vs iperf3 -l 1M")
-            case_tcp(t, bench, a.reps, secs, "a", "4MiB", 8, "1M")
+            log("a: tcp loopback 4 MiB and 1 MiB vs iperf3 -l 1M, interleaved")
+            case_tcp(t, bench, a.reps, secs, "a", [("4MiB", 8), ("1MiB", 32)])
         if "b" in a.cases:
-            log("b: tcp loopback 64 KiB vs iperf3 -l 64K")
-            case_tcp(t, bench, a.reps, secs, "b", "64KiB", 128, "64K")
+            log("b: tcp loopback 64 KiB vs iperf3 -l 64K, interleaved")
+            case_tcp(t, bench, a.reps, secs, "b", [("64KiB", 128)])
         if "c" in a.cases:
             log("c: shm 16 MiB vs memcpy")
             case_shm(t, bench, memcpy_ref, a.reps, secs)

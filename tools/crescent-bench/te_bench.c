@@ -22,7 +22,9 @@
  *   RESULT op=read protocol=tcp transport=tcp block=... batch=... threads=...
  *          seconds=... bytes=... requests=... batches=... gbps=... gibps=...
  *          req_per_s=... batch_p50_us=... batch_p99_us=... p50_us=... p99_us=...
- *          errors=0 check=ok|off|FAILED
+ *          cpu_s=... errors=0 check=ok|off|FAILED
+ * cpu_s is the initiator's user+sys CPU seconds (all threads) in the measured
+ * window.
  * gbps is 1e9 bytes/s (as Mooncake's transfer_engine_bench reports), gibps
  * 2^30. Request latency is from the batch's submit to the moment the poller
  * saw that request complete (--wait poll, polling every --poll_us); with
@@ -533,6 +535,8 @@ static int run_initiator(const te_cfg_t *c)
     }
     while ((size_t)atomic_load(&ready_count) < nthreads)
         sleep_us(100);
+    struct timespec cpu0, cpu1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0); /* all threads: user + sys */
     t_start_ns = cr__now_ns();
     atomic_store(&go_flag, 1);
     uint64_t end = t_start_ns + (uint64_t)(c->duration * 1e9);
@@ -562,6 +566,8 @@ static int run_initiator(const te_cfg_t *c)
             cr_bench_lat_merge(&bat, &w->batch_lat);
         }
     }
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+    double cpu_s = (double)(cpu1.tv_sec - cpu0.tv_sec) + (double)(cpu1.tv_nsec - cpu0.tv_nsec) / 1e9;
     double secs = (double)(t_end - t_start_ns) / 1e9;
     if (secs <= 0)
         secs = 1e-9;
@@ -572,12 +578,12 @@ static int run_initiator(const te_cfg_t *c)
     printf("RESULT op=%s protocol=%s transport=%s block=%" PRIu64 " batch=%zu threads=%zu "
            "seconds=%.3f bytes=%" PRIu64 " requests=%" PRIu64 " batches=%" PRIu64
            " gbps=%.3f gibps=%.3f req_per_s=%.0f batch_p50_us=%.1f batch_p99_us=%.1f "
-           "p50_us=%.1f p99_us=%.1f errors=%" PRIu64 " check=%s\n",
+           "p50_us=%.1f p99_us=%.1f cpu_s=%.3f errors=%" PRIu64 " check=%s\n",
            c->operation, c->protocol, transport, c->block_size, n, nthreads, secs, bytes,
            requests, batches, gbps, (double)bytes / secs / (double)(1u << 30),
            (double)requests / secs, lat_ok ? cr_bench_lat_pct_us(&bat, 50) : 0,
            lat_ok ? cr_bench_lat_pct_us(&bat, 99) : 0, lat_ok ? cr_bench_lat_pct_us(&req, 50) : 0,
-           lat_ok ? cr_bench_lat_pct_us(&req, 99) : 0, errors,
+           lat_ok ? cr_bench_lat_pct_us(&req, 99) : 0, cpu_s, errors,
            !c->check ? "off" : (check_fail ? "FAILED" : "ok"));
     fflush(stdout);
     cr_bench_lat_free(&req);
