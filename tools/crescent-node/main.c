@@ -149,6 +149,24 @@ int main(int argc, char **argv)
         return 1;
     }
     cr__tier_node_t *tier = NULL;
+    /* Mooncake's client takes the same two settings from its environment */
+    /* (used only when --ssd_path is not given) */
+    const char *mp = getenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH");
+    const char *ml = getenv("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES");
+    int from_env = !cfg.ssd_path[0] && mp && mp[0];
+    if (from_env)
+        snprintf(cfg.ssd_path, sizeof cfg.ssd_path, "%s", mp);
+    if (from_env && ml && ml[0]) {
+        char *end;
+        unsigned long long v = strtoull(ml, &end, 10);
+        if (*end || v == 0) {
+            fprintf(stderr, "crescent-node: MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES=%s is not a "
+                            "byte count\n", ml);
+            cr_store_destroy(st);
+            return 2;
+        }
+        cfg.ssd_capacity = v;
+    }
     if (cfg.ssd_path[0]) {
         if (cfg.ssd_queue_depth < 1 || cfg.ssd_queue_depth > 256 || cfg.ssd_port < 0 ||
             cfg.ssd_port > 65535) {

@@ -364,6 +364,8 @@ static void teardown(cr_store_t *s)
     }
     if (s->seg_base)
         munmap(s->seg_base, s->seg_size);
+    cr__sc_tier_close_all(s);
+    pthread_mutex_destroy(&s->tier_mu);
     pthread_rwlock_destroy(&s->reg_lock);
     pthread_mutex_destroy(&s->seg_mu);
     pthread_mutex_destroy(&s->hb_mu);
@@ -376,6 +378,7 @@ static void create_sync(cr_store_t *s)
 {
     pthread_rwlock_init(&s->reg_lock, NULL);
     pthread_mutex_init(&s->seg_mu, NULL);
+    pthread_mutex_init(&s->tier_mu, NULL);
     pthread_mutex_init(&s->hb_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -30,6 +30,7 @@
 #define CR__SC_SEG_CACHE 1024    /* cached TE segment handles */
 #define CR__SC_REGS_MAX 4096     /* user registrations */
 #define CR__SC_STR 256
+#define CR__SC_TIER_CONNS 32     /* idle disk-tier read connections kept */
 
 typedef struct cr__sc_reg {
     uintptr_t addr;
@@ -81,6 +82,14 @@ struct cr_store {
     pthread_mutex_t seg_mu;
     size_t n_segs; /* guarded by seg_mu */
     cr__sc_seg_t segs[CR__SC_SEG_CACHE];
+
+    /* idle connections to nodes' disk tier read servers (tier_read.c) */
+    pthread_mutex_t tier_mu;
+    int n_tier; /* guarded by tier_mu */
+    struct {
+        char name[CR_XFER_NAME_MAX];
+        int fd;
+    } tier_conns[CR__SC_TIER_CONNS];
 };
 
 /* An RPC connection for one call (round robin over the pool). */
@@ -113,6 +122,8 @@ typedef struct cr__sc_tier_rd {
 
 /* Runs n reads, pipelined per node. Returns 0 or the first error. */
 int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n);
+/* Closes the idle disk-tier connections (destroy). */
+void cr__sc_tier_close_all(cr_store_t *s);
 
 /* Validates a key; returns 0 or CR_E_INVALID_KEY. */
 int cr__sc_check_key(const char *key);

@@ -5,6 +5,8 @@
  * Requests to one node are pipelined on one connection, so the node reads
  * them from disk in parallel (its io_uring queue depth). */
 #include <errno.h>
+#include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,8 +18,24 @@
 
 #define COMP "store-client"
 
+/* An idle connection to segment's server, or a new one. */
 static int tier_connect(cr_store_t *s, const char *segment)
 {
+    pthread_mutex_lock(&s->tier_mu);
+    for (int i = s->n_tier - 1; i >= 0; i--)
+        if (!strcmp(s->tier_conns[i].name, segment)) {
+            int fd = s->tier_conns[i].fd;
+            s->tier_conns[i] = s->tier_conns[--s->n_tier];
+            pthread_mutex_unlock(&s->tier_mu);
+            /* an idle connection the node closed reads as EOF/POLLHUP now */
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, 0) == 0)
+                return fd;
+            close(fd);
+            pthread_mutex_lock(&s->tier_mu);
+            i = s->n_tier;
+        }
+    pthread_mutex_unlock(&s->tier_mu);
     char host[CR__HOST_MAX];
     uint16_t port;
     if (cr__net_split_hostport(segment + CR__TIER_SSD_PREFIX_LEN, host, &port, 0))
@@ -26,6 +44,29 @@ static int tier_connect(cr_store_t *s, const char *segment)
     if (fd < 0)
         return CR_E_TRANSFER_FAIL;
     return fd;
+}
+
+/* Keeps a connection that completed every exchange for the next read. */
+static void tier_release(cr_store_t *s, const char *segment, int fd)
+{
+    pthread_mutex_lock(&s->tier_mu);
+    if (s->n_tier < CR__SC_TIER_CONNS) {
+        snprintf(s->tier_conns[s->n_tier].name, sizeof s->tier_conns[0].name, "%s", segment);
+        s->tier_conns[s->n_tier++].fd = fd;
+        fd = -1;
+    }
+    pthread_mutex_unlock(&s->tier_mu);
+    if (fd >= 0)
+        close(fd);
+}
+
+void cr__sc_tier_close_all(cr_store_t *s)
+{
+    pthread_mutex_lock(&s->tier_mu);
+    for (int i = 0; i < s->n_tier; i++)
+        close(s->tier_conns[i].fd);
+    s->n_tier = 0;
+    pthread_mutex_unlock(&s->tier_mu);
 }
 
 int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
@@ -85,7 +126,9 @@ int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
                 rc = cr__net_read_full(fd, q->dst, len, (int)s->xfer_timeout_ms);
             q->result = rc ? CR_E_TRANSFER_FAIL : st;
         }
-        if (fd >= 0)
+        if (fd >= 0 && !rc)
+            tier_release(s, seg, fd);
+        else if (fd >= 0)
             close(fd);
     }
     int first = 0;

@@ -146,6 +146,8 @@ static void *conn_main(void *arg)
     int fd = ca->fd;
     free(ca);
     cr__ssd_ring_t ring;
+    uint8_t *arena = NULL; /* read buffers of one batch, kept for the next */
+    uint64_t arena_cap = 0;
     size_t maxq = t->cfg.qd ? t->cfg.qd : 32;
     if (maxq > 256)
         maxq = 256;
@@ -173,10 +175,11 @@ static void *conn_main(void *arg)
             uint64_t dl = cr__tier_disk_len(q->key_len, q->size);
             if (!q->status && q->off + dl > cr__ssd_capacity(t->ssd))
                 q->status = CR_E_INVALID_PARAMS;
-            if (!q->status && posix_memalign((void **)&q->buf, CR__TIER_BLOCK, dl))
-                q->status = -ENOMEM, q->buf = NULL;
             if (!q->status) {
-                ios[n] = (cr__ssd_io_t){.write = 0, .buf = q->buf, .off = q->off, .len = dl};
+                /* buffers come from this connection's arena (reused: no
+                 * page faults per read); the batch stops when it is full */
+                q->buf = (uint8_t *)(uintptr_t)budget; /* offset, made a pointer below */
+                ios[n] = (cr__ssd_io_t){.write = 0, .off = q->off, .len = dl};
                 budget += dl;
             } else {
                 ios[n] = (cr__ssd_io_t){.len = 0};
@@ -187,6 +190,25 @@ static void *conn_main(void *arg)
             p.revents = 0;
             if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
                 break;
+        }
+        if (budget > arena_cap) {
+            free(arena);
+            arena_cap = 0;
+            if (posix_memalign((void **)&arena, CR__TIER_BLOCK, budget))
+                arena = NULL;
+            else
+                arena_cap = budget;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (qs[i].status)
+                continue;
+            if (!arena) {
+                qs[i].status = -ENOMEM;
+                qs[i].buf = NULL;
+                continue;
+            }
+            qs[i].buf = arena + (uintptr_t)qs[i].buf;
+            ios[i].buf = qs[i].buf;
         }
         /* the reads that are valid, all at once */
         size_t k = 0;
@@ -218,7 +240,6 @@ static void *conn_main(void *arg)
                 bad = 1;
             if (!qs[i].status)
                 atomic_fetch_add(&t->reads, 1);
-            free(qs[i].buf);
             qs[i].buf = NULL;
         }
         if (bad)
@@ -227,6 +248,7 @@ static void *conn_main(void *arg)
 done:
     cr__ssd_ring_fini(&ring);
 out:
+    free(arena);
     free(qs);
     free(ios);
     pthread_mutex_lock(&t->mu);

@@ -1,0 +1,242 @@
+#!/usr/bin/python3
+"""Disk tier benchmark, every figure next to its reference from the same run:
+
+1. gets served from a node's disk tier (crescent-bench tier: batches of QD
+   keys, and single gets) vs fio reading the node's own data file with
+   O_DIRECT, io_uring, the same block size and queue depth;
+2. write-through offload rate vs fio sequential O_DIRECT writes of the same
+   block size and queue depth in the same directory;
+3. hit rate vs DRAM capacity with and without a disk tier on a replay of the
+   shared conversation trace (/work/shared/traces) through the real store
+   (Mooncake Python API; a request reads its prefix blocks in order until the
+   first miss, then puts the blocks it had to compute).
+
+Usage: bench/tier/run.py [--build build] [--dir /tmp] [--quick]
+"""
+import argparse
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MiB = 1 << 20
+
+
+class Cluster:
+    def __init__(self, build, ssd_dir, dram, ssd, master_args=(), qd=16):
+        self.procs = []
+        self.build = build
+        m = self.start([self.exe("crescent-master"), "--rpc_port=0", "--rpc_address=127.0.0.1",
+                        "--enable_http_metadata_server=true",
+                        "--http_metadata_server_host=127.0.0.1",
+                        "--http_metadata_server_port=0", "--metrics_address=127.0.0.1",
+                        "--metrics_port=0"] + list(master_args))
+        g = self.wait(m, r"listening rpc=(\d+) metrics=(\d+) http_metadata=(\d+)")
+        self.master = "127.0.0.1:%s" % g.group(1)
+        self.metrics_port = int(g.group(2))
+        self.metadata = "http://127.0.0.1:%s/metadata" % g.group(3)
+        argv = [self.exe("crescent-node"), "--master_server_address", self.master,
+                "--metadata_server", self.metadata, "--local_hostname", "127.0.0.1",
+                "--global_segment_size", str(dram)]
+        if ssd_dir:
+            argv += ["--ssd_path", ssd_dir, "--ssd_capacity", str(ssd),
+                     "--ssd_queue_depth", str(qd)]
+        n = self.start(argv)
+        self.wait(n, r"ready segment=")
+
+    def exe(self, name):
+        return os.path.join(self.build, "tools", name, name)
+
+    def start(self, argv):
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL)
+        self.procs.append(p)
+        return p
+
+    @staticmethod
+    def wait(p, pat, timeout=30):
+        buf = b""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            r, _, _ = select.select([p.stdout], [], [], 0.2)
+            if r:
+                c = os.read(p.stdout.fileno(), 4096)
+                if not c:
+                    break
+                buf += c
+                m = re.search(pat, buf.decode(errors="replace"))
+                if m:
+                    return m
+        raise RuntimeError("no %r in %r" % (pat, buf[-500:]))
+
+    def metrics(self):
+        t = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port).read()
+        out = {}
+        for line in t.decode().splitlines():
+            if line.startswith("crescent_master_"):
+                k, v = line.split()
+                out[k[16:]] = int(v)
+        return out
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def fio(path, rw, bs, qd, size, runtime):
+    out = subprocess.run(["fio", "--name=ref", "--filename=" + path, "--rw=" + rw, "--bs=%d" % bs,
+                          "--iodepth=%d" % qd, "--direct=1", "--ioengine=io_uring",
+                          "--size=%d" % size, "--runtime=%d" % runtime, "--time_based",
+                          "--output-format=json"], capture_output=True, text=True, check=True)
+    j = json.loads(out.stdout)["jobs"][0]
+    side = j["read"] if "read" in rw else j["write"]
+    pct = side["clat_ns"].get("percentile", {})
+    return {"gbps": side["bw_bytes"] / 1e9,
+            "p50_us": pct.get("50.000000", 0) / 1e3, "p99_us": pct.get("99.000000", 0) / 1e3}
+
+
+def bench_result(line):
+    return {k: v for k, v in re.findall(r"(\w+)=(\S+)", line)}
+
+
+def get_bench(a, vs, keys, qd):
+    d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir)
+    c = Cluster(a.build, d, 64 * MiB, 2048 * MiB, qd=qd)
+    try:
+        before = c.metrics()
+        out = subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address", c.master,
+                              "--metadata_server", c.metadata, "--value_size", str(vs),
+                              "--keys", str(keys), "--qd", str(qd), "--rounds", str(a.rounds)],
+                             capture_output=True, text=True, timeout=600)
+        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
+        if not line:
+            raise RuntimeError(out.stdout + out.stderr)
+        r = bench_result(line[0])
+        m = c.metrics()
+        gets = int(r["gets"]) + keys // 2
+        r["disk_share"] = (m["tier_ssd_hits_total"] - before.get("tier_ssd_hits_total", 0)) / gets
+        data = os.path.join(d, "crescent-ssd.data")
+        used = max(m["tier_ssd_used_bytes"], 64 * MiB)
+        fq = fio(data, "randread", vs, qd, used, a.fio_s)
+        f1 = fio(data, "randread", vs, 1, used, a.fio_s)
+        return r, fq, f1
+    finally:
+        c.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def offload_bench(a, vs, keys, qd):
+    d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir)
+    c = Cluster(a.build, d, (keys + 64) * vs, 2048 * MiB, ["--tier_offload_watermark=0"], qd=qd)
+    try:
+        t0 = time.monotonic()
+        out = subprocess.run([c.exe("crescent-bench"), "tier", "--phase", "offload",
+                              "--master_server_address", c.master, "--metadata_server", c.metadata,
+                              "--value_size", str(vs), "--keys", str(keys)],
+                             capture_output=True, text=True, timeout=600)
+        r = bench_result([l for l in out.stdout.splitlines() if l.startswith("RESULT")][0])
+        while c.metrics()["tier_ssd_offloads_total"] < keys and time.monotonic() - t0 < 300:
+            time.sleep(0.01)
+        el = time.monotonic() - t0
+        r["offload_gbps"] = keys * vs / el / 1e9
+        f = fio(os.path.join(d, "fio-write.dat"), "write", vs, qd, keys * vs, a.fio_s)
+        return r, f
+    finally:
+        c.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def replay(a, dram, ssd, n_req, block):
+    sys.path[:0] = [os.path.join(a.build, "python"), os.path.join(ROOT, "python", "compat")]
+    from mooncake.store import MooncakeDistributedStore
+    d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir) if ssd else None
+    c = Cluster(a.build, d, dram, ssd)
+    try:
+        s = MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", c.metadata, 0, "16MB", "tcp", "", c.master) == 0
+        val = b"\x5a" * block
+        hits = total = put_fail = 0
+        with open("/work/shared/traces/conversation_trace.jsonl") as f:
+            for i, line in enumerate(f):
+                if i >= n_req:
+                    break
+                ids = json.loads(line)["hash_ids"]
+                total += len(ids)
+                k = 0
+                while k < len(ids) and len(s.get("b%d" % ids[k])) == block:
+                    k += 1
+                hits += k
+                for h in ids[k:]:
+                    rc = -1
+                    for _ in range(100):
+                        rc = s.put("b%d" % h, val)
+                        if rc == 0 or rc == -706:  # already exists
+                            break
+                        time.sleep(0.01)
+                    put_fail += rc not in (0, -706)
+        s.close()
+        return hits / total, put_fail
+    finally:
+        c.stop()
+        if d:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--dir", default="/tmp", help="file system for the disk tier and fio")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--fio_s", type=int, default=5)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip", default="", help="comma list of get,offload,replay")
+    a = ap.parse_args()
+    skip = set(a.skip.split(","))
+    print("# machine shared by 8 helpers while this ran; ratios are same-run, same file system")
+    if "get" not in skip:
+        for vs, keys in ((1 * MiB, 256), (4 * MiB, 96)):
+            for qd in (16,):
+                r, fq, f1 = get_bench(a, vs, keys, qd)
+                print("GET value=%dMiB qd=%d: crescent %.2f GB/s (batch of %d p50 %s us p99 %s us; "
+                      "single get p50 %s us p99 %s us; %.0f%% served from disk; errors %s wrong %s) | "
+                      "fio randread qd%d %.2f GB/s (p50 %.0f us p99 %.0f us), qd1 p50 %.0f us p99 %.0f us"
+                      " | ratio %.2f" % (vs // MiB, qd, float(r["gbps"]), qd, r["batch_p50_us"],
+                                         r["batch_p99_us"], r["get_p50_us"], r["get_p99_us"],
+                                         100 * r["disk_share"], r["errors"], r["wrong"], qd,
+                                         fq["gbps"], fq["p50_us"], fq["p99_us"], f1["p50_us"],
+                                         f1["p99_us"], float(r["gbps"]) / fq["gbps"]))
+                sys.stdout.flush()
+    if "offload" not in skip:
+        r, f = offload_bench(a, MiB, 512, 16)
+        print("OFFLOAD value=1MiB write-through: puts %.2f GB/s, all on disk at %.2f GB/s | fio "
+              "write qd16 1MiB %.2f GB/s | ratio %.2f" % (float(r["put_gbps"]), r["offload_gbps"],
+                                                          f["gbps"], r["offload_gbps"] / f["gbps"]))
+        sys.stdout.flush()
+    if "replay" not in skip:
+        n_req, block = (600, 16384) if a.quick else (2000, 16384)
+        for dram in (8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB):
+            h0, f0 = replay(a, dram, 0, n_req, block)
+            h1, f1 = replay(a, dram, 4 * dram, n_req, block)
+            print("REPLAY requests=%d block=%dKiB dram=%dMiB: hit rate DRAM only %.3f | DRAM + "
+                  "disk(%dMiB) %.3f (put failures %d / %d)" % (n_req, block // 1024, dram // MiB,
+                                                                h0, 4 * dram // MiB, h1, f0, f1))
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
