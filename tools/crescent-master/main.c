@@ -31,6 +31,10 @@
 #include "store/rpc/server.h"
 #include "transfer/metadata/metadata.h"
 
+#define TICK_INTERVAL_MS 100       /* cr__master_tick period */
+#define ADMIN_MAX_BODY 4096        /* the admin endpoints take GETs only */
+#define RPC_FRAME_TIMEOUT_MS 10000 /* a started frame must complete within */
+
 typedef struct master_opts {
     char rpc_address[CR__CFG_STR_MAX];
     int64_t rpc_port;
@@ -149,7 +153,7 @@ static void *ticker(void *arg)
         pthread_mutex_lock(&g_mu);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000000L;
+        ts.tv_nsec += TICK_INTERVAL_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
@@ -282,7 +286,7 @@ int main(int argc, char **argv)
         }
     }
     if (o.metrics_port >= 0) {
-        rc = cr__httpd_start(o.metrics_address, (uint16_t)o.metrics_port, 4096,
+        rc = cr__httpd_start(o.metrics_address, (uint16_t)o.metrics_port, ADMIN_MAX_BODY,
                              cr__master_admin_handler, m, &admin);
         if (rc) {
             fprintf(stderr, "crescent-master: cannot start metrics server on %s:%lld: %s\n",
@@ -296,7 +300,7 @@ int main(int argc, char **argv)
         .n_threads = (int)o.rpc_thread_num,
         .max_conns = (int)o.max_connections,
         .idle_timeout_ms = (int)(o.rpc_idle_timeout * 1000.0),
-        .frame_timeout_ms = 10000,
+        .frame_timeout_ms = RPC_FRAME_TIMEOUT_MS,
         .fn = handle,
         .user = m,
     };

@@ -8,6 +8,10 @@
 
 #include "conductor/service/report.h"
 
+/* The random policy may draw a slot excluded from this request: it draws
+ * again, at most this many times. */
+#define SCHEDULE_REDRAWS_MAX 256
+
 void cr__csvc_h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp_t *resp)
 {
     char err[512];
@@ -72,7 +76,7 @@ void cr__csvc_h_schedule(cr__csvc_t *s, const cr__http_req_t *req, cr__http_resp
             pmask |= 1ull << i;
 #define BAD_PICK(d) (!pc[(d).prefill] || !dc[(d).decode] || ((d).pipeline_mask & ~pmask))
     /* the random policy may draw an excluded slot: draw again (bounded) */
-    for (int tries = 0; !rc && BAD_PICK(d) && tries < 256; tries++)
+    for (int tries = 0; !rc && BAD_PICK(d) && tries < SCHEDULE_REDRAWS_MAX; tries++)
         rc = cr_cond_sched_schedule(s->sched, &creq, &d);
     if (!rc && BAD_PICK(d))
         rc = -EAGAIN;

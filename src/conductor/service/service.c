@@ -157,20 +157,22 @@ int cr__csvc_create(const cr__csvc_config_t *cfg, cr__csvc_t **out, char *err, s
     if (cfg->block_size < 1 || cfg->block_size > CR_COND_MAX_BLOCK_TOKENS)
         BAD("block_size: %" PRId64 " out of range 1..%d", cfg->block_size,
             CR_COND_MAX_BLOCK_TOKENS);
-    if (cfg->max_hashes < 1 || cfg->max_hashes > (1 << 24) || cfg->max_tokens < 1 ||
-        cfg->max_tokens > (1 << 26) || cfg->max_events < 1 || cfg->max_events > (1 << 24) ||
-        cfg->max_event_objects < 16 || cfg->max_event_objects > (1 << 26))
+    if (cfg->max_hashes < 1 || cfg->max_hashes > CSVC_MAX_HASHES_MAX || cfg->max_tokens < 1 ||
+        cfg->max_tokens > CSVC_MAX_TOKENS_MAX || cfg->max_events < 1 ||
+        cfg->max_events > CSVC_MAX_EVENTS_MAX || cfg->max_event_objects < CSVC_EVENT_OBJECTS_MIN ||
+        cfg->max_event_objects > CSVC_EVENT_OBJECTS_MAX)
         BAD("max_hashes / max_tokens / max_events / max_event_objects: out of range");
-    if (cfg->max_event_bytes < 16 || cfg->max_event_bytes > (1ull << 30) ||
-        cfg->max_body < 64 || cfg->max_body > (1ull << 30))
+    if (cfg->max_event_bytes < CSVC_EVENT_BYTES_MIN || cfg->max_event_bytes > CSVC_BYTES_MAX ||
+        cfg->max_body < CSVC_BODY_MIN || cfg->max_body > CSVC_BYTES_MAX)
         BAD("max_event_bytes / max_body: out of range");
-    if (cfg->max_mapped_blocks < 1 || cfg->zmq_rcvhwm < 1 || cfg->zmq_rcvhwm > (1 << 30))
+    if (cfg->max_mapped_blocks < 1 || cfg->zmq_rcvhwm < 1 || cfg->zmq_rcvhwm > CSVC_ZMQ_HWM_MAX)
         BAD("max_mapped_blocks / zmq_rcvhwm: must be positive");
-    if (cfg->replay_timeout_ms < 1 || cfg->replay_timeout_ms > 600000)
-        BAD("replay_timeout_ms: %" PRId64 " out of range 1..600000", cfg->replay_timeout_ms);
+    if (cfg->replay_timeout_ms < 1 || cfg->replay_timeout_ms > CSVC_REPLAY_TIMEOUT_MAX_MS)
+        BAD("replay_timeout_ms: %" PRId64 " out of range 1..%d", cfg->replay_timeout_ms,
+            CSVC_REPLAY_TIMEOUT_MAX_MS);
     if (cfg->ttft_slo_ms < 0 || cfg->tbt_slo_ms < 0 || cfg->balance_threshold < 1)
         BAD("ttft_slo_ms / tbt_slo_ms must be >= 0 and balance_threshold >= 1");
-    if (cfg->chunk_tokens < 0 || cfg->chunk_tokens > (1 << 24) ||
+    if (cfg->chunk_tokens < 0 || cfg->chunk_tokens > CSVC_CHUNK_TOKENS_MAX ||
         cfg->pipeline_min_prefill_ms < 0 || cfg->pipeline_max_stages < 1 ||
         cfg->pipeline_max_stages > NSLOT || cfg->pipeline_idle_ms < 0 ||
         cfg->pipeline_reserve < 0 || cfg->pipeline_reserve > NSLOT)

@@ -36,6 +36,19 @@
 #define NSLOT CR_COND_MAX_INSTANCES
 #define FAR_FUTURE_S 1e9 /* busy_until of slots excluded from a /schedule call */
 
+/* Bounds cr__csvc_create accepts for the configuration (service.h). */
+#define CSVC_MAX_HASHES_MAX (1 << 24)        /* block hashes in one event / query */
+#define CSVC_MAX_TOKENS_MAX (1 << 26)        /* token ids in one event / query */
+#define CSVC_MAX_EVENTS_MAX (1 << 24)        /* events in one batch */
+#define CSVC_EVENT_OBJECTS_MIN 16            /* msgpack objects in one batch.. */
+#define CSVC_EVENT_OBJECTS_MAX (1 << 26)     /* ..at most */
+#define CSVC_EVENT_BYTES_MIN 16              /* one KV-event message.. */
+#define CSVC_BYTES_MAX (1ull << 30)          /* ..and one HTTP body: at most 1 GiB */
+#define CSVC_BODY_MIN 64                     /* smallest max_body */
+#define CSVC_ZMQ_HWM_MAX (1 << 30)
+#define CSVC_REPLAY_TIMEOUT_MAX_MS 600000    /* a replay may hold live batches 10 min */
+#define CSVC_CHUNK_TOKENS_MAX (1 << 24)
+
 typedef struct slot {
     int used;
     uint32_t gen;

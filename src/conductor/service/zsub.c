@@ -18,6 +18,8 @@
 #define BURST 256 /* messages taken from one socket before polling again */
 #define PENDING_MAX 1024             /* live messages held while replaying */
 #define PENDING_BYTES_MAX (64u << 20)
+#define DEFAULT_REPLAY_TIMEOUT_MS 2000 /* replay_timeout_ms 0 */
+#define DEFAULT_HWM 10000              /* hwm <= 0 */
 
 enum { CMD_NONE = 0, CMD_ADD, CMD_REMOVE, CMD_STOP };
 
@@ -493,11 +495,11 @@ int cr__zsub_start(cr__zsub_msg_fn fn, void *user, size_t max_msg, int hwm,
     cr__zsub_t *z = calloc(1, sizeof *z);
     if (!z)
         return -ENOMEM;
-    z->replay_timeout_ms = replay_timeout_ms ? replay_timeout_ms : 2000;
+    z->replay_timeout_ms = replay_timeout_ms ? replay_timeout_ms : DEFAULT_REPLAY_TIMEOUT_MS;
     z->fn = fn;
     z->user = user;
     z->max_msg = max_msg ? max_msg : (4u << 20);
-    z->hwm = hwm > 0 ? hwm : 10000;
+    z->hwm = hwm > 0 ? hwm : DEFAULT_HWM;
     z->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (z->efd < 0) {
         int e = errno;

@@ -398,7 +398,7 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     copy_str(s->metadata_uri, sizeof s->metadata_uri,
              (m & CR_STORE_PARAM_METADATA_URI) ? p->metadata_uri : NULL, "p2p");
     copy_str(s->master_addr, sizeof s->master_addr,
-             (m & CR_STORE_PARAM_MASTER_ADDR) ? p->master_addr : NULL, "127.0.0.1:50051");
+             (m & CR_STORE_PARAM_MASTER_ADDR) ? p->master_addr : NULL, CR__SC_DEFAULT_MASTER);
     copy_str(s->protocol, sizeof s->protocol, (m & CR_STORE_PARAM_PROTOCOL) ? p->protocol : NULL,
              "tcp");
     copy_str(s->devices, sizeof s->devices,
@@ -407,10 +407,13 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
                  : NULL,
              s->hostname);
     s->seg_size = (m & CR_STORE_PARAM_GLOBAL_SEGMENT_SIZE) ? p->global_segment_size : 0;
-    s->lbuf_size = (m & CR_STORE_PARAM_LOCAL_BUFFER_SIZE) ? p->local_buffer_size : 16ull << 20;
-    s->rpc_timeout_ms = (m & CR_STORE_PARAM_RPC_TIMEOUT_MS) ? p->rpc_timeout_ms : 5000;
-    s->xfer_timeout_ms = (m & CR_STORE_PARAM_TRANSFER_TIMEOUT_MS) ? p->transfer_timeout_ms : 30000;
-    s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : 1000;
+    s->lbuf_size =
+        (m & CR_STORE_PARAM_LOCAL_BUFFER_SIZE) ? p->local_buffer_size : CR__SC_DEFAULT_LBUF_SIZE;
+    s->rpc_timeout_ms =
+        (m & CR_STORE_PARAM_RPC_TIMEOUT_MS) ? p->rpc_timeout_ms : CR__SC_DEFAULT_RPC_TIMEOUT_MS;
+    s->xfer_timeout_ms = (m & CR_STORE_PARAM_TRANSFER_TIMEOUT_MS) ? p->transfer_timeout_ms
+                                                                  : CR__SC_DEFAULT_XFER_TIMEOUT_MS;
+    s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : CR__SC_DEFAULT_HEARTBEAT_MS;
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
 
     const char *why = NULL;
@@ -418,12 +421,13 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
         why = "empty local_hostname";
     else if (protocol_to_transports(s->protocol, transports, cap))
         why = "protocol must be tcp, shm or tcp,shm";
-    else if (s->seg_size > (1ull << 40))
+    else if (s->seg_size > CR__SC_SEG_SIZE_MAX)
         why = "global_segment_size over 1 TiB";
-    else if (s->lbuf_size < (64u << 10) || s->lbuf_size > (1ull << 36))
+    else if (s->lbuf_size < CR__SC_LBUF_SIZE_MIN || s->lbuf_size > CR__SC_LBUF_SIZE_MAX)
         why = "local_buffer_size must be 64 KiB..64 GiB";
-    else if (!s->rpc_timeout_ms || !s->xfer_timeout_ms || !s->hb_ms || s->rpc_timeout_ms > 3600000 ||
-             s->xfer_timeout_ms > 3600000 || s->hb_ms > 3600000)
+    else if (!s->rpc_timeout_ms || !s->xfer_timeout_ms || !s->hb_ms ||
+             s->rpc_timeout_ms > CR__SC_TIMEOUT_MAX_MS ||
+             s->xfer_timeout_ms > CR__SC_TIMEOUT_MAX_MS || s->hb_ms > CR__SC_TIMEOUT_MAX_MS)
         why = "timeouts must be 1 ms..1 h";
     else {
         char h[CR__HOST_MAX];

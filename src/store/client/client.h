@@ -32,6 +32,21 @@
 #define CR__SC_STR 256
 #define CR__SC_TIER_CONNS 32     /* idle disk-tier read connections kept */
 
+/* Defaults of cr_store_params_t fields left out of its field_mask, and
+ * the bounds create checks (store.h documents them). */
+#define CR__SC_DEFAULT_MASTER "127.0.0.1:50051"
+#define CR__SC_DEFAULT_LBUF_SIZE (16ull << 20)      /* local staging buffer */
+#define CR__SC_DEFAULT_RPC_TIMEOUT_MS 5000
+#define CR__SC_DEFAULT_XFER_TIMEOUT_MS 30000
+#define CR__SC_DEFAULT_HEARTBEAT_MS 1000
+#define CR__SC_SEG_SIZE_MAX (1ull << 40)           /* contributed segment: 1 TiB */
+#define CR__SC_LBUF_SIZE_MIN (64ull << 10)         /* staging buffer: 64 KiB.. */
+#define CR__SC_LBUF_SIZE_MAX (1ull << 36)          /* ..64 GiB */
+#define CR__SC_TIMEOUT_MAX_MS 3600000u             /* any timeout: at most 1 h */
+/* Longest a staged put waits for staging space in one step (the put
+ * deadline bounds it too). */
+#define CR__SC_STAGING_WAIT_MAX_MS 60000
+
 typedef struct cr__sc_reg {
     uintptr_t addr;
     size_t len;

@@ -558,9 +558,9 @@ static void put_write_staged(cr_store_t *s, const cr__rpc_msg_t *rep, const void
         for (uint64_t off = 0; off < lens[i] && !results[i];) {
             size_t c = lens[i] - off < chunk ? (size_t)(lens[i] - off) : chunk;
             int64_t rem = remaining_ms(deadline);
-            uint8_t *stg = rem ? cr__staging_alloc(&s->staging, c,
-                                                   (int)(rem > 60000 ? 60000 : rem))
-                               : NULL;
+            int wait_ms =
+                (int)(rem > CR__SC_STAGING_WAIT_MAX_MS ? CR__SC_STAGING_WAIT_MAX_MS : rem);
+            uint8_t *stg = rem ? cr__staging_alloc(&s->staging, c, wait_ms) : NULL;
             if (!stg) {
                 results[i] = CR_E_LEASE_EXPIRED;
                 break;

@@ -13,20 +13,20 @@
 void cr__master_cfg_default(cr__master_cfg_t *c)
 {
     memset(c, 0, sizeof *c);
-    c->lease_ttl_ms = 5000;
-    c->soft_pin_ttl_ms = 30 * 60 * 1000;
-    c->client_ttl_ms = 10000;
-    c->put_timeout_ms = 30000;
+    c->lease_ttl_ms = CR__MASTER_DEFAULT_LEASE_TTL_MS;
+    c->soft_pin_ttl_ms = CR__MASTER_DEFAULT_SOFT_PIN_TTL_MS;
+    c->client_ttl_ms = CR__MASTER_DEFAULT_CLIENT_TTL_MS;
+    c->put_timeout_ms = CR__MASTER_DEFAULT_PUT_TIMEOUT_MS;
     c->high_watermark = 0.90;
     c->eviction_ratio = 0.05;
-    c->evict_max_visit = 65536;
-    c->granule_shift = 6;
-    c->min_stripe = 1u << 20;
+    c->evict_max_visit = CR__MASTER_DEFAULT_EVICT_MAX_VISIT;
+    c->granule_shift = CR__MASTER_DEFAULT_GRANULE_SHIFT;
+    c->min_stripe = CR__MASTER_DEFAULT_MIN_STRIPE;
     c->evict_soft_pinned = 1;
     c->offload_watermark = 0.70;
     c->ssd_high_watermark = 0.95;
-    c->max_clients = 65536;
-    c->max_segments = 65536;
+    c->max_clients = CR__MASTER_DEFAULT_MAX_CLIENTS;
+    c->max_segments = CR__MASTER_DEFAULT_MAX_SEGMENTS;
 }
 
 int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
@@ -41,11 +41,11 @@ int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
     pthread_mutex_init(&m->mu, NULL);
     m->cfg = *cfg;
     if (!m->cfg.evict_max_visit)
-        m->cfg.evict_max_visit = 65536;
+        m->cfg.evict_max_visit = CR__MASTER_DEFAULT_EVICT_MAX_VISIT;
     if (!m->cfg.max_clients)
-        m->cfg.max_clients = 65536;
+        m->cfg.max_clients = CR__MASTER_DEFAULT_MAX_CLIENTS;
     if (!m->cfg.max_segments)
-        m->cfg.max_segments = 65536;
+        m->cfg.max_segments = CR__MASTER_DEFAULT_MAX_SEGMENTS;
     m->ev = (cr__evict_cfg_t){.high_watermark = cfg->high_watermark,
                               .ratio = cfg->eviction_ratio,
                               .max_visit = m->cfg.evict_max_visit};
@@ -92,9 +92,9 @@ uint64_t cr__master_id(const cr__master_t *m) { return m->master_id; }
 void cr__master_tick(cr__master_t *m, uint64_t now)
 {
     pthread_mutex_lock(&m->mu);
-    cr__m_quarantine_release(m, now, 100000);
+    cr__m_quarantine_release(m, now, CR__MASTER_TICK_RELEASE_MAX);
     cr__m_expire_clients_locked(m, now);
-    for (int k = 0; k < 100000 && m->pending.next != &m->pending; k++) {
+    for (int k = 0; k < CR__MASTER_TICK_RECLAIM_MAX && m->pending.next != &m->pending; k++) {
         obj_t *o = m->pending.next;
         if (o->until_ms > now)
             break;

@@ -30,6 +30,22 @@
 
 typedef struct cr__master cr__master_t;
 
+/* Defaults (cr__master_cfg_default) and the bounds create applies when a
+ * field is 0. */
+#define CR__MASTER_DEFAULT_LEASE_TTL_MS 5000
+#define CR__MASTER_DEFAULT_SOFT_PIN_TTL_MS (30 * 60 * 1000)
+#define CR__MASTER_DEFAULT_CLIENT_TTL_MS 10000
+#define CR__MASTER_DEFAULT_PUT_TIMEOUT_MS 30000
+#define CR__MASTER_DEFAULT_EVICT_MAX_VISIT 65536
+#define CR__MASTER_DEFAULT_GRANULE_SHIFT 6
+#define CR__MASTER_DEFAULT_MIN_STRIPE (1u << 20)
+#define CR__MASTER_DEFAULT_MAX_CLIENTS 65536
+#define CR__MASTER_DEFAULT_MAX_SEGMENTS 65536
+/* Work bounds of one cr__master_tick: quarantine entries released, pending
+ * puts reclaimed at their deadline. */
+#define CR__MASTER_TICK_RELEASE_MAX 100000
+#define CR__MASTER_TICK_RECLAIM_MAX 100000
+
 typedef struct cr__master_cfg {
     uint64_t lease_ttl_ms;        /* --default_kv_lease_ttl (5000) */
     uint64_t soft_pin_ttl_ms;     /* --default_kv_soft_pin_ttl (1800000) */

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MAP_INITIAL_SLOTS 1024 /* power of two; doubles past load 0.7 */
+
 int64_t cr__m_map_find(cr__master_t *m, const char *k, size_t l, uint64_t h)
 {
     uint64_t mask = m->cap - 1, i = h & mask;
@@ -23,7 +25,7 @@ int64_t cr__m_map_find(cr__master_t *m, const char *k, size_t l, uint64_t h)
 
 int cr__m_map_grow(cr__master_t *m)
 {
-    uint64_t ncap = m->cap ? m->cap * 2 : 1024;
+    uint64_t ncap = m->cap ? m->cap * 2 : MAP_INITIAL_SLOTS;
     obj_t **ns = calloc(ncap, sizeof *ns);
     uint32_t *nt = malloc(ncap * sizeof *nt);
     if (!ns || !nt) {

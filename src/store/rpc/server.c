@@ -20,6 +20,13 @@
 
 #define MAX_LOOPS 16
 #define CONN_IN 4096 /* per-connection receive buffer: most frames fit whole */
+/* Defaults for cr__rpc_server_params_t fields <= 0 (server.h). */
+#define DEFAULT_THREADS 2
+#define DEFAULT_MAX_CONNS 1024
+#define DEFAULT_IDLE_TIMEOUT_MS 600000
+#define DEFAULT_FRAME_TIMEOUT_MS 10000
+#define DEFAULT_MAX_BUFFERED_BYTES (1ull << 30)
+#define LISTEN_BACKLOG 512
 
 typedef struct conn {
     int fd;
@@ -406,20 +413,20 @@ int cr__rpc_server_start(const cr__rpc_server_params_t *p, cr__rpc_server_t **ou
         return -ENOMEM;
     s->p = *p;
     if (s->p.n_threads <= 0)
-        s->p.n_threads = 2;
+        s->p.n_threads = DEFAULT_THREADS;
     if (s->p.n_threads > MAX_LOOPS)
         s->p.n_threads = MAX_LOOPS;
     if (s->p.max_conns <= 0)
-        s->p.max_conns = 1024;
+        s->p.max_conns = DEFAULT_MAX_CONNS;
     if (s->p.idle_timeout_ms <= 0)
-        s->p.idle_timeout_ms = 600000;
+        s->p.idle_timeout_ms = DEFAULT_IDLE_TIMEOUT_MS;
     if (s->p.frame_timeout_ms <= 0)
-        s->p.frame_timeout_ms = 10000;
+        s->p.frame_timeout_ms = DEFAULT_FRAME_TIMEOUT_MS;
     if (s->p.max_buffered_bytes == 0)
-        s->p.max_buffered_bytes = 1ull << 30;
+        s->p.max_buffered_bytes = DEFAULT_MAX_BUFFERED_BYTES;
     s->p.host = NULL; /* not kept */
     int rc;
-    s->lfd = cr__net_listen(p->host, p->port, 512, &s->port);
+    s->lfd = cr__net_listen(p->host, p->port, LISTEN_BACKLOG, &s->port);
     if (s->lfd < 0) {
         rc = s->lfd;
         free(s);
