@@ -12,6 +12,10 @@
  *   eviction.c   the glue between the master and store/eviction/policy
  *   dispatch.c   serving one decoded rpc request (single or batch)
  *   report.c     stats snapshot, Prometheus text, JSON views
+ *   durable.c    op records of durable changes, rebuild from a shadow
+ *                index, snapshot dump (ha/: journal, records, shadow)
+ *   tier.c       the disk tier: offload/demote tasks, node reports
+ *   admin.c      HTTP admin endpoints (admin.h; uses master.h only)
  *
  * Lock discipline: one mutex, m->mu, guards every field of struct
  * cr__master except cfg, ev and master_id (written once by
