@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "crescent/common.h"
 #include "store/master/admin.h"
+#include "ha.h"
 #include "store/master/ha/journal.h"
 #include "store/master/master.h"
 #include "store/rpc/server.h"
@@ -69,6 +70,8 @@ typedef struct master_opts {
     char memory_allocator[CR__CFG_STR_MAX];
     char journal_dir[CR__CFG_STR_MAX];
     int journal_fsync;
+    int64_t ha_lease_ttl;
+    int64_t ha_sync_timeout_ms;
 } master_opts_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(master_opts_t, n)}
@@ -117,15 +120,24 @@ static const cr__cfg_opt_t opts[] = {
     OPT(enable_gc, "false", "accepted; eviction is always on", CR__CFG_BOOL),
     OPT(enable_metric_reporting, "true", "accepted; metrics are served on --metrics_port",
         CR__CFG_BOOL),
-    OPT(enable_ha, "false", "master HA (not supported: must be false)", CR__CFG_BOOL),
-    OPT(etcd_endpoints, "", "accepted for HA command lines; unused", CR__CFG_STR),
-    OPT(cluster_id, "", "accepted for HA command lines; unused", CR__CFG_STR),
+    OPT(enable_ha, "false",
+        "high availability: masters elect a leader in etcd (--etcd_endpoints), standbys follow "
+        "its op stream; needs --rpc_address set to an address the others reach",
+        CR__CFG_BOOL),
+    OPT(etcd_endpoints, "", "HA: etcd endpoints host:port[;host:port...]", CR__CFG_STR),
+    OPT(cluster_id, "crescent", "HA: cluster name (keys under /crescent/<cluster_id>/master/)",
+        CR__CFG_STR),
     OPT(memory_allocator, "offset", "segment allocator: offset (cachelib is not available)",
         CR__CFG_STR),
     OPT(journal_dir, "",
         "keep the object index in DIR/journal: a master restarted after a crash recovers every "
         "object still on its nodes (empty = off)",
         CR__CFG_STR),
+    OPT(ha_lease_ttl, "3",
+        "HA: seconds of the leader's etcd lease (failover takes about this long)", CR__CFG_INT),
+    OPT(ha_sync_timeout_ms, "1000",
+        "HA: how long a change waits for a standby before that standby drops out of sync",
+        CR__CFG_INT),
     OPT(journal_fsync, "false",
         "fdatasync each journal write (survives a machine crash, not only a process crash)",
         CR__CFG_BOOL),
@@ -136,6 +148,7 @@ static const cr__cfg_opt_t opts[] = {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static cr__ha_journal_t *g_journal;
 static cr__master_t *g_master;
+static int g_ha;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static int g_stop;
 
@@ -148,7 +161,9 @@ static void *ticker(void *arg)
         cr__master_tick(m, cr__now_ms());
         if (g_journal) {
             cr__ha_journal_sync(g_journal);
-            cr__ha_journal_compact(g_journal, m, 0);
+            /* a standby's journal is its leader's stream, not its (empty) master */
+            if (!g_ha || master_ha_leading())
+                cr__ha_journal_compact(g_journal, m, 0);
         }
         pthread_mutex_lock(&g_mu);
         struct timespec ts;
@@ -167,6 +182,10 @@ static void *ticker(void *arg)
 
 static void handle(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
 {
+    if (g_ha) {
+        master_ha_handle(user, req, reply);
+        return;
+    }
     cr__master_handle(user, req, reply, cr__now_ms());
     /* a change is acknowledged only once its records are written */
     if (g_journal && cr__ha_journal_sync(g_journal)) {
@@ -176,6 +195,29 @@ static void handle(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
         reply->type = type;
         reply->req_id = id;
         reply->status = CR_E_INTERNAL_ERROR;
+    }
+}
+
+/* The master's endpoints plus HA's /role, /leader, /ha_status and metrics. */
+static void admin_handler(void *user, const cr__http_req_t *req, cr__http_resp_t *resp)
+{
+    if (g_ha && master_ha_admin(req, resp))
+        return;
+    cr__master_admin_handler(user, req, resp);
+    char *extra = g_ha && !strcmp(req->path, "/metrics") && resp->status == 200
+                      ? master_ha_metrics()
+                      : NULL;
+    if (extra) {
+        size_t a = resp->body_len, b = strlen(extra);
+        char *nb = malloc(a + b + 1);
+        if (nb) {
+            memcpy(nb, resp->body, a);
+            memcpy(nb + a, extra, b + 1);
+            free(resp->body);
+            resp->body = nb;
+            resp->body_len = a + b;
+        }
+        free(extra);
     }
 }
 
@@ -195,10 +237,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-master: %s\n", err);
         return 2;
     }
-    if (o.enable_ha) {
-        fprintf(stderr, "crescent-master: --enable_ha is not supported (single master)\n");
+    if (o.enable_ha && (!o.etcd_endpoints[0] || !o.rpc_address[0] ||
+                        !strcmp(o.rpc_address, "0.0.0.0") || !strcmp(o.rpc_address, "::") ||
+                        o.ha_lease_ttl < 1 || o.ha_lease_ttl > 60 || o.ha_sync_timeout_ms < 1)) {
+        fprintf(stderr, "crescent-master: --enable_ha needs --etcd_endpoints, an --rpc_address "
+                        "other masters and clients can reach (not 0.0.0.0), --ha_lease_ttl "
+                        "1..60 and a positive --ha_sync_timeout_ms\n");
         return 2;
     }
+    g_ha = o.enable_ha;
     if (strcmp(o.memory_allocator, "offset") != 0)
         fprintf(stderr, "crescent-master: --memory_allocator=%s not available, using offset\n",
                 o.memory_allocator);
@@ -223,6 +270,7 @@ int main(int argc, char **argv)
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1); /* HA: deposed, restart as a standby */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -248,14 +296,23 @@ int main(int argc, char **argv)
     cr__httpd_t *admin = NULL;
     cr__meta_server_t *meta = NULL;
     pthread_t tick;
-    int tick_started = 0, exit_code = 1;
+    int tick_started = 0, exit_code = 1, restart = 0;
 
     if ((rc = cr__master_create(&mc, &m))) {
         fprintf(stderr, "crescent-master: cannot create master state: %s\n", cr_strerror(rc));
         return 1;
     }
     g_master = m;
-    if (o.journal_dir[0]) {
+    cr__ha_shadow_t *ha_loaded = NULL;
+    if (o.journal_dir[0] && g_ha) {
+        /* HA: the journal is the standby state until this master leads */
+        rc = cr__ha_journal_open(o.journal_dir, o.journal_fsync, &ha_loaded, &g_journal);
+        if (rc) {
+            fprintf(stderr, "crescent-master: cannot use --journal_dir %s: %s\n", o.journal_dir,
+                    cr_strerror(rc));
+            goto out;
+        }
+    } else if (o.journal_dir[0]) {
         cr__ha_shadow_t *loaded = NULL;
         uint64_t n = 0, t0 = cr__now_ms();
         rc = cr__ha_journal_open(o.journal_dir, o.journal_fsync, &loaded, &g_journal);
@@ -287,7 +344,7 @@ int main(int argc, char **argv)
     }
     if (o.metrics_port >= 0) {
         rc = cr__httpd_start(o.metrics_address, (uint16_t)o.metrics_port, ADMIN_MAX_BODY,
-                             cr__master_admin_handler, m, &admin);
+                             admin_handler, m, &admin);
         if (rc) {
             fprintf(stderr, "crescent-master: cannot start metrics server on %s:%lld: %s\n",
                     o.metrics_address, (long long)o.metrics_port, cr_strerror(rc));
@@ -314,6 +371,30 @@ int main(int argc, char **argv)
         goto out;
     }
     tick_started = 1;
+    if (g_ha) {
+        char rpc_adv[300], admin_adv[300] = "";
+        snprintf(rpc_adv, sizeof rpc_adv, "%s:%u", o.rpc_address, cr__rpc_server_port(rpc));
+        if (admin)
+            snprintf(admin_adv, sizeof admin_adv, "%s:%u",
+                     strcmp(o.metrics_address, "0.0.0.0") ? o.metrics_address : o.rpc_address,
+                     cr__httpd_port(admin));
+        master_ha_cfg_t hc = {
+            .endpoints = o.etcd_endpoints,
+            .cluster_id = o.cluster_id,
+            .rpc_addr = rpc_adv,
+            .admin_addr = admin_adv,
+            .lease_ttl_s = (unsigned)o.ha_lease_ttl,
+            .sync_timeout_ms = (int)o.ha_sync_timeout_ms,
+            .journal = g_journal,
+            .loaded = ha_loaded,
+        };
+        ha_loaded = NULL;
+        if ((rc = master_ha_start(&hc, m))) {
+            fprintf(stderr, "crescent-master: cannot start HA (--etcd_endpoints %s, --cluster_id "
+                            "%s): %s\n", o.etcd_endpoints, o.cluster_id, cr_strerror(rc));
+            goto out;
+        }
+    }
 
     char line[128];
     snprintf(line, sizeof line, "listening rpc=%u metrics=%u http_metadata=%u\n",
@@ -336,11 +417,16 @@ int main(int argc, char **argv)
                 o.client_ttl, o.put_start_timeout);
 
     int sig = 0;
-    while (sigwait(&set, &sig) != 0)
+    while (sigwait(&set, &sig) != 0 || (sig == SIGUSR1 && !master_ha_deposed()))
         ;
-    fprintf(stderr, "crescent-master: signal %d, stopping\n", sig);
+    restart = sig == SIGUSR1;
+    if (!restart)
+        fprintf(stderr, "crescent-master: signal %d, stopping\n", sig);
     exit_code = 0;
 out:
+    if (g_ha)
+        master_ha_stop();
+    cr__ha_shadow_destroy(ha_loaded);
     if (tick_started) {
         pthread_mutex_lock(&g_mu);
         g_stop = 1;
@@ -355,5 +441,13 @@ out:
         cr__master_set_journal(m, NULL, NULL);
     cr__ha_journal_close(g_journal);
     cr__master_destroy(m);
+    if (restart) {
+        /* deposed: a fresh process, its journal not trusted, follows the new leader */
+        fprintf(stderr, "crescent-master: deposed; restarting as a standby\n");
+        setenv("CRESCENT_MASTER_HA_DEPOSED", "1", 1);
+        execv("/proc/self/exe", argv);
+        fprintf(stderr, "crescent-master: cannot restart: %s\n", strerror(errno));
+        return 1;
+    }
     return exit_code;
 }

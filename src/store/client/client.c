@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "store/master/ha/elect.h"
 
 #define COMP "store-client"
 #define SEG_ALIGN 4096ull
@@ -45,12 +46,66 @@ cr__rpc_client_t *cr__sc_rpc(cr_store_t *s)
     return s->rpc[(tid_plus1 - 1) % CR__SC_RPC_CONNS];
 }
 
-int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
+#define HA_RETRY_MS 10000 /* a failover (lease expiry + election + takeover) fits in it */
+
+int cr__sc_resolve(cr_store_t *s)
+{
+    if (!s->ha)
+        return 0;
+    pthread_mutex_lock(&s->ha_mu);
+    uint64_t now = cr__now_ms();
+    if (now - s->last_resolve_ms < 50) {
+        pthread_mutex_unlock(&s->ha_mu);
+        return 0;
+    }
+    s->last_resolve_ms = now;
+    char addr[CR__SC_STR];
+    uint32_t epoch = 0;
+    int rc = cr__ha_leader_lookup(s->etcd, s->cluster_id, addr, sizeof addr, &epoch);
+    if (rc == 0 && epoch < atomic_load(&s->epoch))
+        rc = -ESTALE; /* the key still names a deposed leader */
+    if (rc == 0 && strcmp(addr, s->leader)) {
+        for (size_t i = 0; i < CR__SC_RPC_CONNS; i++)
+            cr__rpc_client_set_addr(s->rpc[i], addr);
+        if (s->hb_rpc)
+            cr__rpc_client_set_addr(s->hb_rpc, addr);
+        CR_LOG_INFO(COMP, "master leader is %s (epoch %u)", addr, epoch);
+        snprintf(s->leader, sizeof s->leader, "%s", addr);
+        rc = 1;
+    }
+    pthread_mutex_unlock(&s->ha_mu);
+    return rc;
+}
+
+static int call_once(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
 {
     int rc = cr__rpc_client_call(cr__sc_rpc(s), req, reply);
     if (rc == -ENOMEM || rc == 0)
         return rc;
     return rc == -EINVAL ? CR_E_INVALID_PARAMS : CR_E_RPC_FAIL;
+}
+
+int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
+{
+    int rc = call_once(s, req, reply);
+    if (!s->ha)
+        return rc;
+    /* HA: the master failed or is not (or no longer) the leader. A refused
+     * request was not applied; a failed one is retried at the leader
+     * (PutEnd and the reads are idempotent; a PutStart that did land
+     * answers OBJECT_ALREADY_EXISTS, its space reclaimed at the deadline). */
+    uint64_t deadline = cr__now_ms() + HA_RETRY_MS;
+    while ((rc == CR_E_RPC_FAIL || (rc == 0 && reply->status == CR_E_UNAVAILABLE_IN_CURRENT_MODE)) &&
+           cr__now_ms() < deadline) {
+        if (rc == 0)
+            cr__rpc_msg_free(reply);
+        if (cr__sc_resolve(s) <= 0) {
+            struct timespec ts = {0, 50 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        rc = call_once(s, req, reply);
+    }
+    return rc;
 }
 
 /* ---- registrations -------------------------------------------------------- */
@@ -252,6 +307,8 @@ static void *hb_main(void *arg)
 
         uint32_t flags = 0;
         int rc = ping(s, s->hb_rpc, &flags);
+        if (rc && s->ha && cr__sc_resolve(s) == 1)
+            rc = ping(s, s->hb_rpc, &flags); /* a new leader: at once */
         if (rc) {
             if (!failing)
                 CR_LOG_WARN(COMP, "heartbeat to %s failed: %s", s->master_addr, cr_strerror(rc));
@@ -366,6 +423,8 @@ static void teardown(cr_store_t *s)
         munmap(s->seg_base, s->seg_size);
     cr__sc_tier_close_all(s);
     pthread_mutex_destroy(&s->tier_mu);
+    cr__meta_close(s->etcd);
+    pthread_mutex_destroy(&s->ha_mu);
     pthread_rwlock_destroy(&s->reg_lock);
     pthread_mutex_destroy(&s->seg_mu);
     pthread_mutex_destroy(&s->hb_mu);
@@ -380,6 +439,7 @@ static void create_sync(cr_store_t *s)
     pthread_mutex_init(&s->seg_mu, NULL);
     pthread_mutex_init(&s->tier_mu, NULL);
     pthread_mutex_init(&s->hb_mu, NULL);
+    pthread_mutex_init(&s->ha_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -429,11 +489,20 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
              s->rpc_timeout_ms > CR__SC_TIMEOUT_MAX_MS ||
              s->xfer_timeout_ms > CR__SC_TIMEOUT_MAX_MS || s->hb_ms > CR__SC_TIMEOUT_MAX_MS)
         why = "timeouts must be 1 ms..1 h";
-    else {
+    else if (!strncmp(s->master_addr, "etcd://", 7)) {
+        char uri[CR__SC_STR + 8];
+        if (cr__ha_parse_master_uri(s->master_addr, uri, sizeof uri, s->cluster_id,
+                                    sizeof s->cluster_id) ||
+            cr__meta_open(uri, (int)(s->rpc_timeout_ms < 2000 ? s->rpc_timeout_ms : 2000),
+                          &s->etcd))
+            why = "master_addr etcd://host:port[;host:port...][/cluster_id] is malformed";
+        else
+            s->ha = 1;
+    } else {
         char h[CR__HOST_MAX];
         uint16_t port;
         if (cr__net_split_hostport(s->master_addr, h, &port, 0))
-            why = "master_addr must be host:port";
+            why = "master_addr must be host:port or etcd://host:port[;host:port...]";
     }
     if (why) {
         CR_LOG_ERROR(COMP, "cr_store_create: %s", why);
@@ -490,12 +559,39 @@ static int create_memory(cr_store_t *s)
 static int create_rpc(cr_store_t *s)
 {
     int rc = 0;
-    for (size_t i = 0; i < CR__SC_RPC_CONNS && !rc; i++)
-        rc = cr__rpc_client_create(s->master_addr, (int)s->rpc_timeout_ms, (int)s->rpc_timeout_ms,
+    if (s->ha) {
+        /* the leader now (waiting through an election, bounded) */
+        uint64_t until = cr__now_ms() + HA_RETRY_MS;
+        uint32_t ep = 0;
+        while ((rc = cr__ha_leader_lookup(s->etcd, s->cluster_id, s->leader, sizeof s->leader,
+                                          &ep)) != 0 &&
+               cr__now_ms() < until) {
+            struct timespec ts = {0, 100 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        if (rc) {
+            CR_LOG_ERROR(COMP, "no master leader in %s: %s", s->master_addr,
+                         rc == -ENOENT    ? "none elected"
+                         : rc == -EBADMSG ? "the election key holds garbage"
+                                          : cr_strerror(rc));
+            return CR_E_RPC_FAIL;
+        }
+        atomic_store(&s->epoch, ep);
+        s->last_resolve_ms = cr__now_ms();
+    } else {
+        snprintf(s->leader, sizeof s->leader, "%s", s->master_addr);
+    }
+    for (size_t i = 0; i < CR__SC_RPC_CONNS && !rc; i++) {
+        rc = cr__rpc_client_create(s->leader, (int)s->rpc_timeout_ms, (int)s->rpc_timeout_ms,
                                    &s->rpc[i]);
+        if (!rc && s->ha)
+            cr__rpc_client_set_epoch(s->rpc[i], &s->epoch);
+    }
     if (!rc)
-        rc = cr__rpc_client_create(s->master_addr, (int)s->rpc_timeout_ms,
-                                   (int)s->rpc_timeout_ms, &s->hb_rpc);
+        rc = cr__rpc_client_create(s->leader, (int)s->rpc_timeout_ms, (int)s->rpc_timeout_ms,
+                                   &s->hb_rpc);
+    if (!rc && s->ha)
+        cr__rpc_client_set_epoch(s->hb_rpc, &s->epoch);
     return rc;
 }
 
@@ -505,6 +601,14 @@ static int create_join(cr_store_t *s)
 {
     uint32_t flags;
     int rc = ping(s, s->hb_rpc, &flags);
+    /* HA: a leader just elected may still be taking over */
+    for (uint64_t until = cr__now_ms() + HA_RETRY_MS; rc && s->ha && cr__now_ms() < until;) {
+        if (cr__sc_resolve(s) <= 0) {
+            struct timespec ts = {0, 100 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        rc = ping(s, s->hb_rpc, &flags);
+    }
     if (rc) {
         CR_LOG_ERROR(COMP, "master %s: %s", s->master_addr, cr_strerror(rc));
         return rc;

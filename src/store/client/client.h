@@ -25,6 +25,7 @@
 #include "store/client/test_hooks.h"
 #include "store/rpc/client.h"
 #include "store/rpc/protocol.h"
+#include "transfer/metadata/metadata.h"
 
 #define CR__SC_RPC_CONNS 8       /* master connections for requests */
 #define CR__SC_SEG_CACHE 1024    /* cached TE segment handles */
@@ -81,6 +82,17 @@ struct cr_store {
 
     cr__rpc_client_t *rpc[CR__SC_RPC_CONNS];
     cr__rpc_client_t *hb_rpc; /* heartbeat thread's own connection */
+
+    /* HA (master address "etcd://h1:2379[;h2:2379][/cluster_id]"): the
+     * leader is looked up in etcd at create and whenever a call fails or is
+     * refused; every master connection follows it. */
+    int ha;
+    cr__meta_t *etcd;
+    char cluster_id[80];
+    _Atomic uint32_t epoch;     /* highest leader epoch seen: older ones are refused */
+    pthread_mutex_t ha_mu;      /* guards leader, last_resolve_ms; serialises lookups */
+    char leader[CR__SC_STR];    /* host:port of the leader the connections use */
+    uint64_t last_resolve_ms;
 
     pthread_t hb_thread;
     int hb_started;
@@ -139,6 +151,11 @@ typedef struct cr__sc_tier_rd {
 int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n);
 /* Closes the idle disk-tier connections (destroy). */
 void cr__sc_tier_close_all(cr_store_t *s);
+
+/* HA: looks the leader up in etcd (at most every 50 ms) and points every
+ * master connection at it. Returns 1 if the leader changed, 0 if not, or
+ * a negative errno (no leader now, etcd unreachable). No-op without HA. */
+int cr__sc_resolve(cr_store_t *s);
 
 /* Validates a key; returns 0 or CR_E_INVALID_KEY. */
 int cr__sc_check_key(const char *key);

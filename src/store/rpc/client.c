@@ -16,8 +16,9 @@
 
 struct cr__rpc_client {
     pthread_mutex_t mu;
-    char host[CR__HOST_MAX]; /* immutable */
+    char host[CR__HOST_MAX]; /* guarded by mu (cr__rpc_client_set_addr) */
     uint16_t port;
+    _Atomic uint32_t *epoch; /* shared floor: highest leader epoch seen, or NULL */
     int connect_timeout_ms, call_timeout_ms;
     int fd;               /* guarded by mu; -1 when closed */
     uint64_t last_ok_ms;  /* guarded by mu: when a call last completed on fd */
@@ -254,6 +255,8 @@ int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_m
     cr__rpc_msg_t m = *req;
     m.req_id = c->next_req_id++;
     m.status = 0;
+    if (c->epoch)
+        m.epoch = atomic_load(c->epoch);
     int rc = cr__rpc_encode(&m, &c->out);
     if (rc) {
         pthread_mutex_unlock(&c->mu);
@@ -272,8 +275,42 @@ int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_m
         if (rc == -EAGAIN)
             rc = CR_E_RPC_FAIL;
     }
+    if (rc == 0 && c->epoch && r.epoch) {
+        /* a reply from a leader older than one already seen: deposed */
+        uint32_t seen = atomic_load(c->epoch);
+        while (r.epoch > seen && !atomic_compare_exchange_weak(c->epoch, &seen, r.epoch))
+            ;
+        if (r.epoch < seen) {
+            cr__rpc_msg_free(&r);
+            close_locked(c);
+            rc = CR_E_RPC_FAIL;
+        }
+    }
     pthread_mutex_unlock(&c->mu);
     if (rc == 0)
         *reply = r;
     return rc;
+}
+
+int cr__rpc_client_set_addr(cr__rpc_client_t *c, const char *addr)
+{
+    char host[CR__HOST_MAX];
+    uint16_t port;
+    if (!c || !addr || cr__net_split_hostport(addr, host, &port, 0))
+        return -EINVAL;
+    pthread_mutex_lock(&c->mu);
+    if (strcmp(host, c->host) || port != c->port) {
+        close_locked(c);
+        memcpy(c->host, host, sizeof host);
+        c->port = port;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+void cr__rpc_client_set_epoch(cr__rpc_client_t *c, _Atomic uint32_t *epoch)
+{
+    pthread_mutex_lock(&c->mu);
+    c->epoch = epoch;
+    pthread_mutex_unlock(&c->mu);
 }

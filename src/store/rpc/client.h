@@ -17,6 +17,7 @@
 #ifndef CR_STORE_RPC_CLIENT_H
 #define CR_STORE_RPC_CLIENT_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "store/rpc/protocol.h"
@@ -39,6 +40,16 @@ int cr__rpc_client_create(const char *addr, int connect_timeout_ms, int call_tim
  * exceeded), -ENOMEM, CR_E_RPC_FAIL (cannot connect, connection lost,
  * timeout, malformed reply or a reply of the wrong type/id). */
 int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
+
+/* Points the client at another master ("host:port"; HA: the new leader);
+ * an open connection to the old one is closed. Returns 0 or -EINVAL. */
+int cr__rpc_client_set_addr(cr__rpc_client_t *c, const char *addr);
+
+/* HA fencing: epoch points at a floor shared by the caller's clients.
+ * Requests carry it; a reply with a higher epoch raises it; a reply with a
+ * lower non-zero epoch (a deposed leader still answering) is refused: the
+ * call fails with CR_E_RPC_FAIL and the connection is closed. */
+void cr__rpc_client_set_epoch(cr__rpc_client_t *c, _Atomic uint32_t *epoch);
 
 /* Closes and frees; NULL is a no-op. Must not race with a call. */
 void cr__rpc_client_destroy(cr__rpc_client_t *c);

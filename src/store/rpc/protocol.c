@@ -98,6 +98,7 @@ static const struct {
     {CR__RPC_TIER_MOUNT, "tier_mount"},
     {CR__RPC_TIER_REPORT, "tier_report"},
     {CR__RPC_TIER_SYNC, "tier_sync"},
+    {CR__RPC_REPL_APPEND, "repl_append"},
 };
 
 const char *cr__rpc_type_name(uint16_t type)
@@ -114,20 +115,22 @@ int cr__rpc_type_valid(uint16_t type) { return cr__rpc_type_name(type)[0] != '?'
 int cr__rpc_type_has_items(uint16_t type)
 {
     type &= (uint16_t)~CR__RPC_REPLY;
-    return cr__rpc_type_valid(type) && type >= CR__RPC_PUT_START && !CR__RPC_IS_TIER(type);
+    return cr__rpc_type_valid(type) && type >= CR__RPC_PUT_START && type <= CR__RPC_BATCH_VALIDATE;
 }
 
 /* single-key base type of an object op */
 static uint16_t base_type(uint16_t type)
 {
     type &= (uint16_t)~CR__RPC_REPLY;
-    return type >= CR__RPC_BATCH_PUT_START ? (uint16_t)(type - CR__RPC_BATCH_OFFSET) : type;
+    return type >= CR__RPC_BATCH_PUT_START && type <= CR__RPC_BATCH_VALIDATE
+               ? (uint16_t)(type - CR__RPC_BATCH_OFFSET)
+               : type;
 }
 
 static int is_batch(uint16_t type)
 {
     type &= (uint16_t)~CR__RPC_REPLY;
-    return type >= CR__RPC_BATCH_PUT_START;
+    return type >= CR__RPC_BATCH_PUT_START && type <= CR__RPC_BATCH_VALIDATE;
 }
 
 /* ---- output buffer ------------------------------------------------------ */
@@ -378,6 +381,18 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
             else
                 w_u32(b, m->flags);
             break;
+        case CR__RPC_REPL_APPEND:
+            if (reply) {
+                w_u64(b, m->count);
+            } else {
+                if (m->blob_len > CR__RPC_PAYLOAD_MAX - 16 || (m->blob_len && !m->blob))
+                    return -EINVAL;
+                w_u32(b, m->flags);
+                w_u64(b, m->count);
+                w_u32(b, m->blob_len);
+                w_bytes(b, m->blob, m->blob_len);
+            }
+            break;
         }
     }
     if (rc)
@@ -393,7 +408,7 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
     put_le(h + 16, plen, 4);
     put_le(h + 20, (uint32_t)m->status, 4);
     put_le(h + 24, 0, 4);
-    put_le(h + 28, 0, 4);
+    put_le(h + 28, m->epoch, 4);
     return 0;
 }
 
@@ -418,7 +433,7 @@ int cr__rpc_decode_hdr(const void *buf, cr__rpc_hdr_t *h)
     t.payload_len = (uint32_t)get_le(p + 16, 4);
     t.status = (int32_t)(uint32_t)get_le(p + 20, 4);
     t.flags = (uint32_t)get_le(p + 24, 4);
-    t.reserved = (uint32_t)get_le(p + 28, 4);
+    t.epoch = (uint32_t)get_le(p + 28, 4);
     if (t.magic != CR__RPC_MAGIC || t.version != CR__RPC_VERSION ||
         t.payload_len > CR__RPC_PAYLOAD_MAX)
         return -EPROTO;
@@ -664,6 +679,7 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
     m.type = type;
     m.req_id = h->req_id;
     m.status = h->status;
+    m.epoch = h->epoch;
     rd_t r = {.p = payload, .left = len, .bad = 0};
     int nomem = 0, rc = 0;
     uint16_t bt = base_type(type);
@@ -723,6 +739,26 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
                 m.count = r_u64(&r);
             else
                 m.flags = r_u32(&r);
+            break;
+        case CR__RPC_REPL_APPEND:
+            if (reply) {
+                m.count = r_u64(&r);
+            } else {
+                m.flags = r_u32(&r);
+                m.count = r_u64(&r);
+                m.blob_len = r_u32(&r);
+                if (!r.bad && m.blob_len > r.left) {
+                    rc = -1;
+                } else if (!r.bad && m.blob_len) {
+                    const uint8_t *p = r_take(&r, m.blob_len);
+                    uint8_t *copy = p ? cr__rpc_msg_alloc(&m, m.blob_len) : NULL;
+                    if (p && !copy)
+                        nomem = 1, rc = -1;
+                    else if (copy)
+                        memcpy(copy, p, m.blob_len);
+                    m.blob = copy;
+                }
+            }
             break;
         }
     }

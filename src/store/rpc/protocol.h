@@ -105,6 +105,11 @@ enum cr__rpc_type {
     CR__RPC_BATCH_REMOVE = 36,
     CR__RPC_BATCH_VALIDATE = 37,
 
+    /* master high availability (0x40-0x4f) */
+    CR__RPC_REPL_APPEND = 0x41, /* leader -> standby: flags (RESET), count = seq of the
+                                   first record, blob = op records (store/master/ha);
+                                   reply: count = records applied in total */
+
     /* tiered store (i12; docs/architecture/store-tiers.md): a node's disk
      * tier talks to the master with these. All three share one layout
      * (cr__rpc_tier_* below): header fields client_id, segment, base, size,
@@ -122,6 +127,7 @@ enum cr__rpc_type {
 #define CR__RPC_F_FORCE 0x1u          /* REMOVE / REMOVE_ALL item or msg flags */
 #define CR__RPC_F_NEED_REMOUNT 0x1u   /* PING reply: the master does not know this
                                          client or dropped its segments: remount all */
+#define CR__RPC_F_REPL_RESET 0x1u     /* REPL_APPEND: a snapshot starts; forget the rest */
 #define CR__RPC_CFG_SOFT_PIN 0x1u     /* replicate config flags */
 #define CR__RPC_CFG_HARD_PIN 0x2u
 
@@ -135,7 +141,8 @@ typedef struct cr__rpc_hdr {
     uint32_t payload_len; /* bytes after the header, <= CR__RPC_PAYLOAD_MAX */
     int32_t status;       /* replies: 0 or a CR_E_* code; requests: 0 */
     uint32_t flags;       /* reserved, 0 */
-    uint32_t reserved;    /* 0 */
+    uint32_t epoch;       /* HA: replies carry the serving leader's epoch, requests the
+                             highest the sender has seen; 0 = none (no HA) */
 } cr__rpc_hdr_t;
 _Static_assert(sizeof(cr__rpc_hdr_t) == CR__RPC_HDR_SIZE, "rpc header is 32 bytes");
 
@@ -227,6 +234,9 @@ typedef struct cr__rpc_msg {
     uint64_t count;
     uint32_t n_items;
     cr__rpc_item_t *items;
+    uint32_t epoch;      /* header epoch (see cr__rpc_hdr_t) */
+    const uint8_t *blob; /* REPL_APPEND request: blob_len bytes (in the arena after decode) */
+    uint32_t blob_len;
     void *arena; /* private: decode allocations */
 } cr__rpc_msg_t;
 

@@ -159,6 +159,17 @@ static int etcd_del(cr__meta_t *m, const char *key)
     return rc;
 }
 
+int cr__meta_etcd_post(cr__meta_t *m, const char *api, const char *json, char **resp,
+                       size_t *len)
+{
+    if (!m || m->ops != &cr__meta_etcd_ops || !api || !json || !resp)
+        return -EINVAL;
+    pthread_mutex_lock(&m->mu);
+    int rc = etcd_call(m, api, json, resp, len);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
 const struct cr__meta_ops cr__meta_etcd_ops = {
     .name = "etcd",
     .get = etcd_get,

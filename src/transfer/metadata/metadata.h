@@ -33,6 +33,20 @@ int cr__meta_del(cr__meta_t *m, const char *key);
 /* Closes; NULL is a no-op. */
 void cr__meta_close(cr__meta_t *m);
 
+/* etcd backends only: POSTs a JSON body to the v3 gateway path api (e.g.
+ * "/v3/lease/grant", "/v3/kv/txn") with the same endpoint failover as get/put.
+ * On success returns the HTTP status (2xx/4xx) and *resp (malloc'd,
+ * NUL-terminated, at most 1 MiB); else -EHOSTUNREACH/-ETIMEDOUT (no endpoint
+ * answered), -EINVAL (not an etcd backend), -ENOMEM. */
+int cr__meta_etcd_post(cr__meta_t *m, const char *api, const char *json, char **resp,
+                       size_t *len);
+
+/* base64 (RFC 4648, padded), as etcd's JSON gateway wants keys and values.
+ * encode: malloc'd NUL-terminated string or NULL. decode: 0 and a malloc'd
+ * NUL-terminated buffer, or -EINVAL / -ENOMEM. */
+char *cr__b64_encode(const void *data, size_t len);
+int cr__b64_decode(const char *s, size_t slen, char **out, size_t *out_len);
+
 /* Embedded HTTP metadata server (the Mooncake contract): GET/PUT/DELETE
  * <path>?key=K on host:port. GET of a missing key is 404. Values are kept in
  * memory, bounded by CR__META_KEY_MAX / CR__META_VALUE_MAX per entry and

@@ -9,6 +9,13 @@
  *   restart  a non-HA master with --journal_dir SIGKILLed under load and
  *            restarted: every object whose put returned success before the
  *            kill reads back with the right bytes.
+ *   failover three HA masters on a real etcd (private ports); the leader is
+ *            SIGKILLed 5 times in a row (restarted as a standby each time);
+ *            prints each failover time (kill -> first put completed).
+ *   pause    the leader SIGSTOPped past its lease, then SIGCONT: a new
+ *            leader serves meanwhile, and the deposed one accepts no write
+ *            (a put sent straight to it is refused); a standby SIGKILLed.
+ *   allstop  every master SIGKILLed at once and restarted.
  * Each asserts: zero wrong bytes, zero completed objects lost.
  *
  * usage: test_store_ha <scenario> <crescent-master> <crescent-node>
@@ -26,7 +33,9 @@
 
 #include "../cluster/cluster_util.h"
 #include "common/clock.h"
+#include "common/net.h"
 #include "crescent/store.h"
+#include "store/rpc/client.h"
 
 #define N_NODES 3
 #define N_WRITERS 2
@@ -40,6 +49,11 @@ static uint16_t g_rpc_port, g_metrics_port, g_meta_port;
 static char g_addr[64], g_meta_uri[128], g_journal[300];
 static pid_t g_node_pid[N_NODES];
 static int g_failures;
+/* HA: etcd and three masters */
+#define N_MASTERS 3
+static int g_ha;
+static pid_t g_etcd_pid = -1, g_mpid[N_MASTERS];
+static uint16_t g_etcd_port, g_mrpc[N_MASTERS], g_mmetrics[N_MASTERS];
 
 #define FAIL(...)                                                                          \
     do {                                                                                   \
@@ -207,17 +221,19 @@ static int make_client(cr_store_t **out)
     return cr_store_create(&p, out);
 }
 
-/* value of the Prometheus metric crescent_master_<name>, or -1 */
-static long long metric(const char *name)
+/* value of the Prometheus metric crescent_master_<name> at a master, or -1 */
+static long long metric_at(uint16_t port, const char *name)
 {
     static char body[1 << 16];
-    if (cu_http_get(g_metrics_port, "/metrics", body, sizeof body) != 200)
+    if (cu_http_get(port, "/metrics", body, sizeof body) != 200)
         return -1;
     char pat[128];
     snprintf(pat, sizeof pat, "\ncrescent_master_%s ", name);
     char *p = strstr(body, pat);
     return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
 }
+
+static long long metric(const char *name) { return metric_at(g_metrics_port, name); }
 
 /* waits (bounded) until the master has n segments mounted */
 static int wait_segments(long long n, int timeout_ms)
@@ -305,6 +321,261 @@ static void scenario_restart(void)
     wait_puts(300, 30000);
 }
 
+/* ---- HA: a real etcd and three masters ------------------------------------------- */
+
+static uint16_t free_port(void)
+{
+    uint16_t port = 0;
+    int fd = cr__net_listen("127.0.0.1", 0, 1, &port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static int start_etcd(void)
+{
+    const char *bin = access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : NULL;
+    if (!bin)
+        return 77;
+    g_etcd_port = free_port();
+    uint16_t peer = free_port();
+    char curl[64], purl[64], cluster[96], dd[300], log[300];
+    snprintf(curl, sizeof curl, "http://127.0.0.1:%u", g_etcd_port);
+    snprintf(purl, sizeof purl, "http://127.0.0.1:%u", peer);
+    snprintf(cluster, sizeof cluster, "i10-ha=%s", purl);
+    snprintf(dd, sizeof dd, "%s/etcd", g_dir);
+    snprintf(log, sizeof log, "%s/etcd.log", g_dir);
+    char *argv[] = {(char *)bin, "--name", "i10-ha", "--data-dir", dd, "--listen-client-urls", curl,
+                    "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+                    "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster, NULL};
+    g_etcd_pid = cu_spawn(argv, log, NULL);
+    snprintf(g_addr, sizeof g_addr, "etcd://127.0.0.1:%u/i10test", g_etcd_port);
+    snprintf(g_meta_uri, sizeof g_meta_uri, "etcd://127.0.0.1:%u", g_etcd_port);
+    for (int t = 0; t < 300; t++) {
+        char body[256];
+        int fd = cr__net_connect("127.0.0.1", g_etcd_port, NULL, 200);
+        if (fd >= 0) {
+            close(fd);
+            (void)body;
+            return 0;
+        }
+        usleep(100000);
+    }
+    fprintf(stderr, "etcd did not start (see %s)\n", log);
+    return -1;
+}
+
+static int start_ha_master(int i)
+{
+    char pf[300], log[300], jarg[320], buf[256];
+    snprintf(pf, sizeof pf, "%s/master%d.port", g_dir, i);
+    snprintf(log, sizeof log, "%s/master%d.log", g_dir, i);
+    snprintf(jarg, sizeof jarg, "--journal_dir=%s/journal%d", g_dir, i);
+    unlink(pf);
+    char *argv[] = {(char *)g_master_bin, "--enable_ha", "--etcd_endpoints", g_meta_uri + 7,
+                    "--cluster_id", "i10test", "--rpc_address", "127.0.0.1", "--rpc_port", "0",
+                    "--metrics_address", "127.0.0.1", "--metrics_port", "0", "--client_ttl", "3",
+                    "--put_start_timeout", "5", "--ha_lease_ttl", "2", "--port_file", pf, jarg,
+                    NULL};
+    g_mpid[i] = cu_spawn(argv, log, NULL);
+    unsigned rpc = 0, met = 0, meta = 0;
+    if (g_mpid[i] < 0 || cu_wait_file(pf, 20000, buf, sizeof buf) ||
+        sscanf(buf, "listening rpc=%u metrics=%u http_metadata=%u", &rpc, &met, &meta) != 3) {
+        fprintf(stderr, "master %d did not start (see %s)\n", i, log);
+        return -1;
+    }
+    g_mrpc[i] = (uint16_t)rpc;
+    g_mmetrics[i] = (uint16_t)met;
+    return 0;
+}
+
+/* a deposed master restarts itself: its ports change; reread them */
+static void reread_ports(int i)
+{
+    char pf[300], buf[256];
+    snprintf(pf, sizeof pf, "%s/master%d.port", g_dir, i);
+    unsigned rpc = 0, met = 0, meta = 0;
+    if (cu_wait_file(pf, 100, buf, sizeof buf) == 0 &&
+        sscanf(buf, "listening rpc=%u metrics=%u http_metadata=%u", &rpc, &met, &meta) == 3) {
+        g_mrpc[i] = (uint16_t)rpc;
+        g_mmetrics[i] = (uint16_t)met;
+    }
+}
+
+static int role_is_leader(int i)
+{
+    char body[1024];
+    reread_ports(i);
+    return cu_http_get(g_mmetrics[i], "/role", body, sizeof body) == 200 &&
+           !strncmp(body, "leader", 6);
+}
+
+/* the index of the serving leader, waiting up to timeout_ms; -1 if none */
+static int wait_leader(int timeout_ms, int not)
+{
+    for (int t = 0; t < timeout_ms; t += 50) {
+        for (int i = 0; i < N_MASTERS; i++)
+            if (i != not && g_mpid[i] > 0 && role_is_leader(i))
+                return i;
+        usleep(50000);
+    }
+    return -1;
+}
+
+/* waits until the leader streams to n in-sync standbys */
+static int wait_in_sync(int leader, long long n, int timeout_ms)
+{
+    for (int t = 0; t < timeout_ms; t += 100) {
+        if (metric_at(g_mmetrics[leader], "ha_standbys_in_sync") >= n)
+            return 0;
+        usleep(100000);
+    }
+    return -1;
+}
+
+static double failover_ms[16];
+static int n_failovers;
+
+/* kills (sig) the leader and measures until the next put completes */
+static int kill_leader(int sig, int restart)
+{
+    int l = wait_leader(20000, -1);
+    if (l < 0) {
+        FAIL("no leader");
+        return -1;
+    }
+    if (wait_in_sync(l, N_MASTERS - 1, 20000))
+        FAIL("standbys not in sync before the kill (leader %d)", l);
+    wait_puts(100, 10000);
+    unsigned before = atomic_load(&g_n_done);
+    uint64_t t0 = cr__now_ms();
+    fprintf(stderr, "signal %d to leader %d with %u objects completed\n", sig, l, before);
+    if (sig == SIGKILL)
+        cu_stop(g_mpid[l], SIGKILL, 5000);
+    else
+        kill(g_mpid[l], sig);
+    while (atomic_load(&g_n_done) <= before + 1 && cr__now_ms() - t0 < 30000)
+        usleep(5000);
+    double ms = (double)(cr__now_ms() - t0);
+    if (atomic_load(&g_n_done) <= before + 1)
+        FAIL("no put completed within 30 s of the kill");
+    if (n_failovers < 16)
+        failover_ms[n_failovers++] = ms;
+    int nl = wait_leader(1000, l);
+    fprintf(stderr, "  failover: first put completed %.0f ms after the kill, new leader %d\n", ms,
+            nl);
+    if (sig == SIGKILL && restart && start_ha_master(l))
+        FAIL("restart of master %d failed", l);
+    return l;
+}
+
+static void scenario_failover(void)
+{
+    for (int k = 0; k < 5; k++)
+        kill_leader(SIGKILL, 1);
+    wait_puts(200, 20000);
+    double sum = 0, max = 0;
+    for (int i = 0; i < n_failovers; i++) {
+        sum += failover_ms[i];
+        if (failover_ms[i] > max)
+            max = failover_ms[i];
+    }
+    fprintf(stderr, "failover (kill -> first completed put) over %d kills: mean %.0f ms, max %.0f ms\n",
+            n_failovers, n_failovers ? sum / n_failovers : 0, max);
+}
+
+/* a put sent straight to master i (not through etcd); returns its status */
+static int direct_put_start(int i, uint32_t *epoch)
+{
+    char addr[64];
+    reread_ports(i);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", g_mrpc[i]);
+    cr__rpc_client_t *c;
+    if (cr__rpc_client_create(addr, 1000, 2000, &c))
+        return -1;
+    cr__rpc_item_t it = {.key = "deposed-write", .key_len = 13, .size = 100,
+                         .cfg = {.replica_num = 1}};
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = CR__RPC_PUT_START;
+    req.n_items = 1;
+    req.items = &it;
+    int rc = cr__rpc_client_call(c, &req, &rep);
+    if (rc == 0) {
+        rc = rep.status;
+        *epoch = rep.epoch;
+        cr__rpc_msg_free(&rep);
+    }
+    cr__rpc_client_destroy(c);
+    return rc;
+}
+
+static void scenario_pause(void)
+{
+    int l = wait_leader(20000, -1);
+    if (l < 0 || wait_in_sync(l, N_MASTERS - 1, 20000)) {
+        FAIL("no leader with its standbys in sync");
+        return;
+    }
+    wait_puts(200, 10000);
+    fprintf(stderr, "SIGSTOP leader %d for 5 s (lease 2 s)\n", l);
+    kill(g_mpid[l], SIGSTOP);
+    unsigned before = atomic_load(&g_n_done);
+    uint64_t t0 = cr__now_ms();
+    int nl = wait_leader(15000, l);
+    while (atomic_load(&g_n_done) <= before + 1 && cr__now_ms() - t0 < 15000)
+        usleep(5000);
+    fprintf(stderr, "  new leader %d; first put completed %llu ms after the stop\n", nl,
+            (unsigned long long)(cr__now_ms() - t0));
+    if (nl < 0)
+        FAIL("no new leader while the old one is stopped");
+    while (cr__now_ms() - t0 < 5000)
+        usleep(50000);
+    kill(g_mpid[l], SIGCONT);
+    /* the resumed leader must refuse at once: its lease is gone */
+    uint32_t ep = 0;
+    int rc = direct_put_start(l, &ep);
+    if (rc == 0)
+        FAIL("the deposed leader accepted a PutStart after SIGCONT (epoch %u)", ep);
+    fprintf(stderr, "  deposed leader answered a direct PutStart with %d (%s)\n", rc,
+            cr_strerror(rc));
+    if (nl >= 0 && (rc = direct_put_start(nl, &ep)) != 0 && rc != CR_E_OBJECT_ALREADY_EXISTS)
+        FAIL("the new leader refused a direct PutStart: %d", rc);
+    /* it restarts itself as a standby and catches up */
+    wait_puts(200, 20000);
+    nl = wait_leader(10000, -1);
+    if (nl < 0 || wait_in_sync(nl, N_MASTERS - 1, 30000))
+        FAIL("the deposed leader did not come back in sync");
+    /* a standby dies: writes go on (one sync timeout at most) */
+    int sb = (nl + 1) % N_MASTERS;
+    fprintf(stderr, "SIGKILL standby %d\n", sb);
+    cu_stop(g_mpid[sb], SIGKILL, 5000);
+    g_mpid[sb] = -1;
+    wait_puts(300, 20000);
+}
+
+static void scenario_allstop(void)
+{
+    int l = wait_leader(20000, -1);
+    if (l < 0 || wait_in_sync(l, N_MASTERS - 1, 20000)) {
+        FAIL("no leader with its standbys in sync");
+        return;
+    }
+    wait_puts(500, 20000);
+    fprintf(stderr, "SIGKILL every master with %u objects completed\n", atomic_load(&g_n_done));
+    for (int i = 0; i < N_MASTERS; i++)
+        cu_stop(g_mpid[i], SIGKILL, 5000);
+    for (int i = 0; i < N_MASTERS; i++)
+        if (start_ha_master(i))
+            FAIL("restart of master %d failed", i);
+    uint64_t t0 = cr__now_ms();
+    unsigned before = atomic_load(&g_n_done);
+    while (atomic_load(&g_n_done) <= before + 1 && cr__now_ms() - t0 < 30000)
+        usleep(5000);
+    fprintf(stderr, "  first put completed %llu ms after the restart\n",
+            (unsigned long long)(cr__now_ms() - t0));
+    wait_puts(300, 20000);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -322,8 +593,22 @@ int main(int argc, char **argv)
     }
     snprintf(g_journal, sizeof g_journal, "%s/journal", g_dir);
     int journal = !strcmp(scenario, "restart");
-    if (start_master(journal))
+    g_ha = !strcmp(scenario, "failover") || !strcmp(scenario, "pause") ||
+           !strcmp(scenario, "allstop");
+    if (g_ha) {
+        int rc = start_etcd();
+        if (rc == 77) {
+            fprintf(stderr, "SKIP: no etcd binary (apt-get install etcd-server)\n");
+            return 77;
+        }
+        if (rc)
+            return 1;
+        for (int i = 0; i < N_MASTERS; i++)
+            if (start_ha_master(i))
+                return 1;
+    } else if (start_master(journal)) {
         return 1;
+    }
     for (int i = 0; i < N_NODES; i++)
         if (start_node(i))
             return 1;
@@ -336,6 +621,12 @@ int main(int argc, char **argv)
         scenario_stall();
     else if (!strcmp(scenario, "restart"))
         scenario_restart();
+    else if (!strcmp(scenario, "failover"))
+        scenario_failover();
+    else if (!strcmp(scenario, "pause"))
+        scenario_pause();
+    else if (!strcmp(scenario, "allstop"))
+        scenario_allstop();
     else {
         fprintf(stderr, "unknown scenario %s\n", scenario);
         return 2;
@@ -356,7 +647,14 @@ int main(int argc, char **argv)
         cr_store_destroy(g_w[i].st);
     for (int i = 0; i < N_NODES; i++)
         cu_stop(g_node_pid[i], SIGTERM, 10000);
-    cu_stop(g_master_pid, SIGTERM, 10000);
+    if (g_ha) {
+        for (int i = 0; i < N_MASTERS; i++)
+            if (g_mpid[i] > 0)
+                cu_stop(g_mpid[i], SIGTERM, 10000);
+        cu_stop(g_etcd_pid, SIGTERM, 10000);
+    } else {
+        cu_stop(g_master_pid, SIGTERM, 10000);
+    }
     if (g_failures) {
         fprintf(stderr, "%d check(s) failed; logs in %s\n", g_failures, g_dir);
         return 1;

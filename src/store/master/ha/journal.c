@@ -240,6 +240,27 @@ int cr__ha_journal_compact(cr__ha_journal_t *j, cr__master_t *m, int force)
     return rc;
 }
 
+int cr__ha_journal_rewrite(cr__ha_journal_t *j, const uint8_t *buf, size_t len)
+{
+    int fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = fd < 0 ? -errno : write_all(fd, buf, len);
+    if (!rc && rename(j->tmp, j->path))
+        rc = -errno;
+    pthread_mutex_lock(&j->mu);
+    if (!rc) {
+        close(j->fd);
+        j->fd = fd;
+        j->pend.len = 0;
+        j->written_seq = j->seq;
+        j->st.file_bytes = len;
+        j->st.snapshot_bytes = len;
+    } else if (fd >= 0) {
+        close(fd);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
 void cr__ha_journal_stats(cr__ha_journal_t *j, cr__ha_journal_stats_t *st)
 {
     pthread_mutex_lock(&j->mu);

@@ -47,6 +47,10 @@ int cr__ha_journal_sync(cr__ha_journal_t *j);
  * or -errno. */
 int cr__ha_journal_compact(cr__ha_journal_t *j, cr__master_t *m, int force);
 
+/* Replaces the file's content with buf (a standby's fresh snapshot).
+ * Returns 0 or -errno. */
+int cr__ha_journal_rewrite(cr__ha_journal_t *j, const uint8_t *buf, size_t len);
+
 void cr__ha_journal_stats(cr__ha_journal_t *j, cr__ha_journal_stats_t *st);
 
 /* Writes what is buffered and closes. NULL is a no-op. */

@@ -204,20 +204,27 @@ int cr__ha_shadow_apply(cr__ha_shadow_t *s, const uint8_t *frame, size_t len,
 
 long cr__ha_shadow_load(cr__ha_shadow_t *s, const uint8_t *buf, size_t len)
 {
-    static __thread cr__ha_rec_t rec; /* 32 KiB: not on the stack */
+    /* 33 KiB: on the heap, neither on a (small) thread stack nor in TLS,
+     * which glibc carves out of every thread's stack */
+    cr__ha_rec_t *rec = malloc(sizeof *rec);
+    if (!rec)
+        return -ENOMEM;
     size_t off = 0;
+    long rc = 0;
     while (off < len) {
-        long n = cr__ha_rec_get(buf + off, len - off, &rec);
+        long n = cr__ha_rec_get(buf + off, len - off, rec);
         if (n == 0)
             break;
-        if (n < 0)
-            return -EBADMSG;
-        int rc = cr__ha_shadow_apply(s, buf + off, (size_t)n, &rec);
-        if (rc)
-            return rc;
+        if (n < 0) {
+            rc = -EBADMSG;
+            break;
+        }
+        if ((rc = cr__ha_shadow_apply(s, buf + off, (size_t)n, rec)) != 0)
+            break;
         off += (size_t)n;
     }
-    return (long)off;
+    free(rec);
+    return rc ? rc : (long)off;
 }
 
 uint64_t cr__ha_shadow_objects(const cr__ha_shadow_t *s) { return s->count; }
@@ -237,48 +244,21 @@ int cr__ha_shadow_foreach_seg(const cr__ha_shadow_t *s, int (*fn)(void *, const 
 int cr__ha_shadow_foreach_obj(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_rec_t *),
                               void *user)
 {
-    static __thread cr__ha_rec_t rec;
-    for (uint64_t i = 0; i < s->nb; i++) {
-        for (ent_t *e = s->b[i]; e; e = e->next) {
-            if (cr__ha_rec_get(e->frame, e->frame_len, &rec) <= 0)
+    cr__ha_rec_t *rec = malloc(sizeof *rec);
+    if (!rec)
+        return -ENOMEM;
+    int rc = 0;
+    for (uint64_t i = 0; i < s->nb && !rc; i++) {
+        for (ent_t *e = s->b[i]; e && !rc; e = e->next) {
+            if (cr__ha_rec_get(e->frame, e->frame_len, rec) <= 0)
                 continue; /* cannot happen: the frame decoded when applied */
             if (e->complete)
-                rec.flags |= CR__HA_OBJ_COMPLETE;
+                rec->flags |= CR__HA_OBJ_COMPLETE;
             else
-                rec.flags &= (uint8_t)~CR__HA_OBJ_COMPLETE;
-            int rc = fn(user, &rec);
-            if (rc)
-                return rc;
+                rec->flags &= (uint8_t)~CR__HA_OBJ_COMPLETE;
+            rc = fn(user, rec);
         }
     }
-    return 0;
-}
-
-static int dump_seg(void *u, const cr__ha_seg_t *g)
-{
-    cr__ha_rec_t r;
-    memset(&r, 0, offsetof(cr__ha_rec_t, segs));
-    r.type = CR__HA_SEG;
-    r.base = g->base;
-    r.seg_size = g->size;
-    r.client = g->client;
-    memcpy(r.name, g->name, sizeof r.name);
-    return cr__ha_rec_put(u, &r);
-}
-
-static int dump_obj(void *u, const cr__ha_rec_t *r) { return cr__ha_rec_put(u, r); }
-
-int cr__ha_shadow_dump(const cr__ha_shadow_t *s, cr__ha_buf_t *b)
-{
-    int rc = cr__ha_shadow_foreach_seg(s, dump_seg, b);
-    if (!rc)
-        rc = cr__ha_shadow_foreach_obj(s, dump_obj, b);
-    if (!rc) {
-        cr__ha_rec_t r;
-        memset(&r, 0, offsetof(cr__ha_rec_t, segs));
-        r.type = CR__HA_VERSION;
-        r.version = s->next_version;
-        rc = cr__ha_rec_put(b, &r);
-    }
+    free(rec);
     return rc;
 }

@@ -48,8 +48,4 @@ int cr__ha_shadow_foreach_seg(const cr__ha_shadow_t *s, int (*fn)(void *, const 
 int cr__ha_shadow_foreach_obj(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_rec_t *),
                               void *user);
 
-/* Frames the whole state (SEG, OBJ, VERSION records) into b: a snapshot.
- * Returns 0 or -ENOMEM. */
-int cr__ha_shadow_dump(const cr__ha_shadow_t *s, cr__ha_buf_t *b);
-
 #endif

@@ -1,0 +1,297 @@
+/* crescent-master HA mode (ha.h). */
+#include "ha.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "store/master/ha/elect.h"
+#include "store/master/ha/repl.h"
+
+#define COMP "ha"
+
+static struct {
+    cr__ha_elect_t *elect;
+    cr__ha_repl_t *repl;
+    cr__master_t *m;
+    cr__ha_journal_t *journal;
+    char cid[80];
+    pthread_t th;
+    int started;
+    atomic_int stop, deposed;
+    _Atomic uint32_t ready; /* epoch this master serves as leader (0: not) */
+    atomic_ullong promotions, last_promotion_ms, refused;
+} g;
+
+int master_ha_deposed(void) { return atomic_load(&g.deposed); }
+int master_ha_leading(void) { return atomic_load(&g.ready) != 0; }
+
+static void become_leader(uint32_t epoch)
+{
+    uint64_t t0 = cr__now_ms(), n = 0;
+    cr__ha_repl_fence(g.repl, epoch);
+    int rc = cr__master_restore(g.m, cr__ha_repl_shadow(g.repl), cr__now_ms(), &n);
+    if (!rc) {
+        cr__master_set_journal(g.m, cr__ha_repl_record, g.repl);
+        /* the local journal starts from this state: a whole one */
+        if (g.journal)
+            rc = cr__ha_journal_compact(g.journal, g.m, 1);
+    }
+    if (!rc)
+        rc = cr__ha_repl_lead(g.repl, g.m, epoch, cr__ha_elect_etcd(g.elect), g.cid);
+    if (rc) {
+        CR_LOG_ERROR(COMP, "cannot take over as leader of epoch %u: %s", epoch, cr_strerror(rc));
+        cr__ha_elect_resign(g.elect);
+        atomic_store(&g.deposed, 1);
+        kill(getpid(), SIGUSR1);
+        return;
+    }
+    uint64_t ms = cr__now_ms() - t0;
+    atomic_store(&g.last_promotion_ms, ms);
+    atomic_fetch_add(&g.promotions, 1);
+    atomic_store(&g.ready, epoch);
+    CR_LOG_WARN(COMP, "leader of epoch %u: %" PRIu64 " objects taken over in %" PRIu64 " ms",
+                epoch, n, ms);
+}
+
+static void *role_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&g.stop)) {
+        uint64_t now = cr__now_ms();
+        uint32_t e = cr__ha_elect_epoch(g.elect, now);
+        uint32_t ready = atomic_load(&g.ready);
+        cr__ha_repl_stats_t st;
+        cr__ha_repl_stats(g.repl, &st);
+        if (!ready) {
+            cr__ha_elect_set_eligible(g.elect, st.usable);
+            if (e)
+                become_leader(e);
+        } else if (e != ready || st.deposed) {
+            CR_LOG_WARN(COMP, "leadership of epoch %u lost (%s): stopping to restart as a standby",
+                        ready, st.deposed ? "a standby knows a newer epoch" : "lease");
+            atomic_store(&g.ready, 0);
+            cr__ha_elect_resign(g.elect);
+            atomic_store(&g.deposed, 1);
+            kill(getpid(), SIGUSR1);
+            break;
+        }
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
+{
+    g.m = m;
+    g.journal = cfg->journal;
+    snprintf(g.cid, sizeof g.cid, "%s", cfg->cluster_id);
+    int rc = cr__ha_repl_create(cfg->rpc_addr, cfg->journal, cfg->sync_timeout_ms, &g.repl);
+    if (rc)
+        return rc;
+    /* A deposed leader's journal may hold changes nobody acknowledged:
+     * it starts empty and waits for the new leader's snapshot. */
+    int deposed = getenv("CRESCENT_MASTER_HA_DEPOSED") != NULL;
+    unsetenv("CRESCENT_MASTER_HA_DEPOSED");
+    int usable = 0;
+    cr__ha_journal_stats_t js = {0};
+    if (cfg->journal)
+        cr__ha_journal_stats(cfg->journal, &js);
+    /* a journal holds a whole state once it holds anything: a leader
+     * writes a snapshot when it takes over, a standby its first one */
+    if (cfg->loaded && !deposed && js.file_bytes > 0) {
+        cr__ha_repl_adopt_shadow(g.repl, cfg->loaded); /* a whole state */
+        usable = 1;
+    } else {
+        cr__ha_shadow_destroy(cfg->loaded);
+    }
+    cr__ha_elect_params_t ep = {
+        .endpoints = cfg->endpoints,
+        .cluster_id = cfg->cluster_id,
+        .rpc_address = cfg->rpc_addr,
+        .admin_address = cfg->admin_addr,
+        .lease_ttl_s = cfg->lease_ttl_s,
+        .eligible = 0,
+    };
+    if ((rc = cr__ha_elect_start(&ep, &g.elect)))
+        return rc;
+    if (!usable && !deposed) {
+        /* an empty master may lead only a cluster that never had a leader */
+        char key[160], *v = NULL;
+        cr__ha_key(key, sizeof key, cfg->cluster_id, "epoch");
+        for (int tries = 0; tries < 50; tries++) {
+            rc = cr__meta_get(cr__ha_elect_etcd(g.elect), key, &v, NULL);
+            if (rc == 0 || rc == -ENOENT)
+                break;
+            if (tries == 0)
+                fprintf(stderr, "crescent-master: etcd %s unreachable (%s); retrying\n",
+                        cfg->endpoints, cr_strerror(rc));
+            sleep(1);
+        }
+        free(v);
+        if (rc == -ENOENT) {
+            cr__ha_shadow_t *empty;
+            if (cr__ha_shadow_create(&empty) == 0)
+                cr__ha_repl_adopt_shadow(g.repl, empty);
+        } else {
+            cr__ha_repl_reset(g.repl); /* not eligible until a leader's snapshot */
+        }
+    } else if (!usable) {
+        cr__ha_repl_reset(g.repl);
+    }
+    if (pthread_create(&g.th, NULL, role_main, NULL))
+        return -ENOMEM;
+    g.started = 1;
+    return 0;
+}
+
+void master_ha_stop(void)
+{
+    atomic_store(&g.stop, 1);
+    if (g.started)
+        pthread_join(g.th, NULL);
+    g.started = 0;
+    if (g.repl)
+        cr__ha_repl_unlead(g.repl);
+    if (g.m)
+        cr__master_set_journal(g.m, NULL, NULL);
+    cr__ha_elect_stop(g.elect);
+    cr__ha_repl_destroy(g.repl);
+    g.elect = NULL;
+    g.repl = NULL;
+}
+
+static void fail_reply(cr__rpc_msg_t *reply, int status)
+{
+    uint16_t type = reply->type;
+    uint64_t id = reply->req_id;
+    cr__rpc_msg_free(reply); /* zeroes it */
+    reply->type = type;
+    reply->req_id = id;
+    reply->status = status;
+}
+
+void master_ha_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
+{
+    uint16_t type = req->type & (uint16_t)~CR__RPC_REPLY;
+    if (type == CR__RPC_REPL_APPEND) {
+        uint64_t applied = 0;
+        if (!g.repl) {
+            reply->status = CR_E_UNAVAILABLE_IN_CURRENT_MODE;
+            return;
+        }
+        int rc = cr__ha_repl_apply(g.repl, req->epoch, req->flags, req->count, req->blob,
+                                   req->blob_len, &applied);
+        reply->status = rc == 0 ? 0 : rc == -ESTALE ? CR_E_UNAVAILABLE_IN_CURRENT_MODE
+                                                   : CR_E_INVALID_PARAMS;
+        reply->count = applied;
+        return;
+    }
+    uint64_t now = cr__now_ms();
+    uint32_t e = g.elect ? cr__ha_elect_epoch(g.elect, now) : 0;
+    if (!e || e != atomic_load(&g.ready) || req->epoch > e) {
+        /* not the leader (or no longer): the client looks the leader up */
+        atomic_fetch_add(&g.refused, 1);
+        reply->status = CR_E_UNAVAILABLE_IN_CURRENT_MODE;
+        return;
+    }
+    cr__master_handle(m, req, reply, now);
+    /* acknowledged only once every in-sync standby has it, and only while
+     * still the leader (a change made under a lease that ran out during
+     * the wait is reported as failed: it may or may not survive) */
+    if (cr__ha_repl_wait(g.repl))
+        fail_reply(reply, CR_E_INTERNAL_ERROR);
+    else if (cr__ha_elect_epoch(g.elect, cr__now_ms()) != e)
+        fail_reply(reply, CR_E_UNAVAILABLE_IN_CURRENT_MODE);
+    reply->epoch = e;
+}
+
+/* ---- admin ------------------------------------------------------------------------ */
+
+int master_ha_admin(const cr__http_req_t *req, cr__http_resp_t *resp)
+{
+    if (!g.elect)
+        return 0;
+    cr__ha_elect_status_t es;
+    cr__ha_elect_status(g.elect, cr__now_ms(), &es);
+    int leader = atomic_load(&g.ready) != 0 && es.leader;
+    if (!strcmp(req->path, "/role")) {
+        cr__http_resp_printf(resp, 200, "%s\n", leader ? "leader" : "standby");
+        return 1;
+    }
+    if (!strcmp(req->path, "/leader")) {
+        if (es.leader_rpc[0])
+            cr__http_resp_printf(resp, 200, "{\"rpc\":\"%s\",\"admin\":\"%s\",\"epoch\":%u}\n",
+                                 es.leader_rpc, es.leader_admin, es.epoch);
+        else
+            cr__http_resp_printf(resp, 503, "{\"error\":\"no leader\"}\n");
+        return 1;
+    }
+    if (!strcmp(req->path, "/ha_status")) {
+        cr__ha_repl_stats_t rs;
+        cr__ha_repl_stats(g.repl, &rs);
+        cr__http_resp_printf(
+            resp, 200,
+            "{\"role\":\"%s\",\"epoch\":%u,\"leader\":\"%s\",\"lease_left_ms\":%" PRIu64
+            ",\"etcd_reachable\":%s,\"elections_won\":%" PRIu64 ",\"campaigns\":%" PRIu64
+            ",\"leadership_lost\":%" PRIu64 ",\"garbage_keys\":%" PRIu64
+            ",\"promotions\":%llu,\"last_promotion_ms\":%llu,\"seq\":%" PRIu64
+            ",\"standbys\":%u,\"standbys_in_sync\":%u,\"max_lag_records\":%" PRIu64
+            ",\"sync_timeouts\":%" PRIu64 ",\"snapshots_sent\":%" PRIu64
+            ",\"state_usable\":%s,\"refused_requests\":%llu}\n",
+            leader ? "leader" : "standby", es.epoch, es.leader_rpc, es.lease_left_ms,
+            es.etcd_reachable ? "true" : "false", es.elections_won, es.campaigns,
+            es.leadership_lost, es.garbage_keys, (unsigned long long)atomic_load(&g.promotions),
+            (unsigned long long)atomic_load(&g.last_promotion_ms), rs.seq, rs.followers,
+            rs.in_sync, rs.max_lag_records, rs.sync_timeouts, rs.snapshots_sent,
+            rs.usable ? "true" : "false", (unsigned long long)atomic_load(&g.refused));
+        return 1;
+    }
+    return 0;
+}
+
+char *master_ha_metrics(void)
+{
+    if (!g.elect)
+        return NULL;
+    cr__ha_elect_status_t es;
+    cr__ha_elect_status(g.elect, cr__now_ms(), &es);
+    cr__ha_repl_stats_t rs;
+    cr__ha_repl_stats(g.repl, &rs);
+    char *out = NULL;
+#define HA_M(name, type, help) "# HELP crescent_master_" name " " help "\n# TYPE crescent_master_" name " " type "\ncrescent_master_" name
+    int n = asprintf(
+        &out,
+        HA_M("ha_is_leader", "gauge", "1 while this master serves as the leader") " %d\n"
+        HA_M("ha_epoch", "gauge", "Leader epoch (this master's when leader, else the last seen)") " %u\n"
+        HA_M("ha_elections_won_total", "counter", "Elections this master won") " %" PRIu64 "\n"
+        HA_M("ha_campaigns_total", "counter", "Campaign transactions tried") " %" PRIu64 "\n"
+        HA_M("ha_leadership_lost_total", "counter", "Times this master stopped leading (lease, key, etcd)") " %" PRIu64 "\n"
+        HA_M("ha_failovers_total", "counter", "Takeovers: a standby's state became the live index") " %llu\n"
+        HA_M("ha_takeover_ms", "gauge", "Duration of the last takeover (restore of the index)") " %llu\n"
+        HA_M("ha_etcd_errors_total", "counter", "etcd requests that failed") " %" PRIu64 "\n"
+        HA_M("ha_standbys", "gauge", "Standbys the leader streams to") " %u\n"
+        HA_M("ha_standbys_in_sync", "gauge", "Standbys every acknowledged change waits for") " %u\n"
+        HA_M("ha_replication_lag_records", "gauge", "Records the most behind in-sync standby lacks") " %" PRIu64 "\n"
+        HA_M("ha_sync_timeouts_total", "counter", "Standbys dropped out of sync by a wait timeout") " %" PRIu64 "\n"
+        HA_M("ha_snapshots_sent_total", "counter", "Snapshots sent to standbys") " %" PRIu64 "\n"
+        HA_M("ha_replicated_records_total", "counter", "Op records streamed to standbys") " %" PRIu64 "\n"
+        HA_M("ha_refused_requests_total", "counter", "Requests refused because this master was not the leader") " %llu\n",
+        atomic_load(&g.ready) != 0 && es.leader, es.epoch, es.elections_won, es.campaigns,
+        es.leadership_lost, (unsigned long long)atomic_load(&g.promotions),
+        (unsigned long long)atomic_load(&g.last_promotion_ms), es.etcd_errors, rs.followers,
+        rs.in_sync, rs.max_lag_records, rs.sync_timeouts, rs.snapshots_sent, rs.records_sent,
+        (unsigned long long)atomic_load(&g.refused));
+#undef HA_M
+    return n < 0 ? NULL : out;
+}
