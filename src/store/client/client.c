@@ -587,9 +587,13 @@ static int create_rpc(cr_store_t *s)
         if (!rc && s->ha)
             cr__rpc_client_set_epoch(s->rpc[i], &s->epoch);
     }
+    /* HA: a heartbeat to a stopped leader gives up within two periods, so
+     * the node finds the new leader before its segment's grace runs out */
+    unsigned hbt = s->rpc_timeout_ms;
+    if (s->ha && hbt > 2 * s->hb_ms)
+        hbt = 2 * s->hb_ms < 500 ? 500 : 2 * s->hb_ms;
     if (!rc)
-        rc = cr__rpc_client_create(s->leader, (int)s->rpc_timeout_ms, (int)s->rpc_timeout_ms,
-                                   &s->hb_rpc);
+        rc = cr__rpc_client_create(s->leader, (int)hbt, (int)hbt, &s->hb_rpc);
     if (!rc && s->ha)
         cr__rpc_client_set_epoch(s->hb_rpc, &s->epoch);
     return rc;

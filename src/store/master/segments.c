@@ -354,7 +354,10 @@ void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now)
     /* restored segments whose owner did not come back */
     for (uint32_t s = 0; s < m->n_segs; s++) {
         seg_t *sg = &m->segs[s];
-        if (sg->live && sg->client == NONE32 && awake - sg->orphan_awake > m->cfg.client_ttl_ms) {
+        /* two ttls: its owner may first have to notice that the old master
+         * is gone (a call to a stopped one times out) */
+        if (sg->live && sg->client == NONE32 &&
+            awake - sg->orphan_awake > 2 * m->cfg.client_ttl_ms) {
             CR_LOG_WARN("master", "restored segment %s: its owner did not mount it again",
                         sg->name);
             seg_drop_locked(m, s, now);

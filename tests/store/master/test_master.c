@@ -878,15 +878,15 @@ static void test_restore_from_journal(void **s)
         assert_true(vv > vx); /* versions never repeat */
         assert_true(a + 64 * KiB <= ax || a >= ax + 300 * KiB);
     }
-    /* segB's owner never comes back: dropped after the ttl, onB lost, x
+    /* segB's owner never comes back: dropped after two ttls, onB lost, x
      * keeps its segA replica */
     uint32_t f;
-    for (uint64_t t = 200; t <= 12000; t += 100) {
+    for (uint64_t t = 200; t <= 22000; t += 100) { /* two ttls of grace */
         cr__master_ping(m2, CA, t, &f);
         cr__master_tick(m2, t);
     }
-    assert_int_equal(exist(m2, "onB", 12001), CR_E_OBJECT_NOT_FOUND);
-    assert_int_equal(get(m2, "x", 12001, NULL, NULL, &nrep), 0);
+    assert_int_equal(exist(m2, "onB", 22001), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(get(m2, "x", 22001, NULL, NULL, &nrep), 0);
     assert_int_equal(nrep, 1);
     cr__master_destroy(m2);
     cr__master_destroy(m);
