@@ -164,6 +164,7 @@ static uint64_t demote(cr__master_t *m, obj_t *o, uint64_t now)
     list_unlink(o);
     list_push_front(&m->ssd_lru, o);
     CNT(m, tier_ssd_demotions_total)++;
+    cr__m_jr_obj(m, o); /* HA/journal: its DRAM replica is gone */
     return b;
 }
 
@@ -471,6 +472,7 @@ static void complete_offload(cr__master_t *m, uint32_t s, const cr__rpc_item_t *
         task_remove(m, i);
         return;
     }
+    cr__m_jr_obj(m, n); /* HA/journal: the object with its disk replica */
     CNT(m, tier_ssd_offloads_total)++;
     CNT(m, tier_ssd_offload_bytes_total) += t->size;
     task_remove(m, i);
@@ -535,6 +537,7 @@ static int adopt(cr__master_t *m, uint32_t s, const cr__rpc_item_t *in, uint64_t
             cr__oalloc_free(m->segs[s].alloc, blk);
             return CR_E_OBJECT_ALREADY_EXISTS;
         }
+        cr__m_jr_obj(m, n);
         CNT(m, tier_ssd_adopted_total)++;
         return 0;
     }
@@ -563,6 +566,7 @@ static int adopt(cr__master_t *m, uint32_t s, const cr__rpc_item_t *in, uint64_t
     m->state_seq++;
     if (in->version >= m->next_version)
         m->next_version = in->version + 1;
+    cr__m_jr_obj(m, o);
     CNT(m, tier_ssd_adopted_total)++;
     (void)now;
     return 0;
