@@ -243,9 +243,9 @@ int cr__ha_journal_compact(cr__ha_journal_t *j, cr__master_t *m, int force)
 int cr__ha_journal_rewrite(cr__ha_journal_t *j, const uint8_t *buf, size_t len)
 {
     int fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int rc = fd < 0 ? -errno : write_all(fd, buf, len);
+    int rc = fd < 0 ? CR__ERRNO() : write_all(fd, buf, len);
     if (!rc && rename(j->tmp, j->path))
-        rc = -errno;
+        rc = CR__ERRNO();
     pthread_mutex_lock(&j->mu);
     if (!rc) {
         close(j->fd);
