@@ -102,6 +102,25 @@ CR_API const char *cr_strerror(int status);
  * (errno values), or "UNKNOWN". */
 CR_API const char *cr_err_name(int status);
 
+/* Log levels of cr_log_handler_fn (CRESCENT_LOG=error|warn|info|debug sets
+ * which are produced; default warn). */
+enum cr_log_level {
+    CR_LOG_LEVEL_ERROR = 0,
+    CR_LOG_LEVEL_WARN,
+    CR_LOG_LEVEL_INFO,
+    CR_LOG_LEVEL_DEBUG,
+};
+
+/* Receives every log line the library produces: level, component ("xfer",
+ * "store-client", "master", ...) and the message (no newline; valid during
+ * the call only). May be called from any library thread, concurrently. */
+typedef void (*cr_log_handler_fn)(void *user, int level, const char *component,
+                                  const char *msg);
+
+/* Routes the library's log lines to fn (NULL: back to the default, one line
+ * on stderr). Set it before creating objects; it is process-wide. */
+CR_API void cr_log_set_handler(cr_log_handler_fn fn, void *user);
+
 /* Returns the library version as "MAJOR.MINOR.PATCH" (static string). */
 CR_API const char *cr_version(void);
 

@@ -1,4 +1,5 @@
-/* Internal logging: one line per event to stderr, never stdout.
+/* Internal logging: one line per event, to the handler installed with
+ * cr_log_set_handler (common.h), else to stderr; never stdout.
  * Level from CRESCENT_LOG=error|warn|info|debug (default warn). Thread-safe. */
 #ifndef CR_COMMON_LOG_H
 #define CR_COMMON_LOG_H
