@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-STARTUP_S = float(os.environ.get("CRESCENT_SERVING_STARTUP_S", "60"))
+STARTUP_S = float(os.environ.get("CRESCENT_SERVING_STARTUP_S", "120"))
 PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

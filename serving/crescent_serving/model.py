@@ -66,6 +66,7 @@ class ModelConfig:
     max_seq: int = 4096
     block_size: int = 16      # tokens per KV block (page)
     seed: int = 1234
+    weights: str = ""         # "" = seeded random; else weights/<name>.pt (trained)
 
     def __post_init__(self):
         for f in SHAPE_FIELDS:
@@ -76,6 +77,8 @@ class ModelConfig:
         if self.d_model % self.n_head:
             raise ValueError("ModelConfig: d_model %d not divisible by n_head %d"
                              % (self.d_model, self.n_head))
+        if not isinstance(self.weights, str) or "/" in self.weights or self.weights.startswith("."):
+            raise ValueError("ModelConfig.weights: a file name under weights/, got %r" % (self.weights,))
         if self.block_size > 4096 or self.n_layer > 256 or self.max_seq > 1 << 20:
             raise ValueError("ModelConfig: block_size <= 4096, n_layer <= 256, max_seq <= 2^20")
 
@@ -91,7 +94,7 @@ class ModelConfig:
         return 4 * self.block_elems()
 
     def shape(self):
-        return {f: getattr(self, f) for f in ("name",) + SHAPE_FIELDS}
+        return {f: getattr(self, f) for f in ("name",) + SHAPE_FIELDS + ("weights",)}
 
     def fingerprint(self):
         """Identity of the KV layout and weights: equal fingerprints = same bytes."""
@@ -117,6 +120,27 @@ class ModelConfig:
 
 # Benchmark model (docs/benchmarks.md): 4 layers, d=512, 2k-token prompts.
 BENCH = dict(n_layer=4, n_head=8, d_model=512, d_ff=2048, max_seq=4096, block_size=16)
+# The shipped trained model (train.py): bytes of docs/*.md, 2 layers, d=64.
+TRAINED = dict(name="crescent-gpt-docs", n_layer=2, n_head=4, d_model=64, d_ff=256, max_seq=512,
+               block_size=16, weights="docs-tiny.pt")
+
+
+def weights_path(name):
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights", name)
+
+
+def load_weights(cfg):
+    """The trained weights named by cfg.weights, widened to float32."""
+    blob = torch.load(weights_path(cfg.weights))
+    cfg.check_same(dict(ModelConfig(**blob["config"]).shape(), seed=cfg.seed), "weights/" + cfg.weights)
+
+    def widen(o):
+        if isinstance(o, dict):
+            return {k: widen(v) for k, v in o.items()}
+        if isinstance(o, list):
+            return [widen(v) for v in o]
+        return o.to(torch.float32)
+    return widen(blob["weights"])
 
 
 class KVPool:
@@ -158,7 +182,7 @@ class GPT:
     def __init__(self, cfg, weights=None):
         self.cfg = cfg
         if weights is None:
-            weights = init_weights(cfg)
+            weights = load_weights(cfg) if cfg.weights else init_weights(cfg)
         self.w = weights
 
     # -- one chunk of new tokens -------------------------------------------
@@ -192,28 +216,37 @@ class GPT:
         for l in range(cfg.n_layer):
             if before_layer is not None:
                 before_layer(l)
-            L = w["layers"][l]
-            h = torch.nn.functional.layer_norm(x, (cfg.d_model,), L["ln1_w"], L["ln1_b"])
-            qkv = h @ L["wqkv"] + L["bqkv"]
-            q, k, v = qkv.split(cfg.d_model, dim=1)
             layer = pool.t[l]
-            layer[blk, 0, off] = k.reshape(n, H, D)
-            layer[blk, 1, off] = v.reshape(n, H, D)
-            K = layer[ctx_blocks, 0].reshape(nb * bs, H, D)[:end].permute(1, 2, 0)  # H,D,T
-            V = layer[ctx_blocks, 1].reshape(nb * bs, H, D)[:end].transpose(0, 1)   # H,T,D
-            qh = q.reshape(n, H, D).transpose(0, 1)                                  # H,n,D
-            att = (qh @ K) * scale
-            att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
-            y = (att @ V).transpose(0, 1).reshape(n, cfg.d_model)
-            x = x + y @ L["wo"] + L["bo"]
-            h = torch.nn.functional.layer_norm(x, (cfg.d_model,), L["ln2_w"], L["ln2_b"])
-            x = x + torch.nn.functional.gelu(h @ L["w1"] + L["b1"]) @ L["w2"] + L["b2"]
+
+            def attend(q, k, v):
+                """Paged attention: write this chunk's K/V, read the context's."""
+                layer[blk, 0, off] = k.reshape(n, H, D)
+                layer[blk, 1, off] = v.reshape(n, H, D)
+                K = layer[ctx_blocks, 0].reshape(nb * bs, H, D)[:end].permute(1, 2, 0)  # H,D,T
+                V = layer[ctx_blocks, 1].reshape(nb * bs, H, D)[:end].transpose(0, 1)   # H,T,D
+                qh = q.reshape(n, H, D).transpose(0, 1)                                  # H,n,D
+                att = ((qh @ K) * scale).masked_fill(mask, float("-inf")).softmax(dim=-1)
+                return (att @ V).transpose(0, 1).reshape(n, cfg.d_model)
+            x = decoder_layer(cfg, w["layers"][l], x, attend)
             if after_layer is not None:
                 after_layer(l)
-        xs = x if all_logits else x[-1:]
-        h = torch.nn.functional.layer_norm(xs, (cfg.d_model,), w["lnf_w"], w["lnf_b"])
-        logits = h @ w["head"]
+        logits = final_logits(cfg, w, x if all_logits else x[-1:])
         return logits if all_logits else logits[0]
+
+
+def decoder_layer(cfg, L, x, attend):
+    """One pre-LN block; attend(q, k, v) -> attention output (paged for
+    serving, batched for training)."""
+    h = torch.nn.functional.layer_norm(x, (cfg.d_model,), L["ln1_w"], L["ln1_b"])
+    q, k, v = (h @ L["wqkv"] + L["bqkv"]).split(cfg.d_model, dim=-1)
+    x = x + attend(q, k, v) @ L["wo"] + L["bo"]
+    h = torch.nn.functional.layer_norm(x, (cfg.d_model,), L["ln2_w"], L["ln2_b"])
+    return x + torch.nn.functional.gelu(h @ L["w1"] + L["b1"]) @ L["w2"] + L["b2"]
+
+
+def final_logits(cfg, w, x):
+    h = torch.nn.functional.layer_norm(x, (cfg.d_model,), w["lnf_w"], w["lnf_b"])
+    return h @ w["head"]
 
 
 def init_weights(cfg):
