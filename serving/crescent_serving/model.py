@@ -131,7 +131,8 @@ def weights_path(name):
 
 def load_weights(cfg):
     """The trained weights named by cfg.weights, widened to float32."""
-    blob = torch.load(weights_path(cfg.weights))
+    # weights_only: the restricted unpickler (tensors, dicts, lists, numbers, strings)
+    blob = torch.load(weights_path(cfg.weights), weights_only=True)
     cfg.check_same(dict(ModelConfig(**blob["config"]).shape(), seed=cfg.seed), "weights/" + cfg.weights)
 
     def widen(o):

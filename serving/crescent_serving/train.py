@@ -88,7 +88,7 @@ def main(argv=None):
     state = _map(state, lambda t: t.detach().to(torch.float16).clone())
     out = weights_path(TRAINED["weights"])
     torch.save({"config": dict(TRAINED), "weights": state, "corpus_bytes": len(data),
-                "steps": a.steps, "final_loss": loss.item()}, out)
+                "steps": a.steps, "final_loss": "%.4f" % loss.item()}, out)
     print("wrote %s (%d bytes)" % (out, os.path.getsize(out)))
     return 0
 
