@@ -142,6 +142,10 @@ class PrefillEngine:
                 params = dict(params, p2p_rid=push["rid"], bytes_pushed=pushed)
             t_ready = time.perf_counter()
             t_push = t_ready - t_push
+        except BaseException:
+            self.conn.abort()
+            self.sched.build_connector_meta(SchedulerOutput([]))   # drops pending state
+            raise
         finally:
             self.pool.release(blocks)
         events = []

@@ -135,6 +135,7 @@ class CrescentConnectorV1:
         self._loaded_layers = set()
         self._report = {}
         self._saves = []              # [(req meta, layer, keys, addrs)]
+        self._save_res = []
         self._save_q = None
         self._saver = None
         self.fault_hook = None        # tests: called with (point, info)
@@ -295,6 +296,7 @@ class CrescentConnectorV1:
         if self.layer_wise:
             self._save_q.put(None)
             self._saver.join()
+            self._saver = None
             results = self._save_res
         else:
             results = [(m, l, self.kv.put_from(keys, addrs)) for m, l, keys, addrs in self._saves]
@@ -333,6 +335,16 @@ class CrescentConnectorV1:
             rep["t_save_wait"] = t_puts - t0
             rep["t_commit"] = time.perf_counter() - t_puts
         self._save_res = []
+
+    def abort(self):
+        """The step failed before wait_for_save: stop the saver, commit
+        nothing (layer objects already put stay invisible), drop the state."""
+        if self._saver is not None and self._saver.is_alive():
+            self._save_q.put(None)
+            self._saver.join()
+        self._saver = None
+        self._saves, self._save_res, self._report = [], [], {}
+        self._connector_metadata = None
 
     def get_finished(self, finished_req_ids):
         return None, None

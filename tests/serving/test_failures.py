@@ -196,3 +196,31 @@ def test_bad_requests_refused_worker_keeps_serving(bare):
     assert dec["tokens"] == t
     for ep in (p_ep, d_ep):
         call(ep, "shutdown")
+
+
+def test_failed_step_commits_nothing(bare, store):
+    """A step that fails after layer 0 was handed to the saver (here: the
+    hook raises at layer 1) commits no block and leaves no saver thread; the
+    same engine then serves the prompt and commits all of it."""
+    p = prompt(80, 70)
+    hs = prefix_hashes(p, CFG.block_size)
+    kv = KVStore(store, CFG)
+    eng = PrefillEngine(CFG, KVStore(store, CFG), 32)
+
+    def boom(point, info):
+        if point == "save_layer" and info[1] == 1:
+            raise RuntimeError("injected failure in layer 1")
+    eng.conn.fault_hook = boom
+    before = threading.active_count()
+    with pytest.raises(RuntimeError, match="injected"):
+        eng.prefill("fail-1", p)
+    assert kv.committed_prefix(hs) == 0
+    assert threading.active_count() <= before
+    assert len(eng.pool.free) == eng.pool.num_blocks
+    eng.conn.fault_hook = None
+    r = eng.prefill("fail-2", p)
+    assert r["kv_transfer_params"]["hit_tokens"] == 0
+    assert kv.committed_prefix(hs) == 4
+    _, lr = Reference(CFG).run(p, 0, 1)
+    _same_logits([r["logits"]], lr)
+    eng.close()
