@@ -216,3 +216,34 @@ def test_foreign_and_truncated_files_are_left_alone(d, tmp_path):
         assert s.get("t%d" % k) == value(k, MiB)
     assert s.is_exist("t%d" % offs[-1][1]) == 0
     s.close()
+
+
+def test_second_disk_hit_promotes_back_to_dram(d, tmp_path):
+    """A disk-only object read twice is copied back into DRAM (a one-hit key
+    is not); the promoted copy is read with the right bytes."""
+    c = start_master(d, ["--tier_offload_watermark=0"])  # write-through
+    start_node(d, c, tmp_path)
+    s = client(c)
+    for k in range(4):
+        assert s.put("p%d" % k, value(k, MiB)) == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and metrics(c)["tier_ssd_offloads_total"] < 4:
+        time.sleep(0.1)
+    # push them out of DRAM, then make room again
+    for k in range(4, 44):
+        assert put_retry(s, "p%d" % k, value(k, MiB)) == 0
+    assert [r["tier"] for r in query_key(c, "p0")["replicas"]] == ["ssd"]
+    for k in range(4, 44):
+        s.remove("p%d" % k)
+    assert s.get("p0") == value(0, MiB)  # first hit: stays on disk
+    assert s.get("p1") == value(1, MiB)
+    time.sleep(0.3)
+    assert [r["tier"] for r in query_key(c, "p1")["replicas"]] == ["ssd"]
+    assert s.get("p0") == value(0, MiB)  # second hit: promoted
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and metrics(c)["tier_ssd_promotions_total"] < 1:
+        time.sleep(0.05)
+    tiers = [r["tier"] for r in query_key(c, "p0")["replicas"]]
+    assert sorted(tiers) == ["dram", "ssd"], tiers
+    assert s.get("p0") == value(0, MiB)
+    s.close()

@@ -240,6 +240,8 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(tier_ssd_corrupt_total, counter, "Disk copies that failed their checksum/header check") \
     X(tier_ssd_adopted_total, counter, "Disk objects re-reported by a restarted node")        \
     X(tier_ssd_erases_total, counter, "Disk extents handed to their node for erasure")        \
+    X(tier_ssd_promotions_total, counter, "Disk-only objects copied back to DRAM (second hit)") \
+    X(tier_ssd_promotion_failures_total, counter, "Promotions that failed or were dropped")  \
     X(tier_dram_dropped_total, counter, "DRAM evictions the disk tier could not take")        \
     X(tier_ssd_segments, gauge, "Mounted disk-tier segments")                                \
     X(tier_ssd_capacity_bytes, gauge, "Bytes of mounted disk-tier capacity")                  \

@@ -45,6 +45,8 @@
 #define OF_HARD_PIN 0x2
 #define OF_SOFT_PIN 0x4
 #define OF_OFFLOADING 0x8 /* a tier OFFLOAD task of this object is queued or running */
+#define OF_HIT1 0x10       /* read from disk once (promotion admits the second hit) */
+#define OF_PROMOTING 0x20  /* a tier PROMOTE task of this object is queued or running */
 #define REP_DEAD 0x80
 #define NONE32 UINT32_MAX
 /* replica index needs 3 bits: CR__RPC_REPLICA_MAX == 8 */
@@ -337,6 +339,9 @@ int cr__m_tier_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_
 void cr__m_tier_destroy(cr__master_t *m);
 /* Fills the tier gauges of the metrics list. */
 void cr__m_tier_stats_locked(cr__master_t *m, uint64_t *counters);
+/* A get served o from disk: admission (second hit, DRAM below the offload
+ * watermark) and then a PROMOTE task. o is not moved or freed. */
+void cr__m_tier_disk_hit(cr__master_t *m, obj_t *o, uint64_t now);
 /* Write-through (offload_watermark 0): queue the offload of a new object. */
 void cr__m_tier_put_completed(cr__master_t *m, obj_t *o, uint64_t now);
 

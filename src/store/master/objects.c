@@ -179,11 +179,13 @@ int cr__m_get_replicas_locked(cr__master_t *m, const char *key, size_t key_len, 
     list_unlink(o);
     obj_t *list = cr__m_obj_list(m, o);
     list_push_front(list, o);
-    if (list == &m->ssd_lru)
-        CNT(m, tier_ssd_hits_total)++;
     m->state_seq++;
     it->version = o->version;
     it->size = o->size;
+    if (list == &m->ssd_lru) {
+        CNT(m, tier_ssd_hits_total)++;
+        cr__m_tier_disk_hit(m, o, now);
+    }
     it->lease_ms = (uint32_t)(m->cfg.lease_ttl_ms > UINT32_MAX ? UINT32_MAX : m->cfg.lease_ttl_ms);
     CNT(m, hits_total)++;
     return 0;

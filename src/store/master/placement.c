@@ -146,10 +146,12 @@ int cr__m_fill_replicas(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_i
     it->replicas = live ? cr__rpc_msg_alloc(msg, live * sizeof *it->replicas) : NULL;
     if (live && !it->replicas)
         return -ENOMEM;
+    /* DRAM replicas first, disk-tier replicas after (readers try in order) */
+    for (int pass = 0; pass < 2; pass++) {
     shard_t *sh = obj_shards(o);
     for (uint32_t r = 0; r < o->n_rep; r++) {
         uint32_t n = nsh[r] & 0x7f;
-        if (!(nsh[r] & REP_DEAD)) {
+        if (!(nsh[r] & REP_DEAD) && (m->segs[sh[0].seg].tier != 0) == (pass == 1)) {
             cr__rpc_replica_t *rp = &it->replicas[it->n_replicas++];
             rp->replica_id = REPLICA_ID(o->version, r);
             rp->n_shards = n;
@@ -170,6 +172,7 @@ int cr__m_fill_replicas(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_i
             }
         }
         sh += n;
+    }
     }
     return 0;
 }

@@ -27,7 +27,8 @@ typedef struct task {
     uint8_t handed;
     uint8_t src_rep; /* offload: index of the DRAM replica copied */
     uint32_t seg, blk; /* disk segment and its block (owned by the task until done) */
-    uint32_t src_seg;
+    uint32_t src_seg; /* offload: DRAM source; promote: DRAM destination (blk2) */
+    uint32_t blk2, gen2; /* promote: DRAM block and its segment's generation */
     uint64_t off, len; /* disk extent */
     uint64_t version, size, src_addr;
     uint64_t handed_ms;
@@ -163,6 +164,7 @@ static uint64_t demote(cr__master_t *m, obj_t *o, uint64_t now)
     }
     list_unlink(o);
     list_push_front(&m->ssd_lru, o);
+    o->flags &= (uint8_t)~OF_HIT1; /* back in DRAM only after two more hits */
     CNT(m, tier_ssd_demotions_total)++;
     cr__m_jr_obj(m, o); /* HA/journal: its DRAM replica is gone */
     return b;
@@ -298,6 +300,79 @@ int cr__m_tier_evict_candidate(cr__master_t *m, obj_t *o, uint64_t now, uint64_t
     return 0;
 }
 
+void cr__m_tier_disk_hit(cr__master_t *m, obj_t *o, uint64_t now)
+{
+    if (!(o->flags & OF_HIT1)) {
+        o->flags |= OF_HIT1; /* a one-hit key stays on disk */
+        return;
+    }
+    if (o->flags & OF_PROMOTING)
+        return;
+    /* only into free DRAM: a promotion must not push other objects out */
+    double wm = m->cfg.offload_watermark > 0 ? m->cfg.offload_watermark : m->cfg.high_watermark;
+    if ((double)(m->allocated - m->quarantine_bytes + o->size) > wm * (double)m->capacity)
+        return;
+    uint8_t *nsh = obj_nsh(o);
+    shard_t *sh = obj_shards(o);
+    uint32_t ds = NONE32, dblk = 0;
+    for (uint32_t r = 0; r < o->n_rep && ds == NONE32; r++) {
+        uint32_t n = nsh[r] & 0x7f;
+        if (!(nsh[r] & REP_DEAD) && m->segs[sh[0].seg].tier) {
+            ds = sh[0].seg;
+            dblk = sh[0].blk;
+        }
+        sh += n;
+    }
+    if (ds == NONE32 || o->n_rep >= CR__RPC_REPLICA_MAX)
+        return;
+    uint32_t dram = NONE32;
+    for (uint32_t s = 0; s < m->n_segs && dram == NONE32; s++)
+        if (m->segs[s].live && !m->segs[s].tier && m->segs[s].client == m->segs[ds].client &&
+            m->segs[s].alloc_after_ms <= now)
+            dram = s;
+    if (dram == NONE32)
+        return;
+    uint64_t off;
+    uint32_t b = cr__oalloc_alloc(m->segs[dram].alloc, o->size, &off);
+    if (b == CR__OALLOC_NONE)
+        return;
+    m->allocated += cr__oalloc_block_size(m->segs[dram].alloc, b);
+    task_t t = {.op = CR__TIER_OP_PROMOTE,
+                .seg = ds,
+                .blk = dblk,
+                .src_seg = dram,
+                .blk2 = b,
+                .gen2 = m->segs[dram].gen,
+                .off = cr__oalloc_block_offset(m->segs[ds].alloc, dblk),
+                .len = cr__tier_disk_len(o->key_len, o->size),
+                .version = o->version,
+                .size = o->size,
+                .src_addr = m->segs[dram].base + off,
+                .key_len = o->key_len,
+                .key = malloc(o->key_len)};
+    if (!t.key || task_push(m, &t)) {
+        free(t.key);
+        cr__m_block_unalloc(m, dram, b);
+        return;
+    }
+    memcpy(t.key, obj_key(o), o->key_len);
+    o->flags |= OF_PROMOTING;
+}
+
+/* A promotion that will not attach: its DRAM block (if that segment is
+ * still the same mount) after release_ms, and the object's flag. */
+static void promote_abandon(cr__master_t *m, task_t *t, uint64_t release_ms, uint64_t now, int fail)
+{
+    obj_t *o = cr__m_lookup(m, t->key, t->key_len);
+    if (o && o->version == t->version)
+        o->flags &= (uint8_t)~OF_PROMOTING;
+    seg_t *sg = &m->segs[t->src_seg];
+    if (sg->live && sg->gen == t->gen2)
+        cr__m_block_release(m, t->src_seg, t->blk2, release_ms, now);
+    if (fail)
+        CNT(m, tier_ssd_promotion_failures_total)++;
+}
+
 void cr__m_tier_put_completed(cr__master_t *m, obj_t *o, uint64_t now)
 {
     if (m->cfg.offload_watermark <= 0)
@@ -346,6 +421,9 @@ void cr__m_tier_seg_dropped(cr__master_t *m, uint32_t s)
                 obj_t *o = cr__m_lookup(m, t->key, t->key_len);
                 if (o && o->version == t->version)
                     o->flags &= (uint8_t)~OF_OFFLOADING;
+            } else if (t->op == CR__TIER_OP_PROMOTE) {
+                /* its node is gone: nothing writes the DRAM block any more */
+                promote_abandon(m, t, 0, 0, 1);
             }
             task_remove(m, i);
         } else {
@@ -383,6 +461,8 @@ void cr__m_tier_tick(cr__master_t *m, uint64_t now)
         if (t->handed && now - t->handed_ms > TASK_TIMEOUT_MS) {
             if (t->op == CR__TIER_OP_OFFLOAD)
                 offload_abandon(m, t, now + TASK_TIMEOUT_MS, now); /* a late write may land */
+            else if (t->op == CR__TIER_OP_PROMOTE)
+                promote_abandon(m, t, now + TASK_TIMEOUT_MS, now, 1);
             task_remove(m, i);
         } else {
             i++;
@@ -483,6 +563,43 @@ static void complete_offload(cr__master_t *m, uint32_t s, const cr__rpc_item_t *
         (double)used > m->cfg.offload_watermark * (double)m->capacity && n->until_ms <= now &&
         !(n->flags & (OF_HARD_PIN | OF_SOFT_PIN)))
         demote(m, n, now);
+}
+
+static void complete_promote(cr__master_t *m, uint32_t s, const cr__rpc_item_t *in, uint64_t now)
+{
+    struct cr__mtier *T = m->tier;
+    size_t i;
+    for (i = 0; i < T->n; i++) {
+        task_t *t = &T->t[i];
+        if (t->handed && t->op == CR__TIER_OP_PROMOTE && t->seg == s && t->off == in->replica_id &&
+            t->version == in->version && t->key_len == in->key_len &&
+            !memcmp(t->key, in->key, in->key_len))
+            break;
+    }
+    if (i == T->n)
+        return;
+    task_t *t = &T->t[i];
+    obj_t *o = cr__m_lookup_complete(m, t->key, t->key_len);
+    seg_t *sg = &m->segs[t->src_seg];
+    /* the node checked key, version and crc of what it copied, so the DRAM
+     * bytes are this object's whatever happened to its disk copy since */
+    if (in->status || !o || o->version != t->version || !sg->live || sg->gen != t->gen2) {
+        promote_abandon(m, t, 0, now, in->status != 0);
+        task_remove(m, i);
+        return;
+    }
+    o->flags &= (uint8_t)~OF_PROMOTING;
+    obj_t *n = obj_add_replica(m, o, t->src_seg, t->blk2);
+    if (!n) {
+        promote_abandon(m, t, 0, now, 1);
+        task_remove(m, i);
+        return;
+    }
+    list_unlink(n);
+    list_push_front(&m->lru, n);
+    m->state_seq++;
+    CNT(m, tier_ssd_promotions_total)++;
+    task_remove(m, i);
 }
 
 static void corrupt(cr__master_t *m, uint32_t s, const cr__rpc_item_t *in, uint64_t now)
@@ -614,6 +731,22 @@ static int hand_tasks(cr__master_t *m, uint32_t s, cr__rpc_msg_t *reply, uint64_
             shs[1] = (cr__rpc_shard_t){.segment = m->segs[s].name, .addr = t->off, .len = t->len};
             it->replicas[0] = (cr__rpc_replica_t){.n_shards = 1, .shards = &shs[0]};
             it->replicas[1] = (cr__rpc_replica_t){.n_shards = 1, .shards = &shs[1]};
+        } else if (t->op == CR__TIER_OP_PROMOTE) {
+            it->key = cr__rpc_msg_strdup(reply, t->key, t->key_len);
+            it->key_len = t->key_len;
+            it->version = t->version;
+            it->size = t->size;
+            it->n_replicas = 2;
+            it->replicas = cr__rpc_msg_alloc(reply, 2 * sizeof *it->replicas);
+            cr__rpc_shard_t *shs = cr__rpc_msg_alloc(reply, 2 * sizeof *shs);
+            if (!it->key || !it->replicas || !shs)
+                return -ENOMEM;
+            shs[0] = (cr__rpc_shard_t){.segment = m->segs[s].name, .addr = t->off, .len = t->len};
+            shs[1] = (cr__rpc_shard_t){.segment = m->segs[t->src_seg].name,
+                                       .addr = t->src_addr,
+                                       .len = t->size};
+            it->replicas[0] = (cr__rpc_replica_t){.n_shards = 1, .shards = &shs[0]};
+            it->replicas[1] = (cr__rpc_replica_t){.n_shards = 1, .shards = &shs[1]};
         }
         t->handed = 1;
         t->handed_ms = now;
@@ -658,6 +791,8 @@ int cr__m_tier_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_
         const cr__rpc_item_t *in = &req->items[i];
         if (in->flags == CR__TIER_OP_OFFLOAD)
             complete_offload(m, s, in, now);
+        else if (in->flags == CR__TIER_OP_PROMOTE)
+            complete_promote(m, s, in, now);
         else if (in->flags == CR__TIER_OP_CORRUPT)
             corrupt(m, s, in, now);
         else if (in->flags == CR__TIER_OP_ERASE) {

@@ -49,6 +49,8 @@ enum {
     CR__TIER_OP_OFFLOAD = 1, /* copy DRAM replica (replicas[0]) to disk at replicas[1] */
     CR__TIER_OP_ERASE = 2,   /* invalidate the header at replicas[0] (object gone) */
     CR__TIER_OP_CORRUPT = 3, /* node -> master: the disk copy failed its checks */
+    CR__TIER_OP_PROMOTE = 4, /* read disk extent replicas[0], check it, copy the value
+                                into the DRAM range replicas[1] */
 };
 
 /* ---- node tier read protocol (client -> node, TCP) -----------------------

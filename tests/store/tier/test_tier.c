@@ -511,6 +511,73 @@ static void test_master_adopt(void **s)
     cr__master_destroy(m);
 }
 
+static void test_master_promote_second_hit_and_races(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_master(0); /* write-through, admission below 0.9 */
+    cr__rpc_msg_t rep, t, t2;
+    assert_int_equal(tier_call(m, CR__RPC_TIER_MOUNT, NULL, 0, 64 * MiB, 0, &rep), 0);
+    cr__rpc_msg_free(&rep);
+    char k[8];
+    for (int i = 0; i < 4; i++) {
+        snprintf(k, sizeof k, "p%d", i);
+        assert_int_equal(put(m, k, MiB, 1, NULL), 0);
+    }
+    assert_int_equal(sync_all(m, 2, 0, NULL, 0, &t), 4);
+    sync_all(m, 3, 0, t.items, t.n_items, &t2);
+    cr__rpc_msg_free(&t);
+    cr__rpc_msg_free(&t2);
+    assert_int_equal(cr__master_evict(m, 16 * MiB, 4), 4); /* all demoted */
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.allocated_bytes, 0);
+    /* first hit: served from disk, nothing promoted (one-hit keys stay) */
+    assert_int_equal(get_tier(m, "p0", 10, NULL, NULL), 1);
+    assert_int_equal(sync_all(m, 11, 0, NULL, 0, &t), 0);
+    cr__rpc_msg_free(&t);
+    /* second hit: a PROMOTE into the node's DRAM */
+    assert_int_equal(get_tier(m, "p0", 12, NULL, NULL), 1);
+    assert_int_equal(get_tier(m, "p1", 12, NULL, NULL), 1);
+    assert_int_equal(get_tier(m, "p1", 13, NULL, NULL), 1);
+    assert_int_equal(sync_all(m, 14, 0, NULL, 0, &t), 2);
+    assert_int_equal(t.items[0].flags, CR__TIER_OP_PROMOTE);
+    assert_true(cr__tier_is_ssd(t.items[0].replicas[0].shards[0].segment));
+    assert_true(t.items[0].replicas[1].shards[0].addr >= DRAM_BASE);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.allocated_bytes, 2 * MiB); /* reserved, not readable yet */
+    assert_int_equal(get_tier(m, "p0", 15, NULL, NULL), 1);
+    /* promotion racing removal: p1 goes while its copy is being made; the
+     * DRAM block is freed, nothing attached */
+    assert_int_equal(cr__master_remove(m, "p1", 2, 1, 16), 0);
+    sync_all(m, 17, 0, t.items, t.n_items, &t2);
+    cr__rpc_msg_free(&t);
+    cr__rpc_msg_free(&t2);
+    assert_int_equal(get_tier(m, "p0", 18, NULL, NULL), 0); /* DRAM now, first in the list */
+    assert_int_equal(get_tier(m, "p1", 18, NULL, NULL), CR_E_OBJECT_NOT_FOUND);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.allocated_bytes, MiB);
+    assert_int_equal(st.counters[CR__MM_tier_ssd_promotions_total], 1);
+    /* promotion racing disk eviction of the object, and a failed check at
+     * the node: neither attaches */
+    assert_int_equal(get_tier(m, "p2", 20, NULL, NULL), 1);
+    assert_int_equal(get_tier(m, "p2", 21, NULL, NULL), 1);
+    assert_int_equal(get_tier(m, "p3", 21, NULL, NULL), 1);
+    assert_int_equal(get_tier(m, "p3", 22, NULL, NULL), 1);
+    assert_int_equal(sync_all(m, 23, 0, NULL, 0, &t), 2);
+    for (uint32_t i = 0; i < t.n_items; i++)
+        if (!strcmp(t.items[i].key, "p3"))
+            t.items[i].status = CR_E_OBJECT_NOT_FOUND;
+    assert_int_equal(cr__master_remove(m, "p2", 2, 1, 24), 0);
+    sync_all(m, 25, 0, t.items, t.n_items, &t2);
+    cr__rpc_msg_free(&t);
+    cr__rpc_msg_free(&t2);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.allocated_bytes, MiB);
+    assert_int_equal(st.counters[CR__MM_tier_ssd_promotion_failures_total], 1);
+    assert_int_equal(get_tier(m, "p3", 26, NULL, NULL), 1); /* still on disk, readable */
+    cr__master_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -522,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_master_offload_demote_and_read),
         cmocka_unit_test(test_master_offload_races),
         cmocka_unit_test(test_master_adopt),
+        cmocka_unit_test(test_master_promote_second_hit_and_races),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

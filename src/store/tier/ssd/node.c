@@ -569,6 +569,63 @@ static void *sync_main(void *arg)
                 atomic_fetch_add(&t->offloads, 1);
             }
         }
+        /* promotions: read + check the disk copy, then copy the value into
+         * the DRAM range the master reserved (it attaches that range only
+         * after this completion). done.items[i] belongs to rep.items[i]. */
+        size_t kp = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            cr__rpc_item_t *it = &rep.items[i];
+            if (it->flags != CR__TIER_OP_PROMOTE)
+                continue;
+            done.items[i].status = CR_E_INVALID_PARAMS;
+            if (it->n_replicas != 2 || it->replicas[0].n_shards != 1 ||
+                it->replicas[1].n_shards != 1)
+                continue;
+            const cr__rpc_shard_t *src = &it->replicas[0].shards[0];
+            const cr__rpc_shard_t *dst = &it->replicas[1].shards[0];
+            uint64_t dl = cr__tier_disk_len(it->key_len, it->size);
+            uintptr_t base = (uintptr_t)t->cfg.dram_base;
+            if (src->len != dl || src->addr + dl > cr__ssd_capacity(t->ssd) ||
+                (src->addr & (CR__TIER_BLOCK - 1)) || dst->len != it->size || dst->addr < base ||
+                dst->addr + dst->len > base + t->cfg.dram_size)
+                continue;
+            task_buf_t *b = &bufs[kp];
+            if (b->cap < dl) {
+                free(b->buf);
+                b->buf = NULL;
+                b->cap = 0;
+                if (posix_memalign((void **)&b->buf, CR__TIER_BLOCK, dl)) {
+                    b->buf = NULL;
+                    done.items[i].status = -ENOMEM;
+                    continue;
+                }
+                b->cap = dl;
+            }
+            ios[kp] = (cr__ssd_io_t){.write = 0, .buf = b->buf, .off = src->addr, .len = dl};
+            map[kp++] = i;
+        }
+        if (kp)
+            cr__ssd_run(t->ssd, &ring, ios, kp);
+        for (size_t j = 0; j < kp; j++) {
+            cr__rpc_item_t *it = &rep.items[map[j]];
+            cr__rpc_item_t *d = &done.items[map[j]];
+            if (ios[j].result) {
+                d->status = CR_E_TRANSFER_FAIL;
+                continue;
+            }
+            int c = cr__ssd_check(ios[j].buf, it->key, it->key_len, it->version, it->size);
+            if (c) {
+                d->status = CR_E_OBJECT_NOT_FOUND;
+                if (c == -EBADMSG)
+                    note_corrupt(t, it->key, it->key_len, it->version, ios[j].off);
+                continue;
+            }
+            memcpy((void *)(uintptr_t)it->replicas[1].shards[0].addr,
+                   (const uint8_t *)ios[j].buf + cr__tier_hdr_len(it->key_len), it->size);
+            d->status = 0;
+        }
+        if (kp > k)
+            k = kp;
         /* buffers above 64 MiB are not kept */
         for (size_t j = 0; j < k; j++)
             if (bufs[j].cap > (64ull << 20)) {
