@@ -10,6 +10,7 @@
  *   http_register.c  POST /register, /unregister
  *   http_query.c     POST /query, /query_by_hash (+ hashing for /schedule)
  *   http_schedule.c  POST /schedule, /load
+ *   http_report.c    POST /report (actual times for the predictor)
  *
  * Lock discipline: s->lock guards slots, idx, sched and scratch (the
  * mutable state); cfg, limits, policy and t0_ns are immutable after
