@@ -247,3 +247,36 @@ def test_second_disk_hit_promotes_back_to_dram(d, tmp_path):
     assert sorted(tiers) == ["dram", "ssd"], tiers
     assert s.get("p0") == value(0, MiB)
     s.close()
+
+
+def test_master_restart_gets_disk_objects_back_from_the_node(d, tmp_path):
+    """The master SIGKILLed and restarted on the same ports (no journal):
+    the running node mounts its disk again and re-reports it; what was on
+    disk is readable again, byte for byte."""
+    from conftest import free_port
+    rpc, meta, mport = free_port(), free_port(), free_port()
+    argv = [exe("crescent-master"), "--rpc_port=%d" % rpc, "--rpc_address=127.0.0.1",
+            "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+            "--http_metadata_server_port=%d" % meta, "--metrics_address=127.0.0.1",
+            "--metrics_port=%d" % mport, "--client_ttl=2"]
+    m = d.start(argv)
+    wait_line(m, r"listening rpc=", "crescent-master")
+    c = {"master": "127.0.0.1:%d" % rpc, "metrics": mport,
+         "metadata": "http://127.0.0.1:%d/metadata" % meta}
+    start_node(d, c, tmp_path)
+    s = client(c)
+    for k in range(48):
+        assert put_retry(s, "m%d" % k, value(k, MiB)) == 0
+    on_disk = [k for k in range(48)
+               if any(r["tier"] == "ssd" for r in (query_key(c, "m%d" % k) or {}).get("replicas", []))]
+    assert on_disk
+    m.send_signal(signal.SIGKILL)
+    m.wait()
+    m2 = d.start(argv)
+    wait_line(m2, r"listening rpc=", "crescent-master")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and metrics(c)["tier_ssd_adopted_total"] < len(on_disk):
+        time.sleep(0.2)
+    back = sum(1 for k in on_disk if s.get("m%d" % k) == value(k, MiB))
+    assert back == len(on_disk), "readable after the master restart: %d of %d" % (back, len(on_disk))
+    s.close()

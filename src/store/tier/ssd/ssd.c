@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@ struct cr__ssd {
     int fd; /* O_DIRECT data file */
     uint64_t capacity;
     uint64_t file_size; /* size found at open (before preallocation) */
+    _Atomic uint64_t written_end; /* end of the furthest write since open */
 };
 
 static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -229,7 +231,14 @@ int cr__ssd_check(const void *buf, const char *key, uint32_t key_len, uint64_t v
 
 long cr__ssd_scan(cr__ssd_t *s, cr__ssd_scan_cb cb, void *arg, uint64_t *truncated)
 {
-    uint64_t limit = s->file_size < s->capacity ? s->file_size : s->capacity;
+    /* what the file held at open, or the end of what this process wrote
+     * since (a rescan after a master restart), whichever is further: the
+     * preallocated zeros past both are not read */
+    uint64_t limit = s->file_size, hw = atomic_load(&s->written_end);
+    if (hw > limit)
+        limit = hw;
+    if (limit > s->capacity)
+        limit = s->capacity;
     limit &= ~(uint64_t)(CR__TIER_BLOCK - 1);
     uint8_t *buf = NULL;
     if (posix_memalign((void **)&buf, CR__TIER_BLOCK, SCAN_CHUNK))
@@ -360,12 +369,17 @@ int cr__ssd_run(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n)
                 io->result = -EIO; /* end of file: short */
             } else {
                 done[i] += (uint64_t)res;
-                if (done[i] >= io->len)
+                if (done[i] >= io->len) {
                     io->result = 0;
-                else if (n_redo < 64)
+                    uint64_t end = io->off + io->len, cur = atomic_load(&s->written_end);
+                    while (io->write && end > cur &&
+                           !atomic_compare_exchange_weak(&s->written_end, &cur, end))
+                        ;
+                } else if (n_redo < 64) {
                     redo[n_redo++] = i;
-                else
+                } else {
                     io->result = -EIO;
+                }
             }
             if (io->result < 0 && !first)
                 first = io->result;
