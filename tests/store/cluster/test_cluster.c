@@ -628,7 +628,7 @@ out:
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
         if (system(cmd))
-            rc = rc;
+            fprintf(stderr, "could not remove %s (left behind)\n", g_dir);
     }
     return rc;
 }

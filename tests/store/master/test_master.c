@@ -127,7 +127,7 @@ static void test_put_lifecycle(void **s)
     /* revoke of a complete object is refused */
     assert_int_equal(cr__master_put_revoke(m, "k", 1, ver, 14), CR_E_INVALID_PARAMS);
     /* revoke of a pending one drops it */
-    uint64_t v2;
+    uint64_t v2 = 0; /* written by put() on success (gcc -O2 cannot see it) */
     assert_int_equal(put(m, "r", 5000, 1, 0, 20, &v2, 0), 0);
     assert_int_equal(cr__master_put_revoke(m, "r", 1, v2 + 7, 21), CR_E_OBJECT_NOT_FOUND);
     assert_int_equal(cr__master_put_revoke(m, "r", 1, v2, 21), 0);
@@ -379,7 +379,7 @@ static void test_put_timeout_reclaim(void **s)
     (void)s;
     cr__master_t *m = mk(NULL);
     assert_int_equal(cr__master_mount(m, CA, "segA", 0, 64 * KiB, 0), 0);
-    uint64_t ver;
+    uint64_t ver = 0;
     assert_int_equal(put(m, "dead", 48 * KiB, 1, 0, 0, &ver, 0), 0); /* writer dies */
     cr__master_stats_t st;
     cr__master_stats(m, &st);
@@ -522,7 +522,7 @@ static void test_eviction_skips(void **s)
     assert_int_equal(put(m, "S", 32 * KiB, 1, CR__RPC_CFG_SOFT_PIN, 2, NULL, 1), 0);
     assert_int_equal(put(m, "N1", 32 * KiB, 1, 0, 3, NULL, 1), 0);
     assert_int_equal(put(m, "N2", 32 * KiB, 1, 0, 4, NULL, 1), 0);
-    uint64_t pv;
+    uint64_t pv = 0;
     assert_int_equal(put(m, "P", 32 * KiB, 1, 0, 5, &pv, 0), 0);
     /* LRU: N2 N1 S H L (L was touched first, then everything else put after) */
     /* a 5% step (52 KiB = 2 objects): takes N1, N2 before the older soft-pinned S */
@@ -652,7 +652,7 @@ static void test_bad_input(void **s)
     assert_int_equal(put(m, "z", CR__RPC_VALUE_MAX + 1, 1, 0, 0, NULL, 1), CR_E_INVALID_PARAMS);
     assert_int_equal(put(m, "z", CR__RPC_VALUE_MAX, 1, 0, 0, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
     /* validate with a forged replica id */
-    uint64_t ver;
+    uint64_t ver = 0;
     assert_int_equal(put(m, "v", 10, 1, 0, 0, &ver, 1), 0);
     assert_int_equal(cr__master_validate(m, "v", 1, ver, (ver << 3) | 0, 1), 0);
     assert_int_equal(cr__master_validate(m, "v", 1, ver, (ver << 3) | 5, 1), CR_E_REPLICA_IS_GONE);
@@ -806,7 +806,7 @@ static void test_restore_from_journal(void **s)
     cr__master_set_journal(m, collect, &jb);
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 4 * MiB, 0), 0);
     assert_int_equal(cr__master_mount(m, CB, "segB", 0x20000000, 4 * MiB, 0), 0);
-    uint64_t vx, vy, ax, ver;
+    uint64_t vx = 0, vy = 0, ax = 0, ver = 0;
     assert_int_equal(put(m, "x", 300 * KiB, 2, 0, 1, &vx, 1), 0);
     assert_int_equal(put(m, "y", 5000, 1, 0, 1, &vy, 0), 0); /* in flight */
     assert_int_equal(put(m, "z", 5000, 1, 0, 1, NULL, 1), 0);
@@ -871,7 +871,7 @@ static void test_restore_from_journal(void **s)
     assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000000, 4 * MiB, 104), 0);
     for (int i = 0; i < 20; i++) {
         char k[16];
-        uint64_t a, vv;
+        uint64_t a = 0, vv = 0;
         snprintf(k, sizeof k, "n%d", i);
         assert_int_equal(put(m2, k, 64 * KiB, 1, 0, 105, NULL, 1), 0);
         assert_int_equal(get(m2, k, 105, &a, &vv, NULL), 0);

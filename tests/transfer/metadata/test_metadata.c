@@ -118,8 +118,10 @@ static void test_open_rejects_bad_uris(void **state)
                                 "127.0.0.1",
                                 "redis://127.0.0.1:6379",
                                 "etcd://127.0.0.1:70000",
-                                "etcd://a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10,k:11,l:12,m:13,n:14,"
-                                "o:15,p:16,q:17"};
+                                /* one string, on two lines (parenthesized: clang's
+                                 * -Wstring-concatenation) */
+                                ("etcd://a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10,k:11,l:12,m:13,n:14,"
+                                 "o:15,p:16,q:17")};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr__meta_t *m = (cr__meta_t *)0x1;
         int rc = cr__meta_open(bad[i], 1000, &m);
