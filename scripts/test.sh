@@ -1,26 +1,43 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every test under
-# CTest, then the same suite under ASan+UBSan, then each fuzz target for a
-# bounded time. Needs root for the network-namespace tests (they skip otherwise).
+# CTest, then the same suite under ASan+UBSan, built as Release with gcc and
+# with clang, then each fuzz target for a bounded time. Every build treats warnings as errors (CRESCENT_WERROR; users' builds
+# do not). Each stage prints how long it took. Needs root for the
+# network-namespace tests (they skip otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 jobs=$(nproc)
+stage_t0=$SECONDS
+stage() { # stage <title>: prints the previous stage's duration, then the title
+  [ -n "${stage_name:-}" ] && echo "-- $stage_name: $((SECONDS - stage_t0)) s"
+  stage_name=$1; stage_t0=$SECONDS; echo "== $1"
+}
 
-echo "== the transfer core names no transport"
+stage "the transfer core names no transport"
 scripts/check-transport-names.sh
 
-echo "== build + tests (RelWithDebInfo)"
-scripts/build.sh build
+stage "build + tests (RelWithDebInfo, gcc)"
+scripts/build.sh build -DCRESCENT_WERROR=ON
 (cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
 
-echo "== build + tests (ASan + UBSan)"
-scripts/build.sh build-asan -DCRESCENT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+stage "build + tests (ASan + UBSan)"
+scripts/build.sh build-asan -DCRESCENT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCRESCENT_WERROR=ON
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    CRESCENT_SANITIZED=1 ctest --output-on-failure -j"$jobs" --timeout 900)
 
-echo "== fuzz targets (libFuzzer, bounded)"
-cmake -S . -B build-fuzz -DCRESCENT_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# Release (-O3, NDEBUG) is what users build: with both compilers, tests
+# included (clang also builds the fuzzers below).
+for cc in gcc clang; do
+  stage "build + tests (Release, $cc)"
+  cxx=$([ "$cc" = gcc ] && echo g++ || echo clang++)
+  scripts/build.sh "build-release-$cc" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc" \
+    -DCMAKE_CXX_COMPILER="$cxx" -DCRESCENT_WERROR=ON
+  (cd "build-release-$cc" && ctest --output-on-failure -j"$jobs" --timeout 600)
+done
+
+stage "fuzz targets (libFuzzer, bounded)"
+cmake -S . -B build-fuzz -DCRESCENT_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRESCENT_WERROR=ON \
   >build-fuzz.cmake.log 2>&1 || { cat build-fuzz.cmake.log; exit 1; }
 fuzz_targets=$(cmake --build build-fuzz --target help | sed -n 's/^\.\.\. \(fuzz_[A-Za-z0-9_]*\).*/\1/p')
 for t in $fuzz_targets; do cmake --build build-fuzz --target "$t" -j"$jobs"; done
@@ -34,4 +51,5 @@ for f in build-fuzz/fuzz/fuzz_*; do
        $( [ -d "$corpus" ] && echo "$corpus" ) 2>"build-fuzz/$(basename "$f").log" \
     || { tail -50 "build-fuzz/$(basename "$f").log"; exit 1; }
 done
+stage "done"
 echo "== all tests passed"
