@@ -51,7 +51,7 @@ static int parse_transports(const char *s, cr__xfer_config_t *c)
 
 static int parse_nics(const char *s, cr__xfer_config_t *c)
 {
-    char buf[CR_XFER_MAX_NICS * 64 + 64];
+    char buf[CR_XFER_MAX_NICS * sizeof c->nics[0] + 64];
     if (copy_str(buf, sizeof buf, s))
         return -EINVAL;
     c->n_nics = 0;
@@ -89,14 +89,16 @@ static int build_config(const cr_xfer_params_t *p, cr__xfer_config_t *c)
     c->slice_size = (m & CR_XFER_PARAM_SLICE_SIZE) ? p->slice_size : CR__XFER_DEFAULT_SLICE;
     if (c->slice_size < CR__XFER_MIN_SLICE || c->slice_size > CR__XFER_MAX_SLICE)
         return -EINVAL;
-    c->io_threads = (m & CR_XFER_PARAM_IO_THREADS) ? p->io_threads : 2;
-    if (c->io_threads < 1 || c->io_threads > 64)
+    c->io_threads =
+        (m & CR_XFER_PARAM_IO_THREADS) ? p->io_threads : CR__XFER_DEFAULT_IO_THREADS;
+    if (c->io_threads < 1 || c->io_threads > CR__XFER_MAX_IO_THREADS)
         return -EINVAL;
-    c->conns_per_path = (m & CR_XFER_PARAM_CONNS_PER_PATH) ? p->conns_per_path : 2;
-    if (c->conns_per_path < 1 || c->conns_per_path > 16)
+    c->conns_per_path =
+        (m & CR_XFER_PARAM_CONNS_PER_PATH) ? p->conns_per_path : CR__XFER_DEFAULT_CONNS_PER_PATH;
+    if (c->conns_per_path < 1 || c->conns_per_path > CR__XFER_MAX_CONNS_PER_PATH)
         return -EINVAL;
-    c->timeout_ms = (m & CR_XFER_PARAM_TIMEOUT_MS) ? p->timeout_ms : 30000;
-    if (c->timeout_ms < 1 || c->timeout_ms > 24u * 3600 * 1000)
+    c->timeout_ms = (m & CR_XFER_PARAM_TIMEOUT_MS) ? p->timeout_ms : CR__XFER_DEFAULT_TIMEOUT_MS;
+    if (c->timeout_ms < 1 || c->timeout_ms > CR__XFER_MAX_TIMEOUT_MS)
         return -EINVAL;
     if ((m & CR_XFER_PARAM_LOCAL_NAME) && p->local_name) {
         if (!p->local_name[0] || copy_str(c->local_name, sizeof c->local_name, p->local_name))

@@ -19,7 +19,7 @@ int cr__xfer_mem_init(cr_xfer_engine_t *e)
 {
     if (pthread_rwlock_init(&e->mem_lock, NULL))
         return -ENOMEM;
-    e->cap_regs = 16;
+    e->cap_regs = CR__XFER_INITIAL_REGS;
     e->regs = calloc(e->cap_regs, sizeof *e->regs);
     if (!e->regs) {
         pthread_rwlock_destroy(&e->mem_lock);

@@ -169,7 +169,10 @@ int cr__xfer_peer_refresh(cr_xfer_engine_t *e, cr__xfer_peer_t *p)
     cr__seg_desc_t d;
     memset(&d, 0, sizeof d);
     /* called from submit: keep it short, a hung peer must not stall submits */
-    int rc = fetch_desc(e, p->name, &d, e->cfg.timeout_ms < 1000 ? (int)e->cfg.timeout_ms : 1000);
+    int rc = fetch_desc(e, p->name, &d,
+                        e->cfg.timeout_ms < CR__XFER_REFRESH_TIMEOUT_MS
+                            ? (int)e->cfg.timeout_ms
+                            : CR__XFER_REFRESH_TIMEOUT_MS);
     if (rc) {
         CR_LOG_INFO("xfer", "segment %s: refresh failed: %s", p->name, cr_strerror(rc));
         return rc;

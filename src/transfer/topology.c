@@ -17,11 +17,12 @@
 
 #define TOPO_MAX_ENTRIES 1024
 #define TOPO_MAX_FILE (1u << 20)
+#define TOPO_MAX_NICS_PER_LIST 64 /* addresses in one preferred/secondary list */
 
 static int nic_list_mask(json_t *arr, const cr__xfer_config_t *cfg, uint32_t *mask)
 {
     *mask = 0;
-    if (!json_is_array(arr) || json_array_size(arr) > 64)
+    if (!json_is_array(arr) || json_array_size(arr) > TOPO_MAX_NICS_PER_LIST)
         return -EINVAL;
     size_t i;
     json_t *v;

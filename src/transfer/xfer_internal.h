@@ -29,6 +29,15 @@
 #define CR__XFER_DEFAULT_SLICE (512u << 10)
 #define CR__XFER_MIN_SLICE 4096
 #define CR__XFER_MAX_SLICE (16u << 20)
+#define CR__XFER_DEFAULT_IO_THREADS 2
+#define CR__XFER_MAX_IO_THREADS 64
+#define CR__XFER_DEFAULT_CONNS_PER_PATH 2
+#define CR__XFER_MAX_CONNS_PER_PATH 16
+#define CR__XFER_DEFAULT_TIMEOUT_MS 30000
+#define CR__XFER_MAX_TIMEOUT_MS (24u * 3600 * 1000) /* a day */
+/* a descriptor refetch runs inside submit: a hung peer must not stall it longer */
+#define CR__XFER_REFRESH_TIMEOUT_MS 1000
+#define CR__XFER_INITIAL_REGS 16 /* registration slots allocated up front (the array doubles) */
 
 /* One registration of local memory. Allocated once and freed only after
  * unregistration found no pins left, so a pin token stays valid. */

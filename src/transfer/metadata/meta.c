@@ -92,7 +92,7 @@ int cr__meta_open(const char *uri, int timeout_ms, cr__meta_t **out)
     cr__meta_t *m = calloc(1, sizeof *m);
     if (!m)
         return -ENOMEM;
-    m->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
+    m->timeout_ms = timeout_ms > 0 ? timeout_ms : CR__META_DEFAULT_TIMEOUT_MS;
     int rc;
     if (strncmp(uri, "http://", 7) == 0) {
         m->ops = &cr__meta_http_ops;

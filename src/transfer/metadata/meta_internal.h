@@ -12,6 +12,7 @@
 
 #define CR__META_MAX_ENDPOINTS 16
 #define CR__META_URL_MAX 1024
+#define CR__META_DEFAULT_TIMEOUT_MS 5000 /* per request, when the caller gives none */
 
 struct cr__meta_ops {
     const char *name; /* "http", "etcd" */

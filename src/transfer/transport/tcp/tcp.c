@@ -37,7 +37,7 @@ static void *watchdog_main(void *arg)
     while (!atomic_load(&st->stopping)) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 100 * 1000000L;
+        ts.tv_nsec += TCP_WATCHDOG_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
@@ -84,9 +84,9 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
     st->engine = engine;
     st->cfg = *cfg;
     uint64_t stall = (uint64_t)cfg->timeout_ms / 4;
-    stall = stall < 200 ? 200 : stall > 3000 ? 3000 : stall;
+    stall = stall < TCP_STALL_MIN_MS ? TCP_STALL_MIN_MS : stall > TCP_STALL_MAX_MS ? TCP_STALL_MAX_MS : stall;
     st->stall_ns = env_u64("CRESCENT_TCP_STALL_MS", stall, 50, 600000) * 1000000ull;
-    st->window_bytes = env_u64("CRESCENT_TCP_WINDOW", 1u << 20, 64u << 10, 1u << 30);
+    st->window_bytes = env_u64("CRESCENT_TCP_WINDOW", TCP_DEFAULT_WINDOW, 64u << 10, 1u << 30);
     if (st->window_bytes < cfg->slice_size)
         st->window_bytes = cfg->slice_size;
     st->sockbuf = (int)env_u64("CRESCENT_TCP_SOCKBUF", 0, 0, 1u << 30);

@@ -162,7 +162,7 @@ static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max,
     uint64_t slice = st->cfg.slice_size;
     cr__xfer_task_t **pp = &p->q_head, *prev = NULL;
     int scanned = 0;
-    while (*pp && n < max && (budget || force_one) && scanned++ < 256) {
+    while (*pp && n < max && (budget || force_one) && scanned++ < TCP_SCAN_MAX) {
         cr__xfer_task_t *t = *pp;
         int expired = now > t->deadline_ns, failed = atomic_load(&t->tp_error) != 0;
         if (!expired && !failed && !allowed(t, lnic, up)) {
@@ -205,7 +205,7 @@ static int has_work_locked(tcp_peer_t *p, tcp_conn_t *c, uint64_t now)
         return 1;
     uint32_t up = up_lnic_mask(p, now);
     int lnic = p->paths[c->path].lnic, scanned = 0;
-    for (cr__xfer_task_t *t = p->q_head; t && scanned++ < 256; t = t->tp_next)
+    for (cr__xfer_task_t *t = p->q_head; t && scanned++ < TCP_SCAN_MAX; t = t->tp_next)
         if (allowed(t, lnic, up) || now > t->deadline_ns || atomic_load(&t->tp_error))
             return 1;
     return 0;
@@ -659,7 +659,7 @@ static tcp_peer_t *peer_create(tcp_state_t *st, cr__xfer_peer_t *xp)
     }
     pthread_attr_t at;
     pthread_attr_init(&at);
-    pthread_attr_setstacksize(&at, 256u << 10);
+    pthread_attr_setstacksize(&at, TCP_THREAD_STACK);
     for (int i = 0; i < p->n_conns; i++) {
         if (pthread_create(&p->conns[i]->sender, &at, sender_main, p->conns[i])) {
             pthread_attr_destroy(&at);

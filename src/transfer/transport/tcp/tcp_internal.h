@@ -34,6 +34,13 @@
 #define TCP_SYNC_SLOTS 32                /* caller-run connections per peer */
 #define TCP_SYNC_MAX (4ull << 20)        /* largest request a caller runs itself */
 #define TCP_CONNECT_TIMEOUT_MS 5000      /* bound on one connect (and its setup hook) */
+#define TCP_WATCHDOG_MS 100              /* period of the watchdog's scan */
+#define TCP_STALL_MIN_MS 200             /* stall cut-off: timeout / 4, clamped to these */
+#define TCP_STALL_MAX_MS 3000
+#define TCP_DEFAULT_WINDOW (1u << 20)    /* in-flight bytes per connection */
+#define TCP_BACKLOG 512                  /* listen() backlog per NIC */
+#define TCP_THREAD_STACK (256u << 10)    /* sender and server-connection threads */
+#define TCP_SCAN_MAX 256                 /* queued tasks one carve looks at */
 
 typedef struct tcp_slice {
     cr__xfer_task_t *task;

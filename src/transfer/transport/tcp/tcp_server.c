@@ -4,6 +4,7 @@
  * cr__xfer_mem_pin() before memory is touched; a bad header (magic,
  * version, opcode, oversized length) closes that connection only. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -48,7 +49,7 @@ int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt)
     while (cnt > 0) {
         /* sendmsg + MSG_NOSIGNAL, not writev: a dead peer must give EPIPE,
          * never a SIGPIPE to the application */
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)(cnt > 1024 ? 1024 : cnt)};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)(cnt > IOV_MAX ? IOV_MAX : cnt)};
         ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
@@ -394,7 +395,7 @@ static void accept_one(tcp_state_t *st, int lfd, int nic)
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&at, 256u << 10);
+    pthread_attr_setstacksize(&at, TCP_THREAD_STACK);
     pthread_t th;
     sc->next = st->srv_list;
     if (st->srv_list)
@@ -461,7 +462,7 @@ int cr__tcp_server_start(tcp_state_t *st, cr__seg_desc_t *local)
         return CR__ERRNO();
     /* an ephemeral port, the same on every NIC: the port the engine is
      * known by (cfg.port) belongs to its control channel */
-    int rc = cr__net_listen_all((const char(*)[64])st->cfg.nics, st->cfg.n_nics, 0, 512,
+    int rc = cr__net_listen_all((const char(*)[64])st->cfg.nics, st->cfg.n_nics, 0, TCP_BACKLOG,
                                 st->listen_fd, &st->port);
     if (rc) {
         close(st->wake[0]);
@@ -518,7 +519,7 @@ int cr__xfer_tcp_debug_nic(void *state, int nic, int down)
             if (sc->nic == nic)
                 shutdown(sc->fd, SHUT_RDWR);
     } else if (st->listen_fd[nic] < 0) {
-        int fd = cr__net_listen(st->cfg.nics[nic], st->port, 512, NULL);
+        int fd = cr__net_listen(st->cfg.nics[nic], st->port, TCP_BACKLOG, NULL);
         if (fd < 0)
             rc = fd;
         else
