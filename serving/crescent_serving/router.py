@@ -41,6 +41,7 @@ class Router:
         self.workers = {}         # id -> hello + endpoint
         self.dead = set()
         self.shape = None
+        self.last_report = None       # (status, answer) of the last /report
 
     def attach(self, endpoints):
         hellos = [(ep, call(ep, "hello", 30.0)) for ep in endpoints]
@@ -120,7 +121,7 @@ class Router:
         push = call(d_ep, "reserve", self.timeout, req_id=req_id, n_tokens=len(tokens), max_new=max_new)
         p_id, pre = self._call_role("prefill", p_id, "prefill", req_id=req_id, tokens=tokens,
                                     reuse=reuse, layer_wise=layer_wise, push=push)
-        self._idle(p_id)
+        self._idle(p_id, pre, len(tokens))
         ttft = time.perf_counter() - t0
         dec = call(d_ep, "decode", self.timeout, req_id=req_id, tokens=tokens,
                    first_token=pre["first_token"], params=pre["kv_transfer_params"], max_new=max_new)
@@ -154,13 +155,20 @@ class Router:
         wid, pre = self._call_role("prefill", p_id, "prefill", req_id=req_id, tokens=tokens,
                                    reuse=reuse, layer_wise=layer_wise)
         pre["worker"] = wid
-        self._idle(wid)
+        self._idle(wid, pre, len(tokens))
         return pre
 
-    def _idle(self, wid):
+    def _idle(self, wid, pre, n_tokens):
         """The router runs one request at a time per worker: once a prefill
-        answered, its queue is empty (/load resets the conductor's estimate)."""
+        answered, its queue is empty (/load resets the conductor's estimate),
+        and its measured compute time teaches the conductor's predictor
+        (/report), so /schedule's estimates follow this CPU model."""
         http_post(self.conductor + "/load", {"instance_id": wid, "prefill_queue_ms": 0})
+        reused = pre["kv_transfer_params"]["hit_tokens"] if pre.get("kv_transfer_params") else 0
+        st, rep = http_post(self.conductor + "/report", {"instance_id": wid, "prefill": [
+            {"input_tokens": n_tokens, "reused_tokens": reused, "stages": 1,
+             "seconds": pre["t_compute"]}]})
+        self.last_report = (st, rep)
 
     def _decode(self, req_id, tokens, pre, max_new, d_id):
         wid, dec = self._call_role("decode", d_id, "decode", req_id=req_id, tokens=tokens,

@@ -43,6 +43,10 @@ def test_two_turns_reuse_bit_identical(cluster, router):
     for i, (g, r) in enumerate(zip(got, l1 + l2)):
         assert torch.equal(g, r), "logits %d differ by %g" % (i, (g - r).abs().max().item())
     assert len(got) == 16
+    # the measured prefill times reached the conductor's predictor (/report)
+    st, rep = router.last_report
+    assert st == 200 and rep.get("refused") == [], router.last_report
+    assert rep["predictor"]["prefill_samples"] >= 2, rep
 
     # against one monolithic prefill of turn 2 (no split): close, reported
     mono = Reference(CFG)
