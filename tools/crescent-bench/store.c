@@ -83,7 +83,7 @@ static const cr__cfg_opt_t sb_opts[] = {
     OPT(replica_num, "1", "replicas per put", CR__CFG_INT),
     OPT(slots, "0",
         "value buffers per thread, reused round-robin (0 = one per key, at most 1 GiB; "
-        "redis-benchmark reuses one buffer)",
+        "redis-benchmark reuses one buffer; batch ops: the batch size, or --slots if larger)",
         CR__CFG_INT),
     OPT(verify, "false", "check every byte read against the written pattern", CR__CFG_BOOL),
     OPT(keep, "false", "do not remove the keys at the end", CR__CFG_BOOL),
@@ -194,7 +194,9 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
             uint64_t i = th->n_put ? (base + (uint64_t)b) % th->n_put : 0;
             key_name(kbuf[b], 96, c, th->idx, i);
             keys[b] = kbuf[b];
-            bufs[b] = th->buf + (size_t)b * vs;
+            /* --slots > --batch: key i lands in its own buffer */
+            uint64_t slot = th->slots > (size_t)batch ? i % th->slots : (uint64_t)b;
+            bufs[b] = th->buf + (size_t)slot * vs;
             caps[b] = vs;
         }
         t0 = cr__now_ns();
@@ -555,8 +557,8 @@ static int store_run(sb_cfg_t *cp)
     uint64_t keys_needed = (uint64_t)c.keys;
     if (!strcmp(c.op, "putget") || !strcmp(c.op, "put"))
         keys_needed = (uint64_t)c.ops;
-    if (batched)
-        keys_needed = (uint64_t)c.batch;
+    if (batched) /* --slots > --batch: every key its own buffer (a KV-cache save/load) */
+        keys_needed = c.slots > c.batch ? (uint64_t)c.slots : (uint64_t)c.batch;
     uint64_t slots = keys_needed;
     if (slots * c.value_size > (1ull << 30))
         slots = (1ull << 30) / c.value_size;

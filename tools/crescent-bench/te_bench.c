@@ -5,6 +5,7 @@
  *              [--metadata URI] [--buffer_size 1GiB]
  *   initiator: crescent-bench --mode initiator --segment NAME --operation read|write
  *              --block_size 4MiB --batch_size 8 --threads 2 --duration 10 [--check]
+ *              [--objects N]
  *
  * The target registers one buffer of buffer_size bytes, pre-faulted and
  * filled with a known pattern, prints
@@ -12,7 +13,9 @@
  * and serves until SIGINT/SIGTERM (or --target_seconds). The initiator splits
  * the target buffer into one region per thread; each thread submits batches
  * of batch_size requests of block_size bytes at consecutive offsets of its
- * region (wrapping), from its own registered local slots. With --check every
+ * region (wrapping), from its own registered local slots (with --objects N:
+ * exactly N blocks per thread, each batch from its own distinct local blocks,
+ * as a KV-cache save or load moves N distinct pages). With --check every
  * byte read is compared with the target's pattern, and every write (of
  * content unique to its batch) is read back and compared, then the target's
  * pattern is restored. A write run WITHOUT --check leaves the initiator's
@@ -75,6 +78,7 @@ typedef struct te_cfg {
     int64_t timeout_ms;
     int64_t poll_us;
     uint64_t pattern_seed;
+    int64_t objects;
     double open_seconds;
     int check;
 } te_cfg_t;
@@ -109,6 +113,10 @@ static const cr__cfg_opt_t opts[] = {
     OPT(wait, "poll", "poll (per-request latency) or block (cr_xfer_batch_wait)", CR__CFG_STR),
     OPT(poll_us, "20", "sleep between status polls in us (0 = yield)", CR__CFG_INT),
     OPT(ready_file, "", "target: write the segment name to this file when ready", CR__CFG_STR),
+    OPT(objects, "0", "initiator: move exactly this many blocks per thread (a multiple of "
+        "--batch_size), each batch from its own part of a local buffer of that many distinct "
+        "blocks, then stop (--duration is only an upper bound); 0 = run for --duration reusing "
+        "one batch of local slots", CR__CFG_INT),
     OPT(open_seconds, "15", "initiator: keep retrying to open the segment this long (target "
         "may still be starting)", CR__CFG_DOUBLE),
     OPT(pattern_seed, "0", "seed of the target's data pattern (0 = built-in; tests use a "
@@ -221,7 +229,7 @@ typedef struct worker {
     cr_xfer_segment_t seg;
     int id;
     cr_xfer_opcode_t op;
-    char *slots;  /* batch_size * block_size, registered */
+    char *slots;  /* batch_size * block_size (--objects: objects * block_size), registered */
     char *verify; /* same size, registered; write --check only */
     uint64_t target_base, region_off, region_blocks, cursor;
     uint64_t target_buf_addr; /* start of the target buffer (pattern offset 0) */
@@ -319,12 +327,13 @@ static void next_offsets(worker_t *w, uint64_t *taddr, size_t n)
 
 /* Compares each block (READ: the local slot; WRITE: the read-back copy) with
  * the pattern of seed at its target offset. */
-static int verify_batch(worker_t *w, const uint64_t *taddr, size_t n, uint64_t seed)
+static int verify_batch(worker_t *w, const char *slots, const uint64_t *taddr, size_t n,
+                        uint64_t seed)
 {
     const te_cfg_t *c = w->c;
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
-        const char *got = (w->op == CR_XFER_READ ? w->slots : w->verify) + i * c->block_size;
+        const char *got = (w->op == CR_XFER_READ ? slots : w->verify) + i * c->block_size;
         size_t idx = cr_bench_pattern_check(got, taddr[i] - w->target_buf_addr, c->block_size,
                                             seed);
         if (idx != (size_t)-1) {
@@ -363,17 +372,22 @@ static void *worker_main(void *arg)
         sleep_us(100);
     /* at least one measured batch, even if the window closed before this
      * thread was scheduled (a loaded machine): results are never empty */
-    for (int first = 1; !w->first_error && (first || !atomic_load(&stop_flag)); first = 0) {
+    uint64_t max_batches = c->objects ? (uint64_t)c->objects / n : UINT64_MAX;
+    for (int first = 1; !w->first_error && w->batches < max_batches &&
+                        (first || !atomic_load(&stop_flag));
+         first = 0) {
         next_offsets(w, taddr, n);
+        /* --objects: every batch from its own distinct local blocks */
+        char *slots = w->slots + (c->objects ? w->batches * n * c->block_size : 0);
         uint64_t wseed = target_seed ^ 0x5752495445000000ull ^ (w->batches + 1) ^
                          ((uint64_t)w->id << 40);
         if (c->check && w->op == CR_XFER_READ)
-            memset(w->slots, 0, n * c->block_size); /* a read that lands nowhere is caught */
+            memset(slots, 0, n * c->block_size); /* a read that lands nowhere is caught */
         if (c->check && w->op == CR_XFER_WRITE) /* content unique to this batch */
             for (size_t i = 0; i < n; i++)
-                cr_bench_pattern_fill(w->slots + i * c->block_size, taddr[i] - w->target_buf_addr,
+                cr_bench_pattern_fill(slots + i * c->block_size, taddr[i] - w->target_buf_addr,
                                       c->block_size, wseed);
-        rc = run_batch(w, w->op, w->slots, taddr, n, 1);
+        rc = run_batch(w, w->op, slots, taddr, n, 1);
         if (rc) {
             w->errors++;
             w->first_error = rc;
@@ -389,12 +403,12 @@ static void *worker_main(void *arg)
                 memset(w->verify, 0, n * c->block_size);
                 rc = run_batch(w, CR_XFER_READ, w->verify, taddr, n, 0);
                 if (!rc) {
-                    verify_batch(w, taddr, n, wseed);
+                    verify_batch(w, slots, taddr, n, wseed);
                     for (size_t i = 0; i < n; i++)
-                        cr_bench_pattern_fill(w->slots + i * c->block_size,
+                        cr_bench_pattern_fill(slots + i * c->block_size,
                                               taddr[i] - w->target_buf_addr, c->block_size,
                                               target_seed);
-                    rc = run_batch(w, CR_XFER_WRITE, w->slots, taddr, n, 0);
+                    rc = run_batch(w, CR_XFER_WRITE, slots, taddr, n, 0);
                 }
                 if (rc) {
                     w->errors++;
@@ -402,7 +416,7 @@ static void *worker_main(void *arg)
                     break;
                 }
             } else {
-                verify_batch(w, taddr, n, target_seed);
+                verify_batch(w, slots, taddr, n, target_seed);
             }
         }
     }
@@ -448,8 +462,9 @@ static int run_initiator(const te_cfg_t *c)
         return 2;
     }
     size_t nthreads = (size_t)c->threads, n = (size_t)c->batch_size;
-    size_t per_thread = n * c->block_size;
-    size_t local_len = nthreads * per_thread * (c->check && op == CR_XFER_WRITE ? 2 : 1);
+    size_t per_thread = (c->objects ? (size_t)c->objects : n) * c->block_size;
+    size_t local_len =
+        nthreads * per_thread + (c->check && op == CR_XFER_WRITE ? nthreads * n * c->block_size : 0);
 
     int ret = 1;
     cr_xfer_engine_t *e = NULL;
@@ -512,7 +527,8 @@ static int run_initiator(const te_cfg_t *c)
         *w = (worker_t){.c = c, .e = e, .seg = seg, .id = (int)t, .op = op,
                         .slots = local + t * per_thread,
                         .verify = c->check && op == CR_XFER_WRITE
-                                      ? local + (nthreads + t) * per_thread : NULL,
+                                      ? local + nthreads * per_thread + t * n * c->block_size
+                                      : NULL,
                         .target_base = bi[best].addr, .target_buf_addr = bi[best].addr,
                         .region_off = t * region * c->block_size, .region_blocks = region};
         if (cr_bench_lat_init(&w->req_lat, 0x1234 + t) ||
@@ -636,10 +652,12 @@ int cr_bench_te_main(int argc, char **argv)
         c.batch_size > 4096 || c.threads < 1 || c.threads > 64 || c.duration <= 0 ||
         c.port < 0 || c.port > 65535 || c.buffer_size == 0 || c.poll_us < 0 ||
         c.io_threads < 0 || c.conns_per_path < 0 || c.timeout_ms < 0 ||
-        (uint64_t)c.batch_size * c.block_size * (uint64_t)c.threads > (64ull << 30)) {
+        c.objects < 0 || (c.objects && c.objects % c.batch_size) ||
+        (uint64_t)(c.objects ? c.objects : c.batch_size) * c.block_size * (uint64_t)c.threads >
+            (64ull << 30)) {
         fprintf(stderr, "crescent-bench: parameter out of range (block_size 1..1GiB, "
-                        "batch_size 1..4096, threads 1..64, duration > 0, local memory "
-                        "threads*batch*block <= 64GiB)\n");
+                        "batch_size 1..4096, threads 1..64, duration > 0, objects a multiple "
+                        "of batch_size, local memory threads*batch*block <= 64GiB)\n");
         return 2;
     }
     if (c.pattern_seed)

@@ -184,6 +184,19 @@ def main():
     expect_ok("tcp read 4KiB x128 --wait block", "--segment", seg, "--protocol", "tcp",
               "--operation", "read", "--block_size", "4KiB", "--batch_size", "128",
               "--threads", "1", "--wait", "block", "--check")
+    # --objects: exactly that many blocks per thread, each batch from its own
+    # local blocks, every byte checked (READ and WRITE), bad counts rejected
+    for op in ("read", "write"):
+        rc, res, err = initiator("--segment", seg, "--protocol", "tcp", "--operation", op,
+                                 "--block_size", "16KiB", "--batch_size", "8", "--threads", "2",
+                                 "--objects", "64", "--duration", "600", "--check")
+        check(rc == 0 and res is not None and res["errors"] == "0" and res["check"] == "ok",
+              "--objects 64 %s --check" % op, (0, "ok"), (rc, res and res.get("check"), err[-300:]))
+        check(res is not None and res["requests"] == "128" and res["batches"] == "16",
+              "--objects 64 x 2 threads moves exactly 128 blocks in 16 batches (%s)" % op,
+              ("128", "16"), res and (res["requests"], res["batches"]))
+    rc, _, err = initiator("--segment", seg, "--objects", "10", "--batch_size", "8")
+    check(rc == 2, "--objects not a multiple of --batch_size exits 2", 2, rc)
     # a different pattern on the verifying side must be detected
     rc, res, err = initiator("--segment", seg, "--protocol", "tcp", "--operation", "read",
                              "--block_size", "64KiB", "--batch_size", "4", "--threads", "1",

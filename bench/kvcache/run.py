@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""vLLM-like KV-cache save and load: --objects objects (default 8,192, a
+4k-token prompt of a 32-layer model at one object per 16-token page per
+layer) of 64 KiB and of 16 KiB, saved with cr_store_batch_put_from and loaded
+with cr_store_batch_get_into in calls of --batch keys (default 256: one
+layer's pages), each object from/into its own registered buffer, one client
+thread, against a local cluster (crescent-master + 2 crescent-node).
+
+Reference, measured in the same run: the raw Transfer Engine moving the same
+bytes in the same shape -- the same number of blocks of the same size, in
+batches of the same size, each from/into its own local block
+(crescent-bench --objects), one initiator thread -- to a crescent-bench
+target: WRITE for the save, READ for the load. Both over the same transport:
+"tcp" (store client --protocol tcp, TE --protocol tcp) and "shm" (store
+client --protocol tcp,shm, which picks shm for the same-host nodes; TE
+--protocol shm).
+
+Every repetition runs TE WRITE, the store save+load, TE READ back to back;
+the ratio (store / raw TE) is the median of the per-repetition ratios, shown
+with its min-max. One unmeasured warm-up of each comes first.
+
+Usage: bench/kvcache/run.sh [--build build] [--reps 5] [--objects 8192]
+                            [--sizes 64KiB,16KiB] [--batch 256]
+                            [--protocols tcp,shm] [--out results.md]
+Prints a markdown table (also written to --out). Never fails on timing; exits
+non-zero only if a tool fails to run.
+"""
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from benchlib import ROOT, cleanup, cleanup_on_signals, log  # noqa: E402
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+store = _load("store_run", os.path.join(os.path.dirname(HERE), "store", "run.py"))
+te = _load("te_run", os.path.join(os.path.dirname(HERE), "te", "run.py"))
+
+SIZES = {"64KiB": 64 << 10, "16KiB": 16 << 10, "4KiB": 4 << 10, "256KiB": 256 << 10,
+         "1MiB": 1 << 20}
+
+
+def med(v):
+    return statistics.median(v) if v else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--objects", type=int, default=8192)
+    ap.add_argument("--sizes", default="64KiB,16KiB")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--protocols", default="tcp,shm")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    if a.objects % a.batch:
+        sys.exit("--objects must be a multiple of --batch")
+    sizes = [s for s in a.sizes.split(",") if s]
+    for s in sizes:
+        if s not in SIZES:
+            sys.exit("unknown size %s (one of %s)" % (s, ", ".join(SIZES)))
+    protos = [p for p in a.protocols.split(",") if p]
+    for p in protos:
+        if p not in ("tcp", "shm"):
+            sys.exit("--protocols: tcp and/or shm")
+    bench = os.path.join(a.build, "tools", "crescent-bench", "crescent-bench")
+    if not os.access(bench, os.X_OK):
+        sys.exit("crescent-bench not found at %s (build first: scripts/build.sh)" % bench)
+    span = max(SIZES[s] for s in sizes) * a.objects
+    cleanup_on_signals()
+    rows = []
+    try:
+        # 2 nodes, each able to hold every object (the master may place all on one)
+        seg_mib = max(2048, (span >> 20) * 2)
+        cl = store.Cluster(a.build, seg="%dMB" % seg_mib)
+        tgt, seg = te.start_target(bench, ["--protocol", "auto", "--buffer_size",
+                                           "%dMiB" % max(64, span >> 20)])
+        try:
+            for size in sizes:
+                for proto in protos:
+                    te_args = ["--segment", seg, "--protocol", proto, "--block_size", size,
+                               "--batch_size", str(a.batch), "--threads", "1",
+                               "--objects", str(a.objects), "--duration", "600"]
+                    st_args = ["--op", "batch_putget", "--value_size", str(SIZES[size]),
+                               "--threads", "1", "--batch", str(a.batch),
+                               "--ops", str(a.objects // a.batch), "--slots", str(a.objects),
+                               "--protocol", "tcp" if proto == "tcp" else "tcp,shm"]
+
+                    def te_run(op):
+                        r = te.run_initiator(bench, te_args + ["--operation", op], 600)
+                        if r.get("transport") != proto:
+                            raise RuntimeError("TE used %s, not %s" % (r.get("transport"), proto))
+                        return float(r["gbps"])
+
+                    log("%s %s: warm-up" % (size, proto))
+                    te_run("write")
+                    store.crescent(a.build, cl.addr, st_args)
+                    te_run("read")
+                    w, r, p, g = [], [], [], []
+                    for i in range(a.reps):
+                        w.append(te_run("write"))
+                        res = store.crescent(a.build, cl.addr, st_args)
+                        p.append(float(res["batch_put"]["gbps"]))
+                        g.append(float(res["batch_get"]["gbps"]))
+                        r.append(te_run("read"))
+                        log("  rep %d: save %.3f vs TE WRITE %.3f GB/s; load %.3f vs TE READ %.3f GB/s"
+                            % (i + 1, p[-1], w[-1], g[-1], r[-1]))
+                    for what, ours, ref, refname in (("save: batch_put_from", p, w, "TE WRITE"),
+                                                     ("load: batch_get_into", g, r, "TE READ")):
+                        ratios = [o / x for o, x in zip(ours, ref) if x > 0]
+                        rows.append((size, proto, what, refname, med(ref), med(ours), med(ratios),
+                                     min(ratios), max(ratios)))
+                        log("  %s %s %s: %.3f vs %s %.3f GB/s, ratio %.2f (%.2f-%.2f)" % (
+                            size, proto, what, med(ours), refname, med(ref), med(ratios),
+                            min(ratios), max(ratios)))
+        finally:
+            te.stop(tgt)
+            cl.close()
+    finally:
+        cleanup()
+    load = os.getloadavg()
+    md = ("KV-cache save/load benchmark, %s, %d cores, load average %.1f at the end, median of %d; "
+          "%d objects per save/load, %d keys per batch call, 1 client thread; GB/s = 1e9 bytes/s; "
+          "ratio = store / raw TE (median of per-repetition ratios, min-max)\n\n"
+          % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), load[0], a.reps,
+             a.objects, a.batch))
+    md += "| object | transport | store call | reference | reference GB/s | store GB/s | ratio | min-max |\n"
+    md += "|---|---|---|---|---|---|---|---|\n"
+    for size, proto, what, refname, ref, ours, ra, lo, hi in rows:
+        md += "| %s | %s | %s | %s | %.3f | %.3f | %.2f | %.2f-%.2f |\n" % (
+            size, proto, what, refname, ref, ours, ra, lo, hi)
+    print(md)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(md)
+
+
+if __name__ == "__main__":
+    main()
