@@ -9,7 +9,8 @@ thread, against a local cluster (crescent-master + 2 crescent-node).
 Reference, measured in the same run: the raw Transfer Engine moving the same
 bytes in the same shape -- the same number of blocks of the same size, in
 batches of the same size, each from/into its own local block
-(crescent-bench --objects), one initiator thread -- to a crescent-bench
+(crescent-bench --objects), one initiator thread waiting for each batch
+with cr_xfer_batch_wait as the store client does -- to a crescent-bench
 target: WRITE for the save, READ for the load. Both over the same transport:
 "tcp" (store client --protocol tcp, TE --protocol tcp) and "shm" (store
 client --protocol tcp,shm, which picks shm for the same-host nodes; TE
@@ -90,9 +91,12 @@ def main():
         try:
             for size in sizes:
                 for proto in protos:
+                    # --wait block: the TE batch is waited on as the store client
+                    # waits for its own (cr_xfer_transfer_sync), not polled
                     te_args = ["--segment", seg, "--protocol", proto, "--block_size", size,
                                "--batch_size", str(a.batch), "--threads", "1",
-                               "--objects", str(a.objects), "--duration", "600"]
+                               "--objects", str(a.objects), "--duration", "600",
+                               "--wait", "block"]
                     st_args = ["--op", "batch_putget", "--value_size", str(SIZES[size]),
                                "--threads", "1", "--batch", str(a.batch),
                                "--ops", str(a.objects // a.batch), "--slots", str(a.objects),
