@@ -152,6 +152,7 @@ CR_API int cr_store_unregister_buffer(cr_store_t *store, void *addr);
 #define CR_STORE_REPL_V1                                                                           \
     (CR_STORE_REPL_REPLICA_NUM | CR_STORE_REPL_PREFERRED_SEGMENTS | CR_STORE_REPL_SOFT_PIN |       \
      CR_STORE_REPL_HARD_PIN)
+#define CR_STORE_REPL_UPSERT (1ull << 4) /* upsert (not in V1: set it to read the field) */
 
 typedef struct cr_store_replicate_config {
     uint64_t field_mask; /* CR_STORE_REPL_* bits; 0 = CR_STORE_REPL_V1 */
@@ -167,6 +168,15 @@ typedef struct cr_store_replicate_config {
     int soft_pin;
     /* Hard pin: never evicted; only remove frees it. */
     int hard_pin;
+    /* Upsert (read with CR_STORE_REPL_UPSERT): a put of a key that exists
+     * replaces its value instead of
+     * keeping it. The new version is written beside the old one and
+     * published in one master step at the end of the put: readers see the
+     * old value or the new one, never neither, never a mix; a reader that
+     * holds the old version keeps reading intact bytes until its lease
+     * ends. A put returns CR_E_OBJECT_ALREADY_EXISTS when another upsert of
+     * the key is still being written. */
+    int upsert;
 } cr_store_replicate_config_t;
 
 /* ---- single-key operations ------------------------------------------------ */

@@ -57,28 +57,35 @@ _EADDRINUSE = -98
 
 
 class _NativeCfg:
-    """The fields the C extension reads from a config."""
-    __slots__ = ("replica_num", "with_soft_pin", "with_hard_pin", "preferred_segments")
+    """The fields the C extension reads from a config (_upsert: replace an
+    existing object, see the C API's cr_store_replicate_config_t.upsert)."""
+    __slots__ = ("replica_num", "with_soft_pin", "with_hard_pin", "preferred_segments", "_upsert")
 
-    def __init__(self, c):
+    def __init__(self, c, upsert=False):
         self.replica_num = c.replica_num
         self.with_soft_pin = c._soft_pin()
         self.with_hard_pin = c.with_hard_pin
         self.preferred_segments = [segment_name_of(s) for s in c.preferred_segments]
+        self._upsert = upsert
 
 
 class _Unavailable(Exception):
     pass
 
 
-def _cfg(config):
+_DEFAULT_CFG = ReplicateConfig()
+
+
+def _cfg(config, upsert=False):
     """Translates a ReplicateConfig for the C extension. Raises _Unavailable
     for replicas crescent cannot place (NVMe-oF, DFS)."""
-    if config is None or not isinstance(config, ReplicateConfig):
-        return config  # None, or let the extension refuse the type
+    if config is None:
+        return _NativeCfg(_DEFAULT_CFG, True) if upsert else None
+    if not isinstance(config, ReplicateConfig):
+        return config  # let the extension refuse the type
     if config.nof_replica_num or config.dfs_replica_num or config.preferred_nof_segments:
         raise _Unavailable()
-    return _NativeCfg(config)
+    return _NativeCfg(config, upsert)
 
 
 def _is_seq(o):
@@ -298,39 +305,39 @@ class DistributedStore(_crescent.DistributedStore):
 
     # ---- puts and gets that need translation -----------------------------------
 
-    def put(self, key, value, config=None):
+    def put(self, key, value, config=None, _upsert=False):
         if self._no_local_buffer:
             return INVALID_PARAMS  # Mooncake: no local buffer to stage through
         try:
-            return super().put(key, value, _cfg(config))
+            return super().put(key, value, _cfg(config, _upsert))
         except _Unavailable:
             return UNAVAILABLE
 
-    def put_parts(self, key, *parts, config=None):
+    def put_parts(self, key, *parts, config=None, _upsert=False):
         if self._no_local_buffer:
             return INVALID_PARAMS
         try:
-            return super().put_parts(key, *parts, config=_cfg(config))
+            return super().put_parts(key, *parts, config=_cfg(config, _upsert))
         except _Unavailable:
             return UNAVAILABLE
 
-    def put_batch(self, keys, values, config=None):
+    def put_batch(self, keys, values, config=None, _upsert=False):
         if self._no_local_buffer:
             return INVALID_PARAMS
         try:
-            return super().put_batch(keys, values, _cfg(config))
+            return super().put_batch(keys, values, _cfg(config, _upsert))
         except _Unavailable:
             return UNAVAILABLE
 
-    def put_from(self, key, buffer_ptr, size=None, config=None):
+    def put_from(self, key, buffer_ptr, size=None, config=None, _upsert=False):
         try:
-            return super().put_from(key, buffer_ptr, size, _cfg(config))
+            return super().put_from(key, buffer_ptr, size, _cfg(config, _upsert))
         except _Unavailable:
             return UNAVAILABLE
 
-    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None, _upsert=False):
         try:
-            c = _cfg(config)
+            c = _cfg(config, _upsert)
         except _Unavailable:
             return [UNAVAILABLE] * len(_keys(keys))
         return super().batch_put_from(keys, buffer_ptrs, sizes, c)
@@ -387,54 +394,25 @@ class DistributedStore(_crescent.DistributedStore):
 
     # ---- upserts -----------------------------------------------------------------
     # A put never replaces an existing object (Mooncake's rule); an upsert
-    # does. Until the master offers an atomic replace, an upsert removes
-    # the old object (force) and puts the new one: a reader in between
-    # sees OBJECT_NOT_FOUND, never mixed bytes.
-
-    def _clear_for_upsert(self, keys):
-        ex = self.batch_is_exist(keys)
-        present = [k for k, e in zip(keys, ex) if e == 1]
-        if present:
-            self.batch_remove(present, force=True)
+    # does, as one store operation: the new version is written beside the
+    # old one and the master swaps them at the end of the put (readers see
+    # the old value or the new one, never neither, never a mix). -705 means
+    # another upsert of the key is still being written.
 
     def upsert(self, key, value, config=None):
-        if not isinstance(key, str):
-            raise TypeError("key must be str")
-        if self._no_local_buffer:
-            return INVALID_PARAMS
-        self._clear_for_upsert([key])
-        return self.put(key, value, config)
+        return self.put(key, value, config, _upsert=True)
 
     def upsert_parts(self, key, *parts, config=None):
-        if not isinstance(key, str):
-            raise TypeError("key must be str")
-        if self._no_local_buffer:
-            return INVALID_PARAMS
-        self._clear_for_upsert([key])
-        return self.put_parts(key, *parts, config=config)
+        return self.put_parts(key, *parts, config=config, _upsert=True)
 
     def upsert_batch(self, keys, values, config=None):
-        keys = _keys(keys)
-        if not _is_seq(values) or len(values) != len(keys):
-            return INVALID_PARAMS
-        if self._no_local_buffer:
-            return INVALID_PARAMS
-        if keys:
-            self._clear_for_upsert(keys)
-        return self.put_batch(keys, values, config)
+        return self.put_batch(keys, values, config, _upsert=True)
 
     def upsert_from(self, key, buffer_ptr, size=None, config=None):
-        if not isinstance(key, str):
-            raise TypeError("key must be str")
-        self._clear_for_upsert([key])
-        return self.put_from(key, buffer_ptr, size, config)
+        return self.put_from(key, buffer_ptr, size, config, _upsert=True)
 
     def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
-        keys = _keys(keys)
-        if keys and _is_seq(buffer_ptrs) and _is_seq(sizes) and \
-                len(buffer_ptrs) == len(keys) == len(sizes):
-            self._clear_for_upsert(keys)
-        return self.batch_put_from(keys, buffer_ptrs, sizes, config)
+        return self.batch_put_from(keys, buffer_ptrs, sizes, config, _upsert=True)
 
     # ---- ranged reads and put sessions --------------------------------------------
 

@@ -45,7 +45,13 @@ typedef struct {
 
 /* Mooncake's put family treats a key that already exists as success (objects
  * are immutable: the stored value is kept). */
-static int put_rc(int rc) { return rc == CR_E_OBJECT_ALREADY_EXISTS ? 0 : rc; }
+/* A put of an existing key keeps the stored value and returns 0 (Mooncake);
+ * an upsert's OBJECT_ALREADY_EXISTS (another write of the key in flight) is
+ * reported as it is. */
+static int put_rc(int rc, const cr_store_replicate_config_t *c)
+{
+    return rc == CR_E_OBJECT_ALREADY_EXISTS && !(c && c->upsert) ? 0 : rc;
+}
 
 static cr_store_t *st_acquire(PyStore *self)
 {
@@ -119,8 +125,11 @@ static int parse_config(PyObject *o, cfg_buf_t *cb)
         cb->c.replica_num = (uint32_t)n;
     }
     if (attr_bool(o, "with_soft_pin", &cb->c.soft_pin) < 0 ||
-        attr_bool(o, "with_hard_pin", &cb->c.hard_pin) < 0)
+        attr_bool(o, "with_hard_pin", &cb->c.hard_pin) < 0 ||
+        attr_bool(o, "_upsert", &cb->c.upsert) < 0) /* set by crescent.store's upserts */
         return -1;
+    if (cb->c.upsert)
+        cb->c.field_mask = CR_STORE_REPL_V1 | CR_STORE_REPL_UPSERT;
     /* preferred_segments (list) and/or preferred_segment (str) */
     const char *names[] = {"preferred_segments", "preferred_segment"};
     for (int k = 0; k < 2; k++) {
@@ -582,7 +591,7 @@ static PyObject *store_put(PyStore *self, PyObject *args, PyObject *kw)
     if (!s) {
         rc = NOT_READY;
     } else {
-        rc = put_rc(cr_store_put(s, key, val.buf, (size_t)val.len, cfg_ptr(&cb)));
+        rc = put_rc(cr_store_put(s, key, val.buf, (size_t)val.len, cfg_ptr(&cb)), cfg_ptr(&cb));
         st_release(self);
     }
     Py_END_ALLOW_THREADS
@@ -650,7 +659,7 @@ static PyObject *store_put_parts(PyStore *self, PyObject *args, PyObject *kw)
     if (!s) {
         rc = NOT_READY;
     } else {
-        rc = put_rc(cr_store_put(s, key, joined, total, cfg_ptr(&cb)));
+        rc = put_rc(cr_store_put(s, key, joined, total, cfg_ptr(&cb)), cfg_ptr(&cb));
         st_release(self);
     }
     Py_END_ALLOW_THREADS
@@ -668,7 +677,7 @@ out:
 static PyObject *fetch_bytes(PyStore *self, const char *key, int *rc_out)
 {
     int rc = 0;
-    for (int attempt = 0; attempt < 4; attempt++) {
+    for (int attempt = 0; attempt < 2; attempt++) {
         uint64_t size = 0;
         Py_BEGIN_ALLOW_THREADS
         cr_store_t *s = st_acquire(self);
@@ -712,6 +721,30 @@ static PyObject *fetch_bytes(PyStore *self, const char *key, int *rc_out)
         Py_DECREF(b);
         if (rc != CR_E_BUFFER_OVERFLOW)
             break; /* the value grew between get_size and get: retry */
+    }
+    if (rc == CR_E_BUFFER_OVERFLOW) {
+        /* replaced by bigger values again and again (upserts): read the
+         * version located into a buffer of its size, then copy */
+        void *p = NULL;
+        size_t len = 0;
+        Py_BEGIN_ALLOW_THREADS
+        cr_store_t *s = st_acquire(self);
+        if (!s) {
+            rc = NOT_READY;
+        } else {
+            rc = cr_store_get_alloc(s, key, &p, &len);
+            st_release(self);
+        }
+        Py_END_ALLOW_THREADS
+        if (rc == 0) {
+            PyObject *b = PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
+            free(p);
+            if (!b)
+                *rc_out = -ENOMEM;
+            else
+                *rc_out = 0;
+            return b;
+        }
     }
     *rc_out = rc;
     return NULL;
@@ -784,7 +817,8 @@ static PyObject *store_put_from(PyStore *self, PyObject *args, PyObject *kw)
         if (!s) {
             rc = NOT_READY;
         } else {
-            rc = put_rc(cr_store_put_from(s, key, (void *)(uintptr_t)addr, size, cfg_ptr(&cb)));
+            rc = put_rc(cr_store_put_from(s, key, (void *)(uintptr_t)addr, size, cfg_ptr(&cb)),
+                        cfg_ptr(&cb));
             st_release(self);
         }
         Py_END_ALLOW_THREADS
@@ -1115,7 +1149,7 @@ static void zc_run(PyStore *self, zc_batch_t *z, int is_put, const cr_store_repl
             /* a failed call may leave results untouched */
             int r = res[j] == INT32_MIN ? (rc < 0 ? rc : CR_E_INTERNAL_ERROR) : res[j];
             if (is_put)
-                r = put_rc(r);
+                r = put_rc(r, cfg);
             z->out[idx[j]] = r < 0 ? r : is_put ? 0 : (int64_t)lens[j];
         }
     }
@@ -1210,7 +1244,8 @@ static int put_batch_staged(PyStore *self, cr_store_t *s, const keys_buf_t *kb,
                 res[j] = INT32_MIN;
             int r = cr_store_batch_put_from(s, kb->k + o, b + o, l + o, c, cfg, res + o);
             for (size_t j = o; j < o + c && rc == 0; j++) {
-                int rj = put_rc(res[j] == INT32_MIN ? (r < 0 ? r : CR_E_INTERNAL_ERROR) : res[j]);
+                int rj =
+                    put_rc(res[j] == INT32_MIN ? (r < 0 ? r : CR_E_INTERNAL_ERROR) : res[j], cfg);
                 if (rj < 0)
                     rc = rj;
             }
@@ -1276,7 +1311,8 @@ static PyObject *store_put_batch(PyStore *self, PyObject *args, PyObject *kw)
         if (!put_batch_staged(self, s, &kb, views, cfg_ptr(&cb), &rc)) {
             for (Py_ssize_t i = 0; i < kb.n; i++) {
                 int r = put_rc(
-                    cr_store_put(s, kb.k[i], views[i].buf, (size_t)views[i].len, cfg_ptr(&cb)));
+                    cr_store_put(s, kb.k[i], views[i].buf, (size_t)views[i].len, cfg_ptr(&cb)),
+                    cfg_ptr(&cb));
                 if (r < 0 && rc == 0)
                     rc = r;
             }
@@ -1594,7 +1630,7 @@ static void mb_run(PyStore *self, mb_batch_t *m, int is_put, const cr_store_repl
         for (size_t j = off; j < off + c; j++) {
             int r = res[j] == INT32_MIN ? (rc < 0 ? rc : CR_E_INTERNAL_ERROR) : res[j];
             if (is_put)
-                r = put_rc(r);
+                r = put_rc(r, cfg);
             size_t i = idx[j];
             if (r < 0) {
                 m->out[i] = r;

@@ -369,6 +369,8 @@ static cr_store_replicate_config_t cfg_effective(const cr_store_replicate_config
         e.soft_pin = c->soft_pin;
     if (m & CR_STORE_REPL_HARD_PIN)
         e.hard_pin = c->hard_pin;
+    if (m & CR_STORE_REPL_UPSERT)
+        e.upsert = c->upsert;
     return e;
 }
 
@@ -377,14 +379,15 @@ static void cfg_to_rpc(const cr_store_replicate_config_t *config, cr__rpc_repl_c
     cr_store_replicate_config_t c = cfg_effective(config);
     memset(o, 0, sizeof *o);
     o->replica_num = c.replica_num ? c.replica_num : 1;
-    o->flags = (c.soft_pin ? CR__RPC_CFG_SOFT_PIN : 0) | (c.hard_pin ? CR__RPC_CFG_HARD_PIN : 0);
+    o->flags = (c.soft_pin ? CR__RPC_CFG_SOFT_PIN : 0) | (c.hard_pin ? CR__RPC_CFG_HARD_PIN : 0) |
+               (c.upsert ? CR__RPC_CFG_UPSERT : 0);
     o->n_preferred = (uint32_t)c.n_preferred;
     o->preferred = (const char **)c.preferred_segments;
 }
 
 static int check_cfg(const cr_store_replicate_config_t *config)
 {
-    if (config && (config->field_mask & ~CR_STORE_REPL_V1))
+    if (config && (config->field_mask & ~(CR_STORE_REPL_V1 | CR_STORE_REPL_UPSERT)))
         return CR_E_INVALID_PARAMS; /* a bit this library does not know */
     cr_store_replicate_config_t c = cfg_effective(config);
     if (c.replica_num > CR_STORE_REPLICA_MAX || c.n_preferred > CR_STORE_PREFERRED_MAX ||
@@ -973,9 +976,12 @@ static void get_validate(cr_store_t *s, cr__rpc_msg_t *rep, uint64_t t0, size_t 
 
 /* Core of the gets: GetReplicaList, the reads (direct into registered
  * memory, or staged), then validation. dsts[i] is registered memory
- * unless staged (then any memory; only n == 1). */
+ * unless staged (then any memory; only n == 1). With alloc (n == 1,
+ * staged), the destination is malloc'd at the size the master reported
+ * and returned in *alloc on success (dsts/caps unused): the value read is
+ * the version located, whatever its size. */
 static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, const size_t *caps,
-                  size_t n, size_t *lens, int staged, int *results)
+                  size_t n, size_t *lens, int staged, int *results, void **alloc)
 {
     uint64_t t0 = cr__now_ms();
     cr__rpc_msg_t req, rep = {0};
@@ -987,6 +993,21 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
         return rc;
+    }
+    void *abuf = NULL;
+    size_t acap = 0;
+    if (alloc) {
+        if (rep.items[0].status == 0) {
+            acap = rep.items[0].size;
+            abuf = acap && acap <= CR_STORE_VALUE_MAX ? malloc(acap) : NULL;
+            if (!abuf) {
+                cr__rpc_msg_free(&rep);
+                results[0] = acap ? -ENOMEM : CR_E_INVALID_REPLICA;
+                return results[0];
+            }
+        }
+        dsts = &abuf;
+        caps = &acap;
     }
     if (s->test_hooks.after_get_replicas) /* tests: a reader stuck before its reads */
         s->test_hooks.after_get_replicas(s->test_hooks.user);
@@ -1021,6 +1042,12 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
     int firsterr = 0;
     for (size_t i = 0; i < n && !firsterr; i++)
         firsterr = results[i];
+    if (alloc) {
+        if (firsterr)
+            free(abuf);
+        else
+            *alloc = abuf;
+    }
     return firsterr;
 }
 
@@ -1035,7 +1062,7 @@ int cr_store_get_into(cr_store_t *s, const char *key, void *buf, size_t cap, siz
         return CR_E_INVALID_PARAMS;
     int res;
     size_t l = 0;
-    rc = do_get(s, &key, &buf, &cap, 1, &l, 0, &res);
+    rc = do_get(s, &key, &buf, &cap, 1, &l, 0, &res, NULL);
     if (!rc)
         *len = l;
     return rc;
@@ -1053,7 +1080,7 @@ int cr_store_get(cr_store_t *s, const char *key, void *buf, size_t cap, size_t *
     int staged = !cr__sc_is_registered(s, buf, cap);
     int res;
     size_t l = 0;
-    rc = do_get(s, &key, &buf, &cap, 1, &l, staged, &res);
+    rc = do_get(s, &key, &buf, &cap, 1, &l, staged, &res, NULL);
     if (!rc)
         *len = l;
     return rc;
@@ -1063,30 +1090,20 @@ int cr_store_get_alloc(cr_store_t *s, const char *key, void **out, size_t *len)
 {
     if (!s || !out || !len)
         return CR_E_INVALID_PARAMS;
-    /* size, then get; retried a few times if the key is replaced by a
-     * bigger value in between */
-    for (int attempt = 0; attempt < 4; attempt++) {
-        uint64_t size;
-        int rc = cr_store_get_size(s, key, &size);
-        if (rc)
-            return rc;
-        if (size == 0 || size > CR_STORE_VALUE_MAX)
-            return CR_E_INVALID_REPLICA;
-        void *buf = malloc(size);
-        if (!buf)
-            return -ENOMEM;
-        size_t l;
-        rc = cr_store_get(s, key, buf, size, &l);
-        if (rc == 0) {
-            *out = buf;
-            *len = l;
-            return 0;
-        }
-        free(buf);
-        if (rc != CR_E_BUFFER_OVERFLOW)
-            return rc;
-    }
-    return CR_E_BUFFER_OVERFLOW;
+    int rc = cr__sc_check_key(key);
+    if (rc)
+        return rc;
+    /* one GetReplicaList: the buffer is sized from the version located, so
+     * a value replaced meanwhile (upsert) by a bigger one cannot overflow */
+    void *buf = NULL;
+    size_t l = 0;
+    int res;
+    rc = do_get(s, &key, NULL, NULL, 1, &l, 1, &res, &buf);
+    if (rc)
+        return rc;
+    *out = buf;
+    *len = l;
+    return 0;
 }
 
 int cr_store_batch_get_into(cr_store_t *s, const char *const *keys, void *const *bufs,
@@ -1118,7 +1135,7 @@ int cr_store_batch_get_into(cr_store_t *s, const char *const *keys, void *const 
         m++;
     }
     if (m)
-        do_get(s, k2, b2, c2, m, l2, 0, r2);
+        do_get(s, k2, b2, c2, m, l2, 0, r2, NULL);
     for (size_t j = 0; j < m; j++) {
         results[idx[j]] = r2[j];
         if (!r2[j])

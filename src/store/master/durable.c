@@ -33,7 +33,9 @@ static void jr_clear(cr__master_t *m, uint8_t type)
  * positional) with no shards; shards as allocator blocks. */
 void cr__m_jr_obj(cr__master_t *m, obj_t *o)
 {
-    if (!m->jfn)
+    /* an upsert's pending new version (upsert.c: its shadow name holds a
+     * NUL) is not journaled: a restarted master keeps the old version */
+    if (!m->jfn || memchr(obj_key(o), 0, o->key_len))
         return;
     cr__ha_rec_t *r = &m->jrec;
     jr_clear(m, CR__HA_OBJ);
@@ -68,7 +70,7 @@ void cr__m_jr_obj(cr__master_t *m, obj_t *o)
 
 void cr__m_jr_key(cr__master_t *m, uint8_t type, obj_t *o)
 {
-    if (!m->jfn)
+    if (!m->jfn || memchr(obj_key(o), 0, o->key_len)) /* see cr__m_jr_obj */
         return;
     jr_clear(m, type);
     m->jrec.version = o->version;

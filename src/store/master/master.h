@@ -248,7 +248,8 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(tier_ssd_used_bytes, gauge, "Disk-tier bytes allocated (objects, offloads in flight)")  \
     X(tier_ssd_only_objects, gauge, "Complete objects held on disk only")                     \
     X(tier_tasks_queued, gauge, "Tier tasks waiting for their node")                          \
-    X(tier_tasks_running, gauge, "Tier tasks handed to a node and not completed")
+    X(tier_tasks_running, gauge, "Tier tasks handed to a node and not completed")             \
+    X(upserts_total, counter, "Objects replaced by an upsert's PutEnd")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

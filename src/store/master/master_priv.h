@@ -285,6 +285,27 @@ void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now);
 int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
                            const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
                            cr__rpc_item_t *it);
+/* Creates a pending object (placement, index, journal, reply replicas)
+ * under key[0..key_len) whose hash is h; the caller checked the key. */
+int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
+                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, uint64_t now,
+                                cr__rpc_msg_t *msg, cr__rpc_item_t *it);
+
+/* ---- upsert.c: replacing a complete object ------------------------------- */
+
+/* PutStart with CR__RPC_CFG_UPSERT of a key that has a complete object: the
+ * new version is written as a pending object under a shadow name no user
+ * key can have; readers keep seeing the old version. */
+int cr__m_upsert_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
+                              const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
+                              cr__rpc_item_t *it);
+/* PutEnd / PutRevoke of (key, version) when key's own object has another
+ * version: finish or drop the pending replacement, else OBJECT_NOT_FOUND. */
+int cr__m_upsert_end_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
+                            uint64_t now);
+int cr__m_upsert_revoke_locked(cr__master_t *m, const char *key, size_t key_len,
+                               uint64_t version, uint64_t now);
+
 int cr__m_put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
                          uint64_t now);
 int cr__m_put_revoke_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,

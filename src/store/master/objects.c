@@ -20,12 +20,22 @@ int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uin
     int64_t i = cr__m_map_find(m, key, key_len, h);
     if (i >= 0) {
         obj_t *o = m->slots[i];
+        if ((o->flags & OF_COMPLETE) && cfg && (cfg->flags & CR__RPC_CFG_UPSERT))
+            return cr__m_upsert_start_locked(m, key, key_len, size, cfg, now, msg, it);
         if ((o->flags & OF_COMPLETE) || o->until_ms > now)
             return CR_E_OBJECT_ALREADY_EXISTS;
         /* a dead writer's put past its deadline: reclaim it now */
         CNT(m, puts_timed_out_total)++;
         cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
     }
+    return cr__m_pending_create_locked(m, key, key_len, h, size, cfg, now, msg, it);
+}
+
+int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
+                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, uint64_t now,
+                                cr__rpc_msg_t *msg, cr__rpc_item_t *it)
+{
+    uint32_t n_rep = cfg && cfg->replica_num ? cfg->replica_num : 1;
     placing_t p;
     if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
         cr__m_quarantine_release(m, now, SIZE_MAX);
@@ -96,7 +106,7 @@ int cr__m_put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint6
         return CR_E_INVALID_KEY;
     obj_t *o = cr__m_lookup(m, key, key_len);
     if (!o || o->version != version)
-        return CR_E_OBJECT_NOT_FOUND;
+        return cr__m_upsert_end_locked(m, key, key_len, version, now);
     if (o->flags & OF_COMPLETE)
         return 0;
     if (o->until_ms <= now) { /* past its deadline: reclaim, refuse */
@@ -138,7 +148,7 @@ int cr__m_put_revoke_locked(cr__master_t *m, const char *key, size_t key_len, ui
         return CR_E_INVALID_KEY;
     obj_t *o = cr__m_lookup(m, key, key_len);
     if (!o || o->version != version)
-        return CR_E_OBJECT_NOT_FOUND;
+        return cr__m_upsert_revoke_locked(m, key, key_len, version, now);
     if (o->flags & OF_COMPLETE)
         return CR_E_INVALID_PARAMS;
     /* The writer gave up, but a transfer it timed out on may still have

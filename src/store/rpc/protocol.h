@@ -130,6 +130,8 @@ enum cr__rpc_type {
 #define CR__RPC_F_REPL_RESET 0x1u     /* REPL_APPEND: a snapshot starts; forget the rest */
 #define CR__RPC_CFG_SOFT_PIN 0x1u     /* replicate config flags */
 #define CR__RPC_CFG_HARD_PIN 0x2u
+#define CR__RPC_CFG_UPSERT 0x4u       /* PutStart of an existing key: replace it at
+                                         PutEnd (store/master/upsert.c) */
 
 /* Fixed-width wire header (little-endian on the wire; this struct is the
  * decoded host form with the same field order and sizes). */
@@ -171,7 +173,7 @@ typedef struct cr__rpc_replica {
 /* Replicate config of a PutStart item. */
 typedef struct cr__rpc_repl_cfg {
     uint32_t replica_num;  /* 1..CR__RPC_REPLICA_MAX (0 = 1) */
-    uint32_t flags;        /* CR__RPC_CFG_SOFT_PIN | CR__RPC_CFG_HARD_PIN */
+    uint32_t flags;        /* CR__RPC_CFG_SOFT_PIN | CR__RPC_CFG_HARD_PIN | CR__RPC_CFG_UPSERT */
     uint32_t n_preferred;  /* 0..CR__RPC_PREFERRED_MAX */
     const char **preferred; /* segment names */
 } cr__rpc_repl_cfg_t;
