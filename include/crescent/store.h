@@ -288,6 +288,14 @@ CR_API int cr_store_get_replica_desc(cr_store_t *store, const char *key,
  * Returns as cr_store_remove_all(). */
 CR_API int cr_store_remove_all_force(cr_store_t *store, int force, uint64_t *removed);
 
+/* Removes every key matching pattern, a POSIX extended regular expression
+ * (unanchored search, like Mooncake's remove_by_regex; "^prefix_" for a
+ * prefix). Keys under a live read lease are skipped unless force. *removed
+ * (optional) gets the count. Returns 0, CR_E_INVALID_PARAMS (empty or
+ * over-long pattern, or one the master cannot compile), CR_E_RPC_FAIL. */
+CR_API int cr_store_remove_by_regex(cr_store_t *store, const char *pattern, int force,
+                                    uint64_t *removed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -666,18 +666,6 @@ class DistributedStore(_crescent.DistributedStore):
         _keys(segment_ids, "segment_ids")
         return UNAVAILABLE
 
-    def remove_by_regex(self, regex_pattern):
-        """Removes the keys matching a regular expression; returns the count
-        or a negative code. crescent's master has no key listing yet: -1011
-        (the pattern is still checked: a bad one gives -600)."""
-        if not isinstance(regex_pattern, str):
-            raise TypeError("regex_pattern must be str")
-        try:
-            re.compile(regex_pattern)
-        except re.error:
-            return INVALID_PARAMS
-        return UNAVAILABLE
-
     # ---- KV sessions (Mooncake master feature crescent lacks) ------------------------
 
     def _no_sessions(self, *a, **k):

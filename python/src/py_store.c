@@ -940,6 +940,31 @@ static PyObject *store_remove_all(PyStore *self, PyObject *args, PyObject *kw)
     return rc < 0 ? PyLong_FromLong(rc) : PyLong_FromUnsignedLongLong(n);
 }
 
+/* remove_by_regex(regex_pattern, force=False) -> count or negative */
+static PyObject *store_remove_by_regex(PyStore *self, PyObject *args, PyObject *kw)
+{
+    static char *kwl[] = {"regex_pattern", "force", NULL};
+    const char *pat;
+    Py_ssize_t plen;
+    int force = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s#|p:remove_by_regex", kwl, &pat, &plen, &force))
+        return NULL;
+    if (plen == 0 || plen > CR_STORE_KEY_MAX || (size_t)plen != strlen(pat))
+        return PyLong_FromLong(CR_E_INVALID_PARAMS);
+    uint64_t n = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
+    } else {
+        rc = cr_store_remove_by_regex(s, pat, force, &n);
+        st_release(self);
+    }
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? PyLong_FromLong(rc) : PyLong_FromUnsignedLongLong(n);
+}
+
 /* _replica_desc(key) -> (size, [(replica_id, [(segment, addr, len), ...]), ...])
  * or a negative status. */
 static PyObject *store_replica_desc(PyStore *self, PyObject *args, PyObject *kw)
@@ -1755,6 +1780,8 @@ static PyMethodDef store_methods[] = {
     M("is_exist", store_is_exist, "is_exist(key) -> 1, 0 or negative"),
     M("remove", store_remove, "remove(key, force=False) -> int"),
     M("remove_all", store_remove_all, "remove_all(force=False) -> count or negative"),
+    M("remove_by_regex", store_remove_by_regex,
+      "remove_by_regex(regex_pattern, force=False) -> count removed or negative"),
     M("_replica_desc", store_replica_desc,
       "_replica_desc(key) -> (size, [(replica_id, [(segment, addr, len)])]) or negative"),
     M("batch_is_exist", store_batch_is_exist, "batch_is_exist(keys) -> [1|0|negative]"),

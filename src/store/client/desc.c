@@ -1,6 +1,6 @@
-/* Store client introspection: replica descriptors of an object (Mooncake's
- * get_replica_desc) and the forced form of remove_all. Both are one master
- * round trip; no data moves. */
+/* Store client metadata calls for Mooncake's API: replica descriptors of an
+ * object (get_replica_desc), the forced form of remove_all, and
+ * remove_by_regex. Each is one master round trip; no data moves. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,6 +66,24 @@ int cr_store_remove_all_force(cr_store_t *s, int force, uint64_t *removed)
     cr__rpc_msg_t req = {0}, rep = {0};
     req.type = CR__RPC_REMOVE_ALL;
     req.flags = force ? CR__RPC_F_FORCE : 0;
+    int rc = cr__sc_call(s, &req, &rep);
+    if (rc)
+        return rc;
+    rc = rep.status;
+    if (!rc && removed)
+        *removed = rep.count;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+int cr_store_remove_by_regex(cr_store_t *s, const char *pattern, int force, uint64_t *removed)
+{
+    if (!s || !pattern || !*pattern || strlen(pattern) > CR_STORE_KEY_MAX)
+        return CR_E_INVALID_PARAMS;
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = CR__RPC_REMOVE_BY_REGEX;
+    req.flags = force ? CR__RPC_F_FORCE : 0;
+    req.pattern = pattern;
     int rc = cr__sc_call(s, &req, &rep);
     if (rc)
         return rc;

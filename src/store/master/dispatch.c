@@ -86,6 +86,12 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
             reply->status = reply->items[0].status;
         return;
     }
+    if (type == CR__RPC_REMOVE_BY_REGEX) { /* compiles its pattern outside the lock */
+        reply->status = cr__master_remove_by_regex(m, req->pattern,
+                                                   (req->flags & CR__RPC_F_FORCE) != 0, now,
+                                                   &reply->count);
+        return;
+    }
     int rc = 0;
     pthread_mutex_lock(&m->mu);
     switch (type) {

@@ -137,6 +137,15 @@ int cr__master_remove(cr__master_t *m, const char *key, size_t key_len, int forc
 /* Removes every complete object (without a live lease unless force).
  * *count gets how many. Returns 0. */
 int cr__master_remove_all(cr__master_t *m, int force, uint64_t now_ms, uint64_t *count);
+
+/* Removes every complete object whose key matches the POSIX extended
+ * regular expression pattern (unanchored, like Mooncake's regex search
+ * of keys): like RemoveAll, objects under a live read lease are skipped
+ * unless force. *count gets the number removed. Returns 0,
+ * CR_E_INVALID_PARAMS (NULL/empty/over-long pattern, or one regcomp()
+ * refuses). The scan holds the master lock: O(objects). */
+int cr__master_remove_by_regex(cr__master_t *m, const char *pattern, int force, uint64_t now,
+                               uint64_t *count);
 /* Stale-read check (protocol.h): 0 if the object of this version is
  * complete and replica_id is still attached; CR_E_OBJECT_NOT_FOUND (gone or
  * another version), CR_E_REPLICA_IS_GONE (that replica was dropped). */
@@ -249,7 +258,8 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(tier_ssd_only_objects, gauge, "Complete objects held on disk only")                     \
     X(tier_tasks_queued, gauge, "Tier tasks waiting for their node")                          \
     X(tier_tasks_running, gauge, "Tier tasks handed to a node and not completed")             \
-    X(upserts_total, counter, "Objects replaced by an upsert's PutEnd")
+    X(upserts_total, counter, "Objects replaced by an upsert's PutEnd")                          \
+    X(rpc_remove_by_regex_total, counter, "RemoveByRegex requests")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

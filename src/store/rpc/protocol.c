@@ -99,6 +99,7 @@ static const struct {
     {CR__RPC_TIER_REPORT, "tier_report"},
     {CR__RPC_TIER_SYNC, "tier_sync"},
     {CR__RPC_REPL_APPEND, "repl_append"},
+    {CR__RPC_REMOVE_BY_REGEX, "remove_by_regex"},
 };
 
 const char *cr__rpc_type_name(uint16_t type)
@@ -391,6 +392,18 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
                 w_u64(b, m->count);
                 w_u32(b, m->blob_len);
                 w_bytes(b, m->blob, m->blob_len);
+            }
+            break;
+        case CR__RPC_REMOVE_BY_REGEX:
+            if (reply) {
+                w_u64(b, m->count);
+            } else {
+                size_t l = m->pattern ? strlen(m->pattern) : 0;
+                if (l == 0 || l > CR__RPC_KEY_MAX)
+                    return -EINVAL;
+                w_u32(b, m->flags);
+                w_u16(b, (uint16_t)l);
+                w_bytes(b, m->pattern, l);
             }
             break;
         }
@@ -757,6 +770,22 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
                     else if (copy)
                         memcpy(copy, p, m.blob_len);
                     m.blob = copy;
+                }
+            }
+            break;
+        case CR__RPC_REMOVE_BY_REGEX:
+            if (reply) {
+                m.count = r_u64(&r);
+            } else {
+                m.flags = r_u32(&r);
+                uint16_t l = r_u16(&r);
+                const uint8_t *p = r.bad || l == 0 || l > CR__RPC_KEY_MAX ? NULL : r_take(&r, l);
+                if (!p || memchr(p, 0, l)) {
+                    rc = -1;
+                } else {
+                    m.pattern = cr__rpc_msg_strdup(&m, (const char *)p, l);
+                    if (!m.pattern)
+                        nomem = 1, rc = -1;
                 }
             }
             break;

@@ -117,6 +117,9 @@ enum cr__rpc_type {
     CR__RPC_TIER_MOUNT = 0x60,  /* mount a disk segment (segment, size = capacity) */
     CR__RPC_TIER_REPORT = 0x61, /* adopt objects found on disk (restart) */
     CR__RPC_TIER_SYNC = 0x62,   /* completions in, tasks out */
+
+    /* 0x70-0x7f: Mooncake API operations (issue 13) */
+    CR__RPC_REMOVE_BY_REGEX = 0x70, /* flags (FORCE), pattern -> count */
 };
 /* 1 if type (without the reply bit) is one of the tier messages. */
 #define CR__RPC_IS_TIER(t) (((t) & 0x7fffu) >= CR__RPC_TIER_MOUNT && ((t) & 0x7fffu) <= CR__RPC_TIER_SYNC)
@@ -239,6 +242,7 @@ typedef struct cr__rpc_msg {
     uint32_t epoch;      /* header epoch (see cr__rpc_hdr_t) */
     const uint8_t *blob; /* REPL_APPEND request: blob_len bytes (in the arena after decode) */
     uint32_t blob_len;
+    const char *pattern; /* REMOVE_BY_REGEX: NUL-terminated, 1..CR__RPC_KEY_MAX bytes */
     void *arena; /* private: decode allocations */
 } cr__rpc_msg_t;
 

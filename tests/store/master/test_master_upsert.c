@@ -3,7 +3,9 @@
  * readable until PutEnd swaps in the new one in one step; revoke and the
  * put deadline drop only the new version; concurrent upserts; the old
  * version's space stays quarantined while a reader holds its lease; a
- * master restored from the journal sees the new version. */
+ * master restored from the journal sees the new version. Also
+ * RemoveByRegex (regex.c), the other Mooncake-API master operation, and
+ * its wire encoding. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -228,6 +230,59 @@ static void test_journal_sees_the_new_version(void **s)
     cr__ha_buf_free(&jb);
 }
 
+static void test_remove_by_regex(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk();
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x1000000, 4 * MiB, 0), 0);
+    const char *keys[] = {"user_session_1", "user_session_2", "user_x", "other", "pend"};
+    uint64_t v, gv, n;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(start(m, keys[i], 100, 0, 1, &v, NULL), 0);
+        assert_int_equal(end(m, keys[i], v, 1), 0);
+    }
+    assert_int_equal(start(m, "user_session_p", 100, 0, 1, &v, NULL), 0); /* pending */
+    assert_int_equal(get(m, "user_session_2", 2, &gv, NULL, NULL, NULL), 0); /* leased */
+    assert_int_equal(cr__master_remove_by_regex(m, "^user_session_", 0, 3, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(cr__master_exist(m, "user_session_1", 14, 4), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr__master_exist(m, "user_session_2", 14, 4), 0);
+    assert_int_equal(cr__master_remove_by_regex(m, "session", 1, 4, &n), 0); /* unanchored */
+    assert_int_equal(n, 1);
+    assert_int_equal(end(m, "user_session_p", v, 5), 0); /* pending puts are not touched */
+    assert_int_equal(cr__master_remove_by_regex(m, "(", 0, 6, &n), CR_E_INVALID_PARAMS);
+    assert_int_equal(cr__master_remove_by_regex(m, "", 0, 6, &n), CR_E_INVALID_PARAMS);
+    assert_int_equal(cr__master_remove_by_regex(m, "^(user_x|other)$", 0, 7, &n), 0);
+    assert_int_equal(n, 2);
+    /* the request over the wire, and a malformed one refused */
+    cr__rpc_msg_t req = {.type = CR__RPC_REMOVE_BY_REGEX, .req_id = 7, .flags = CR__RPC_F_FORCE,
+                         .pattern = "^user_session_p$"};
+    cr__rpc_buf_t b;
+    cr__rpc_buf_init(&b);
+    assert_int_equal(cr__rpc_encode(&req, &b), 0);
+    cr__rpc_hdr_t h;
+    assert_int_equal(cr__rpc_decode_hdr(b.data, &h), 0);
+    cr__rpc_msg_t dec;
+    assert_int_equal(cr__rpc_decode(&h, b.data + CR__RPC_HDR_SIZE, b.len - CR__RPC_HDR_SIZE, &dec),
+                     0);
+    assert_string_equal(dec.pattern, "^user_session_p$");
+    assert_int_equal(dec.flags, CR__RPC_F_FORCE);
+    cr__rpc_msg_t rep = {0};
+    cr__master_handle(m, &dec, &rep, 8);
+    assert_int_equal(rep.status, 0);
+    assert_int_equal(rep.count, 1);
+    cr__rpc_msg_free(&dec);
+    b.data[b.len - 1] = 0; /* a NUL inside the pattern */
+    assert_int_equal(cr__rpc_decode(&h, b.data + CR__RPC_HDR_SIZE, b.len - CR__RPC_HDR_SIZE, &dec),
+                     -EBADMSG);
+    cr__rpc_buf_free(&b);
+    req.pattern = "";
+    cr__rpc_buf_init(&b);
+    assert_int_equal(cr__rpc_encode(&req, &b), -EINVAL);
+    cr__rpc_buf_free(&b);
+    cr__master_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -236,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_revoke_deadline_and_concurrency),
         cmocka_unit_test(test_old_version_gone_meanwhile),
         cmocka_unit_test(test_journal_sees_the_new_version),
+        cmocka_unit_test(test_remove_by_regex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
