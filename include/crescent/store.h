@@ -69,6 +69,7 @@ enum cr_store_param_field {
     CR_STORE_PARAM_TRANSFER_TIMEOUT_MS = 1u << 8,
     CR_STORE_PARAM_HEARTBEAT_MS = 1u << 9,
     CR_STORE_PARAM_TE_PORT = 1u << 10,
+    CR_STORE_PARAM_CLUSTER_KEY_FILE = 1u << 24,
 };
 
 /* Parameters of cr_store_create(). Only fields whose bit is set in
@@ -107,6 +108,13 @@ typedef struct cr_store_params {
     unsigned heartbeat_ms;
     /* TE listening port (0 = ephemeral). Default 0. */
     uint16_t te_port;
+    /* Security (docs/security.md): a file holding the cluster key. With a
+     * key, every master RPC connection and every TE peer proves membership
+     * and the master/peers must prove it back; metadata is signed and
+     * verified. Default (bit unset or ""): $CRESCENT_CLUSTER_KEY_FILE, and
+     * security off when that is unset too. A bad key file is
+     * CR_E_INVALID_PARAMS. */
+    const char *cluster_key_file;
 } cr_store_params_t;
 
 /* Creates a client: starts its TE engine, registers its local buffer,

@@ -51,6 +51,7 @@ enum cr_xfer_param_field {
     CR_XFER_PARAM_IO_THREADS = 1u << 7,
     CR_XFER_PARAM_CONNS_PER_PATH = 1u << 8,
     CR_XFER_PARAM_TIMEOUT_MS = 1u << 9,
+    CR_XFER_PARAM_CLUSTER_KEY_FILE = 1u << 24,
 };
 
 /* Parameters of cr_xfer_engine_create(). Only fields whose bit is set in
@@ -92,6 +93,11 @@ typedef struct cr_xfer_params {
     /* Per-request timeout in ms (a request not completed in this time fails
      * with -ETIMEDOUT). Default 30000. */
     unsigned timeout_ms;
+    /* Security (docs/security.md): a file holding the cluster key; the
+     * descriptors this engine publishes are signed with it and those it
+     * reads must verify. Default (bit unset or ""): $CRESCENT_CLUSTER_KEY_FILE;
+     * security off when that is unset too. A bad key file is -EINVAL. */
+    const char *cluster_key_file;
 } cr_xfer_params_t;
 
 /* Creates an engine, starts its listeners and publishes its (empty)

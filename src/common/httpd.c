@@ -10,6 +10,7 @@
  * once are bounded server-wide (body_budget); past it requests get 503. */
 #include "common/httpd.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
@@ -18,8 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "common/auth/auth.h"
 #include "common/log.h"
 #include "common/net.h"
 
@@ -28,6 +31,8 @@
 #define HTTPD_CONN_TIMEOUT_S 30  /* idle connection timeout */
 #define HTTPD_INITIAL_BODY 4096
 #define HTTPD_MIN_BODY_BUDGET (64u << 20) /* bytes of bodies buffered at once, server-wide */
+#define HTTPD_PER_SOURCE 64      /* default connections per source address */
+#define HTTPD_TARGET_MAX 4096    /* request target kept for signature checks */
 
 struct cr__httpd {
     struct MHD_Daemon *mhd;
@@ -37,6 +42,8 @@ struct cr__httpd {
     _Atomic size_t body_inflight;  /* capacity of all request bodies being collected */
     cr__http_handler_fn fn;
     void *user;
+    struct cr__auth *auth; /* NULL = security off */
+    _Atomic uint64_t auth_refused;
 };
 
 struct conn_state {
@@ -45,6 +52,7 @@ struct conn_state {
     size_t len, cap; /* cap is charged to srv->body_inflight */
     int too_big;
     int overloaded; /* the server-wide body budget was exhausted */
+    char *target;   /* security on: the request target as received (path?query) */
 };
 
 static enum MHD_Result queue_static(struct MHD_Connection *c, unsigned status, const char *text)
@@ -105,12 +113,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     cr__httpd_t *srv = cls;
     struct conn_state *st = *con_cls;
 
-    if (!st) { /* first call for this request: headers only */
-        st = calloc(1, sizeof *st);
+    if (!st || !st->srv) { /* first call for this request: headers only */
+        if (!st)
+            st = calloc(1, sizeof *st);
         if (!st)
             return MHD_NO;
         st->srv = srv;
         *con_cls = st;
+        if (srv->auth && !MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                      CR__AUTH_HTTP_HEADER)) {
+            atomic_fetch_add(&srv->auth_refused, 1);
+            st->too_big = 1; /* discard any body */
+            return queue_static(conn, MHD_HTTP_UNAUTHORIZED,
+                                "credentials required: X-Crescent-Auth (docs/security.md)\n");
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                       MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
@@ -134,6 +150,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return queue_static(conn, MHD_HTTP_CONTENT_TOO_LARGE, "request body too large\n");
     if (st->overloaded)
         return queue_static(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server busy, retry\n");
+    if (srv->auth) {
+        const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, CR__AUTH_HTTP_HEADER);
+        int arc = cr__auth_http_verify(srv->auth, h, method, st->target ? st->target : url,
+                                       st->body ? st->body : "", st->len, (uint64_t)time(NULL));
+        if (arc) {
+            atomic_fetch_add(&srv->auth_refused, 1);
+            CR_LOG_RL(CR__LOG_WARN, "httpd", "refused %s %s: bad or replayed signature", method,
+                      url);
+            return queue_static(conn, MHD_HTTP_UNAUTHORIZED, "bad credentials\n");
+        }
+    }
 
     cr__http_req_t req = {
         .method = method,
@@ -170,11 +197,28 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)cls, (void)conn, (void)toe;
     struct conn_state *st = *con_cls;
     if (st) {
-        atomic_fetch_sub(&st->srv->body_inflight, st->cap);
+        if (st->srv)
+            atomic_fetch_sub(&st->srv->body_inflight, st->cap);
         free(st->body);
+        free(st->target);
         free(st);
         *con_cls = NULL;
     }
+}
+
+/* MHD's URI log callback: runs first for each request with the request
+ * target as received; security on keeps it for the signature check (the
+ * handler's url has the query string stripped). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)conn;
+    cr__httpd_t *srv = cls;
+    if (!srv->auth)
+        return NULL;
+    struct conn_state *st = calloc(1, sizeof *st);
+    if (st && uri)
+        st->target = strndup(uri, HTTPD_TARGET_MAX);
+    return st; /* st->srv stays NULL until on_request's first call */
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -194,6 +238,22 @@ const char *cr__http_req_arg(const cr__http_req_t *req, const char *name)
         return NULL;
     return MHD_lookup_connection_value((struct MHD_Connection *)req->impl,
                                        MHD_GET_ARGUMENT_KIND, name);
+}
+
+void cr__http_req_peer(const cr__http_req_t *req, char *buf, size_t len)
+{
+    snprintf(buf, len, "?");
+    if (!req || !req->impl)
+        return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        (struct MHD_Connection *)req->impl, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr)
+        return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, buf, (socklen_t)len);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, buf, (socklen_t)len);
 }
 
 int cr__http_resp_set(cr__http_resp_t *resp, int status, const char *content_type,
@@ -233,8 +293,20 @@ int cr__http_resp_printf(cr__http_resp_t *resp, int status, const char *fmt, ...
 int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_handler_fn fn,
                     void *user, cr__httpd_t **out)
 {
-    if (!fn || !out || max_body >= SIZE_MAX / 2)
+    cr__httpd_params_t p = {
+        .host = host, .port = port, .max_body = max_body, .fn = fn, .user = user};
+    return cr__httpd_start_ex(&p, out);
+}
+
+int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
+{
+    if (!p || !p->fn || !out || p->max_body >= SIZE_MAX / 2)
         return -EINVAL;
+    const char *host = p->host;
+    uint16_t port = p->port;
+    size_t max_body = p->max_body;
+    cr__http_handler_fn fn = p->fn;
+    void *user = p->user;
     cr__httpd_t *srv = calloc(1, sizeof *srv);
     if (!srv)
         return -ENOMEM;
@@ -245,6 +317,7 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
                                                         : 4 * max_body;
     srv->fn = fn;
     srv->user = user;
+    srv->auth = p->auth;
     /* Bind ourselves: gives a precise errno (-EADDRINUSE), host selection
      * and the ephemeral port without relying on MHD's address handling. */
     int fd = cr__net_listen(host, port, 128, &srv->port);
@@ -261,6 +334,9 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTPD_THREADS,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTPD_CONN_LIMIT,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTPD_CONN_TIMEOUT_S,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)(p->max_conns_per_source ? p->max_conns_per_source : HTTPD_PER_SOURCE),
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (!srv->mhd) {
@@ -269,6 +345,8 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
         free(srv);
         return -ENOMEM;
     }
+    if (p->name)
+        cr__auth_warn_open(p->auth, p->name, host);
     *out = srv;
     return 0;
 }

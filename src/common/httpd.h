@@ -33,6 +33,10 @@ typedef void (*cr__http_handler_fn)(void *user, const cr__http_req_t *req, cr__h
 /* Value of query argument `name` (URL-decoded), or NULL. Valid during the handler. */
 const char *cr__http_req_arg(const cr__http_req_t *req, const char *name);
 
+/* The caller's address as text ("127.0.0.1", "::1"; "?" if unknown) into
+ * buf (NUL-terminated). */
+void cr__http_req_peer(const cr__http_req_t *req, char *buf, size_t len);
+
 /* Sets the response: copies len bytes of body. Returns 0 or -ENOMEM. */
 int cr__http_resp_set(cr__http_resp_t *resp, int status, const char *content_type,
                       const void *body, size_t len);
@@ -45,6 +49,26 @@ int cr__http_resp_printf(cr__http_resp_t *resp, int status, const char *fmt, ...
  * handler. Returns 0 and *out, or -EADDRINUSE / -EINVAL / -ENOMEM. */
 int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_handler_fn fn,
                     void *user, cr__httpd_t **out);
+/* Extensible form of cr__httpd_start (CONVENTIONS: a parameter struct).
+ * auth != NULL turns security on: every request must carry a valid
+ * X-Crescent-Auth signature (common/auth/auth.h) over its method, request
+ * target and body; others get 401 without calling the handler (a request
+ * without the header is refused before its body is read). auth must
+ * outlive the server. One source address may hold at most
+ * max_conns_per_source connections (default 64); connections idle (or
+ * silent from the start) for 30 s are closed. */
+typedef struct cr__httpd_params {
+    const char *host;
+    uint16_t port;
+    size_t max_body;
+    cr__http_handler_fn fn;
+    void *user;
+    struct cr__auth *auth;       /* NULL = security off */
+    const char *name;            /* for the open-listener warning, e.g. "master admin HTTP" */
+    unsigned max_conns_per_source; /* 0 = default 64 */
+} cr__httpd_params_t;
+int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out);
+
 /* Bodies being collected at once, summed over all connections, are bounded
  * (default: 4 x max_body, at least 64 MiB); a request that would exceed the
  * bound gets 503 without calling the handler. Changes the bound (e.g. for

@@ -90,3 +90,29 @@ void cr_log_set_handler(cr_log_handler_fn fn, void *user)
     atomic_store(&g_handler, h);
     pthread_mutex_unlock(&g_set_mu);
 }
+
+int cr__log_rl_allow(cr__log_rl_t *rl, unsigned *suppressed)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long long now =
+        (unsigned long long)ts.tv_sec * 1000ull + (unsigned long long)ts.tv_nsec / 1000000ull;
+    int ok;
+    pthread_mutex_lock(&mu);
+    if (now - rl->window_start_ms >= CR__LOG_RL_PERIOD_MS || rl->window_start_ms == 0) {
+        rl->window_start_ms = now ? now : 1;
+        rl->printed = 0;
+    }
+    ok = rl->printed < CR__LOG_RL_BURST;
+    *suppressed = 0;
+    if (ok) {
+        rl->printed++;
+        *suppressed = rl->suppressed;
+        rl->suppressed = 0;
+    } else {
+        rl->suppressed++;
+    }
+    pthread_mutex_unlock(&mu);
+    return ok;
+}

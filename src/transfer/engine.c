@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/auth/auth.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "transfer/xfer_internal.h"
@@ -185,6 +186,7 @@ static void teardown(cr_xfer_engine_t *e, int published)
     pthread_mutex_destroy(&e->peer_lock);
     pthread_mutex_destroy(&e->publish_lock);
     pthread_mutex_destroy(&e->batch_list_lock);
+    cr__auth_free(e->auth);
     free(e);
 }
 
@@ -201,6 +203,13 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
     int rc = build_config(params, &e->cfg);
     if (rc)
         goto fail_early;
+    if (cr__auth_load_key_file(params && (params->field_mask & CR_XFER_PARAM_CLUSTER_KEY_FILE)
+                                   ? params->cluster_key_file
+                                   : NULL,
+                               &e->auth)) {
+        rc = -EINVAL;
+        goto fail_early;
+    }
     if ((rc = cr__xfer_mem_init(e)) != 0)
         goto fail_early;
     if ((rc = cr__xfer_notify_init(e)) != 0)
@@ -237,11 +246,14 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
         rc = cr__meta_open(e->cfg.metadata_uri, (int)e->cfg.timeout_ms, &e->meta);
         if (rc)
             goto fail;
+        cr__meta_set_auth(e->meta, e->auth);
         if ((rc = cr__xfer_publish(e)) != 0) {
-            rc = rc == -EINVAL || rc == -ENOMEM ? rc : -EHOSTUNREACH;
+            rc = rc == -EINVAL || rc == -ENOMEM || rc == -EACCES ? rc : -EHOSTUNREACH;
             goto fail;
         }
     }
+    for (uint32_t i = 0; i < d->n_nics; i++)
+        cr__auth_warn_open(e->auth, "Transfer Engine", d->nics[i].addr);
     char names[128] = "";
     for (size_t i = 0, o = 0; i < e->n_transports && o < sizeof names; i++)
         o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? "+" : "",
@@ -254,6 +266,7 @@ fail:
     teardown(e, 0);
     return rc;
 fail_early:
+    cr__auth_free(e->auth);
     pthread_mutex_destroy(&e->peer_lock);
     pthread_mutex_destroy(&e->publish_lock);
     pthread_mutex_destroy(&e->batch_list_lock);

@@ -98,6 +98,7 @@ struct cr_xfer_batch {
 struct cr_xfer_engine {
     cr__xfer_config_t cfg;
     cr__meta_t *meta; /* NULL in p2p mode */
+    struct cr__auth *auth; /* cluster key (common/auth); NULL = security off */
     cr__topology_t topo;
     atomic_int destroying;
 

@@ -99,6 +99,7 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
     int rc = cr__ha_repl_create(cfg->rpc_addr, cfg->journal, cfg->sync_timeout_ms, &g.repl);
     if (rc)
         return rc;
+    cr__ha_repl_set_auth(g.repl, cfg->auth);
     /* A deposed leader's journal may hold changes nobody acknowledged:
      * it starts empty and waits for the new leader's snapshot. */
     int deposed = getenv("CRESCENT_MASTER_HA_DEPOSED") != NULL;

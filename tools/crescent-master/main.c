@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/auth/auth_opts.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/httpd.h"
@@ -72,11 +73,14 @@ typedef struct master_opts {
     int journal_fsync;
     int64_t ha_lease_ttl;
     int64_t ha_sync_timeout_ms;
+    CR__AUTH_CFG_FIELDS; /* security (docs/security.md) */
 } master_opts_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(master_opts_t, n)}
 static const cr__cfg_opt_t opts[] = {
-    OPT(rpc_address, "0.0.0.0", "address the RPC service binds", CR__CFG_STR),
+    OPT(rpc_address, "127.0.0.1",
+        "address the RPC service binds (0.0.0.0 = all; say so together with --cluster_key_file)",
+        CR__CFG_STR),
     OPT(rpc_port, "50051", "RPC port (0 = ephemeral)", CR__CFG_INT),
     OPT(rpc_thread_num, "2", "RPC event-loop threads", CR__CFG_INT),
     OPT(max_connections, "1024", "bound on open RPC connections", CR__CFG_INT),
@@ -92,11 +96,11 @@ static const cr__cfg_opt_t opts[] = {
         CR__CFG_DOUBLE),
     OPT(enable_http_metadata_server, "false", "run the embedded HTTP metadata server",
         CR__CFG_BOOL),
-    OPT(http_metadata_server_host, "0.0.0.0", "address of the embedded metadata server",
+    OPT(http_metadata_server_host, "127.0.0.1", "address of the embedded metadata server",
         CR__CFG_STR),
     OPT(http_metadata_server_port, "8080", "port of the embedded metadata server (0 = ephemeral)",
         CR__CFG_INT),
-    OPT(metrics_address, "0.0.0.0", "address of the HTTP admin/metrics server", CR__CFG_STR),
+    OPT(metrics_address, "127.0.0.1", "address of the HTTP admin/metrics server", CR__CFG_STR),
     OPT(metrics_port, "9003",
         "HTTP admin port: /metrics /health /query_key /get_all_segments (0 = ephemeral, -1 = off)",
         CR__CFG_INT),
@@ -141,6 +145,7 @@ static const cr__cfg_opt_t opts[] = {
     OPT(journal_fsync, "false",
         "fdatasync each journal write (survives a machine crash, not only a process crash)",
         CR__CFG_BOOL),
+    CR__AUTH_CFG_OPTS(master_opts_t),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 #define SUMMARY "crescent store master: segments, objects, leases, eviction (metadata only)"
@@ -291,6 +296,13 @@ int main(int argc, char **argv)
     }
     mc.offload_watermark = o.tier_offload_watermark;
     mc.ssd_high_watermark = o.tier_ssd_high_watermark;
+    cr__auth_cfg_t ac = CR__AUTH_CFG_OF(o);
+    cr__auth_t *auth = NULL;
+    if ((rc = cr__auth_load(&ac, &auth))) {
+        fprintf(stderr, "crescent-master: security configuration unusable: %s\n",
+                cr_strerror(rc));
+        return 2;
+    }
     cr__master_t *m = NULL;
     cr__rpc_server_t *rpc = NULL;
     cr__httpd_t *admin = NULL;
@@ -332,9 +344,9 @@ int main(int argc, char **argv)
                     (unsigned long long)n, (unsigned long long)(cr__now_ms() - t0));
     }
     if (o.enable_http_metadata_server) {
-        rc = cr__meta_server_start(o.http_metadata_server_host,
-                                   (uint16_t)o.http_metadata_server_port, "/metadata",
-                                   (size_t)1 << 30, &meta);
+        rc = cr__meta_server_start_auth(o.http_metadata_server_host,
+                                        (uint16_t)o.http_metadata_server_port, "/metadata",
+                                        (size_t)1 << 30, (size_t)1 << 28, auth, &meta);
         if (rc) {
             fprintf(stderr, "crescent-master: cannot start HTTP metadata server on %s:%lld: %s\n",
                     o.http_metadata_server_host, (long long)o.http_metadata_server_port,
@@ -343,8 +355,14 @@ int main(int argc, char **argv)
         }
     }
     if (o.metrics_port >= 0) {
-        rc = cr__httpd_start(o.metrics_address, (uint16_t)o.metrics_port, ADMIN_MAX_BODY,
-                             admin_handler, m, &admin);
+        cr__httpd_params_t hp = {.host = o.metrics_address,
+                                 .port = (uint16_t)o.metrics_port,
+                                 .max_body = ADMIN_MAX_BODY,
+                                 .fn = admin_handler,
+                                 .user = m,
+                                 .auth = auth,
+                                 .name = "master admin HTTP"};
+        rc = cr__httpd_start_ex(&hp, &admin);
         if (rc) {
             fprintf(stderr, "crescent-master: cannot start metrics server on %s:%lld: %s\n",
                     o.metrics_address, (long long)o.metrics_port, cr_strerror(rc));
@@ -358,6 +376,7 @@ int main(int argc, char **argv)
         .max_conns = (int)o.max_connections,
         .idle_timeout_ms = (int)(o.rpc_idle_timeout * 1000.0),
         .frame_timeout_ms = RPC_FRAME_TIMEOUT_MS,
+        .auth = auth,
         .fn = handle,
         .user = m,
     };
@@ -387,6 +406,7 @@ int main(int argc, char **argv)
             .sync_timeout_ms = (int)o.ha_sync_timeout_ms,
             .journal = g_journal,
             .loaded = ha_loaded,
+            .auth = auth,
         };
         ha_loaded = NULL;
         if ((rc = master_ha_start(&hc, m))) {
@@ -395,6 +415,10 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    cr__auth_warn_open(auth, "master RPC", o.rpc_address);
+    if (auth)
+        fprintf(stderr, "crescent-master: security on (cluster key): RPC, admin and metadata "
+                        "callers must authenticate\n");
 
     char line[128];
     snprintf(line, sizeof line, "listening rpc=%u metrics=%u http_metadata=%u\n",
@@ -441,6 +465,7 @@ out:
         cr__master_set_journal(m, NULL, NULL);
     cr__ha_journal_close(g_journal);
     cr__master_destroy(m);
+    cr__auth_free(auth);
     if (restart) {
         /* deposed: a fresh process, its journal not trusted, follows the new leader */
         fprintf(stderr, "crescent-master: deposed; restarting as a standby\n");

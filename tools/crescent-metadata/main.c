@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/auth/auth_opts.h"
 #include "common/config.h"
 #include "crescent/common.h"
 #include "transfer/metadata/metadata.h"
@@ -23,14 +24,19 @@ typedef struct meta_cfg {
     char host[CR__CFG_STR_MAX];
     char path[CR__CFG_STR_MAX];
     uint64_t max_bytes;
+    uint64_t writer_quota;
+    CR__AUTH_CFG_FIELDS;
 } meta_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(meta_cfg_t, n)}
 static const cr__cfg_opt_t opts[] = {
     OPT(port, "8080", "TCP port to listen on (0 = ephemeral)", CR__CFG_INT),
-    OPT(host, "0.0.0.0", "address to bind (0.0.0.0 = all)", CR__CFG_STR),
+    OPT(host, "127.0.0.1", "address to bind (0.0.0.0 = all)", CR__CFG_STR),
     OPT(path, "/metadata", "URL path of the key/value endpoint", CR__CFG_STR),
     OPT(max_bytes, "1GB", "bound on the total size of stored keys and values", CR__CFG_SIZE),
+    OPT(writer_quota, "256MB", "bound on the bytes one source address may store (0 = none)",
+        CR__CFG_SIZE),
+    CR__AUTH_CFG_OPTS(meta_cfg_t),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -64,9 +70,17 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    cr__auth_t *auth = NULL;
+    if ((rc = cr__auth_load(&CR__AUTH_CFG_OF(cfg), &auth))) {
+        fprintf(stderr, "crescent-metadata: security configuration unusable: %s\n",
+                cr_strerror(rc));
+        return 2;
+    }
     cr__meta_server_t *srv;
-    rc = cr__meta_server_start(cfg.host, (uint16_t)cfg.port, cfg.path, cfg.max_bytes, &srv);
+    rc = cr__meta_server_start_auth(cfg.host, (uint16_t)cfg.port, cfg.path, cfg.max_bytes,
+                                    cfg.writer_quota, auth, &srv);
     if (rc) {
+        cr__auth_free(auth);
         fprintf(stderr, "crescent-metadata: cannot listen on %s:%lld: %s\n", cfg.host,
                 (long long)cfg.port, cr_strerror(rc));
         return 1;
@@ -80,5 +94,6 @@ int main(int argc, char **argv)
         ;
     fprintf(stderr, "crescent-metadata: signal %d, stopping\n", sig);
     cr__meta_server_stop(srv);
+    cr__auth_free(auth);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/auth/auth_opts.h"
 #include "common/config.h"
 #include "crescent/store.h"
 #include "store/client/client.h"
@@ -36,6 +37,7 @@ typedef struct node_cfg {
     uint64_t ssd_capacity;
     int64_t ssd_queue_depth;
     int64_t ssd_port;
+    CR__AUTH_CFG_FIELDS;
 } node_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(node_cfg_t, n)}
@@ -64,6 +66,7 @@ static const cr__cfg_opt_t opts[] = {
     OPT(ssd_capacity, "1GB", "bytes of the disk tier (preallocated in --ssd_path)", CR__CFG_SIZE),
     OPT(ssd_queue_depth, "32", "io_uring queue depth of each disk tier thread", CR__CFG_INT),
     OPT(ssd_port, "0", "port of the disk tier read server (0 = ephemeral)", CR__CFG_INT),
+    CR__AUTH_CFG_OPTS(node_cfg_t),
 };
 
 int main(int argc, char **argv)
@@ -120,6 +123,14 @@ int main(int argc, char **argv)
     if (cfg.device_name[0]) {
         p.field_mask |= CR_STORE_PARAM_DEVICE_NAMES;
         p.device_names = cfg.device_name;
+    }
+    if (cfg.tls_cert[0] || cfg.tls_key[0] || cfg.tls_ca[0]) {
+        fprintf(stderr, "crescent-node: --tls_* is not supported yet; use --cluster_key_file\n");
+        return 2;
+    }
+    if (cfg.cluster_key_file[0]) {
+        p.field_mask |= CR_STORE_PARAM_CLUSTER_KEY_FILE;
+        p.cluster_key_file = cfg.cluster_key_file;
     }
     cr_store_t *st = NULL;
     struct timespec t0, now;

@@ -429,6 +429,7 @@ static void teardown(cr_store_t *s)
     pthread_mutex_destroy(&s->seg_mu);
     pthread_mutex_destroy(&s->hb_mu);
     pthread_cond_destroy(&s->hb_cv);
+    cr__auth_free(s->auth);
     free(s);
 }
 
@@ -475,6 +476,8 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
                                                                   : CR__SC_DEFAULT_XFER_TIMEOUT_MS;
     s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : CR__SC_DEFAULT_HEARTBEAT_MS;
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
+    copy_str(s->key_file, sizeof s->key_file,
+             (m & CR_STORE_PARAM_CLUSTER_KEY_FILE) ? p->cluster_key_file : NULL, "");
 
     const char *why = NULL;
     if (!s->hostname[0])
@@ -504,6 +507,8 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
         if (cr__net_split_hostport(s->master_addr, h, &port, 0))
             why = "master_addr must be host:port or etcd://host:port[;host:port...]";
     }
+    if (!why && cr__auth_load_key_file(s->key_file, &s->auth))
+        why = "cluster key file unusable (see the line above)";
     if (why) {
         CR_LOG_ERROR(COMP, "cr_store_create: %s", why);
         return CR_E_INVALID_PARAMS;
@@ -526,6 +531,10 @@ static int create_engine(cr_store_t *s, const char *transports)
     xp.nics = s->devices;
     xp.port = s->te_port;
     xp.timeout_ms = s->xfer_timeout_ms;
+    if (s->key_file[0]) {
+        xp.field_mask |= CR_XFER_PARAM_CLUSTER_KEY_FILE;
+        xp.cluster_key_file = s->key_file;
+    }
     int rc = cr_xfer_engine_create(&xp, &s->te);
     if (rc) {
         CR_LOG_ERROR(COMP, "transfer engine: %s", cr_strerror(rc));
@@ -596,6 +605,11 @@ static int create_rpc(cr_store_t *s)
         rc = cr__rpc_client_create(s->leader, (int)hbt, (int)hbt, &s->hb_rpc);
     if (!rc && s->ha)
         cr__rpc_client_set_epoch(s->hb_rpc, &s->epoch);
+    if (!rc && s->auth) {
+        for (size_t i = 0; i < CR__SC_RPC_CONNS; i++)
+            cr__rpc_client_set_auth(s->rpc[i], s->auth);
+        cr__rpc_client_set_auth(s->hb_rpc, s->auth);
+    }
     return rc;
 }
 

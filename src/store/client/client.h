@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/auth/auth.h"
 #include "crescent/store.h"
 #include "crescent/transfer.h"
 #include "store/client/staging.h"
@@ -72,6 +73,9 @@ struct cr_store {
     unsigned hb_ms;
     uint16_t te_port;
     cr__store_test_hooks_t test_hooks; /* tests only (test_hooks.h); zero otherwise */
+
+    char key_file[CR__SC_STR]; /* "" = environment */
+    cr__auth_t *auth;          /* NULL = security off */
 
     cr_xfer_engine_t *te;
     char seg_name[CR_XFER_NAME_MAX];

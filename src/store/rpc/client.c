@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/auth/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -23,6 +24,7 @@ struct cr__rpc_client {
     int fd;               /* guarded by mu; -1 when closed */
     uint64_t last_ok_ms;  /* guarded by mu: when a call last completed on fd */
     uint64_t next_req_id; /* guarded by mu */
+    const cr__auth_t *auth; /* set before the first call; NULL = security off */
     cr__rpc_buf_t out;    /* guarded by mu */
     uint8_t in[4096];     /* guarded by mu: a reply's first bytes (header + small payload) */
 };
@@ -59,6 +61,85 @@ static void close_locked(cr__rpc_client_t *c)
 
 #define STALE_CHECK_MS 50
 
+void cr__rpc_client_set_auth(cr__rpc_client_t *c, const cr__auth_t *auth)
+{
+    pthread_mutex_lock(&c->mu);
+    c->auth = auth;
+    close_locked(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* One handshake frame out, its reply in (header + want bytes of payload). */
+static int auth_exchange(cr__rpc_client_t *c, int fd, uint16_t type, const uint8_t *msg,
+                         size_t len, uint8_t *reply, size_t want, int32_t *status)
+{
+    uint8_t f[CR__RPC_HDR_SIZE + CR__AUTH_MSG_MAX];
+    memset(f, 0, CR__RPC_HDR_SIZE);
+    put_le(f, CR__RPC_MAGIC, 4);
+    put_le(f + 4, CR__RPC_VERSION, 2);
+    put_le(f + 6, type, 2);
+    put_le(f + 8, c->next_req_id++, 8);
+    put_le(f + 16, len, 4);
+    memcpy(f + CR__RPC_HDR_SIZE, msg, len);
+    int rc = cr__net_write_full(fd, f, CR__RPC_HDR_SIZE + len, c->connect_timeout_ms);
+    if (rc)
+        return rc;
+    uint8_t hb[CR__RPC_HDR_SIZE];
+    cr__rpc_hdr_t h;
+    if ((rc = cr__net_read_full(fd, hb, sizeof hb, c->connect_timeout_ms)))
+        return rc;
+    if (cr__rpc_decode_hdr(hb, &h) || h.type != (type | CR__RPC_REPLY))
+        return -EBADMSG;
+    *status = h.status;
+    if (h.status)
+        return 0;
+    if (h.payload_len != want)
+        return -EBADMSG;
+    return want ? cr__net_read_full(fd, reply, want, c->connect_timeout_ms) : 0;
+}
+
+/* Proves membership on a fresh connection (security on). Returns 0 or
+ * CR_E_ILLEGAL_CLIENT (refused, or the master does not hold our key),
+ * CR_E_RPC_FAIL (connection trouble). */
+static int authenticate(cr__rpc_client_t *c, int fd)
+{
+    cr__auth_hs_t hs;
+    uint8_t hello[CR__AUTH_HELLO_LEN], chal[CR__AUTH_CHALLENGE_LEN], proof[CR__AUTH_PROOF_LEN];
+    int32_t st = 0;
+    int rc = cr__auth_hs_client_hello(c->auth, &hs, "rpc", hello);
+    if (!rc)
+        rc = auth_exchange(c, fd, CR__RPC_AUTH_HELLO, hello, sizeof hello, chal, sizeof chal, &st);
+    if (!rc && st) {
+        CR_LOG_ERROR("rpc", "master %s:%u refused authentication (%s): it runs without "
+                     "security or with another cluster key", c->host, c->port, cr_strerror(st));
+        return CR_E_ILLEGAL_CLIENT;
+    }
+    if (!rc && (rc = cr__auth_hs_client_proof(c->auth, &hs, chal, sizeof chal, proof)) == -EACCES) {
+        CR_LOG_ERROR("rpc", "master %s:%u failed to prove the cluster key: not talking to it",
+                     c->host, c->port);
+        return CR_E_ILLEGAL_CLIENT;
+    }
+    if (!rc)
+        rc = auth_exchange(c, fd, CR__RPC_AUTH_PROOF, proof, sizeof proof, NULL, 0, &st);
+    if (!rc && st) {
+        CR_LOG_ERROR("rpc", "master %s:%u refused our proof: another cluster key?", c->host,
+                     c->port);
+        return CR_E_ILLEGAL_CLIENT;
+    }
+    if (rc) {
+        CR_LOG_WARN("rpc", "authentication with %s:%u failed: %s", c->host, c->port,
+                    cr_strerror(rc));
+        return CR_E_RPC_FAIL;
+    }
+    return 0;
+}
+
 static int connect_locked(cr__rpc_client_t *c)
 {
     if (c->fd >= 0) {
@@ -79,6 +160,13 @@ static int connect_locked(cr__rpc_client_t *c)
     if (fd < 0) {
         CR_LOG_DEBUG("rpc", "connect %s:%u: %s", c->host, c->port, cr_strerror(fd));
         return CR_E_RPC_FAIL;
+    }
+    if (c->auth) {
+        int rc = authenticate(c, fd);
+        if (rc) {
+            close(fd);
+            return rc;
+        }
     }
     /* bounds each blocking recv (recv_some); sends never block (MSG_DONTWAIT) */
     int slice = c->call_timeout_ms / 4;
@@ -186,8 +274,9 @@ static int idempotent(uint16_t type)
 static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, uint64_t deadline,
                           int fresh, cr__rpc_msg_t *reply)
 {
-    if (connect_locked(c))
-        return CR_E_RPC_FAIL;
+    int crc = connect_locked(c);
+    if (crc)
+        return crc;
     size_t sent = 0;
     int rc = send_full(c->fd, c->out.data, c->out.len, deadline, &sent);
     if (rc) {

@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/auth/auth.h"
 #include "store/rpc/protocol.h"
 
 typedef struct cr__rpc_client cr__rpc_client_t;
@@ -32,13 +33,20 @@ typedef struct cr__rpc_client cr__rpc_client_t;
 int cr__rpc_client_create(const char *addr, int connect_timeout_ms, int call_timeout_ms,
                           cr__rpc_client_t **out);
 
+/* Security on: every connection this client opens proves membership with
+ * auth (the master must prove it too) before its first request; a refusal
+ * makes calls fail with CR_E_ILLEGAL_CLIENT. auth must outlive the client;
+ * NULL = security off. Call before the first call (closes any connection). */
+void cr__rpc_client_set_auth(cr__rpc_client_t *c, const cr__auth_t *auth);
+
 /* Sends req (its req_id is ignored: the client assigns one) and waits for
  * the matching reply, decoded into *reply (caller frees with
  * cr__rpc_msg_free; untouched on failure). Returns 0 when a reply was
  * received — the master's verdict is then in reply->status and in each
  * item's status — or: -EINVAL (req does not encode: bad type, a bound
  * exceeded), -ENOMEM, CR_E_RPC_FAIL (cannot connect, connection lost,
- * timeout, malformed reply or a reply of the wrong type/id). */
+ * timeout, malformed reply or a reply of the wrong type/id),
+ * CR_E_ILLEGAL_CLIENT (security on: authentication refused either way). */
 int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
 
 /* Points the client at another master ("host:port"; HA: the new leader);

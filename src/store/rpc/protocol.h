@@ -120,6 +120,15 @@ enum cr__rpc_type {
 
     /* 0x70-0x7f: Mooncake API operations (issue 13) */
     CR__RPC_REMOVE_BY_REGEX = 0x70, /* flags (FORCE), pattern -> count */
+
+    /* connection authentication (security on, docs/security.md): the
+     * payload is one message of src/common/auth/auth.h. Handled by the
+     * server loop before any decoding; not known to cr__rpc_encode/decode.
+     * HELLO's reply carries the CHALLENGE; PROOF's reply has status 0 (the
+     * connection is now a member's) or CR_E_ILLEGAL_CLIENT and the
+     * connection is closed. */
+    CR__RPC_AUTH_HELLO = 0x50,
+    CR__RPC_AUTH_PROOF = 0x51,
 };
 /* 1 if type (without the reply bit) is one of the tier messages. */
 #define CR__RPC_IS_TIER(t) (((t) & 0x7fffu) >= CR__RPC_TIER_MOUNT && ((t) & 0x7fffu) <= CR__RPC_TIER_SYNC)

@@ -13,12 +13,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/auth/auth.h"
+
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/status.h"
 
 #define MAX_LOOPS 16
+#define SRC_BUCKETS 1024 /* per-source connection counts (open addressing) */
 #define CONN_IN 4096 /* per-connection receive buffer: most frames fit whole */
 /* Defaults for cr__rpc_server_params_t fields <= 0 (server.h). */
 #define DEFAULT_THREADS 2
@@ -41,6 +44,12 @@ typedef struct conn {
     uint64_t last_ms;       /* last byte in or out */
     uint64_t frame_start_ms; /* first byte of the current partial frame */
     int writing;            /* waiting for EPOLLOUT; not reading */
+    int pending;            /* no first frame yet (security on: not authenticated) */
+    int authed;             /* security on: the handshake succeeded */
+    int close_after_flush;  /* refused: send the reply, then close */
+    uint64_t accepted_ms;
+    int src_slot;           /* index in the per-source table, -1 = none */
+    cr__auth_hs_t hs;       /* security on: handshake state */
     uint32_t in_off, in_len; /* unparsed bytes are in[in_off, in_len) */
     uint8_t in[CONN_IN];
 } conn_t;
@@ -50,7 +59,13 @@ typedef struct loop {
     pthread_t thread;
     int ep;
     conn_t *conns; /* owned by this loop's thread */
+    int n_pending; /* owned by this loop's thread */
 } loop_t;
+
+typedef struct src_slot {
+    uint8_t addr[16]; /* IPv4-mapped or IPv6 */
+    int count;        /* 0 = free */
+} src_slot_t;
 
 struct cr__rpc_server {
     cr__rpc_server_params_t p;
@@ -58,17 +73,77 @@ struct cr__rpc_server {
     uint16_t port;
     int n_loops;
     loop_t loops[MAX_LOOPS];
+    pthread_mutex_t src_mu;
+    src_slot_t src[SRC_BUCKETS]; /* guarded by src_mu */
     /* counters: relaxed atomics */
     uint64_t conns_accepted, conns_rejected, conns_open, frames, bad_frames, closed_bad_header,
-        closed_timeout, closed_over_budget, buffered;
+        closed_timeout, closed_over_budget, buffered, auth_ok, auth_refused, closed_pending,
+        rejected_per_source;
 };
 
 #define INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
 #define DEC(x) __atomic_sub_fetch(&(x), 1, __ATOMIC_RELAXED)
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
+/* Takes one connection slot for the source address; returns the slot
+ * index, -1 when the table is full (not counted), or -2 when the source is
+ * at its cap. */
+static int src_acquire(struct cr__rpc_server *s, const struct sockaddr_storage *ss)
+{
+    uint8_t a[16] = {0};
+    if (ss->ss_family == AF_INET) {
+        a[10] = a[11] = 0xff;
+        memcpy(a + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        memcpy(a, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+    } else {
+        return -1;
+    }
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < 16; i++)
+        h = (h ^ a[i]) * 16777619u;
+    int rc = -1;
+    pthread_mutex_lock(&s->src_mu);
+    int free_slot = -1;
+    for (int i = 0; i < 128; i++) { /* bounded probe; a miss means "not counted" */
+        int k = (int)((h + (uint32_t)i) & (SRC_BUCKETS - 1));
+        src_slot_t *e = &s->src[k];
+        if (e->count && memcmp(e->addr, a, 16) == 0) {
+            if (e->count >= s->p.max_conns_per_source) {
+                rc = -2;
+            } else {
+                e->count++;
+                rc = k;
+            }
+            goto out;
+        }
+        if (!e->count && free_slot < 0)
+            free_slot = k;
+    }
+    if (free_slot >= 0) {
+        memcpy(s->src[free_slot].addr, a, 16);
+        s->src[free_slot].count = 1;
+        rc = free_slot;
+    }
+out:
+    pthread_mutex_unlock(&s->src_mu);
+    return rc;
+}
+
+static void src_release(struct cr__rpc_server *s, int slot)
+{
+    if (slot < 0)
+        return;
+    pthread_mutex_lock(&s->src_mu);
+    s->src[slot].count--;
+    pthread_mutex_unlock(&s->src_mu);
+}
+
 static void conn_close(loop_t *l, conn_t *c)
 {
+    src_release(l->srv, c->src_slot);
+    if (c->pending)
+        l->n_pending--;
     /* give the buffer budget back before the peer can see the close */
     __atomic_sub_fetch(&l->srv->buffered, c->payload_cap, __ATOMIC_RELAXED);
     c->payload_cap = 0;
@@ -92,16 +167,18 @@ static void put_le(uint8_t *p, uint64_t v, int n)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* A header-only error reply; works for types the encoder does not know. */
-static int error_reply(conn_t *c, uint16_t type, uint64_t req_id, int status)
+/* A reply built by hand (types the encoder does not know: errors for
+ * undecodable frames, authentication): header + len raw payload bytes. */
+static int raw_reply(conn_t *c, uint16_t type, uint64_t req_id, int status, const void *payload,
+                     size_t len)
 {
     c->out.len = 0;
-    if (c->out.cap < CR__RPC_HDR_SIZE) {
-        uint8_t *d = realloc(c->out.data, CR__RPC_HDR_SIZE);
+    if (c->out.cap < CR__RPC_HDR_SIZE + len) {
+        uint8_t *d = realloc(c->out.data, CR__RPC_HDR_SIZE + len);
         if (!d)
             return -ENOMEM;
         c->out.data = d;
-        c->out.cap = CR__RPC_HDR_SIZE;
+        c->out.cap = CR__RPC_HDR_SIZE + len;
     }
     uint8_t *h = c->out.data;
     memset(h, 0, CR__RPC_HDR_SIZE);
@@ -109,16 +186,65 @@ static int error_reply(conn_t *c, uint16_t type, uint64_t req_id, int status)
     put_le(h + 4, CR__RPC_VERSION, 2);
     put_le(h + 6, type | CR__RPC_REPLY, 2);
     put_le(h + 8, req_id, 8);
+    put_le(h + 16, (uint32_t)len, 4);
     put_le(h + 20, (uint32_t)status, 4);
-    c->out.len = CR__RPC_HDR_SIZE;
+    if (len)
+        memcpy(h + CR__RPC_HDR_SIZE, payload, len);
+    c->out.len = CR__RPC_HDR_SIZE + len;
     return 0;
+}
+
+static int error_reply(conn_t *c, uint16_t type, uint64_t req_id, int status)
+{
+    return raw_reply(c, type, req_id, status, NULL, 0);
+}
+
+static void conn_admitted(loop_t *l, conn_t *c)
+{
+    if (c->pending) {
+        c->pending = 0;
+        l->n_pending--;
+    }
+}
+
+/* Security on, connection not yet authenticated: only the handshake. */
+static int auth_frame(loop_t *l, conn_t *c, const uint8_t *payload)
+{
+    struct cr__rpc_server *s = l->srv;
+    uint16_t t = c->h.type;
+    int rc = -EACCES;
+    if (t == CR__RPC_AUTH_HELLO && c->hs.step == 0) {
+        uint8_t chal[CR__AUTH_CHALLENGE_LEN];
+        rc = cr__auth_hs_server_challenge(s->p.auth, &c->hs, "rpc", payload, c->h.payload_len,
+                                          chal);
+        if (rc == 0)
+            return raw_reply(c, t, c->h.req_id, 0, chal, sizeof chal);
+    } else if (t == CR__RPC_AUTH_PROOF && c->hs.step == 2) {
+        rc = cr__auth_hs_server_verify(s->p.auth, &c->hs, payload, c->h.payload_len);
+        if (rc == 0) {
+            c->authed = 1;
+            conn_admitted(l, c);
+            INC(s->auth_ok);
+            return raw_reply(c, t, c->h.req_id, 0, NULL, 0);
+        }
+    }
+    INC(s->auth_refused);
+    CR_LOG_RL(CR__LOG_WARN, "rpc", "fd %d: refused an unauthenticated %s frame (0x%x): %s",
+              c->fd, t == CR__RPC_AUTH_HELLO || t == CR__RPC_AUTH_PROOF ? "auth" : "request",
+              (unsigned)t, cr_strerror(rc));
+    c->close_after_flush = 1;
+    return error_reply(c, t, c->h.req_id, CR_E_ILLEGAL_CLIENT);
 }
 
 /* Handles the complete frame in c (header c->h, payload bytes at payload);
  * leaves the reply in c->out. */
-static int handle_frame(struct cr__rpc_server *s, conn_t *c, const uint8_t *payload)
+static int handle_frame(loop_t *l, conn_t *c, const uint8_t *payload)
 {
+    struct cr__rpc_server *s = l->srv;
     INC(s->frames);
+    if (s->p.auth && !c->authed)
+        return auth_frame(l, c, payload);
+    conn_admitted(l, c);
     cr__rpc_msg_t req;
     int rc = -EBADMSG;
     if (!(c->h.type & CR__RPC_REPLY))
@@ -290,7 +416,7 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
             payload = c->payload;
         }
         /* complete frame */
-        int rc = handle_frame(s, c, payload);
+        int rc = handle_frame(l, c, payload);
         c->hdr_got = 0;
         c->payload_got = 0;
         if (c->payload_cap > (1u << 20)) {
@@ -301,7 +427,7 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
         }
         if (rc)
             return -1;
-        if (conn_flush(l, c, now))
+        if (conn_flush(l, c, now) || c->close_after_flush)
             return -1;
     }
 }
@@ -310,19 +436,52 @@ static void do_accept(loop_t *l, uint64_t now)
 {
     struct cr__rpc_server *s = l->srv;
     for (;;) {
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
         if ((int)LOAD(s->conns_open) >= s->p.max_conns) {
             INC(s->conns_rejected);
+            CR_LOG_RL(CR__LOG_WARN, "rpc", "connection limit (%d) reached, refusing",
+                      s->p.max_conns);
             close(fd);
             continue;
+        }
+        int slot = src_acquire(s, &ss);
+        if (slot == -2) {
+            INC(s->rejected_per_source);
+            CR_LOG_RL(CR__LOG_WARN, "rpc", "per-source connection limit (%d) reached, refusing",
+                      s->p.max_conns_per_source);
+            close(fd);
+            continue;
+        }
+        /* too many connections that have not sent a first frame (or not
+         * authenticated): drop the oldest of them, not the newcomer */
+        int cap = s->p.max_pending / s->p.n_threads;
+        if (cap < 8)
+            cap = 8;
+        if (l->n_pending >= cap) {
+            conn_t *old = NULL;
+            for (conn_t *x = l->conns; x; x = x->next)
+                if (x->pending)
+                    old = x; /* the list is newest first */
+            if (old) {
+                INC(s->closed_pending);
+                CR_LOG_RL(CR__LOG_WARN, "rpc", "%d connections without a first frame: closing "
+                          "the oldest", l->n_pending);
+                conn_close(l, old);
+            }
         }
         conn_t *c = calloc(1, sizeof *c);
         if (!c) {
+            src_release(s, slot);
             close(fd);
             continue;
         }
+        c->src_slot = slot;
+        c->pending = 1;
+        c->accepted_ms = now;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         c->fd = fd;
@@ -330,10 +489,12 @@ static void do_accept(loop_t *l, uint64_t now)
         cr__rpc_buf_init(&c->out);
         struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
         if (epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &e)) {
+            src_release(s, slot);
             close(fd);
             free(c);
             continue;
         }
+        l->n_pending++;
         c->next = l->conns;
         if (l->conns)
             l->conns->prev = c;
@@ -351,7 +512,8 @@ static void sweep(loop_t *l, uint64_t now)
         conn_t *n = c->next;
         int partial = c->hdr_got > 0 || c->writing || c->in_off < c->in_len;
         if ((partial && now - c->frame_start_ms > (uint64_t)s->p.frame_timeout_ms) ||
-            now - c->last_ms > (uint64_t)s->p.idle_timeout_ms) {
+            now - c->last_ms > (uint64_t)s->p.idle_timeout_ms ||
+            (c->pending && now - c->accepted_ms > (uint64_t)s->p.first_frame_timeout_ms)) {
             INC(s->closed_timeout);
             CR_LOG_INFO("rpc", "fd %d: timed out, closing", c->fd);
             conn_close(l, c);
@@ -424,6 +586,13 @@ int cr__rpc_server_start(const cr__rpc_server_params_t *p, cr__rpc_server_t **ou
         s->p.frame_timeout_ms = DEFAULT_FRAME_TIMEOUT_MS;
     if (s->p.max_buffered_bytes == 0)
         s->p.max_buffered_bytes = DEFAULT_MAX_BUFFERED_BYTES;
+    if (s->p.first_frame_timeout_ms <= 0)
+        s->p.first_frame_timeout_ms = 5000;
+    if (s->p.max_pending <= 0)
+        s->p.max_pending = 128;
+    if (s->p.max_conns_per_source <= 0)
+        s->p.max_conns_per_source = s->p.max_conns / 4 < 16 ? 16 : s->p.max_conns / 4;
+    pthread_mutex_init(&s->src_mu, NULL);
     s->p.host = NULL; /* not kept */
     int rc;
     s->lfd = cr__net_listen(p->host, p->port, LISTEN_BACKLOG, &s->port);
@@ -486,6 +655,10 @@ void cr__rpc_server_stats(const cr__rpc_server_t *s, cr__rpc_server_stats_t *o)
     o->closed_timeout = LOAD(s->closed_timeout);
     o->closed_over_budget = LOAD(s->closed_over_budget);
     o->buffered_bytes = LOAD(s->buffered);
+    o->auth_ok = LOAD(s->auth_ok);
+    o->auth_refused = LOAD(s->auth_refused);
+    o->closed_pending = LOAD(s->closed_pending);
+    o->rejected_per_source = LOAD(s->rejected_per_source);
 }
 
 void cr__rpc_server_stop(cr__rpc_server_t *s)

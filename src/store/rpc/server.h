@@ -12,12 +12,25 @@
  * older than frame_timeout_ms and a connection idle longer than
  * idle_timeout_ms are closed. Connections over max_conns are accepted and
  * closed at once. None of this affects other connections.
+ *
+ * Floods: a connection must complete its first frame (with security on:
+ * its authentication) within first_frame_timeout_ms. Such "pending"
+ * connections are bounded by max_pending: when a new one would pass the
+ * bound, the oldest pending connection is closed (a legitimate client sends
+ * its first frame at once, so idle floods displace only each other). One
+ * source address may hold at most max_conns_per_source connections.
+ *
+ * Security (auth != NULL): the first frames must be CR__RPC_AUTH_HELLO and
+ * CR__RPC_AUTH_PROOF (src/common/auth); any other frame on an
+ * unauthenticated connection is answered with CR_E_ILLEGAL_CLIENT and the
+ * connection is closed; the handler never sees it.
  */
 #ifndef CR_STORE_RPC_SERVER_H
 #define CR_STORE_RPC_SERVER_H
 
 #include <stdint.h>
 
+#include "common/auth/auth.h"
 #include "store/rpc/protocol.h"
 
 typedef struct cr__rpc_server cr__rpc_server_t;
@@ -39,6 +52,10 @@ typedef struct cr__rpc_server_params {
     /* Bound on request bytes buffered over all connections (default 1 GiB
      * when 0): a connection whose partial frame would pass it is closed. */
     uint64_t max_buffered_bytes;
+    int first_frame_timeout_ms; /* default 5 s when <= 0 */
+    int max_pending;            /* default 128 when <= 0 */
+    int max_conns_per_source;   /* default max_conns / 4 (at least 16) when <= 0 */
+    const cr__auth_t *auth;     /* NULL = security off; must outlive the server */
     cr__rpc_handler_fn fn;
     void *user;
 } cr__rpc_server_params_t;
@@ -46,6 +63,8 @@ typedef struct cr__rpc_server_params {
 typedef struct cr__rpc_server_stats {
     uint64_t conns_accepted, conns_rejected, conns_open;
     uint64_t frames, bad_frames, closed_bad_header, closed_timeout, closed_over_budget;
+    uint64_t auth_ok, auth_refused;       /* handshakes completed / refused or skipped */
+    uint64_t closed_pending, rejected_per_source; /* flood defences */
     uint64_t buffered_bytes; /* request bytes buffered right now */
 } cr__rpc_server_stats_t;
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/auth/auth.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "transfer/metadata/meta_internal.h"
@@ -130,23 +131,107 @@ void cr__meta_close(cr__meta_t *m)
     free(m);
 }
 
+void cr__meta_set_auth(cr__meta_t *m, struct cr__auth *auth)
+{
+    if (m)
+        m->auth = auth;
+}
+
+#define SIG_PREFIX "CRSIG1 "
+#define SIG_HDR (sizeof SIG_PREFIX - 1 + 2 * CR__AUTH_MAC_LEN + 1)
+
+static int meta_mac(struct cr__auth *a, const char *key, const void *val, size_t len,
+                    uint8_t mac[CR__AUTH_MAC_LEN])
+{
+    const void *parts[] = {key, val};
+    size_t lens[] = {strlen(key) + 1, len};
+    return cr__auth_mac(a, "crescent meta v1", parts, lens, 2, mac);
+}
+
+int cr__meta_sign(struct cr__auth *a, const char *key, const void *val, size_t len, char **out,
+                  size_t *out_len)
+{
+    uint8_t mac[CR__AUTH_MAC_LEN];
+    if (meta_mac(a, key, val, len, mac))
+        return -EIO;
+    char *b = malloc(SIG_HDR + len + 1);
+    if (!b)
+        return -ENOMEM;
+    memcpy(b, SIG_PREFIX, sizeof SIG_PREFIX - 1);
+    cr__auth_hex(mac, CR__AUTH_MAC_LEN, b + sizeof SIG_PREFIX - 1);
+    b[SIG_HDR - 1] = '\n';
+    if (len)
+        memcpy(b + SIG_HDR, val, len);
+    b[SIG_HDR + len] = '\0';
+    *out = b;
+    *out_len = SIG_HDR + len;
+    return 0;
+}
+
+int cr__meta_verify(struct cr__auth *a, const char *key, const char *buf, size_t buf_len,
+                    const char **val, size_t *len)
+{
+    uint8_t got[CR__AUTH_MAC_LEN], want[CR__AUTH_MAC_LEN];
+    if (buf_len < SIG_HDR || memcmp(buf, SIG_PREFIX, sizeof SIG_PREFIX - 1) != 0 ||
+        buf[SIG_HDR - 1] != '\n' ||
+        cr__auth_unhex(buf + sizeof SIG_PREFIX - 1, 2 * CR__AUTH_MAC_LEN, got))
+        return -EACCES;
+    if (meta_mac(a, key, buf + SIG_HDR, buf_len - SIG_HDR, want) ||
+        !cr__auth_mac_eq(got, want, CR__AUTH_MAC_LEN))
+        return -EACCES;
+    *val = buf + SIG_HDR;
+    *len = buf_len - SIG_HDR;
+    return 0;
+}
+
 int cr__meta_get(cr__meta_t *m, const char *key, char **val, size_t *len)
 {
     if (!m || !val || cr__meta_check_key(key))
         return -EINVAL;
     pthread_mutex_lock(&m->mu);
-    int rc = m->ops->get(m, key, val, len);
+    char *raw = NULL;
+    size_t rlen = 0;
+    int rc = m->ops->get(m, key, &raw, &rlen);
     pthread_mutex_unlock(&m->mu);
-    return rc;
+    if (rc || !m->auth) {
+        if (!rc) {
+            *val = raw;
+            if (len)
+                *len = rlen;
+        }
+        return rc;
+    }
+    const char *v;
+    size_t vlen;
+    if (cr__meta_verify(m->auth, key, raw, rlen, &v, &vlen)) {
+        CR_LOG_RL(CR__LOG_WARN, "meta", "metadata %s is not signed with the cluster key: "
+                  "ignored (written by a non-member or a node without security)", key);
+        free(raw);
+        return -EACCES;
+    }
+    memmove(raw, v, vlen);
+    raw[vlen] = '\0';
+    *val = raw;
+    if (len)
+        *len = vlen;
+    return 0;
 }
 
 int cr__meta_put(cr__meta_t *m, const char *key, const void *val, size_t len)
 {
     if (!m || (!val && len) || len > CR__META_VALUE_MAX || cr__meta_check_key(key))
         return -EINVAL;
+    char *signed_val = NULL;
+    if (m->auth) {
+        int rc = cr__meta_sign(m->auth, key, val ? val : "", len, &signed_val, &len);
+        if (rc)
+            return rc;
+        val = signed_val;
+    }
     pthread_mutex_lock(&m->mu);
     int rc = m->ops->put(m, key, val ? val : "", len);
     pthread_mutex_unlock(&m->mu);
+    free(signed_val);
     return rc;
 }
 
@@ -212,6 +297,17 @@ int cr__meta_http_exchange(cr__meta_t *m, const char *method, const char *url,
         struct curl_slist *h2 = curl_slist_append(hdrs, h);
         if (h2)
             hdrs = h2;
+    }
+    if (m->auth && m->ops == &cr__meta_http_ops && hdrs) {
+        /* request signature for the embedded/crescent-metadata server */
+        char h[sizeof CR__AUTH_HTTP_HEADER + CR__AUTH_HTTP_MAX + 4];
+        char v[CR__AUTH_HTTP_MAX];
+        if (cr__auth_http_sign(m->auth, method, url, body, body ? body_len : 0, v) == 0) {
+            snprintf(h, sizeof h, "%s: %s", CR__AUTH_HTTP_HEADER, v);
+            struct curl_slist *h2 = curl_slist_append(hdrs, h);
+            if (h2)
+                hdrs = h2;
+        }
     }
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);

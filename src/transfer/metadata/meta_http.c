@@ -31,6 +31,8 @@ static int status_errno(int st)
         return -EINVAL;
     if (st == 507)
         return -ENOSPC;
+    if (st == 401 || st == 403)
+        return -EACCES; /* security: not a member, or a value not signed for its key */
     return -EIO;
 }
 

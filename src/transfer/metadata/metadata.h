@@ -47,6 +47,25 @@ int cr__meta_etcd_post(cr__meta_t *m, const char *api, const char *json, char **
 char *cr__b64_encode(const void *data, size_t len);
 int cr__b64_decode(const char *s, size_t slen, char **out, size_t *out_len);
 
+/* Security on (docs/security.md): values are stored signed and verified on
+ * read, and HTTP requests carry a request signature. Stored form:
+ *   "CRSIG1 " <64 hex HMAC(K, "crescent meta v1", key, value)> "\n" value
+ * so a value moved to another key, altered, or written by a non-member
+ * (unsigned) is refused by cr__meta_get with -EACCES. auth must outlive m;
+ * set it right after cr__meta_open, before other calls. NULL = off. */
+struct cr__auth;
+void cr__meta_set_auth(cr__meta_t *m, struct cr__auth *auth);
+
+/* Wraps value (len bytes) under key into a freshly allocated signed
+ * envelope (*out, *out_len). Returns 0, -ENOMEM, -EIO. */
+int cr__meta_sign(struct cr__auth *a, const char *key, const void *val, size_t len, char **out,
+                  size_t *out_len);
+/* Checks an envelope in place: on success *val and *len give the value
+ * inside buf. Returns 0 or -EACCES (unsigned, malformed or bad MAC).
+ * Fuzzed by fuzz_meta_sig.c. */
+int cr__meta_verify(struct cr__auth *a, const char *key, const char *buf, size_t buf_len,
+                    const char **val, size_t *len);
+
 /* Embedded HTTP metadata server (the Mooncake contract): GET/PUT/DELETE
  * <path>?key=K on host:port. GET of a missing key is 404. Values are kept in
  * memory, bounded by CR__META_KEY_MAX / CR__META_VALUE_MAX per entry and
@@ -57,5 +76,12 @@ int cr__meta_server_start(const char *host, uint16_t port, const char *path, siz
                           cr__meta_server_t **out);
 uint16_t cr__meta_server_port(const cr__meta_server_t *s);
 void cr__meta_server_stop(cr__meta_server_t *s);
+/* Same with limits and security: one source address may hold at most
+ * writer_quota bytes (0 = no per-writer bound; 507 past it); with auth
+ * (must outlive the server) requests must be signed and PUT values signed
+ * for their key (docs/security.md). */
+int cr__meta_server_start_auth(const char *host, uint16_t port, const char *path,
+                               size_t max_bytes, size_t writer_quota, struct cr__auth *auth,
+                               cr__meta_server_t **out);
 
 #endif

@@ -49,6 +49,11 @@ typedef struct cr__ha_repl_stats {
 
 /* self_rpc: this master's host:port (skipped among the members). local:
  * the local journal (may be NULL), written by both roles. */
+/* Security on: the leader's connections to standbys authenticate with a
+ * (their RPC servers require it). Call right after create; a must outlive r. */
+struct cr__auth;
+void cr__ha_repl_set_auth(cr__ha_repl_t *r, const struct cr__auth *a);
+
 int cr__ha_repl_create(const char *self_rpc, cr__ha_journal_t *local, int sync_timeout_ms,
                        cr__ha_repl_t **out);
 void cr__ha_repl_destroy(cr__ha_repl_t *r);
