@@ -73,6 +73,8 @@ typedef struct master_opts {
     int journal_fsync;
     int64_t ha_lease_ttl;
     int64_t ha_sync_timeout_ms;
+    int64_t max_objects;
+    uint64_t max_key_bytes;
     CR__AUTH_CFG_FIELDS; /* security (docs/security.md) */
 } master_opts_t;
 
@@ -145,6 +147,10 @@ static const cr__cfg_opt_t opts[] = {
     OPT(journal_fsync, "false",
         "fdatasync each journal write (survives a machine crash, not only a process crash)",
         CR__CFG_BOOL),
+    OPT(max_objects, "16777216", "bound on objects (complete + pending); PutStart past it "
+        "gets KEYS_ULTRA_LIMIT (0 = none)", CR__CFG_INT),
+    OPT(max_key_bytes, "2GiB", "bound on the bytes of all keys together (0 = none)",
+        CR__CFG_SIZE),
     CR__AUTH_CFG_OPTS(master_opts_t),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
@@ -296,6 +302,8 @@ int main(int argc, char **argv)
     }
     mc.offload_watermark = o.tier_offload_watermark;
     mc.ssd_high_watermark = o.tier_ssd_high_watermark;
+    mc.max_objects = o.max_objects > 0 ? (uint64_t)o.max_objects : 0;
+    mc.max_key_bytes = o.max_key_bytes;
     cr__auth_cfg_t ac = CR__AUTH_CFG_OF(o);
     cr__auth_t *auth = NULL;
     if ((rc = cr__auth_load(&ac, &auth))) {

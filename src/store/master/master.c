@@ -27,6 +27,8 @@ void cr__master_cfg_default(cr__master_cfg_t *c)
     c->ssd_high_watermark = 0.95;
     c->max_clients = CR__MASTER_DEFAULT_MAX_CLIENTS;
     c->max_segments = CR__MASTER_DEFAULT_MAX_SEGMENTS;
+    c->max_objects = 16u << 20;
+    c->max_key_bytes = 2ull << 30;
 }
 
 int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)

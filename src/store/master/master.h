@@ -63,6 +63,11 @@ typedef struct cr__master_cfg {
     double ssd_high_watermark;    /* --tier_ssd_high_watermark (0.95): disk-tier eviction */
     uint32_t max_clients;         /* live clients bound (65536) */
     uint32_t max_segments;        /* mounted segments bound (65536) */
+    /* Bounds on object metadata (0 = none): PutStart of a new key past them
+     * gets CR_E_KEYS_ULTRA_LIMIT, so no caller can grow the master's memory
+     * without limit (--max_objects 16 M, --max_key_bytes 2 GiB). */
+    uint64_t max_objects;
+    uint64_t max_key_bytes;
 } cr__master_cfg_t;
 
 /* Fills c with the defaults above. */
@@ -259,7 +264,9 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(tier_tasks_queued, gauge, "Tier tasks waiting for their node")                          \
     X(tier_tasks_running, gauge, "Tier tasks handed to a node and not completed")             \
     X(upserts_total, counter, "Objects replaced by an upsert's PutEnd")                          \
-    X(rpc_remove_by_regex_total, counter, "RemoveByRegex requests")
+    X(rpc_remove_by_regex_total, counter, "RemoveByRegex requests")                          \
+    X(puts_refused_metadata_full_total, counter,                                               \
+      "PutStart refused because --max_objects or --max_key_bytes was reached")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

@@ -134,6 +134,7 @@ struct cr__master {
     obj_t **slots;
     uint32_t *tags; /* low 32 bits of the key hash */
     uint64_t cap, count;
+    uint64_t key_bytes; /* sum of key_len over the index (the metadata cap) */
     obj_t lru;     /* sentinel: lru.next = most recent, lru.prev = oldest */
     obj_t pending; /* sentinel: FIFO by start time (= by deadline) */
     obj_t ssd_lru; /* sentinel: complete objects with no live DRAM replica (tier.c) */

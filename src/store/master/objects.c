@@ -1,6 +1,7 @@
 /* Master object operations: two-phase put (start, end, revoke), get
  * (replica list + lease), exist, size, remove, validate; each a *_locked
  * operation plus its public locking wrapper (master.h). */
+#include "common/log.h"
 #include "store/master/master_priv.h"
 
 #include <errno.h>
@@ -35,6 +36,17 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
                                 uint64_t size, const cr__rpc_repl_cfg_t *cfg, uint64_t now,
                                 cr__rpc_msg_t *msg, cr__rpc_item_t *it)
 {
+    if ((m->cfg.max_objects && m->count >= m->cfg.max_objects) ||
+        (m->cfg.max_key_bytes && m->key_bytes + key_len > m->cfg.max_key_bytes)) {
+        CNT(m, puts_refused_metadata_full_total)++;
+        CR_LOG_RL(CR__LOG_WARN, "master",
+                  "metadata full: %llu objects, %llu key bytes (--max_objects %llu, "
+                  "--max_key_bytes %llu): PutStart refused",
+                  (unsigned long long)m->count, (unsigned long long)m->key_bytes,
+                  (unsigned long long)m->cfg.max_objects,
+                  (unsigned long long)m->cfg.max_key_bytes);
+        return CR_E_KEYS_ULTRA_LIMIT;
+    }
     uint32_t n_rep = cfg && cfg->replica_num ? cfg->replica_num : 1;
     placing_t p;
     if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {

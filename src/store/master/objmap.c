@@ -64,12 +64,14 @@ int cr__m_map_insert(cr__master_t *m, obj_t *o, uint64_t h)
     m->slots[i] = o;
     m->tags[i] = (uint32_t)h;
     m->count++;
+    m->key_bytes += o->key_len;
     return 0;
 }
 
 void cr__m_map_erase(cr__master_t *m, uint64_t i)
 {
     uint64_t mask = m->cap - 1, j = i;
+    m->key_bytes -= m->slots[i]->key_len;
     m->slots[i] = NULL;
     for (;;) {
         j = (j + 1) & mask;

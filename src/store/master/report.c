@@ -176,15 +176,15 @@ int cr__master_segments_json(cr__master_t *m, char **out, size_t *len)
         seg_t *sg = &m->segs[i];
         if (!sg->live)
             continue;
-        cr__rpc_client_id_t id = sg->client == NONE32 ? sg->owner : m->clients[sg->client].id;
+        /* never the owner's client_id: it is the credential UnmountSegment
+         * and MountSegment accept (issue 11, attack 4) */
         sb_printf(&b, "%s{\"name\":", first ? "" : ",");
         first = 0;
         sb_json_str(&b, sg->name, strlen(sg->name));
         sb_printf(&b,
                   ",\"base\":%" PRIu64 ",\"size\":%" PRIu64 ",\"capacity\":%" PRIu64
-                  ",\"used\":%" PRIu64 ",\"client_id\":\"%016" PRIx64 "%016" PRIx64 "\"}",
-                  sg->base, sg->size, cr__oalloc_capacity(sg->alloc), cr__oalloc_used(sg->alloc),
-                  id.hi, id.lo);
+                  ",\"used\":%" PRIu64 "}",
+                  sg->base, sg->size, cr__oalloc_capacity(sg->alloc), cr__oalloc_used(sg->alloc));
     }
     pthread_mutex_unlock(&m->mu);
     sb_printf(&b, "]\n");

@@ -89,6 +89,31 @@ static int get(cr__master_t *m, const char *key, uint64_t now, uint64_t *addr, u
     return rc;
 }
 
+static void cap_tweak(cr__master_cfg_t *c)
+{
+    c->max_objects = 3;
+    c->max_key_bytes = 10;
+}
+
+/* issue 11, attack 5: master metadata cannot grow without bound; the
+ * refusal is a clear error and removing objects gives the room back */
+static void test_metadata_cap(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(cap_tweak);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x100000, 4 * MiB, 0), 0);
+    assert_int_equal(put(m, "aaaa", 100, 1, 0, 1, NULL, 1), 0);
+    assert_int_equal(put(m, "bbbb", 100, 1, 0, 1, NULL, 1), 0);
+    /* 8 key bytes used: a 3-byte key would pass 10 */
+    assert_int_equal(put(m, "ccc", 100, 1, 0, 1, NULL, 1), CR_E_KEYS_ULTRA_LIMIT);
+    assert_int_equal(put(m, "c", 100, 1, 0, 1, NULL, 1), 0);
+    /* 3 objects: a fourth is refused whatever its key */
+    assert_int_equal(put(m, "d", 100, 1, 0, 1, NULL, 1), CR_E_KEYS_ULTRA_LIMIT);
+    assert_int_equal(cr__master_remove(m, "aaaa", 4, 0, 2), 0);
+    assert_int_equal(put(m, "d", 100, 1, 0, 2, NULL, 1), 0);
+    cr__master_destroy(m);
+}
+
 static void test_put_lifecycle(void **s)
 {
     (void)s;
@@ -897,6 +922,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_lifecycle),
+        cmocka_unit_test(test_metadata_cap),
         cmocka_unit_test(test_immutable),
         cmocka_unit_test(test_lease_vs_remove),
         cmocka_unit_test(test_replicas_distinct_and_preferred),
