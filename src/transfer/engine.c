@@ -159,6 +159,8 @@ static void transports_destroy(cr_xfer_engine_t *e)
     }
 }
 
+const struct cr__auth *cr__xfer_engine_auth(const cr_xfer_engine_t *e) { return e->auth; }
+
 static void teardown(cr_xfer_engine_t *e, int published)
 {
     atomic_store(&e->destroying, 1);

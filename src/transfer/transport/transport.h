@@ -175,6 +175,10 @@ void cr__xfer_notify_deliver(cr_xfer_engine_t *engine, const char *from, const v
 int cr__xfer_conn_accepted(cr_xfer_engine_t *engine, int fd, int timeout_ms);
 int cr__xfer_conn_connected(cr_xfer_engine_t *engine, int fd, int timeout_ms);
 
+/* The engine's cluster key (common/auth), NULL when security is off. */
+struct cr__auth;
+const struct cr__auth *cr__xfer_engine_auth(const cr_xfer_engine_t *engine);
+
 /* Copies the peer's current NIC list (under the engine's peer lock; the
  * descriptor may be refreshed concurrently). Returns the number of NICs
  * copied (<= cap). */

@@ -21,6 +21,10 @@
  * Safety: every task's target range is checked against the snapshot of the
  * peer's registered buffers taken when the per-peer state was created (the
  * engine drops that state via peer_forget when it refreshes the descriptor).
+ * The descriptor is not trusted for this (issue 11): the snapshot keeps only
+ * buffers that the process behind the pid confirmed itself over its proof
+ * socket, whose owner the kernel names (shm_proof.h); a pid whose process
+ * cannot prove it is never reached over shm.
  * The peer process is pinned by a pidfd: before each copy the worker checks
  * the pidfd, so a pid reused after the peer exited is never written to.
  * A vanished peer (ESRCH or pidfd readable) fails its tasks with
@@ -45,6 +49,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "transfer/transport/shm/shm_proof.h"
 #include "transfer/transport/transport.h"
 
 #define SHM_LOG "shm"
@@ -105,6 +110,7 @@ typedef struct shm_state {
 
     pthread_mutex_t peers_lock; /* guards the registry and peer->transport_peer writes */
     shm_peer_t *peers;
+    int proof_attached; /* this engine answers ownership proofs (shm_proof.h) */
 } shm_state_t;
 
 /* ---- peers --------------------------------------------------------------- */
@@ -205,16 +211,39 @@ static int shm_peer_snapshot(shm_state_t *st, shm_peer_t *sp, cr__xfer_peer_t *p
         b = peer->desc.buffers;
         n = peer->desc.n_buffers;
     }
+    /* with an engine, only what the peer process proves it owns */
+    cr__shm_range_t *proven = NULL;
+    uint32_t n_proven = 0;
+    if (st->engine && n) {
+        int prc = cr__shm_proof_fetch(sp->pid, cr__xfer_engine_auth(st->engine), &proven,
+                                      &n_proven);
+        if (prc) {
+            CR_LOG_INFO(SHM_LOG, "pid %d: ownership not proven (%s): no shm access", (int)sp->pid,
+                        strerror(-prc));
+            n = 0;
+        }
+    }
     struct shm_range *r = NULL;
     if (n && !(r = malloc(n * sizeof *r))) {
         if (st->engine)
             free(b);
+        free(proven);
         return -ENOMEM;
     }
+    size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        r[i].addr = b[i].addr;
-        r[i].len = b[i].len;
+        int ok = !st->engine;
+        for (uint32_t k = 0; k < n_proven && !ok; k++)
+            ok = b[i].addr >= proven[k].addr && b[i].len <= proven[k].len &&
+                 b[i].addr - proven[k].addr <= proven[k].len - b[i].len;
+        if (!ok)
+            continue;
+        r[kept].addr = b[i].addr;
+        r[kept].len = b[i].len;
+        kept++;
     }
+    n = kept;
+    free(proven);
     if (st->engine)
         free(b);
     if (n)
@@ -679,6 +708,20 @@ static int shm_can_reach(void *state, const cr__seg_desc_t *d)
                     (int)d->pid);
         return 0;
     }
+    if (st->engine) {
+        /* the process behind the pid must prove it is a crescent engine
+         * (and a member) before anything touches its memory */
+        cr__shm_range_t *proven = NULL;
+        uint32_t n_proven = 0;
+        int prc = cr__shm_proof_fetch(d->pid, cr__xfer_engine_auth(st->engine), &proven,
+                                      &n_proven);
+        free(proven);
+        if (prc) {
+            CR_LOG_INFO(SHM_LOG, "peer %s pid %d: ownership not proven (%s), no shm", d->name,
+                        (int)d->pid, strerror(-prc));
+            return 0;
+        }
+    }
     if (d->n_buffers == 0) {
         /* nothing to probe yet: opening /proc/pid/mem runs the same ptrace
          * access check that process_vm_readv does */
@@ -746,6 +789,8 @@ static void shm_destroy(void *state)
     pthread_mutex_destroy(&st->peers_lock);
     pthread_cond_destroy(&st->cond);
     pthread_mutex_destroy(&st->lock);
+    if (st->proof_attached)
+        cr__shm_proof_detach(st->engine);
     free(st);
 }
 
@@ -773,6 +818,15 @@ static int shm_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg,
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->cond, NULL);
     pthread_mutex_init(&st->peers_lock, NULL);
+    if (engine) {
+        int prc = cr__shm_proof_attach(engine, cr__xfer_engine_auth(engine));
+        if (prc) {
+            CR_LOG_WARN(SHM_LOG, "ownership proof listener: %s", strerror(-prc));
+            shm_destroy(st);
+            return prc;
+        }
+        st->proof_attached = 1;
+    }
     unsigned nt = cfg && cfg->io_threads ? cfg->io_threads : 2;
     if (nt > SHM_MAX_THREADS)
         nt = SHM_MAX_THREADS;

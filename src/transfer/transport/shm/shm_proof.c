@@ -1,0 +1,308 @@
+/* shm proof of ownership (shm_proof.h). */
+#include "transfer/transport/shm/shm_proof.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "transfer/segment_desc.h"
+#include "transfer/xfer_internal.h" /* cr__xfer_local_desc_json */
+
+#define PROOF_MAX_RANGES (1u << 20)
+#define PROOF_MAX_ENGINES 64
+
+/* The one listener of this process (shm_proof.h says why it is global). */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int lfd, stop_pipe[2];
+    pthread_t thread;
+    const cr__auth_t *auth;
+    cr_xfer_engine_t *engines[PROOF_MAX_ENGINES]; /* guarded by g_mu */
+    int n_engines;
+} g;
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static socklen_t proof_addr(pid_t pid, struct sockaddr_un *sa)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    /* abstract name: sun_path[0] = 0, no file to clean up */
+    int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "crescent-shm-v1-%d", (int)pid);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+    const cr__shm_range_t *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+/* The ranges of every engine of this process, encoded. */
+static int encode_ranges(uint8_t **out, size_t *len)
+{
+    size_t cap = 4096, used = 4;
+    uint8_t *b = malloc(cap);
+    if (!b)
+        return -ENOMEM;
+    uint32_t count = 0;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < g.n_engines; i++) {
+        char *json = NULL;
+        size_t jl = 0;
+        cr__seg_desc_t d;
+        if (cr__xfer_local_desc_json(g.engines[i], &json, &jl))
+            continue;
+        int rc = cr__seg_desc_decode(json, jl, &d);
+        free(json);
+        if (rc)
+            continue;
+        for (uint32_t k = 0; k < d.n_buffers && count < PROOF_MAX_RANGES; k++) {
+            if (used + 16 > cap) {
+                uint8_t *nb = realloc(b, cap * 2);
+                if (!nb) {
+                    cr__seg_desc_clear(&d);
+                    pthread_mutex_unlock(&g_mu);
+                    free(b);
+                    return -ENOMEM;
+                }
+                b = nb;
+                cap *= 2;
+            }
+            put_le(b + used, d.buffers[k].addr, 8);
+            put_le(b + used + 8, d.buffers[k].len, 8);
+            used += 16;
+            count++;
+        }
+        cr__seg_desc_clear(&d);
+    }
+    pthread_mutex_unlock(&g_mu);
+    put_le(b, count, 4);
+    *out = b;
+    *len = used;
+    return 0;
+}
+
+static void serve_one(int fd)
+{
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    cr__net_set_timeouts(fd, CR__SHM_PROOF_TIMEOUT_MS);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) || cr.uid != getuid()) {
+        CR_LOG_RL(CR__LOG_WARN, "shm", "proof request from another user refused");
+        return;
+    }
+    if (g.auth && cr__auth_server_fd(g.auth, fd, "shm", CR__SHM_PROOF_TIMEOUT_MS)) {
+        CR_LOG_RL(CR__LOG_WARN, "shm", "proof request from pid %d failed authentication",
+                  (int)cr.pid);
+        return;
+    }
+    uint8_t *b;
+    size_t len;
+    if (encode_ranges(&b, &len))
+        return;
+    cr__net_write_full(fd, b, len, CR__SHM_PROOF_TIMEOUT_MS);
+    free(b);
+}
+
+static void *srv_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = g.lfd, .events = POLLIN},
+                               {.fd = g.stop_pipe[0], .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (pf[1].revents)
+            break;
+        if (!(pf[0].revents & POLLIN))
+            continue;
+        int fd = accept4(g.lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        serve_one(fd);
+        close(fd);
+    }
+    return NULL;
+}
+
+static int start_locked(const cr__auth_t *auth)
+{
+    g.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (g.lfd < 0)
+        return -errno;
+    if (pipe2(g.stop_pipe, O_CLOEXEC)) {
+        int rc = -errno;
+        close(g.lfd);
+        return rc;
+    }
+    struct sockaddr_un sa;
+    socklen_t sl = proof_addr(getpid(), &sa);
+    int rc = 0;
+    if (bind(g.lfd, (struct sockaddr *)&sa, sl) || listen(g.lfd, 16))
+        rc = -errno;
+    g.auth = auth;
+    if (!rc)
+        rc = -pthread_create(&g.thread, NULL, srv_main, NULL);
+    if (rc) {
+        close(g.lfd);
+        close(g.stop_pipe[0]);
+        close(g.stop_pipe[1]);
+    }
+    return rc;
+}
+
+int cr__shm_proof_attach(cr_xfer_engine_t *e, const cr__auth_t *auth)
+{
+    pthread_mutex_lock(&g_mu);
+    int rc = 0;
+    if (g.n_engines == PROOF_MAX_ENGINES)
+        rc = -ENOSPC;
+    else if (g.n_engines == 0)
+        rc = start_locked(auth);
+    if (!rc)
+        g.engines[g.n_engines++] = e;
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+void cr__shm_proof_detach(cr_xfer_engine_t *e)
+{
+    pthread_mutex_lock(&g_mu);
+    int found = 0;
+    for (int i = 0; i < g.n_engines; i++)
+        if (g.engines[i] == e) {
+            g.engines[i] = g.engines[--g.n_engines];
+            found = 1;
+            break;
+        }
+    int last = found && g.n_engines == 0;
+    pthread_mutex_unlock(&g_mu);
+    if (!last)
+        return;
+    /* the thread takes g_mu in encode_ranges: join without holding it; a
+     * new attach meanwhile would start a second listener on a busy name,
+     * which fails cleanly with -EADDRINUSE */
+    char b = 1;
+    if (write(g.stop_pipe[1], &b, 1) != 1) {
+        /* a pipe with room never fails this write */
+    }
+    pthread_join(g.thread, NULL);
+    close(g.lfd);
+    close(g.stop_pipe[0]);
+    close(g.stop_pipe[1]);
+}
+
+int cr__shm_proof_parse(const uint8_t *buf, size_t len, cr__shm_range_t **out, uint32_t *n)
+{
+    if (len < 4)
+        return -EBADMSG;
+    uint64_t count = get_le(buf, 4);
+    if (count > PROOF_MAX_RANGES || len != 4 + 16 * count)
+        return -EBADMSG;
+    cr__shm_range_t *r = NULL;
+    if (count && !(r = malloc(count * sizeof *r)))
+        return -ENOMEM;
+    for (uint64_t i = 0; i < count; i++) {
+        r[i].addr = get_le(buf + 4 + 16 * i, 8);
+        r[i].len = get_le(buf + 12 + 16 * i, 8);
+        if (r[i].len == 0 || r[i].addr + r[i].len < r[i].addr) {
+            free(r);
+            return -EBADMSG;
+        }
+    }
+    if (count)
+        qsort(r, count, sizeof *r, range_cmp);
+    *out = r;
+    *n = (uint32_t)count;
+    return 0;
+}
+
+int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out, uint32_t *n)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    cr__net_set_timeouts(fd, CR__SHM_PROOF_TIMEOUT_MS);
+    struct sockaddr_un sa;
+    socklen_t sl = proof_addr(pid, &sa);
+    int rc = 0;
+    if (connect(fd, (struct sockaddr *)&sa, sl)) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    /* the kernel says who listens there: it must be the claimed process */
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) || cr.pid != pid ||
+        cr.uid != getuid()) {
+        CR_LOG_RL(CR__LOG_WARN, "shm",
+                  "pid %d: its proof socket belongs to pid %d: descriptor not trusted", (int)pid,
+                  (int)cr.pid);
+        close(fd);
+        return -EACCES;
+    }
+    if (auth && (rc = cr__auth_client_fd(auth, fd, "shm", CR__SHM_PROOF_TIMEOUT_MS))) {
+        close(fd);
+        return rc == -ETIMEDOUT ? rc : -EACCES;
+    }
+    /* read to EOF, bounded */
+    size_t cap = 4096, len = 0;
+    uint8_t *b = malloc(cap);
+    if (!b) {
+        close(fd);
+        return -ENOMEM;
+    }
+    for (;;) {
+        if (len == cap) {
+            if (cap >= 4 + 16ull * PROOF_MAX_RANGES) {
+                rc = -EBADMSG;
+                break;
+            }
+            uint8_t *nb = realloc(b, cap * 2);
+            if (!nb) {
+                rc = -ENOMEM;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+        ssize_t k = recv(fd, b + len, cap - len, 0);
+        if (k == 0)
+            break;
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = errno == EAGAIN ? -ETIMEDOUT : -errno;
+            break;
+        }
+        len += (size_t)k;
+    }
+    close(fd);
+    if (!rc)
+        rc = cr__shm_proof_parse(b, len, out, n);
+    free(b);
+    return rc == -EBADMSG ? -EACCES : rc;
+}
