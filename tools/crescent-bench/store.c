@@ -39,6 +39,7 @@
 
 #include "bench.h"
 #include "common/clock.h"
+#include "common/auth/auth_opts.h"
 #include "common/config.h"
 #include "crescent/store.h"
 
@@ -60,6 +61,7 @@ typedef struct sb_cfg {
     int64_t slots;
     int verify;
     int keep;
+    CR__AUTH_CFG_FIELDS;
 } sb_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(sb_cfg_t, n)}
@@ -87,6 +89,7 @@ static const cr__cfg_opt_t sb_opts[] = {
         CR__CFG_INT),
     OPT(verify, "false", "check every byte read against the written pattern", CR__CFG_BOOL),
     OPT(keep, "false", "do not remove the keys at the end", CR__CFG_BOOL),
+    CR__AUTH_CFG_OPTS(sb_cfg_t),
 };
 
 typedef struct sb_thread {
@@ -580,6 +583,10 @@ static int store_run(sb_cfg_t *cp)
     p.master_addr = c.master_server_address;
     p.global_segment_size = c.global_segment_size;
     p.protocol = c.protocol;
+    if (c.cluster_key_file[0]) {
+        p.field_mask |= CR_STORE_PARAM_CLUSTER_KEY_FILE;
+        p.cluster_key_file = c.cluster_key_file;
+    }
     cr_store_t *st = NULL;
     rc = cr_store_create(&p, &st);
     if (rc) {

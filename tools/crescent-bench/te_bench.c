@@ -49,6 +49,7 @@
 
 #include "bench.h"
 #include "common/clock.h"
+#include "common/auth/auth_opts.h"
 #include "common/config.h"
 #include "crescent/transfer.h"
 
@@ -81,6 +82,7 @@ typedef struct te_cfg {
     int64_t objects;
     double open_seconds;
     int check;
+    CR__AUTH_CFG_FIELDS;
 } te_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(te_cfg_t, n)}
@@ -121,6 +123,7 @@ static const cr__cfg_opt_t opts[] = {
         "may still be starting)", CR__CFG_DOUBLE),
     OPT(pattern_seed, "0", "seed of the target's data pattern (0 = built-in; tests use a "
         "different seed on one side to prove --check detects corruption)", CR__CFG_SIZE),
+    CR__AUTH_CFG_OPTS(te_cfg_t),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -169,6 +172,10 @@ static int make_engine(const te_cfg_t *c, cr_xfer_engine_t **out)
     if (c->timeout_ms) {
         p.field_mask |= CR_XFER_PARAM_TIMEOUT_MS;
         p.timeout_ms = (unsigned)c->timeout_ms;
+    }
+    if (c->cluster_key_file[0]) {
+        p.field_mask |= CR_XFER_PARAM_CLUSTER_KEY_FILE;
+        p.cluster_key_file = c->cluster_key_file;
     }
     int rc = cr_xfer_engine_create(&p, out);
     if (rc)

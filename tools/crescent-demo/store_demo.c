@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "../crescent-bench/bench.h"
+#include "common/auth/auth.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "crescent/store.h"
@@ -46,6 +47,7 @@ typedef struct sd_cfg {
     int64_t replica_num;
     char bin_dir[CR__CFG_STR_MAX];
     char protocol[CR__CFG_STR_MAX];
+    int security;
 } sd_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(sd_cfg_t, n)}
@@ -57,6 +59,10 @@ static const cr__cfg_opt_t sd_opts[] = {
     OPT(replica_num, "2", "replicas per value (each on a distinct node)", CR__CFG_INT),
     OPT(protocol, "tcp", "transfer protocol: tcp or tcp,shm", CR__CFG_STR),
     OPT(bin_dir, "", "directory holding crescent-master and crescent-node", CR__CFG_STR),
+    OPT(security, "true",
+        "security on: generate a cluster key for this demo cluster (docs/security.md); every "
+        "process gets it through CRESCENT_CLUSTER_KEY_FILE",
+        CR__CFG_BOOL),
 };
 #define SD_N (sizeof sd_opts / sizeof sd_opts[0])
 #define MAX_NODES 8
@@ -328,6 +334,22 @@ int main(int argc, char **argv)
         return 1;
     }
     char pf[128], log[128], line[512];
+    if (c.security) {
+        /* one fresh key for this cluster; children and our own client read
+         * it from the environment like any library user */
+        char kf[128];
+        snprintf(kf, sizeof kf, "%s/cluster.key", g_tmp);
+        if (cr__auth_keygen(kf) || setenv(CR__AUTH_ENV_KEY_FILE, kf, 1)) {
+            fprintf(stderr, "crescent-demo: cannot create a cluster key in %s\n", g_tmp);
+            return 1;
+        }
+        printf("crescent-demo: security on: cluster key %s (every RPC, HTTP and TE peer "
+               "authenticates)\n",
+               kf);
+    } else {
+        unsetenv(CR__AUTH_ENV_KEY_FILE);
+        printf("crescent-demo: security off (--security=false)\n");
+    }
     snprintf(pf, sizeof pf, "%s/master.port", g_tmp);
     snprintf(log, sizeof log, "%s/master.log", g_tmp);
     char *margv[] = {master_bin, "--rpc_address", "127.0.0.1", "--rpc_port", "0",

@@ -68,6 +68,7 @@ const cr__cfg_opt_t cr__csvc_cfg_table[] = {
      CR__CFG_STR, OFF(endpoint_prefixes)},
     {"port_file", "", "write the bound HTTP port to this file once listening", CR__CFG_STR,
      OFF(port_file)},
+    CR__AUTH_CFG_OPTS(cr__csvc_config_t),
 };
 const size_t cr__csvc_cfg_table_len = sizeof cr__csvc_cfg_table / sizeof cr__csvc_cfg_table[0];
 
@@ -253,8 +254,17 @@ fail:
 
 int cr__csvc_listen(cr__csvc_t *s)
 {
-    return cr__httpd_start(s->cfg.host, (uint16_t)s->cfg.port, (size_t)s->cfg.max_body,
-                           cr__csvc_handle, s, &s->httpd);
+    int rc = cr__auth_load(&CR__AUTH_CFG_OF(s->cfg), &s->auth);
+    if (rc)
+        return rc;
+    cr__httpd_params_t hp = {.host = s->cfg.host,
+                             .port = (uint16_t)s->cfg.port,
+                             .max_body = (size_t)s->cfg.max_body,
+                             .fn = cr__csvc_handle,
+                             .user = s,
+                             .auth = s->auth,
+                             .name = "conductor HTTP API"};
+    return cr__httpd_start_ex(&hp, &s->httpd);
 }
 
 uint16_t cr__csvc_port(const cr__csvc_t *s) { return s->httpd ? cr__httpd_port(s->httpd) : 0; }
@@ -271,5 +281,6 @@ void cr__csvc_destroy(cr__csvc_t *s)
     cr_cond_index_destroy(s->idx);
     free(s->scratch);
     pthread_mutex_destroy(&s->lock);
+    cr__auth_free(s->auth);
     free(s);
 }

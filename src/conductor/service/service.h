@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/auth/auth_opts.h"
 #include "common/config.h"
 #include "common/httpd.h"
 #include "conductor/service/kv_events.h"
@@ -59,6 +60,7 @@ typedef struct cr__csvc_config {
     char endpoint_prefixes[CR__CFG_STR_MAX]; /* comma-separated allowed endpoint
                                                 prefixes for /register; "" = any */
     char port_file[CR__CFG_STR_MAX]; /* tool: write the bound port here */
+    CR__AUTH_CFG_FIELDS; /* security: HTTP callers must sign (docs/security.md) */
 } cr__csvc_config_t;
 
 extern const cr__cfg_opt_t cr__csvc_cfg_table[];
@@ -68,7 +70,9 @@ extern const size_t cr__csvc_cfg_table_len;
  * Returns 0 and *out, -EINVAL (bad config, message in err) or -ENOMEM. */
 int cr__csvc_create(const cr__csvc_config_t *cfg, cr__csvc_t **out, char *err, size_t errlen);
 
-/* Starts the HTTP server on cfg->host:cfg->port. Returns 0 or -errno. */
+/* Starts the HTTP server on cfg->host:cfg->port; with a cluster key every
+ * request must carry a valid X-Crescent-Auth signature (401 otherwise).
+ * Returns 0, -EPERM/-EINVAL/-ENOENT/-ENOTSUP (unusable key) or -errno. */
 int cr__csvc_listen(cr__csvc_t *s);
 /* Bound HTTP port (after cr__csvc_listen). */
 uint16_t cr__csvc_port(const cr__csvc_t *s);

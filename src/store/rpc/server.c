@@ -382,7 +382,8 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
                     s->p.max_buffered_bytes) {
                     __atomic_sub_fetch(&s->buffered, grow, __ATOMIC_RELAXED);
                     INC(s->closed_over_budget);
-                    CR_LOG_WARN("rpc", "fd %d: request buffers over budget, closing", c->fd);
+                    CR_LOG_RL(CR__LOG_WARN, "rpc", "fd %d: request buffers over budget, closing",
+                              c->fd);
                     return -1;
                 }
                 uint8_t *d = realloc(c->payload, cap);

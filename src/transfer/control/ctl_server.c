@@ -101,13 +101,15 @@ static void *conn_main(void *arg)
         if ((rc = cr__net_read_full(cc->fd, &h, sizeof h, ctl->timeout_ms)) != 0)
             break;
         if (cr__ctl_hdr_dec(&h)) {
-            CR_LOG_WARN(LOGC, "bad header (magic/version) from a client: closing its connection");
+            CR_LOG_RL(CR__LOG_WARN, LOGC,
+                      "bad header (magic/version) from a client: closing its connection");
             rc = -EPROTO;
             break;
         }
         if ((rc = serve_one(cc, &h)) == -EPROTO)
-            CR_LOG_WARN(LOGC, "bad request (opcode %u, len %u): closing the connection",
-                        h.opcode, h.len);
+            CR_LOG_RL(CR__LOG_WARN, LOGC,
+                      "bad request (opcode %u, len %u): closing the connection", h.opcode,
+                      h.len);
     }
     CR_LOG_DEBUG(LOGC, "control connection closed: %s", cr_strerror(rc));
     pthread_mutex_lock(&ctl->mu);
@@ -140,7 +142,7 @@ static void accept_one(cr__xfer_ctl_t *ctl, int lfd)
     pthread_mutex_lock(&ctl->mu);
     if (ctl->n_conns >= CR__XFER_CTL_MAX_CONNS || atomic_load(&ctl->stopping)) {
         pthread_mutex_unlock(&ctl->mu);
-        CR_LOG_WARN(LOGC, "too many control connections: refusing one");
+        CR_LOG_RL(CR__LOG_WARN, LOGC, "too many control connections: refusing one");
         close(fd);
         free(cc);
         return;

@@ -339,15 +339,17 @@ static void *srv_main(void *arg)
         if ((size_t)n < sizeof h && (rc = cr__tcp_recv_full(fd, (char *)&h + n, sizeof h - (size_t)n)))
             break;
         if (cr__tcp_hdr_dec(&h)) {
-            CR_LOG_WARN(LOGC, "bad header (magic/version) from a client: closing its connection");
+            CR_LOG_RL(CR__LOG_WARN, LOGC,
+                      "bad header (magic/version) from a client: closing its connection");
             rc = -EPROTO;
             break;
         }
         last_read = h.opcode == CR__TCP_READ;
         if ((rc = serve_one(sc, &h, &acks)) != 0) {
             if (rc == -EPROTO)
-                CR_LOG_WARN(LOGC, "bad request (opcode %u, len %llu): closing the connection",
-                            h.opcode, (unsigned long long)h.len);
+                CR_LOG_RL(CR__LOG_WARN, LOGC,
+                          "bad request (opcode %u, len %llu): closing the connection",
+                          h.opcode, (unsigned long long)h.len);
             break;
         }
     }
@@ -387,7 +389,7 @@ static void accept_one(tcp_state_t *st, int lfd, int nic)
     pthread_mutex_lock(&st->srv_mu);
     if (st->n_srv >= TCP_MAX_SRV_CONNS || atomic_load(&st->stopping)) {
         pthread_mutex_unlock(&st->srv_mu);
-        CR_LOG_WARN(LOGC, "too many connections: refusing one");
+        CR_LOG_RL(CR__LOG_WARN, LOGC, "too many connections: refusing one");
         close(fd);
         free(sc);
         return;

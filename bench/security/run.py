@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""Cost of security: the same benchmarks with security off and on, measured
+in one run, interleaved rep by rep (off, on, off, on, ...) so that load from
+other work on the machine hits both sides alike. Security is switched for
+every process (master, node, bench target/initiator/client) by
+CRESCENT_CLUSTER_KEY_FILE, the way library users turn it on.
+
+Rows (each figure: median over --reps):
+  te-1M-read / te-1M-write    TCP loopback, 1 MiB requests, GB/s
+  te-4K-read                  TCP loopback, 4 KiB requests in batches of 128, req/s
+  store-1M put / get          crescent-bench store putget, 1 MiB values, GB/s (4 threads)
+  store-4K put p50            crescent-bench store putget, 4 KiB values, p50 latency of put
+The ratio column is on/off (1.00 = free). Security costs a handshake per
+connection and signatures on metadata; the data path itself is unchanged, so
+the ratios measure that nothing per-request was added.
+
+Usage: bench/security/run.sh [--build build] [--reps 3] [--seconds 3] [--out results.md]
+Never fails on timing; exits non-zero only if a tool fails to run."""
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+te = load("te_bench_run", os.path.join(ROOT, "bench", "te", "run.py"))
+sb = load("store_bench_run", os.path.join(ROOT, "bench", "store", "run.py"))
+
+
+def set_security(on, key):
+    if on:
+        os.environ["CRESCENT_CLUSTER_KEY_FILE"] = key
+    else:
+        os.environ.pop("CRESCENT_CLUSTER_KEY_FILE", None)
+
+
+def te_case(bench, block, op, batch, secs):
+    t, name = te.start_target(bench, ["--protocol", "tcp", "--buffer_size", "256MiB"])
+    try:
+        r = te.run_initiator(bench, ["--segment", name, "--protocol", "tcp", "--operation", op,
+                                     "--block_size", block, "--batch_size", str(batch),
+                                     "--threads", "2"], secs)
+    finally:
+        te.stop(t)
+    return r
+
+
+def store_case(build, size, ops):
+    c = sb.Cluster(build, nodes=1, seg="1GB", proto="tcp")
+    try:
+        return sb.crescent(build, c.addr, ["--op", "putget", "--value_size", size, "--threads", "4",
+                                           "--ops", str(ops), "--protocol", "tcp"])
+    finally:
+        c.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=3)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    bench = os.path.join(a.build, "tools", "crescent-bench", "crescent-bench")
+    d = tempfile.mkdtemp(prefix="crescent-sec-bench-")
+    key = os.path.join(d, "cluster.key")
+    with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    sb.LEASE_WAIT_S = getattr(sb, "LEASE_WAIT_S", 0)
+    rows = {}  # name -> {"off": [...], "on": [...]}, unit
+
+    def add(name, mode, val, unit):
+        rows.setdefault(name, ({"off": [], "on": []}, unit))[0][mode].append(val)
+
+    try:
+        for rep in range(a.reps):
+            for mode in ("off", "on"):
+                set_security(mode == "on", key)
+                te.log("rep %d security %s" % (rep + 1, mode))
+                r = te_case(bench + " te" if False else bench, "1MiB", "read", 16, a.seconds)
+                add("TE tcp 1 MiB READ", mode, float(r["gbps"]), "GB/s")
+                r = te_case(bench, "1MiB", "write", 16, a.seconds)
+                add("TE tcp 1 MiB WRITE", mode, float(r["gbps"]), "GB/s")
+                r = te_case(bench, "4KiB", "read", 128, a.seconds)
+                add("TE tcp 4 KiB READ", mode, float(r["req_per_s"]), "req/s")
+                r = store_case(a.build, "1MB", 50)
+                add("store 1 MiB put", mode, float(r["put"]["gbps"]), "GB/s")
+                add("store 1 MiB get", mode, float(r["get"]["gbps"]), "GB/s")
+                r = store_case(a.build, "4KB", 500)
+                add("store 4 KiB put p50", mode, float(r["put"]["p50_us"]), "us")
+                add("store 4 KiB get p50", mode, float(r["get"]["p50_us"]), "us")
+    finally:
+        set_security(False, key)
+        te.cleanup()
+        sb.cleanup()
+    out = ["| benchmark | security off | security on | unit | on/off |", "|---|---|---|---|---|"]
+    for name, (v, unit) in rows.items():
+        off, on = statistics.median(v["off"]), statistics.median(v["on"])
+        fmt = "%.0f" if unit == "req/s" else "%.3f" if unit == "GB/s" else "%.1f"
+        out.append("| %s | %s | %s | %s | %.2f |" % (name, fmt % off, fmt % on, unit,
+                                                     on / off if off else float("nan")))
+    text = "\n".join(out)
+    print(text)
+    if a.out:
+        open(a.out, "w").write(text + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
