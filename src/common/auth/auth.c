@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/status.h"
 #include "common/net.h"
 
 #define REPLAY_SLOTS 8192 /* HTTP nonces remembered (power of two) */
@@ -144,7 +145,7 @@ int cr__auth_load_key_file(const char *path, cr__auth_t **out)
     if (fd < 0) {
         int e = errno;
         CR_LOG_ERROR("auth", "cluster key file %s: %s", path, strerror(e));
-        return e == ENOENT ? -ENOENT : -e;
+        return cr__status_from_errno(e);
     }
     struct stat sb;
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
@@ -208,12 +209,12 @@ int cr__auth_keygen(const char *path)
     OPENSSL_cleanse(r, sizeof r);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
-        return -errno;
+        return CR__ERRNO();
     hex[64] = '\n';
     int rc = write(fd, hex, 65) == 65 ? 0 : -EIO; /* a fresh small file: one write */
     OPENSSL_cleanse(hex, sizeof hex);
     if (close(fd) && !rc)
-        rc = -errno;
+        rc = CR__ERRNO();
     return rc;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/status.h"
 #include "common/net.h"
 #include "transfer/segment_desc.h"
 #include "transfer/xfer_internal.h" /* cr__xfer_local_desc_json */
@@ -151,9 +152,9 @@ static int start_locked(const cr__auth_t *auth)
 {
     g.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (g.lfd < 0)
-        return -errno;
+        return CR__ERRNO();
     if (pipe2(g.stop_pipe, O_CLOEXEC)) {
-        int rc = -errno;
+        int rc = CR__ERRNO();
         close(g.lfd);
         return rc;
     }
@@ -161,7 +162,7 @@ static int start_locked(const cr__auth_t *auth)
     socklen_t sl = proof_addr(getpid(), &sa);
     int rc = 0;
     if (bind(g.lfd, (struct sockaddr *)&sa, sl) || listen(g.lfd, 16))
-        rc = -errno;
+        rc = CR__ERRNO();
     g.auth = auth;
     if (!rc)
         rc = -pthread_create(&g.thread, NULL, srv_main, NULL);
@@ -243,13 +244,13 @@ int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out
 {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return -errno;
+        return CR__ERRNO();
     cr__net_set_timeouts(fd, CR__SHM_PROOF_TIMEOUT_MS);
     struct sockaddr_un sa;
     socklen_t sl = proof_addr(pid, &sa);
     int rc = 0;
     if (connect(fd, (struct sockaddr *)&sa, sl)) {
-        rc = -errno;
+        rc = CR__ERRNO();
         close(fd);
         return rc;
     }
@@ -295,7 +296,7 @@ int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out
         if (k < 0) {
             if (errno == EINTR)
                 continue;
-            rc = errno == EAGAIN ? -ETIMEDOUT : -errno;
+            rc = errno == EAGAIN ? -ETIMEDOUT : CR__ERRNO();
             break;
         }
         len += (size_t)k;
