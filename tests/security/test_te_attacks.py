@@ -123,3 +123,24 @@ def test_get_desc_open_cluster_is_exposed(open_cluster):
     status, body = get_desc(s)
     s.close()
     assert status == 0 and json.loads(body)["buffers"]
+
+
+def test_disk_tier_read_server_refuses_strangers(secure, tmp_path):
+    """A node's disk-tier read server (--ssd_path) is a data-plane port too:
+    with security on a stranger's request is closed unanswered, while the
+    node itself (its master RPC authenticates) joins and serves members."""
+    from secutil import start_node
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    p = port.getsockname()[1]
+    port.close()
+    start_node(secure["daemons"], secure, secure["key_file"], size="16MB",
+               extra=["--ssd_path", str(tmp_path), "--ssd_capacity", "64MB", "--ssd_port", str(p)])
+    s = connect(p)
+    s.sendall(b"\0" * 64)
+    assert closed_without_answer(s), "the disk tier served a stranger"
+    s.close()
+    st, rc = store_for(secure, secure["key_file"])
+    assert rc == 0 and st.put("tier-legit", b"T" * 5000) == 0
+    assert st.get("tier-legit") == b"T" * 5000
+    st.close()

@@ -194,7 +194,8 @@ int main(int argc, char **argv)
                                   .id = st->id,
                                   .dram_base = st->seg_base,
                                   .dram_size = st->seg_size,
-                                  .rpc_timeout_ms = (unsigned)cfg.rpc_timeout_ms};
+                                  .rpc_timeout_ms = (unsigned)cfg.rpc_timeout_ms,
+                                  .auth = st->auth};
         char terr[512] = "";
         rc = cr__tier_node_start(&tc, &tier, terr, sizeof terr);
         if (rc) {

@@ -43,6 +43,10 @@ static int tier_connect(cr_store_t *s, const char *segment)
     int fd = cr__net_connect(host, port, NULL, (int)s->rpc_timeout_ms);
     if (fd < 0)
         return CR_E_TRANSFER_FAIL;
+    if (s->auth && cr__auth_client_fd(s->auth, fd, "tier", (int)s->rpc_timeout_ms)) {
+        close(fd); /* not a member (or we are not): never read its bytes */
+        return CR_E_TRANSFER_FAIL;
+    }
     return fd;
 }
 

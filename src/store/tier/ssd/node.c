@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/auth/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -156,6 +157,11 @@ static void *conn_main(void *arg)
     if (!qs || !ios || cr__ssd_ring_init(&ring, (unsigned)maxq)) {
         CR_LOG_ERROR(COMP, "read connection: out of memory or io_uring unavailable");
         goto out;
+    }
+    /* security on: nothing is served to a peer without the cluster key */
+    if (t->cfg.auth && cr__auth_server_fd(t->cfg.auth, fd, "tier", 5000)) {
+        CR_LOG_RL(CR__LOG_WARN, COMP, "read server: refused a peer without the cluster key");
+        goto done;
     }
     while (!atomic_load(&t->stop)) {
         /* one request (waits), then whatever else is already queued */
@@ -675,6 +681,7 @@ int cr__tier_node_start(const cr__tier_node_cfg_t *c, cr__tier_node_t **out, cha
         snprintf(err, errlen, "master address %s: %s", c->master, strerror(-rc));
         goto fail;
     }
+    cr__rpc_client_set_auth(t->rpc, c->auth);
     cr__ssd_ring_t ring;
     if ((rc = cr__ssd_ring_init(&ring, 8)) != 0) {
         snprintf(err, errlen, "io_uring: %s", strerror(-rc));

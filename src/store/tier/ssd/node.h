@@ -21,6 +21,10 @@ typedef struct cr__tier_node_cfg {
     uint8_t *dram_base;     /* the node's DRAM segment (offload source) */
     uint64_t dram_size;
     unsigned rpc_timeout_ms;
+    /* Security on (docs/security.md): the master RPC authenticates, and a
+     * read-server connection must pass the cluster-key handshake (context
+     * "tier") before any request is served. NULL = off; must outlive t. */
+    const struct cr__auth *auth;
 } cr__tier_node_cfg_t;
 
 /* Opens the disk tier (cr__ssd_open's checks), scans it, starts the read
