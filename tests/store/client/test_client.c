@@ -5,6 +5,7 @@
  * (remount), and bad input. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,7 +53,7 @@ static cr__rpc_server_t *g_server;
 static uint16_t g_port;
 static char g_addr[64];
 static pthread_t g_tick;
-static volatile int g_tick_stop;
+static atomic_int g_tick_stop; /* read by the tick thread */
 static cr_store_t *g_nodes[N_NODES];
 static cr_store_t *g_cli; /* pure client */
 static uint8_t *g_reg;    /* registered with g_cli */

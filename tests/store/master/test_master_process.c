@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,7 +167,7 @@ static int put_end(cr__rpc_client_t *c, const char *key, uint64_t ver)
     return call1(c, CR__RPC_PUT_END, &in, NULL, NULL);
 }
 
-static volatile int g_stop_pinger;
+static atomic_int g_stop_pinger; /* read by the pinger thread */
 static void *pinger(void *arg)
 {
     (void)arg;
