@@ -88,7 +88,7 @@ def main():
             for mode in ("off", "on"):
                 set_security(mode == "on", key)
                 te.log("rep %d security %s" % (rep + 1, mode))
-                r = te_case(bench + " te" if False else bench, "1MiB", "read", 16, a.seconds)
+                r = te_case(bench, "1MiB", "read", 16, a.seconds)
                 add("TE tcp 1 MiB READ", mode, float(r["gbps"]), "GB/s")
                 r = te_case(bench, "1MiB", "write", 16, a.seconds)
                 add("TE tcp 1 MiB WRITE", mode, float(r["gbps"]), "GB/s")
