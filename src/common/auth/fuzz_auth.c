@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(s, data, size);
     s[size] = '\0';
-    uint64_t ts;
+    uint64_t ts = 0;
     uint8_t nonce[16], mac[CR__AUTH_MAC_LEN];
     rc = cr__auth_http_parse(s, &ts, nonce, mac);
     if (rc != 0 && rc != -EBADMSG)
