@@ -470,35 +470,21 @@ static void engine_dealloc(PyObject *o)
 static int do_initialize(PyEngine *self, const char *local_hostname, const char *metadata_server,
                          const char *protocol, const char *device_name, const char *metadata_type)
 {
-    char host[256], ip[64], uri[1024], nics[512], transports[32];
+    char host[256], ip[64], nics[512];
     uint16_t port = 0;
     if (cr__py_split_host(local_hostname, host, sizeof host, &port) < 0) {
         PyErr_Format(PyExc_ValueError, "local_hostname '%s' is not host or host:port",
                      local_hostname);
         return RAISED;
     }
-    if (!metadata_server || !*metadata_server) {
-        const char *env = getenv("MC_METADATA_SERVER");
-        metadata_server = env && *env ? env : "P2PHANDSHAKE";
-    }
     if (metadata_type && !strcmp(metadata_type, "p2p"))
         metadata_server = "P2PHANDSHAKE";
-    if (cr__py_metadata_uri(metadata_server, uri, sizeof uri) < 0)
-        return -EINVAL;
-    if (!protocol || !*protocol || !strcmp(protocol, "tcp")) {
-        snprintf(transports, sizeof transports, "tcp,shm");
-    } else if (!strcmp(protocol, "shm")) {
-        snprintf(transports, sizeof transports, "shm,tcp");
-    } else {
-        /* rdma, nvlink, ...: crescent moves bytes over TCP/shared memory. */
-        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
-                             "crescent: protocol '%s' is not available, using tcp", protocol) < 0)
-            return RAISED;
-        snprintf(transports, sizeof transports, "tcp,shm");
-    }
-    const char *tr_env = getenv("CRESCENT_TRANSPORTS");
-    if (tr_env && *tr_env)
-        snprintf(transports, sizeof transports, "%s", tr_env);
+    cr__py_mc_env_t env;
+    int erc = cr__py_mc_env(metadata_server, protocol, "tcp,shm", "shm,tcp", &env);
+    if (erc == -1)
+        return RAISED;
+    if (erc < 0)
+        return erc;
     cr__py_nics_from_devices(device_name, nics, sizeof nics);
     int rc = 0;
     if (!nics[0]) {
@@ -507,11 +493,11 @@ static int do_initialize(PyEngine *self, const char *local_hostname, const char 
             return rc;
         snprintf(nics, sizeof nics, "%s", ip);
     }
-    int p2p = !strcmp(uri, "p2p");
+    int p2p = !strcmp(env.metadata_uri, "p2p");
     cr_xfer_params_t p = {0};
     p.field_mask = CR_XFER_PARAM_METADATA_URI | CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_NICS;
-    p.metadata_uri = uri;
-    p.transports = transports;
+    p.metadata_uri = env.metadata_uri;
+    p.transports = env.transports;
     p.nics = nics;
     /* With a metadata service the segment is published under local_hostname
      * as given ("host:port"), which is the name peers use as target_hostname;
@@ -522,15 +508,13 @@ static int do_initialize(PyEngine *self, const char *local_hostname, const char 
         p.field_mask |= CR_XFER_PARAM_LOCAL_NAME;
         p.local_name = local_hostname;
     }
-    const char *legacy = getenv("MC_LEGACY_RPC_PORT_BINDING");
-    if (port && legacy && *legacy && strcmp(legacy, "0")) {
+    if (port && env.legacy_port) {
         p.field_mask |= CR_XFER_PARAM_PORT;
         p.port = port;
     }
-    const char *tmo = getenv("MC_TRANSFER_TIMEOUT");
-    if (tmo && atoi(tmo) > 0) {
+    if (env.timeout_ms) {
         p.field_mask |= CR_XFER_PARAM_TIMEOUT_MS;
-        p.timeout_ms = (unsigned)atoi(tmo) * 1000u;
+        p.timeout_ms = env.timeout_ms;
     }
     Py_BEGIN_ALLOW_THREADS
     pthread_rwlock_wrlock(&self->lock);

@@ -405,29 +405,16 @@ static PyObject *store_setup(PyStore *self, PyObject *args, PyObject *kw)
         master = env && *env ? env : "127.0.0.1:50051";
     }
 
-    char host[256], ip[64], uri[1024], nics[512], transports[32];
+    char host[256], ip[64], nics[512];
     uint16_t port = 0;
     if (cr__py_split_host(lh, host, sizeof host, &port) < 0)
         return PyErr_Format(PyExc_ValueError, "local_hostname '%s' is not host or host:port", lh);
-    if (!*ms) {
-        const char *env = getenv("MC_METADATA_SERVER");
-        ms = env && *env ? env : "P2PHANDSHAKE";
-    }
-    if (cr__py_metadata_uri(ms, uri, sizeof uri) < 0)
+    cr__py_mc_env_t env;
+    int erc = cr__py_mc_env(ms, proto, "tcp", "tcp,shm", &env);
+    if (erc == -1)
+        return NULL;
+    if (erc < 0)
         return PyLong_FromLong(CR_E_INVALID_PARAMS);
-    if (!strcmp(proto, "tcp") || !*proto) {
-        snprintf(transports, sizeof transports, "tcp");
-    } else if (!strcmp(proto, "shm") || !strcmp(proto, "tcp,shm")) {
-        snprintf(transports, sizeof transports, "tcp,shm");
-    } else {
-        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
-                             "crescent: protocol '%s' is not available, using tcp", proto) < 0)
-            return NULL;
-        snprintf(transports, sizeof transports, "tcp");
-    }
-    const char *tr_env = getenv("CRESCENT_TRANSPORTS");
-    if (tr_env && *tr_env)
-        snprintf(transports, sizeof transports, "%s", tr_env);
     if (cr__py_resolve_ip(host, ip, sizeof ip) < 0)
         return PyLong_FromLong(CR_E_INVALID_PARAMS);
     cr__py_nics_from_devices(dev, nics, sizeof nics);
@@ -437,17 +424,16 @@ static PyObject *store_setup(PyStore *self, PyObject *args, PyObject *kw)
                    CR_STORE_PARAM_MASTER_ADDR | CR_STORE_PARAM_GLOBAL_SEGMENT_SIZE |
                    CR_STORE_PARAM_LOCAL_BUFFER_SIZE | CR_STORE_PARAM_PROTOCOL;
     p.local_hostname = ip;
-    p.metadata_uri = uri;
+    p.metadata_uri = env.metadata_uri;
     p.master_addr = master;
     p.global_segment_size = gss;
     p.local_buffer_size = lbs;
-    p.protocol = transports;
+    p.protocol = env.transports;
     if (nics[0]) {
         p.field_mask |= CR_STORE_PARAM_DEVICE_NAMES;
         p.device_names = nics;
     }
-    const char *legacy = getenv("MC_LEGACY_RPC_PORT_BINDING");
-    if (port && legacy && *legacy && strcmp(legacy, "0")) {
+    if (port && env.legacy_port) {
         p.field_mask |= CR_STORE_PARAM_TE_PORT;
         p.te_port = port;
     } else if (te_port > 0 && te_port < 65536) {
@@ -455,10 +441,9 @@ static PyObject *store_setup(PyStore *self, PyObject *args, PyObject *kw)
         p.field_mask |= CR_STORE_PARAM_TE_PORT;
         p.te_port = (uint16_t)te_port;
     }
-    const char *tmo = getenv("MC_TRANSFER_TIMEOUT");
-    if (tmo && atoi(tmo) > 0) {
+    if (env.timeout_ms) {
         p.field_mask |= CR_STORE_PARAM_TRANSFER_TIMEOUT_MS;
-        p.transfer_timeout_ms = (unsigned)atoi(tmo) * 1000u;
+        p.transfer_timeout_ms = env.timeout_ms;
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS

@@ -469,3 +469,32 @@ void cr__py_nics_from_devices(const char *devices, char *out, size_t cap)
         p = e + 1;
     }
 }
+
+int cr__py_mc_env(const char *metadata_server, const char *protocol, const char *for_tcp,
+                  const char *for_shm, cr__py_mc_env_t *env)
+{
+    memset(env, 0, sizeof *env);
+    if (!metadata_server || !*metadata_server) {
+        const char *v = getenv("MC_METADATA_SERVER");
+        metadata_server = v && *v ? v : "P2PHANDSHAKE";
+    }
+    if (cr__py_metadata_uri(metadata_server, env->metadata_uri, sizeof env->metadata_uri) < 0)
+        return -EINVAL;
+    const char *tr = for_tcp;
+    if (protocol && (!strcmp(protocol, "shm") || !strcmp(protocol, "tcp,shm"))) {
+        tr = for_shm;
+    } else if (protocol && *protocol && strcmp(protocol, "tcp") != 0) {
+        /* rdma, nvlink, ...: crescent moves bytes over TCP/shared memory. */
+        if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                             "crescent: protocol '%s' is not available, using tcp", protocol) < 0)
+            return -1;
+    }
+    const char *v = getenv("CRESCENT_TRANSPORTS");
+    snprintf(env->transports, sizeof env->transports, "%s", v && *v ? v : tr);
+    v = getenv("MC_LEGACY_RPC_PORT_BINDING");
+    env->legacy_port = v && *v && strcmp(v, "0") != 0;
+    v = getenv("MC_TRANSFER_TIMEOUT");
+    if (v && atoi(v) > 0)
+        env->timeout_ms = (unsigned)atoi(v) * 1000u;
+    return 0;
+}

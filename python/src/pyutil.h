@@ -128,4 +128,26 @@ int cr__py_metadata_uri(const char *in, char *out, size_t cap);
  * ignored). out is "" when none is an address. */
 void cr__py_nics_from_devices(const char *devices, char *out, size_t cap);
 
+/* ---- Mooncake's environment ---------------------------------------------- */
+
+/* What TransferEngine.initialize and MooncakeDistributedStore.setup both take
+ * from their arguments and Mooncake's environment variables, read in one
+ * place so the two entry points cannot drift apart. */
+typedef struct cr__py_mc_env {
+    char metadata_uri[1024]; /* the argument, else $MC_METADATA_SERVER, else
+                              * P2PHANDSHAKE; as a crescent URI */
+    char transports[32];     /* from the protocol; $CRESCENT_TRANSPORTS overrides */
+    int legacy_port;         /* $MC_LEGACY_RPC_PORT_BINDING set and not "0":
+                              * listen on the port given in local_hostname */
+    unsigned timeout_ms;     /* $MC_TRANSFER_TIMEOUT (seconds) or 0 = default */
+} cr__py_mc_env_t;
+
+/* Fills *env. protocol "" or "tcp" selects for_tcp, "shm" or "tcp,shm"
+ * selects for_shm; any other (rdma, nvlink, ...) warns (RuntimeWarning) and
+ * selects for_tcp. Returns 0; -EINVAL for an unsupported metadata server;
+ * -1 with a Python exception set when the warning was turned into an error.
+ * GIL held. */
+int cr__py_mc_env(const char *metadata_server, const char *protocol, const char *for_tcp,
+                  const char *for_shm, cr__py_mc_env_t *env);
+
 #endif
