@@ -70,6 +70,7 @@ enum cr_store_param_field {
     CR_STORE_PARAM_HEARTBEAT_MS = 1u << 9,
     CR_STORE_PARAM_TE_PORT = 1u << 10,
     CR_STORE_PARAM_CLUSTER_KEY_FILE = 1u << 24,
+    CR_STORE_PARAM_TLS = 1u << 25,
 };
 
 /* Parameters of cr_store_create(). Only fields whose bit is set in
@@ -115,6 +116,17 @@ typedef struct cr_store_params {
      * security off when that is unset too. A bad key file is
      * CR_E_INVALID_PARAMS. */
     const char *cluster_key_file;
+    /* TLS with mutual certificates (docs/security.md): this member's
+     * certificate, its private key (chmod 600) and the CA bundle that signs
+     * every member's certificate, PEM files; all three or none. With them
+     * every control-plane connection (master RPC, metadata HTTP, etcd) is
+     * TLS and the peer must present a certificate of the CA. Default (bit
+     * unset or all ""): $CRESCENT_TLS_CERT, $CRESCENT_TLS_KEY,
+     * $CRESCENT_TLS_CA; TLS off when those are unset too. An unusable or
+     * partial set is CR_E_INVALID_PARAMS. */
+    const char *tls_cert;
+    const char *tls_key;
+    const char *tls_ca;
 } cr_store_params_t;
 
 /* Creates a client: starts its TE engine, registers its local buffer,

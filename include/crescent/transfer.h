@@ -52,6 +52,7 @@ enum cr_xfer_param_field {
     CR_XFER_PARAM_CONNS_PER_PATH = 1u << 8,
     CR_XFER_PARAM_TIMEOUT_MS = 1u << 9,
     CR_XFER_PARAM_CLUSTER_KEY_FILE = 1u << 24,
+    CR_XFER_PARAM_TLS = 1u << 25,
 };
 
 /* Parameters of cr_xfer_engine_create(). Only fields whose bit is set in
@@ -98,6 +99,17 @@ typedef struct cr_xfer_params {
      * reads must verify. Default (bit unset or ""): $CRESCENT_CLUSTER_KEY_FILE;
      * security off when that is unset too. A bad key file is -EINVAL. */
     const char *cluster_key_file;
+    /* TLS with mutual certificates (docs/security.md): this member's
+     * certificate, its private key (chmod 600) and the CA bundle that signs
+     * every member's certificate, PEM files; all three or none. With them
+     * every control-plane connection (master RPC, metadata HTTP, etcd) is
+     * TLS and the peer must present a certificate of the CA. Default (bit
+     * unset or all ""): $CRESCENT_TLS_CERT, $CRESCENT_TLS_KEY,
+     * $CRESCENT_TLS_CA; TLS off when those are unset too. An unusable or
+     * partial set is -EINVAL. */
+    const char *tls_cert;
+    const char *tls_key;
+    const char *tls_ca;
 } cr_xfer_params_t;
 
 /* Creates an engine, starts its listeners and publishes its (empty)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/auth/auth.h"
+#include "common/httpd_tls.h"
 #include "common/log.h"
 #include "common/net.h"
 
@@ -44,6 +45,7 @@ struct cr__httpd {
     void *user;
     struct cr__auth *auth; /* NULL = security off */
     _Atomic uint64_t auth_refused;
+    cr__httpd_tls_t *tls_front; /* TLS on: terminates TLS, feeds MHD */
 };
 
 struct conn_state {
@@ -328,9 +330,13 @@ int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    /* TLS on: MHD gets no listening socket; the TLS front accepts and
+     * hands it decrypted connections (httpd_tls.h) */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    if (p->tls)
+        flags |= MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     srv->mhd = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-        on_request, srv, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        flags, 0, NULL, NULL, on_request, srv,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTPD_THREADS,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTPD_CONN_LIMIT,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTPD_CONN_TIMEOUT_S,
@@ -338,14 +344,25 @@ int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
         (unsigned)(p->max_conns_per_source ? p->max_conns_per_source : HTTPD_PER_SOURCE),
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        /* last: TLS on ends the list here (MHD refuses a listening socket
+         * together with MHD_USE_NO_LISTEN_SOCKET) */
+        p->tls ? MHD_OPTION_END : MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_END);
     if (!srv->mhd) {
         CR_LOG_ERROR("httpd", "MHD_start_daemon failed on port %u", srv->port);
         close(fd);
         free(srv);
         return -ENOMEM;
     }
-    if (p->name)
+    if (p->tls) {
+        int rc = cr__httpd_tls_start(p->tls, fd, srv->mhd, HTTPD_CONN_LIMIT, &srv->tls_front);
+        if (rc) { /* fd is closed */
+            MHD_stop_daemon(srv->mhd);
+            free(srv);
+            return rc;
+        }
+    }
+    if (p->name && !p->tls)
         cr__auth_warn_open(p->auth, p->name, host);
     *out = srv;
     return 0;
@@ -363,6 +380,7 @@ void cr__httpd_stop(cr__httpd_t *srv)
 {
     if (!srv)
         return;
+    cr__httpd_tls_stop(srv->tls_front); /* before MHD: its threads use the daemon */
     MHD_stop_daemon(srv->mhd); /* joins the threads and closes the listen socket */
     free(srv);
 }

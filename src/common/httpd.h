@@ -66,6 +66,10 @@ typedef struct cr__httpd_params {
     struct cr__auth *auth;       /* NULL = security off */
     const char *name;            /* for the open-listener warning, e.g. "master admin HTTP" */
     unsigned max_conns_per_source; /* 0 = default 64 */
+    /* TLS on (common/tls/tls.h): every connection must complete a TLS
+     * handshake with a certificate of the CA before its request is read;
+     * combines with auth. Must outlive the server. NULL = plain HTTP. */
+    const struct cr__tls *tls;
 } cr__httpd_params_t;
 int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out);
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/auth/auth.h"
+#include "common/tls/tls.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "transfer/xfer_internal.h"
@@ -189,6 +190,7 @@ static void teardown(cr_xfer_engine_t *e, int published)
     pthread_mutex_destroy(&e->publish_lock);
     pthread_mutex_destroy(&e->batch_list_lock);
     cr__auth_free(e->auth);
+    cr__tls_free(e->tls);
     free(e);
 }
 
@@ -209,6 +211,12 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
                                    ? params->cluster_key_file
                                    : NULL,
                                &e->auth)) {
+        rc = -EINVAL;
+        goto fail_early;
+    }
+    int tls_on = params && (params->field_mask & CR_XFER_PARAM_TLS);
+    if (cr__tls_load(tls_on ? params->tls_cert : NULL, tls_on ? params->tls_key : NULL,
+                     tls_on ? params->tls_ca : NULL, &e->tls)) {
         rc = -EINVAL;
         goto fail_early;
     }
@@ -249,6 +257,7 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
         if (rc)
             goto fail;
         cr__meta_set_auth(e->meta, e->auth);
+        cr__meta_set_tls(e->meta, e->tls);
         if ((rc = cr__xfer_publish(e)) != 0) {
             rc = rc == -EINVAL || rc == -ENOMEM || rc == -EACCES ? rc : -EHOSTUNREACH;
             goto fail;
@@ -269,6 +278,7 @@ fail:
     return rc;
 fail_early:
     cr__auth_free(e->auth);
+    cr__tls_free(e->tls);
     pthread_mutex_destroy(&e->peer_lock);
     pthread_mutex_destroy(&e->publish_lock);
     pthread_mutex_destroy(&e->batch_list_lock);

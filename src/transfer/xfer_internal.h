@@ -99,6 +99,7 @@ struct cr_xfer_engine {
     cr__xfer_config_t cfg;
     cr__meta_t *meta; /* NULL in p2p mode */
     struct cr__auth *auth; /* cluster key (common/auth); NULL = security off */
+    struct cr__tls *tls;   /* TLS to the metadata service (common/tls); NULL = off */
     cr__topology_t topo;
     atomic_int destroying;
 

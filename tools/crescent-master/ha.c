@@ -100,6 +100,7 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
     if (rc)
         return rc;
     cr__ha_repl_set_auth(g.repl, cfg->auth);
+    cr__ha_repl_set_tls(g.repl, cfg->tls);
     /* A deposed leader's journal may hold changes nobody acknowledged:
      * it starts empty and waits for the new leader's snapshot. */
     int deposed = getenv("CRESCENT_MASTER_HA_DEPOSED") != NULL;
@@ -123,6 +124,7 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
         .admin_address = cfg->admin_addr,
         .lease_ttl_s = cfg->lease_ttl_s,
         .eligible = 0,
+        .tls = cfg->tls,
     };
     if ((rc = cr__ha_elect_start(&ep, &g.elect)))
         return rc;

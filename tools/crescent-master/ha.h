@@ -19,6 +19,7 @@ typedef struct master_ha_cfg {
     cr__ha_journal_t *journal; /* local journal or NULL */
     cr__ha_shadow_t *loaded;   /* its content (ownership passes), or NULL */
     const struct cr__auth *auth; /* cluster key for the op stream to standbys, or NULL */
+    const struct cr__tls *tls;   /* TLS to standbys and etcd, or NULL */
 } master_ha_cfg_t;
 
 /* Starts the election and the role manager for master m (empty: the

@@ -315,9 +315,15 @@ int main(int argc, char **argv)
     cr__rpc_server_t *rpc = NULL;
     cr__httpd_t *admin = NULL;
     cr__meta_server_t *meta = NULL;
+    cr__tls_t *tls = NULL;
     pthread_t tick;
     int tick_started = 0, exit_code = 1, restart = 0;
 
+    if ((rc = CR__TLS_LOAD_OF(o, &tls))) {
+        fprintf(stderr, "crescent-master: TLS configuration unusable: %s\n", cr_strerror(rc));
+        cr__auth_free(auth);
+        return 2;
+    }
     if ((rc = cr__master_create(&mc, &m))) {
         fprintf(stderr, "crescent-master: cannot create master state: %s\n", cr_strerror(rc));
         return 1;
@@ -352,9 +358,9 @@ int main(int argc, char **argv)
                     (unsigned long long)n, (unsigned long long)(cr__now_ms() - t0));
     }
     if (o.enable_http_metadata_server) {
-        rc = cr__meta_server_start_auth(o.http_metadata_server_host,
-                                        (uint16_t)o.http_metadata_server_port, "/metadata",
-                                        (size_t)1 << 30, (size_t)1 << 28, auth, &meta);
+        rc = cr__meta_server_start_tls(o.http_metadata_server_host,
+                                       (uint16_t)o.http_metadata_server_port, "/metadata",
+                                       (size_t)1 << 30, (size_t)1 << 28, auth, tls, &meta);
         if (rc) {
             fprintf(stderr, "crescent-master: cannot start HTTP metadata server on %s:%lld: %s\n",
                     o.http_metadata_server_host, (long long)o.http_metadata_server_port,
@@ -369,6 +375,7 @@ int main(int argc, char **argv)
                                  .fn = admin_handler,
                                  .user = m,
                                  .auth = auth,
+                                 .tls = tls,
                                  .name = "master admin HTTP"};
         rc = cr__httpd_start_ex(&hp, &admin);
         if (rc) {
@@ -385,6 +392,7 @@ int main(int argc, char **argv)
         .idle_timeout_ms = (int)(o.rpc_idle_timeout * 1000.0),
         .frame_timeout_ms = RPC_FRAME_TIMEOUT_MS,
         .auth = auth,
+        .tls = tls,
         .fn = handle,
         .user = m,
     };
@@ -415,6 +423,7 @@ int main(int argc, char **argv)
             .journal = g_journal,
             .loaded = ha_loaded,
             .auth = auth,
+            .tls = tls,
         };
         ha_loaded = NULL;
         if ((rc = master_ha_start(&hc, m))) {
@@ -423,7 +432,11 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    cr__auth_warn_open(auth, "master RPC", o.rpc_address);
+    if (!tls)
+        cr__auth_warn_open(auth, "master RPC", o.rpc_address);
+    if (tls)
+        fprintf(stderr, "crescent-master: TLS on (mutual certificates): RPC, admin and metadata "
+                        "peers must present a certificate of the CA\n");
     if (auth)
         fprintf(stderr, "crescent-master: security on (cluster key): RPC, admin and metadata "
                         "callers must authenticate\n");
@@ -474,6 +487,7 @@ out:
     cr__ha_journal_close(g_journal);
     cr__master_destroy(m);
     cr__auth_free(auth);
+    cr__tls_free(tls);
     if (restart) {
         /* deposed: a fresh process, its journal not trusted, follows the new leader */
         fprintf(stderr, "crescent-master: deposed; restarting as a standby\n");

@@ -76,17 +76,24 @@ int main(int argc, char **argv)
                 cr_strerror(rc));
         return 2;
     }
+    cr__tls_t *tls = NULL;
+    if ((rc = CR__TLS_LOAD_OF(cfg, &tls))) {
+        fprintf(stderr, "crescent-metadata: TLS configuration unusable: %s\n", cr_strerror(rc));
+        cr__auth_free(auth);
+        return 2;
+    }
     cr__meta_server_t *srv;
-    rc = cr__meta_server_start_auth(cfg.host, (uint16_t)cfg.port, cfg.path, cfg.max_bytes,
-                                    cfg.writer_quota, auth, &srv);
+    rc = cr__meta_server_start_tls(cfg.host, (uint16_t)cfg.port, cfg.path, cfg.max_bytes,
+                                   cfg.writer_quota, auth, tls, &srv);
     if (rc) {
         cr__auth_free(auth);
+        cr__tls_free(tls);
         fprintf(stderr, "crescent-metadata: cannot listen on %s:%lld: %s\n", cfg.host,
                 (long long)cfg.port, cr_strerror(rc));
         return 1;
     }
     int v6 = strchr(cfg.host, ':') != NULL;
-    printf("crescent-metadata: serving http://%s%s%s:%u%s\n", v6 ? "[" : "", cfg.host,
+    printf("crescent-metadata: serving %s://%s%s%s:%u%s\n", tls ? "https" : "http", v6 ? "[" : "", cfg.host,
            v6 ? "]" : "", cr__meta_server_port(srv), cfg.path);
     fflush(stdout);
     int sig = 0;
@@ -95,5 +102,6 @@ int main(int argc, char **argv)
     fprintf(stderr, "crescent-metadata: signal %d, stopping\n", sig);
     cr__meta_server_stop(srv);
     cr__auth_free(auth);
+    cr__tls_free(tls);
     return 0;
 }

@@ -125,8 +125,10 @@ int main(int argc, char **argv)
         p.device_names = cfg.device_name;
     }
     if (cfg.tls_cert[0] || cfg.tls_key[0] || cfg.tls_ca[0]) {
-        fprintf(stderr, "crescent-node: --tls_* is not supported yet; use --cluster_key_file\n");
-        return 2;
+        p.field_mask |= CR_STORE_PARAM_TLS;
+        p.tls_cert = cfg.tls_cert;
+        p.tls_key = cfg.tls_key;
+        p.tls_ca = cfg.tls_ca;
     }
     if (cfg.cluster_key_file[0]) {
         p.field_mask |= CR_STORE_PARAM_CLUSTER_KEY_FILE;
@@ -195,7 +197,8 @@ int main(int argc, char **argv)
                                   .dram_base = st->seg_base,
                                   .dram_size = st->seg_size,
                                   .rpc_timeout_ms = (unsigned)cfg.rpc_timeout_ms,
-                                  .auth = st->auth};
+                                  .auth = st->auth,
+                                  .tls = st->tls};
         char terr[512] = "";
         rc = cr__tier_node_start(&tc, &tier, terr, sizeof terr);
         if (rc) {

@@ -190,12 +190,8 @@ int cr__auth_load(const cr__auth_cfg_t *cfg, cr__auth_t **out)
 {
     if (!cfg || !out)
         return -EINVAL;
-    if ((cfg->tls_cert && *cfg->tls_cert) || (cfg->tls_key && *cfg->tls_key) ||
-        (cfg->tls_ca && *cfg->tls_ca)) {
-        CR_LOG_ERROR("auth", "--tls_cert/--tls_key/--tls_ca: TLS is not supported yet; "
-                             "use --cluster_key_file (docs/security.md)");
-        return -ENOTSUP;
-    }
+    /* the tls_* fields are common/tls's (cr__tls_load): TLS and the
+     * cluster key are independent and may be combined */
     return cr__auth_load_key_file(cfg->cluster_key_file, out);
 }
 

@@ -46,7 +46,7 @@ typedef struct cr__auth cr__auth_t;
 /* Where the credentials come from. Any field may be NULL or "". */
 typedef struct cr__auth_cfg {
     const char *cluster_key_file; /* "" = use $CRESCENT_CLUSTER_KEY_FILE, if set */
-    const char *tls_cert;         /* reserved: see docs/security.md ("TLS") */
+    const char *tls_cert;         /* for cr__tls_load (common/tls/tls.h); ignored here */
     const char *tls_key;
     const char *tls_ca;
 } cr__auth_cfg_t;
@@ -54,8 +54,8 @@ typedef struct cr__auth_cfg {
 /* Loads the credentials. With no key configured (field and environment
  * empty) returns 0 with *out = NULL: security off. Returns 0 and *out, or
  * -ENOENT (file missing), -EPERM (file readable by group/others), -EINVAL
- * (secret shorter than CR__AUTH_KEY_MIN), -ENOTSUP (TLS options given: not
- * supported yet), -ENOMEM; the reason is logged once. */
+ * (secret shorter than CR__AUTH_KEY_MIN), -ENOMEM; the reason is logged
+ * once. The tls_* fields are not looked at: cr__tls_load() takes them. */
 int cr__auth_load(const cr__auth_cfg_t *cfg, cr__auth_t **out);
 
 /* Same, from a key file path only (NULL/"" = environment). */

@@ -255,6 +255,8 @@ fail:
 int cr__csvc_listen(cr__csvc_t *s)
 {
     int rc = cr__auth_load(&CR__AUTH_CFG_OF(s->cfg), &s->auth);
+    if (!rc)
+        rc = CR__TLS_LOAD_OF(s->cfg, &s->tls);
     if (rc)
         return rc;
     cr__httpd_params_t hp = {.host = s->cfg.host,
@@ -263,6 +265,7 @@ int cr__csvc_listen(cr__csvc_t *s)
                              .fn = cr__csvc_handle,
                              .user = s,
                              .auth = s->auth,
+                             .tls = s->tls,
                              .name = "conductor HTTP API"};
     return cr__httpd_start_ex(&hp, &s->httpd);
 }
@@ -282,5 +285,6 @@ void cr__csvc_destroy(cr__csvc_t *s)
     free(s->scratch);
     pthread_mutex_destroy(&s->lock);
     cr__auth_free(s->auth);
+    cr__tls_free(s->tls);
     free(s);
 }

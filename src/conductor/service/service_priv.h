@@ -85,6 +85,7 @@ struct cr__csvc {
     cr__zsub_t *zsub;
     cr__httpd_t *httpd;
     cr__auth_t *auth; /* NULL = security off; freed by destroy */
+    cr__tls_t *tls;   /* NULL = plain HTTP; freed by destroy */
 };
 
 static inline void inc(cr__csvc_t *s, int id, uint64_t n)

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/tls/tls.h"
 #include "store/master/ha/elect.h"
 
 #define COMP "store-client"
@@ -430,6 +431,7 @@ static void teardown(cr_store_t *s)
     pthread_mutex_destroy(&s->hb_mu);
     pthread_cond_destroy(&s->hb_cv);
     cr__auth_free(s->auth);
+    cr__tls_free(s->tls);
     free(s);
 }
 
@@ -478,6 +480,9 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
     copy_str(s->key_file, sizeof s->key_file,
              (m & CR_STORE_PARAM_CLUSTER_KEY_FILE) ? p->cluster_key_file : NULL, "");
+    copy_str(s->tls_cert, sizeof s->tls_cert, (m & CR_STORE_PARAM_TLS) ? p->tls_cert : NULL, "");
+    copy_str(s->tls_key, sizeof s->tls_key, (m & CR_STORE_PARAM_TLS) ? p->tls_key : NULL, "");
+    copy_str(s->tls_ca, sizeof s->tls_ca, (m & CR_STORE_PARAM_TLS) ? p->tls_ca : NULL, "");
 
     const char *why = NULL;
     if (!s->hostname[0])
@@ -509,6 +514,10 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     }
     if (!why && cr__auth_load_key_file(s->key_file, &s->auth))
         why = "cluster key file unusable (see the line above)";
+    if (!why && cr__tls_load(s->tls_cert, s->tls_key, s->tls_ca, &s->tls))
+        why = "TLS certificate, key or CA unusable (see the line above)";
+    if (!why && s->etcd)
+        cr__meta_set_tls(s->etcd, s->tls);
     if (why) {
         CR_LOG_ERROR(COMP, "cr_store_create: %s", why);
         return CR_E_INVALID_PARAMS;
@@ -534,6 +543,12 @@ static int create_engine(cr_store_t *s, const char *transports)
     if (s->key_file[0]) {
         xp.field_mask |= CR_XFER_PARAM_CLUSTER_KEY_FILE;
         xp.cluster_key_file = s->key_file;
+    }
+    if (s->tls) { /* the engine's metadata client: the same certificate */
+        xp.field_mask |= CR_XFER_PARAM_TLS;
+        xp.tls_cert = cr__tls_cert_path(s->tls);
+        xp.tls_key = cr__tls_key_path(s->tls);
+        xp.tls_ca = cr__tls_ca_path(s->tls);
     }
     int rc = cr_xfer_engine_create(&xp, &s->te);
     if (rc) {
@@ -609,6 +624,11 @@ static int create_rpc(cr_store_t *s)
         for (size_t i = 0; i < CR__SC_RPC_CONNS; i++)
             cr__rpc_client_set_auth(s->rpc[i], s->auth);
         cr__rpc_client_set_auth(s->hb_rpc, s->auth);
+    }
+    if (!rc && s->tls) {
+        for (size_t i = 0; i < CR__SC_RPC_CONNS; i++)
+            cr__rpc_client_set_tls(s->rpc[i], s->tls);
+        cr__rpc_client_set_tls(s->hb_rpc, s->tls);
     }
     return rc;
 }

@@ -76,6 +76,8 @@ struct cr_store {
 
     char key_file[CR__SC_STR]; /* "" = environment */
     cr__auth_t *auth;          /* NULL = security off */
+    char tls_cert[CR__SC_STR], tls_key[CR__SC_STR], tls_ca[CR__SC_STR]; /* "" = environment */
+    struct cr__tls *tls;       /* NULL = TLS off (common/tls) */
 
     cr_xfer_engine_t *te;
     char seg_name[CR_XFER_NAME_MAX];

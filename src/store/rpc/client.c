@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/status.h"
+#include "common/tls/tls.h"
 
 struct cr__rpc_client {
     pthread_mutex_t mu;
@@ -25,6 +26,8 @@ struct cr__rpc_client {
     uint64_t last_ok_ms;  /* guarded by mu: when a call last completed on fd */
     uint64_t next_req_id; /* guarded by mu */
     const cr__auth_t *auth; /* set before the first call; NULL = security off */
+    const cr__tls_t *tls;   /* set before the first call; NULL = plain TCP */
+    cr__tls_conn_t *tc;     /* guarded by mu: TLS state of fd (TLS on) */
     cr__rpc_buf_t out;    /* guarded by mu */
     uint8_t in[4096];     /* guarded by mu: a reply's first bytes (header + small payload) */
 };
@@ -53,6 +56,8 @@ int cr__rpc_client_create(const char *addr, int connect_timeout_ms, int call_tim
 
 static void close_locked(cr__rpc_client_t *c)
 {
+    cr__tls_conn_free(c->tc);
+    c->tc = NULL;
     if (c->fd >= 0) {
         close(c->fd);
         c->fd = -1;
@@ -69,6 +74,25 @@ void cr__rpc_client_set_auth(cr__rpc_client_t *c, const cr__auth_t *auth)
     pthread_mutex_unlock(&c->mu);
 }
 
+void cr__rpc_client_set_tls(cr__rpc_client_t *c, const cr__tls_t *tls)
+{
+    pthread_mutex_lock(&c->mu);
+    c->tls = tls;
+    close_locked(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Whole-buffer I/O on a fresh connection (handshakes), through TLS when on. */
+static int io_write_full(cr__tls_conn_t *tc, int fd, const void *p, size_t n, int ms)
+{
+    return tc ? cr__tls_conn_write_full(tc, p, n, ms) : cr__net_write_full(fd, p, n, ms);
+}
+
+static int io_read_full(cr__tls_conn_t *tc, int fd, void *p, size_t n, int ms)
+{
+    return tc ? cr__tls_conn_read_full(tc, p, n, ms) : cr__net_read_full(fd, p, n, ms);
+}
+
 static void put_le(uint8_t *p, uint64_t v, int n)
 {
     for (int i = 0; i < n; i++)
@@ -76,8 +100,9 @@ static void put_le(uint8_t *p, uint64_t v, int n)
 }
 
 /* One handshake frame out, its reply in (header + want bytes of payload). */
-static int auth_exchange(cr__rpc_client_t *c, int fd, uint16_t type, const uint8_t *msg,
-                         size_t len, uint8_t *reply, size_t want, int32_t *status)
+static int auth_exchange(cr__rpc_client_t *c, cr__tls_conn_t *tc, int fd, uint16_t type,
+                         const uint8_t *msg, size_t len, uint8_t *reply, size_t want,
+                         int32_t *status)
 {
     uint8_t f[CR__RPC_HDR_SIZE + CR__AUTH_MSG_MAX];
     memset(f, 0, CR__RPC_HDR_SIZE);
@@ -87,12 +112,12 @@ static int auth_exchange(cr__rpc_client_t *c, int fd, uint16_t type, const uint8
     put_le(f + 8, c->next_req_id++, 8);
     put_le(f + 16, len, 4);
     memcpy(f + CR__RPC_HDR_SIZE, msg, len);
-    int rc = cr__net_write_full(fd, f, CR__RPC_HDR_SIZE + len, c->connect_timeout_ms);
+    int rc = io_write_full(tc, fd, f, CR__RPC_HDR_SIZE + len, c->connect_timeout_ms);
     if (rc)
         return rc;
     uint8_t hb[CR__RPC_HDR_SIZE];
     cr__rpc_hdr_t h;
-    if ((rc = cr__net_read_full(fd, hb, sizeof hb, c->connect_timeout_ms)))
+    if ((rc = io_read_full(tc, fd, hb, sizeof hb, c->connect_timeout_ms)))
         return rc;
     if (cr__rpc_decode_hdr(hb, &h) || h.type != (type | CR__RPC_REPLY))
         return -EBADMSG;
@@ -101,20 +126,20 @@ static int auth_exchange(cr__rpc_client_t *c, int fd, uint16_t type, const uint8
         return 0;
     if (h.payload_len != want)
         return -EBADMSG;
-    return want ? cr__net_read_full(fd, reply, want, c->connect_timeout_ms) : 0;
+    return want ? io_read_full(tc, fd, reply, want, c->connect_timeout_ms) : 0;
 }
 
 /* Proves membership on a fresh connection (security on). Returns 0 or
  * CR_E_ILLEGAL_CLIENT (refused, or the master does not hold our key),
  * CR_E_RPC_FAIL (connection trouble). */
-static int authenticate(cr__rpc_client_t *c, int fd)
+static int authenticate(cr__rpc_client_t *c, cr__tls_conn_t *tc, int fd)
 {
     cr__auth_hs_t hs;
     uint8_t hello[CR__AUTH_HELLO_LEN], chal[CR__AUTH_CHALLENGE_LEN], proof[CR__AUTH_PROOF_LEN];
     int32_t st = 0;
     int rc = cr__auth_hs_client_hello(c->auth, &hs, "rpc", hello);
     if (!rc)
-        rc = auth_exchange(c, fd, CR__RPC_AUTH_HELLO, hello, sizeof hello, chal, sizeof chal, &st);
+        rc = auth_exchange(c, tc, fd, CR__RPC_AUTH_HELLO, hello, sizeof hello, chal, sizeof chal, &st);
     if (!rc && st) {
         CR_LOG_ERROR("rpc", "master %s:%u refused authentication (%s): it runs without "
                      "security or with another cluster key", c->host, c->port, cr_strerror(st));
@@ -126,7 +151,7 @@ static int authenticate(cr__rpc_client_t *c, int fd)
         return CR_E_ILLEGAL_CLIENT;
     }
     if (!rc)
-        rc = auth_exchange(c, fd, CR__RPC_AUTH_PROOF, proof, sizeof proof, NULL, 0, &st);
+        rc = auth_exchange(c, tc, fd, CR__RPC_AUTH_PROOF, proof, sizeof proof, NULL, 0, &st);
     if (!rc && st) {
         CR_LOG_ERROR("rpc", "master %s:%u refused our proof: another cluster key?", c->host,
                      c->port);
@@ -161,13 +186,30 @@ static int connect_locked(cr__rpc_client_t *c)
         CR_LOG_DEBUG("rpc", "connect %s:%u: %s", c->host, c->port, cr_strerror(fd));
         return CR_E_RPC_FAIL;
     }
-    if (c->auth) {
-        int rc = authenticate(c, fd);
+    cr__tls_conn_t *tc = NULL;
+    if (c->tls) {
+        int rc = cr__tls_conn_new(c->tls, fd, 0, &tc);
+        if (!rc)
+            rc = cr__tls_conn_handshake(tc, c->connect_timeout_ms);
         if (rc) {
+            CR_LOG_RL(CR__LOG_WARN, "rpc", "TLS handshake with %s:%u failed: %s", c->host,
+                      c->port,
+                      rc == -EACCES ? "its certificate is not of our CA (or it refused ours)"
+                                    : cr_strerror(rc));
+            cr__tls_conn_free(tc);
+            close(fd);
+            return rc == -EACCES ? CR_E_ILLEGAL_CLIENT : CR_E_RPC_FAIL;
+        }
+    }
+    if (c->auth) {
+        int rc = authenticate(c, tc, fd);
+        if (rc) {
+            cr__tls_conn_free(tc);
             close(fd);
             return rc;
         }
     }
+    c->tc = tc;
     /* bounds each blocking recv (recv_some); sends never block (MSG_DONTWAIT) */
     int slice = c->call_timeout_ms / 4;
     cr__net_set_timeouts(fd, slice > 0 ? slice : 1);
@@ -196,8 +238,37 @@ static int remaining_ms(uint64_t deadline)
  * so a call costs one send). Returns 0, -ETIMEDOUT, -ECONNRESET or -errno
  * (through cr__status_from_errno);
  * *moved counts bytes sent. */
-static int send_full(int fd, const uint8_t *p, size_t n, uint64_t deadline, size_t *moved)
+static int send_full_tls(cr__tls_conn_t *tc, int fd, const uint8_t *p, size_t n,
+                         uint64_t deadline, size_t *moved)
 {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = cr__tls_conn_write(tc, p + done, n - done);
+        if (k > 0) {
+            done += (size_t)k;
+            *moved += (size_t)k;
+            continue;
+        }
+        if (k != -EAGAIN)
+            return (int)k;
+        struct pollfd pf = {.fd = fd, .events = cr__tls_conn_want(tc)};
+        int ms = remaining_ms(deadline);
+        if (ms == 0)
+            return -ETIMEDOUT;
+        int pr = poll(&pf, 1, ms);
+        if (pr < 0 && errno != EINTR)
+            return CR__ERRNO();
+        if (pr == 0)
+            return -ETIMEDOUT;
+    }
+    return 0;
+}
+
+static int send_full(cr__tls_conn_t *tc, int fd, const uint8_t *p, size_t n, uint64_t deadline,
+                     size_t *moved)
+{
+    if (tc)
+        return send_full_tls(tc, fd, p, n, deadline, moved);
     size_t done = 0;
     while (done < n) {
         ssize_t k = send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -229,10 +300,25 @@ static int send_full(int fd, const uint8_t *p, size_t n, uint64_t deadline, size
  * noticed within a quarter timeout of the deadline. Returns the count,
  * -ETIMEDOUT, -ECONNRESET (EOF or reset before any byte), -EPROTO (after
  * some) or -errno. */
-static ssize_t recv_some(int fd, uint8_t *p, size_t min, size_t max, uint64_t deadline)
+static ssize_t recv_some(cr__tls_conn_t *tc, int fd, uint8_t *p, size_t min, size_t max,
+                         uint64_t deadline)
 {
     size_t done = 0;
     while (done < min) {
+        if (tc) { /* blocking fd with SO_RCVTIMEO: -EAGAIN is a timeout slice */
+            ssize_t k = cr__tls_conn_read(tc, p + done, max - done);
+            if (k == 0)
+                return done ? -EPROTO : -ECONNRESET;
+            if (k == -EAGAIN) {
+                if (remaining_ms(deadline) == 0)
+                    return -ETIMEDOUT;
+                continue;
+            }
+            if (k < 0)
+                return done ? -EPROTO : k;
+            done += (size_t)k;
+            continue;
+        }
         ssize_t k = recv(fd, p + done, max - done, 0);
         if (k == 0)
             return done ? -EPROTO : -ECONNRESET;
@@ -278,7 +364,7 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
     if (crc)
         return crc;
     size_t sent = 0;
-    int rc = send_full(c->fd, c->out.data, c->out.len, deadline, &sent);
+    int rc = send_full(c->tc, c->fd, c->out.data, c->out.len, deadline, &sent);
     if (rc) {
         close_locked(c);
         /* a stale cached connection fails at once: allow one retry */
@@ -289,7 +375,7 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
     /* One recv brings the header and, for most replies, the whole payload.
      * Only one call is outstanding on a connection, so a byte past this
      * reply is a protocol violation. */
-    ssize_t got = recv_some(c->fd, c->in, CR__RPC_HDR_SIZE, sizeof c->in, deadline);
+    ssize_t got = recv_some(c->tc, c->fd, c->in, CR__RPC_HDR_SIZE, sizeof c->in, deadline);
     if (got < 0) {
         close_locked(c);
         return got == -ECONNRESET && !fresh ? -EAGAIN : CR_E_RPC_FAIL;
@@ -315,7 +401,7 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
         payload = big;
     }
     if (have < h.payload_len) {
-        ssize_t k = recv_some(c->fd, payload + have, h.payload_len - have, h.payload_len - have,
+        ssize_t k = recv_some(c->tc, c->fd, payload + have, h.payload_len - have, h.payload_len - have,
                               deadline);
         if (k < 0) {
             free(big);

@@ -39,6 +39,14 @@ int cr__rpc_client_create(const char *addr, int connect_timeout_ms, int call_tim
  * NULL = security off. Call before the first call (closes any connection). */
 void cr__rpc_client_set_auth(cr__rpc_client_t *c, const cr__auth_t *auth);
 
+/* TLS on (common/tls/tls.h): every connection completes a TLS handshake
+ * with mutual certificates (bounded by connect_timeout_ms) before anything
+ * else; a master whose certificate is not of the CA, or that refuses ours,
+ * makes calls fail with CR_E_ILLEGAL_CLIENT. Combines with set_auth. tls
+ * must outlive the client; NULL = plain TCP. Call before the first call. */
+struct cr__tls;
+void cr__rpc_client_set_tls(cr__rpc_client_t *c, const struct cr__tls *tls);
+
 /* Sends req (its req_id is ignored: the client assigns one) and waits for
  * the matching reply, decoded into *reply (caller frees with
  * cr__rpc_msg_free; untouched on failure). Returns 0 when a reply was

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/auth/auth.h"
+#include "common/tls/tls.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -50,6 +51,8 @@ typedef struct conn {
     uint64_t accepted_ms;
     int src_slot;           /* index in the per-source table, -1 = none */
     cr__auth_hs_t hs;       /* security on: handshake state */
+    cr__tls_conn_t *tls;    /* TLS on: the connection's TLS state */
+    int tls_hs;             /* TLS on: handshake not complete yet */
     uint32_t in_off, in_len; /* unparsed bytes are in[in_off, in_len) */
     uint8_t in[CONN_IN];
 } conn_t;
@@ -149,6 +152,7 @@ static void conn_close(loop_t *l, conn_t *c)
     c->payload_cap = 0;
     DEC(l->srv->conns_open);
     epoll_ctl(l->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    cr__tls_conn_free(c->tls);
     close(c->fd);
     if (c->prev)
         c->prev->next = c->next;
@@ -274,6 +278,34 @@ static int handle_frame(loop_t *l, conn_t *c, const uint8_t *payload)
     return 0;
 }
 
+/* recv/send through TLS when it is on. Return the count, 0 on EOF (recv),
+ * -EAGAIN (would block) or another negative value (close). */
+static ssize_t conn_recv(conn_t *c, void *buf, size_t len)
+{
+    if (c->tls)
+        return cr__tls_conn_read(c->tls, buf, len);
+    ssize_t k = recv(c->fd, buf, len, MSG_DONTWAIT);
+    if (k < 0)
+        return errno == EAGAIN || errno == EINTR ? -EAGAIN : -EIO;
+    return k;
+}
+
+static ssize_t conn_send(conn_t *c, const void *buf, size_t len)
+{
+    if (c->tls)
+        return cr__tls_conn_write(c->tls, buf, len);
+    ssize_t k = send(c->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0)
+        return errno == EAGAIN || errno == EINTR ? -EAGAIN : -EIO;
+    return k;
+}
+
+/* A short read drained the socket unless TLS still holds decrypted bytes. */
+static int conn_drained(const conn_t *c, size_t got, size_t asked)
+{
+    return got < asked && !(c->tls && cr__tls_conn_pending(c->tls));
+}
+
 static void set_events(loop_t *l, conn_t *c, uint32_t ev)
 {
     struct epoll_event e = {.events = ev, .data.ptr = c};
@@ -284,12 +316,9 @@ static void set_events(loop_t *l, conn_t *c, uint32_t ev)
 static int conn_flush(loop_t *l, conn_t *c, uint64_t now)
 {
     while (c->out_off < c->out.len) {
-        ssize_t k = send(c->fd, c->out.data + c->out_off, c->out.len - c->out_off,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t k = conn_send(c, c->out.data + c->out_off, c->out.len - c->out_off);
         if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN) {
+            if (k == -EAGAIN) {
                 if (!c->writing) {
                     c->writing = 1;
                     set_events(l, c, EPOLLOUT);
@@ -332,15 +361,15 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
             !(hdr_done && c->h.payload_len - c->payload_got >= CONN_IN)) {
             if (drained)
                 return 0;
-            ssize_t k = recv(c->fd, c->in, CONN_IN, MSG_DONTWAIT);
+            ssize_t k = conn_recv(c, c->in, CONN_IN);
             if (k == 0)
                 return -1;
             if (k < 0)
-                return errno == EAGAIN || errno == EINTR ? 0 : -1;
+                return k == -EAGAIN ? 0 : -1;
             c->in_off = 0;
             c->in_len = (uint32_t)k;
             c->last_ms = now;
-            drained = k < CONN_IN;
+            drained = conn_drained(c, (size_t)k, CONN_IN);
         }
         size_t avail = c->in_len - c->in_off;
         if (!hdr_done) {
@@ -403,14 +432,14 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
                 c->in_off += (uint32_t)t;
                 c->payload_got += t;
             } else {
-                ssize_t k = recv(c->fd, c->payload + c->payload_got, room, MSG_DONTWAIT);
+                ssize_t k = conn_recv(c, c->payload + c->payload_got, room);
                 if (k == 0)
                     return -1;
                 if (k < 0)
-                    return errno == EAGAIN || errno == EINTR ? 0 : -1;
+                    return k == -EAGAIN ? 0 : -1;
                 c->payload_got += (size_t)k;
                 c->last_ms = now;
-                drained = (size_t)k < room;
+                drained = conn_drained(c, (size_t)k, room);
             }
             if (c->payload_got < c->h.payload_len)
                 continue;
@@ -431,6 +460,29 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
         if (conn_flush(l, c, now) || c->close_after_flush)
             return -1;
     }
+}
+
+/* TLS on: one handshake step (non-blocking). Returns 0 (done, or waiting
+ * for the socket: events set) or -1 (refused: close). */
+static int tls_step(loop_t *l, conn_t *c)
+{
+    struct cr__rpc_server *s = l->srv;
+    int r = cr__tls_conn_step(c->tls);
+    if (r == 0) {
+        c->tls_hs = 0;
+        set_events(l, c, EPOLLIN | EPOLLRDHUP);
+        return 0;
+    }
+    if (r == CR__TLS_WANT_READ || r == CR__TLS_WANT_WRITE) {
+        set_events(l, c, r == CR__TLS_WANT_READ ? EPOLLIN | EPOLLRDHUP : EPOLLOUT);
+        return 0;
+    }
+    INC(s->auth_refused);
+    CR_LOG_RL(CR__LOG_WARN, "rpc", "fd %d: refused a TLS connection: %s", c->fd,
+              r == -EACCES   ? "no certificate of the cluster CA"
+              : r == -EPROTO ? "not TLS"
+                             : cr_strerror(r));
+    return -1;
 }
 
 static void do_accept(loop_t *l, uint64_t now)
@@ -488,6 +540,15 @@ static void do_accept(loop_t *l, uint64_t now)
         c->fd = fd;
         c->last_ms = now;
         cr__rpc_buf_init(&c->out);
+        if (s->p.tls) {
+            if (cr__tls_conn_new(s->p.tls, fd, 1, &c->tls)) {
+                src_release(s, slot);
+                close(fd);
+                free(c);
+                continue;
+            }
+            c->tls_hs = 1;
+        }
         struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
         if (epoll_ctl(l->ep, EPOLL_CTL_ADD, fd, &e)) {
             src_release(s, slot);
@@ -542,6 +603,14 @@ static void *loop_main(void *arg)
             }
             conn_t *c = ptr;
             int bad = 0;
+            if (c->tls_hs) {
+                if (tls_step(l, c)) {
+                    conn_close(l, c);
+                    continue;
+                }
+                if (c->tls_hs)
+                    continue;
+            }
             if (c->writing && (evs[i].events & EPOLLOUT)) {
                 if (conn_flush(l, c, now))
                     bad = 1;

@@ -20,6 +20,10 @@
  * its first frame at once, so idle floods displace only each other). One
  * source address may hold at most max_conns_per_source connections.
  *
+ * TLS (tls != NULL): the handshake runs in the event loop (non-blocking);
+ * a peer without a certificate of the CA, or speaking plain TCP, is closed
+ * before any frame is read (counted in auth_refused).
+ *
  * Security (auth != NULL): the first frames must be CR__RPC_AUTH_HELLO and
  * CR__RPC_AUTH_PROOF (src/common/auth); any other frame on an
  * unauthenticated connection is answered with CR_E_ILLEGAL_CLIENT and the
@@ -56,6 +60,10 @@ typedef struct cr__rpc_server_params {
     int max_pending;            /* default 128 when <= 0 */
     int max_conns_per_source;   /* default max_conns / 4 (at least 16) when <= 0 */
     const cr__auth_t *auth;     /* NULL = security off; must outlive the server */
+    /* TLS on (common/tls/tls.h): each connection first completes a TLS
+     * handshake with a certificate of the CA (bounded like a first frame:
+     * first_frame_timeout_ms); combines with auth. NULL = plain TCP. */
+    const struct cr__tls *tls;
     cr__rpc_handler_fn fn;
     void *user;
 } cr__rpc_server_params_t;

@@ -8,6 +8,7 @@
 #include "common/auth/auth.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/tls/tls.h"
 #include "transfer/metadata/meta_internal.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -24,7 +25,7 @@ int cr__meta_check_key(const char *key)
 /* "http://host[:port][/path]" — kept verbatim as the base URL. */
 static int parse_http(const char *uri, cr__meta_t *m)
 {
-    const char *rest = uri + strlen("http://");
+    const char *rest = strchr(uri, ':') + 3; /* after "http://" or "https://" */
     size_t n = strlen(uri);
     if (n >= CR__META_URL_MAX - 8 || !*rest || *rest == '/' || *rest == ':' ||
         strpbrk(uri, " \t\r\n?#"))
@@ -95,7 +96,7 @@ int cr__meta_open(const char *uri, int timeout_ms, cr__meta_t **out)
         return -ENOMEM;
     m->timeout_ms = timeout_ms > 0 ? timeout_ms : CR__META_DEFAULT_TIMEOUT_MS;
     int rc;
-    if (strncmp(uri, "http://", 7) == 0) {
+    if (strncmp(uri, "http://", 7) == 0 || strncmp(uri, "https://", 8) == 0) {
         m->ops = &cr__meta_http_ops;
         rc = parse_http(uri, m);
     } else if (strncmp(uri, "etcd://", 7) == 0) {
@@ -135,6 +136,12 @@ void cr__meta_set_auth(cr__meta_t *m, struct cr__auth *auth)
 {
     if (m)
         m->auth = auth;
+}
+
+void cr__meta_set_tls(cr__meta_t *m, const struct cr__tls *tls)
+{
+    if (m)
+        m->tls = tls;
 }
 
 #define SIG_PREFIX "CRSIG1 "
@@ -309,11 +316,29 @@ int cr__meta_http_exchange(cr__meta_t *m, const char *method, const char *url,
                 hdrs = h2;
         }
     }
+    char tls_url[CR__META_URL_MAX + 3 * CR__META_KEY_MAX + 64];
+    if (m->tls) {
+        /* TLS on: https with our certificate, the peer's checked against
+         * our CA (no host name check: members are reached by address, see
+         * common/tls/tls.h); a plain http:// URL is upgraded */
+        if (strncmp(url, "http://", 7) == 0 &&
+            (size_t)snprintf(tls_url, sizeof tls_url, "https://%s", url + 7) < sizeof tls_url)
+            url = tls_url;
+        curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https");
+        curl_easy_setopt(c, CURLOPT_SSLCERT, cr__tls_cert_path(m->tls));
+        curl_easy_setopt(c, CURLOPT_SSLKEY, cr__tls_key_path(m->tls));
+        curl_easy_setopt(c, CURLOPT_CAINFO, cr__tls_ca_path(m->tls));
+        curl_easy_setopt(c, CURLOPT_CAPATH, NULL);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+        curl_easy_setopt(c, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+    } else {
+        curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
+    }
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)m->timeout_ms);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)m->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http");
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(c, CURLOPT_NOPROXY, "*"); /* never route metadata via a proxy */
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);

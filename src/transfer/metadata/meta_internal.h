@@ -31,6 +31,7 @@ struct cr__meta {
     unsigned cur_ep; /* etcd: endpoint that answered last */
     char ep[CR__META_MAX_ENDPOINTS][CR__META_URL_MAX];
     struct cr__auth *auth; /* NULL = security off; set before use */
+    const struct cr__tls *tls; /* NULL = plain http; set before use */
 };
 
 extern const struct cr__meta_ops cr__meta_http_ops;

@@ -268,6 +268,13 @@ int cr__meta_server_start_auth(const char *host, uint16_t port, const char *path
                                size_t max_bytes, size_t writer_quota, struct cr__auth *auth,
                                cr__meta_server_t **out)
 {
+    return cr__meta_server_start_tls(host, port, path, max_bytes, writer_quota, auth, NULL, out);
+}
+
+int cr__meta_server_start_tls(const char *host, uint16_t port, const char *path,
+                              size_t max_bytes, size_t writer_quota, struct cr__auth *auth,
+                              const struct cr__tls *tls, cr__meta_server_t **out)
+{
     if (!out || !path || path[0] != '/' || strlen(path) >= CR__META_URL_MAX || max_bytes == 0)
         return -EINVAL;
     struct cr__meta_server *s = calloc(1, sizeof *s);
@@ -291,6 +298,7 @@ int cr__meta_server_start_auth(const char *host, uint16_t port, const char *path
                              .fn = handle,
                              .user = s,
                              .auth = auth,
+                             .tls = tls,
                              .name = "HTTP metadata server"};
     int rc = cr__httpd_start_ex(&hp, &s->httpd);
     if (rc) {

@@ -56,6 +56,13 @@ int cr__b64_decode(const char *s, size_t slen, char **out, size_t *out_len);
 struct cr__auth;
 void cr__meta_set_auth(cr__meta_t *m, struct cr__auth *auth);
 
+/* TLS on (common/tls/tls.h): requests go over https with this member's
+ * certificate, and the server (metadata service or etcd) must present one
+ * of the CA; http:// URLs and etcd endpoints are upgraded to https. tls
+ * must outlive m; set it right after cr__meta_open. NULL = plain http. */
+struct cr__tls;
+void cr__meta_set_tls(cr__meta_t *m, const struct cr__tls *tls);
+
 /* Wraps value (len bytes) under key into a freshly allocated signed
  * envelope (*out, *out_len). Returns 0, -ENOMEM, -EIO. */
 int cr__meta_sign(struct cr__auth *a, const char *key, const void *val, size_t len, char **out,
@@ -83,5 +90,11 @@ void cr__meta_server_stop(cr__meta_server_t *s);
 int cr__meta_server_start_auth(const char *host, uint16_t port, const char *path,
                                size_t max_bytes, size_t writer_quota, struct cr__auth *auth,
                                cr__meta_server_t **out);
+/* Same over TLS with mutual certificates when tls != NULL (common/tls;
+ * must outlive the server). */
+struct cr__tls;
+int cr__meta_server_start_tls(const char *host, uint16_t port, const char *path,
+                              size_t max_bytes, size_t writer_quota, struct cr__auth *auth,
+                              const struct cr__tls *tls, cr__meta_server_t **out);
 
 #endif

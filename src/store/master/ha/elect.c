@@ -586,6 +586,7 @@ int cr__ha_elect_start(const cr__ha_elect_params_t *p, cr__ha_elect_t **out)
         free(e);
         return rc;
     }
+    cr__meta_set_tls(e->etcd, p->tls);
     snprintf(e->cid, sizeof e->cid, "%s", p->cluster_id);
     snprintf(e->rpc, sizeof e->rpc, "%s", p->rpc_address);
     snprintf(e->admin, sizeof e->admin, "%s", p->admin_address ? p->admin_address : "");

@@ -41,6 +41,7 @@ typedef struct cr__ha_elect_params {
     const char *admin_address; /* host:port of its HTTP admin, or "" */
     unsigned lease_ttl_s;      /* 1..60 */
     int eligible;              /* may campaign from the start */
+    const struct cr__tls *tls; /* etcd over https with this certificate; NULL = http */
 } cr__ha_elect_params_t;
 
 typedef struct cr__ha_elect_status {

@@ -36,6 +36,7 @@ struct cr__ha_repl {
     pthread_cond_t cv;  /* records appended, acks, stop */
     char self[CR__HA_ADDR_MAX];
     const struct cr__auth *auth; /* immutable after set_auth: key for standby connections */
+    const struct cr__tls *tls;   /* immutable after set_tls */
     cr__ha_journal_t *local;
     int sync_timeout_ms;
     /* leader */
@@ -264,8 +265,10 @@ static void *pusher_main(void *arg)
     cr__ha_repl_t *r = f->r;
     cr__rpc_client_t *c = NULL;
     cr__rpc_client_create(f->addr, 1000, 5000, &c);
-    if (c)
+    if (c) {
         cr__rpc_client_set_auth(c, r->auth);
+        cr__rpc_client_set_tls(c, r->tls);
+    }
     int need_snap = 1, failing = 0;
     uint8_t *buf = NULL;
     pthread_mutex_lock(&r->mu);
@@ -578,6 +581,12 @@ void cr__ha_repl_stats(cr__ha_repl_t *r, cr__ha_repl_stats_t *st)
         }
     }
     pthread_mutex_unlock(&r->mu);
+}
+
+void cr__ha_repl_set_tls(cr__ha_repl_t *r, const struct cr__tls *tls)
+{
+    if (r)
+        r->tls = tls;
 }
 
 void cr__ha_repl_set_auth(cr__ha_repl_t *r, const struct cr__auth *a)

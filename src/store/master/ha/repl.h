@@ -53,6 +53,10 @@ typedef struct cr__ha_repl_stats {
  * (their RPC servers require it). Call right after create; a must outlive r. */
 struct cr__auth;
 void cr__ha_repl_set_auth(cr__ha_repl_t *r, const struct cr__auth *a);
+/* TLS on: the leader's connections to standbys use TLS (common/tls) too.
+ * Call right after create; tls must outlive r. */
+struct cr__tls;
+void cr__ha_repl_set_tls(cr__ha_repl_t *r, const struct cr__tls *tls);
 
 int cr__ha_repl_create(const char *self_rpc, cr__ha_journal_t *local, int sync_timeout_ms,
                        cr__ha_repl_t **out);

@@ -682,6 +682,7 @@ int cr__tier_node_start(const cr__tier_node_cfg_t *c, cr__tier_node_t **out, cha
         goto fail;
     }
     cr__rpc_client_set_auth(t->rpc, c->auth);
+    cr__rpc_client_set_tls(t->rpc, c->tls);
     cr__ssd_ring_t ring;
     if ((rc = cr__ssd_ring_init(&ring, 8)) != 0) {
         snprintf(err, errlen, "io_uring: %s", strerror(-rc));

@@ -25,6 +25,7 @@ typedef struct cr__tier_node_cfg {
      * read-server connection must pass the cluster-key handshake (context
      * "tier") before any request is served. NULL = off; must outlive t. */
     const struct cr__auth *auth;
+    const struct cr__tls *tls; /* TLS to the master RPC (common/tls); NULL = off */
 } cr__tier_node_cfg_t;
 
 /* Opens the disk tier (cr__ssd_open's checks), scans it, starts the read
