@@ -14,6 +14,11 @@ The ratio column is on/off (1.00 = free). Security costs a handshake per
 connection and signatures on metadata; the data path itself is unchanged, so
 the ratios measure that nothing per-request was added.
 
+A third mode, "tls" (TLS with mutual certificates on the control plane,
+CRESCENT_TLS_CERT/KEY/CA for every process, certificates made with the
+openssl CLI), runs the store rows only (TLS does not touch the TE ports);
+its ratio column is TLS/off. --no-tls leaves it out.
+
 Usage: bench/security/run.sh [--build build] [--reps 3] [--seconds 3] [--out results.md]
 Never fails on timing; exits non-zero only if a tool fails to run."""
 import argparse
@@ -38,11 +43,26 @@ te = load("te_bench_run", os.path.join(ROOT, "bench", "te", "run.py"))
 sb = load("store_bench_run", os.path.join(ROOT, "bench", "store", "run.py"))
 
 
-def set_security(on, key):
+TLS_ENV = ("CRESCENT_TLS_CERT", "CRESCENT_TLS_KEY", "CRESCENT_TLS_CA")
+
+
+def set_security(on, key, tls=None):
     if on:
         os.environ["CRESCENT_CLUSTER_KEY_FILE"] = key
     else:
         os.environ.pop("CRESCENT_CLUSTER_KEY_FILE", None)
+    for k in TLS_ENV:
+        if tls:
+            os.environ[k] = tls[k]
+        else:
+            os.environ.pop(k, None)
+
+
+def make_pki(d):
+    """A cluster CA and one member certificate (tests/security/tlsutil.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "security"))
+    import tlsutil
+    return tlsutil.tls_env(tlsutil.make_pki(d))
 
 
 def te_case(bench, block, op, batch, secs):
@@ -65,12 +85,22 @@ def store_case(build, size, ops):
         c.close()
 
 
+def te_rows(bench, secs, mode, add):
+    r = te_case(bench, "1MiB", "read", 16, secs)
+    add("TE tcp 1 MiB READ", mode, float(r["gbps"]), "GB/s")
+    r = te_case(bench, "1MiB", "write", 16, secs)
+    add("TE tcp 1 MiB WRITE", mode, float(r["gbps"]), "GB/s")
+    r = te_case(bench, "4KiB", "read", 128, secs)
+    add("TE tcp 4 KiB READ", mode, float(r["req_per_s"]), "req/s")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--out")
+    ap.add_argument("--no-tls", action="store_true", help="leave the TLS mode out")
     a = ap.parse_args()
     bench = os.path.join(a.build, "tools", "crescent-bench", "crescent-bench")
     d = tempfile.mkdtemp(prefix="crescent-sec-bench-")
@@ -78,22 +108,20 @@ def main():
     with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         f.write(os.urandom(32).hex() + "\n")
     sb.LEASE_WAIT_S = getattr(sb, "LEASE_WAIT_S", 0)
-    rows = {}  # name -> {"off": [...], "on": [...]}, unit
+    tls = None if a.no_tls else make_pki(d)
+    modes = ("off", "on") + (() if a.no_tls else ("tls",))
+    rows = {}  # name -> {"off": [...], "on": [...], "tls": [...]}, unit
 
     def add(name, mode, val, unit):
-        rows.setdefault(name, ({"off": [], "on": []}, unit))[0][mode].append(val)
+        rows.setdefault(name, ({m: [] for m in modes}, unit))[0][mode].append(val)
 
     try:
         for rep in range(a.reps):
-            for mode in ("off", "on"):
-                set_security(mode == "on", key)
+            for mode in modes:
+                set_security(mode == "on", key, tls if mode == "tls" else None)
                 te.log("rep %d security %s" % (rep + 1, mode))
-                r = te_case(bench, "1MiB", "read", 16, a.seconds)
-                add("TE tcp 1 MiB READ", mode, float(r["gbps"]), "GB/s")
-                r = te_case(bench, "1MiB", "write", 16, a.seconds)
-                add("TE tcp 1 MiB WRITE", mode, float(r["gbps"]), "GB/s")
-                r = te_case(bench, "4KiB", "read", 128, a.seconds)
-                add("TE tcp 4 KiB READ", mode, float(r["req_per_s"]), "req/s")
+                if mode != "tls":
+                    te_rows(bench, a.seconds, mode, add)
                 r = store_case(a.build, "1MB", 50)
                 add("store 1 MiB put", mode, float(r["put"]["gbps"]), "GB/s")
                 add("store 1 MiB get", mode, float(r["get"]["gbps"]), "GB/s")
@@ -104,12 +132,23 @@ def main():
         set_security(False, key)
         te.cleanup()
         sb.cleanup()
-    out = ["| benchmark | security off | security on | unit | on/off |", "|---|---|---|---|---|"]
+    t = "tls" in modes
+    out = ["| benchmark | security off | security on (key) |%s unit | on/off |%s" %
+           (" TLS |" if t else "", " TLS/off |" if t else ""),
+           "|---|---|---|%s---|---|%s" % ("---|" if t else "", "---|" if t else "")]
+    med = lambda xs: statistics.median(xs) if xs else float("nan")
     for name, (v, unit) in rows.items():
-        off, on = statistics.median(v["off"]), statistics.median(v["on"])
+        off, on, tl = med(v["off"]), med(v["on"]), med(v.get("tls", []))
         fmt = "%.0f" if unit == "req/s" else "%.3f" if unit == "GB/s" else "%.1f"
-        out.append("| %s | %s | %s | %s | %.2f |" % (name, fmt % off, fmt % on, unit,
-                                                     on / off if off else float("nan")))
+        ratio = lambda x: ("%.2f" % (x / off)) if off and x == x else "-"
+        cell = lambda x: fmt % x if x == x else "-"
+        line = "| %s | %s | %s |" % (name, cell(off), cell(on))
+        if t:
+            line += " %s |" % cell(tl)
+        line += " %s | %s |" % (unit, ratio(on))
+        if t:
+            line += " %s |" % ratio(tl)
+        out.append(line)
     text = "\n".join(out)
     print(text)
     if a.out:

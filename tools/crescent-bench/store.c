@@ -587,6 +587,12 @@ static int store_run(sb_cfg_t *cp)
         p.field_mask |= CR_STORE_PARAM_CLUSTER_KEY_FILE;
         p.cluster_key_file = c.cluster_key_file;
     }
+    if (c.tls_cert[0] || c.tls_key[0] || c.tls_ca[0]) {
+        p.field_mask |= CR_STORE_PARAM_TLS;
+        p.tls_cert = c.tls_cert;
+        p.tls_key = c.tls_key;
+        p.tls_ca = c.tls_ca;
+    }
     cr_store_t *st = NULL;
     rc = cr_store_create(&p, &st);
     if (rc) {
