@@ -44,11 +44,9 @@ static int start(cr__master_t *m, const char *key, uint64_t size, int upsert, ui
     cr__rpc_item_t it = {0};
     cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .flags = upsert ? CR__RPC_CFG_UPSERT : 0};
     int rc = cr__master_put_start(m, key, strlen(key), size, &cfg, now, &msg, &it);
-    if (rc == 0) {
-        *ver = it.version;
-        if (addr)
-            *addr = it.replicas[0].shards[0].addr;
-    }
+    *ver = rc == 0 ? it.version : 0;
+    if (addr)
+        *addr = rc == 0 ? it.replicas[0].shards[0].addr : 0;
     cr__rpc_msg_free(&msg);
     return rc;
 }
@@ -83,7 +81,7 @@ static void test_upsert_swaps_in_one_step(void **s)
     (void)s;
     cr__master_t *m = mk();
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x1000000, 4 * MiB, 0), 0);
-    uint64_t v1, v2, a1, a2, gv, gs, ga, rid;
+    uint64_t v1 = 0, v2 = 0, a1 = 0, a2 = 0, gv = 0, gs = 0, ga = 0, rid = 0;
     /* upsert of a missing key is a plain put */
     assert_int_equal(start(m, "k", 1000, 1, 1, &v1, &a1), 0);
     assert_int_equal(end(m, "k", v1, 1), 0);
@@ -123,7 +121,7 @@ static void test_old_space_quarantined_while_leased(void **s)
     cr__master_t *m = mk();
     /* room for exactly two 32 KiB objects */
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x1000000, 64 * KiB, 0), 0);
-    uint64_t v1, v2, v3, a1, a2, a3, gv;
+    uint64_t v1 = 0, v2 = 0, v3 = 0, a1 = 0, a2 = 0, a3 = 0, gv = 0;
     assert_int_equal(start(m, "k", 32 * KiB, 1, 0, &v1, &a1), 0);
     assert_int_equal(end(m, "k", v1, 0), 0);
     assert_int_equal(get(m, "k", 100, &gv, NULL, NULL, NULL), 0); /* lease to 5100 */
@@ -147,7 +145,7 @@ static void test_revoke_deadline_and_concurrency(void **s)
     (void)s;
     cr__master_t *m = mk();
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x1000000, 4 * MiB, 0), 0);
-    uint64_t v1, v2, v3, gv;
+    uint64_t v1 = 0, v2 = 0, v3 = 0, gv = 0;
     assert_int_equal(start(m, "k", 100, 0, 0, &v1, NULL), 0);
     assert_int_equal(end(m, "k", v1, 0), 0);
     /* revoke drops the new version only */
@@ -177,7 +175,7 @@ static void test_old_version_gone_meanwhile(void **s)
     (void)s;
     cr__master_t *m = mk();
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x1000000, 4 * MiB, 0), 0);
-    uint64_t v1, v2, v3, gv;
+    uint64_t v1 = 0, v2 = 0, v3 = 0, gv = 0;
     assert_int_equal(start(m, "a", 100, 0, 0, &v1, NULL), 0);
     assert_int_equal(end(m, "a", v1, 0), 0);
     assert_int_equal(start(m, "a", 200, 1, 1, &v2, NULL), 0);
@@ -208,7 +206,7 @@ static void test_journal_sees_the_new_version(void **s)
     cr__ha_buf_t jb = {0};
     cr__master_set_journal(m, collect, &jb);
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x1000000, 4 * MiB, 0), 0);
-    uint64_t v1, v2, v3, a2, gv, ga, gs;
+    uint64_t v1 = 0, v2 = 0, v3 = 0, a2 = 0, gv = 0, ga = 0, gs = 0;
     assert_int_equal(start(m, "k", 100, 0, 1, &v1, NULL), 0);
     assert_int_equal(end(m, "k", v1, 1), 0);
     assert_int_equal(start(m, "k", 4000, 1, 2, &v2, &a2), 0);
@@ -236,7 +234,7 @@ static void test_remove_by_regex(void **s)
     cr__master_t *m = mk();
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x1000000, 4 * MiB, 0), 0);
     const char *keys[] = {"user_session_1", "user_session_2", "user_x", "other", "pend"};
-    uint64_t v, gv, n;
+    uint64_t v = 0, gv = 0, n = 0;
     for (int i = 0; i < 4; i++) {
         assert_int_equal(start(m, keys[i], 100, 0, 1, &v, NULL), 0);
         assert_int_equal(end(m, keys[i], v, 1), 0);
