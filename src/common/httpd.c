@@ -355,7 +355,10 @@ int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
         return -ENOMEM;
     }
     if (p->tls) {
-        int rc = cr__httpd_tls_start(p->tls, fd, srv->mhd, HTTPD_CONN_LIMIT, &srv->tls_front);
+        int rc = cr__httpd_tls_start(
+            p->tls, fd, srv->mhd, HTTPD_CONN_LIMIT,
+            p->max_conns_per_source ? p->max_conns_per_source : HTTPD_PER_SOURCE,
+            &srv->tls_front);
         if (rc) { /* fd is closed */
             MHD_stop_daemon(srv->mhd);
             free(srv);

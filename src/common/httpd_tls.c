@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <pthread.h>
@@ -39,7 +40,7 @@ struct cr__httpd_tls {
     pthread_cond_t cv;
     int stopping;   /* guarded by mu */
     unsigned alive; /* connection threads; guarded by mu */
-    unsigned n;
+    unsigned n, per_source;
     slot_t *slots;
     atomic_ulong refused;
 };
@@ -159,6 +160,19 @@ out:
     return NULL;
 }
 
+static int same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET)
+        return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                       &((const struct sockaddr_in *)b)->sin_addr, sizeof(struct in_addr));
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+    return 0;
+}
+
 static void *acceptor_main(void *arg)
 {
     cr__httpd_tls_t *f = arg;
@@ -178,10 +192,23 @@ static void *acceptor_main(void *arg)
         if (fd < 0)
             continue;
         slot_t *s = NULL;
+        unsigned same = 0;
         pthread_mutex_lock(&f->mu);
-        for (unsigned i = 0; i < f->n && !s; i++)
-            if (f->slots[i].fd < 0)
-                s = &f->slots[i];
+        for (unsigned i = 0; i < f->n; i++) {
+            if (f->slots[i].fd < 0) {
+                if (!s)
+                    s = &f->slots[i];
+            } else if (same_source(&f->slots[i].addr, &ss)) {
+                same++;
+            }
+        }
+        if (same >= f->per_source) {
+            pthread_mutex_unlock(&f->mu);
+            CR_LOG_RL(CR__LOG_WARN, "httpd", "per-source TLS connection limit (%u) reached, "
+                      "refusing", f->per_source);
+            close(fd);
+            continue;
+        }
         if (s) {
             s->fd = fd;
             s->addr = ss;
@@ -208,7 +235,7 @@ static void *acceptor_main(void *arg)
 }
 
 int cr__httpd_tls_start(const cr__tls_t *tls, int lfd, struct MHD_Daemon *mhd,
-                        unsigned max_conns, cr__httpd_tls_t **out)
+                        unsigned max_conns, unsigned per_source, cr__httpd_tls_t **out)
 {
     cr__httpd_tls_t *f = calloc(1, sizeof *f);
     if (!f) {
@@ -219,6 +246,7 @@ int cr__httpd_tls_start(const cr__tls_t *tls, int lfd, struct MHD_Daemon *mhd,
     f->mhd = mhd;
     f->lfd = lfd;
     f->n = max_conns ? max_conns : 1;
+    f->per_source = per_source ? per_source : f->n;
     f->slots = calloc(f->n, sizeof *f->slots);
     f->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     int rc = 0;

@@ -11,7 +11,8 @@
  * connections (it closes its end, the relay then ends).
  *
  * At most max_conns TLS connections exist at once (handshaking or
- * relaying); more are closed at accept. */
+ * relaying), at most per_source of them from one address; more are closed
+ * at accept (so one source stalling handshakes cannot lock others out). */
 #ifndef CR_COMMON_HTTPD_TLS_H
 #define CR_COMMON_HTTPD_TLS_H
 
@@ -25,7 +26,7 @@ typedef struct cr__httpd_tls cr__httpd_tls_t;
  * MHD_USE_ITC and must outlive the front. Returns 0 and *out, -ENOMEM or
  * -errno. */
 int cr__httpd_tls_start(const cr__tls_t *tls, int lfd, struct MHD_Daemon *mhd,
-                        unsigned max_conns, cr__httpd_tls_t **out);
+                        unsigned max_conns, unsigned per_source, cr__httpd_tls_t **out);
 /* Stops accepting, cuts every TLS connection and waits for their threads.
  * Call before MHD_stop_daemon(). NULL is a no-op. */
 void cr__httpd_tls_stop(cr__httpd_tls_t *f);

@@ -261,3 +261,30 @@ def test_etcd_over_tls_with_client_certificates(tls_cluster, monkeypatch):
         monkeypatch.delenv(k)
     s = crescent.store.DistributedStore()
     assert s.setup("127.0.0.1", meta, "0", "16MB", "tcp", "", master) != 0
+
+
+def test_handshake_flood_from_one_source_leaves_members_served(tls_cluster):
+    """300 connections from 127.0.0.2 that never start a handshake to the
+    metadata service (more than its 256 TLS slots) and 150 to the master RPC:
+    one source holds at most 64 TLS slots of an HTTP server (the RPC applies
+    its pending-connection rule), so a member on 127.0.0.1 is still served."""
+    c = tls_cluster
+    flood = []
+    try:
+        for port, n in ((c["meta_port"], 300), (rpc_port(c), 150)):
+            for _ in range(n):
+                s = socket.socket()
+                s.bind(("127.0.0.2", 0))
+                s.settimeout(30)
+                try:
+                    s.connect(("127.0.0.1", port))
+                except OSError:
+                    s.close()
+                    continue
+                flood.append(s)
+        ctx = client_ctx(c["pki"])
+        assert http_answered(http_get(c["meta_port"], "/metadata?key=x", ctx))
+        assert rpc_answered(exchange(rpc_port(c), rpc_frame(PING), ctx))
+    finally:
+        for s in flood:
+            s.close()
