@@ -1,0 +1,121 @@
+/* Per-object capabilities (cap.h). */
+#include "common/auth/cap.h"
+
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <string.h>
+
+#define SIGNED_LEN 48
+#define LABEL "crescent cap v1"
+
+_Static_assert(CR__CAP_LEN == SIGNED_LEN + 32, "capability is 48 signed bytes + a 32-byte MAC");
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static int cap_mac(const uint8_t key[CR__CAP_KEY_LEN], const uint8_t *signed_bytes,
+                   uint8_t out[32])
+{
+    uint8_t buf[sizeof LABEL + SIGNED_LEN];
+    memcpy(buf, LABEL, sizeof LABEL); /* with its NUL */
+    memcpy(buf + sizeof LABEL, signed_bytes, SIGNED_LEN);
+    unsigned olen = 0;
+    return HMAC(EVP_sha256(), key, CR__CAP_KEY_LEN, buf, sizeof buf, out, &olen) && olen == 32
+               ? 0
+               : -EIO;
+}
+
+static int range_ok(uint64_t addr, uint64_t len) { return len && addr + len > addr; }
+
+int cr__cap_mint(const uint8_t key[CR__CAP_KEY_LEN], uint8_t ops, uint64_t seg_id,
+                 uint64_t addr, uint64_t len, uint64_t expiry_ms, uint8_t out[CR__CAP_LEN])
+{
+    if (!ops || (ops & ~(CR__CAP_READ | CR__CAP_WRITE)) || !range_ok(addr, len))
+        return -EINVAL;
+    memset(out, 0, CR__CAP_LEN);
+    put_le(out, CR__CAP_MAGIC, 4);
+    out[4] = CR__CAP_VERSION;
+    out[5] = ops;
+    put_le(out + 8, seg_id, 8);
+    put_le(out + 16, addr, 8);
+    put_le(out + 24, len, 8);
+    put_le(out + 32, expiry_ms, 8);
+    return cap_mac(key, out, out + SIGNED_LEN);
+}
+
+int cr__cap_parse(const uint8_t *buf, size_t len, cr__cap_t *out)
+{
+    if (!buf || len != CR__CAP_LEN || get_le(buf, 4) != CR__CAP_MAGIC ||
+        buf[4] != CR__CAP_VERSION || !buf[5] || (buf[5] & ~(CR__CAP_READ | CR__CAP_WRITE)) ||
+        get_le(buf + 6, 2) || get_le(buf + 40, 8))
+        return -EBADMSG;
+    cr__cap_t c = {
+        .ops = buf[5],
+        .seg_id = get_le(buf + 8, 8),
+        .addr = get_le(buf + 16, 8),
+        .len = get_le(buf + 24, 8),
+        .expiry_ms = get_le(buf + 32, 8),
+    };
+    if (!range_ok(c.addr, c.len))
+        return -EBADMSG;
+    memcpy(c.mac, buf + SIGNED_LEN, 32);
+    *out = c;
+    return 0;
+}
+
+int cr__cap_verify(const uint8_t key[CR__CAP_KEY_LEN], uint64_t seg_id, const uint8_t *buf,
+                   size_t len, uint64_t now_ms, cr__cap_t *out)
+{
+    cr__cap_t c;
+    if (cr__cap_parse(buf, len, &c))
+        return -EBADMSG;
+    uint8_t mac[32];
+    if (cap_mac(key, buf, mac) || CRYPTO_memcmp(mac, c.mac, 32))
+        return -EACCES;
+    if (c.seg_id != seg_id || c.expiry_ms <= now_ms ||
+        c.expiry_ms - now_ms > CR__CAP_TTL_MAX_MS)
+        return -EACCES;
+    *out = c;
+    return 0;
+}
+
+int cr__cap_covers(const cr__cap_t *c, uint8_t op, uint64_t addr, uint64_t len, uint64_t now_ms)
+{
+    return (c->ops & op) == op && op && c->expiry_ms > now_ms && range_ok(addr, len) &&
+           addr >= c->addr && addr + len <= c->addr + c->len;
+}
+
+void cr__cap_table_add(cr__cap_table_t *t, const cr__cap_t *c)
+{
+    if (t->n < CR__CAP_TABLE_SLOTS) {
+        t->g[t->n++] = *c;
+        return;
+    }
+    unsigned victim = 0;
+    for (unsigned i = 1; i < t->n; i++)
+        if (t->g[i].expiry_ms < t->g[victim].expiry_ms)
+            victim = i;
+    t->g[victim] = *c;
+}
+
+int cr__cap_table_allows(const cr__cap_table_t *t, uint8_t op, uint64_t addr, uint64_t len,
+                         uint64_t now_ms)
+{
+    for (unsigned i = 0; i < t->n; i++)
+        if (cr__cap_covers(&t->g[i], op, addr, len, now_ms))
+            return 1;
+    return 0;
+}
