@@ -334,11 +334,12 @@ size_t cr__tls_conn_pending(const cr__tls_conn_t *c)
     return n > 0 ? (size_t)n : 0;
 }
 
-static int read_full_nb(cr__tls_conn_t *c, void *buf, size_t len, int timeout_ms)
+/* Moves exactly len bytes in one direction (writing = 1: out), poll()ing
+ * with timeout_ms between partial transfers. */
+static int full_nb(cr__tls_conn_t *c, uint8_t *p, size_t len, int timeout_ms, int writing)
 {
-    uint8_t *p = buf;
     while (len) {
-        ssize_t k = cr__tls_conn_read(c, p, len);
+        ssize_t k = writing ? cr__tls_conn_write(c, p, len) : cr__tls_conn_read(c, p, len);
         if (k > 0) {
             p += k;
             len -= (size_t)k;
@@ -356,30 +357,10 @@ static int read_full_nb(cr__tls_conn_t *c, void *buf, size_t len, int timeout_ms
     return 0;
 }
 
-static int write_full_nb(cr__tls_conn_t *c, const void *buf, size_t len, int timeout_ms)
-{
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t k = cr__tls_conn_write(c, p, len);
-        if (k > 0) {
-            p += k;
-            len -= (size_t)k;
-            continue;
-        }
-        if (k != -EAGAIN)
-            return (int)k;
-        uint64_t dl = timeout_ms < 0 ? UINT64_MAX : cr__now_ms() + (uint64_t)timeout_ms;
-        int w = wait_for(c->fd, cr__tls_conn_want(c), dl);
-        if (w)
-            return w;
-    }
-    return 0;
-}
-
 int cr__tls_conn_read_full(cr__tls_conn_t *c, void *buf, size_t len, int timeout_ms)
 {
     int fl = nb_enter(c->fd);
-    int rc = read_full_nb(c, buf, len, timeout_ms);
+    int rc = full_nb(c, buf, len, timeout_ms, 0);
     nb_leave(c->fd, fl);
     return rc;
 }
@@ -387,7 +368,7 @@ int cr__tls_conn_read_full(cr__tls_conn_t *c, void *buf, size_t len, int timeout
 int cr__tls_conn_write_full(cr__tls_conn_t *c, const void *buf, size_t len, int timeout_ms)
 {
     int fl = nb_enter(c->fd);
-    int rc = write_full_nb(c, buf, len, timeout_ms);
+    int rc = full_nb(c, (uint8_t *)(uintptr_t)buf, len, timeout_ms, 1);
     nb_leave(c->fd, fl);
     return rc;
 }

@@ -238,6 +238,20 @@ static int remaining_ms(uint64_t deadline)
  * so a call costs one send). Returns 0, -ETIMEDOUT, -ECONNRESET or -errno
  * (through cr__status_from_errno);
  * *moved counts bytes sent. */
+/* Waits until fd is ready for events or deadline passes. Returns 0,
+ * -ETIMEDOUT or -errno. */
+static int wait_ready(int fd, short events, uint64_t deadline)
+{
+    struct pollfd pf = {.fd = fd, .events = events};
+    int ms = remaining_ms(deadline);
+    if (ms == 0)
+        return -ETIMEDOUT;
+    int pr = poll(&pf, 1, ms);
+    if (pr < 0 && errno != EINTR)
+        return CR__ERRNO();
+    return pr == 0 ? -ETIMEDOUT : 0;
+}
+
 static int send_full_tls(cr__tls_conn_t *tc, int fd, const uint8_t *p, size_t n,
                          uint64_t deadline, size_t *moved)
 {
@@ -251,15 +265,9 @@ static int send_full_tls(cr__tls_conn_t *tc, int fd, const uint8_t *p, size_t n,
         }
         if (k != -EAGAIN)
             return (int)k;
-        struct pollfd pf = {.fd = fd, .events = cr__tls_conn_want(tc)};
-        int ms = remaining_ms(deadline);
-        if (ms == 0)
-            return -ETIMEDOUT;
-        int pr = poll(&pf, 1, ms);
-        if (pr < 0 && errno != EINTR)
-            return CR__ERRNO();
-        if (pr == 0)
-            return -ETIMEDOUT;
+        int w = wait_ready(fd, cr__tls_conn_want(tc), deadline);
+        if (w)
+            return w;
     }
     return 0;
 }
@@ -281,15 +289,9 @@ static int send_full(cr__tls_conn_t *tc, int fd, const uint8_t *p, size_t n, uin
             continue;
         if (k < 0 && errno != EAGAIN)
             return errno == EPIPE ? -ECONNRESET : CR__ERRNO();
-        struct pollfd pf = {.fd = fd, .events = POLLOUT};
-        int ms = remaining_ms(deadline);
-        if (ms == 0)
-            return -ETIMEDOUT;
-        int pr = poll(&pf, 1, ms);
-        if (pr < 0 && errno != EINTR)
-            return CR__ERRNO();
-        if (pr == 0)
-            return -ETIMEDOUT;
+        int w = wait_ready(fd, POLLOUT, deadline);
+        if (w)
+            return w;
     }
     return 0;
 }
