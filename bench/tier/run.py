@@ -114,46 +114,74 @@ def bench_result(line):
     return {k: v for k, v in re.findall(r"(\w+)=(\S+)", line)}
 
 
-def get_bench(a, vs, keys, qd):
+def med(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
+def get_bench(a, vs, keys, qd, threads):
+    """a.reps interleaved rounds: crescent gets for each thread count
+    (--rounds passes over the disk-resident keys; T threads issue batches
+    of qd/T keys, so at most qd reads are outstanding, like fio's iodepth),
+    then fio on the node's data file right after."""
     d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir)
     c = Cluster(a.build, d, 64 * MiB, 2048 * MiB, qd=qd)
     try:
         before = c.metrics()
-        out = subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address", c.master,
-                              "--metadata_server", c.metadata, "--value_size", str(vs),
-                              "--keys", str(keys), "--qd", str(qd), "--rounds", str(a.rounds)],
-                             capture_output=True, text=True, timeout=600)
-        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
-        if not line:
-            raise RuntimeError(out.stdout + out.stderr)
-        r = bench_result(line[0])
+        reps, gets, first = [], 0, True
+        for rep in range(a.reps):
+            rs = {}
+            for th in threads:
+                out = subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address",
+                                      c.master, "--metadata_server", c.metadata, "--value_size",
+                                      str(vs), "--keys", str(keys), "--qd", str(qd), "--rounds",
+                                      str(a.rounds), "--threads", str(th),
+                                      "--phase", "get" if first else "read"],
+                                     capture_output=True, text=True, timeout=600)
+                first = False
+                line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
+                if not line:
+                    raise RuntimeError(out.stdout + out.stderr)
+                rs[th] = bench_result(line[0])
+                gets += int(rs[th]["gets"]) + keys // 2
+            m = c.metrics()
+            used = max(m["tier_ssd_used_bytes"], 64 * MiB)
+            data = os.path.join(d, "crescent-ssd.data")
+            reps.append((rs, fio(data, "randread", vs, qd, used, a.fio_s)))
         m = c.metrics()
-        gets = int(r["gets"]) + keys // 2
-        r["disk_share"] = (m["tier_ssd_hits_total"] - before.get("tier_ssd_hits_total", 0)) / gets
-        data = os.path.join(d, "crescent-ssd.data")
-        used = max(m["tier_ssd_used_bytes"], 64 * MiB)
-        fq = fio(data, "randread", vs, qd, used, a.fio_s)
-        f1 = fio(data, "randread", vs, 1, used, a.fio_s)
-        return r, fq, f1
+        disk = (m["tier_ssd_hits_total"] - before.get("tier_ssd_hits_total", 0)) / gets
+        f1 = fio(os.path.join(d, "crescent-ssd.data"), "randread", vs, 1, used, a.fio_s)
+        return reps, disk, f1
     finally:
         c.stop()
         shutil.rmtree(d, ignore_errors=True)
 
 
 def offload_bench(a, vs, keys, qd):
+    """Write-through: every put is copied to disk. The puts (one value for
+    all keys, as fast as one writer goes) run ahead of the disk; the offload
+    rate is the drain rate of the backlog left when the last put returns
+    (objects offloaded after that / time until the last one is on disk)."""
     d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir)
     c = Cluster(a.build, d, (keys + 64) * vs, 2048 * MiB, ["--tier_offload_watermark=0"], qd=qd)
     try:
-        t0 = time.monotonic()
-        out = subprocess.run([c.exe("crescent-bench"), "tier", "--phase", "offload",
+        p = subprocess.Popen([c.exe("crescent-bench"), "tier", "--phase", "offload",
                               "--master_server_address", c.master, "--metadata_server", c.metadata,
                               "--value_size", str(vs), "--keys", str(keys)],
-                             capture_output=True, text=True, timeout=600)
-        r = bench_result([l for l in out.stdout.splitlines() if l.startswith("RESULT")][0])
-        while c.metrics()["tier_ssd_offloads_total"] < keys and time.monotonic() - t0 < 300:
+                             stdout=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        t_end = time.monotonic()
+        at_end = c.metrics()["tier_ssd_offloads_total"]
+        n = at_end
+        while n < keys and time.monotonic() - t_end < 300:
             time.sleep(0.01)
-        el = time.monotonic() - t0
-        r["offload_gbps"] = keys * vs / el / 1e9
+            n = c.metrics()["tier_ssd_offloads_total"]
+        el = time.monotonic() - t_end
+        p.wait()
+        r = bench_result(line)
+        r["backlog"] = keys - at_end
+        r["drain_s"] = el
+        r["offload_gbps"] = (keys - at_end) * vs / el / 1e9 if keys > at_end else float("nan")
         f = fio(os.path.join(d, "fio-write.dat"), "write", vs, qd, keys * vs, a.fio_s)
         return r, f
     finally:
@@ -202,31 +230,49 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--dir", default="/tmp", help="file system for the disk tier and fio")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--fio_s", type=int, default=5)
+    ap.add_argument("--fio_s", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5, help="interleaved crescent/fio pairs")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip", default="", help="comma list of get,offload,replay")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
-    print("# machine shared by 8 helpers while this ran; ratios are same-run, same file system")
+    print("# machine shared by other helpers while this ran; ratios are same-run, same file system")
     if "get" not in skip:
+        qd, threads = 16, (1, 4)
         for vs, keys in ((1 * MiB, 256), (4 * MiB, 96)):
-            for qd in (16,):
-                r, fq, f1 = get_bench(a, vs, keys, qd)
-                print("GET value=%dMiB qd=%d: crescent %.2f GB/s (batch of %d p50 %s us p99 %s us; "
-                      "single get p50 %s us p99 %s us; %.0f%% served from disk; errors %s wrong %s) | "
-                      "fio randread qd%d %.2f GB/s (p50 %.0f us p99 %.0f us), qd1 p50 %.0f us p99 %.0f us"
-                      " | ratio %.2f" % (vs // MiB, qd, float(r["gbps"]), qd, r["batch_p50_us"],
-                                         r["batch_p99_us"], r["get_p50_us"], r["get_p99_us"],
-                                         100 * r["disk_share"], r["errors"], r["wrong"], qd,
-                                         fq["gbps"], fq["p50_us"], fq["p99_us"], f1["p50_us"],
-                                         f1["p99_us"], float(r["gbps"]) / fq["gbps"]))
-                sys.stdout.flush()
+            reps, disk, f1 = get_bench(a, vs, keys, qd, threads)
+            for i, (rs, fq) in enumerate(reps):
+                print("  rep %d value=%dMiB: " % (i, vs // MiB) + "; ".join(
+                    "crescent %d thr %.3f GB/s (batch p50 %s us, p99 %s us; errors %s wrong %s)"
+                    % (th, float(r["gbps"]), r["batch_p50_us"], r["batch_p99_us"], r["errors"],
+                       r["wrong"]) for th, r in rs.items()) +
+                    " | fio qd%d %.3f GB/s (p50 %.0f us p99 %.0f us)" % (qd, fq["gbps"], fq["p50_us"],
+                                                                         fq["p99_us"]))
+            for th in threads:
+                rr = [(rs[th], f) for rs, f in reps]
+                print("GET value=%dMiB qd=%d, %d thread(s) x batches of %d, medians of %d "
+                      "interleaved rounds: crescent %.2f GB/s (batch p50 %.0f us p99 %.0f us; "
+                      "single get p50 %.0f us) | fio randread iodepth=%d %.2f GB/s (p50 %.0f us "
+                      "p99 %.0f us per I/O; qd1 p50 %.0f us) | median ratio %.2f | %.0f%% served "
+                      "from disk, errors %d, wrong %d"
+                      % (vs // MiB, qd, th, qd // th, len(rr), med([float(r["gbps"]) for r, _ in rr]),
+                         med([float(r["batch_p50_us"]) for r, _ in rr]),
+                         med([float(r["batch_p99_us"]) for r, _ in rr]),
+                         med([float(r["get_p50_us"]) for r, _ in rr]), qd,
+                         med([f["gbps"] for _, f in rr]), med([f["p50_us"] for _, f in rr]),
+                         med([f["p99_us"] for _, f in rr]), f1["p50_us"],
+                         med([float(r["gbps"]) / f["gbps"] for r, f in rr]), 100 * disk,
+                         sum(int(r["errors"]) for r, _ in rr), sum(int(r["wrong"]) for r, _ in rr)))
+            sys.stdout.flush()
     if "offload" not in skip:
-        r, f = offload_bench(a, MiB, 512, 16)
-        print("OFFLOAD value=1MiB write-through: puts %.2f GB/s, all on disk at %.2f GB/s | fio "
-              "write qd16 1MiB %.2f GB/s | ratio %.2f" % (float(r["put_gbps"]), r["offload_gbps"],
-                                                          f["gbps"], r["offload_gbps"] / f["gbps"]))
-        sys.stdout.flush()
+        for rep in range(a.reps):
+            r, f = offload_bench(a, MiB, 512, 16)
+            print("OFFLOAD value=1MiB write-through, 512 puts at %.2f GB/s: backlog of %d objects "
+                  "at the last put drained in %.3f s = %.2f GB/s | fio write iodepth=16 bs=1M "
+                  "%.2f GB/s | ratio %.2f" % (float(r["put_gbps"]), r["backlog"], r["drain_s"],
+                                               r["offload_gbps"], f["gbps"],
+                                               r["offload_gbps"] / f["gbps"]))
+            sys.stdout.flush()
     if "replay" not in skip:
         n_req, block = (600, 16384) if a.quick else (2000, 16384)
         for dram in (8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB):

@@ -16,6 +16,7 @@
  * write-through) and prints the put rate; the driver reads the offload
  * completion time from the master's metrics. */
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,7 @@ typedef struct tb_cfg {
     char local_hostname[CR__CFG_STR_MAX];
     char phase[CR__CFG_STR_MAX];
     uint64_t value_size;
-    int64_t keys, qd, rounds;
+    int64_t keys, qd, rounds, threads;
 } tb_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(tb_cfg_t, n)}
@@ -41,11 +42,15 @@ static const cr__cfg_opt_t opts[] = {
     OPT(master_server_address, "127.0.0.1:50051", "master host:port", CR__CFG_STR),
     OPT(metadata_server, "p2p", "TE metadata", CR__CFG_STR),
     OPT(local_hostname, "127.0.0.1", "this client's address", CR__CFG_STR),
-    OPT(phase, "get", "get | offload", CR__CFG_STR),
+    OPT(phase, "get", "get | offload | read (gets only: the keys of an earlier get run)",
+        CR__CFG_STR),
     OPT(value_size, "1MB", "bytes per value", CR__CFG_SIZE),
     OPT(keys, "512", "values put", CR__CFG_INT),
     OPT(qd, "16", "keys per batch get (the node's disk queue depth)", CR__CFG_INT),
     OPT(rounds, "2", "passes over the disk-resident keys", CR__CFG_INT),
+    OPT(threads, "1",
+        "threads issuing batch gets of qd/threads keys each (at most qd reads outstanding)",
+        CR__CFG_INT),
 };
 
 static uint64_t now_ns(void)
@@ -53,6 +58,59 @@ static uint64_t now_ns(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* One get thread: batches of `per` keys, keys first, first+stride, ... */
+typedef struct tb_worker {
+    cr_store_t *st;
+    uint8_t *buf;
+    size_t vs, per;
+    int64_t first, stride, n_disk, rounds;
+    pthread_t th;
+    int failed;
+    uint64_t gets, errors, wrong, bytes;
+    cr_bench_lat_t lat;
+} tb_worker_t;
+
+static void *tb_worker(void *arg)
+{
+    tb_worker_t *w = arg;
+    cr_bench_lat_init(&w->lat, (uint64_t)w->first + 7);
+    const char *keys[256];
+    char kb[256][64];
+    void *bufs[256];
+    size_t caps[256], lens[256];
+    int res[256];
+    int64_t ids[256];
+    for (size_t i = 0; i < w->per; i++) {
+        keys[i] = kb[i];
+        bufs[i] = w->buf + i * w->vs;
+        caps[i] = w->vs;
+    }
+    for (int64_t r = 0; r < w->rounds; r++) {
+        for (int64_t k = w->first; k < w->n_disk;) {
+            size_t nb = 0;
+            for (; nb < w->per && k < w->n_disk; nb++, k += w->stride) {
+                ids[nb] = k;
+                snprintf(kb[nb], 64, "tier-%lld", (long long)k);
+            }
+            uint64_t a = now_ns();
+            cr_store_batch_get_into(w->st, keys, bufs, caps, nb, lens, res);
+            cr_bench_lat_add(&w->lat, now_ns() - a);
+            for (size_t i = 0; i < nb; i++) {
+                w->gets++;
+                if (res[i]) {
+                    w->errors++;
+                    continue;
+                }
+                w->bytes += lens[i];
+                if (lens[i] != w->vs ||
+                    cr_bench_pattern_check(bufs[i], 0, w->vs, (uint64_t)ids[i]) != (size_t)-1)
+                    w->wrong++;
+            }
+        }
+    }
+    return NULL;
 }
 
 int cr_bench_tier_main(int argc, char **argv)
@@ -66,8 +124,9 @@ int cr_bench_tier_main(int argc, char **argv)
                       sizeof opts / sizeof opts[0]);
         return 0;
     }
-    if (rc || c.keys < 2 || c.qd < 1 || c.qd > 256 || c.value_size == 0 || c.rounds < 1) {
-        fprintf(stderr, "crescent-bench tier: %s\n", rc ? err : "bad --keys/--qd/--value_size");
+    if (rc || c.keys < 2 || c.qd < 1 || c.qd > 256 || c.value_size == 0 || c.rounds < 1 ||
+        c.threads < 1 || c.threads > c.qd || c.qd % c.threads) {
+        fprintf(stderr, "crescent-bench tier: %s\n", rc ? err : "bad --keys/--qd/--value_size/--threads (must divide --qd)");
         return 2;
     }
     cr_store_params_t p = {0};
@@ -94,9 +153,14 @@ int cr_bench_tier_main(int argc, char **argv)
     char key[64];
     /* puts */
     uint64_t t0 = now_ns(), put_err = 0;
-    for (int64_t k = 0; k < c.keys; k++) {
+    int64_t n_put = strcmp(c.phase, "read") ? c.keys : 0;
+    int offload = !strcmp(c.phase, "offload");
+    if (offload) /* one pattern for all: the puts go as fast as they can */
+        cr_bench_pattern_fill(buf, 0, vs, 0);
+    for (int64_t k = 0; k < n_put; k++) {
         snprintf(key, sizeof key, "tier-%lld", (long long)k);
-        cr_bench_pattern_fill(buf, 0, vs, (uint64_t)k);
+        if (!offload)
+            cr_bench_pattern_fill(buf, 0, vs, (uint64_t)k);
         for (int tries = 0;; tries++) {
             rc = cr_store_put_from(st, key, buf, vs, NULL);
             if (rc == 0 || tries >= 2000)
@@ -111,49 +175,39 @@ int cr_bench_tier_main(int argc, char **argv)
                "put_seconds=%.3f put_gbps=%.3f\n",
                vs, (long long)c.keys, (unsigned long long)put_err, put_s,
                (double)vs * (double)c.keys / put_s / 1e9);
+        fflush(stdout); /* the driver times the offload backlog from here */
         cr_store_destroy(st);
         return put_err ? 1 : 0;
     }
-    /* timed batch gets over the oldest half */
+    /* timed batch gets over the oldest half: --threads workers, each
+     * reading its share of every round in batches of qd/threads keys */
     int64_t n_disk = c.keys / 2;
+    size_t nt = (size_t)c.threads, per = qd / nt;
     cr_bench_lat_t lb, l1;
     cr_bench_lat_init(&lb, 1);
     cr_bench_lat_init(&l1, 2);
-    const char **keys = calloc(qd, sizeof *keys);
-    char (*kb)[64] = calloc(qd, 64);
-    void **bufs = calloc(qd, sizeof *bufs);
-    size_t *caps = calloc(qd, sizeof *caps), *lens = calloc(qd, sizeof *lens);
-    int *res = calloc(qd, sizeof *res);
-    uint64_t gets = 0, errors = 0, wrong = 0, bytes = 0, busy_ns = 0;
-    for (size_t i = 0; i < qd; i++) {
-        keys[i] = kb[i];
-        bufs[i] = buf + i * vs;
-        caps[i] = vs;
+    tb_worker_t *w = calloc(nt, sizeof *w);
+    for (size_t i = 0; i < nt && w; i++)
+        w[i] = (tb_worker_t){.st = st, .buf = buf + i * per * vs, .vs = vs, .per = per,
+                             .first = (int64_t)i, .stride = (int64_t)nt, .n_disk = n_disk,
+                             .rounds = c.rounds};
+    uint64_t g0 = now_ns();
+    for (size_t i = 0; i < nt && w; i++)
+        if (pthread_create(&w[i].th, NULL, tb_worker, &w[i]))
+            w[i].failed = 1;
+    uint64_t gets = 0, errors = 0, wrong = 0, bytes = 0;
+    for (size_t i = 0; i < nt && w; i++) {
+        if (!w[i].failed)
+            pthread_join(w[i].th, NULL);
+        gets += w[i].gets;
+        errors += w[i].errors + (uint64_t)w[i].failed;
+        wrong += w[i].wrong;
+        bytes += w[i].bytes;
+        cr_bench_lat_merge(&lb, &w[i].lat);
+        cr_bench_lat_free(&w[i].lat);
     }
-    for (int64_t r = 0; r < c.rounds; r++) {
-        for (int64_t base = 0; base < n_disk; base += (int64_t)qd) {
-            size_t nb = (size_t)(n_disk - base < (int64_t)qd ? n_disk - base : (int64_t)qd);
-            for (size_t i = 0; i < nb; i++)
-                snprintf(kb[i], 64, "tier-%lld", (long long)(base + (int64_t)i));
-            uint64_t a = now_ns();
-            cr_store_batch_get_into(st, keys, bufs, caps, nb, lens, res);
-            uint64_t d = now_ns() - a;
-            busy_ns += d;
-            cr_bench_lat_add(&lb, d);
-            for (size_t i = 0; i < nb; i++) {
-                gets++;
-                if (res[i]) {
-                    errors++;
-                    continue;
-                }
-                bytes += lens[i];
-                if (lens[i] != vs ||
-                    cr_bench_pattern_check(bufs[i], 0, vs, (uint64_t)(base + (int64_t)i)) !=
-                        (size_t)-1)
-                    wrong++;
-            }
-        }
-    }
+    uint64_t busy_ns = now_ns() - g0;
+    free(w);
     /* single gets at qd 1 */
     for (int64_t k = 0; k < n_disk; k++) {
         snprintf(key, sizeof key, "tier-%lld", (long long)k);
@@ -164,22 +218,16 @@ int cr_bench_tier_main(int argc, char **argv)
         if (rc || cr_bench_pattern_check(buf, 0, vs, (uint64_t)k) != (size_t)-1)
             errors += rc != 0, wrong += rc == 0;
     }
-    printf("RESULT bench=tier phase=get value_size=%zu qd=%zu gets=%llu errors=%llu wrong=%llu "
+    printf("RESULT bench=tier phase=%s value_size=%zu qd=%zu threads=%zu gets=%llu errors=%llu wrong=%llu "
            "gbps=%.3f batch_p50_us=%.0f batch_p99_us=%.0f get_p50_us=%.0f get_p99_us=%.0f "
            "put_errors=%llu\n",
-           vs, qd, (unsigned long long)gets, (unsigned long long)errors,
+           c.phase, vs, qd, nt, (unsigned long long)gets, (unsigned long long)errors,
            (unsigned long long)wrong, busy_ns ? (double)bytes / ((double)busy_ns / 1e9) / 1e9 : 0,
            cr_bench_lat_pct_us(&lb, 50), cr_bench_lat_pct_us(&lb, 99),
            cr_bench_lat_pct_us(&l1, 50), cr_bench_lat_pct_us(&l1, 99),
            (unsigned long long)put_err);
     cr_bench_lat_free(&lb);
     cr_bench_lat_free(&l1);
-    free(keys);
-    free(kb);
-    free(bufs);
-    free(caps);
-    free(lens);
-    free(res);
     cr_store_unregister_buffer(st, buf);
     cr_store_destroy(st);
     cr_bench_free(buf, blen);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 #include "common/log.h"
 #include "common/net.h"
@@ -47,7 +48,32 @@ static int tier_connect(cr_store_t *s, const char *segment)
         close(fd); /* not a member (or we are not): never read its bytes */
         return CR_E_TRANSFER_FAIL;
     }
+    /* replies are received with one blocking recv each (MSG_WAITALL, no
+     * poll per chunk), bounded by the transfer timeout */
+    if (cr__net_set_timeouts(fd, (int)s->xfer_timeout_ms)) {
+        close(fd);
+        return CR_E_TRANSFER_FAIL;
+    }
     return fd;
+}
+
+/* len bytes into buf: blocking, SO_RCVTIMEO bounds the wait. */
+static int recv_all(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t n = recv(fd, p, len, MSG_WAITALL);
+        if (n == 0)
+            return -ECONNRESET;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN ? -ETIMEDOUT : -EIO;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
 }
 
 /* Keeps a connection that completed every exchange for the next read. */
@@ -82,14 +108,25 @@ int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
             continue;
         const char *seg = rd[i].segment;
         int fd = tier_connect(s, seg);
-        /* every request to this node, sent at once */
+        /* every request to this node, sent at once (one write: the node
+         * sees the whole batch and reads it from disk in parallel) */
         int rc = fd < 0 ? fd : 0;
-        size_t first = i;
-        for (size_t j = i; j < n && !rc; j++) {
+        size_t first = i, need = 0;
+        for (size_t j = i; j < n; j++)
+            if (rd[j].result == 1 && !strcmp(rd[j].segment, seg))
+                need += CR__TIER_RD_REQ_FIXED + rd[j].key_len;
+        uint8_t *wb = rc ? NULL : malloc(need);
+        if (!rc && !wb)
+            rc = -ENOMEM;
+        size_t wl = 0;
+        for (size_t j = i; j < n; j++) {
             cr__sc_tier_rd_t *q = &rd[j];
             if (q->result != 1 || strcmp(q->segment, seg))
                 continue;
-            uint8_t h[CR__TIER_RD_REQ_FIXED];
+            q->result = 2; /* sent */
+            if (rc)
+                continue;
+            uint8_t *h = wb + wl;
             uint32_t magic = CR__TIER_RD_MAGIC, kl = q->key_len;
             memcpy(h, &magic, 4);
             memcpy(h + 4, &kl, 4);
@@ -98,11 +135,12 @@ int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
             memcpy(h + 24, &q->size, 8);
             memcpy(h + 32, &q->roff, 8);
             memcpy(h + 40, &q->rlen, 8);
-            rc = cr__net_write_full(fd, h, sizeof h, (int)s->xfer_timeout_ms);
-            if (!rc)
-                rc = cr__net_write_full(fd, q->key, kl, (int)s->xfer_timeout_ms);
-            q->result = 2; /* sent */
+            memcpy(h + CR__TIER_RD_REQ_FIXED, q->key, kl);
+            wl += CR__TIER_RD_REQ_FIXED + kl;
         }
+        if (!rc)
+            rc = cr__net_write_full(fd, wb, wl, (int)s->xfer_timeout_ms);
+        free(wb);
         for (size_t j = first; j < n; j++) {
             cr__sc_tier_rd_t *q = &rd[j];
             if (q->result != 2 && !(q->result == 1 && !strcmp(q->segment, seg)))
@@ -112,7 +150,7 @@ int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
                 continue;
             }
             uint8_t h[CR__TIER_RD_REP];
-            rc = cr__net_read_full(fd, h, sizeof h, (int)s->xfer_timeout_ms);
+            rc = recv_all(fd, h, sizeof h);
             if (rc) {
                 q->result = CR_E_TRANSFER_FAIL;
                 continue;
@@ -127,7 +165,7 @@ int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
                 continue;
             }
             if (st == 0 && len)
-                rc = cr__net_read_full(fd, q->dst, len, (int)s->xfer_timeout_ms);
+                rc = recv_all(fd, q->dst, len);
             q->result = rc ? CR_E_TRANSFER_FAIL : st;
         }
         if (fd >= 0 && !rc)

@@ -10,12 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/auth/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/status.h"
 #include "store/rpc/client.h"
 #include "store/tier/ssd/ssd.h"
 #include "store/tier/tier.h"
@@ -127,6 +129,9 @@ static int read_req(int fd, rreq_t *q, int timeout_ms)
     return 0;
 }
 
+/* Header + bytes in one sendmsg where the socket takes them (the
+ * connection is blocking with SO_SNDTIMEO and a large send buffer: one
+ * system call per reply, no poll). */
 static int send_reply(int fd, const rreq_t *q)
 {
     uint8_t h[CR__TIER_RD_REP] = {0};
@@ -134,10 +139,89 @@ static int send_reply(int fd, const rreq_t *q)
     uint64_t len = q->status ? 0 : q->rlen;
     memcpy(h, &st, 4);
     memcpy(h + 8, &len, 8);
-    int rc = cr__net_write_full(fd, h, sizeof h, 30000);
-    if (!rc && len)
-        rc = cr__net_write_full(fd, q->buf + cr__tier_hdr_len(q->key_len) + q->roff, len, 30000);
-    return rc;
+    struct iovec iov[2] = {
+        {.iov_base = h, .iov_len = sizeof h},
+        {.iov_base = len ? q->buf + cr__tier_hdr_len(q->key_len) + q->roff : NULL,
+         .iov_len = len},
+    };
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
+    while (mh.msg_iovlen) {
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN ? -ETIMEDOUT : CR__ERRNO();
+        }
+        while (mh.msg_iovlen && (size_t)n >= mh.msg_iov->iov_len) {
+            n -= (ssize_t)mh.msg_iov->iov_len;
+            mh.msg_iov++;
+            mh.msg_iovlen--;
+        }
+        if (mh.msg_iovlen) {
+            mh.msg_iov->iov_base = (uint8_t *)mh.msg_iov->iov_base + n;
+            mh.msg_iov->iov_len -= (size_t)n;
+        }
+    }
+    return 0;
+}
+
+/* Replies of one batch, sent in request order as reads complete. A read
+ * is split into chunks of READ_CHUNK bytes submitted in request order, so
+ * with the queue depth in flight the objects complete one after the other
+ * (the first can be sent while the disk reads the rest) instead of all at
+ * the end of the batch. */
+#define READ_CHUNK (512u << 10)
+
+typedef struct stream {
+    cr__tier_node_t *t;
+    int fd;
+    rreq_t *qs;
+    size_t n, next;
+    uint8_t *ready;
+    uint32_t *left;      /* chunks still in flight per request */
+    const size_t *owner; /* chunk -> request */
+    int bad;
+} stream_t;
+
+static void stream_flush(stream_t *st)
+{
+    while (st->next < st->n && st->ready[st->next]) {
+        rreq_t *q = &st->qs[st->next++];
+        if (!st->bad && send_reply(st->fd, q))
+            st->bad = 1;
+        if (!q->status)
+            atomic_fetch_add(&st->t->reads, 1);
+    }
+}
+
+static void stream_chunk_done(void *arg, size_t j, int result)
+{
+    stream_t *st = arg;
+    size_t i = st->owner[j];
+    rreq_t *q = &st->qs[i];
+    if (result && !q->status) {
+        q->status = CR_E_TRANSFER_FAIL;
+        atomic_fetch_add(&st->t->read_errors, 1);
+    }
+    if (--st->left[i])
+        return;
+    if (!q->status && cr__ssd_check(q->buf, q->key, q->key_len, q->version, q->size)) {
+        q->status = CR_E_OBJECT_NOT_FOUND; /* a miss, never the bytes */
+        note_corrupt(st->t, q->key, q->key_len, q->version, q->off);
+    }
+    st->ready[i] = 1;
+    stream_flush(st);
+}
+
+typedef struct stream_hook {
+    stream_t *st;
+    const cr__ssd_io_t *ios;
+} stream_hook_t;
+
+static void stream_done(void *arg, size_t j)
+{
+    stream_hook_t *h = arg;
+    stream_chunk_done(h->st, j, h->ios[j].result);
 }
 
 static void *conn_main(void *arg)
@@ -153,11 +237,18 @@ static void *conn_main(void *arg)
     if (maxq > 256)
         maxq = 256;
     rreq_t *qs = calloc(maxq, sizeof *qs);
-    cr__ssd_io_t *ios = calloc(maxq, sizeof *ios);
-    if (!qs || !ios || cr__ssd_ring_init(&ring, (unsigned)maxq)) {
+    size_t ios_cap = CONN_BUDGET / READ_CHUNK + maxq; /* grows for larger objects */
+    cr__ssd_io_t *ios = calloc(ios_cap, sizeof *ios);
+    size_t *owner = calloc(ios_cap, sizeof *owner);
+    uint8_t *sendq = calloc(maxq, 1);
+    uint32_t *left = calloc(maxq, sizeof *left);
+    if (!qs || !ios || !owner || !sendq || !left || cr__ssd_ring_init(&ring, (unsigned)maxq)) {
         CR_LOG_ERROR(COMP, "read connection: out of memory or io_uring unavailable");
         goto out;
     }
+    int sndbuf = 4 << 20; /* a 1 MiB reply in one call (capped by net.core.wmem_max) */
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    cr__net_set_timeouts(fd, 30000);
     /* security on: nothing is served to a peer without the cluster key */
     if (t->cfg.auth && cr__auth_server_fd(t->cfg.auth, fd, "tier", 5000)) {
         CR_LOG_RL(CR__LOG_WARN, COMP, "read server: refused a peer without the cluster key");
@@ -185,10 +276,7 @@ static void *conn_main(void *arg)
                 /* buffers come from this connection's arena (reused: no
                  * page faults per read); the batch stops when it is full */
                 q->buf = (uint8_t *)(uintptr_t)budget; /* offset, made a pointer below */
-                ios[n] = (cr__ssd_io_t){.write = 0, .off = q->off, .len = dl};
                 budget += dl;
-            } else {
-                ios[n] = (cr__ssd_io_t){.len = 0};
             }
             n++;
             if (n == maxq || budget >= CONN_BUDGET)
@@ -205,49 +293,61 @@ static void *conn_main(void *arg)
             else
                 arena_cap = budget;
         }
-        for (size_t i = 0; i < n; i++) {
-            if (qs[i].status)
-                continue;
-            if (!arena) {
-                qs[i].status = -ENOMEM;
-                qs[i].buf = NULL;
-                continue;
-            }
-            qs[i].buf = arena + (uintptr_t)qs[i].buf;
-            ios[i].buf = qs[i].buf;
-        }
-        /* the reads that are valid, all at once */
-        size_t k = 0;
-        cr__ssd_io_t *run = ios;
-        size_t idx[256];
+        /* the valid reads, in chunks, in request order; each reply goes
+         * out (in request order) as soon as its object is read and
+         * checked, while the disk works on the next ones */
+        size_t need = 0;
         for (size_t i = 0; i < n; i++)
-            if (!qs[i].status) {
-                idx[k] = i;
-                run[k++] = ios[i];
+            if (!qs[i].status)
+                need += (cr__tier_disk_len(qs[i].key_len, qs[i].size) + READ_CHUNK - 1) /
+                        READ_CHUNK;
+        if (need > ios_cap) {
+            cr__ssd_io_t *ni = realloc(ios, need * sizeof *ios);
+            if (ni)
+                ios = ni;
+            size_t *no = ni ? realloc(owner, need * sizeof *owner) : NULL;
+            if (no)
+                owner = no;
+            if (!ni || !no) {
+                CR_LOG_ERROR(COMP, "read connection: out of memory");
+                break;
             }
-        if (k)
-            cr__ssd_run(t->ssd, &ring, run, k);
-        for (size_t j = 0; j < k; j++) {
-            rreq_t *q = &qs[idx[j]];
-            if (run[j].result) {
-                q->status = CR_E_TRANSFER_FAIL;
-                atomic_fetch_add(&t->read_errors, 1);
+            ios_cap = need;
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            rreq_t *q = &qs[i];
+            left[i] = 0;
+            if (!q->status && !arena)
+                q->status = -ENOMEM;
+            if (q->status) {
+                q->buf = NULL;
                 continue;
             }
-            int c = cr__ssd_check(q->buf, q->key, q->key_len, q->version, q->size);
-            if (c) {
-                q->status = CR_E_OBJECT_NOT_FOUND; /* a miss, never the bytes */
-                note_corrupt(t, q->key, q->key_len, q->version, q->off);
+            q->buf = arena + (uintptr_t)q->buf;
+            uint64_t dl = cr__tier_disk_len(q->key_len, q->size);
+            for (uint64_t o = 0; o < dl; o += READ_CHUNK) {
+                uint64_t cl = dl - o < READ_CHUNK ? dl - o : READ_CHUNK;
+                ios[k] = (cr__ssd_io_t){.write = 0, .buf = q->buf + o, .off = q->off + o,
+                                        .len = cl};
+                owner[k++] = i;
+                left[i]++;
             }
         }
-        int bad = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (!bad && send_reply(fd, &qs[i]))
-                bad = 1;
-            if (!qs[i].status)
-                atomic_fetch_add(&t->reads, 1);
-            qs[i].buf = NULL;
+        for (size_t i = 0; i < n; i++)
+            sendq[i] = qs[i].status != 0; /* ready to answer */
+        stream_t st = {.t = t, .fd = fd, .qs = qs, .n = n, .ready = sendq, .left = left,
+                       .owner = owner};
+        stream_flush(&st);
+        if (k) {
+            stream_hook_t sh = {.st = &st, .ios = ios};
+            cr__ssd_hooks_t h = {.done = stream_done, .arg = &sh};
+            cr__ssd_run_hooked(t->ssd, &ring, ios, k, &h);
         }
+        stream_flush(&st);
+        int bad = st.bad;
+        for (size_t i = 0; i < n; i++)
+            qs[i].buf = NULL;
         if (bad)
             break;
     }
@@ -257,6 +357,9 @@ out:
     free(arena);
     free(qs);
     free(ios);
+    free(owner);
+    free(sendq);
+    free(left);
     pthread_mutex_lock(&t->mu);
     for (int i = 0; i < t->n_conns; i++)
         if (t->conns[i] == fd) {
@@ -442,6 +545,24 @@ typedef struct task_buf {
     uint64_t cap;
 } task_buf_t;
 
+/* Offload writes: each object is encoded (header, value copied with its
+ * crc computed) right before its write is submitted, so the disk writes
+ * one while the next is encoded. */
+typedef struct off_ctx {
+    const cr__rpc_item_t *items;
+    const cr__ssd_io_t *ios;
+    const size_t *map;
+} off_ctx_t;
+
+static int off_prep(void *arg, size_t j)
+{
+    off_ctx_t *oc = arg;
+    const cr__rpc_item_t *it = &oc->items[oc->map[j]];
+    cr__ssd_encode(oc->ios[j].buf, it->key, it->key_len, it->version,
+                   (const void *)(uintptr_t)it->replicas[0].shards[0].addr, it->size);
+    return 0;
+}
+
 static void *sync_main(void *arg)
 {
     cr__tier_node_t *t = arg;
@@ -557,14 +678,16 @@ static void *sync_main(void *arg)
                 }
                 b->cap = dl;
             }
-            cr__ssd_encode(b->buf, it->key, it->key_len, it->version,
-                           (const void *)(uintptr_t)src->addr, it->size);
+            /* encoded in off_prep, just before its write is submitted */
             ios[k] = (cr__ssd_io_t){.write = 1, .buf = b->buf, .off = dst->addr, .len = dl};
             map[k] = n_done - 1;
             k++;
         }
-        if (k)
-            cr__ssd_run(t->ssd, &ring, ios, k);
+        if (k) {
+            off_ctx_t oc = {.items = rep.items, .ios = ios, .map = map};
+            cr__ssd_hooks_t h = {.prep = off_prep, .arg = &oc};
+            cr__ssd_run_hooked(t->ssd, &ring, ios, k, &h);
+        }
         for (size_t j = 0; j < k; j++) {
             done.items[map[j]].status = ios[j].result ? CR_E_TRANSFER_FAIL : 0;
             if (ios[j].result) {

@@ -310,6 +310,12 @@ void cr__ssd_ring_fini(cr__ssd_ring_t *r)
 
 int cr__ssd_run(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n)
 {
+    return cr__ssd_run_hooked(s, r, ios, n, NULL);
+}
+
+int cr__ssd_run_hooked(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n,
+                       const cr__ssd_hooks_t *h)
+{
     size_t next = 0, inflight = 0;
     /* progress of each io: bytes done so far (short transfers continue) */
     uint64_t stack_done[64];
@@ -320,15 +326,23 @@ int cr__ssd_run(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n)
         memset(stack_done, 0, sizeof stack_done);
     for (size_t i = 0; i < n; i++)
         ios[i].result = 1; /* pending */
-    int first = 0;
+    int first = 0, ringerr = 0;
     /* pending continuations are resubmitted through this small queue */
     size_t redo[64], n_redo = 0;
     while (next < n || inflight || n_redo) {
         unsigned queued = 0;
         while (inflight < r->qd && (n_redo || next < n) && io_uring_sq_space_left(&r->ring)) {
+            int fresh = !n_redo;
             size_t i = n_redo ? redo[--n_redo] : next++;
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
             cr__ssd_io_t *io = &ios[i];
+            if (fresh && h && h->prep && h->prep(h->arg, i)) {
+                /* the caller could not fill it: not submitted */
+                io->result = -ECANCELED;
+                if (h->done)
+                    h->done(h->arg, i);
+                continue;
+            }
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
             uint8_t *b = (uint8_t *)io->buf + done[i];
             unsigned len = (unsigned)(io->len - done[i] > (1u << 30) ? (1u << 30)
                                                                      : io->len - done[i]);
@@ -339,7 +353,18 @@ int cr__ssd_run(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n)
             io_uring_sqe_set_data64(sqe, i);
             inflight++;
             queued++;
+            if (h && h->prep) {
+                /* the disk starts on this one while the next is prepared */
+                int rc = io_uring_submit(&r->ring);
+                if (rc < 0) {
+                    first = ringerr = rc;
+                    break;
+                }
+                queued = 0;
+            }
         }
+        if (ringerr)
+            break;
         if (queued) {
             int rc = io_uring_submit(&r->ring);
             if (rc < 0) {
@@ -383,6 +408,8 @@ int cr__ssd_run(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n)
             }
             if (io->result < 0 && !first)
                 first = io->result;
+            if (io->result != 1 && h && h->done)
+                h->done(h->arg, i);
         } while (io_uring_peek_cqe(&r->ring, &cqe) == 0);
     }
     if (first && inflight) {
@@ -396,8 +423,11 @@ int cr__ssd_run(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n)
         }
     }
     for (size_t i = 0; i < n; i++)
-        if (ios[i].result == 1)
+        if (ios[i].result == 1) {
             ios[i].result = first ? first : -EIO;
+            if (h && h->done)
+                h->done(h->arg, i);
+        }
     if (done != stack_done)
         free(done);
     return first;

@@ -79,4 +79,18 @@ void cr__ssd_ring_fini(cr__ssd_ring_t *r);
  * result. Returns 0 if all succeeded, else the first error. */
 int cr__ssd_run(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n);
 
+/* Streaming variant: prep(arg, i), if set, is called just before io i is
+ * submitted (fill its buffer there; each io is submitted on its own, so the
+ * disk works on it while the next one is prepared; non-zero = skip it, its
+ * result is -ECANCELED). done(arg, i) is called once per io as soon as its
+ * result is final, in completion order, while the others stay in flight
+ * (send a reply there: the disk keeps reading meanwhile). */
+typedef struct cr__ssd_hooks {
+    int (*prep)(void *arg, size_t i);
+    void (*done)(void *arg, size_t i);
+    void *arg;
+} cr__ssd_hooks_t;
+int cr__ssd_run_hooked(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_t n,
+                       const cr__ssd_hooks_t *h);
+
 #endif
