@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -279,4 +280,183 @@ def test_master_restart_gets_disk_objects_back_from_the_node(d, tmp_path):
         time.sleep(0.2)
     back = sum(1 for k in on_disk if s.get("m%d" % k) == value(k, MiB))
     assert back == len(on_disk), "readable after the master restart: %d of %d" % (back, len(on_disk))
+    s.close()
+
+
+# ---- disk full, stalled readers, promotion racing eviction -----------------
+
+def gen_value(k, g, size):
+    """Value of key k, generation g: self-describing, so a reader can tell
+    another object's (or another generation's torn) bytes from good ones."""
+    unit = b"%06d.%06d;" % (k, g)
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+READER = r'''
+import os, sys
+from mooncake.store import MooncakeDistributedStore
+meta, master, prefix, n, size, stop, out = sys.argv[1:]
+n, size = int(n), int(size)
+s = MooncakeDistributedStore()
+assert s.setup("127.0.0.1", meta, 0, "16MB", "tcp", "", master) == 0
+ok = wrong = miss = 0
+while not os.path.exists(stop):
+    for k in range(n):
+        v = s.get("%s%d" % (prefix, k))
+        if not v:
+            miss += 1
+            continue
+        unit = v[:14]
+        good = len(v) == size and unit.startswith(b"%06d." % k) and \
+            (unit * (size // 14 + 1))[:size] == v
+        ok += good
+        wrong += not good
+with open(out, "w") as f:
+    f.write("%d %d %d" % (ok, wrong, miss))
+s.close()
+'''
+
+
+def start_reader(d, c, tmp_path, prefix, n, size):
+    script = tmp_path / "reader.py"
+    script.write_text(READER)
+    stop, out = tmp_path / ("%s.stop" % prefix), tmp_path / ("%s.out" % prefix)
+    p = subprocess.Popen([sys.executable, str(script), c["metadata"], c["master"], prefix, str(n),
+                          str(size), str(stop), str(out)])
+    d.procs.append(p)
+    return p, stop, out
+
+
+def finish_reader(p, stop, out):
+    stop.write_text("")
+    assert p.wait(timeout=120) == 0
+    ok, wrong, miss = map(int, out.read_text().split())
+    return ok, wrong, miss
+
+
+def test_reader_stalled_past_its_lease_on_disk_objects_never_gets_wrong_bytes(d, tmp_path):
+    """A reader process SIGSTOPped in the middle of its gets of disk-resident
+    objects, for longer than its lease, while every key is removed and put
+    again (the freed disk extents are reused by the new copies): once it
+    continues, each get returns the bytes of some generation of its own key
+    or a miss, never another object's bytes."""
+    c = start_master(d, ["--default_kv_lease_ttl=200"])
+    start_node(d, c, tmp_path, dram="4MB", ssd="64MB")  # most of the keys live on disk
+    s = client(c)
+    n, size = 24, 256 << 10
+    for k in range(n):
+        assert put_retry(s, "s%d" % k, gen_value(k, 0, size)) == 0
+    p, stop, out = start_reader(d, c, tmp_path, "s", n, size)
+    rounds = 3 if SANITIZED else 6
+    for g in range(1, rounds + 1):
+        time.sleep(0.05 * g)  # the reader is somewhere in its loop of gets
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(0.4)  # past its 200 ms lease
+        for k in range(n):
+            for _ in range(100):
+                if s.remove("s%d" % k) == 0 or s.is_exist("s%d" % k) == 0:
+                    break
+                time.sleep(0.05)  # still leased by someone
+            assert put_retry(s, "s%d" % k, gen_value(k, g, size)) == 0
+        p.send_signal(signal.SIGCONT)
+    ok, wrong, miss = finish_reader(p, stop, out)
+    assert wrong == 0, "wrong bytes returned %d times (%d good, %d misses)" % (wrong, ok, miss)
+    assert ok > 0
+    m = metrics(c)
+    assert m["tier_ssd_hits_total"] > 0 and m["tier_ssd_erases_total"] > 0, \
+        (m["tier_ssd_hits_total"], m["tier_ssd_erases_total"])
+    s.close()
+
+
+def test_promotion_racing_eviction_never_returns_wrong_bytes(d, tmp_path):
+    """Disk-only keys read again and again (second hits promote them into
+    DRAM) while a writer fills DRAM and frees it again (evicting/demoting
+    what was just promoted) and re-puts the read keys: no wrong bytes."""
+    c = start_master(d, ["--tier_offload_watermark=0"])
+    start_node(d, c, tmp_path, dram="16MB", ssd="128MB")
+    s = client(c)
+    n, size = 8, 512 << 10
+    for k in range(n):
+        assert put_retry(s, "h%d" % k, gen_value(k, 0, size)) == 0
+    p, stop, out = start_reader(d, c, tmp_path, "h", n, size)
+    rounds = 3 if SANITIZED else 6
+    for g in range(1, rounds + 1):
+        for k in range(40):  # push the read keys out of DRAM
+            assert put_retry(s, "f%d" % k, gen_value(1000 + k, 0, size)) == 0
+        for k in range(40):  # room for promotions again
+            s.remove("f%d" % k)
+        time.sleep(0.3)
+        k = g % n  # and one read key gets a new generation
+        for _ in range(100):
+            if s.remove("h%d" % k) == 0:
+                break
+            time.sleep(0.05)
+        assert put_retry(s, "h%d" % k, gen_value(k, g, size)) == 0
+    ok, wrong, miss = finish_reader(p, stop, out)
+    assert wrong == 0, "wrong bytes returned %d times (%d good, %d misses)" % (wrong, ok, miss)
+    m = metrics(c)
+    assert m["tier_ssd_promotions_total"] > 0 and m["tier_ssd_demotions_total"] > 0, \
+        (m["tier_ssd_promotions_total"], m["tier_ssd_demotions_total"])
+    assert ok > 0
+    s.close()
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 48 MiB tmpfs (a real, small file system that fills up), always
+    unmounted; skipped where mounting is not allowed."""
+    mnt = tmp_path / "smallfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "crescent-tier-test", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here: %s" % r.stderr.strip())
+    yield mnt
+    if subprocess.run(["umount", str(mnt)]).returncode != 0:
+        subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_disk_full_gives_clean_errors_and_loses_nothing(small_fs, d, tmp_path):
+    """On a small real file system: a capacity larger than the free space is
+    refused at start with a clear error and nothing written; once the tier
+    is up, the file system filling up (another writer) costs nothing (the
+    data file is preallocated): every put stays readable; a restart asking
+    for more than fits is refused without touching the data file, and a
+    restart with the old capacity serves every disk object again."""
+    c = start_master(d)
+    r = run_node(c, small_fs, ssd="64MB", dram="16MB")
+    assert r.returncode != 0 and "does not fit" in r.stderr, r.stderr
+    data = small_fs / "crescent-ssd.data"
+    assert not data.exists() or data.stat().st_size == 0
+    node = start_node(d, c, small_fs, dram="16MB", ssd="32MB")
+    # another writer fills the rest of the file system
+    filler = small_fs / "filler"
+    fd = os.open(str(filler), os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * (1 << 20))
+    except OSError as e:
+        assert e.errno == 28, e  # ENOSPC
+    finally:
+        os.close(fd)
+    assert os.statvfs(str(small_fs)).f_bavail < 256  # full
+    s = client(c)
+    n = 24  # 16 MiB DRAM + 32 MiB disk hold them (with room for the watermarks)
+    ok = [k for k in range(n) if put_retry(s, "z%d" % k, value(k, MiB)) == 0]
+    assert len(ok) == n, "puts that succeeded on a full file system: %d of %d" % (len(ok), n)
+    bad = [(k, len(s.get("z%d" % k)), query_key(c, "z%d" % k)) for k in ok
+           if s.get("z%d" % k) != value(k, MiB)]
+    assert not bad, (bad[:3], len(bad), sorted((k, v) for k, v in metrics(c).items() if v and ("tier" in k or "evict" in k)))
+    on_disk = [k for k in ok
+               if [r["tier"] for r in query_key(c, "z%d" % k)["replicas"]] == ["ssd"]]
+    assert on_disk and metrics(c)["tier_ssd_offload_failures_total"] == 0
+    size = data.stat().st_size
+    node.send_signal(signal.SIGTERM)
+    node.wait()
+    r = run_node(c, small_fs, ssd="40MB", dram="16MB")
+    assert r.returncode != 0 and "does not fit" in r.stderr, r.stderr
+    assert data.stat().st_size == size
+    start_node(d, c, small_fs, dram="16MB", ssd="32MB")
+    back = sum(1 for k in on_disk if s.get("z%d" % k) == value(k, MiB))
+    assert back == len(on_disk), "readable after the restart: %d of %d" % (back, len(on_disk))
     s.close()

@@ -205,9 +205,13 @@ static void stream_chunk_done(void *arg, size_t j, int result)
     }
     if (--st->left[i])
         return;
-    if (!q->status && cr__ssd_check(q->buf, q->key, q->key_len, q->version, q->size)) {
+    int c = q->status ? 0 : cr__ssd_check(q->buf, q->key, q->key_len, q->version, q->size);
+    if (c) {
         q->status = CR_E_OBJECT_NOT_FOUND; /* a miss, never the bytes */
-        note_corrupt(st->t, q->key, q->key_len, q->version, q->off);
+        /* a well-formed object of another key/version is a reader that
+         * outlived its lease on a reused extent: not a corrupt disk */
+        if (c == -EBADMSG)
+            note_corrupt(st->t, q->key, q->key_len, q->version, q->off);
     }
     st->ready[i] = 1;
     stream_flush(st);
