@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Daemons, exe, wait_line, SANITIZED
+from conftest import Daemons, exe, wait_line, SANITIZED, STARTUP_S
 from mooncake.store import MooncakeDistributedStore
 
 MiB = 1 << 20
@@ -301,6 +301,8 @@ s = MooncakeDistributedStore()
 assert s.setup("127.0.0.1", meta, 0, "16MB", "tcp", "", master) == 0
 ok = wrong = miss = 0
 while not os.path.exists(stop):
+    if ok and not os.path.exists(out + ".ready"):
+        open(out + ".ready", "w").close()
     for k in range(n):
         v = s.get("%s%d" % (prefix, k))
         if not v:
@@ -324,6 +326,11 @@ def start_reader(d, c, tmp_path, prefix, n, size):
     p = subprocess.Popen([sys.executable, str(script), c["metadata"], c["master"], prefix, str(n),
                           str(size), str(stop), str(out)])
     d.procs.append(p)
+    ready = tmp_path / ("%s.out.ready" % prefix)
+    deadline = time.monotonic() + STARTUP_S
+    while not ready.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists(), "the reader process read nothing within %s s" % STARTUP_S
     return p, stop, out
 
 
@@ -369,27 +376,35 @@ def test_reader_stalled_past_its_lease_on_disk_objects_never_gets_wrong_bytes(d,
 
 
 def test_promotion_racing_eviction_never_returns_wrong_bytes(d, tmp_path):
-    """Disk-only keys read again and again (second hits promote them into
-    DRAM) while a writer fills DRAM and frees it again (evicting/demoting
-    what was just promoted): no wrong bytes."""
-    c = start_master(d, ["--tier_offload_watermark=0"])
+    """Disk-only keys read again and again by another process (second hits
+    promote them into DRAM) while a writer fills DRAM past its capacity and
+    frees it again, evicting/demoting what is being or was just promoted:
+    no wrong bytes. (The reader is paused past its lease before each fill,
+    so its keys can be pushed out of DRAM at all.)"""
+    c = start_master(d, ["--tier_offload_watermark=0", "--default_kv_lease_ttl=300"])
     start_node(d, c, tmp_path, dram="16MB", ssd="128MB")
     s = client(c)
     n, size = 8, 512 << 10
     for k in range(n):
         assert put_retry(s, "h%d" % k, gen_value(k, 0, size)) == 0
     p, stop, out = start_reader(d, c, tmp_path, "h", n, size)
-    rounds = 3 if SANITIZED else 5
+    rounds = 3 if SANITIZED else 4
     for g in range(rounds):
-        for k in range(24):  # push the read keys out of DRAM
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(0.4)  # its leases run out
+        for k in range(40):  # more than DRAM: pushes the read keys (and promotions) out
             assert put_retry(s, "f%d" % k, gen_value(1000 + k, g, size)) == 0
-        for k in range(24):  # room for promotions again
+        p.send_signal(signal.SIGCONT)
+        for k in range(40):  # room for promotions again
             s.remove("f%d" % k)
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30  # until the reader's second hits promote again
+        p0 = metrics(c)["tier_ssd_promotions_total"]
+        while time.monotonic() < deadline and metrics(c)["tier_ssd_promotions_total"] == p0:
+            time.sleep(0.02)
     ok, wrong, miss = finish_reader(p, stop, out)
     assert wrong == 0, "wrong bytes returned %d times (%d good, %d misses)" % (wrong, ok, miss)
     m = metrics(c)
-    assert m["tier_ssd_promotions_total"] > 0 and m["tier_ssd_demotions_total"] > 0, \
+    assert m["tier_ssd_promotions_total"] >= rounds and m["tier_ssd_demotions_total"] > 0, \
         (m["tier_ssd_promotions_total"], m["tier_ssd_demotions_total"])
     assert ok > 0
     s.close()
