@@ -9,7 +9,10 @@
  *       1 byte .. 16 MiB at unaligned offsets plus a batch of 256 small
  *       requests, every byte compared.
  *   netns_driver aggregate --nics ... --target NAME --link IF1 --link2 IF2
- *       a 256 MiB transfer must use both NICs (>= 10% of the bytes each).
+ *       a 256 MiB transfer must use both NICs (each carries at least one
+ *       4 MiB request's worth). Paths pull slices as fast as they move them,
+ *       so the split follows each path's speed, which a loaded CI machine
+ *       skews (5 %/95 % seen): the aggregate bandwidth is bench/te's job.
  *   netns_driver failover  --nics ... --target NAME --link IF [--total BYTES]
  *       submits --total bytes (default 1 GiB) as 4 MiB READs and WRITEs, prints
  *       "started"; the test script then takes IF down. Every request must
@@ -355,9 +358,9 @@ static int mode_aggregate(void)
         ret = fail("transfer: %s", cr_strerror(rc));
     else if (check(local, 16 * blk, 0, 1) >= 0)
         ret = fail("data mismatch");
-    else if (d1 < total / 10 || d2 < total / 10)
-        ret = fail("expected both NICs to carry >= 10%% of %" PRIu64 " bytes; got %s=%" PRIu64
-                   " %s=%" PRIu64, total, o.link, d1, o.link2, d2);
+    else if (d1 < blk || d2 < blk)
+        ret = fail("expected both NICs to carry >= %" PRIu64 " of %" PRIu64 " bytes; got %s=%" PRIu64
+                   " %s=%" PRIu64, blk, total, o.link, d1, o.link2, d2);
     cr_xfer_segment_close(e, pr.seg);
     cr_xfer_engine_destroy(e);
     return ret;
