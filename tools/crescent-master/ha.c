@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +34,40 @@ static struct {
 } g;
 
 int master_ha_deposed(void) { return atomic_load(&g.deposed); }
+
+/* This master's identity in the in-sync set: kept in dir/master_id so a
+ * master restarted on its journal (a new port) is still the one listed;
+ * without a journal a fresh one per process (it has no state to keep). */
+static int load_id(const char *dir, char *id, size_t cap)
+{
+    char path[4200];
+    if (dir && *dir) {
+        snprintf(path, sizeof path, "%s/master_id", dir);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            int ok = fgets(id, (int)cap, f) != NULL;
+            fclose(f);
+            id[strcspn(id, "\r\n")] = 0;
+            if (ok && strlen(id) == 16 && strspn(id, "0123456789abcdef") == 16)
+                return 0;
+            CR_LOG_WARN(COMP, "%s is not a master id: making a new one", path);
+        }
+    }
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x)
+        x = cr__now_ns() ^ ((uint64_t)getpid() << 32);
+    snprintf(id, cap, "%016" PRIx64, x);
+    if (dir && *dir) {
+        char tmp[4300];
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%s\n", id) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+            CR_LOG_ERROR(COMP, "cannot write %s", path);
+            return -EIO;
+        }
+    }
+    return 0;
+}
 int master_ha_leading(void) { return atomic_load(&g.ready) != 0; }
 
 static void become_leader(uint32_t epoch)
@@ -96,7 +131,11 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
     g.m = m;
     g.journal = cfg->journal;
     snprintf(g.cid, sizeof g.cid, "%s", cfg->cluster_id);
-    int rc = cr__ha_repl_create(cfg->rpc_addr, cfg->journal, cfg->sync_timeout_ms, &g.repl);
+    char id[CR__HA_ID_MAX];
+    int rc = load_id(cfg->id_dir, id, sizeof id);
+    if (rc)
+        return rc;
+    rc = cr__ha_repl_create(cfg->rpc_addr, id, cfg->journal, cfg->sync_timeout_ms, &g.repl);
     if (rc)
         return rc;
     cr__ha_repl_set_auth(g.repl, cfg->auth);
@@ -122,6 +161,7 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
         .cluster_id = cfg->cluster_id,
         .rpc_address = cfg->rpc_addr,
         .admin_address = cfg->admin_addr,
+        .id = id,
         .lease_ttl_s = cfg->lease_ttl_s,
         .eligible = 0,
         .tls = cfg->tls,
@@ -158,6 +198,14 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
     return 0;
 }
 
+void master_ha_quiesce(void)
+{
+    atomic_store(&g.stop, 1);
+    atomic_store(&g.ready, 0);
+    if (g.elect)
+        cr__ha_elect_resign(g.elect); /* no request served from here on */
+}
+
 void master_ha_stop(void)
 {
     atomic_store(&g.stop, 1);
@@ -189,30 +237,35 @@ void master_ha_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *
     uint16_t type = req->type & (uint16_t)~CR__RPC_REPLY;
     if (type == CR__RPC_REPL_APPEND) {
         uint64_t applied = 0;
-        if (!g.repl) {
-            reply->status = CR_E_UNAVAILABLE_IN_CURRENT_MODE;
+        if (!g.repl || atomic_load(&g.stop)) {
+            reply->status = CR_E_UNAVAILABLE_IN_CURRENT_STATUS; /* busy: the leader retries */
             return;
         }
         int rc = cr__ha_repl_apply(g.repl, req->epoch, req->flags, req->count, req->blob,
                                    req->blob_len, &applied);
-        reply->status = rc == 0 ? 0 : rc == -ESTALE ? CR_E_UNAVAILABLE_IN_CURRENT_MODE
-                                                   : CR_E_INVALID_PARAMS;
+        /* UNAVAILABLE_IN_CURRENT_MODE + a newer epoch tells the sender it is deposed */
+        reply->status = rc == 0           ? 0
+                        : rc == -ESTALE   ? CR_E_UNAVAILABLE_IN_CURRENT_MODE
+                        : rc == -EBUSY    ? CR_E_UNAVAILABLE_IN_CURRENT_STATUS
+                                          : CR_E_INVALID_PARAMS;
+        reply->epoch = rc == -ESTALE ? cr__ha_repl_floor(g.repl) : 0;
         reply->count = applied;
         return;
     }
     uint64_t now = cr__now_ms();
-    uint32_t e = g.elect ? cr__ha_elect_epoch(g.elect, now) : 0;
+    uint32_t e = g.elect && !atomic_load(&g.stop) ? cr__ha_elect_epoch(g.elect, now) : 0;
     if (!e || e != atomic_load(&g.ready) || req->epoch > e) {
         /* not the leader (or no longer): the client looks the leader up */
         atomic_fetch_add(&g.refused, 1);
         reply->status = CR_E_UNAVAILABLE_IN_CURRENT_MODE;
         return;
     }
+    uint64_t mark = cr__ha_repl_mark(g.repl);
     cr__master_handle(m, req, reply, now);
     /* acknowledged only once every in-sync standby has it, and only while
      * still the leader (a change made under a lease that ran out during
      * the wait is reported as failed: it may or may not survive) */
-    if (cr__ha_repl_wait(g.repl))
+    if (cr__ha_repl_wait(g.repl, mark))
         fail_reply(reply, CR_E_INTERNAL_ERROR);
     else if (cr__ha_elect_epoch(g.elect, cr__now_ms()) != e)
         fail_reply(reply, CR_E_UNAVAILABLE_IN_CURRENT_MODE);
@@ -248,13 +301,15 @@ int master_ha_admin(const cr__http_req_t *req, cr__http_resp_t *resp)
             "{\"role\":\"%s\",\"epoch\":%u,\"leader\":\"%s\",\"lease_left_ms\":%" PRIu64
             ",\"etcd_reachable\":%s,\"elections_won\":%" PRIu64 ",\"campaigns\":%" PRIu64
             ",\"leadership_lost\":%" PRIu64 ",\"garbage_keys\":%" PRIu64
+            ",\"campaigns_skipped_not_in_sync_set\":%" PRIu64
             ",\"promotions\":%llu,\"last_promotion_ms\":%llu,\"seq\":%" PRIu64
             ",\"standbys\":%u,\"standbys_in_sync\":%u,\"max_lag_records\":%" PRIu64
             ",\"sync_timeouts\":%" PRIu64 ",\"snapshots_sent\":%" PRIu64
             ",\"state_usable\":%s,\"refused_requests\":%llu}\n",
             leader ? "leader" : "standby", es.epoch, es.leader_rpc, es.lease_left_ms,
             es.etcd_reachable ? "true" : "false", es.elections_won, es.campaigns,
-            es.leadership_lost, es.garbage_keys, (unsigned long long)atomic_load(&g.promotions),
+            es.leadership_lost, es.garbage_keys, es.not_in_sync_set,
+            (unsigned long long)atomic_load(&g.promotions),
             (unsigned long long)atomic_load(&g.last_promotion_ms), rs.seq, rs.followers,
             rs.in_sync, rs.max_lag_records, rs.sync_timeouts, rs.snapshots_sent,
             rs.usable ? "true" : "false", (unsigned long long)atomic_load(&g.refused));

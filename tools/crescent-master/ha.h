@@ -17,6 +17,7 @@ typedef struct master_ha_cfg {
     unsigned lease_ttl_s;
     int sync_timeout_ms;
     cr__ha_journal_t *journal; /* local journal or NULL */
+    const char *id_dir;        /* --journal_dir (keeps this master's id) or "" */
     cr__ha_shadow_t *loaded;   /* its content (ownership passes), or NULL */
     const struct cr__auth *auth; /* cluster key for the op stream to standbys, or NULL */
     const struct cr__tls *tls;   /* TLS to standbys and etcd, or NULL */
@@ -42,6 +43,11 @@ int master_ha_admin(const cr__http_req_t *req, cr__http_resp_t *resp);
 
 /* Prometheus lines of the HA metrics (malloc'd) or NULL. */
 char *master_ha_metrics(void);
+
+/* Stopping: every request is refused from now on and leadership is
+ * resigned. Call before stopping the RPC and admin servers; master_ha_stop()
+ * (which frees what their handlers use) only after they stopped. */
+void master_ha_quiesce(void);
 
 void master_ha_stop(void);
 

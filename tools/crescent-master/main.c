@@ -421,6 +421,7 @@ int main(int argc, char **argv)
             .lease_ttl_s = (unsigned)o.ha_lease_ttl,
             .sync_timeout_ms = (int)o.ha_sync_timeout_ms,
             .journal = g_journal,
+            .id_dir = o.journal_dir,
             .loaded = ha_loaded,
             .auth = auth,
             .tls = tls,
@@ -469,6 +470,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-master: signal %d, stopping\n", sig);
     exit_code = 0;
 out:
+    /* handlers use the HA state: no request is served, then no handler
+     * runs (servers joined), and only then is that state freed */
+    if (g_ha)
+        master_ha_quiesce();
+    cr__rpc_server_stop(rpc);
+    cr__httpd_stop(admin);
     if (g_ha)
         master_ha_stop();
     cr__ha_shadow_destroy(ha_loaded);
@@ -479,8 +486,6 @@ out:
         pthread_mutex_unlock(&g_mu);
         pthread_join(tick, NULL);
     }
-    cr__rpc_server_stop(rpc);
-    cr__httpd_stop(admin);
     cr__meta_server_stop(meta);
     if (m)
         cr__master_set_journal(m, NULL, NULL);

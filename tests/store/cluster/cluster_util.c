@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,6 +87,9 @@ int cu_http_get(uint16_t port, const char *path, char *buf, size_t cap)
         close(fd);
         return -1;
     }
+    /* a stopped (SIGSTOP) server accepts but never answers: bounded read */
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     size_t got = 0;
     for (;;) {
         ssize_t r = read(fd, buf + got, cap - 1 - got);

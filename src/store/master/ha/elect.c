@@ -21,7 +21,9 @@ struct cr__ha_elect {
     cr__meta_t *etcd;
     char cid[CID_MAX + 1];
     char rpc[CR__HA_ADDR_MAX], admin[CR__HA_ADDR_MAX];
+    char id[CR__HA_ID_MAX];
     unsigned ttl_s;
+    uint32_t not_listed_logged; /* epoch of the in-sync set last logged as excluding us */
     pthread_t th;
     pthread_mutex_t mu; /* guards st, stop, lease ids, eligible, resign */
     pthread_cond_t cv;
@@ -75,7 +77,7 @@ int cr__ha_parse_master_uri(const char *s, char *uri, size_t uri_cap, char *cid,
 
 /* POSTs and parses the JSON answer. Returns 0 and *out, or a negative errno
  * (-EIO for an HTTP error or malformed JSON). */
-static int post(cr__ha_elect_t *e, const char *api, json_t *body, json_t **out)
+static int post_m(cr__meta_t *m, const char *api, json_t *body, json_t **out)
 {
     char *req = json_dumps(body, JSON_COMPACT);
     json_decref(body);
@@ -83,7 +85,7 @@ static int post(cr__ha_elect_t *e, const char *api, json_t *body, json_t **out)
         return -ENOMEM;
     char *resp = NULL;
     size_t len = 0;
-    int st = cr__meta_etcd_post(e->etcd, api, req, &resp, &len);
+    int st = cr__meta_etcd_post(m, api, req, &resp, &len);
     free(req);
     if (st < 0)
         return st;
@@ -95,6 +97,11 @@ static int post(cr__ha_elect_t *e, const char *api, json_t *body, json_t **out)
         return -EIO;
     *out = j;
     return 0;
+}
+
+static int post(cr__ha_elect_t *e, const char *api, json_t *body, json_t **out)
+{
+    return post_m(e->etcd, api, body, out);
 }
 
 static json_t *b64(const char *s, size_t n)
@@ -235,17 +242,87 @@ static json_t *op_del(const char *key)
 }
 
 /* Returns 1 if the txn succeeded, 0 if a compare failed, < 0 on error. */
-static int txn(cr__ha_elect_t *e, json_t *compare, json_t *success)
+static int txn_m(cr__meta_t *m, json_t *compare, json_t *success)
 {
     json_t *out, *body = json_object();
     json_object_set_new(body, "compare", compare);
     json_object_set_new(body, "success", success);
-    int rc = post(e, "/v3/kv/txn", body, &out);
+    int rc = post_m(m, "/v3/kv/txn", body, &out);
     if (rc)
         return rc;
     int ok = json_is_true(json_object_get(out, "succeeded"));
     json_decref(out);
     return ok;
+}
+
+static int txn(cr__ha_elect_t *e, json_t *compare, json_t *success)
+{
+    return txn_m(e->etcd, compare, success);
+}
+
+/* ---- the in-sync set ---------------------------------------------------------- */
+
+/* {"epoch":N,"members":["id",...]}: the masters that hold every change the
+ * leader of epoch N acknowledged. */
+static char *insync_value(uint32_t epoch, const char *const *ids, int n)
+{
+    json_t *j = json_object(), *a = json_array();
+    json_object_set_new(j, "epoch", json_integer(epoch));
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_string(ids[i]));
+    json_object_set_new(j, "members", a);
+    char *v = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return v;
+}
+
+/* Is id listed in the in-sync value v? -1 if v is not an in-sync set. */
+static int insync_lists(const char *v, size_t len, const char *id, uint32_t *epoch)
+{
+    json_t *j = v ? json_loadb(v, len, 0, NULL) : NULL;
+    json_t *a = json_object_get(j, "members"), *ep = json_object_get(j, "epoch");
+    int r = -1;
+    if (json_is_array(a) && json_is_integer(ep)) {
+        *epoch = (uint32_t)json_integer_value(ep);
+        r = 0;
+        for (size_t i = 0; i < json_array_size(a); i++) {
+            json_t *x = json_array_get(a, i);
+            if (json_is_string(x) && !strcmp(json_string_value(x), id))
+                r = 1;
+        }
+    }
+    json_decref(j);
+    return r;
+}
+
+static json_t *cmp_value(const char *key, const char *val)
+{
+    json_t *c = json_object();
+    json_object_set_new(c, "key", b64(key, strlen(key)));
+    json_object_set_new(c, "result", json_string("EQUAL"));
+    json_object_set_new(c, "target", json_string("VALUE"));
+    json_object_set_new(c, "value", b64(val, strlen(val)));
+    return c;
+}
+
+static json_t *op_put(const char *key, const char *val, int64_t lease);
+
+int cr__ha_insync_publish(cr__meta_t *m, const char *cluster_id, uint32_t epoch,
+                          const char *const *ids, int n)
+{
+    char ikey[160], ekey[160], es[32];
+    cr__ha_key(ikey, sizeof ikey, cluster_id, "insync");
+    cr__ha_key(ekey, sizeof ekey, cluster_id, "epoch");
+    snprintf(es, sizeof es, "%u", epoch);
+    char *v = insync_value(epoch, ids, n);
+    if (!v)
+        return -ENOMEM;
+    json_t *c = json_array(), *s = json_array();
+    json_array_append_new(c, cmp_value(ekey, es)); /* only while epoch is the newest */
+    json_array_append_new(s, op_put(ikey, v, 0));
+    free(v);
+    int rc = txn_m(m, c, s);
+    return rc == 1 ? 0 : rc == 0 ? -ESTALE : rc;
 }
 
 /* ---- the leader key ---------------------------------------------------------- */
@@ -287,7 +364,7 @@ int cr__ha_leader_lookup(cr__meta_t *m, const char *cluster_id, char *rpc, size_
 }
 
 int cr__ha_members(cr__meta_t *m, const char *cluster_id, char (*addrs)[CR__HA_ADDR_MAX],
-                   int max)
+                   char (*ids)[CR__HA_ID_MAX], int max)
 {
     char prefix[160];
     cr__ha_key(prefix, sizeof prefix, cluster_id, "members/");
@@ -320,10 +397,14 @@ int cr__ha_members(cr__meta_t *m, const char *cluster_id, char (*addrs)[CR__HA_A
             cr__b64_decode(json_string_value(v), json_string_length(v), &val, &vl))
             continue;
         json_t *j = json_loadb(val, vl, 0, NULL);
-        json_t *r = json_object_get(j, "rpc");
+        json_t *r = json_object_get(j, "rpc"), *id = json_object_get(j, "id");
         if (json_is_string(r) && json_string_length(r) > 0 &&
-            json_string_length(r) < CR__HA_ADDR_MAX)
+            json_string_length(r) < CR__HA_ADDR_MAX && json_is_string(id) &&
+            json_string_length(id) < CR__HA_ID_MAX) {
+            if (ids)
+                snprintf(ids[n], CR__HA_ID_MAX, "%s", json_string_value(id));
             snprintf(addrs[n++], CR__HA_ADDR_MAX, "%s", json_string_value(r));
+        }
         json_decref(j);
         free(val);
     }
@@ -391,7 +472,8 @@ static void member_tick(cr__ha_elect_t *e)
     }
     if (lease_grant(e, &e->member_lease))
         return;
-    snprintf(val, sizeof val, "{\"rpc\":\"%s\",\"admin\":\"%s\"}", e->rpc, e->admin);
+    snprintf(val, sizeof val, "{\"rpc\":\"%s\",\"admin\":\"%s\",\"id\":\"%s\"}", e->rpc,
+             e->admin, e->id);
     json_t *c = json_array(), *s = json_array();
     json_array_append_new(s, op_put(key, val, e->member_lease));
     txn(e, c, s);
@@ -443,6 +525,36 @@ static void candidate_tick(cr__ha_elect_t *e, const char *lkey, const char *ekey
     pthread_mutex_unlock(&e->mu);
     if (!eligible)
         return;
+    /* Only a master of the in-sync set may campaign: it holds every change
+     * the last leader acknowledged (a standby that fell behind is removed
+     * from the set before anything it lacks is acknowledged). No set yet:
+     * a cluster that never had a leader. */
+    char ikey[160];
+    cr__ha_key(ikey, sizeof ikey, e->cid, "insync");
+    kv_t ik;
+    if ((rc = range(e, NULL, ikey, &ik))) {
+        etcd_failed(e, rc);
+        return;
+    }
+    if (ik.found) {
+        uint32_t iep = 0;
+        int listed = insync_lists(ik.value, ik.len, e->id, &iep);
+        if (listed != 1) {
+            pthread_mutex_lock(&e->mu);
+            int log = e->not_listed_logged != iep + 1;
+            e->not_listed_logged = iep + 1;
+            e->st.not_in_sync_set++;
+            pthread_mutex_unlock(&e->mu);
+            if (log)
+                CR_LOG_WARN(COMP, "not campaigning: %s (this master may lack acknowledged "
+                            "changes; it campaigns once a leader has it in sync)",
+                            listed < 0 ? "the in-sync set key holds garbage"
+                                       : "not in the in-sync set");
+            free(ik.value);
+            return;
+        }
+    }
+    free(ik.value);
     /* campaign: a fresh lease, then the txn */
     uint64_t t0 = cr__now_ms();
     int64_t lease;
@@ -463,11 +575,22 @@ static void candidate_tick(cr__ha_elect_t *e, const char *lkey, const char *ekey
     snprintf(val, sizeof val, "{\"rpc\":\"%s\",\"admin\":\"%s\",\"epoch\":%u}", e->rpc, e->admin,
              epoch);
     snprintf(es, sizeof es, "%u", epoch);
+    /* the new epoch's in-sync set is the new leader alone (standbys join
+     * once they hold its state); the set must not have changed since read */
+    const char *self = e->id;
+    char *iv = insync_value(epoch, &self, 1);
+    if (!iv) {
+        lease_revoke(e, lease);
+        return;
+    }
     json_t *c = json_array(), *s = json_array();
     json_array_append_new(c, cmp(lkey, "CREATE", 0));
     json_array_append_new(c, ek.found ? cmp(ekey, "MOD", ek.mod_rev) : cmp(ekey, "CREATE", 0));
+    json_array_append_new(c, ik.found ? cmp(ikey, "MOD", ik.mod_rev) : cmp(ikey, "CREATE", 0));
     json_array_append_new(s, op_put(lkey, val, lease));
     json_array_append_new(s, op_put(ekey, es, 0));
+    json_array_append_new(s, op_put(ikey, iv, 0));
+    free(iv);
     pthread_mutex_lock(&e->mu);
     e->st.campaigns++;
     pthread_mutex_unlock(&e->mu);
@@ -571,7 +694,8 @@ int cr__ha_elect_start(const cr__ha_elect_params_t *p, cr__ha_elect_t **out)
     if (!p || !p->endpoints || !p->cluster_id || !cid_ok(p->cluster_id) || !p->rpc_address ||
         !*p->rpc_address || strlen(p->rpc_address) >= CR__HA_ADDR_MAX || p->lease_ttl_s < 1 ||
         p->lease_ttl_s > 60 || (p->admin_address && strlen(p->admin_address) >= CR__HA_ADDR_MAX) ||
-        strpbrk(p->rpc_address, "\"\\/") || (p->admin_address && strpbrk(p->admin_address, "\"\\")))
+        strpbrk(p->rpc_address, "\"\\/") || (p->admin_address && strpbrk(p->admin_address, "\"\\")) ||
+        !p->id || !*p->id || strlen(p->id) >= CR__HA_ID_MAX || strpbrk(p->id, "\"\\"))
         return -EINVAL;
     char uri[2048], cid[CID_MAX + 1];
     if (cr__ha_parse_master_uri(p->endpoints, uri, sizeof uri, cid, sizeof cid))
@@ -590,6 +714,7 @@ int cr__ha_elect_start(const cr__ha_elect_params_t *p, cr__ha_elect_t **out)
     snprintf(e->cid, sizeof e->cid, "%s", p->cluster_id);
     snprintf(e->rpc, sizeof e->rpc, "%s", p->rpc_address);
     snprintf(e->admin, sizeof e->admin, "%s", p->admin_address ? p->admin_address : "");
+    snprintf(e->id, sizeof e->id, "%s", p->id);
     e->ttl_s = p->lease_ttl_s;
     e->eligible = p->eligible;
     e->st.etcd_reachable = 1;

@@ -4,9 +4,13 @@
  *                   the leader's lease by a txn that requires it absent
  *   epoch           the last epoch (decimal); the campaign txn increments it,
  *                   compared on its mod revision, so epochs are 1, 2, 3, ...
- *   members/<rpc>   {"rpc":...,"admin":...} per running master (its own lease)
- *   insync          {"epoch":N,"members":["rpc",...]}: who the leader of
- *                   epoch N waits for (written by the replication side)
+ *   members/<rpc>   {"rpc":...,"admin":...,"id":...} per running master (its own lease)
+ *   insync          {"epoch":N,"members":["id",...]}: the masters holding every
+ *                   change the leader of epoch N acknowledged (the leader and
+ *                   its caught-up standbys; written by the replication side).
+ *                   Only a listed master campaigns (none listed: a cluster
+ *                   that never had a leader); the campaign txn requires the
+ *                   set unchanged and replaces it with the winner alone.
  *
  * Fencing: the leader believes its lease valid until (time it sent the last
  * successful keepalive or grant) + TTL - margin, on its monotonic clock.
@@ -31,6 +35,7 @@
 #include "transfer/metadata/metadata.h"
 
 #define CR__HA_ADDR_MAX 256
+#define CR__HA_ID_MAX 40 /* a master's identity (kept in its --journal_dir) */
 
 typedef struct cr__ha_elect cr__ha_elect_t;
 
@@ -39,6 +44,7 @@ typedef struct cr__ha_elect_params {
     const char *cluster_id; /* [A-Za-z0-9_.-]{1,64} */
     const char *rpc_address;   /* host:port this master serves RPC on */
     const char *admin_address; /* host:port of its HTTP admin, or "" */
+    const char *id;            /* this master's identity (in-sync set), no quotes */
     unsigned lease_ttl_s;      /* 1..60 */
     int eligible;              /* may campaign from the start */
     const struct cr__tls *tls; /* etcd over https with this certificate; NULL = http */
@@ -49,6 +55,7 @@ typedef struct cr__ha_elect_status {
     uint32_t epoch; /* this master's epoch when leader, else the last seen */
     char leader_rpc[CR__HA_ADDR_MAX], leader_admin[CR__HA_ADDR_MAX]; /* "" if none */
     uint64_t elections_won, campaigns, leadership_lost, etcd_errors, garbage_keys;
+    uint64_t not_in_sync_set; /* campaign rounds skipped: not in the in-sync set */
     uint64_t lease_left_ms; /* leader: validity left */
     int etcd_reachable;
 } cr__ha_elect_status_t;
@@ -91,7 +98,14 @@ int cr__ha_leader_lookup(cr__meta_t *m, const char *cluster_id, char *rpc, size_
 /* Lists the rpc addresses of the running masters (members/ keys) into
  * addrs (at most max). Returns the count (>= 0) or a negative errno. */
 int cr__ha_members(cr__meta_t *m, const char *cluster_id, char (*addrs)[CR__HA_ADDR_MAX],
-                   int max);
+                   char (*ids)[CR__HA_ID_MAX], int max);
+
+/* Leader of epoch: writes the in-sync set (ids: the masters holding every
+ * change acknowledged from now on, the leader first) — only while epoch is
+ * the newest. Returns 0, -ESTALE (a newer epoch exists: deposed) or the
+ * etcd error. */
+int cr__ha_insync_publish(cr__meta_t *m, const char *cluster_id, uint32_t epoch,
+                          const char *const *ids, int n);
 
 /* Parses "etcd://h1:2379;h2:2379[/cluster_id]" (or without etcd://):
  * writes an URI cr__meta_open accepts into uri and the cluster id (default

@@ -23,18 +23,25 @@
 typedef struct follower {
     struct follower *next;
     char addr[CR__HA_ADDR_MAX];
+    char id[CR__HA_ID_MAX];
     cr__ha_repl_t *r;
     pthread_t th;
     int stop;      /* guarded by r->mu */
     int in_sync;   /* guarded by r->mu: waited for */
     int pinned;    /* guarded by r->mu: resyncing, the log keeps from acked on */
+    int listed;    /* guarded by r->mu: in the in-sync set published in etcd */
+    int want;      /* guarded by r->mu: in the set being published */
     uint64_t acked; /* guarded by r->mu */
+    uint64_t sync_mark; /* guarded by r->mu: seq when it became in sync; listed
+                           once acked passes it (it then has every acked change) */
 } follower_t;
 
 struct cr__ha_repl {
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t cv;  /* records appended, acks, stop */
+    pthread_cond_t mcv; /* the in-sync set may have to change: wakes the manager */
     char self[CR__HA_ADDR_MAX];
+    char self_id[CR__HA_ID_MAX];
     const struct cr__auth *auth; /* immutable after set_auth: key for standby connections */
     const struct cr__tls *tls;   /* immutable after set_tls */
     cr__ha_journal_t *local;
@@ -59,18 +66,28 @@ struct cr__ha_repl {
     cr__ha_repl_stats_t st;
 };
 
-static void wait_ms(cr__ha_repl_t *r, int ms)
+static void wait_cv_ms(cr__ha_repl_t *r, pthread_cond_t *cv, int ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ms * 1000000ull;
     ts.tv_sec += (time_t)(ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    pthread_cond_timedwait(cv, &r->mu, &ts);
 }
 
-int cr__ha_repl_create(const char *self_rpc, cr__ha_journal_t *local, int sync_timeout_ms,
-                       cr__ha_repl_t **out)
+static void wait_ms(cr__ha_repl_t *r, int ms) { wait_cv_ms(r, &r->cv, ms); }
+
+/* f stops being waited for; the manager unlists it (caller holds mu) */
+static void drop_locked(cr__ha_repl_t *r, follower_t *f)
+{
+    f->in_sync = 0;
+    f->pinned = 0;
+    pthread_cond_signal(&r->mcv);
+}
+
+int cr__ha_repl_create(const char *self_rpc, const char *self_id, cr__ha_journal_t *local,
+                       int sync_timeout_ms, cr__ha_repl_t **out)
 {
     cr__ha_repl_t *r = calloc(1, sizeof *r);
     if (!r)
@@ -80,6 +97,7 @@ int cr__ha_repl_create(const char *self_rpc, cr__ha_journal_t *local, int sync_t
         return -ENOMEM;
     }
     snprintf(r->self, sizeof r->self, "%s", self_rpc);
+    snprintf(r->self_id, sizeof r->self_id, "%s", self_id);
     r->local = local;
     r->sync_timeout_ms = sync_timeout_ms > 0 ? sync_timeout_ms : 1000;
     pthread_mutex_init(&r->mu, NULL);
@@ -87,6 +105,7 @@ int cr__ha_repl_create(const char *self_rpc, cr__ha_journal_t *local, int sync_t
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&r->cv, &ca);
+    pthread_cond_init(&r->mcv, &ca);
     pthread_condattr_destroy(&ca);
     r->snap_first = 1;
     *out = r;
@@ -102,6 +121,7 @@ void cr__ha_repl_destroy(cr__ha_repl_t *r)
     cr__ha_buf_free(&r->log);
     free(r->offs);
     pthread_cond_destroy(&r->cv);
+    pthread_cond_destroy(&r->mcv);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -119,8 +139,7 @@ static void trim_locked(cr__ha_repl_t *r)
         keep = r->seq;
         for (follower_t *f = r->fl; f; f = f->next)
             if (f->acked < keep && (f->in_sync || f->pinned)) {
-                f->in_sync = 0;
-                f->pinned = 0;
+                drop_locked(r, f);
                 CR_LOG_WARN(COMP, "standby %s fell %" PRIu64 " records behind: resyncing", f->addr,
                             r->seq - f->acked);
             }
@@ -149,7 +168,7 @@ void cr__ha_repl_record(void *user, const uint8_t *frame, size_t len)
         uint64_t *n = realloc(r->offs, nc * sizeof *n);
         if (!n) { /* cannot keep it: every standby must resync */
             for (follower_t *f = r->fl; f; f = f->next)
-                f->in_sync = f->pinned = 0;
+                drop_locked(r, f);
             r->seq++;
             pthread_mutex_unlock(&r->mu);
             return;
@@ -202,8 +221,13 @@ static int send_append(cr__ha_repl_t *r, cr__rpc_client_t *c, uint32_t flags, ui
         return -EIO;
     }
     if (rep.status)
-        CR_LOG_INFO(COMP, "append to a standby refused: %d", rep.status);
-    rc = rep.status == 0 ? 0 : rep.status == CR_E_UNAVAILABLE_IN_CURRENT_MODE ? -ESTALE : -EIO;
+        CR_LOG_INFO(COMP, "append to a standby refused: %d (its epoch %u)", rep.status,
+                    rep.epoch);
+    /* deposed only if the standby names a newer epoch: a master that is not
+     * a standby right now (leading, stopping, starting) answers "busy" */
+    rc = rep.status == 0 ? 0
+         : rep.status == CR_E_UNAVAILABLE_IN_CURRENT_MODE && rep.epoch > r->epoch ? -ESTALE
+                                                                                   : -EIO;
     if (!rc)
         *acked = rep.count;
     cr__rpc_msg_free(&rep);
@@ -249,6 +273,8 @@ static int send_snapshot(cr__ha_repl_t *r, follower_t *f, cr__rpc_client_t *c)
     if (!rc && acked == at.seq) {
         f->in_sync = 1;
         f->pinned = 0;
+        f->sync_mark = r->seq; /* changes up to here were acknowledged without it */
+        pthread_cond_signal(&r->mcv);
         CR_LOG_INFO(COMP, "standby %s in sync (snapshot of %zu bytes at seq %" PRIu64 ")",
                     f->addr, snap.len, at.seq);
     } else if (!rc) {
@@ -282,7 +308,7 @@ static void *pusher_main(void *arg)
             if (rc) {
                 if (!failing++)
                     CR_LOG_WARN(COMP, "snapshot to standby %s failed (%d); retrying", f->addr, rc);
-                f->in_sync = f->pinned = 0;
+                drop_locked(r, f);
                 wait_ms(r, 200);
                 continue;
             }
@@ -321,12 +347,14 @@ static void *pusher_main(void *arg)
         if (rc == -ESTALE)
             break;
         if (rc || acked != first + (i1 - i0)) {
-            f->in_sync = 0;
+            drop_locked(r, f);
             need_snap = 1;
             wait_ms(r, 100);
             continue;
         }
         f->acked = acked;
+        if (f->in_sync && !f->listed && acked >= f->sync_mark)
+            pthread_cond_signal(&r->mcv); /* caught up: may be listed */
         r->st.records_sent += i1 - i0;
         r->st.bytes_sent += to - from;
         pthread_cond_broadcast(&r->cv);
@@ -336,7 +364,7 @@ static void *pusher_main(void *arg)
                     f->addr, r->epoch);
         r->st.deposed = 1; /* the role manager sees it through cr__ha_repl_stats */
     }
-    f->in_sync = f->pinned = 0;
+    drop_locked(r, f);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     free(buf);
@@ -344,41 +372,137 @@ static void *pusher_main(void *arg)
     return NULL;
 }
 
+/* Publishes the in-sync set in etcd when it must change (caller holds mu;
+ * released during the etcd call). A standby is listed once it is in sync
+ * and has caught up past its sync mark; it is unlisted when it drops out,
+ * and until then every acknowledgement waits (cr__ha_repl_wait): a listed
+ * master always holds every acknowledged change, so any listed master may
+ * win the next election. Returns 0 or the publish error. */
+static int publish_locked(cr__ha_repl_t *r)
+{
+    int change = 0, n = 1;
+    for (follower_t *f = r->fl; f; f = f->next) {
+        f->want = f->in_sync && !f->stop && f->acked >= f->sync_mark;
+        change |= f->want != f->listed;
+        n += f->want;
+    }
+    if (!change)
+        return 0;
+    const char **ids = calloc((size_t)n, sizeof *ids);
+    if (!ids)
+        return -ENOMEM;
+    int k = 0;
+    ids[k++] = r->self_id;
+    for (follower_t *f = r->fl; f; f = f->next)
+        if (f->want)
+            ids[k++] = f->id; /* followers are freed only by this thread */
+    uint32_t epoch = r->epoch;
+    pthread_mutex_unlock(&r->mu);
+    int rc = cr__ha_insync_publish(r->etcd, r->cid, epoch, ids, k);
+    pthread_mutex_lock(&r->mu);
+    free(ids);
+    if (rc == 0) {
+        r->st.insync_published++;
+        for (follower_t *f = r->fl; f; f = f->next) {
+            if (f->want != f->listed)
+                CR_LOG_INFO(COMP, "standby %s %s the in-sync set", f->addr,
+                            f->want ? "joins" : "leaves");
+            f->listed = f->want;
+        }
+        pthread_cond_broadcast(&r->cv); /* waits on an unlisting may end */
+    } else if (rc == -ESTALE) {
+        CR_LOG_WARN(COMP, "in-sync set not written: epoch %u is no longer the newest", epoch);
+        r->st.deposed = 1;
+    } else {
+        CR_LOG_WARN(COMP, "in-sync set not written (%d); retrying", rc);
+    }
+    return rc;
+}
+
 static void *mgr_main(void *arg)
 {
     cr__ha_repl_t *r = arg;
-    static char addrs[MAX_FOLLOWERS][CR__HA_ADDR_MAX];
+    char (*addrs)[CR__HA_ADDR_MAX] = calloc(MAX_FOLLOWERS, sizeof *addrs);
+    char (*ids)[CR__HA_ID_MAX] = calloc(MAX_FOLLOWERS, sizeof *ids);
+    uint64_t next_poll = 0;
     pthread_mutex_lock(&r->mu);
-    while (!r->stop_mgr) {
-        pthread_mutex_unlock(&r->mu);
-        int n = cr__ha_members(r->etcd, r->cid, addrs, MAX_FOLLOWERS);
-        pthread_mutex_lock(&r->mu);
-        for (int i = 0; i < n && !r->stop_mgr; i++) {
-            if (!strcmp(addrs[i], r->self))
-                continue;
-            follower_t *f = r->fl;
-            while (f && strcmp(f->addr, addrs[i]))
-                f = f->next;
-            if (f)
-                continue;
-            f = calloc(1, sizeof *f);
-            if (!f)
-                break;
-            memcpy(f->addr, addrs[i], sizeof f->addr);
-            f->addr[sizeof f->addr - 1] = 0;
-            f->r = r;
-            if (pthread_create(&f->th, NULL, pusher_main, f)) {
-                free(f);
-                break;
+    while (!r->stop_mgr && addrs && ids) {
+        if (cr__now_ms() >= next_poll) {
+            pthread_mutex_unlock(&r->mu);
+            int n = cr__ha_members(r->etcd, r->cid, addrs, ids, MAX_FOLLOWERS);
+            pthread_mutex_lock(&r->mu);
+            next_poll = cr__now_ms() + 500;
+            /* a standby whose member key is gone (stopped, killed, restarted
+             * under a new address) loses its pusher: the list stays bounded.
+             * A listed one stays until the set without it is published. */
+            follower_t *gone = NULL;
+            for (follower_t **pp = &r->fl; n >= 0 && *pp;) {
+                follower_t *f = *pp;
+                int i = 0;
+                while (i < n && (strcmp(f->addr, addrs[i]) || strcmp(f->id, ids[i])))
+                    i++;
+                if (i < n || f->listed) {
+                    if (i >= n && !f->stop) {
+                        f->stop = 1;
+                        drop_locked(r, f);
+                        pthread_cond_broadcast(&r->cv);
+                    }
+                    pp = &f->next;
+                    continue;
+                }
+                *pp = f->next;
+                f->stop = 1;
+                drop_locked(r, f);
+                f->next = gone;
+                gone = f;
+                CR_LOG_INFO(COMP, "standby %s left: no longer streaming to it", f->addr);
             }
-            f->next = r->fl;
-            r->fl = f;
-            CR_LOG_INFO(COMP, "standby %s found: streaming to it", f->addr);
+            if (gone) {
+                pthread_cond_broadcast(&r->cv);
+                pthread_mutex_unlock(&r->mu);
+                while (gone) {
+                    follower_t *nx = gone->next;
+                    pthread_join(gone->th, NULL);
+                    free(gone);
+                    gone = nx;
+                }
+                pthread_mutex_lock(&r->mu);
+            }
+            for (int i = 0; i < n && !r->stop_mgr; i++) {
+                if (!strcmp(addrs[i], r->self) || !strcmp(ids[i], r->self_id))
+                    continue;
+                follower_t *f = r->fl;
+                while (f && (strcmp(f->addr, addrs[i]) || strcmp(f->id, ids[i])))
+                    f = f->next;
+                if (f)
+                    continue;
+                f = calloc(1, sizeof *f);
+                if (!f)
+                    break;
+                memcpy(f->addr, addrs[i], sizeof f->addr);
+                f->addr[sizeof f->addr - 1] = 0;
+                memcpy(f->id, ids[i], sizeof f->id);
+                f->id[sizeof f->id - 1] = 0;
+                f->r = r;
+                if (pthread_create(&f->th, NULL, pusher_main, f)) {
+                    free(f);
+                    break;
+                }
+                f->next = r->fl;
+                r->fl = f;
+                CR_LOG_INFO(COMP, "standby %s found: streaming to it", f->addr);
+            }
         }
-        if (!r->stop_mgr)
-            wait_ms(r, 500);
+        int rc = r->stop_mgr ? 0 : publish_locked(r);
+        if (!r->stop_mgr) {
+            uint64_t now = cr__now_ms();
+            int ms = rc ? 100 : next_poll > now ? (int)(next_poll - now) : 1;
+            wait_cv_ms(r, &r->mcv, ms);
+        }
     }
     pthread_mutex_unlock(&r->mu);
+    free(addrs);
+    free(ids);
     return NULL;
 }
 
@@ -411,6 +535,7 @@ void cr__ha_repl_unlead(cr__ha_repl_t *r)
     for (follower_t *f = r->fl; f; f = f->next)
         f->stop = 1;
     pthread_cond_broadcast(&r->cv);
+    pthread_cond_broadcast(&r->mcv);
     follower_t *fl = r->fl;
     r->fl = NULL;
     pthread_mutex_unlock(&r->mu);
@@ -431,41 +556,59 @@ void cr__ha_repl_unlead(cr__ha_repl_t *r)
     pthread_mutex_unlock(&r->mu);
 }
 
-int cr__ha_repl_wait(cr__ha_repl_t *r)
+uint64_t cr__ha_repl_mark(cr__ha_repl_t *r)
 {
+    pthread_mutex_lock(&r->mu);
+    uint64_t s = r->seq;
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
+
+int cr__ha_repl_wait(cr__ha_repl_t *r, uint64_t mark)
+{
+    pthread_mutex_lock(&r->mu);
+    uint64_t target = r->seq;
+    pthread_mutex_unlock(&r->mu);
+    if (target == mark)
+        return 0; /* nothing changed while the request ran: nothing to wait for */
     if (r->local && cr__ha_journal_sync(r->local))
         return -EIO;
     uint64_t t0 = cr__now_ns();
     pthread_mutex_lock(&r->mu);
-    uint64_t target = r->seq;
     uint64_t deadline = cr__now_ms() + (uint64_t)r->sync_timeout_ms;
-    int waited = 0;
+    /* a dropped standby that is still listed must be unlisted first (one
+     * etcd write by the manager): at most another sync timeout */
+    uint64_t hard = deadline + (uint64_t)r->sync_timeout_ms;
+    int waited = 0, rc = 0;
     for (;;) {
         int lag = 0;
         for (follower_t *f = r->fl; f; f = f->next)
-            lag |= f->in_sync && f->acked < target;
+            lag |= (f->in_sync && f->acked < target) || (f->listed && !f->in_sync);
         if (!lag)
             break;
         waited = 1;
         uint64_t now = cr__now_ms();
+        if (now >= hard) {
+            rc = -ETIMEDOUT; /* not acknowledged: a listed standby may lack it */
+            break;
+        }
         if (now >= deadline) {
             for (follower_t *f = r->fl; f; f = f->next)
                 if (f->in_sync && f->acked < target) {
-                    f->in_sync = 0;
+                    drop_locked(r, f);
                     r->st.sync_timeouts++;
                     CR_LOG_WARN(COMP, "standby %s did not acknowledge within %d ms: out of sync",
                                 f->addr, r->sync_timeout_ms);
                 }
-            break;
         }
-        wait_ms(r, (int)(deadline - now));
+        wait_ms(r, (int)((now < deadline ? deadline : hard) - now));
     }
     if (waited) {
         r->st.waits++;
         r->st.wait_us_total += (cr__now_ns() - t0) / 1000;
     }
     pthread_mutex_unlock(&r->mu);
-    return 0;
+    return rc;
 }
 
 /* ---- standby ------------------------------------------------------------------------ */
@@ -480,7 +623,7 @@ int cr__ha_repl_apply(cr__ha_repl_t *r, uint32_t epoch, uint32_t flags, uint64_t
     int rc = 0;
     if (epoch < r->floor || r->leading) {
         r->st.appends_refused++;
-        rc = -ESTALE;
+        rc = r->leading && epoch >= r->floor ? -EBUSY : -ESTALE;
         goto out;
     }
     r->floor = epoch;
@@ -546,6 +689,14 @@ void cr__ha_repl_adopt_shadow(cr__ha_repl_t *r, cr__ha_shadow_t *sh)
 
 cr__ha_shadow_t *cr__ha_repl_shadow(cr__ha_repl_t *r) { return r->sh; }
 
+uint32_t cr__ha_repl_floor(cr__ha_repl_t *r)
+{
+    pthread_mutex_lock(&r->mu);
+    uint32_t f = r->floor;
+    pthread_mutex_unlock(&r->mu);
+    return f;
+}
+
 void cr__ha_repl_fence(cr__ha_repl_t *r, uint32_t epoch)
 {
     pthread_mutex_lock(&r->mu);
@@ -573,7 +724,7 @@ void cr__ha_repl_stats(cr__ha_repl_t *r, cr__ha_repl_stats_t *st)
         st->seq = r->seq;
         for (follower_t *f = r->fl; f; f = f->next) {
             st->followers++;
-            if (f->in_sync) {
+            if (f->in_sync && f->listed) {
                 st->in_sync++;
                 if (r->seq - f->acked > st->max_lag_records)
                     st->max_lag_records = r->seq - f->acked;

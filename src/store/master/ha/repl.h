@@ -15,6 +15,11 @@
  * The log keeps what some in-sync standby still lacks, at most
  * CR__HA_LOG_MAX bytes (a standby further behind is resynced).
  *
+ * The in-sync set (etcd key insync, elect.h) names the leader and every
+ * standby that holds all acknowledged changes; only those may win the next
+ * election. A standby joins it once in sync and caught up, and leaves it
+ * (one etcd write) before any change it lacks is acknowledged.
+ *
  * Standby side: cr__ha_repl_apply() applies a stream to a shadow index
  * (and the local journal, if any); it refuses an epoch older than one it
  * has seen (a deposed leader's stream) and a gap in seqs (the leader then
@@ -38,11 +43,11 @@ typedef struct cr__ha_repl cr__ha_repl_t;
 
 typedef struct cr__ha_repl_stats {
     uint64_t seq;            /* records produced (leader) / applied (standby) */
-    uint32_t followers, in_sync;
+    uint32_t followers, in_sync; /* in_sync: waited for and listed in the in-sync set */
     uint64_t max_lag_records; /* in-sync standbys: seq - acked, worst */
     uint64_t snapshots_sent, records_sent, bytes_sent, sync_timeouts;
     uint64_t waits, wait_us_total;
-    uint64_t resets_applied, appends_refused;
+    uint64_t resets_applied, appends_refused, insync_published;
     int deposed; /* leader: a standby has seen a newer epoch */
     int usable;  /* standby: its state is whole (a snapshot or a journal loaded) */
 } cr__ha_repl_stats_t;
@@ -58,8 +63,8 @@ void cr__ha_repl_set_auth(cr__ha_repl_t *r, const struct cr__auth *a);
 struct cr__tls;
 void cr__ha_repl_set_tls(cr__ha_repl_t *r, const struct cr__tls *tls);
 
-int cr__ha_repl_create(const char *self_rpc, cr__ha_journal_t *local, int sync_timeout_ms,
-                       cr__ha_repl_t **out);
+int cr__ha_repl_create(const char *self_rpc, const char *self_id, cr__ha_journal_t *local,
+                       int sync_timeout_ms, cr__ha_repl_t **out);
 void cr__ha_repl_destroy(cr__ha_repl_t *r);
 
 /* ---- leader ---- */
@@ -76,16 +81,23 @@ int cr__ha_repl_lead(cr__ha_repl_t *r, cr__master_t *m, uint32_t epoch, cr__meta
 /* Stops the pushers (joins them) and forgets the log. */
 void cr__ha_repl_unlead(cr__ha_repl_t *r);
 
-/* Blocks until every in-sync standby (and the local journal) has every
- * record produced so far. Returns 0, or -EIO if the local journal write
- * failed (nothing may be acknowledged). */
-int cr__ha_repl_wait(cr__ha_repl_t *r);
+/* Unless nothing was recorded since mark: blocks until every in-sync
+ * standby (and the local journal) has every record produced so far, and no standby that lacks one is still listed in
+ * the in-sync set in etcd (elect.h). Returns 0, -EIO if the local journal
+ * write failed or -ETIMEDOUT if a dropped standby could not be unlisted in
+ * time (nothing may be acknowledged then). */
+int cr__ha_repl_wait(cr__ha_repl_t *r, uint64_t mark);
+
+/* The seq before a request runs: cr__ha_repl_wait(r, mark) returns at once
+ * if no record was produced since (reads and heartbeats never wait). */
+uint64_t cr__ha_repl_mark(cr__ha_repl_t *r);
 
 /* ---- standby ---- */
 
 /* Applies one REPL_APPEND. Returns 0 and *applied (records applied so far
- * in this stream), -ESTALE (epoch older than one seen), -EPROTO (a gap:
- * first_seq != applied; or a corrupt blob), -ENOMEM. */
+ * in this stream), -ESTALE (epoch older than one seen: cr__ha_repl_floor()
+ * names the newer one), -EBUSY (this master leads: not a standby now),
+ * -EPROTO (a gap: first_seq != applied; or a corrupt blob), -ENOMEM. */
 int cr__ha_repl_apply(cr__ha_repl_t *r, uint32_t epoch, uint32_t flags, uint64_t first_seq,
                       const uint8_t *blob, size_t len, uint64_t *applied);
 
@@ -95,6 +107,9 @@ void cr__ha_repl_adopt_shadow(cr__ha_repl_t *r, cr__ha_shadow_t *sh);
 /* The standby state, for promotion (restore into a master); the caller
  * must have stopped appends (promotion raises the epoch floor first). */
 cr__ha_shadow_t *cr__ha_repl_shadow(cr__ha_repl_t *r);
+
+/* The newest epoch seen (the lowest one accepted from a stream). */
+uint32_t cr__ha_repl_floor(cr__ha_repl_t *r);
 
 /* Raises the lowest epoch accepted from a leader's stream. */
 void cr__ha_repl_fence(cr__ha_repl_t *r, uint32_t epoch);
