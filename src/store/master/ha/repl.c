@@ -300,6 +300,16 @@ static void *pusher_main(void *arg)
     pthread_mutex_lock(&r->mu);
     while (!f->stop && c) {
         if (need_snap) {
+            /* a snapshot rewrites the standby's journal: never while its id is
+             * still listed (killed mid-snapshot it would restart listed on a
+             * partial index) — the manager unlists it first */
+            int listed = 0;
+            for (follower_t *o = r->fl; o; o = o->next)
+                listed |= o->listed && !strcmp(o->id, f->id);
+            if (listed) {
+                wait_ms(r, 100);
+                continue;
+            }
             pthread_mutex_unlock(&r->mu);
             int rc = send_snapshot(r, f, c);
             pthread_mutex_lock(&r->mu);
