@@ -31,7 +31,41 @@ static struct {
     atomic_int stop, deposed;
     _Atomic uint32_t ready; /* epoch this master serves as leader (0: not) */
     atomic_ullong promotions, last_promotion_ms, refused;
+    atomic_int fresh_check; /* still to learn whether the cluster ever had a leader */
+    char endpoints[256];
 } g;
+
+/* A master without a state may lead a cluster that never had a leader (no
+ * epoch key). Asked by the role thread: etcd may be down at start (the
+ * master then serves as a standby, says so once, and keeps asking). */
+static void fresh_check(uint64_t now)
+{
+    static uint64_t next;
+    static int said;
+    if (now < next)
+        return;
+    char key[160], *v = NULL;
+    cr__ha_key(key, sizeof key, g.cid, "epoch");
+    int rc = cr__meta_get(cr__ha_elect_etcd(g.elect), key, &v, NULL);
+    free(v);
+    if (rc == -ENOENT) {
+        cr__ha_shadow_t *empty;
+        if (cr__ha_shadow_create(&empty) == 0) {
+            cr__ha_repl_adopt_shadow(g.repl, empty);
+            atomic_store(&g.fresh_check, 0);
+        }
+    } else if (rc == 0) {
+        atomic_store(&g.fresh_check, 0); /* a leader's snapshot makes it eligible */
+    } else {
+        if (!said++)
+            fprintf(stderr, "crescent-master: etcd %s unreachable (%s): a standby until it "
+                            "answers; retrying\n", g.endpoints, cr_strerror(rc));
+        next = now + 500;
+        return;
+    }
+    if (said)
+        fprintf(stderr, "crescent-master: etcd %s reachable\n", g.endpoints);
+}
 
 int master_ha_deposed(void) { return atomic_load(&g.deposed); }
 
@@ -107,7 +141,9 @@ static void *role_main(void *arg)
         uint32_t ready = atomic_load(&g.ready);
         cr__ha_repl_stats_t st;
         cr__ha_repl_stats(g.repl, &st);
-        if (!ready) {
+        if (!ready && atomic_load(&g.fresh_check)) {
+            fresh_check(now);
+        } else if (!ready) {
             cr__ha_elect_set_eligible(g.elect, st.usable);
             if (e)
                 become_leader(e);
@@ -168,29 +204,12 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
     };
     if ((rc = cr__ha_elect_start(&ep, &g.elect)))
         return rc;
-    if (!usable && !deposed) {
-        /* an empty master may lead only a cluster that never had a leader */
-        char key[160], *v = NULL;
-        cr__ha_key(key, sizeof key, cfg->cluster_id, "epoch");
-        for (int tries = 0; tries < 50; tries++) {
-            rc = cr__meta_get(cr__ha_elect_etcd(g.elect), key, &v, NULL);
-            if (rc == 0 || rc == -ENOENT)
-                break;
-            if (tries == 0)
-                fprintf(stderr, "crescent-master: etcd %s unreachable (%s); retrying\n",
-                        cfg->endpoints, cr_strerror(rc));
-            sleep(1);
-        }
-        free(v);
-        if (rc == -ENOENT) {
-            cr__ha_shadow_t *empty;
-            if (cr__ha_shadow_create(&empty) == 0)
-                cr__ha_repl_adopt_shadow(g.repl, empty);
-        } else {
-            cr__ha_repl_reset(g.repl); /* not eligible until a leader's snapshot */
-        }
-    } else if (!usable) {
-        cr__ha_repl_reset(g.repl);
+    if (!usable) {
+        cr__ha_repl_reset(g.repl); /* not eligible until a leader's snapshot... */
+        /* ...or, found by the role thread once etcd answers, a cluster that
+         * never had a leader (an empty master may lead only that one) */
+        atomic_store(&g.fresh_check, !deposed);
+        snprintf(g.endpoints, sizeof g.endpoints, "%s", cfg->endpoints);
     }
     if (pthread_create(&g.th, NULL, role_main, NULL))
         return -ENOMEM;

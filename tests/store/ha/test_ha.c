@@ -16,6 +16,8 @@
  *            leader serves meanwhile, and the deposed one accepts no write
  *            (a put sent straight to it is refused); a standby SIGKILLed.
  *   allstop  every master SIGKILLed at once and restarted.
+ *   etcdlate etcd down when the masters start: they stay up as standbys
+ *            and say so; etcd started: a leader, puts complete.
  *   behind   both standbys stopped one after the other (dropped from the
  *            in-sync set), the leader killed, one stale standby resumed:
  *            it must not lead; the old leader restarted on its journal
@@ -346,7 +348,8 @@ static int start_etcd(void)
     const char *bin = access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : NULL;
     if (!bin)
         return 77;
-    g_etcd_port = free_port();
+    if (!g_etcd_port)
+        g_etcd_port = free_port();
     uint16_t peer = free_port();
     char curl[64], purl[64], cluster[96], dd[300], log[300];
     snprintf(curl, sizeof curl, "http://127.0.0.1:%u", g_etcd_port);
@@ -638,6 +641,46 @@ static void scenario_behind(void)
     wait_puts(200, 30000);
 }
 
+/* etcd down when the masters start: they serve as standbys, say so, keep
+ * retrying; once etcd is up a leader is elected and puts complete. */
+static int etcdlate_masters(void)
+{
+    g_etcd_port = free_port(); /* nothing listens there yet */
+    snprintf(g_addr, sizeof g_addr, "etcd://127.0.0.1:%u/i10test", g_etcd_port);
+    snprintf(g_meta_uri, sizeof g_meta_uri, "etcd://127.0.0.1:%u", g_etcd_port);
+    for (int i = 0; i < N_MASTERS; i++)
+        if (start_ha_master(i)) {
+            FAIL("master %d did not start while etcd is down", i);
+            return -1;
+        }
+    sleep(3); /* a few election rounds against a dead etcd */
+    for (int i = 0; i < N_MASTERS; i++) {
+        char log[300], buf[8192] = "";
+        snprintf(log, sizeof log, "%s/master%d.log", g_dir, i);
+        FILE *f = fopen(log, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        buf[n] = 0;
+        if (f)
+            fclose(f);
+        if (waitpid(g_mpid[i], NULL, WNOHANG) != 0)
+            FAIL("master %d exited while etcd was down", i);
+        else if (role_is_leader(i))
+            FAIL("master %d leads without etcd", i);
+        if (!strstr(buf, "unreachable"))
+            FAIL("master %d did not say etcd is unreachable", i);
+    }
+    fprintf(stderr, "masters up as standbys without etcd; starting etcd on %u\n", g_etcd_port);
+    return start_etcd();
+}
+
+static void scenario_etcdlate(void)
+{
+    int l = wait_leader(30000, -1);
+    if (l < 0)
+        FAIL("no leader once etcd came up");
+    wait_puts(300, 30000);
+}
+
 static void scenario_badetcd(void)
 {
     int l = wait_leader(20000, -1);
@@ -720,8 +763,15 @@ int main(int argc, char **argv)
     int journal = !strcmp(scenario, "restart");
     g_ha = !strcmp(scenario, "failover") || !strcmp(scenario, "pause") ||
            !strcmp(scenario, "allstop") || !strcmp(scenario, "badetcd") ||
-           !strcmp(scenario, "behind");
-    if (g_ha) {
+           !strcmp(scenario, "behind") || !strcmp(scenario, "etcdlate");
+    if (!strcmp(scenario, "etcdlate")) {
+        if (access("/usr/bin/etcd", X_OK) != 0) {
+            fprintf(stderr, "SKIP: no etcd binary (apt-get install etcd-server)\n");
+            return 77;
+        }
+        if (etcdlate_masters())
+            return 1;
+    } else if (g_ha) {
         int rc = start_etcd();
         if (rc == 77) {
             fprintf(stderr, "SKIP: no etcd binary (apt-get install etcd-server)\n");
@@ -768,6 +818,8 @@ int main(int argc, char **argv)
         scenario_badetcd();
     else if (!strcmp(scenario, "behind"))
         scenario_behind();
+    else if (!strcmp(scenario, "etcdlate"))
+        scenario_etcdlate();
     else {
         fprintf(stderr, "unknown scenario %s\n", scenario);
         return 2;
