@@ -32,6 +32,9 @@ static struct {
     _Atomic uint32_t ready; /* epoch this master serves as leader (0: not) */
     atomic_ullong promotions, last_promotion_ms, refused;
     atomic_int fresh_check; /* still to learn whether the cluster ever had a leader */
+    atomic_int up; /* set once started, cleared by quiesce: the RPC and admin
+                      servers run before and after; their handlers use g.elect
+                      and g.repl only while it is set */
     char endpoints[256];
 } g;
 
@@ -214,11 +217,13 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
     if (pthread_create(&g.th, NULL, role_main, NULL))
         return -ENOMEM;
     g.started = 1;
+    atomic_store(&g.up, 1);
     return 0;
 }
 
 void master_ha_quiesce(void)
 {
+    atomic_store(&g.up, 0);
     atomic_store(&g.stop, 1);
     atomic_store(&g.ready, 0);
     if (g.elect)
@@ -256,7 +261,7 @@ void master_ha_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *
     uint16_t type = req->type & (uint16_t)~CR__RPC_REPLY;
     if (type == CR__RPC_REPL_APPEND) {
         uint64_t applied = 0;
-        if (!g.repl || atomic_load(&g.stop)) {
+        if (!atomic_load(&g.up)) {
             reply->status = CR_E_UNAVAILABLE_IN_CURRENT_STATUS; /* busy: the leader retries */
             return;
         }
@@ -272,7 +277,7 @@ void master_ha_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *
         return;
     }
     uint64_t now = cr__now_ms();
-    uint32_t e = g.elect && !atomic_load(&g.stop) ? cr__ha_elect_epoch(g.elect, now) : 0;
+    uint32_t e = atomic_load(&g.up) ? cr__ha_elect_epoch(g.elect, now) : 0;
     if (!e || e != atomic_load(&g.ready) || req->epoch > e) {
         /* not the leader (or no longer): the client looks the leader up */
         atomic_fetch_add(&g.refused, 1);
@@ -295,7 +300,7 @@ void master_ha_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *
 
 int master_ha_admin(const cr__http_req_t *req, cr__http_resp_t *resp)
 {
-    if (!g.elect)
+    if (!atomic_load(&g.up))
         return 0;
     cr__ha_elect_status_t es;
     cr__ha_elect_status(g.elect, cr__now_ms(), &es);
@@ -339,7 +344,7 @@ int master_ha_admin(const cr__http_req_t *req, cr__http_resp_t *resp)
 
 char *master_ha_metrics(void)
 {
-    if (!g.elect)
+    if (!atomic_load(&g.up))
         return NULL;
     cr__ha_elect_status_t es;
     cr__ha_elect_status(g.elect, cr__now_ms(), &es);
