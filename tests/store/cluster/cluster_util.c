@@ -78,11 +78,16 @@ int cu_alive(pid_t pid)
 
 int cu_http_get(uint16_t port, const char *path, char *buf, size_t cap)
 {
-    int fd = cr__net_connect("127.0.0.1", port, NULL, 2000);
+    return cu_http_get_host("127.0.0.1", port, path, buf, cap);
+}
+
+int cu_http_get_host(const char *host, uint16_t port, const char *path, char *buf, size_t cap)
+{
+    int fd = cr__net_connect(host, port, NULL, 2000);
     if (fd < 0)
         return -1;
     char req[512];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, host);
     if (cr__net_write_full(fd, req, (size_t)n, 2000)) {
         close(fd);
         return -1;

@@ -24,5 +24,7 @@ int cu_alive(pid_t pid);
 
 /* GET http://127.0.0.1:port/path into buf. Returns the HTTP status or -1. */
 int cu_http_get(uint16_t port, const char *path, char *buf, size_t cap);
+/* the same against host (an address in another network namespace) */
+int cu_http_get_host(const char *host, uint16_t port, const char *path, char *buf, size_t cap);
 
 #endif

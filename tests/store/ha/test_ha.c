@@ -18,6 +18,10 @@
  *   allstop  every master SIGKILLed at once and restarted.
  *   etcdlate etcd down when the masters start: they stay up as standbys
  *            and say so; etcd started: a leader, puts complete.
+ *   netns    (netns_test.sh) each master in its own network namespace,
+ *            etcd in another: the leader's link to etcd goes down; a new
+ *            leader serves, then the cut-off one refuses writes sent
+ *            straight to it; healed, it rejoins in sync.
  *   behind   both standbys stopped one after the other (dropped from the
  *            in-sync set), the leader killed, one stale standby resumed:
  *            it must not lead; the old leader restarted on its journal
@@ -65,6 +69,20 @@ static int g_failures;
 static int g_ha;
 static pid_t g_etcd_pid = -1, g_mpid[N_MASTERS];
 static uint16_t g_etcd_port, g_mrpc[N_MASTERS], g_mmetrics[N_MASTERS];
+/* netns scenario: each master in its own namespace, etcd in another */
+static const char *g_hub, *g_tag, *g_mns[N_MASTERS], *g_etcd_ns;
+static char g_mhost[N_MASTERS][32] = {"127.0.0.1", "127.0.0.1", "127.0.0.1"};
+static char g_etcd_host[32] = "127.0.0.1";
+
+/* cu_spawn execs a path: where iproute2's ip is */
+static char *ip_bin(void)
+{
+    static char *const cands[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
+        if (access(cands[i], X_OK) == 0)
+            return cands[i];
+    return "ip";
+}
 
 #define FAIL(...)                                                                          \
     do {                                                                                   \
@@ -246,6 +264,18 @@ static long long metric_at(uint16_t port, const char *name)
 
 static long long metric(const char *name) { return metric_at(g_metrics_port, name); }
 
+/* the metric at HA master i (its own namespace in the netns scenario) */
+static long long metric_of(int i, const char *name)
+{
+    static char body[1 << 16];
+    if (cu_http_get_host(g_mhost[i], g_mmetrics[i], "/metrics", body, sizeof body) != 200)
+        return -1;
+    char pat[128];
+    snprintf(pat, sizeof pat, "\ncrescent_master_%s ", name);
+    char *p = strstr(body, pat);
+    return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
 /* waits (bounded) until the master has n segments mounted */
 static int wait_segments(long long n, int timeout_ms)
 {
@@ -352,20 +382,21 @@ static int start_etcd(void)
         g_etcd_port = free_port();
     uint16_t peer = free_port();
     char curl[64], purl[64], cluster[96], dd[300], log[300];
-    snprintf(curl, sizeof curl, "http://127.0.0.1:%u", g_etcd_port);
-    snprintf(purl, sizeof purl, "http://127.0.0.1:%u", peer);
+    snprintf(curl, sizeof curl, "http://%s:%u", g_etcd_host, g_etcd_port);
+    snprintf(purl, sizeof purl, "http://%s:%u", g_etcd_host, peer);
     snprintf(cluster, sizeof cluster, "i10-ha=%s", purl);
     snprintf(dd, sizeof dd, "%s/etcd", g_dir);
     snprintf(log, sizeof log, "%s/etcd.log", g_dir);
-    char *argv[] = {(char *)bin, "--name", "i10-ha", "--data-dir", dd, "--listen-client-urls", curl,
-                    "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-                    "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster, NULL};
-    g_etcd_pid = cu_spawn(argv, log, NULL);
-    snprintf(g_addr, sizeof g_addr, "etcd://127.0.0.1:%u/i10test", g_etcd_port);
-    snprintf(g_meta_uri, sizeof g_meta_uri, "etcd://127.0.0.1:%u", g_etcd_port);
+    char *argv[] = {ip_bin(), "netns", "exec", (char *)g_etcd_ns, (char *)bin, "--name", "i10-ha",
+                    "--data-dir", dd, "--listen-client-urls", curl, "--advertise-client-urls", curl,
+                    "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+                    "--initial-cluster", cluster, NULL};
+    g_etcd_pid = cu_spawn(g_etcd_ns ? argv : argv + 4, log, NULL);
+    snprintf(g_addr, sizeof g_addr, "etcd://%s:%u/i10test", g_etcd_host, g_etcd_port);
+    snprintf(g_meta_uri, sizeof g_meta_uri, "etcd://%s:%u", g_etcd_host, g_etcd_port);
     for (int t = 0; t < 300; t++) {
         char body[256];
-        int fd = cr__net_connect("127.0.0.1", g_etcd_port, NULL, 200);
+        int fd = cr__net_connect(g_etcd_host, g_etcd_port, NULL, 200);
         if (fd >= 0) {
             close(fd);
             (void)body;
@@ -389,12 +420,13 @@ static int start_ha_master(int i)
     snprintf(log, sizeof log, "%s/master%d.log", g_dir, i);
     snprintf(jarg, sizeof jarg, "--journal_dir=%s/journal%d", g_dir, i);
     unlink(pf);
-    char *argv[] = {(char *)g_master_bin, "--enable_ha", "--etcd_endpoints", g_meta_uri + 7,
-                    "--cluster_id", "i10test", "--rpc_address", "127.0.0.1", "--rpc_port", "0",
-                    "--metrics_address", "127.0.0.1", "--metrics_port", "0", "--client_ttl", "3",
+    char *argv[] = {ip_bin(), "netns", "exec", (char *)g_mns[i],
+                    (char *)g_master_bin, "--enable_ha", "--etcd_endpoints", g_meta_uri + 7,
+                    "--cluster_id", "i10test", "--rpc_address", g_mhost[i], "--rpc_port", "0",
+                    "--metrics_address", g_mhost[i], "--metrics_port", "0", "--client_ttl", "3",
                     "--put_start_timeout", "5", "--ha_lease_ttl", (char *)lease_ttl(), "--port_file", pf,
                     jarg, NULL};
-    g_mpid[i] = cu_spawn(argv, log, NULL);
+    g_mpid[i] = cu_spawn(g_mns[i] ? argv : argv + 4, log, NULL);
     unsigned rpc = 0, met = 0, meta = 0;
     if (g_mpid[i] < 0 || cu_wait_file(pf, 20000, buf, sizeof buf) ||
         sscanf(buf, "listening rpc=%u metrics=%u http_metadata=%u", &rpc, &met, &meta) != 3) {
@@ -423,7 +455,7 @@ static int role_is_leader(int i)
 {
     char body[1024];
     reread_ports(i);
-    return cu_http_get(g_mmetrics[i], "/role", body, sizeof body) == 200 &&
+    return cu_http_get_host(g_mhost[i], g_mmetrics[i], "/role", body, sizeof body) == 200 &&
            !strncmp(body, "leader", 6);
 }
 
@@ -446,7 +478,7 @@ static int wait_leader(int timeout_ms, int not)
 static int wait_in_sync(int leader, long long n, int timeout_ms)
 {
     for (int t = 0; t < timeout_ms; t += 100) {
-        if (metric_at(g_mmetrics[leader], "ha_standbys_in_sync") >= n)
+        if (metric_of(leader, "ha_standbys_in_sync") >= n)
             return 0;
         usleep(100000);
     }
@@ -518,11 +550,14 @@ static int direct_put_start(int i, uint32_t *epoch)
 {
     char addr[64];
     reread_ports(i);
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", g_mrpc[i]);
+    snprintf(addr, sizeof addr, "%s:%u", g_mhost[i], g_mrpc[i]);
     cr__rpc_client_t *c;
     if (cr__rpc_client_create(addr, 1000, 2000, &c))
         return -1;
-    cr__rpc_item_t it = {.key = "deposed-write", .key_len = 13, .size = 100,
+    static int seq;
+    char key[32];
+    int kl = snprintf(key, sizeof key, "deposed-write-%d", seq++);
+    cr__rpc_item_t it = {.key = key, .key_len = (uint32_t)kl, .size = 100,
                          .cfg = {.replica_num = 1}};
     cr__rpc_msg_t req = {0}, rep = {0};
     req.type = CR__RPC_PUT_START;
@@ -612,7 +647,7 @@ static void scenario_behind(void)
     kill(g_mpid[b], SIGSTOP);
     g_stopped[b] = 1;
     wait_puts(200, 30000);
-    if (metric_at(g_mmetrics[l], "ha_standbys_in_sync") != 0)
+    if (metric_of(l, "ha_standbys_in_sync") != 0)
         FAIL("the leader still counts a stopped standby in sync");
     fprintf(stderr, "SIGKILL leader %d with %u objects completed; SIGCONT standby %d\n", l,
             atomic_load(&g_n_done), a);
@@ -628,7 +663,7 @@ static void scenario_behind(void)
     {
         char body[4096];
         reread_ports(a);
-        if (cu_http_get(g_mmetrics[a], "/ha_status", body, sizeof body) == 200) {
+        if (cu_http_get_host(g_mhost[a], g_mmetrics[a], "/ha_status", body, sizeof body) == 200) {
             char *p = strstr(body, "\"campaigns_skipped_not_in_sync_set\":");
             skipped = p ? strtoll(strchr(p, ':') + 1, NULL, 10) : -1;
         }
@@ -686,6 +721,61 @@ static void scenario_etcdlate(void)
     wait_puts(300, 30000);
 }
 
+/* netns: the leader's link to etcd (its port on the etcd bridge) goes
+ * down while clients still reach it: a new leader is elected, and once it
+ * served a put, the cut-off one accepts no write sent straight to it.
+ * Healed: it rejoins as a standby in sync. */
+static int etcd_link(int i, const char *state)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ip -n %s link set i10e%d-%s %s", g_hub, i, g_tag, state);
+    return system(cmd);
+}
+
+static void scenario_netns(void)
+{
+    int l = wait_leader(20000, -1);
+    if (l < 0 || wait_in_sync(l, N_MASTERS - 1, 20000)) {
+        FAIL("no leader with its standbys in sync");
+        return;
+    }
+    wait_puts(200, 20000);
+    fprintf(stderr, "partition leader %d from etcd\n", l);
+    if (etcd_link(l, "down")) {
+        FAIL("cannot take the leader's etcd link down");
+        return;
+    }
+    unsigned before = atomic_load(&g_n_done);
+    int nl = wait_leader(30000, l);
+    if (nl < 0)
+        FAIL("no new leader while the old one is cut from etcd");
+    uint64_t t0 = cr__now_ms();
+    while (atomic_load(&g_n_done) <= before + 1 && cr__now_ms() - t0 < 30000)
+        usleep(5000);
+    if (atomic_load(&g_n_done) <= before + 1)
+        FAIL("no put completed through the new leader");
+    /* a new leader served: from here on the cut-off one must refuse writes */
+    int accepted = 0;
+    for (int k = 0; k < 5; k++) {
+        uint32_t ep = 0;
+        int rc = direct_put_start(l, &ep);
+        if (rc == 0) {
+            accepted++;
+            fprintf(stderr, "  cut-off leader accepted a PutStart (epoch %u)\n", ep);
+        }
+        usleep(100000);
+    }
+    if (accepted)
+        FAIL("the leader cut from etcd accepted %d writes after a new leader served", accepted);
+    fprintf(stderr, "  new leader %d; the cut-off one refused 5 direct PutStarts; healing\n", nl);
+    if (etcd_link(l, "up"))
+        FAIL("cannot heal the partition");
+    wait_puts(200, 20000);
+    nl = wait_leader(10000, -1);
+    if (nl < 0 || wait_in_sync(nl, N_MASTERS - 1, 30000))
+        FAIL("the partitioned leader did not come back in sync");
+}
+
 static void scenario_badetcd(void)
 {
     int l = wait_leader(20000, -1);
@@ -693,7 +783,7 @@ static void scenario_badetcd(void)
         FAIL("no leader elected over a garbage election key");
         return;
     }
-    if (metric_at(g_mmetrics[l], "ha_epoch") < 1)
+    if (metric_of(l, "ha_epoch") < 1)
         FAIL("leader without an epoch");
     wait_puts(200, 20000);
     fprintf(stderr, "SIGSTOP etcd for 6 s under leader %d (lease %s s)\n", l, lease_ttl());
@@ -769,6 +859,24 @@ int main(int argc, char **argv)
     g_ha = !strcmp(scenario, "failover") || !strcmp(scenario, "pause") ||
            !strcmp(scenario, "allstop") || !strcmp(scenario, "badetcd") ||
            !strcmp(scenario, "behind") || !strcmp(scenario, "etcdlate");
+    if (!strcmp(scenario, "netns")) {
+        /* netns_test.sh: this process in the client namespace */
+        if (argc < 10) {
+            fprintf(stderr, "usage: %s netns <master> <node> <hub> <etcd ns> <ns0> <ns1> <ns2> "
+                            "<tag>\n", argv[0]);
+            return 2;
+        }
+        g_hub = argv[4];
+        g_etcd_ns = argv[5];
+        for (int i = 0; i < N_MASTERS; i++) {
+            g_mns[i] = argv[6 + i];
+            snprintf(g_mhost[i], sizeof g_mhost[i], "10.211.0.%d", i + 2);
+        }
+        g_tag = argv[9];
+        snprintf(g_etcd_host, sizeof g_etcd_host, "10.211.1.1");
+        g_etcd_port = 2379; /* etcd has its namespace to itself */
+        g_ha = 1;
+    }
     if (!strcmp(scenario, "etcdlate")) {
         if (access("/usr/bin/etcd", X_OK) != 0) {
             fprintf(stderr, "SKIP: no etcd binary (apt-get install etcd-server)\n");
@@ -825,6 +933,8 @@ int main(int argc, char **argv)
         scenario_behind();
     else if (!strcmp(scenario, "etcdlate"))
         scenario_etcdlate();
+    else if (!strcmp(scenario, "netns"))
+        scenario_netns();
     else {
         fprintf(stderr, "unknown scenario %s\n", scenario);
         return 2;
