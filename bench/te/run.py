@@ -18,6 +18,7 @@ Cases (each figure is the median over --reps runs of --seconds each):
      addresses only inside them; needs root, skipped otherwise)
 
 Usage: bench/te/run.sh [--build build] [--reps 5] [--seconds 3] [--cases abcde]
+                       [--base OLD-crescent-bench]
                        [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
@@ -181,18 +182,25 @@ def interleaved(t, case, reps, ref_name, ref_fn, runs):
         ratios = [o[0] / r[0] for o, r in zip(rs, refs)]
         cpb = med([o[1] / o[2] * 1e9 for o in rs])
         cpu_ratios = [(o[1] / o[2]) / (r[1] / r[2]) for o, r in zip(rs, refs)]
+        # initiator's voluntary context switches per MiB moved (sleeps and
+        # wakeups: a design figure the machine's load barely moves)
+        csw = [float(o[3]["vcsw"]) / (o[2] / 2**20) for o in rs if "vcsw" in o[3]]
         t.add(case, label, ref_name, med([r[0] for r in refs]), med([o[0] for o in rs]),
               ratio=med(ratios),
-              extra="ratio min-max %.2f-%.2f; CPU s/GB %.3f vs %.3f (x%.2f); batch p99 %.0f us" % (
-                  min(ratios), max(ratios), cpb, ref_cpb, med(cpu_ratios),
+              extra="ratio min-max %.2f-%.2f; CPU s/GB %.3f vs %.3f (x%.2f, min-max %.2f-%.2f); "
+                    "initiator vcsw/MiB %s; batch p99 %.0f us" % (
+                  min(ratios), max(ratios), cpb, ref_cpb, med(cpu_ratios), min(cpu_ratios),
+                  max(cpu_ratios), "%.2f" % med(csw) if csw else "-",
                   med([float(o[3]["batch_p99_us"]) for o in rs])))
 
 
-def tcp_cases(t, bench, reps, secs, case, where, blocks, host, port, srv, tgt, seg, nic_args=(),
+def tcp_cases(t, reps, secs, case, where, blocks, host, port, srv, targets, nic_args=(),
               prefix=()):
+    """targets: [(label prefix, crescent-bench, target process, segment)]; with
+    --base the previous build runs interleaved too, for a before/after in one run."""
     runs = []
     for block, batch in blocks:
-        for op in ("read", "write"):
+        for (tag, bench, tgt, seg), op in [(x, op) for op in ("read", "write") for x in targets]:
             # --wait block: each initiator thread sleeps in cr_xfer_batch_wait
             # until its batch is done, as an application (and the store
             # client) waits, and as iperf3 sleeps in send()/recv(); polling
@@ -201,21 +209,32 @@ def tcp_cases(t, bench, reps, secs, case, where, blocks, host, port, srv, tgt, s
             args = list(nic_args) + ["--protocol", "tcp", "--block_size", block, "--batch_size",
                                      str(batch), "--threads", "2", "--operation", op,
                                      "--wait", "block"]
-            runs.append(("tcp %s %s %s x%d" % (where, block, op.upper(), batch),
-                         lambda a=args: crescent_run(bench, tgt, seg, a, secs, prefix)))
+            runs.append(("%stcp %s %s %s x%d" % (tag, where, block, op.upper(), batch),
+                         lambda a=args, b=bench, tg=tgt, sg=seg: crescent_run(b, tg, sg, a, secs,
+                                                                              prefix)))
     iperf_len = "64K" if blocks[0][0] == "64KiB" else "1M"
     interleaved(t, case, reps, "iperf3 -l %s -C %s %s" % (iperf_len, TCP_CC, where),
                 lambda: iperf3(host, port, iperf_len, secs, prefix, srv), runs)
 
 
-def case_tcp(t, bench, reps, secs, case, blocks):
+def start_targets(benches, args, prefix=()):
+    out = []
+    for tag, bench in benches:
+        tgt, seg = start_target(bench, args, prefix)
+        out.append((tag, bench, tgt, seg))
+    return out
+
+
+def case_tcp(t, benches, reps, secs, case, blocks):
     port = free_port()
     srv = start_iperf3_server(port)
-    tgt, seg = start_target(bench, ["--protocol", "tcp", "--buffer_size", "512MiB"])
+    targets = []
     try:
-        tcp_cases(t, bench, reps, secs, case, "loopback", blocks, "127.0.0.1", port, srv, tgt, seg)
+        targets = start_targets(benches, ["--protocol", "tcp", "--buffer_size", "512MiB"])
+        tcp_cases(t, reps, secs, case, "loopback", blocks, "127.0.0.1", port, srv, targets)
     finally:
-        stop(tgt)
+        for x in targets:
+            stop(x[2])
         stop(srv)
 
 
@@ -255,20 +274,22 @@ def case_small(t, bench, reps, secs):
                       med([float(r["batch_p99_us"]) for r in rs])))
 
 
-def case_netns(t, bench, reps, secs):
+def case_netns(t, benches, reps, secs):
     if os.geteuid() != 0 or not shutil.which("ip"):
         log("  e: skipped (needs root and iproute2)")
         return
     pa, pb, ipa, ipb = veth_pair("crb", 213)
     port = 5201
     srv = start_iperf3_server(port, pb)
-    tgt, seg = start_target(bench, ["--protocol", "tcp", "--nics", ipb, "--buffer_size", "512MiB"],
-                            pb)
+    targets = []
     try:
-        tcp_cases(t, bench, reps, secs, "e", "netns/veth", [("4MiB", 8), ("1MiB", 32)], ipb, port,
-                  srv, tgt, seg, ["--nics", ipa], pa)
+        targets = start_targets(benches, ["--protocol", "tcp", "--nics", ipb, "--buffer_size",
+                                          "512MiB"], pb)
+        tcp_cases(t, reps, secs, "e", "netns/veth", [("4MiB", 8), ("1MiB", 32)], ipb, port,
+                  srv, targets, ["--nics", ipa], pa)
     finally:
-        stop(tgt)
+        for x in targets:
+            stop(x[2])
         stop(srv)
 
 
@@ -279,6 +300,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--cases", default="abcde")
     ap.add_argument("--out", default="")
+    ap.add_argument("--base", default="",
+                    help="another crescent-bench binary (e.g. a copy from before a change): its "
+                         "tcp cases run interleaved with this build's, rows prefixed 'base '")
     a = ap.parse_args()
     bench = os.path.join(a.build, "tools", "crescent-bench", "crescent-bench")
     if not os.access(bench, os.X_OK):
@@ -290,16 +314,17 @@ def main():
     if "a" in a.cases or "b" in a.cases or "e" in a.cases:
         if not shutil.which("iperf3"):
             sys.exit("iperf3 not installed (scripts/install-deps.sh)")
+    benches = [("", bench)] + ([("base ", a.base)] if a.base else [])
     cleanup_on_signals()
     t = Table()
     secs = a.seconds
     try:
         if "a" in a.cases:
             log("a: tcp loopback 4 MiB and 1 MiB vs iperf3 -l 1M, interleaved")
-            case_tcp(t, bench, a.reps, secs, "a", [("4MiB", 8), ("1MiB", 32)])
+            case_tcp(t, benches, a.reps, secs, "a", [("4MiB", 8), ("1MiB", 32)])
         if "b" in a.cases:
             log("b: tcp loopback 64 KiB vs iperf3 -l 64K, interleaved")
-            case_tcp(t, bench, a.reps, secs, "b", [("64KiB", 128)])
+            case_tcp(t, benches, a.reps, secs, "b", [("64KiB", 128)])
         if "c" in a.cases:
             log("c: shm 16 MiB vs memcpy")
             case_shm(t, bench, memcpy_ref, a.reps, secs)
@@ -308,7 +333,7 @@ def main():
             case_small(t, bench, a.reps, secs)
         if "e" in a.cases:
             log("e: tcp between network namespaces vs iperf3")
-            case_netns(t, bench, a.reps, secs)
+            case_netns(t, benches, a.reps, secs)
     finally:
         cleanup()
     md = ("Transfer Engine benchmark, %s, %d cores, median of %d x %.0fs; GB/s = 1e9 bytes/s; "

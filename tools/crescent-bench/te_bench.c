@@ -25,9 +25,10 @@
  *   RESULT op=read protocol=tcp transport=tcp block=... batch=... threads=...
  *          seconds=... bytes=... requests=... batches=... gbps=... gibps=...
  *          req_per_s=... batch_p50_us=... batch_p99_us=... p50_us=... p99_us=...
- *          cpu_s=... errors=0 check=ok|off|FAILED
+ *          cpu_s=... vcsw=... errors=0 check=ok|off|FAILED
  * cpu_s is the initiator's user+sys CPU seconds (all threads) in the measured
- * window.
+ * window, vcsw its voluntary context switches (all threads: sleeps and
+ * wakeups, which load on the machine barely changes).
  * gbps is 1e9 bytes/s (as Mooncake's transfer_engine_bench reports), gibps
  * 2^30. Request latency is from the batch's submit to the moment the poller
  * saw that request complete (--wait poll, polling every --poll_us); with
@@ -44,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -566,6 +568,8 @@ static int run_initiator(const te_cfg_t *c)
         sleep_us(100);
     struct timespec cpu0, cpu1;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0); /* all threads: user + sys */
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
     t_start_ns = cr__now_ns();
     atomic_store(&go_flag, 1);
     uint64_t end = t_start_ns + (uint64_t)(c->duration * 1e9);
@@ -596,6 +600,7 @@ static int run_initiator(const te_cfg_t *c)
         }
     }
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+    getrusage(RUSAGE_SELF, &ru1);
     double cpu_s = (double)(cpu1.tv_sec - cpu0.tv_sec) + (double)(cpu1.tv_nsec - cpu0.tv_nsec) / 1e9;
     double secs = (double)(t_end - t_start_ns) / 1e9;
     if (secs <= 0)
@@ -607,12 +612,12 @@ static int run_initiator(const te_cfg_t *c)
     printf("RESULT op=%s protocol=%s transport=%s block=%" PRIu64 " batch=%zu threads=%zu "
            "seconds=%.3f bytes=%" PRIu64 " requests=%" PRIu64 " batches=%" PRIu64
            " gbps=%.3f gibps=%.3f req_per_s=%.0f batch_p50_us=%.1f batch_p99_us=%.1f "
-           "p50_us=%.1f p99_us=%.1f cpu_s=%.3f errors=%" PRIu64 " check=%s\n",
+           "p50_us=%.1f p99_us=%.1f cpu_s=%.3f vcsw=%ld errors=%" PRIu64 " check=%s\n",
            c->operation, c->protocol, transport, c->block_size, n, nthreads, secs, bytes,
            requests, batches, gbps, (double)bytes / secs / (double)(1u << 30),
            (double)requests / secs, lat_ok ? cr_bench_lat_pct_us(&bat, 50) : 0,
            lat_ok ? cr_bench_lat_pct_us(&bat, 99) : 0, lat_ok ? cr_bench_lat_pct_us(&req, 50) : 0,
-           lat_ok ? cr_bench_lat_pct_us(&req, 99) : 0, cpu_s, errors,
+           lat_ok ? cr_bench_lat_pct_us(&req, 99) : 0, cpu_s, ru1.ru_nvcsw - ru0.ru_nvcsw, errors,
            !c->check ? "off" : (check_fail ? "FAILED" : "ok"));
     fflush(stdout);
     cr_bench_lat_free(&req);

@@ -139,8 +139,13 @@ static uint32_t ring_used(tcp_conn_t *c)
     return atomic_load(&c->sent) - atomic_load(&c->head);
 }
 
-/* Takes up to max slices for connection c (caller holds p->mu). */
-static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max, uint64_t now)
+#define KIND_ANY 0 /* carve any mix of WRITE and READ slices */
+
+/* Takes up to max slices for connection c (caller holds p->mu). kind is
+ * KIND_ANY or one op (CR__TCP_WRITE / CR__TCP_READ): carving then stops at
+ * the first slice of another kind. */
+static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max, uint64_t now,
+                        int kind)
 {
     tcp_state_t *st = p->st;
     uint64_t budget = st->window_bytes > atomic_load(&c->inflight_bytes)
@@ -149,6 +154,8 @@ static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max,
     int force_one = atomic_load(&c->inflight_bytes) == 0; /* always make progress */
     int n = 0;
     while (n < max && p->n_retry && (budget || force_one)) {
+        if (kind != KIND_ANY && p->retry[p->n_retry - 1].op != kind)
+            return n;
         tcp_slice_t s = p->retry[--p->n_retry];
         if (now > s.task->deadline_ns) {
             settle(p, s.task, s.len, -ETIMEDOUT);
@@ -172,6 +179,9 @@ static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max,
             continue;
         }
         if (!expired && !failed) {
+            uint8_t op = t->opcode == CR_XFER_WRITE ? CR__TCP_WRITE : CR__TCP_READ;
+            if (kind != KIND_ANY && op != kind)
+                break; /* keep the queue's order: the sender takes it */
             while (n < max && t->tp_carved < t->length && (budget || force_one)) {
                 uint64_t len = t->length - t->tp_carved;
                 if (len > slice)
@@ -179,7 +189,7 @@ static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max,
                 out[n].task = t;
                 out[n].off = t->tp_carved;
                 out[n].len = (uint32_t)len;
-                out[n].op = t->opcode == CR_XFER_WRITE ? CR__TCP_WRITE : CR__TCP_READ;
+                out[n].op = op;
                 n++;
                 t->tp_carved += len;
                 budget = budget > len ? budget - len : 0;
@@ -266,6 +276,7 @@ static int conn_open(tcp_conn_t *c, const cr__seg_nic_t *remote)
     atomic_store(&c->head, 0);
     atomic_store(&c->sent, 0);
     atomic_store(&c->inflight_bytes, 0);
+    atomic_store(&c->inflight_writes, 0);
     atomic_store(&c->last_progress_ns, cr__now_ns());
     pthread_mutex_unlock(&p->mu);
     if (pthread_create(&c->receiver, NULL, receiver_main, c)) {
@@ -316,6 +327,7 @@ static void conn_fail(tcp_conn_t *c, int err)
     atomic_store(&c->head, 0);
     atomic_store(&c->sent, 0);
     atomic_store(&c->inflight_bytes, 0);
+    atomic_store(&c->inflight_writes, 0);
     if (s != 0 && !stopping)
         CR_LOG_INFO(LOGC, "connection to %s (path %d) failed: %s; retrying its slices",
                     p->xp->name, c->path, cr_strerror(err));
@@ -343,14 +355,52 @@ static int path_failed(tcp_peer_t *p, int path, const cr__seg_nic_t *remote, int
     return gone;
 }
 
+/* Publishes slices sl[0..n) to c's ring and sends them (headers + WRITE
+ * payloads) with one gathered sendmsg() on fd. Caller holds c->tx_mu.
+ * Returns 0 or -errno. */
+static int conn_send(tcp_conn_t *c, int fd, const tcp_slice_t *sl, int n)
+{
+    cr__tcp_hdr_t hdr[CARVE_MAX];
+    struct iovec iov[2 * CARVE_MAX];
+    /* publish to the ring before sending: the receiver matches replies */
+    uint32_t s = atomic_load(&c->sent);
+    if (s == atomic_load(&c->head))
+        atomic_store(&c->last_progress_ns, cr__now_ns());
+    int cnt = 0;
+    uint64_t bytes = 0;
+    unsigned writes = 0;
+    for (int i = 0; i < n; i++) {
+        c->ring[(s + (uint32_t)i) % TCP_RING] = sl[i];
+        cr__tcp_hdr_enc(&hdr[i], sl[i].op, 0, s + (uint32_t)i,
+                        sl[i].task->remote_addr + sl[i].off, sl[i].len);
+        iov[cnt].iov_base = &hdr[i];
+        iov[cnt++].iov_len = sizeof hdr[i];
+        if (sl[i].op == CR__TCP_WRITE) {
+            iov[cnt].iov_base = sl[i].task->local + sl[i].off;
+            iov[cnt++].iov_len = sl[i].len;
+            writes++;
+        }
+        bytes += sl[i].len;
+    }
+    atomic_fetch_add(&c->inflight_bytes, bytes);
+    atomic_fetch_add(&c->inflight_writes, writes);
+    atomic_store_explicit(&c->sent, s + (uint32_t)n, memory_order_release);
+    /* the receiver may complete a WRITE (the target acknowledged its
+     * last byte, so the kernel had copied it) while this thread is still
+     * returning from sendmsg(); the caller may then reuse the buffer.
+     * TSan sees sendmsg's read of it and that write unordered. */
+    CR_TSAN_IGNORE_BEGIN();
+    int rc = cr__tcp_writev_full(fd, iov, cnt);
+    CR_TSAN_IGNORE_END();
+    return rc;
+}
+
 static void *sender_main(void *arg)
 {
     tcp_conn_t *c = arg;
     tcp_peer_t *p = c->peer;
     tcp_path_t *pa = &p->paths[c->path];
     tcp_slice_t sl[CARVE_MAX];
-    cr__tcp_hdr_t hdr[CARVE_MAX];
-    struct iovec iov[2 * CARVE_MAX];
     for (;;) {
         if (c->fd < 0) {
             pthread_mutex_lock(&p->mu);
@@ -389,6 +439,7 @@ static void *sender_main(void *arg)
             atomic_store(&pa->down_until_ns, 0);
         }
 
+        pthread_mutex_lock(&c->tx_mu);
         pthread_mutex_lock(&p->mu);
         int n = 0;
         for (;;) {
@@ -399,7 +450,8 @@ static void *sender_main(void *arg)
             uint64_t infl0 = atomic_load(&c->inflight_bytes);
             uint32_t room = TCP_RING - used0;
             if (room > 0) {
-                n = carve_locked(p, c, sl, room < CARVE_MAX ? (int)room : CARVE_MAX, now);
+                n = carve_locked(p, c, sl, room < CARVE_MAX ? (int)room : CARVE_MAX, now,
+                                 KIND_ANY);
                 if (n)
                     break;
             }
@@ -415,45 +467,24 @@ static void *sender_main(void *arg)
                 continue;
             }
             pthread_mutex_unlock(&p->mu);
+            pthread_mutex_unlock(&c->tx_mu); /* the receiver may refill meanwhile */
             while (sem_wait(&c->wake) && errno == EINTR)
                 ;
+            pthread_mutex_lock(&c->tx_mu);
             pthread_mutex_lock(&p->mu);
         }
         int stop = p->stopping, dead = atomic_load(&c->dead);
         pthread_mutex_unlock(&p->mu);
-        if (stop && n == 0)
-            break;
-        if (dead && n == 0) {
-            conn_fail(c, -ECONNRESET);
+        if (n == 0) {
+            pthread_mutex_unlock(&c->tx_mu);
+            if (stop)
+                break;
+            if (dead)
+                conn_fail(c, -ECONNRESET);
             continue;
         }
-        /* publish to the ring before sending: the receiver matches replies */
-        uint32_t s = atomic_load(&c->sent);
-        if (s == atomic_load(&c->head))
-            atomic_store(&c->last_progress_ns, cr__now_ns());
-        int cnt = 0;
-        uint64_t bytes = 0;
-        for (int i = 0; i < n; i++) {
-            c->ring[(s + (uint32_t)i) % TCP_RING] = sl[i];
-            cr__tcp_hdr_enc(&hdr[i], sl[i].op, 0, s + (uint32_t)i,
-                            sl[i].task->remote_addr + sl[i].off, sl[i].len);
-            iov[cnt].iov_base = &hdr[i];
-            iov[cnt++].iov_len = sizeof hdr[i];
-            if (sl[i].op == CR__TCP_WRITE) {
-                iov[cnt].iov_base = sl[i].task->local + sl[i].off;
-                iov[cnt++].iov_len = sl[i].len;
-            }
-            bytes += sl[i].len;
-        }
-        atomic_fetch_add(&c->inflight_bytes, bytes);
-        atomic_store_explicit(&c->sent, s + (uint32_t)n, memory_order_release);
-        /* the receiver may complete a WRITE (the target acknowledged its
-         * last byte, so the kernel had copied it) while this thread is still
-         * returning from sendmsg(); the caller may then reuse the buffer.
-         * TSan sees sendmsg's read of it and that write unordered. */
-        CR_TSAN_IGNORE_BEGIN();
-        int rc = cr__tcp_writev_full(c->fd, iov, cnt);
-        CR_TSAN_IGNORE_END();
+        int rc = conn_send(c, c->fd, sl, n);
+        pthread_mutex_unlock(&c->tx_mu);
         if (rc)
             conn_fail(c, rc);
     }
@@ -466,6 +497,44 @@ static void *sender_main(void *arg)
 /* ---- receiver ---------------------------------------------------------------- */
 
 #define RX_WINDOW 64 /* replies one recvmsg() may cover */
+
+/* The receiver refills its connection's window with READ requests itself,
+ * which saves waking the sender (two context switches) per freed
+ * half-window: measured with 4 MiB and 1 MiB READs on loopback, the
+ * initiator's voluntary context switches per MiB halved (docs/benchmarks.md).
+ * It must never block on a send while the target blocks on one to it (both
+ * socket buffers full, neither side reading), so it sends only READ headers
+ * and only while no WRITE is in flight: then our send buffer only ever holds
+ * small headers. WRITEs stay with the sender (it may block in sendmsg while
+ * this thread keeps reading); refilling WRITEs from here too was measured
+ * and was slower at more CPU per byte. Returns 1 if it sent or there was
+ * nothing to send, 0 if the sender should do it, or -errno of a failed
+ * send. */
+static int refill(tcp_conn_t *c, int fd)
+{
+    tcp_peer_t *p = c->peer;
+    if (pthread_mutex_trylock(&c->tx_mu))
+        return 0; /* the sender is carving or sending: it comes back for more */
+    uint32_t used = ring_used(c), writes = atomic_load(&c->inflight_writes);
+    int kind = writes == 0 ? CR__TCP_READ : -1;
+    tcp_slice_t sl[CARVE_MAX];
+    int n = 0, r = 0;
+    pthread_mutex_lock(&p->mu);
+    if (kind >= 0 && !p->stopping && !atomic_load(&c->dead) && used < TCP_RING) {
+        uint32_t room = TCP_RING - used;
+        n = carve_locked(p, c, sl, room < CARVE_MAX ? (int)room : CARVE_MAX, cr__now_ns(), kind);
+        /* 1 unless work of the other kind is left for the sender */
+        r = n > 0 || !has_work_locked(p, c, cr__now_ns());
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (n > 0) {
+        int rc = conn_send(c, fd, sl, n);
+        if (rc)
+            r = rc;
+    }
+    pthread_mutex_unlock(&c->tx_mu);
+    return r;
+}
 
 /* The reply stream's layout is known from the ring: a WRITE reply is a
  * header, a READ reply is a header followed by exactly the slice's length
@@ -553,6 +622,8 @@ static void *receiver_main(void *arg)
             if (status == 0)
                 atomic_fetch_add_explicit(&st->nic_bytes[p->paths[c->path].lnic], len,
                                           memory_order_relaxed);
+            if (sl->op == CR__TCP_WRITE)
+                atomic_fetch_sub(&c->inflight_writes, 1);
             settle(p, sl->task, len, status);
             atomic_fetch_sub(&c->inflight_bytes, len);
             atomic_store_explicit(&c->head, ++h, memory_order_release);
@@ -561,12 +632,19 @@ static void *receiver_main(void *arg)
         }
         if (rc)
             break;
-        /* wake a sender waiting for space only once half the window and
-         * half the ring are free: fewer wakeups, bigger writev()s */
-        if (freed && atomic_load(&c->waiting) &&
-            atomic_load(&c->inflight_bytes) <= st->window_bytes / 2 &&
-            atomic_load(&c->sent) - h <= TCP_RING / 2)
-            wake_conn(c);
+        /* once half the window and half the ring are free (fewer, bigger
+         * sendmsg()s), refill the window from this thread; only when that
+         * is not possible, wake the sender if it waits for space */
+        if (freed && atomic_load(&c->inflight_bytes) <= st->window_bytes / 2 &&
+            atomic_load(&c->sent) - h <= TCP_RING / 2) {
+            int r = refill(c, fd);
+            if (r < 0) {
+                rc = r;
+                break;
+            }
+            if (r == 0 && atomic_load(&c->waiting))
+                wake_conn(c);
+        }
     }
     if (rc != -ECONNRESET || atomic_load(&c->sent) != h)
         CR_LOG_DEBUG(LOGC, "receiver for %s ends: %s", p->xp->name, cr_strerror(rc));
@@ -587,6 +665,7 @@ static void peer_free(tcp_peer_t *p)
     for (int i = 0; p->conns && i < p->n_conns; i++)
         if (p->conns[i]) {
             sem_destroy(&p->conns[i]->wake);
+            pthread_mutex_destroy(&p->conns[i]->tx_mu);
             free(p->conns[i]);
         }
     free(p->conns);
@@ -659,6 +738,7 @@ static tcp_peer_t *peer_create(tcp_state_t *st, cr__xfer_peer_t *xp)
         if (!c)
             goto fail;
         sem_init(&c->wake, 0, 0);
+        pthread_mutex_init(&c->tx_mu, NULL);
         c->peer = p;
         c->path = i % p->n_paths;
         c->fd = -1;

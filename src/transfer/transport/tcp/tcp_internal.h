@@ -59,6 +59,10 @@ typedef struct tcp_conn {
     int sender_started, receiver_running;
     atomic_uint head, sent; /* free-running ring indices */
     atomic_uint_fast64_t inflight_bytes;
+    atomic_uint inflight_writes; /* WRITE slices among [head, sent) */
+    /* held by whoever carves, publishes and sends on this connection: the
+     * sender, or the receiver refilling the window itself (trylock only) */
+    pthread_mutex_t tx_mu;
     atomic_int dead;
     atomic_int waiting; /* the sender sleeps on `wake` and wants a post */
     sem_t wake;
