@@ -4,16 +4,20 @@
  * conns_per_path connections. Each connection has one sender thread (carves
  * slices from the peer's work queue and writes header+payload with one
  * writev) and one receiver thread (reads responses in order and lands READ
- * payloads straight into the destination). A connection's in-flight slices
- * live in its ring between head (receiver) and sent (sender).
+ * payloads straight into the destination; while only READs are in flight
+ * it also sends the next READ requests itself, so a streaming READ wakes no
+ * sender). A connection's in-flight slices live in its ring between head
+ * (receiver) and sent (sender or refilling receiver).
  *
  * Server side: one acceptor thread polls the listeners; each accepted
  * connection is served by one thread.
  *
  * Locks: peer->mu guards the peer's work queue, retry list, connection fds
- * and ring ownership changes; st->peers_mu the peer list; st->srv_mu the
+ * and ring ownership changes; c->tx_mu whoever carves+publishes+sends on
+ * connection c (sender, or receiver refilling READs with trylock);
+ * st->peers_mu the peer list; st->srv_mu the
  * accepted-connection list. Order: st->peers_mu -> peer->mu -> (engine batch
- * locks inside task completion).
+ * locks inside task completion); c->tx_mu -> peer->mu.
  */
 #ifndef CR_TRANSFER_TCP_INTERNAL_H
 #define CR_TRANSFER_TCP_INTERNAL_H
