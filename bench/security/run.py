@@ -10,6 +10,8 @@ Rows (each figure: median over --reps):
   te-4K-read                  TCP loopback, 4 KiB requests in batches of 128, req/s
   store-1M put / get          crescent-bench store putget, 1 MiB values, GB/s (4 threads)
   store-4K put p50            crescent-bench store putget, 4 KiB values, p50 latency of put
+  master RPC ping / put p50   crescent-master-bench, 1 thread: one RPC / PutStart+PutEnd
+                              (what TLS adds per control-plane call)
 The ratio column is on/off (1.00 = free). Security costs a handshake per
 connection and signatures on metadata; the data path itself is unchanged, so
 the ratios measure that nothing per-request was added.
@@ -85,6 +87,24 @@ def store_case(build, size, ops):
         c.close()
 
 
+def rpc_rows(build, secs, mode, add):
+    import subprocess
+    tool = os.path.join(build, "tools", "crescent-master", "crescent-master-bench")
+    c = sb.Cluster(build, nodes=0)
+    try:
+        for op, name in (("ping", "master RPC ping p50"), ("put", "master RPC put p50 (2 RPCs)")):
+            out = subprocess.run([tool, "--master", c.addr, "--op", op, "--threads", "1",
+                                  "--seconds", str(secs)], capture_output=True, text=True,
+                                 timeout=120)
+            line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
+            if not line:
+                raise SystemExit("crescent-master-bench failed: " + out.stderr[-400:])
+            kv = dict(f.split("=", 1) for f in line[0].split()[2:])
+            add(name, mode, float(kv["p50_us"]), "us")
+    finally:
+        c.close()
+
+
 def te_rows(bench, secs, mode, add):
     r = te_case(bench, "1MiB", "read", 16, secs)
     add("TE tcp 1 MiB READ", mode, float(r["gbps"]), "GB/s")
@@ -122,6 +142,7 @@ def main():
                 te.log("rep %d security %s" % (rep + 1, mode))
                 if mode != "tls":
                     te_rows(bench, a.seconds, mode, add)
+                rpc_rows(a.build, a.seconds, mode, add)
                 r = store_case(a.build, "1MB", 50)
                 add("store 1 MiB put", mode, float(r["put"]["gbps"]), "GB/s")
                 add("store 1 MiB get", mode, float(r["get"]["gbps"]), "GB/s")

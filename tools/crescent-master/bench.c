@@ -10,7 +10,9 @@
  * batch_exist: one BatchExist of --batch keys per op (keys/s reported).
  * Prints one machine-readable line:
  *   RESULT master_bench op=.. threads=.. ops=.. ops_per_s=.. keys_per_s=.. p50_us=.. p99_us=..
- * Keys and the fake segment are removed/unmounted at the end. */
+ * Keys and the fake segment are removed/unmounted at the end.
+ * Security: --cluster_key_file / --tls_* (or their environment variables)
+ * like every tool; each connection then authenticates / runs TLS. */
 #include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/auth/auth_opts.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "crescent/common.h"
@@ -30,6 +33,7 @@ typedef struct bench_opts {
     int64_t threads;
     double seconds;
     int64_t batch;
+    CR__AUTH_CFG_FIELDS;
 } bench_opts_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(bench_opts_t, n)}
@@ -39,6 +43,7 @@ static const cr__cfg_opt_t opts[] = {
     OPT(threads, "4", "client threads (one connection each)", CR__CFG_INT),
     OPT(seconds, "3", "duration of the measured phase", CR__CFG_DOUBLE),
     OPT(batch, "128", "keys per batch_exist call", CR__CFG_INT),
+    CR__AUTH_CFG_OPTS(bench_opts_t),
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -46,6 +51,18 @@ static const cr__cfg_opt_t opts[] = {
 #define LAT_MAX (1u << 20)
 
 static bench_opts_t g_o;
+static cr__auth_t *g_auth; /* NULL = security off */
+static cr__tls_t *g_tls;   /* NULL = plain TCP */
+
+/* A client with this run's credentials. Returns 0 or -EINVAL. */
+static int client_new(cr__rpc_client_t **c)
+{
+    if (cr__rpc_client_create(g_o.master, 2000, 10000, c))
+        return -EINVAL;
+    cr__rpc_client_set_auth(*c, g_auth);
+    cr__rpc_client_set_tls(*c, g_tls);
+    return 0;
+}
 static uint64_t g_deadline_ms;
 static const cr__rpc_client_id_t g_id = {0xbe4c4, 0x1};
 
@@ -90,7 +107,7 @@ static void *run(void *arg)
 {
     worker_t *w = arg;
     cr__rpc_client_t *c;
-    if (cr__rpc_client_create(g_o.master, 2000, 10000, &c))
+    if (client_new(&c))
         return NULL;
     w->lat_us = malloc(LAT_MAX * sizeof *w->lat_us);
     char key[64];
@@ -165,8 +182,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-master-bench: %s\n", rc ? err : "bad option value");
         return 2;
     }
+    if (cr__auth_load(&CR__AUTH_CFG_OF(g_o), &g_auth) || CR__TLS_LOAD_OF(g_o, &g_tls)) {
+        fprintf(stderr, "crescent-master-bench: security configuration unusable\n");
+        return 2;
+    }
     cr__rpc_client_t *c;
-    if (cr__rpc_client_create(g_o.master, 2000, 10000, &c)) {
+    if (client_new(&c)) {
         fprintf(stderr, "crescent-master-bench: bad --master\n");
         return 2;
     }
@@ -231,5 +252,7 @@ int main(int argc, char **argv)
     free(lat);
     free(w);
     cr__rpc_client_destroy(c);
+    cr__auth_free(g_auth);
+    cr__tls_free(g_tls);
     return errors ? 1 : 0;
 }
