@@ -329,6 +329,9 @@ int cr__ssd_run_hooked(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_
     int first = 0, ringerr = 0;
     /* pending continuations are resubmitted through this small queue */
     size_t redo[64], n_redo = 0;
+    /* done callbacks run after the replacements of their ios are
+     * submitted, so the disk stays busy while the caller sends a reply */
+    size_t cbq[64], n_cb = 0;
     while (next < n || inflight || n_redo) {
         unsigned queued = 0;
         while (inflight < r->qd && (n_redo || next < n) && io_uring_sq_space_left(&r->ring)) {
@@ -372,6 +375,9 @@ int cr__ssd_run_hooked(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_
                 break;
             }
         }
+        for (size_t j = 0; j < n_cb; j++)
+            h->done(h->arg, cbq[j]);
+        n_cb = 0;
         if (!inflight)
             continue;
         struct io_uring_cqe *cqe;
@@ -409,9 +415,11 @@ int cr__ssd_run_hooked(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_
             if (io->result < 0 && !first)
                 first = io->result;
             if (io->result != 1 && h && h->done)
-                h->done(h->arg, i);
-        } while (io_uring_peek_cqe(&r->ring, &cqe) == 0);
+                cbq[n_cb++] = i;
+        } while (n_cb < 64 && io_uring_peek_cqe(&r->ring, &cqe) == 0);
     }
+    for (size_t j = 0; j < n_cb; j++)
+        h->done(h->arg, cbq[j]);
     if (first && inflight) {
         /* ring failure: drain what is in flight before returning */
         while (inflight) {
