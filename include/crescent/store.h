@@ -316,6 +316,59 @@ CR_API int cr_store_remove_all_force(cr_store_t *store, int force, uint64_t *rem
 CR_API int cr_store_remove_by_regex(cr_store_t *store, const char *pattern, int force,
                                     uint64_t *removed);
 
+/* ---- replica tasks (Mooncake's copy/move tasks) ----------------------------
+ * The master records the task and allocates the target space; this client
+ * moves the bytes with its Transfer Engine (cr_store_task_run) and the
+ * master then adds the new replicas (MOVE: and drops the source one) in one
+ * step. Readers never see a partial copy. A task not run to its end within
+ * 60 s fails on the master and its target space is released. */
+typedef struct cr_store_task_id {
+    uint64_t hi, lo;
+} cr_store_task_id_t;
+
+#define CR_STORE_TASK_COPY 0 /* Mooncake's TaskType */
+#define CR_STORE_TASK_MOVE 1
+#define CR_STORE_TASK_PENDING 0 /* Mooncake's TaskStatus */
+#define CR_STORE_TASK_PROCESSING 1
+#define CR_STORE_TASK_SUCCESS 2
+#define CR_STORE_TASK_FAILED 3
+#define CR_STORE_TASK_TARGETS_MAX 7
+
+/* Creates a task copying key to the segments targets[0..n) (COPY; targets
+ * already holding a replica are skipped) or moving its replica on segment
+ * source to targets[0] (MOVE, n == 1). Returns 0 and *id,
+ * CR_E_OBJECT_NOT_FOUND (no complete object), CR_E_INVALID_PARAMS (unknown
+ * or unmounted segment, move to the same segment, source holding no
+ * replica, n out of 1..CR_STORE_TASK_TARGETS_MAX), CR_E_INVALID_KEY,
+ * CR_E_TASK_PENDING_LIMIT_EXCEEDED, CR_E_RPC_FAIL. */
+CR_API int cr_store_task_create(cr_store_t *store, int type, const char *key, const char *source,
+                                const char *const *targets, size_t n, cr_store_task_id_t *id);
+
+/* Moves the bytes of task id (created by this client) and reports the
+ * result to the master. Returns 0 (task SUCCESS) or the error the task
+ * failed with (also recorded in the task). Blocks for the copy. */
+CR_API int cr_store_task_run(cr_store_t *store, cr_store_task_id_t id);
+
+typedef struct cr_store_task_info {
+    int type, status;        /* CR_STORE_TASK_* */
+    int error;               /* 0 or the CR_E_* the task failed with */
+    uint64_t created_unix_ms, updated_unix_ms;
+    char executor[40];       /* hex id of the client that runs it */
+    char message[96];
+} cr_store_task_info_t;
+
+/* State of task id. Returns 0 and *out, CR_E_TASK_NOT_FOUND, CR_E_RPC_FAIL. */
+CR_API int cr_store_task_query(cr_store_t *store, cr_store_task_id_t id,
+                               cr_store_task_info_t *out);
+
+/* Mooncake's batch_replica_clear: for each key whose read lease expired,
+ * drops its replica on segment (NULL or "" = the whole object); the
+ * object goes when its last replica does. results[i]: 0 cleared,
+ * CR_E_OBJECT_NOT_FOUND (no such key or no replica there),
+ * CR_E_OBJECT_HAS_LEASE (skipped). Returns 0 or the error of the call. */
+CR_API int cr_store_replica_clear(cr_store_t *store, const char *const *keys, size_t n,
+                                  const char *segment, int *results);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,7 +30,8 @@ from crescent import _crescent
 from crescent import tensor_codec as tc
 from crescent.mooncake_types import (Descriptor, MemoryDescriptor, ParallelAxis,
                                      QueryTaskResponse, ReadTarget, ReplicaDescriptor,
-                                     ReplicateConfig, TensorParallelism, segment_name_of)
+                                     ReplicateConfig, TaskStatus, TaskType, TensorParallelism,
+                                     segment_name_of)
 
 __all__ = ["DistributedStore", "ReplicateConfig", "BufferHandle", "UNAVAILABLE",
            "get_alloc_func_addr", "get_free_func_addr", "bind_to_numa_node",
@@ -160,6 +161,7 @@ class DistributedStore(_crescent.DistributedStore):
         self._sessions = {}
         self._session_bytes = 0
         self._sess_mu = threading.Lock()
+        self._tasks = None  # copy/move task threads, made on first use
         _live.add(self)
 
     # ---- lifecycle -----------------------------------------------------------
@@ -240,6 +242,10 @@ class DistributedStore(_crescent.DistributedStore):
         return 0
 
     def close(self):
+        with self._regs_mu:
+            pool, self._tasks = self._tasks, None
+        if pool is not None:
+            pool.shutdown(wait=True)  # tasks in flight finish (or fail) first
         with self._sess_mu:
             self._sessions.clear()
             self._session_bytes = 0
@@ -605,45 +611,92 @@ class DistributedStore(_crescent.DistributedStore):
         return out
 
     def batch_replica_clear(self, keys, segment_name=""):
-        """Drops the keys whose read lease has expired; returns the list of
-        keys cleared (keys under a live lease or missing are skipped). With
-        segment_name, only keys held on that segment qualify; crescent's
-        master drops whole objects, not single replicas."""
+        """Mooncake's batch_replica_clear: for each key whose read lease has
+        expired, drops its replica on segment_name (every replica when
+        empty; the object goes with its last replica). Returns the list of
+        keys cleared; keys under a live lease, missing, or with no replica
+        on that segment are skipped. A master operation (RPC 0x75)."""
         keys = _keys(keys)
         if not isinstance(segment_name, str):
             raise TypeError("segment_name must be str")
-        out = []
-        seg = segment_name_of(segment_name) if segment_name else ""
-        for k in keys:
-            if seg:
-                # placement without taking a lease: only this client's own
-                # segment can be checked locally
-                if seg != super().get_hostname():
-                    continue
-            if self.remove(k) == 0:
-                out.append(k)
-        return out
+        if not keys:
+            return []
+        res = super()._replica_clear(keys, segment_name_of(segment_name) if segment_name else "")
+        if isinstance(res, int):
+            return []
+        return [k for k, r in zip(keys, res) if r == 0]
+
+    # Copy/move tasks: the master records the task and allocates the target
+    # space (src/store/master/rtask.c); this client moves the bytes in a
+    # background thread (cr_store_task_run) and the master then switches the
+    # replica list. query_task() follows it: PENDING -> PROCESSING -> SUCCESS
+    # or FAILED.
+    _TASK_THREADS = 4
+
+    def _task_pool(self):
+        with self._regs_mu:
+            if self._tasks is None:
+                import concurrent.futures as cf
+                self._tasks = cf.ThreadPoolExecutor(max_workers=self._TASK_THREADS,
+                                                    thread_name_prefix="crescent-task")
+            return self._tasks
+
+    def _task_start(self, ttype, key, source, targets):
+        if not self._is_setup():
+            return (0, 0), UNAVAILABLE_IN_CURRENT_STATUS
+        if not key or len(key.encode()) > 4096:
+            return (0, 0), INVALID_PARAMS
+        targets = [segment_name_of(t) for t in targets]
+        tid = super()._task_create(ttype, key, segment_name_of(source), targets)
+        if isinstance(tid, int):
+            return (0, 0), tid
+        try:
+            self._task_pool().submit(super()._task_run, *tid)
+        except RuntimeError:  # closing meanwhile: the master times the task out
+            pass
+        return tid, OK
 
     def create_copy_task(self, key, targets):
-        """Mooncake's master-run replica copy. crescent's master runs no
-        replica tasks: returns ((0, 0), -1011)."""
+        """Copies key's bytes to the segments targets (names, or
+        get_hostname() strings; segments already holding a replica are
+        skipped). Returns (task_id, 0), or ((0, 0), error): -704 no such
+        object, -600 unknown segment / empty targets / more than 7,
+        -1401 too many tasks pending."""
         if not isinstance(key, str):
             raise TypeError("key must be str")
-        _keys(targets, "targets")
-        return (0, 0), UNAVAILABLE
+        targets = _keys(targets, "targets")
+        if not targets or len(targets) > 7:
+            return (0, 0), INVALID_PARAMS
+        return self._task_start(0, key, "", targets)
 
     def create_move_task(self, key, source, target):
-        """See create_copy_task: ((0, 0), -1011)."""
+        """Moves key's replica on segment source to segment target. Returns
+        (task_id, 0), or ((0, 0), error): -704 no such object, -600 unknown
+        segment, source == target, or no replica on source."""
         for v, n in ((key, "key"), (source, "source"), (target, "target")):
             if not isinstance(v, str):
                 raise TypeError("%s must be str" % n)
-        return (0, 0), UNAVAILABLE
+        if not source or not target or segment_name_of(source) == segment_name_of(target):
+            return (0, 0), INVALID_PARAMS
+        return self._task_start(1, key, source, [target])
 
     def query_task(self, task_id):
-        """(None, -1400 TASK_NOT_FOUND): no task is ever created here."""
-        if not (_is_seq(task_id) and len(task_id) == 2 and all(isinstance(x, int) for x in task_id)):
+        """(QueryTaskResponse, 0) for a task of this cluster's master, or
+        (None, -1400 TASK_NOT_FOUND)."""
+        if not (_is_seq(task_id) and len(task_id) == 2 and
+                all(isinstance(x, int) and not isinstance(x, bool) for x in task_id)):
             raise TypeError("task_id must be a (hi, lo) pair of int")
-        return None, TASK_NOT_FOUND
+        hi, lo = task_id
+        if not (0 <= hi < 1 << 64 and 0 <= lo < 1 << 64):
+            return None, TASK_NOT_FOUND
+        r = super()._task_query(hi, lo)
+        if isinstance(r, int):
+            return None, r
+        ttype, status, created, updated, who, msg, err = r
+        return QueryTaskResponse(id=(hi, lo), type=TaskType(ttype), status=TaskStatus(status),
+                                 created_at_ms_epoch=created, last_updated_at_ms_epoch=updated,
+                                 assigned_client=who,
+                                 message=msg if not err else "%s (%d)" % (msg, err)), OK
 
     def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
         """Mooncake mounts extra file/shm segments per client; crescent's

@@ -1003,6 +1003,117 @@ static PyObject *store_replica_desc(PyStore *self, PyObject *args, PyObject *kw)
     return Py_BuildValue("(KN)", (unsigned long long)size, reps);
 }
 
+/* ---- replica tasks (store.h "replica tasks") ------------------------------ */
+
+/* _task_create(type, key, source, targets) -> (hi, lo) or a negative status */
+static PyObject *store_task_create(PyStore *self, PyObject *args)
+{
+    int type;
+    const char *key, *source;
+    PyObject *to;
+    if (!PyArg_ParseTuple(args, "issO:_task_create", &type, &key, &source, &to))
+        return NULL;
+    keys_buf_t kb;
+    if (parse_keys(to, &kb) < 0)
+        return NULL;
+    cr_store_task_id_t id = {0, 0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
+    } else {
+        rc = cr_store_task_create(s, type, key, source, kb.k, (size_t)kb.n, &id);
+        st_release(self);
+    }
+    Py_END_ALLOW_THREADS
+    keys_done(&kb);
+    if (rc)
+        return PyLong_FromLong(rc);
+    return Py_BuildValue("(KK)", (unsigned long long)id.hi, (unsigned long long)id.lo);
+}
+
+/* _task_run(hi, lo) -> 0 or the error the task failed with */
+static PyObject *store_task_run(PyStore *self, PyObject *args)
+{
+    unsigned long long hi, lo;
+    if (!PyArg_ParseTuple(args, "KK:_task_run", &hi, &lo))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
+    } else {
+        rc = cr_store_task_run(s, (cr_store_task_id_t){.hi = hi, .lo = lo});
+        st_release(self);
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
+/* _task_query(hi, lo) -> (type, status, created_ms, updated_ms, executor,
+ * message, error) or a negative status */
+static PyObject *store_task_query(PyStore *self, PyObject *args)
+{
+    unsigned long long hi, lo;
+    if (!PyArg_ParseTuple(args, "KK:_task_query", &hi, &lo))
+        return NULL;
+    cr_store_task_info_t info;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
+    } else {
+        rc = cr_store_task_query(s, (cr_store_task_id_t){.hi = hi, .lo = lo}, &info);
+        st_release(self);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return PyLong_FromLong(rc);
+    return Py_BuildValue("(iiKKssi)", info.type, info.status,
+                         (unsigned long long)info.created_unix_ms,
+                         (unsigned long long)info.updated_unix_ms, info.executor, info.message,
+                         info.error);
+}
+
+/* _replica_clear(keys, segment) -> [status per key] or a negative status */
+static PyObject *store_replica_clear(PyStore *self, PyObject *args)
+{
+    PyObject *ko;
+    const char *seg;
+    if (!PyArg_ParseTuple(args, "Os:_replica_clear", &ko, &seg))
+        return NULL;
+    keys_buf_t kb;
+    if (parse_keys(ko, &kb) < 0)
+        return NULL;
+    int *res = PyMem_Calloc((size_t)kb.n + 1, sizeof *res);
+    if (!res) {
+        keys_done(&kb);
+        return PyErr_NoMemory();
+    }
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
+    } else {
+        for (Py_ssize_t off = 0; off < kb.n && !rc; off += CR_STORE_BATCH_MAX) {
+            size_t c = (size_t)(kb.n - off < CR_STORE_BATCH_MAX ? kb.n - off : CR_STORE_BATCH_MAX);
+            rc = cr_store_replica_clear(s, kb.k + off, c, seg, res + off);
+        }
+        st_release(self);
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *out = rc ? PyLong_FromLong(rc) : PyList_New(kb.n);
+    for (Py_ssize_t i = 0; !rc && out && i < kb.n; i++)
+        PyList_SET_ITEM(out, i, PyLong_FromLong(res[i]));
+    PyMem_Free(res);
+    keys_done(&kb);
+    return out;
+}
+
 /* ---- batches -------------------------------------------------------------- */
 
 /* Runs fn over [0, n) in chunks of CR_STORE_BATCH_MAX (the store's bound). */
@@ -1769,6 +1880,13 @@ static PyMethodDef store_methods[] = {
       "remove_by_regex(regex_pattern, force=False) -> count removed or negative"),
     M("_replica_desc", store_replica_desc,
       "_replica_desc(key) -> (size, [(replica_id, [(segment, addr, len)])]) or negative"),
+    {"_task_create", (PyCFunction)store_task_create, METH_VARARGS,
+     "_task_create(type, key, source, targets) -> (hi, lo) or negative"},
+    {"_task_run", (PyCFunction)store_task_run, METH_VARARGS, "_task_run(hi, lo) -> int"},
+    {"_task_query", (PyCFunction)store_task_query, METH_VARARGS,
+     "_task_query(hi, lo) -> (type, status, created_ms, updated_ms, executor, message, error)"},
+    {"_replica_clear", (PyCFunction)store_replica_clear, METH_VARARGS,
+     "_replica_clear(keys, segment) -> [int] or negative"},
     M("batch_is_exist", store_batch_is_exist, "batch_is_exist(keys) -> [1|0|negative]"),
     M("batch_put_from", store_batch_put_from,
       "batch_put_from(keys, buffer_ptrs, sizes, config=None) -> [int]"),

@@ -19,6 +19,7 @@ import mooncake
 from mooncake import engine as mengine
 from mooncake import store as mstore
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+from crescent import mooncake_types as mtypes
 
 INVALID_PARAMS = -600
 NOT_FOUND = -704
@@ -572,18 +573,138 @@ def test_remove_by_regex(store):
     assert MooncakeDistributedStore().remove_by_regex("x") == NOT_READY
 
 
+def endpoints(store, key):
+    return sorted(d.get_memory_descriptor().buffer_descriptor.transport_endpoint
+                  for d in store.get_replica_desc(key))
+
+
+def wait_task(store, tid):
+    import time
+    for _ in range(1200):  # a bound, not a timing assertion
+        resp, err = store.query_task(tid)
+        assert err == 0
+        if resp.status in (mstore.TaskStatus.SUCCESS, mstore.TaskStatus.FAILED):
+            return resp
+        time.sleep(0.05)
+    raise AssertionError("task %r never finished" % (tid,))
+
+
+@pytest.fixture
+def store2(cluster):
+    s = MooncakeDistributedStore()
+    assert s.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                   cluster["master"]) == 0
+    yield s
+    s.close()
+
+
+def test_batch_replica_clear_one_segment(store, cluster):
+    """Mooncake's test_clear_specific_segment_replica: only the replica on
+    the named segment goes; the other keeps serving the key."""
+    c = ReplicateConfig()
+    c.replica_num = 2
+    c.preferred_segment = store.get_hostname()
+    k = K("clr")
+    assert store.put(k, b"two replicas", c) == 0
+    own = mtypes.segment_name_of(store.get_hostname())
+    assert endpoints(store, k) == sorted([own, cluster["node"]])
+    assert store.batch_replica_clear([k], segment_name=store.get_hostname()) == []  # leased
+    wait_lease()
+    assert store.batch_replica_clear([k], segment_name=store.get_hostname()) == [k]
+    assert endpoints(store, k) == [cluster["node"]]
+    assert store.get(k) == b"two replicas"
+    wait_lease()
+    assert store.batch_replica_clear([k], segment_name=store.get_hostname()) == []  # none there
+    assert store.batch_replica_clear([k], segment_name=cluster["node"]) == [k]  # the last one
+    assert store.is_exist(k) == 0
+
+
+def test_copy_and_move_tasks(store, store2, cluster):
+    """Mooncake's scripts/test_copy_move_api.py, on three segments (this
+    store, a second store, the node): the copies are real replicas holding
+    the bytes, the move leaves the replica on the target only."""
+    own = mtypes.segment_name_of(store.get_hostname())
+    other = mtypes.segment_name_of(store2.get_hostname())
+    node = cluster["node"]
+    c = ReplicateConfig()
+    c.replica_num = 1
+    c.preferred_segment = store.get_hostname()
+    payload = os.urandom(2 << 20)
+    k = K("copy")
+    assert store.put(k, payload, c) == 0
+    assert endpoints(store, k) == [own]
+    tid, err = store.create_copy_task(k, [store2.get_hostname(), node])
+    assert err == 0 and isinstance(tid, tuple) and len(tid) == 2
+    resp = wait_task(store, tid)
+    assert resp.status == mstore.TaskStatus.SUCCESS, resp
+    assert resp.type == mstore.TaskType.REPLICA_COPY and resp.id == tid
+    assert resp.created_at_ms_epoch > 0 and resp.last_updated_at_ms_epoch >= resp.created_at_ms_epoch
+    assert endpoints(store, k) == sorted([own, other, node])
+    # the copies hold the bytes: drop the original, read what is left
+    wait_lease()
+    assert store.batch_replica_clear([k], segment_name=store.get_hostname()) == [k]
+    assert store2.get(k) == payload
+    # a copy to a segment already holding a replica changes nothing
+    tid, err = store.create_copy_task(k, [store2.get_hostname()])
+    assert err == 0 and wait_task(store, tid).status == mstore.TaskStatus.SUCCESS
+    assert endpoints(store, k) == sorted([other, node])
+
+    k2 = K("move")
+    assert store.put(k2, payload[:4096], c) == 0
+    tid, err = store.create_move_task(k2, store.get_hostname(), store2.get_hostname())
+    assert err == 0
+    resp = wait_task(store, tid)
+    assert resp.status == mstore.TaskStatus.SUCCESS and resp.type == mstore.TaskType.REPLICA_MOVE
+    assert endpoints(store, k2) == [other]
+    assert store.get(k2) == payload[:4096]
+
+    # Mooncake's error cases
+    none = K("none")
+    assert store.create_copy_task(none, [node])[1] == NOT_FOUND
+    assert store.create_move_task(none, node, other)[1] == NOT_FOUND
+    assert store.create_copy_task(k2, ["unknown_segment_1", "unknown_segment_2"])[1] == INVALID_PARAMS
+    assert store.create_move_task(k2, "unknown_source_segment", node)[1] == INVALID_PARAMS
+    assert store.create_move_task(k2, other, "unknown_destination_segment")[1] == INVALID_PARAMS
+    assert store.create_move_task(k2, other, other)[1] == INVALID_PARAMS
+    assert store.create_move_task(k2, node, other)[1] == INVALID_PARAMS  # no replica on node
+    assert store.create_copy_task(k2, [])[1] == INVALID_PARAMS
+    assert store.query_task((0, 0)) == (None, -1400)
+    with pytest.raises(TypeError):
+        store.create_copy_task(1, [node])
+    with pytest.raises(TypeError):
+        store.create_move_task(k2, None, node)
+    with pytest.raises(TypeError):
+        store.query_task("x")
+    closed = MooncakeDistributedStore()
+    assert closed.create_copy_task(k2, [node]) == ((0, 0), NOT_READY)
+
+
+def test_concurrent_copy_tasks(store, store2, cluster):
+    """Many tasks at once from several threads (Mooncake's concurrent case)."""
+    import concurrent.futures as cf
+    c = ReplicateConfig()
+    c.preferred_segment = store.get_hostname()
+    ks = [K("cc%d" % i) for i in range(24)]
+    for k in ks:
+        assert store.put(k, k.encode() * 50, c) == 0
+    with cf.ThreadPoolExecutor(8) as ex:
+        tids = list(ex.map(lambda k: store.create_copy_task(k, [store2.get_hostname()]), ks))
+    assert all(err == 0 for _, err in tids)
+    for tid, _ in tids:
+        assert wait_task(store, tid).status == mstore.TaskStatus.SUCCESS
+    own = mtypes.segment_name_of(store.get_hostname())
+    other = mtypes.segment_name_of(store2.get_hostname())
+    for k in ks:
+        assert endpoints(store, k) == sorted([own, other])
+
+
 def test_unavailable_features_answer_with_codes(store):
-    assert store.create_copy_task(K("k"), ["a:1"]) == ((0, 0), UNAVAILABLE)
-    assert store.create_move_task(K("k"), "a:1", "b:2") == ((0, 0), UNAVAILABLE)
-    assert store.query_task((1, 2)) == (None, -1400)
     assert store.mount_segment("/dev/shm/x", 1 << 20)["ret"] == UNAVAILABLE
     assert store.allocate_and_mount_segment(1 << 20)["ret"] == UNAVAILABLE
     assert store.unmount_segment(["x"]) == UNAVAILABLE
     assert store.unmount_and_free_segment(["x"]) == UNAVAILABLE
     with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
         store.get_kv_session("s")
-    with pytest.raises(TypeError):
-        store.create_copy_task(1, [])
 
 
 # ---- buffers --------------------------------------------------------------------------

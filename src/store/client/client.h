@@ -163,6 +163,12 @@ void cr__sc_tier_close_all(cr_store_t *s);
  * a negative errno (no leader now, etcd unreachable). No-op without HA. */
 int cr__sc_resolve(cr_store_t *s);
 
+/* Moves value bytes [off, off+len) of replica rep to (write) or from local
+ * memory (registered, or the staging buffer) and waits (ops.c). Returns 0,
+ * CR_E_TRANSFER_FAIL or -ENOMEM. */
+int cr__sc_replica_io(cr_store_t *s, const cr__rpc_replica_t *rep, uint64_t off, uint64_t len,
+                      void *local, int write);
+
 /* Validates a key; returns 0 or CR_E_INVALID_KEY. */
 int cr__sc_check_key(const char *key);
 

@@ -197,6 +197,22 @@ static int add_range(cr_store_t *s, reqvec_t *rv, const cr__rpc_replica_t *rep, 
     return 0;
 }
 
+/* (client.h) One range of one replica to/from local memory, synchronously. */
+int cr__sc_replica_io(cr_store_t *s, const cr__rpc_replica_t *rep, uint64_t off, uint64_t len,
+                      void *local, int write)
+{
+    reqvec_t rv;
+    rv_init(&rv);
+    int rc = add_range(s, &rv, rep, off, len, local, write ? CR_XFER_WRITE : CR_XFER_READ);
+    if (!rc && rv.n) {
+        int *st = malloc(rv.n * sizeof *st);
+        rc = st ? map_te_error(run_batch(s, rv.v, rv.n, st)) : -ENOMEM;
+        free(st);
+    }
+    rv_free(&rv);
+    return rc;
+}
+
 /* Replica visiting order: a replica on this client's own segment first. */
 static void replica_order(const cr_store_t *s, const cr__rpc_item_t *it, uint32_t *order)
 {

@@ -45,9 +45,10 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
 {
     uint16_t type = req->type & (uint16_t)~CR__RPC_REPLY;
     reply->status = 0;
-    if (CR__RPC_IS_TIER(type)) {
+    if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type)) {
         pthread_mutex_lock(&m->mu);
-        int rc = cr__m_tier_handle_locked(m, req, reply, now);
+        int rc = CR__RPC_IS_TIER(type) ? cr__m_tier_handle_locked(m, req, reply, now)
+                                       : cr__m_rtask_handle_locked(m, req, reply, now);
         if (rc == -ENOMEM)
             rc = CR_E_INTERNAL_ERROR;
         if (rc)

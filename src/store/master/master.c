@@ -85,6 +85,7 @@ void cr__master_destroy(cr__master_t *m)
     free(m->order);
     cr__ha_buf_free(&m->jbuf);
     cr__m_tier_destroy(m);
+    cr__m_rtask_destroy(m);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -106,6 +107,7 @@ void cr__master_tick(cr__master_t *m, uint64_t now)
         cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
     }
     cr__m_tier_tick(m, now);
+    cr__m_rtask_tick(m, now);
     if (cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes, m->capacity))
         cr__m_evict_locked(m, 0, now);
     pthread_mutex_unlock(&m->mu);

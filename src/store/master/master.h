@@ -266,7 +266,10 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(upserts_total, counter, "Objects replaced by an upsert's PutEnd")                          \
     X(rpc_remove_by_regex_total, counter, "RemoveByRegex requests")                          \
     X(puts_refused_metadata_full_total, counter,                                               \
-      "PutStart refused because --max_objects or --max_key_bytes was reached")
+      "PutStart refused because --max_objects or --max_key_bytes was reached")                  \
+    X(rtask_created_total, counter, "Replica copy/move tasks created")                         \
+    X(rtask_done_total, counter, "Replica copy/move tasks finished (success or failure)")      \
+    X(rtask_failed_total, counter, "Replica copy/move tasks that failed or timed out")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

@@ -15,6 +15,7 @@
  *   durable.c    op records of durable changes, rebuild from a shadow
  *                index, snapshot dump (ha/: journal, records, shadow)
  *   tier.c       the disk tier: offload/demote tasks, node reports
+ *   rtask.c      replica copy/move tasks, per-replica clear
  *   admin.c      HTTP admin endpoints (admin.h; uses master.h only)
  *
  * Lock discipline: one mutex, m->mu, guards every field of struct
@@ -139,6 +140,7 @@ struct cr__master {
     obj_t pending; /* sentinel: FIFO by start time (= by deadline) */
     obj_t ssd_lru; /* sentinel: complete objects with no live DRAM replica (tier.c) */
     struct cr__mtier *tier; /* tier state (tier.c), NULL until a disk segment mounts */
+    struct cr__mrtask *rtask; /* replica tasks (rtask.c), NULL until the first one */
     /* clients and segments (segments.c) */
     seg_t *segs;
     uint32_t n_segs, cap_segs, seg_cursor;
@@ -366,5 +368,18 @@ void cr__m_tier_stats_locked(cr__master_t *m, uint64_t *counters);
 void cr__m_tier_disk_hit(cr__master_t *m, obj_t *o, uint64_t now);
 /* Write-through (offload_watermark 0): queue the offload of a new object. */
 void cr__m_tier_put_completed(cr__master_t *m, obj_t *o, uint64_t now);
+/* A copy of o with one more replica (one shard seg/blk); the index slot
+ * and list links move to the copy and o is freed. NULL (o unchanged) when
+ * o already has CR__RPC_REPLICA_MAX replicas or on ENOMEM. */
+obj_t *cr__m_obj_add_replica(cr__master_t *m, obj_t *o, uint32_t seg, uint32_t blk);
+
+/* ---- rtask.c: replica copy/move tasks, per-replica clear ----------------- */
+
+/* The CR__RPC_RTASK_* and CR__RPC_REPLICA_CLEAR rpcs. Returns the reply status. */
+int cr__m_rtask_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                              uint64_t now);
+/* Periodic: tasks not driven to their end in time fail. */
+void cr__m_rtask_tick(cr__master_t *m, uint64_t now);
+void cr__m_rtask_destroy(cr__master_t *m);
 
 #endif

@@ -109,11 +109,8 @@ obj_t *cr__m_obj_list(cr__master_t *m, obj_t *o)
     return cr__m_obj_in_dram(m, o) || !cr__m_obj_on_disk(m, o) ? &m->lru : &m->ssd_lru;
 }
 
-/* A copy of o with one more replica (one shard seg/blk); the index slot
- * and list links move to the copy and o is freed. NULL (o unchanged) when
- * o already has CR__RPC_REPLICA_MAX replicas (replica ids are never
- * reused, so dead ones stay) or on ENOMEM. */
-static obj_t *obj_add_replica(cr__master_t *m, obj_t *o, uint32_t seg, uint32_t blk)
+/* (master_priv.h) Replica ids are never reused, so dead replicas stay. */
+obj_t *cr__m_obj_add_replica(cr__master_t *m, obj_t *o, uint32_t seg, uint32_t blk)
 {
     if (o->n_rep >= CR__RPC_REPLICA_MAX)
         return NULL;
@@ -546,7 +543,7 @@ static void complete_offload(cr__master_t *m, uint32_t s, const cr__rpc_item_t *
         task_remove(m, i);
         return;
     }
-    obj_t *n = obj_add_replica(m, o, t->seg, t->blk);
+    obj_t *n = cr__m_obj_add_replica(m, o, t->seg, t->blk);
     if (!n) {
         offload_abandon(m, t, 0, now);
         task_remove(m, i);
@@ -589,7 +586,7 @@ static void complete_promote(cr__master_t *m, uint32_t s, const cr__rpc_item_t *
         return;
     }
     o->flags &= (uint8_t)~OF_PROMOTING;
-    obj_t *n = obj_add_replica(m, o, t->src_seg, t->blk2);
+    obj_t *n = cr__m_obj_add_replica(m, o, t->src_seg, t->blk2);
     if (!n) {
         promote_abandon(m, t, 0, now, 1);
         task_remove(m, i);
@@ -649,7 +646,7 @@ static int adopt(cr__master_t *m, uint32_t s, const cr__rpc_item_t *in, uint64_t
     if (blk == CR__OALLOC_NONE)
         return CR_E_INVALID_PARAMS; /* overlaps, outside, misaligned */
     if (o) {
-        obj_t *n = obj_add_replica(m, o, s, blk);
+        obj_t *n = cr__m_obj_add_replica(m, o, s, blk);
         if (!n) {
             cr__oalloc_free(m->segs[s].alloc, blk);
             return CR_E_OBJECT_ALREADY_EXISTS;

@@ -100,6 +100,11 @@ static const struct {
     {CR__RPC_TIER_SYNC, "tier_sync"},
     {CR__RPC_REPL_APPEND, "repl_append"},
     {CR__RPC_REMOVE_BY_REGEX, "remove_by_regex"},
+    {CR__RPC_RTASK_CREATE, "rtask_create"},
+    {CR__RPC_RTASK_QUERY, "rtask_query"},
+    {CR__RPC_RTASK_START, "rtask_start"},
+    {CR__RPC_RTASK_END, "rtask_end"},
+    {CR__RPC_REPLICA_CLEAR, "replica_clear"},
 };
 
 const char *cr__rpc_type_name(uint16_t type)
@@ -337,7 +342,7 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
         return b->err;
     int rc = 0;
     uint16_t bt = base_type(type);
-    if (CR__RPC_IS_TIER(type)) {
+    if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type)) {
         if (!(reply && m->status != 0))
             rc = w_tier(b, m);
     } else if (reply && m->status != 0 && !(cr__rpc_type_has_items(type) && m->n_items)) {
@@ -698,7 +703,7 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
     uint16_t bt = base_type(type);
     if (reply && h->status != 0 && len == 0) {
         /* error reply without payload */
-    } else if (CR__RPC_IS_TIER(type)) {
+    } else if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type)) {
         rc = r_tier(&r, &m, &nomem);
     } else if (cr__rpc_type_has_items(type)) {
         uint32_t n = r_u32(&r);

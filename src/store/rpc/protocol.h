@@ -120,6 +120,22 @@ enum cr__rpc_type {
 
     /* 0x70-0x7f: Mooncake API operations (issue 13) */
     CR__RPC_REMOVE_BY_REGEX = 0x70, /* flags (FORCE), pattern -> count */
+    /* Replica tasks and per-replica clear (store/master/rtask.c). These
+     * use the tier messages' layout (every header field, items with every
+     * item field). A task id is (base, count) = (hi, lo). */
+    CR__RPC_RTASK_CREATE = 0x71, /* flags = 0 copy / 1 move, items[0].key = key,
+                                    segment = move source, items[1..].key = targets
+                                    -> base, count = task id */
+    CR__RPC_RTASK_QUERY = 0x72,  /* base, count = id -> flags = status, size = type,
+                                    base/count = created/updated (unix ms), segment =
+                                    executor, items[0]: key = message, status = error */
+    CR__RPC_RTASK_START = 0x73,  /* base, count = id (sent by the executor) -> items[0]:
+                                    key, version, size, replicas[0] = source;
+                                    items[1..]: replicas[0] = a new target replica */
+    CR__RPC_RTASK_END = 0x74,    /* base, count = id, flags = (int32) result of the
+                                    copies -> status */
+    CR__RPC_REPLICA_CLEAR = 0x75, /* segment ("" = every replica), items[].key ->
+                                     items[].status: 0 cleared, -704, -706 */
 
     /* connection authentication (security on, docs/security.md): the
      * payload is one message of src/common/auth/auth.h. Handled by the
@@ -132,6 +148,8 @@ enum cr__rpc_type {
 };
 /* 1 if type (without the reply bit) is one of the tier messages. */
 #define CR__RPC_IS_TIER(t) (((t) & 0x7fffu) >= CR__RPC_TIER_MOUNT && ((t) & 0x7fffu) <= CR__RPC_TIER_SYNC)
+/* 1 if type is one of the replica-task messages (same layout as tier). */
+#define CR__RPC_IS_RTASK(t) (((t) & 0x7fffu) >= CR__RPC_RTASK_CREATE && ((t) & 0x7fffu) <= CR__RPC_REPLICA_CLEAR)
 #define CR__RPC_REPLY 0x8000u
 #define CR__RPC_BATCH_OFFSET 20 /* CR__RPC_BATCH_X == CR__RPC_X + 20 */
 
