@@ -13,7 +13,7 @@ small) ValueError.  Pointers may be ints or buffer-protocol objects.
 
 The data path (put/get and their zero-copy and batch forms) is the C
 extension; this module adds Mooncake's remaining methods on top of it:
-tensors (Mooncake's 40-byte tensor header, TP and general parallelism,
+tensors (Mooncake's tensor metadata layout, TP and general parallelism,
 safetensors files), upserts, ranged reads, put sessions, replica
 descriptors, and the calls whose feature crescent does not have, which
 return -1011 (UNAVAILABLE_IN_CURRENT_MODE) or raise RuntimeError naming it.
@@ -729,13 +729,15 @@ class DistributedStore(_crescent.DistributedStore):
 
     # ---- tensors -------------------------------------------------------------------
 
-    def _enc(self, tensor):
+    def _enc(self, tensor, layout=None):
         tc.torch()
-        e = tc.encode(tensor)
-        return e
+        if layout is None:
+            return tc.encode(tensor)
+        return tc.encode(tensor, *layout)
 
-    def _write_tensor(self, key, tensor, config, upsert):
-        e = self._enc(tensor)
+    def _write_tensor(self, key, tensor, config, upsert, layout=None):
+        """layout: (global shape, axes) of a shard (tensor_codec.encode)."""
+        e = self._enc(tensor, layout)
         if e is None:
             return INVALID_PARAMS
         hdr, data, _keep = e
@@ -751,7 +753,7 @@ class DistributedStore(_crescent.DistributedStore):
 
     def put_tensor(self, key, tensor):
         """Stores a tensor (Mooncake's header + data). 0 or negative (-600 for
-        a non-tensor, an empty tensor, more than 4 dims)."""
+        a non-tensor, an empty tensor, more than 8 dims)."""
         return self._write_tensor(key, tensor, None, False)
 
     def pub_tensor(self, key, tensor, config=None):
@@ -808,7 +810,7 @@ class DistributedStore(_crescent.DistributedStore):
     def _check_tensor_buf(self, ptr, size):
         a, _ = _addr(ptr)
         _int(size, "size")
-        if size <= tc.HEADER_SIZE or not a or not self._registered(a, size):
+        if size <= tc.MIN_HEADER or not a or not self._registered(a, size):
             return None  # only registered memory is read (as Mooncake requires)
         return tc.decode_at(a, size)
 
@@ -864,8 +866,10 @@ class DistributedStore(_crescent.DistributedStore):
         chunks = tc.tp_chunks(tensor, tp_size, split_dim)
         if chunks is None:
             return INVALID_PARAMS
+        full = list(tensor.shape)
         for r, c in enumerate(chunks):
-            rc = self._write_tensor(tc.tp_key(key, r), c, config, upsert)
+            rc = self._write_tensor(tc.tp_key(key, r), c, config, upsert,
+                                    (full, [("tp", r, tp_size, split_dim)]))
             if rc:
                 return rc
         return 0
@@ -1000,9 +1004,10 @@ class DistributedStore(_crescent.DistributedStore):
         if writer_partition is not None:
             r, s, d = self._writer(writer_partition)
             shard = tc.partition(tensor, r, s, d)
-            return None if shard is None else (tc.tp_key(key, r), shard)
+            return None if shard is None else (tc.tp_key(key, r), shard,
+                                               (list(tensor.shape), [("tp", r, s, d)]))
         if parallelism is None or not parallelism.axes:
-            return key, tensor
+            return key, tensor, None
         if not isinstance(parallelism, TensorParallelism):
             raise TypeError("parallelism must be a TensorParallelism")
         axes = parallelism.axes
@@ -1010,13 +1015,19 @@ class DistributedStore(_crescent.DistributedStore):
             if a.rank >= a.size:
                 return None
         tp = [a for a in axes if a.kind == "tp"]
+        lay = [(a.kind, a.rank, a.size, -1 if a.split_dim is None else a.split_dim)
+               for a in axes[:tc.MAX_AXES]]
         if len(axes) > 1 and tp and tp[0].split_dim is not None:
             # TP inside a multi-axis layout: the caller passes the full tensor
             shard = tc.partition(tensor, tp[0].rank, tp[0].size, tp[0].split_dim)
             if shard is None:
                 return None
-            return tc.parallelism_key(key, axes), shard
-        return tc.parallelism_key(key, axes), tensor  # shard input
+            return tc.parallelism_key(key, axes), shard, (list(tensor.shape), lay)
+        full = list(tensor.shape)  # shard input: the global shape as far as known
+        for a in tp:
+            if a.split_dim is not None and 0 <= a.split_dim < len(full):
+                full[a.split_dim] *= a.size
+        return tc.parallelism_key(key, axes), tensor, (full, lay)
 
     def _put_par(self, key, tensor, parallelism, config, writer_partition, upsert):
         if not isinstance(key, str):
@@ -1024,7 +1035,7 @@ class DistributedStore(_crescent.DistributedStore):
         plan = self._shard_plan(key, tensor, parallelism, writer_partition)
         if plan is None:
             return INVALID_PARAMS
-        return self._write_tensor(plan[0], plan[1], config, upsert)
+        return self._write_tensor(plan[0], plan[1], config, upsert, plan[2])
 
     def _batch_put_par(self, keys, tensors, parallelisms, config, writer_partitions, upsert):
         keys = _keys(keys)
@@ -1114,27 +1125,36 @@ class DistributedStore(_crescent.DistributedStore):
         if not axes:
             return reader(key)
         tp = [i for i, a in enumerate(axes) if a.kind == "tp"]
-        if not tp or axes[tp[0]].split_dim is None:
+        if not tp:
             return None
         i = tp[0]
+        split = axes[i].split_dim
+        if split is None:  # the shards' headers name it (Mooncake's layout metadata)
+            ax = list(axes)
+            ax[i] = ParallelAxis("tp", 0, axes[i].size)
+            lay = tc.layout_of(self.get(tc.parallelism_key(key, ax)))
+            tps = [a for a in (lay[1] if lay else []) if a[0] == "tp" and a[3] >= 0]
+            if not tps:
+                return None
+            split = tps[0][3]
         parts = []
         for r in range(axes[i].size):
             ax = list(axes)
-            ax[i] = ParallelAxis("tp", r, axes[i].size, axes[i].split_dim)
+            ax[i] = ParallelAxis("tp", r, axes[i].size, split)
             t = reader(tc.parallelism_key(key, ax))
             if t is None:
                 return None
             parts.append(t)
         try:
-            return tc.torch().cat(parts, axes[i].split_dim)
+            return tc.torch().cat(parts, split)
         except RuntimeError:
             return None
 
     def get_tensor_with_parallelism(self, key, target=None):
         """The tensor a ReadTarget names: as stored (None target), one shard,
         or the full tensor rebuilt from its TP shards (target.parallelism
-        names the TP axis: size and split_dim; crescent stores Mooncake's
-        40-byte header, which carries no global shape)."""
+        names the TP axis and its size; split_dim, when not given, comes
+        from the shards' layout metadata)."""
         tc.torch()
         return self._read_par(key, target, self.get_tensor)
 

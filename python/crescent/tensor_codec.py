@@ -1,16 +1,25 @@
 """Tensor values as Mooncake lays them out, tensor-parallel splits and the
 safetensors file format — crescent's own implementation.
 
-A stored tensor is Mooncake's 40-byte ``TensorMetadata`` header followed by
-the raw C-contiguous element bytes (little-endian host order)::
+A stored tensor is Mooncake's current 304-byte ``TensorMetadata`` followed
+by the raw C-contiguous element bytes (little-endian)::
 
-    int32 dtype   (Mooncake's TensorDtype numbering, below)
-    int32 ndim    (0..4)
-    int64 shape[4] (unused dimensions are -1)
+    TensorObjectHeader (40 bytes)
+      uint32 magic 0x4d4f4f4e, uint16 version 1, uint16 header_size 304,
+      int32 dtype (Mooncake's TensorDtype numbering, below), int32 ndim,
+      uint32 layout_kind (0 FULL, 1 SHARD), uint32 reserved_flags,
+      uint64 data_offset (304), uint64 data_bytes
+    TensorLayoutMetadata (264 bytes)
+      int64 global_shape[8], int64 local_shape[8] (unused dims -1),
+      uint32 axis_count, uint32 reserved,
+      4 x {int32 kind (DP 0, TP 1, EP 2, PP 3), axis_index, shard_rank,
+           shard_count, split_dim, reserved; int64 reserved}
 
 so a tensor written by crescent reads back with Mooncake's ``get_tensor``
-and the other way round. Tensors with no element or more than 4 dimensions
-are refused (-600), as Mooncake does.
+and the other way round; the checks on read are Mooncake's
+(ValidateTensorMetadata). Mooncake's older 40-byte header (int32 dtype,
+int32 ndim, int64 shape[4]) is still read. Tensors with no element or more
+than 8 dimensions are refused (-600), as Mooncake does.
 
 safetensors: 8-byte little-endian header length N, N bytes of JSON
 (``{"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]},
@@ -20,9 +29,18 @@ import json
 import os
 import struct
 
-HEADER = struct.Struct("<ii4q")
-HEADER_SIZE = HEADER.size  # 40
-MAX_DIMS = 4
+MAGIC = 0x4d4f4f4e
+VERSION = 1
+MAX_DIMS = 8
+MAX_AXES = 4
+OBJ_HEADER = struct.Struct("<IHHiiIIQQ")              # TensorObjectHeader, 40 bytes
+LAYOUT = struct.Struct("<8q8qII" + "6iq" * MAX_AXES)  # TensorLayoutMetadata, 264 bytes
+HEADER_SIZE = OBJ_HEADER.size + LAYOUT.size            # 304
+LEGACY = struct.Struct("<ii4q")                        # Mooncake's first layout, 40 bytes
+LEGACY_DIMS = 4
+MIN_HEADER = LEGACY.size
+FULL, SHARD = 0, 1
+AXIS_KINDS = {"dp": 0, "tp": 1, "ep": 2, "pp": 3}
 
 # Mooncake's TensorDtype values -> torch dtype attribute names.
 _CODES = {0: "float32", 1: "float64", 2: "int8", 3: "uint8", 4: "int16", 5: "uint16",
@@ -75,9 +93,15 @@ def is_tensor(obj):
         _torch_mod is not None and isinstance(obj, _torch_mod.Tensor)
 
 
-def encode(tensor):
-    """(header bytes, data buffer) of a tensor, or None when Mooncake refuses
-    it (not a tensor, no element, unknown dtype, more than 4 dims)."""
+def _dims(shape):
+    return list(shape) + [-1] * (MAX_DIMS - len(shape))
+
+
+def encode(tensor, global_shape=None, axes=()):
+    """(header bytes, data buffer, contiguous tensor) of a tensor, or None
+    when Mooncake refuses it (not a tensor, no element, unknown dtype, more
+    than 8 dims). A shard names the full tensor's global_shape and its axes:
+    (kind "tp"/"dp"/"ep"/"pp", shard_rank, shard_count, split_dim or -1)."""
     t = torch()
     if not isinstance(tensor, t.Tensor):
         return None
@@ -88,32 +112,86 @@ def encode(tensor):
     if c.device.type != "cpu":
         c = c.to("cpu")
     c = c.contiguous()
-    shape = list(c.shape) + [-1] * (MAX_DIMS - c.dim())
-    hdr = HEADER.pack(code, c.dim(), *shape)
+    local = list(c.shape)
+    gshape = list(global_shape) if global_shape is not None else local
+    if len(gshape) != len(local) or len(axes) > MAX_AXES:
+        return None
+    nbytes = c.numel() * c.element_size()
+    hdr = OBJ_HEADER.pack(MAGIC, VERSION, HEADER_SIZE, code, c.dim(), SHARD if axes else FULL, 0,
+                          HEADER_SIZE, nbytes)
+    flat = []
+    for i in range(MAX_AXES):
+        if i < len(axes):
+            kind, rank, count, split_dim = axes[i]
+            flat += [AXIS_KINDS[kind], i, rank, count, split_dim, 0, 0]
+        else:
+            flat += [0] * 7
+    hdr += LAYOUT.pack(*_dims(gshape), *_dims(local), len(axes), 0, *flat)
     raw = c.reshape(-1).view(t.uint8)
     return hdr, memoryview(raw.numpy()), c
 
 
-def parse_header(buf):
-    """(torch dtype, shape list, data bytes expected) from the first 40 bytes
-    of buf, or None when they are not a valid tensor header."""
-    if len(buf) < HEADER_SIZE:
-        return None
-    code, ndim, *shape = HEADER.unpack_from(buf)
+def _dtype_of(code):
     name = _CODES.get(code)
-    if name is None or not 0 <= ndim <= MAX_DIMS:
-        return None
-    dt = getattr(torch(), name, None)
-    if dt is None:
-        return None
-    shape = shape[:ndim]
-    if any(d < 0 for d in shape):
-        return None
+    return getattr(torch(), name, None) if name is not None else None
+
+
+def _count(shape):
     n = 1
     for d in shape:
         n *= d
+    return n
+
+
+def parse(buf):
+    """(torch dtype, local shape, data offset) of a whole stored tensor (the
+    header and exactly its data), or None when buf is not one. Checks what
+    Mooncake's ValidateTensorMetadata checks, and that the data length fits
+    the shape."""
+    n = len(buf)
+    if n >= HEADER_SIZE and OBJ_HEADER.unpack_from(buf)[0] == MAGIC:
+        magic, ver, hsize, code, ndim, kind, _flags, off, nbytes = OBJ_HEADER.unpack_from(buf)
+        lay = LAYOUT.unpack_from(buf, OBJ_HEADER.size)
+        gshape, local, n_axes = lay[0:8], lay[8:16], lay[16]
+        if ver != VERSION or hsize != HEADER_SIZE or not 0 <= ndim <= MAX_DIMS or \
+                n_axes > MAX_AXES or kind > SHARD or not HEADER_SIZE <= off <= n or \
+                nbytes != n - off:
+            return None
+        if any(gshape[i] <= 0 or local[i] < 0 for i in range(ndim)) or \
+                any(gshape[i] != -1 or local[i] != -1 for i in range(ndim, MAX_DIMS)):
+            return None
+        for i in range(n_axes):
+            k, _idx, rank, count, split, _r0, _r1 = lay[18 + 7 * i:25 + 7 * i]
+            if not 0 <= k <= 4 or count <= 0 or not 0 <= rank < count or not -1 <= split < ndim:
+                return None
+        shape = list(local[:ndim])
+    elif n >= LEGACY.size:  # Mooncake's first layout
+        code, ndim, *dims = LEGACY.unpack_from(buf)
+        if not 0 <= ndim <= LEGACY_DIMS or any(d < 0 for d in dims[:ndim]):
+            return None
+        shape, off = list(dims[:ndim]), LEGACY.size
+    else:
+        return None
+    dt = _dtype_of(code)
+    if dt is None:
+        return None
     esize = torch().empty(0, dtype=dt).element_size()
-    return dt, shape, n * esize
+    if _count(shape) == 0 or (n - off) != _count(shape) * esize:
+        return None
+    return dt, shape, off
+
+
+def layout_of(buf):
+    """(global shape, [(kind, rank, count, split_dim)]) of a stored tensor in
+    Mooncake's current layout, or None (another layout, or not a tensor)."""
+    if parse(buf) is None or len(buf) < HEADER_SIZE or OBJ_HEADER.unpack_from(buf)[0] != MAGIC:
+        return None
+    ndim = OBJ_HEADER.unpack_from(buf)[4]
+    lay = LAYOUT.unpack_from(buf, OBJ_HEADER.size)
+    kinds = {v: k for k, v in AXIS_KINDS.items()}
+    axes = [(kinds.get(lay[18 + 7 * i], "reserved"),) + tuple(lay[20 + 7 * i:23 + 7 * i])
+            for i in range(lay[16])]
+    return list(lay[:ndim]), axes
 
 
 def decode(buf, copy=True):
@@ -121,13 +199,11 @@ def decode(buf, copy=True):
     copy=False the tensor shares buf's memory (buf must be writable)."""
     t = torch()
     mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) or buf.format != "B" else buf
-    h = parse_header(mv)
+    h = parse(mv)
     if h is None:
         return None
-    dt, shape, nbytes = h
-    if nbytes == 0 or len(mv) - HEADER_SIZE != nbytes:
-        return None
-    data = mv[HEADER_SIZE:HEADER_SIZE + nbytes]
+    dt, shape, off = h
+    data = mv[off:]
     if copy or data.readonly:
         data = bytearray(data)
     flat = t.frombuffer(data, dtype=t.uint8)
@@ -137,7 +213,7 @@ def decode(buf, copy=True):
 def decode_at(ptr, length):
     """decode() of `length` bytes at address ptr, sharing that memory."""
     import ctypes
-    if length <= HEADER_SIZE:
+    if length <= MIN_HEADER:
         return None
     arr = (ctypes.c_ubyte * length).from_address(ptr)
     return decode(memoryview(arr).cast("B"), copy=False)

@@ -26,6 +26,7 @@ NOT_FOUND = -704
 NOT_READY = -1010
 UNAVAILABLE = -1011
 LEASE_MS = 300
+H = 304  # Mooncake's serialized tensor metadata
 
 torch = pytest.importorskip("torch", reason="python3-torch is not installed")
 
@@ -308,9 +309,17 @@ def test_tensor_layout_is_mooncakes(store):
     k = K("t")
     assert store.put_tensor(k, t) == 0
     raw = store.get(k)
-    dtype, ndim, *shape = struct.unpack_from("<ii4q", raw)
-    assert (dtype, ndim, shape) == (6, 2, [2, 3, -1, -1])  # INT32 = 6 in Mooncake
-    assert raw[40:] == t.numpy().tobytes()
+    # Mooncake's TensorObjectHeader (40 bytes) + TensorLayoutMetadata (264)
+    magic, ver, hsize, dtype, ndim, kind, flags, off, nbytes = struct.unpack_from("<IHHiiIIQQ", raw)
+    assert (magic, ver, hsize, dtype, ndim, kind, off, nbytes) == \
+        (0x4d4f4f4e, 1, H, 6, 2, 0, H, 24)  # INT32 = 6, FULL layout
+    lay = struct.unpack_from("<8q8qII", raw, 40)
+    assert lay[:8] == (2, 3) + (-1,) * 6 and lay[8:16] == lay[:8] and lay[16] == 0
+    assert raw[H:] == t.numpy().tobytes()
+    # Mooncake's first (40-byte) layout still reads
+    legacy = K("legacy")
+    assert store.put(legacy, struct.pack("<ii4q", 6, 2, 2, 3, -1, -1) + t.numpy().tobytes()) == 0
+    assert torch.equal(store.get_tensor(legacy), t)
     for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
                torch.uint8, torch.int16, torch.int64, torch.bool):
         x = (torch.arange(8) % 2).to(dt).reshape(2, 2, 2)
@@ -324,7 +333,10 @@ def test_tensor_layout_is_mooncakes(store):
 
 def test_tensor_edge_cases(store):
     assert store.put_tensor(K("empty"), torch.zeros(0)) == INVALID_PARAMS
-    assert store.put_tensor(K("5d"), torch.zeros(1, 1, 1, 1, 2)) == INVALID_PARAMS
+    assert store.put_tensor(K("9d"), torch.zeros(*[1] * 8, 2)) == INVALID_PARAMS
+    k8 = K("8d")
+    assert store.put_tensor(k8, torch.ones(*[1] * 7, 2)) == 0
+    assert store.get_tensor(k8).shape == (1,) * 7 + (2,)
     assert store.put_tensor(K("junk"), "not a tensor") == INVALID_PARAMS
     k = K("bytes")
     assert store.put(k, b"not a tensor at all, just bytes that are long enough") == 0
@@ -342,7 +354,13 @@ def test_tensor_into_and_from(store):
     assert store.register_buffer(buf) == 0
     got = store.get_tensor_into(k, buf.ctypes.data, buf.nbytes)
     assert torch.equal(got, t)
-    n = 40 + t.numel() * 4
+    n = H + t.numel() * 4
+    # Mooncake's test_upsert_api: change the tensor in place, write it back
+    got.fill_(42.0)
+    assert store.upsert_tensor_from(k, buf.ctypes.data, n) == 0
+    assert torch.equal(store.get_tensor(k), torch.full((4, 8), 42.0))
+    got.copy_(t)
+    assert store.upsert_tensor_from(k, buf.ctypes.data, n) == 0
     k2 = K("from")
     assert store.put_tensor_from(k2, buf.ctypes.data, n) == 0
     assert torch.equal(store.get_tensor(k2), t)
@@ -361,6 +379,11 @@ def test_tensor_parallel(store):
     k = K("tp")
     assert store.put_tensor_with_tp(k, t, tp_size=2, split_dim=1) == 0
     assert torch.equal(store.get_tensor(k + "_tp_0"), t[:, :4])
+    raw = store.get(k + "_tp_1")  # a SHARD layout naming the full shape and the TP axis
+    assert struct.unpack_from("<I", raw, 16)[0] == 1
+    lay = struct.unpack_from("<8q8qII6iq", raw, 40)
+    assert lay[:2] == (4, 8) and lay[8:10] == (4, 4) and lay[16] == 1
+    assert lay[18:23] == (1, 0, 1, 2, 1)  # kind TP, axis 0, rank 1 of 2, split_dim 1
     assert torch.equal(store.get_tensor_with_tp(k, tp_rank=1, tp_size=2), t[:, 4:])
     assert store.get_tensor_with_tp(k, tp_rank=3, tp_size=4) is None
     assert store.put_tensor_with_tp(K("bad"), t, tp_size=3, split_dim=5) == INVALID_PARAMS
@@ -376,7 +399,7 @@ def test_tensor_parallel(store):
     assert store.register_buffer(buf) == 0
     assert store.get_tensor_into(k + "_tp_0", buf.ctypes.data, 4096) is not None
     kf = K("tpf")
-    assert store.put_tensor_with_tp_from(kf, buf.ctypes.data, 40 + 16 * 4, tp_size=2) == 0
+    assert store.put_tensor_with_tp_from(kf, buf.ctypes.data, H + 16 * 4, tp_size=2) == 0
     assert torch.equal(store.get_tensor_with_tp(kf, 1, 2), t[2:, :4])
     shard = store.get_tensor_with_tp_into(kf, buf.ctypes.data + 1024, 1024, 1, 2)
     assert torch.equal(shard, t[2:, :4])
@@ -394,6 +417,8 @@ def test_general_parallelism(store):
     assert torch.equal(store.get_tensor(k + "_tp_2"), full[:, 8:])
     tgt = RT("full", TP([P("tp", 0, 3, split_dim=1)]))
     assert torch.equal(store.get_tensor_with_parallelism(k, tgt), full)
+    # without split_dim the shards' layout metadata names it
+    assert torch.equal(store.get_tensor_with_parallelism(k, RT("full", TP([P("tp", 0, 3)]))), full)
     tgt = RT("shard", TP([P("tp", 1, 3, split_dim=1)]))
     assert torch.equal(store.get_tensor_with_parallelism(k, tgt), full[:, 4:8])
     # DP + TP: full input, the TP shard is cut here
@@ -430,7 +455,7 @@ def test_general_parallelism(store):
         k, buf.ctypes.data, 4096, RT("full", TP([P("tp", 0, 3, split_dim=1)])))
     assert torch.equal(fi, full)
     kf = K("pf")
-    assert store.put_tensor_with_parallelism_from(kf, buf.ctypes.data, 40 + 24 * 4) == 0
+    assert store.put_tensor_with_parallelism_from(kf, buf.ctypes.data, H + 24 * 4) == 0
     assert torch.equal(store.get_tensor(kf), full)
     assert store.unregister_buffer(buf) == 0
 
