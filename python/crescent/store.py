@@ -1107,41 +1107,42 @@ class DistributedStore(_crescent.DistributedStore):
         return self._batch_par_from(keys, buffer_ptrs, sizes, parallelisms, config,
                                     writer_partitions, True)
 
-    def _read_par(self, key, target, reader):
-        """reader(key) over the keys a ReadTarget names; "full" reassembles
-        the TP shards named by target.parallelism along their split_dim."""
-        if not isinstance(key, str):
-            raise TypeError("key must be str")
-        if target is not None and not isinstance(target, ReadTarget):
-            raise TypeError("target must be a ReadTarget or None")
-        if target is None or target.mode == "as_stored":
-            return reader(key)
-        axes = target.parallelism.axes if target.parallelism is not None else []
-        if target.mode == "shard":
-            if not axes:
-                return None
-            return reader(tc.parallelism_key(key, axes))
-        # full
-        if not axes:
-            return reader(key)
-        tp = [i for i, a in enumerate(axes) if a.kind == "tp"]
-        if not tp:
+    def _stored(self, key):
+        """(tensor, layout) stored under key (tensor_codec.layout_of: None
+        for a full tensor or an older layout), or (None, None)."""
+        h = self.get_buffer(key)
+        if h is None:
+            return None, None
+        mv = memoryview(h).cast("B")
+        return tc.decode(mv), tc.layout_of(mv)
+
+    @staticmethod
+    def _tp_of(layout):
+        """(shard count, split_dim) of the TP axis in a stored layout, or None."""
+        for kind, _rank, count, split in (layout[1] if layout else []):
+            if kind == "tp" and split >= 0:
+                return count, split
+        return None
+
+    def _tp_full(self, key, axes, i, size=None, split=None):
+        """The full tensor rebuilt from the TP shards of axis i (the other
+        axes as given). The count and split_dim the shards were written with
+        come from their layout metadata; size/split are the caller's guess."""
+        def shard_key(r):
+            ax = list(axes)
+            ax[i] = ParallelAxis("tp", r, max(size or 1, r + 1))
+            return tc.parallelism_key(key, ax)
+        first, lay = self._stored(shard_key(0))
+        if first is None:
             return None
-        i = tp[0]
-        split = axes[i].split_dim
-        if split is None:  # the shards' headers name it (Mooncake's layout metadata)
-            ax = list(axes)
-            ax[i] = ParallelAxis("tp", 0, axes[i].size)
-            lay = tc.layout_of(self.get(tc.parallelism_key(key, ax)))
-            tps = [a for a in (lay[1] if lay else []) if a[0] == "tp" and a[3] >= 0]
-            if not tps:
-                return None
-            split = tps[0][3]
-        parts = []
-        for r in range(axes[i].size):
-            ax = list(axes)
-            ax[i] = ParallelAxis("tp", r, axes[i].size, split)
-            t = reader(tc.parallelism_key(key, ax))
+        stored = self._tp_of(lay)
+        if stored is not None:
+            size, split = stored
+        if size is None or split is None:
+            return None
+        parts = [first]
+        for r in range(1, size):
+            t, _ = self._stored(shard_key(r))
             if t is None:
                 return None
             parts.append(t)
@@ -1150,13 +1151,53 @@ class DistributedStore(_crescent.DistributedStore):
         except RuntimeError:
             return None
 
+    def _read_par(self, key, target):
+        """The tensor a ReadTarget names. "shard" of a TP axis whose shards
+        were written with another size is cut from the rebuilt full tensor
+        (Mooncake's resharding read); "full" rebuilds from the shards."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        if target is not None and not isinstance(target, ReadTarget):
+            raise TypeError("target must be a ReadTarget or None")
+        if target is None or target.mode == "as_stored":
+            return self.get_tensor(key)
+        axes = list(target.parallelism.axes) if target.parallelism is not None else []
+        tpi = [i for i, a in enumerate(axes) if a.kind == "tp"]
+        if target.mode == "shard":
+            if not axes:
+                return None
+            t, lay = self._stored(tc.parallelism_key(key, axes))
+            if not tpi:
+                return t
+            a = axes[tpi[0]]
+            stored = self._tp_of(lay)
+            if t is not None and (stored is None or stored[0] == a.size):
+                return t
+            full = self._tp_full(key, axes, tpi[0], None, a.split_dim)
+            split = a.split_dim if a.split_dim is not None else (stored or (None, None))[1]
+            if full is None or split is None:
+                return None
+            chunks = full.chunk(a.size, split)
+            return chunks[a.rank].contiguous() if a.rank < len(chunks) else None
+        # full
+        if not axes:
+            t = self.get_tensor(key)
+            if t is not None:
+                return t
+            # written as TP shards (writer_partition / put_tensor_with_tp)
+            return self._tp_full(key, [ParallelAxis("tp", 0, 1)], 0)
+        if not tpi:
+            return self.get_tensor(tc.parallelism_key(key, axes))
+        a = axes[tpi[0]]
+        return self._tp_full(key, axes, tpi[0], a.size, a.split_dim)
+
     def get_tensor_with_parallelism(self, key, target=None):
-        """The tensor a ReadTarget names: as stored (None target), one shard,
-        or the full tensor rebuilt from its TP shards (target.parallelism
-        names the TP axis and its size; split_dim, when not given, comes
-        from the shards' layout metadata)."""
+        """The tensor a ReadTarget names: as stored (None target), one shard
+        (resharded when the shards were written with another TP size), or
+        the full tensor rebuilt from its TP shards (the shards' layout
+        metadata names their count and split_dim)."""
         tc.torch()
-        return self._read_par(key, target, self.get_tensor)
+        return self._read_par(key, target)
 
     def batch_get_tensor_with_parallelism(self, keys, targets=None):
         keys = _keys(keys)
@@ -1167,23 +1208,25 @@ class DistributedStore(_crescent.DistributedStore):
 
     def get_tensor_with_parallelism_into(self, key, buffer_ptr, size, target=None):
         """Like get_tensor_with_parallelism(); the result is serialized into
-        registered memory at buffer_ptr and returned as a tensor sharing it."""
+        registered memory at buffer_ptr and returned as a tensor sharing it
+        (a stored tensor read as stored goes there directly)."""
         tc.torch()
-        if target is not None and isinstance(target, ReadTarget) and target.mode == "full" and \
-                target.parallelism is not None and target.parallelism.axes:
-            t = self.get_tensor_with_parallelism(key, target)
-            if t is None:
-                return None
-            e = tc.encode(t)
-            a, _ = _addr(buffer_ptr)
-            n = len(e[0]) + e[1].nbytes
-            _int(size, "size")
-            if n > size or not self._registered(a, n):
-                return None
-            ctypes.memmove(a, e[0], len(e[0]))
-            ctypes.memmove(a + len(e[0]), bytes(e[1]), e[1].nbytes)
-            return tc.decode_at(a, n)
-        return self._read_par(key, target, lambda k: self.get_tensor_into(k, buffer_ptr, size))
+        if target is None or (isinstance(target, ReadTarget) and target.mode == "as_stored"):
+            if not isinstance(key, str):
+                raise TypeError("key must be str")
+            return self.get_tensor_into(key, buffer_ptr, size)
+        t = self.get_tensor_with_parallelism(key, target)
+        if t is None:
+            return None
+        e = tc.encode(t)
+        a, _ = _addr(buffer_ptr)
+        n = len(e[0]) + e[1].nbytes
+        _int(size, "size")
+        if n > size or not self._registered(a, n):
+            return None
+        ctypes.memmove(a, e[0], len(e[0]))
+        ctypes.memmove(a + len(e[0]), bytes(e[1]), e[1].nbytes)
+        return tc.decode_at(a, n)
 
     def batch_get_tensor_with_parallelism_into(self, keys, buffer_ptrs, sizes, targets=None):
         keys = _keys(keys)

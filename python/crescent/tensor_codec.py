@@ -237,11 +237,12 @@ def tp_chunks(tensor, tp_size, split_dim):
 
 
 def partition(tensor, rank, size, split_dim):
-    """Shard `rank` of `size` of a full tensor along split_dim (the first
-    dim % size shards are one element longer), or None if out of range."""
+    """Shard `rank` of `size` of a full tensor along split_dim, as
+    tensor.chunk() cuts it (Mooncake's rule), or None if out of range."""
     if not (0 <= rank < size) or not (0 <= split_dim < tensor.dim()):
         return None
-    return tensor.tensor_split(size, split_dim)[rank].contiguous()
+    chunks = tensor.chunk(size, split_dim)
+    return chunks[rank].contiguous() if rank < len(chunks) else None
 
 
 def parallelism_key(key, axes):

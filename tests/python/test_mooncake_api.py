@@ -435,6 +435,15 @@ def test_general_parallelism(store):
         assert store.put_tensor_with_parallelism(k3, x, writer_partition=(r, 3, 0)) == 0
     assert torch.equal(store.get_tensor_with_parallelism(
         k3, RT("full", TP([P("tp", 0, 3, split_dim=0)]))), x)
+    # Mooncake's scripts/test_tensor_api.py: a full read needs no parallelism
+    # (the shards' metadata names it), shards are tensor.chunk()'s, and a
+    # shard read with another TP size is cut from the rebuilt tensor
+    assert torch.equal(store.get_tensor_with_parallelism(k3, RT("full")), x)
+    assert torch.equal(store.get_tensor_with_parallelism(k3, RT("shard", TP([P("tp", 2, 3, 0)]))),
+                       x.chunk(3)[2])
+    assert torch.equal(store.get_tensor_with_parallelism(k, RT("shard", TP([P("tp", 1, 2, 1)]))),
+                       full.chunk(2, 1)[1])
+    assert store.get_tensor_with_parallelism(k, RT("shard", TP([P("tp", 5, 6, 1)]))) is not None
     with pytest.raises(ValueError):
         store.put_tensor_with_parallelism(k3, x, TP([P("tp", 0, 2)]), writer_partition=(0, 2, 0))
     with pytest.raises(ValueError):
