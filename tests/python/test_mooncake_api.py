@@ -835,3 +835,28 @@ def test_async_store(cluster):
         assert await s.get(k) == b"v1"
         assert await s.close() == 0
     asyncio.run(main())
+
+    # Mooncake's own form (scripts/test_async_store.py): async_<method>
+    from mooncake.async_store import MooncakeDistributedStoreAsync
+    s = MooncakeDistributedStoreAsync()
+    assert isinstance(s, MooncakeDistributedStore)
+    assert s.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "", cluster["master"]) == 0
+
+    async def main2():
+        keys = [K("a%d" % i) for i in range(4)]
+        assert await s.async_put_batch(keys, [b"x"] * 4) == 0
+        assert await s.async_batch_is_exist(keys + [K("none")]) == [1, 1, 1, 1, 0]
+        got = await asyncio.gather(*[s.async_get(k) for k in keys])
+        assert got == [b"x"] * 4
+        t = torch.arange(12).view(3, 4)
+        assert await s.async_put_tensor_with_tp(keys[0] + "t", t, tp_size=2, split_dim=1) == 0
+        parts = await asyncio.gather(*[s.async_get_tensor_with_tp(keys[0] + "t", tp_rank=r,
+                                                                  tp_size=2, split_dim=1)
+                                       for r in range(2)])
+        assert torch.equal(torch.cat(parts, 1), t)
+        with pytest.raises(AttributeError):
+            s.async_no_such_method
+        with pytest.raises(AttributeError):
+            s.no_such_attribute
+    asyncio.run(main2())
+    assert s.close() == 0

@@ -1,4 +1,13 @@
-"""``mooncake.async_store``: asyncio front end of MooncakeDistributedStore.
+"""``mooncake.async_store``: asyncio front ends of MooncakeDistributedStore.
+
+Mooncake's own form: a store whose every method ``m`` also exists as the
+coroutine ``async_m`` (setup/close stay synchronous)::
+
+    store = MooncakeDistributedStoreAsync()
+    store.setup("localhost", meta, "1GB", "64MB", "tcp", "", master)
+    await store.async_put("k", b"v"); v = await store.async_get("k")
+
+and a wrapper whose methods are all coroutines::
 
     store = AsyncMooncakeDistributedStore()            # or wrap an existing one
     await store.setup("localhost", meta, "1GB", "64MB", "tcp", "", master)
@@ -14,7 +23,42 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mooncake.store import MooncakeDistributedStore
 
-__all__ = ["AsyncMooncakeDistributedStore", "AsyncStore"]
+__all__ = ["MooncakeDistributedStoreAsync", "AsyncMooncakeDistributedStore", "AsyncStore"]
+
+
+class MooncakeDistributedStoreAsync(MooncakeDistributedStore):
+    """MooncakeDistributedStore plus ``async_<method>`` for every method:
+    the call runs in a bounded thread pool (the C extension releases the
+    GIL while it waits), so the event loop never blocks on the store. The
+    coroutine function is made on first use and kept on the instance."""
+
+    _ASYNC_THREADS = 8
+
+    def __getattr__(self, name):
+        if not name.startswith("async_") or len(name) == 6:
+            raise AttributeError("'%s' object has no attribute '%s'" % (type(self).__name__, name))
+        fn = getattr(self, name[6:], None)
+        if fn is None or not callable(fn) or name[6:].startswith("_"):
+            raise AttributeError("'%s' object has no attribute '%s' (nor '%s')"
+                                 % (type(self).__name__, name, name[6:]))
+        pool = self.__dict__.get("_async_pool")
+        if pool is None:
+            pool = ThreadPoolExecutor(max_workers=self._ASYNC_THREADS,
+                                      thread_name_prefix="mooncake-async")
+            self.__dict__["_async_pool"] = pool
+
+        @functools.wraps(fn)
+        async def call(*args, **kwargs):
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
+        setattr(self, name, call)
+        return call
+
+    def close(self):
+        pool = self.__dict__.pop("_async_pool", None)
+        if pool is not None:  # not wait=True: close() may run on the pool itself
+            pool.shutdown(wait=False)
+        return super().close()
 
 
 class AsyncMooncakeDistributedStore:
