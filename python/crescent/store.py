@@ -168,10 +168,17 @@ class DistributedStore(_crescent.DistributedStore):
 
     def setup(self, local_hostname, metadata_server=None, global_segment_size=16 << 20,
               local_buffer_size=16 << 20, protocol="tcp", rdma_devices="",
-              master_server_addr="127.0.0.1:50051", engine=None):
+              master_server_addr="127.0.0.1:50051", engine=None, ipc_socket_path="",
+              enable_ssd_offload=False, ssd_offload_path="", tenant_id="default"):
         """Mooncake's setup(): connects to the master, mounts
         global_segment_size bytes of this process and maps the local buffer.
         Also setup(dict) with the same keys. Returns 0 or a negative code.
+        Not applicable here, refused with -1011 (UNAVAILABLE_IN_CURRENT_MODE)
+        and a RuntimeWarning naming the reason: enable_ssd_offload=True (an
+        embedded client has no disk tier; crescent-node --ssd_path has one)
+        and a tenant_id other than "default" (no multi-tenant isolation).
+        ipc_socket_path (where Mooncake's real client serves dummy clients)
+        is accepted and unused, with a RuntimeWarning when set.
         The transfer port is chosen in 12300-14300 like Mooncake's
         (MC_LEGACY_RPC_PORT_BINDING=1 binds the port given in local_hostname);
         get_hostname() then returns "<local_hostname>:<port>"."""
@@ -185,10 +192,35 @@ class DistributedStore(_crescent.DistributedStore):
             rdma_devices = d.get("rdma_devices", d.get("device_name", ""))
             master_server_addr = d.get("master_server_addr",
                                        d.get("master_server_address", "127.0.0.1:50051"))
+            ipc_socket_path = d.get("ipc_socket_path", "")
+            enable_ssd_offload = d.get("enable_ssd_offload", False)
+            ssd_offload_path = d.get("ssd_offload_path", "")
+            tenant_id = d.get("tenant_id", "default")
         if metadata_server is None:
             metadata_server = ""
         if not isinstance(local_hostname, str):
             raise TypeError("local_hostname must be str, not %s" % type(local_hostname).__name__)
+        for v, n in ((ipc_socket_path, "ipc_socket_path"), (ssd_offload_path, "ssd_offload_path"),
+                     (tenant_id, "tenant_id")):
+            if not isinstance(v, str):
+                raise TypeError("%s must be str, not %s" % (n, type(v).__name__))
+        if isinstance(enable_ssd_offload, str):  # config files spell it "true"
+            enable_ssd_offload = enable_ssd_offload.strip().lower() in ("1", "true", "yes", "on")
+        if not isinstance(enable_ssd_offload, (bool, int)):
+            raise TypeError("enable_ssd_offload must be bool")
+        import warnings
+        if enable_ssd_offload:
+            warnings.warn("enable_ssd_offload: a crescent store client has no disk tier "
+                          "(run crescent-node --ssd_path DIR); setup returns -1011",
+                          RuntimeWarning, stacklevel=2)
+            return UNAVAILABLE
+        if tenant_id not in ("", "default"):
+            warnings.warn("tenant_id %r: crescent has no multi-tenant isolation; setup "
+                          "returns -1011" % tenant_id, RuntimeWarning, stacklevel=2)
+            return UNAVAILABLE
+        if ipc_socket_path:
+            warnings.warn("ipc_socket_path is not used: crescent has no dummy-client IPC",
+                          RuntimeWarning, stacklevel=2)
         if isinstance(protocol, str) and protocol.lower() in (
                 "nvlink", "nvlink_intra", "hip", "musa", "efa", "cxl", "ascend", "hccs",
                 "barex", "nvmeof", "ubshmem", "cuda"):

@@ -221,6 +221,20 @@ def test_setup_hostname_port_range_health_and_dummy(cluster):
                     "rdma_devices": "", "global_segment_size": "16MB",
                     "local_buffer_size": "16MB"}) == 0
     assert s.close() == 0
+    # the newer keyword arguments (vLLM passes them when set)
+    args = ("localhost", cluster["metadata"], SEG, "16MB", "tcp", "", cluster["master"])
+    with pytest.warns(RuntimeWarning, match="disk tier"):
+        assert s.setup(*args, enable_ssd_offload=True, ssd_offload_path="/tmp/x") == UNAVAILABLE
+    with pytest.warns(RuntimeWarning, match="multi-tenant"):
+        assert s.setup(*args, tenant_id="team-a") == UNAVAILABLE
+    with pytest.raises(TypeError):
+        s.setup(*args, tenant_id=5)
+    with pytest.raises(TypeError):
+        s.setup(*args, no_such_argument=1)
+    assert s.health_check() == NOT_READY  # none of those set it up
+    with pytest.warns(RuntimeWarning, match="ipc_socket_path"):
+        assert s.setup(*args, None, "/tmp/mc.sock", False, "", "default") == 0
+    assert s.close() == 0
 
 
 def test_remove_all_force(store):
