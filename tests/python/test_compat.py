@@ -103,10 +103,30 @@ def test_mooncake_http_metadata_server_entry_point():
         assert _stop(p) == 0
 
 
+def test_mooncake_master_flags_act_or_refuse():
+    """Mooncake's master flags crescent has map onto its own; the others are
+    refused with exit status 2 and the reason, never dropped silently."""
+    from mooncake import cli
+    assert cli.master_args(["--ha_backend_type=etcd", "--ha_backend_connstring=h1:2379",
+                            "--rpc_port=1"]) == \
+        ["--enable_ha=true", "--etcd_endpoints=h1:2379", "--rpc_port=1"]
+    assert cli.master_args(["--enable_offload", "true", "--quota_bytes=0"]) == []
+    for bad in (["--root_fs_dir=/mnt/dfs"], ["--global_file_segment_size=1GB"],
+                ["--enable_disk_eviction=false"], ["--ha_backend_type=redis"],
+                ["--allocation_strategy=cxl"], ["--quota_bytes=100"],
+                ["--noenable_metadata_cleanup_on_timeout"]):
+        with pytest.raises(cli.Refused):
+            cli.master_args(bad)
+    r = subprocess.run([os.path.join(BIN, "mooncake_master"), "--root_fs_dir=/mnt/dfs"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "shared-filesystem" in r.stderr
+
+
 def test_mooncake_master_entry_point():
     """mooncake_master with Mooncake's flags runs crescent-master; a store works against it."""
     m, p = _run_entry([os.path.join(BIN, "mooncake_master"), "--rpc_port=0",
-                       "--enable_offload=false", "--root_fs_dir", "/tmp",
+                       "--enable_offload=false", "--root_fs_dir=",
+                       "--enable_disk_eviction=true", "--allocation_strategy=random",
                        "--rpc_address=127.0.0.1", "--enable_http_metadata_server=true",
                        "--http_metadata_server_host=127.0.0.1", "--http_metadata_server_port=0",
                        "--metrics_port=0", "--metrics_address=127.0.0.1"],

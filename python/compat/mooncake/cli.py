@@ -12,10 +12,15 @@
        --local_server_name, --block_size, --batch_size, --threads, --duration,
        --buffer_size; --use_vram=true fails: no GPU memory here)
 
-Mooncake flags crescent's daemon does not implement (the master's offload /
-HA-backend flags, the client's dummy-RPC flags) are accepted, dropped and
-named on stderr; anything else unknown is passed on, so the daemon refuses
-it loudly. The process is replaced (os.execv), so signals and the exit
+mooncake_master's offload, HA-backend and cleanup flags are translated
+where crescent has the feature (--ha_backend_type=etcd +
+--ha_backend_connstring -> --enable_ha --etcd_endpoints; --enable_offload:
+crescent's master offloads to the disk tier of nodes started with
+--ssd_path) and refused with exit status 2 and the reason where it does not
+(a shared-filesystem tier, quotas, other HA backends, other allocation
+strategies). mooncake_client's dummy-client RPC flags are accepted, dropped
+and named on stderr. Anything else unknown is passed on, so the daemon
+refuses it loudly. The process is replaced (os.execv), so signals and the exit
 status are the daemon's own.
 """
 import os
@@ -25,11 +30,75 @@ import sys
 
 from crescent import find_executable
 
-# Mooncake master flags for features crescent's master does not have.
-MASTER_IGNORED = ("enable_offload", "root_fs_dir", "global_file_segment_size",
-                  "allocation_strategy", "ha_backend_type", "ha_backend_connstring",
-                  "enable_metadata_cleanup_on_timeout", "offload_root_dir",
-                  "enable_disk_eviction", "quota_bytes")
+_TRUE = ("", "1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+class Refused(Exception):
+    """A Mooncake flag value naming a feature crescent does not have."""
+
+
+def _bool(name, val):
+    v = ("" if val is None else val).strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise Refused("--%s=%s is not a boolean" % (name, val))
+
+
+def _master_flag(name, val, flags):
+    """crescent-master arguments for one of Mooncake's master flags crescent's
+    master does not spell the same way: (args, note or None). Refused raises."""
+    empty = val is None or val.strip() in ("", "0", "0B", '""', "''")
+    if name == "enable_offload":
+        on = _bool(name, val)
+        return [], ("--enable_offload=%s: crescent's master offloads to the disk tier of "
+                    "nodes started with --ssd_path (crescent-node), none otherwise"
+                    % ("true" if on else "false"))
+    if name == "enable_disk_eviction":
+        if not _bool(name, val):
+            raise Refused("--enable_disk_eviction=false: crescent always evicts its disk "
+                          "tier at --tier_ssd_high_watermark")
+        return [], None
+    if name in ("root_fs_dir", "offload_root_dir", "global_file_segment_size"):
+        if empty:
+            return [], None
+        raise Refused("--%s: crescent has no shared-filesystem tier (only node-local disks: "
+                      "crescent-node --ssd_path)" % name)
+    if name == "quota_bytes":
+        if empty:
+            return [], None
+        raise Refused("--quota_bytes: crescent's master has no quotas")
+    if name == "allocation_strategy":
+        if (val or "random").strip().lower() == "random":
+            return [], None
+        raise Refused("--allocation_strategy=%s: crescent places replicas one way only "
+                      "(preferred segments, then a rotating cursor)" % val)
+    if name == "enable_metadata_cleanup_on_timeout":
+        if _bool(name, val):
+            return [], None  # crescent drops a silent client's segments at --client_ttl
+        raise Refused("--enable_metadata_cleanup_on_timeout=false: crescent always drops the "
+                      "segments of a client silent longer than --client_ttl")
+    if name == "ha_backend_type":
+        kind = (val or "").strip().lower()
+        if kind in ("", "none"):
+            return [], None
+        if kind != "etcd":
+            raise Refused("--ha_backend_type=%s: crescent's master HA uses etcd only" % val)
+        conn = flags.get("ha_backend_connstring")
+        if not conn:
+            raise Refused("--ha_backend_type=etcd needs --ha_backend_connstring")
+        return ["--enable_ha=true", "--etcd_endpoints=%s" % conn], None
+    if name == "ha_backend_connstring":
+        return [], None  # used by ha_backend_type
+    return None
+
+
+MASTER_TRANSLATED = ("enable_offload", "enable_disk_eviction", "root_fs_dir", "offload_root_dir",
+                     "global_file_segment_size", "quota_bytes", "allocation_strategy",
+                     "enable_metadata_cleanup_on_timeout", "ha_backend_type",
+                     "ha_backend_connstring")
 # mooncake_client flags of its dummy-client RPC service and tiers.
 CLIENT_IGNORED = ("port", "threads", "tenant_id", "enable_offload", "start_offload_rpc_server",
                   "deployment_mode", "tiered_backend_config", "client_rpc_port",
@@ -109,10 +178,23 @@ def _daemon_flags(exe_name):
 
 
 def master_args(argv):
-    known = _daemon_flags("crescent-master")
-    ignored = tuple(f for f in MASTER_IGNORED if known is None or f not in known)
+    """crescent-master's argv for mooncake_master's. Raises Refused for a
+    flag value naming a feature crescent does not have."""
+    known = _daemon_flags("crescent-master") or set()
+    parsed = parse_flags(argv)
+    values = {n: v for n, v, _ in parsed if n}
     out = []
-    for _, _, toks in _drop(parse_flags(argv), ignored, "mooncake_master"):
+    for name, val, toks in parsed:
+        base = name[2:] if name and name.startswith("no") and name[2:] in MASTER_TRANSLATED \
+            else name
+        if base in MASTER_TRANSLATED and base not in known:
+            if base != name:
+                val = "false"  # --noflag
+            args, note = _master_flag(base, val, values)
+            if note:
+                sys.stderr.write("mooncake_master: %s\n" % note)
+            out += args
+            continue
         out += toks
     return out
 
@@ -194,7 +276,12 @@ def bench_args(argv):
 
 
 def master_main(argv=None):
-    return _exec("crescent-master", master_args(sys.argv[1:] if argv is None else argv))
+    try:
+        args = master_args(sys.argv[1:] if argv is None else argv)
+    except Refused as e:
+        sys.stderr.write("mooncake_master: not supported: %s\n" % e)
+        return 2
+    return _exec("crescent-master", args)
 
 
 def http_metadata_server_main(argv=None):
