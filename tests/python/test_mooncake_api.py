@@ -874,3 +874,19 @@ def test_async_store(cluster):
             s.no_such_attribute
     asyncio.run(main2())
     assert s.close() == 0
+
+
+def test_modules_not_provided_say_why():
+    """Mooncake's other pure-Python modules: each imports as a clear
+    ImportError naming the module and the reason, never a bare
+    ModuleNotFoundError; the re-exports work."""
+    import importlib
+    from mooncake import _not_here
+    for name, why in _not_here.WHY.items():
+        with pytest.raises(ImportError, match="not provided by crescent") as e:
+            importlib.import_module("mooncake." + name)
+        assert why in str(e.value) and e.value.name == "mooncake." + name
+    from mooncake.registered_buffer_pool import RegisteredBufferPool
+    assert RegisteredBufferPool is mstore.BufferPool
+    from mooncake import http_metadata_server
+    assert callable(http_metadata_server.main)
