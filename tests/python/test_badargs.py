@@ -108,3 +108,56 @@ def test_engine_methods_with_junk():
         e.close()
     hammer(e, ENGINE_METHODS, 10)
     hammer(TransferEngine(), ENGINE_METHODS, 10)
+
+
+def test_bad_arguments_get_mooncakes_answers(cluster):
+    """One row per kind of bad argument, on the calls added for Mooncake's
+    newer API: wrong types raise TypeError, negative sizes ValueError,
+    mismatched list lengths give -600 per key, unregistered memory -600,
+    a closed store -1010 — and the store stays usable."""
+    INVALID, NOT_READY = -600, -1010
+    s = make_store(cluster)
+    try:
+        buf = np.zeros(8192, dtype=np.uint8)
+        p = buf.ctypes.data
+        # wrong types
+        for call in (lambda: s.create_copy_task(b"k", ["seg"]),
+                     lambda: s.create_copy_task("k", "seg"),
+                     lambda: s.create_move_task("k", 1, "seg"),
+                     lambda: s.query_task([1]), lambda: s.query_task((1, "2")),
+                     lambda: s.batch_replica_clear(["k"], segment_name=3),
+                     lambda: s.batch_replica_clear("k"),
+                     lambda: s.setup("localhost", tenant_id=1),
+                     lambda: s.setup("localhost", enable_ssd_offload=[]),
+                     lambda: s.put_from("k", "not a pointer", 10)):
+            with pytest.raises(TypeError):
+                call()
+        # negative sizes
+        for call in (lambda: s.put_from("k", p, -1), lambda: s.get_into("k", p, -5),
+                     lambda: s.upsert_from("k", p, -1)):
+            with pytest.raises(ValueError):
+                call()
+        # mismatched list lengths: one code per key, nothing stored
+        assert s.batch_put_from(["a", "b"], [p], [16]) == [INVALID, INVALID]
+        assert s.batch_upsert_from(["a", "b"], [p, p + 16], [16]) == [INVALID, INVALID]
+        assert s.batch_get_into(["a", "b"], [p, p], [16]) == [INVALID, INVALID]
+        assert s.batch_put_tensor(["a", "b"], []) == [INVALID, INVALID]
+        assert s.batch_is_exist(["a", "b"]) == [0, 0]
+        # unregistered memory
+        assert s.put_from("k", p, 16) == INVALID
+        assert s.get_into("k", p, 16) == INVALID
+        assert s.batch_put_from(["k"], [p], [16]) == [INVALID]
+        # out-of-range task ids and unknown tasks
+        assert s.query_task((-1, 2)) == (None, -1400)
+        assert s.query_task((2 ** 64, 0)) == (None, -1400)
+        assert s.create_copy_task("k", ["s%d" % i for i in range(8)]) == ((0, 0), INVALID)
+        # still usable
+        assert s.put("still", b"ok") == 0 and s.get("still") == b"ok"
+    finally:
+        s.close()
+    # closed store
+    assert s.create_copy_task("k", ["seg"]) == ((0, 0), NOT_READY)
+    assert s.create_move_task("k", "a:1", "b:2") == ((0, 0), NOT_READY)
+    assert s.batch_replica_clear(["k"]) == []
+    assert s.upsert("k", b"v") == NOT_READY
+    assert s.batch_put_from(["k"], [p], [16]) in ([NOT_READY], [INVALID])
