@@ -124,10 +124,15 @@ class TransferEngine(_crescent.TransferEngine):
             return super().register_memory(buffer_addr)
         return super().register_memory(buffer_addr, capacity)
 
-    def batch_register_memory(self, buffer_addresses, capacities, locations=None):
+    def batch_register_memory(self, buffer_addresses, capacities, location=""):
+        """Registers every range or none. Returns 0, or -1 when the lists
+        differ in length (Mooncake's answer), or a negative error. location:
+        one str for all ranges (Mooncake's signature) or a list of str;
+        device locations (cuda:0, ...) return -1 (no device memory here)."""
+        locations = [location] if isinstance(location, str) else location
         if locations is not None:
-            if isinstance(locations, str) or not hasattr(locations, "__iter__"):
-                raise TypeError("locations must be a list of str")
+            if not hasattr(locations, "__iter__"):
+                raise TypeError("location must be str or a list of str")
             for loc in locations:
                 if not isinstance(loc, str):
                     raise TypeError("locations must hold str")

@@ -727,10 +727,10 @@ static PyObject *engine_batch_register_memory(PyEngine *self, PyObject *args, Py
         return NULL;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(sa);
-    if (PySequence_Fast_GET_SIZE(sc) != n) { /* Mooncake: an error code, nothing registered */
+    if (PySequence_Fast_GET_SIZE(sc) != n) { /* Mooncake: -1, nothing registered */
         Py_DECREF(sa);
         Py_DECREF(sc);
-        return PyLong_FromLong(-EINVAL);
+        return PyLong_FromLong(-1);
     }
     uint64_t *done = PyMem_Calloc(n ? (size_t)n : 1, sizeof *done);
     if (!done) {
