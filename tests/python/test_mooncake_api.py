@@ -890,3 +890,43 @@ def test_modules_not_provided_say_why():
     assert RegisteredBufferPool is mstore.BufferPool
     from mooncake import http_metadata_server
     assert callable(http_metadata_server.main)
+
+
+def test_kv_bootstrap_server():
+    """mooncake.http_metadata_server.KVBootstrapServer, as Mooncake's
+    test_http_metadata_server.py drives it, then over real HTTP."""
+    import asyncio
+    import urllib.error
+    import urllib.request
+    from mooncake.http_metadata_server import KVBootstrapServer
+
+    class Req:
+        def __init__(self, method, key=None, body=b""):
+            self.method, self.query, self.body = method, {} if key is None else {"key": key}, body
+
+        async def read(self):
+            return self.body
+
+    srv = KVBootstrapServer(port=0)
+    h = lambda r: asyncio.run(srv._handle_metadata(r))  # noqa: E731
+    for m in ("GET", "PUT", "DELETE"):
+        r = h(Req(m, body=b"v"))
+        assert r.status == 400 and r.content_type == "text/plain"
+    assert h(Req("PUT", "", b"v")).status == 400 and h(Req("PUT", "   ", b"v")).status == 400
+    assert "" not in srv.store and "   " not in srv.store
+    assert h(Req("PUT", "  valid  ", b"value")).status == 200
+    g = h(Req("GET", "  valid  "))
+    assert g.status == 200 and g.body == b"value" and "valid" in srv.store
+    assert h(Req("GET", "none")).status == 404
+    srv.start()
+    try:
+        base = "http://127.0.0.1:%d" % srv.port
+        urllib.request.urlopen(urllib.request.Request(base + "/metadata?key=k", data=b"x",
+                                                      method="PUT"), timeout=10).read()
+        assert urllib.request.urlopen(base + "/metadata?key=k", timeout=10).read() == b"x"
+        assert urllib.request.urlopen(base + "/health", timeout=10).status == 200
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(base + "/metadata?key=", timeout=10)
+        assert e.value.code == 400
+    finally:
+        srv.close()

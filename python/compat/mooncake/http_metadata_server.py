@@ -1,11 +1,136 @@
-"""``mooncake.http_metadata_server``: Mooncake's HTTP metadata server as a
-module; ``python3 -m mooncake.http_metadata_server --port N`` runs
-crescent-metadata (the same GET/PUT/DELETE /metadata?key= API and /health)."""
+"""``mooncake.http_metadata_server``: Mooncake's HTTP metadata server.
+
+Two forms, same HTTP API (``GET/PUT/DELETE /metadata?key=K``, ``GET /health``):
+
+* ``main()`` / ``python3 -m mooncake.http_metadata_server --port N`` runs
+  crescent's C server, crescent-metadata (what the ``mooncake_http_metadata_server``
+  command runs);
+* ``KVBootstrapServer(port, host)``: Mooncake's in-process Python server
+  class, crescent's own implementation on the standard library
+  (``http.server``; Mooncake's uses aiohttp, which Debian's Python here does
+  not have). ``store`` is the key -> bytes dict; keys are stripped of
+  surrounding blanks, a missing or blank key is refused with 400.
+"""
+import asyncio
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
 
 from mooncake.cli import http_metadata_server_main as main
 
-__all__ = ["main"]
+__all__ = ["main", "KVBootstrapServer"]
+
+MAX_VALUE = 64 << 20  # bytes in one PUT body
+
+
+class _Response:
+    """What a handler returns (the fields of aiohttp's web.Response used here)."""
+
+    def __init__(self, status, body=b"", content_type="text/plain"):
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+
+
+class KVBootstrapServer:
+    def __init__(self, port=8080, host="0.0.0.0"):
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ValueError("port must be in 0..65535")
+        self.port = port
+        self.host = host
+        self.store = {}
+        self._lock = threading.Lock()
+        self._httpd = None
+        self._thread = None
+
+    async def _handle_metadata(self, request):
+        """One /metadata request: request.method, request.query (dict with
+        "key"), await request.read() for the body."""
+        key = (request.query.get("key") or "").strip()
+        if not key:
+            return _Response(400, b"missing or empty key")
+        if request.method == "GET":
+            with self._lock:
+                v = self.store.get(key)
+            if v is None:
+                return _Response(404, b"metadata not found")
+            return _Response(200, v, "application/json")
+        if request.method == "PUT":
+            body = await request.read()
+            if len(body) > MAX_VALUE:
+                return _Response(413, b"value too large")
+            with self._lock:
+                self.store[key] = bytes(body)
+            return _Response(200, b"metadata updated")
+        if request.method == "DELETE":
+            with self._lock:
+                found = self.store.pop(key, None) is not None
+            return _Response(200 if found else 404,
+                             b"metadata deleted" if found else b"metadata not found")
+        return _Response(405, b"method not allowed")
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self):
+                url = urlparse(self.path)
+                if url.path == "/health" and self.command == "GET":
+                    return self._reply(_Response(200, b"OK"))
+                if url.path != "/metadata":
+                    return self._reply(_Response(404, b"not found"))
+                n = int(self.headers.get("Content-Length") or 0)
+                if n < 0 or n > MAX_VALUE:
+                    return self._reply(_Response(413, b"value too large"))
+                body = self.rfile.read(n) if n else b""
+                q = {k: v[0] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+
+                class Req:
+                    method, query = self.command, q
+
+                    async def read(self_inner):
+                        return body
+                self._reply(asyncio.run(server._handle_metadata(Req())))
+
+            def _reply(self, r):
+                self.send_response(r.status)
+                self.send_header("Content-Type", r.content_type)
+                self.send_header("Content-Length", str(len(r.body)))
+                self.end_headers()
+                self.wfile.write(r.body)
+
+            do_GET = do_PUT = do_DELETE = _serve
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+    def start(self):
+        """Serves in a background thread; self.port is the bound port."""
+        self._httpd = ThreadingHTTPServer((self.host, self.port), self._handler())
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
+                                        name="mooncake-metadata")
+        self._thread.start()
+        return self
+
+    def run(self):
+        """Serves in this thread until interrupted."""
+        self._httpd = ThreadingHTTPServer((self.host, self.port), self._handler())
+        self.port = self._httpd.server_address[1]
+        try:
+            self._httpd.serve_forever()
+        finally:
+            self._httpd.server_close()
+
+    def close(self):
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
 
 if __name__ == "__main__":
     sys.exit(main())
