@@ -80,6 +80,7 @@ static int create(cr__master_t *m, cr__rpc_client_id_t who, int type, const char
                   uint64_t *lo)
 {
     cr__rpc_msg_t req = {0}, rep = {0};
+    *hi = *lo = 0; /* outputs set on every path (gcc -O3 maybe-uninitialized) */
     req.type = CR__RPC_RTASK_CREATE;
     req.client_id = who;
     req.flags = (uint32_t)type;
@@ -109,6 +110,7 @@ static int start(cr__master_t *m, cr__rpc_client_id_t who, uint64_t hi, uint64_t
 {
     cr__rpc_msg_t req = {.type = CR__RPC_RTASK_START, .client_id = who, .base = hi, .count = lo};
     cr__rpc_msg_t rep = {0};
+    *n_new = 0;
     cr__master_handle(m, &req, &rep, now);
     int rc = rep.status;
     if (!rc) {
@@ -139,6 +141,8 @@ static int query(cr__master_t *m, uint64_t hi, uint64_t lo, uint64_t now, int *e
 {
     cr__rpc_msg_t req = {.type = CR__RPC_RTASK_QUERY, .base = hi, .count = lo};
     cr__rpc_msg_t rep = {0};
+    if (err)
+        *err = 0;
     cr__master_handle(m, &req, &rep, now);
     int rc = rep.status ? rep.status : (int)rep.flags;
     if (!rep.status && err)
