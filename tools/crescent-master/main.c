@@ -238,6 +238,15 @@ int main(int argc, char **argv)
 {
     master_opts_t o;
     char err[256] = "";
+    /* Mooncake's shared-filesystem tier is not built (docs/architecture/
+     * store-tiers.md): say so instead of "unknown option" */
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--root_fs_dir", 13) && (argv[i][13] == 0 || argv[i][13] == '=')) {
+            fprintf(stderr, "crescent-master: --root_fs_dir (Mooncake's shared-filesystem tier) "
+                            "is not supported yet; a node-local disk tier is: crescent-node "
+                            "--ssd_path DIR --ssd_capacity SIZE\n");
+            return 2;
+        }
     int rc = cr__cfg_parse(opts, N_OPTS, &o, argc, argv, 1, "CRESCENT_MASTER_", NULL, 0, NULL,
                            err, sizeof err);
     if (rc == 1) {
