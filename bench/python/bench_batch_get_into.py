@@ -162,7 +162,9 @@ def main():
         if a.master:
             master, meta = a.master, a.metadata or "p2p"
         else:
-            need = a.batch * a.value_size * 3  # python's and C's keys + slack
+            # python's and C's keys, and the previous round's in quarantine
+            # (removed keys are reused only after the read lease ends)
+            need = a.batch * a.value_size * 8
             if a.op == "put":
                 need = a.batch * a.value_size * (a.iters + a.warmup) * 3
             master, meta = start_cluster(procs, "%dMB" % max(256, need >> 20), a.p2p)
