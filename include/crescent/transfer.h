@@ -51,6 +51,7 @@ enum cr_xfer_param_field {
     CR_XFER_PARAM_IO_THREADS = 1u << 7,
     CR_XFER_PARAM_CONNS_PER_PATH = 1u << 8,
     CR_XFER_PARAM_TIMEOUT_MS = 1u << 9,
+    CR_XFER_PARAM_STALL_TIMEOUT_MS = 1u << 10,
     CR_XFER_PARAM_CLUSTER_KEY_FILE = 1u << 24,
     CR_XFER_PARAM_TLS = 1u << 25,
 };
@@ -110,6 +111,13 @@ typedef struct cr_xfer_params {
     const char *tls_cert;
     const char *tls_key;
     const char *tls_ca;
+    /* Fault isolation: when a peer has requests in flight and completes
+     * none of their bytes for this long (ms), they fail with -ETIMEDOUT
+     * (progress-based: a large transfer that keeps moving is never cut,
+     * unlike timeout_ms). A frozen peer then costs its callers this long,
+     * not timeout_ms. Default 1000 ($CRESCENT_XFER_STALL_MS overrides the
+     * default), capped at timeout_ms; range 50 .. timeout_ms. */
+    unsigned stall_timeout_ms;
 } cr_xfer_params_t;
 
 /* Creates an engine, starts its listeners and publishes its (empty)

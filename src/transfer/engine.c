@@ -102,6 +102,18 @@ static int build_config(const cr_xfer_params_t *p, cr__xfer_config_t *c)
     c->timeout_ms = (m & CR_XFER_PARAM_TIMEOUT_MS) ? p->timeout_ms : CR__XFER_DEFAULT_TIMEOUT_MS;
     if (c->timeout_ms < 1 || c->timeout_ms > CR__XFER_MAX_TIMEOUT_MS)
         return -EINVAL;
+    if (m & CR_XFER_PARAM_STALL_TIMEOUT_MS) {
+        c->stall_ms = p->stall_timeout_ms;
+        if (c->stall_ms < CR__XFER_MIN_STALL_MS || c->stall_ms > c->timeout_ms)
+            return -EINVAL;
+    } else {
+        const char *ev = getenv("CRESCENT_XFER_STALL_MS");
+        unsigned long v = ev && *ev ? strtoul(ev, NULL, 10) : CR__XFER_DEFAULT_STALL_MS;
+        c->stall_ms = v < CR__XFER_MIN_STALL_MS ? CR__XFER_MIN_STALL_MS
+                      : v > CR__XFER_MAX_TIMEOUT_MS ? CR__XFER_MAX_TIMEOUT_MS : (unsigned)v;
+        if (c->stall_ms > c->timeout_ms)
+            c->stall_ms = c->timeout_ms;
+    }
     if ((m & CR_XFER_PARAM_LOCAL_NAME) && p->local_name) {
         if (!p->local_name[0] || copy_str(c->local_name, sizeof c->local_name, p->local_name))
             return -EINVAL;

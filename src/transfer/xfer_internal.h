@@ -34,6 +34,8 @@
 #define CR__XFER_DEFAULT_CONNS_PER_PATH 2
 #define CR__XFER_MAX_CONNS_PER_PATH 16
 #define CR__XFER_DEFAULT_TIMEOUT_MS 30000
+#define CR__XFER_DEFAULT_STALL_MS 1000 /* no-progress abort (fault isolation) */
+#define CR__XFER_MIN_STALL_MS 50
 #define CR__XFER_MAX_TIMEOUT_MS (24u * 3600 * 1000) /* a day */
 /* a descriptor refetch runs inside submit: a hung peer must not stall it longer */
 #define CR__XFER_REFRESH_TIMEOUT_MS 1000

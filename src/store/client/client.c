@@ -428,6 +428,7 @@ static void teardown(cr_store_t *s)
     pthread_mutex_destroy(&s->ha_mu);
     pthread_rwlock_destroy(&s->reg_lock);
     pthread_mutex_destroy(&s->seg_mu);
+    pthread_mutex_destroy(&s->sus_mu);
     pthread_mutex_destroy(&s->hb_mu);
     pthread_cond_destroy(&s->hb_cv);
     cr__auth_free(s->auth);
@@ -440,6 +441,7 @@ static void create_sync(cr_store_t *s)
 {
     pthread_rwlock_init(&s->reg_lock, NULL);
     pthread_mutex_init(&s->seg_mu, NULL);
+    pthread_mutex_init(&s->sus_mu, NULL);
     pthread_mutex_init(&s->tier_mu, NULL);
     pthread_mutex_init(&s->hb_mu, NULL);
     pthread_mutex_init(&s->ha_mu, NULL);

@@ -2,12 +2,14 @@
  *
  * Files: client.c (create/destroy, heartbeat + remount thread, registered
  * buffers, TE segment handle cache, RPC pool), ops.c (put/get/batch data
- * paths), staging.c (allocator over the local staging buffer),
+ * paths), staging.c (allocator over the local staging buffer), suspect.c
+ * (segments that failed a transfer lately: their replicas are read last),
  * test_hooks.h (test-only interface).
  *
  * Locks (never nested except as noted):
  *   reg_lock (rwlock)  guards regs/n_regs (user registrations)
  *   seg_mu             guards the segment handle cache
+ *   sus_mu             guards suspects[] (suspect.c; never held with seg_mu)
  *   hb_mu              guards hb_stop, mounted (heartbeat thread state)
  *   each cr__rpc_client_t serialises its own calls internally
  */
@@ -33,6 +35,8 @@
 #define CR__SC_REGS_MAX 4096     /* user registrations */
 #define CR__SC_STR 256
 #define CR__SC_TIER_CONNS 32     /* idle disk-tier read connections kept */
+#define CR__SC_SUSPECT_MAX 16    /* segments remembered as failing (suspect.c) */
+#define CR__SC_SUSPECT_MS 5000   /* how long their replicas are read last */
 
 /* Defaults of cr_store_params_t fields left out of its field_mask, and
  * the bounds create checks (store.h documents them). */
@@ -116,6 +120,14 @@ struct cr_store {
     size_t n_segs; /* guarded by seg_mu */
     cr__sc_seg_t segs[CR__SC_SEG_CACHE];
 
+    /* segments that failed a transfer recently (suspect.c) */
+    pthread_mutex_t sus_mu;
+    _Atomic uint64_t sus_until_ms; /* latest expiry of any entry */
+    struct {
+        char name[CR_XFER_NAME_MAX];
+        uint64_t until_ms;
+    } suspects[CR__SC_SUSPECT_MAX]; /* guarded by sus_mu */
+
     /* idle connections to nodes' disk tier read servers (tier_read.c) */
     pthread_mutex_t tier_mu;
     int n_tier; /* guarded by tier_mu */
@@ -134,6 +146,12 @@ int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
 
 /* TE handle of a segment by name (cached). Returns 0 or a negative errno. */
 int cr__sc_segment(cr_store_t *s, const char *name, cr_xfer_segment_t *out);
+
+/* suspect.c: remembers the segment behind TE handle h as failing when err
+ * is a node failure (timeout, unreachable, reset); cr__sc_suspect says
+ * whether a segment is suspect now. */
+void cr__sc_suspect_mark(cr_store_t *s, cr_xfer_segment_t h, int err);
+int cr__sc_suspect(cr_store_t *s, const char *segment);
 
 /* 1 if [p, p+len) lies in one user registration. */
 int cr__sc_is_registered(cr_store_t *s, const void *p, size_t len);

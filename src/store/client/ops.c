@@ -213,16 +213,36 @@ int cr__sc_replica_io(cr_store_t *s, const cr__rpc_replica_t *rep, uint64_t off,
     return rc;
 }
 
-/* Replica visiting order: a replica on this client's own segment first. */
-static void replica_order(const cr_store_t *s, const cr__rpc_item_t *it, uint32_t *order)
+/* Replica visiting order: a replica on this client's own segment first,
+ * replicas with a shard on a segment that failed lately last (suspect.c). */
+static int replica_rank(cr_store_t *s, const cr__rpc_replica_t *rep)
 {
+    if (s->seg_base && !strcmp(rep->shards[0].segment, s->seg_name))
+        return 0;
+    for (uint32_t k = 0; k < rep->n_shards; k++)
+        if (cr__sc_suspect(s, rep->shards[k].segment))
+            return 2;
+    return 1;
+}
+
+static void replica_order(cr_store_t *s, const cr__rpc_item_t *it, uint32_t *order)
+{
+    uint8_t rank[CR__RPC_REPLICA_MAX];
+    for (uint32_t r = 0; r < it->n_replicas; r++)
+        rank[r] = (uint8_t)replica_rank(s, &it->replicas[r]);
     uint32_t n = 0;
-    for (uint32_t r = 0; r < it->n_replicas; r++)
-        if (s->seg_base && !strcmp(it->replicas[r].shards[0].segment, s->seg_name))
-            order[n++] = r;
-    for (uint32_t r = 0; r < it->n_replicas; r++)
-        if (!(s->seg_base && !strcmp(it->replicas[r].shards[0].segment, s->seg_name)))
-            order[n++] = r;
+    for (int want = 0; want <= 2; want++)
+        for (uint32_t r = 0; r < it->n_replicas; r++)
+            if (rank[r] == want)
+                order[n++] = r;
+}
+
+/* Remembers the segments of the failed requests (node failures only). */
+static void mark_failed(cr_store_t *s, const cr_xfer_request_t *reqs, const int *st, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (st[i])
+            cr__sc_suspect_mark(s, reqs[i].target, st[i]);
 }
 
 /* Reads value bytes [off, off+len) into dst (registered memory) from the
@@ -264,6 +284,8 @@ static int read_range(cr_store_t *s, const cr__rpc_item_t *it, const uint32_t *o
                 rc = -ENOMEM;
             else {
                 rc = map_te_error(run_batch(s, rv.v, rv.n, st));
+                if (rc)
+                    mark_failed(s, rv.v, st, rv.n);
                 if (st != stack_st)
                     free(st);
             }
@@ -314,7 +336,8 @@ static void run_keyed(cr_store_t *s, const reqvec_t *rv, const size_t *first, si
             if (!results[i])
                 results[i] = err;
     } else if (rv->n) {
-        run_batch(s, rv->v, rv->n, st);
+        if (run_batch(s, rv->v, rv->n, st))
+            mark_failed(s, rv->v, st, rv->n);
         for (size_t i = 0; i < n; i++)
             for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
                 if (st[q])

@@ -51,6 +51,7 @@ typedef struct cr__xfer_config {
     unsigned io_threads;
     unsigned conns_per_path;
     unsigned timeout_ms;
+    unsigned stall_ms; /* a peer with work in flight and no progress for this long fails it */
 } cr__xfer_config_t;
 
 /* A remote segment as the engine knows it (one per open name). */

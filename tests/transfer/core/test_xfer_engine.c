@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fake_peer.h"
+#include "transfer/transport/tcp/tcp_internal.h"
 #include "transfer/xfer_internal.h"
 #include "xfer_test_util.h"
 
@@ -566,6 +567,66 @@ static void test_busy_and_timeout(void **state)
     xt_free(buf, len);
 }
 
+/* Regression (issue 11): a frozen storage node held every request to it
+ * for the whole request timeout (30 s), in flight and queued. With a stall
+ * time, requests to a peer that answers nothing fail with -ETIMEDOUT once
+ * the peer made no progress for that long: here the request timeout is ten
+ * minutes, so finishing at all (the test's own timeout is 300 s) shows the
+ * no-progress abort fired, for the queued path (a batch) and for a lone
+ * request the caller runs itself (sync path). */
+static void test_frozen_peer_fails_without_timeout(void **state)
+{
+    (void)state;
+    fake_peer_t fp;
+    assert_int_equal(fake_peer_start(&fp), 0);
+    cr_xfer_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_TIMEOUT_MS |
+                   CR_XFER_PARAM_STALL_TIMEOUT_MS;
+    p.transports = "tcp";
+    p.timeout_ms = 600000;
+    p.stall_timeout_ms = 300;
+    cr_xfer_engine_t *e;
+    assert_int_equal(cr_xfer_engine_create(&p, &e), 0);
+    size_t len = 4u << 20;
+    char *buf = xt_alloc(len);
+    assert_int_equal(cr_xfer_mem_register(e, buf, len, NULL), 0);
+    cr_xfer_segment_t s;
+    assert_int_equal(cr_xfer_segment_open(e, fp.name, &s), 0);
+    cr_xfer_request_t r[2] = {req(CR_XFER_READ, buf, s, (void *)(uintptr_t)FAKE_BUF_ADDR, len),
+                              req(CR_XFER_WRITE, buf, s, (void *)(uintptr_t)FAKE_BUF_ADDR, len)};
+    cr_xfer_batch_t *b;
+    assert_int_equal(cr_xfer_batch_alloc(e, 2, &b), 0);
+    assert_int_equal(cr_xfer_batch_submit(b, r, 2), 0);
+    cr_xfer_status_t st;
+    do /* a wait is bounded: loop until the batch itself ended */
+        cr_xfer_batch_wait(b, 1000);
+    while (cr_xfer_batch_status_all(b, &st) == 0 && st.state == CR_XFER_STATE_WAITING);
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(cr_xfer_batch_status(b, i, &st), 0);
+        assert_int_equal(st.state, CR_XFER_STATE_FAILED);
+        assert_int_equal(st.error, -ETIMEDOUT);
+    }
+    assert_int_equal(cr_xfer_batch_free(b), 0);
+    void *tcp = cr__xfer_transport_state(e, "tcp");
+    assert_non_null(tcp);
+    assert_true(cr__xfer_tcp_debug_aborts(tcp) >= 1);
+    /* a lone small request: run by this thread on a connection of its own */
+    int res = 0;
+    cr_xfer_request_t one = req(CR_XFER_READ, buf, s, (void *)(uintptr_t)FAKE_BUF_ADDR, 65536);
+    assert_int_equal(cr_xfer_transfer_sync(e, &one, 1, &res), -ETIMEDOUT);
+    assert_int_equal(res, -ETIMEDOUT);
+    /* a stall time beyond the request timeout, or below the minimum, is refused */
+    cr_xfer_engine_t *bad;
+    p.stall_timeout_ms = 600001;
+    assert_int_equal(cr_xfer_engine_create(&p, &bad), -EINVAL);
+    p.stall_timeout_ms = 10;
+    assert_int_equal(cr_xfer_engine_create(&p, &bad), -EINVAL);
+    cr_xfer_engine_destroy(e);
+    fake_peer_stop(&fp);
+    xt_free(buf, len);
+}
+
 /* transports = "shm" only: a peer on another host (the fake peer's host id)
  * cannot be reached; the engine still serves its control port */
 static void test_shm_only_remote_peer(void **state)
@@ -766,6 +827,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_notify, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_notify, setup, teardown),
         cmocka_unit_test(test_busy_and_timeout),
+        cmocka_unit_test(test_frozen_peer_fails_without_timeout),
         cmocka_unit_test(test_destroy_cancels),
         cmocka_unit_test(test_shm_only_remote_peer),
         cmocka_unit_test(test_default_transports),

@@ -86,6 +86,7 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
     uint64_t stall = (uint64_t)cfg->timeout_ms / 4;
     stall = stall < TCP_STALL_MIN_MS ? TCP_STALL_MIN_MS : stall > TCP_STALL_MAX_MS ? TCP_STALL_MAX_MS : stall;
     st->stall_ns = env_u64("CRESCENT_TCP_STALL_MS", stall, 50, 600000) * 1000000ull;
+    st->abort_ns = (uint64_t)cfg->stall_ms * 1000000ull;
     st->window_bytes = env_u64("CRESCENT_TCP_WINDOW", TCP_DEFAULT_WINDOW, 64u << 10, 1u << 30);
     if (st->window_bytes < cfg->slice_size)
         st->window_bytes = cfg->slice_size;

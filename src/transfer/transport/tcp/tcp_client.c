@@ -248,8 +248,14 @@ static int path_remote(tcp_peer_t *p, tcp_path_t *pa, cr__seg_nic_t *out)
  * engine's connection-setup hook. Returns the fd or -errno. */
 static int dial(tcp_state_t *st, int lnic, const cr__seg_nic_t *remote)
 {
-    int ct = (int)(st->cfg.timeout_ms < TCP_CONNECT_TIMEOUT_MS ? st->cfg.timeout_ms
-                                                               : TCP_CONNECT_TIMEOUT_MS);
+    /* a peer that does not answer the connect and its setup hook within
+     * the stall time is as good as frozen (the watchdog fails its work then
+     * anyway) */
+    unsigned ct_ms = st->cfg.timeout_ms < TCP_CONNECT_TIMEOUT_MS ? st->cfg.timeout_ms
+                                                               : TCP_CONNECT_TIMEOUT_MS;
+    if (st->cfg.stall_ms && st->cfg.stall_ms < ct_ms)
+        ct_ms = st->cfg.stall_ms;
+    int ct = (int)ct_ms;
     int fd = cr__net_connect(remote->addr, remote->port, st->cfg.nics[lnic], ct);
     if (fd < 0)
         return fd;
@@ -313,10 +319,14 @@ static void conn_fail(tcp_conn_t *c, int err)
     uint32_t h = atomic_load(&c->head), s = atomic_load(&c->sent);
     int stopping = p->stopping || atomic_load(&p->st->stopping);
     int unreachable = all_paths_down(p, now); /* another connection found the peer gone */
+    int aborted = c->aborted;
+    c->aborted = 0;
     for (; h != s; h++) {
         tcp_slice_t *sl = &c->ring[h % TCP_RING];
         if (stopping)
             settle(p, sl->task, sl->len, -ECANCELED);
+        else if (aborted)
+            settle(p, sl->task, sl->len, -ETIMEDOUT);
         else if (unreachable)
             settle(p, sl->task, sl->len, -EHOSTUNREACH);
         else if (now > sl->task->deadline_ns)
@@ -328,7 +338,7 @@ static void conn_fail(tcp_conn_t *c, int err)
     atomic_store(&c->sent, 0);
     atomic_store(&c->inflight_bytes, 0);
     atomic_store(&c->inflight_writes, 0);
-    if (s != 0 && !stopping)
+    if (s != 0 && !stopping && !aborted)
         CR_LOG_INFO(LOGC, "connection to %s (path %d) failed: %s; retrying its slices",
                     p->xp->name, c->path, cr_strerror(err));
     wake_peer_locked(p);
@@ -627,7 +637,9 @@ static void *receiver_main(void *arg)
             settle(p, sl->task, len, status);
             atomic_fetch_sub(&c->inflight_bytes, len);
             atomic_store_explicit(&c->head, ++h, memory_order_release);
-            atomic_store(&c->last_progress_ns, cr__now_ns());
+            uint64_t tnow = cr__now_ns();
+            atomic_store(&c->last_progress_ns, tnow);
+            atomic_store_explicit(&p->progress_ns, tnow, memory_order_relaxed);
             freed = 1;
         }
         if (rc)
@@ -907,7 +919,9 @@ static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
             cr__xfer_task_done(t, fd == -ETIMEDOUT ? -ETIMEDOUT : -EHOSTUNREACH);
             return 1;
         }
-        cr__net_set_timeouts(fd, (int)st->cfg.timeout_ms);
+        /* per send/receive call, i.e. progress-based: a frozen peer fails
+         * the caller after the stall time, a slow but moving one never */
+        cr__net_set_timeouts(fd, (int)(st->cfg.stall_ms ? st->cfg.stall_ms : st->cfg.timeout_ms));
         pthread_mutex_lock(&p->mu);
         sl->fd = fd;
         sl->path = pi;
@@ -973,7 +987,8 @@ int cr__tcp_submit(void *state, cr__xfer_peer_t *xp, cr__xfer_task_t **tasks, si
             p->q_head = t;
         p->q_tail = t;
     }
-    atomic_fetch_add(&p->outstanding, n);
+    if (atomic_fetch_add(&p->outstanding, n) == 0) /* idle -> busy: the stall clock starts */
+        atomic_store_explicit(&p->progress_ns, cr__now_ns(), memory_order_relaxed);
     wake_peer_locked(p);
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -1014,6 +1029,29 @@ void cr__tcp_watchdog_scan(tcp_state_t *st)
                 shutdown(c->fd, SHUT_RDWR);
             }
         }
+        /* fault isolation: a peer with work that answered nothing for
+         * abort_ns (frozen, or every connection black-holed) fails all of
+         * it with -ETIMEDOUT, in flight and queued, so callers fail over to
+         * another replica instead of waiting out the request timeout */
+        uint64_t pr = atomic_load_explicit(&p->progress_ns, memory_order_relaxed);
+        if (st->abort_ns && atomic_load(&p->outstanding) > 0 && now > pr &&
+            now - pr > st->abort_ns) {
+            CR_LOG_RL(CR__LOG_WARN, LOGC,
+                      "segment %s: no progress for %llu ms with %zu requests in flight: "
+                      "failing them", p->xp->name, (unsigned long long)((now - pr) / 1000000),
+                      atomic_load(&p->outstanding));
+            atomic_store(&p->progress_ns, now);
+            atomic_fetch_add(&st->aborts, 1);
+            for (int i = 0; i < p->n_conns; i++) {
+                tcp_conn_t *c = p->conns[i];
+                if (c->fd < 0 || ring_used(c) == 0)
+                    continue;
+                c->aborted = 1;
+                atomic_store(&c->dead, 1);
+                shutdown(c->fd, SHUT_RDWR);
+            }
+            fail_queued_locked(p, -ETIMEDOUT);
+        }
         /* deadlines of queued work */
         for (size_t i = 0; i < p->n_retry;) {
             if (now > p->retry[i].task->deadline_ns) {
@@ -1041,6 +1079,11 @@ void cr__tcp_watchdog_scan(tcp_state_t *st)
         pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&st->peers_mu);
+}
+
+uint64_t cr__xfer_tcp_debug_aborts(void *state)
+{
+    return atomic_load(&((tcp_state_t *)state)->aborts);
 }
 
 void cr__xfer_tcp_debug_nic_bytes(void *state, uint64_t out[CR_XFER_MAX_NICS])

@@ -71,6 +71,7 @@ typedef struct tcp_conn {
     atomic_int waiting; /* the sender sleeps on `wake` and wants a post */
     sem_t wake;
     atomic_uint_fast64_t last_progress_ns;
+    int aborted; /* the watchdog gave up on the peer: fail in-flight slices (guarded by peer->mu) */
     tcp_slice_t ring[TCP_RING];
 } tcp_conn_t;
 
@@ -91,6 +92,9 @@ typedef struct tcp_peer {
     size_t n_retry, cap_retry;
     int stopping;
     atomic_size_t outstanding; /* tasks submitted, not finished */
+    /* last reply from the peer, or when it went from idle to busy: the
+     * watchdog fails the peer's work when this is older than st->abort_ns */
+    atomic_uint_fast64_t progress_ns;
     int n_paths;
     tcp_path_t paths[TCP_MAX_PATHS];
     int n_conns;
@@ -118,6 +122,8 @@ typedef struct tcp_state {
     cr_xfer_engine_t *engine;
     cr__xfer_config_t cfg;
     uint64_t stall_ns;      /* a connection with work in flight and no progress for this long is cut */
+    uint64_t abort_ns;      /* a peer with work and no progress for this long: its work fails */
+    atomic_uint_fast64_t aborts; /* peers given up on so far (tests) */
     uint64_t window_bytes;  /* in-flight bytes per connection */
     int sync_path;          /* 0: never run a request in the caller's thread */
     char cc[16];            /* TCP congestion control for data sockets ("" = system default) */
@@ -167,6 +173,9 @@ int cr__tcp_recv_full(int fd, void *buf, size_t len);
  * `nic` on the serving side: its listener is closed and connections
  * accepted on it are cut. Returns 0 or -errno. */
 int cr__xfer_tcp_debug_nic(void *state, int nic, int down);
+
+/* Test hook: peers whose work the watchdog failed for lack of progress. */
+uint64_t cr__xfer_tcp_debug_aborts(void *state);
 
 /* Test hook: bytes completed so far through each local NIC (initiator side). */
 void cr__xfer_tcp_debug_nic_bytes(void *state, uint64_t out[CR_XFER_MAX_NICS]);

@@ -1,0 +1,440 @@
+/* Fault isolation (issue 11): one storage node frozen (SIGSTOP) under load
+ * must not freeze the other clients.
+ *
+ * Regression: one SIGSTOPped node froze every client for 10-15 s, also
+ * clients whose objects had a second replica, and in-flight transfers
+ * waited out the 30 s transfer timeout.
+ *
+ * Cluster on loopback: crescent-master, three crescent-node processes,
+ * clients in this process: N_READERS readers getting self-verifying values
+ * (bytes derived from the key) written with two replicas, one writer
+ * putting new ones. Node 0 is SIGSTOPped for FREEZE_S seconds (past the
+ * master's client_ttl, so the master drops it meanwhile), then SIGCONT.
+ *
+ * Asserts (never on elapsed time): no get ever returns wrong bytes; gets
+ * and puts keep completing while the node is frozen (every reader finishes
+ * gets during the freeze); every preloaded object (two replicas, one of
+ * them on a live node) still reads back with its bytes afterwards.
+ * Prints the readers' get latency (p50/p99/max) before and during the
+ * freeze: bench/faults/run.sh records them (docs/benchmarks.md).
+ *
+ * usage: test_store_frozen_node off|on <crescent-master> <crescent-node>
+ *   on: the whole cluster runs with a cluster key (security on).
+ * Environment (bench only): FROZEN_FREEZE_S (default 5), FROZEN_READERS.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../cluster/cluster_util.h"
+#include "common/clock.h"
+#include "crescent/store.h"
+
+#define N_NODES 3
+#define MAX_READERS 8
+#define N_PRELOAD 200
+#define MAX_KEYS 20000
+#define CLIENT_TTL_S 3
+#define VAL_MAX 20000
+#define LAT_MAX 200000 /* latency samples kept per phase */
+
+static const char *g_master_bin, *g_node_bin;
+static char g_dir[256], g_key_file[300];
+static int g_secure;
+static pid_t g_master_pid = -1, g_node_pid[N_NODES];
+static char g_addr[64], g_meta_uri[128];
+static int g_failures;
+
+#define FAIL(...)                                                                          \
+    do {                                                                                   \
+        fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                              \
+        fprintf(stderr, __VA_ARGS__);                                                      \
+        fprintf(stderr, "\n");                                                             \
+        g_failures++;                                                                      \
+    } while (0)
+
+/* ---- self-verifying values ------------------------------------------------ */
+
+static size_t value_len(uint64_t n) { return 512 + (size_t)(n * 2654435761u % 8192); }
+
+static void fill(uint8_t *b, size_t len, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 11;
+    for (size_t i = 0; i < len; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t c = len - i < 8 ? len - i : 8;
+        memcpy(b + i, &x, c);
+    }
+}
+
+static void key_of(char *k, size_t cap, uint64_t n) { snprintf(k, cap, "fz-%llu", (unsigned long long)n); }
+
+/* keys whose put returned 0: [0, N_PRELOAD) preloaded, then the writer's */
+static uint64_t g_keys[MAX_KEYS];
+static atomic_uint g_n_keys;
+
+/* phases: 0 before the freeze, 1 during, 2 after */
+static atomic_int g_phase, g_stop;
+static atomic_ullong g_wrong, g_gets_ok[3], g_gets_err[3], g_puts_ok[3], g_puts_err[3];
+
+typedef struct lat {
+    pthread_mutex_t mu;
+    uint32_t n;
+    uint32_t us[LAT_MAX];
+} lat_t;
+static lat_t g_lat[3];
+
+static void lat_add(int phase, uint64_t us)
+{
+    lat_t *l = &g_lat[phase];
+    pthread_mutex_lock(&l->mu);
+    if (l->n < LAT_MAX)
+        l->us[l->n++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    pthread_mutex_unlock(&l->mu);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void lat_print(const char *what, int phase)
+{
+    lat_t *l = &g_lat[phase];
+    if (!l->n) {
+        fprintf(stderr, "%s: no gets\n", what);
+        return;
+    }
+    qsort(l->us, l->n, sizeof l->us[0], cmp_u32);
+    fprintf(stderr, "%s: %u gets, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", what, l->n,
+            l->us[l->n / 2] / 1000.0, l->us[(uint64_t)l->n * 99 / 100] / 1000.0,
+            l->us[l->n - 1] / 1000.0);
+    printf("%s_p50_ms=%.2f %s_p99_ms=%.2f %s_max_ms=%.2f %s_gets=%u\n", what,
+           l->us[l->n / 2] / 1000.0, what, l->us[(uint64_t)l->n * 99 / 100] / 1000.0, what,
+           l->us[l->n - 1] / 1000.0, what, l->n);
+}
+
+/* ---- clients ---------------------------------------------------------------- */
+
+static int make_client(cr_store_t **out)
+{
+    cr_store_params_t p = {0};
+    p.field_mask = CR_STORE_PARAM_MASTER_ADDR | CR_STORE_PARAM_LOCAL_BUFFER_SIZE |
+                   CR_STORE_PARAM_HEARTBEAT_MS | CR_STORE_PARAM_METADATA_URI |
+                   CR_STORE_PARAM_RPC_TIMEOUT_MS | CR_STORE_PARAM_PROTOCOL;
+    p.master_addr = g_addr;
+    p.metadata_uri = g_meta_uri;
+    p.protocol = "tcp"; /* shm would read a frozen process's memory without it running */
+    p.local_buffer_size = 4u << 20;
+    p.heartbeat_ms = 200;
+    p.rpc_timeout_ms = 5000;
+    if (g_secure) {
+        p.field_mask |= CR_STORE_PARAM_CLUSTER_KEY_FILE;
+        p.cluster_key_file = g_key_file;
+    }
+    return cr_store_create(&p, out);
+}
+
+typedef struct worker {
+    int id;
+    cr_store_t *st;
+    pthread_t th;
+    atomic_ullong during; /* gets (readers) / puts (writer) that succeeded while frozen */
+} worker_t;
+
+static void *reader_main(void *arg)
+{
+    worker_t *w = arg;
+    uint8_t *buf = malloc(VAL_MAX), *want = malloc(VAL_MAX);
+    uint64_t x = 0x1234567ull + (uint64_t)w->id;
+    while (!atomic_load(&g_stop)) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        unsigned nk = atomic_load(&g_n_keys);
+        uint64_t n = g_keys[x % nk];
+        char key[64];
+        key_of(key, sizeof key, n);
+        int phase = atomic_load(&g_phase);
+        size_t got = 0;
+        uint64_t t0 = cr__now_ns();
+        int rc = cr_store_get(w->st, key, buf, VAL_MAX, &got);
+        uint64_t us = (cr__now_ns() - t0) / 1000;
+        lat_add(phase, us);
+        if (rc) { /* a miss or an error is allowed, wrong bytes never */
+            if (atomic_fetch_add(&g_gets_err[phase], 1) < 3)
+                fprintf(stderr, "get %s (phase %d): %s\n", key, phase, cr_strerror(rc));
+            continue;
+        }
+        size_t len = value_len(n);
+        fill(want, len, n);
+        if (got != len || memcmp(buf, want, len)) {
+            fprintf(stderr, "wrong bytes for %s (len %zu, want %zu)\n", key, got, len);
+            atomic_fetch_add(&g_wrong, 1);
+        }
+        atomic_fetch_add(&g_gets_ok[phase], 1);
+        if (phase == 1)
+            atomic_fetch_add(&w->during, 1);
+        usleep(500); /* load, not a CPU hog: the machine runs the nodes too */
+    }
+    free(buf);
+    free(want);
+    return NULL;
+}
+
+static void *writer_main(void *arg)
+{
+    worker_t *w = arg;
+    uint8_t *buf = malloc(VAL_MAX);
+    for (uint64_t n = N_PRELOAD; !atomic_load(&g_stop) && atomic_load(&g_n_keys) < MAX_KEYS; n++) {
+        char key[64];
+        key_of(key, sizeof key, n);
+        size_t len = value_len(n);
+        fill(buf, len, n);
+        cr_store_replicate_config_t cfg = {.replica_num = 2};
+        int phase = atomic_load(&g_phase);
+        int rc = cr_store_put(w->st, key, buf, len, &cfg);
+        if (rc == 0) {
+            g_keys[atomic_load(&g_n_keys)] = n;
+            atomic_fetch_add(&g_n_keys, 1); /* one writer: publish after the slot is written */
+            atomic_fetch_add(&g_puts_ok[phase], 1);
+            if (phase == 1)
+                atomic_fetch_add(&w->during, 1);
+        } else {
+            atomic_fetch_add(&g_puts_err[phase], 1);
+        }
+        usleep(5000); /* a steady load: the pool never fills */
+    }
+    free(buf);
+    return NULL;
+}
+
+/* ---- processes -------------------------------------------------------------- */
+
+static int start_master(void)
+{
+    char pf[300], log[300], ttl[16], buf[256], karg[320];
+    snprintf(pf, sizeof pf, "%s/master.port", g_dir);
+    snprintf(log, sizeof log, "%s/master.log", g_dir);
+    snprintf(ttl, sizeof ttl, "%d", CLIENT_TTL_S);
+    snprintf(karg, sizeof karg, "--cluster_key_file=%s", g_key_file);
+    char *argv[] = {(char *)g_master_bin, "--rpc_address", "127.0.0.1", "--rpc_port", "0",
+                    "--metrics_address", "127.0.0.1", "--metrics_port", "0",
+                    "--enable_http_metadata_server", "--http_metadata_server_host", "127.0.0.1",
+                    "--http_metadata_server_port", "0", "--client_ttl", ttl,
+                    "--put_start_timeout", "5", "--port_file", pf, g_secure ? karg : NULL,
+                    NULL};
+    g_master_pid = cu_spawn(argv, log, NULL);
+    if (g_master_pid < 0 || cu_wait_file(pf, 20000, buf, sizeof buf)) {
+        fprintf(stderr, "master did not start (see %s)\n", log);
+        return -1;
+    }
+    unsigned rpc = 0, met = 0, meta = 0;
+    if (sscanf(buf, "listening rpc=%u metrics=%u http_metadata=%u", &rpc, &met, &meta) != 3)
+        return -1;
+    snprintf(g_addr, sizeof g_addr, "127.0.0.1:%u", rpc);
+    snprintf(g_meta_uri, sizeof g_meta_uri, "http://127.0.0.1:%u/metadata", meta);
+    return 0;
+}
+
+static int start_node(int i)
+{
+    char rf[300], log[300], buf[300], karg[320];
+    snprintf(rf, sizeof rf, "%s/node%d.ready", g_dir, i);
+    snprintf(log, sizeof log, "%s/node%d.log", g_dir, i);
+    snprintf(karg, sizeof karg, "--cluster_key_file=%s", g_key_file);
+    char *argv[] = {(char *)g_node_bin, "--master_server_address", g_addr, "--global_segment_size",
+                    "64MB", "--heartbeat_ms", "200", "--local_hostname", "127.0.0.1",
+                    "--metadata_server", g_meta_uri, "--ready_file", rf, g_secure ? karg : NULL,
+                    NULL};
+    g_node_pid[i] = cu_spawn(argv, log, NULL);
+    if (g_node_pid[i] < 0 || cu_wait_file(rf, 20000, buf, sizeof buf)) {
+        fprintf(stderr, "node %d did not start (see %s)\n", i, log);
+        return -1;
+    }
+    return 0;
+}
+
+static int write_key_file(void)
+{
+    snprintf(g_key_file, sizeof g_key_file, "%s/cluster.key", g_dir);
+    FILE *f = fopen(g_key_file, "w");
+    if (!f)
+        return -1;
+    chmod(g_key_file, 0600);
+    for (int i = 0; i < 32; i++)
+        fprintf(f, "%02x", (unsigned)(rand() & 0xff) ^ (unsigned)(getpid() >> (i % 16)));
+    fprintf(f, "\n");
+    return fclose(f);
+}
+
+/* Preloads N_PRELOAD keys with two replicas. Returns 0 or -1. */
+static int preload(cr_store_t *st)
+{
+    uint8_t *buf = malloc(VAL_MAX);
+    for (uint64_t n = 0; n < N_PRELOAD; n++) {
+        char key[64];
+        key_of(key, sizeof key, n);
+        size_t len = value_len(n);
+        fill(buf, len, n);
+        cr_store_replicate_config_t cfg = {.replica_num = 2};
+        int rc = cr_store_put(st, key, buf, len, &cfg);
+        if (rc) {
+            fprintf(stderr, "preload put %s: %s\n", key, cr_strerror(rc));
+            free(buf);
+            return -1;
+        }
+        g_keys[n] = n;
+    }
+    atomic_store(&g_n_keys, N_PRELOAD);
+    free(buf);
+    return 0;
+}
+
+/* Every preloaded key must read back with its bytes (each has a replica on
+ * a live node). Retries codes that a remount makes transient. */
+static void verify_preloaded(cr_store_t *st)
+{
+    uint8_t *buf = malloc(VAL_MAX), *want = malloc(VAL_MAX);
+    unsigned lost = 0, wrong = 0;
+    for (uint64_t n = 0; n < N_PRELOAD; n++) {
+        char key[64];
+        key_of(key, sizeof key, n);
+        size_t got = 0;
+        int rc = -1;
+        for (int t = 0; t < 20 && rc; t++) {
+            rc = cr_store_get(st, key, buf, VAL_MAX, &got);
+            if (rc && rc != CR_E_OBJECT_NOT_FOUND)
+                usleep(100000);
+            else
+                break;
+        }
+        if (rc) {
+            if (lost++ < 5)
+                fprintf(stderr, "preloaded %s lost: %s\n", key, cr_strerror(rc));
+            continue;
+        }
+        size_t len = value_len(n);
+        fill(want, len, n);
+        if (got != len || memcmp(buf, want, len))
+            wrong++;
+    }
+    if (lost)
+        FAIL("%u of %d preloaded objects (two replicas each) unreadable after the freeze", lost,
+             N_PRELOAD);
+    if (wrong)
+        FAIL("%u preloaded objects read back with wrong bytes", wrong);
+    free(buf);
+    free(want);
+}
+
+static int env_int(const char *name, int def, int lo, int hi)
+{
+    const char *v = getenv(name);
+    int x = v && *v ? atoi(v) : def;
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4 || (strcmp(argv[1], "on") && strcmp(argv[1], "off"))) {
+        fprintf(stderr, "usage: %s off|on <crescent-master> <crescent-node>\n", argv[0]);
+        return 2;
+    }
+    g_secure = !strcmp(argv[1], "on");
+    g_master_bin = argv[2];
+    g_node_bin = argv[3];
+    int freeze_s = env_int("FROZEN_FREEZE_S", 5, 1, 600);
+    int n_readers = env_int("FROZEN_READERS", 3, 1, MAX_READERS);
+    signal(SIGPIPE, SIG_IGN);
+    srand((unsigned)getpid() ^ (unsigned)cr__now_ns());
+    for (int i = 0; i < 3; i++)
+        pthread_mutex_init(&g_lat[i].mu, NULL);
+    snprintf(g_dir, sizeof g_dir, "/tmp/crescent-frozen-XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    if (g_secure && write_key_file())
+        return 1;
+    if (start_master())
+        return 1;
+    for (int i = 0; i < N_NODES; i++)
+        if (start_node(i))
+            return 1;
+    worker_t readers[MAX_READERS], writer;
+    memset(readers, 0, sizeof readers);
+    memset(&writer, 0, sizeof writer);
+    cr_store_t *checker = NULL;
+    if (make_client(&checker) || make_client(&writer.st)) {
+        fprintf(stderr, "clients did not start\n");
+        return 1;
+    }
+    for (int i = 0; i < n_readers; i++)
+        if (make_client(&readers[i].st))
+            return 1;
+    if (preload(checker))
+        return 1;
+
+    for (int i = 0; i < n_readers; i++) {
+        readers[i].id = i;
+        pthread_create(&readers[i].th, NULL, reader_main, &readers[i]);
+    }
+    pthread_create(&writer.th, NULL, writer_main, &writer);
+    sleep(2); /* phase 0: the reference latency */
+
+    fprintf(stderr, "SIGSTOP node 0 (pid %d) for %d s with %u objects\n", (int)g_node_pid[0],
+            freeze_s, atomic_load(&g_n_keys));
+    atomic_store(&g_phase, 1);
+    kill(g_node_pid[0], SIGSTOP);
+    sleep((unsigned)freeze_s);
+    atomic_store(&g_phase, 2);
+    kill(g_node_pid[0], SIGCONT);
+    sleep(1);
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < n_readers; i++)
+        pthread_join(readers[i].th, NULL);
+    pthread_join(writer.th, NULL);
+
+    for (int p = 0; p < 3; p++)
+        fprintf(stderr, "phase %d: gets ok %llu err %llu, puts ok %llu err %llu\n", p,
+                atomic_load(&g_gets_ok[p]), atomic_load(&g_gets_err[p]),
+                atomic_load(&g_puts_ok[p]), atomic_load(&g_puts_err[p]));
+    lat_print("before", 0);
+    lat_print("frozen", 1);
+
+    if (atomic_load(&g_wrong))
+        FAIL("%llu gets returned wrong bytes", atomic_load(&g_wrong));
+    for (int i = 0; i < n_readers; i++)
+        if (atomic_load(&readers[i].during) == 0)
+            FAIL("reader %d completed no get while node 0 was frozen", i);
+    if (atomic_load(&writer.during) == 0)
+        FAIL("no put completed while node 0 was frozen");
+    verify_preloaded(checker);
+
+    for (int i = 0; i < n_readers; i++)
+        cr_store_destroy(readers[i].st);
+    cr_store_destroy(writer.st);
+    cr_store_destroy(checker);
+    for (int i = 0; i < N_NODES; i++)
+        cu_stop(g_node_pid[i], SIGTERM, 10000);
+    cu_stop(g_master_pid, SIGTERM, 10000);
+    if (g_failures) {
+        fprintf(stderr, "%d check(s) failed; logs in %s\n", g_failures, g_dir);
+        return 1;
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
+    return 0;
+}
