@@ -303,6 +303,16 @@ CR_API int cr_store_get_replica_desc(cr_store_t *store, const char *key,
                                      cr_store_replica_desc_t *out, size_t cap, size_t *n,
                                      uint64_t *size);
 
+/* End-to-end value integrity (docs/security.md): a put fixes the crc32c of
+ * the value at PutEnd (the master keeps it with the object) and a get checks
+ * the bytes it read against it; bytes that do not match are read again from
+ * another replica, or the get fails with CR_E_OBJECT_NOT_FOUND (a miss),
+ * never returned. On by default; CRESCENT_STORE_CHECKSUM=0 in the
+ * environment at cr_store_create turns computing and checking off for that
+ * client. Returns the number of replica reads whose bytes failed the check
+ * since create (0 for NULL). */
+CR_API uint64_t cr_store_checksum_errors(const cr_store_t *store);
+
 /* cr_store_remove_all() with force: also removes objects under a live read
  * lease (their readers then fail validation, never read other bytes).
  * Returns as cr_store_remove_all(). */

@@ -479,6 +479,8 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     s->xfer_timeout_ms = (m & CR_STORE_PARAM_TRANSFER_TIMEOUT_MS) ? p->transfer_timeout_ms
                                                                   : CR__SC_DEFAULT_XFER_TIMEOUT_MS;
     s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : CR__SC_DEFAULT_HEARTBEAT_MS;
+    const char *ck = getenv("CRESCENT_STORE_CHECKSUM");
+    s->crc_on = !(ck && !strcmp(ck, "0"));
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
     copy_str(s->key_file, sizeof s->key_file,
              (m & CR_STORE_PARAM_CLUSTER_KEY_FILE) ? p->cluster_key_file : NULL, "");

@@ -120,6 +120,9 @@ struct cr_store {
     size_t n_segs; /* guarded by seg_mu */
     cr__sc_seg_t segs[CR__SC_SEG_CACHE];
 
+    int crc_on;                   /* end-to-end checksums computed and checked */
+    _Atomic uint64_t crc_errors;  /* replica reads that failed the check */
+
     /* segments that failed a transfer recently (suspect.c) */
     pthread_mutex_t sus_mu;
     _Atomic uint64_t sus_until_ms; /* latest expiry of any entry */

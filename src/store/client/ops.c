@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "store/client/client.h"
 #include "store/tier/tier.h"
@@ -442,7 +443,8 @@ static int check_cfg(const cr_store_replicate_config_t *config)
 /* PutEnd (ok != 0) or PutRevoke for the keys with mask[i] set. Writes the
  * master's per-key verdict to results[i] for PutEnd. */
 static void put_finish(cr_store_t *s, const char *const *keys, const cr__rpc_item_t *started,
-                       size_t n, const uint8_t *mask, int end, int *results)
+                       size_t n, const uint8_t *mask, int end, const uint32_t *crcs,
+                       int *results)
 {
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
@@ -465,6 +467,10 @@ static void put_finish(cr_store_t *s, const char *const *keys, const cr__rpc_ite
             req.items[j].key = keys[i];
             req.items[j].key_len = (uint32_t)strlen(keys[i]);
             req.items[j].version = started[i].version;
+            if (end && crcs) {
+                req.items[j].flags = CR__RPC_F_CRC;
+                req.items[j].crc = crcs[i];
+            }
             j++;
         }
         req.n_items = (uint32_t)m;
@@ -650,9 +656,12 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
     scratch_t sc;
     uint8_t *started = NULL; /* [0,n): PutStart ok; [n,2n): data written */
     size_t *first = NULL;
-    if (scratch_init(&sc, SCR(2 * n) + SCR((n + 1) * sizeof *first)) == 0) {
+    uint32_t *crcs = NULL;
+    if (scratch_init(&sc, SCR(2 * n) + SCR((n + 1) * sizeof *first) + SCR(n * sizeof *crcs)) ==
+        0) {
         started = scratch_take(&sc, 2 * n);
         first = scratch_take(&sc, (n + 1) * sizeof *first);
+        crcs = scratch_take(&sc, n * sizeof *crcs);
     }
     if (!started) {
         /* nothing transferred: revoke whatever was started */
@@ -660,7 +669,7 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
         for (size_t i = 0; mask && i < n; i++)
             mask[i] = rep.items[i].status == 0;
         if (mask)
-            put_finish(s, keys, rep.items, n, mask, 0, results);
+            put_finish(s, keys, rep.items, n, mask, 0, NULL, results);
         free(mask);
         cr__rpc_msg_free(&rep);
         for (size_t i = 0; i < n; i++)
@@ -678,8 +687,13 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
         ok[i] = started[i] && results[i] == 0;
     for (size_t i = 0; i < n; i++)
         started[i] = started[i] && !ok[i]; /* now: to revoke */
-    put_finish(s, keys, rep.items, n, ok, 1, results);
-    put_finish(s, keys, rep.items, n, started, 0, results);
+    /* the end-to-end checksum of each value written, fixed at PutEnd (the
+     * caller owns srcs until we return, so these are the bytes sent) */
+    for (size_t i = 0; s->crc_on && i < n; i++)
+        if (ok[i])
+            crcs[i] = cr__crc32c(0, srcs[i], lens[i]);
+    put_finish(s, keys, rep.items, n, ok, 1, s->crc_on ? crcs : NULL, results);
+    put_finish(s, keys, rep.items, n, started, 0, NULL, results);
     cr__rpc_msg_free(&rep);
     scratch_fini(&sc);
     int firsterr = 0;
@@ -956,34 +970,75 @@ static void get_read_disk_done(size_t n, int *results)
             results[i] = 0;
 }
 
+/* Reads the value of it into dst (any memory) through the staging buffer,
+ * each chunk from the first replica in order not in *dead that delivers
+ * it. Returns 0 or CR_E_TRANSFER_FAIL / -ENOMEM. */
+static int read_staged_one(cr_store_t *s, const cr__rpc_item_t *it, const uint32_t *order,
+                           uint8_t *dst, uint32_t *used, uint32_t *dead)
+{
+    size_t chunk = s->staging.size / 4;
+    if (chunk < CR__STAGING_ALIGN)
+        chunk = s->staging.size;
+    int rc = 0;
+    for (uint64_t off = 0; off < it->size && !rc;) {
+        size_t c = it->size - off < chunk ? (size_t)(it->size - off) : chunk;
+        uint8_t *stg = cr__staging_alloc(&s->staging, c, (int)s->xfer_timeout_ms);
+        if (!stg)
+            return CR_E_TRANSFER_FAIL;
+        rc = read_range(s, it, order, it->n_replicas, off, c, stg, used, dead);
+        if (!rc)
+            memcpy(dst + off, stg, c);
+        cr__staging_free(&s->staging, stg, c);
+        off += c;
+    }
+    return rc;
+}
+
 /* Staged get (any destination memory, one key in practice): chunks read
  * into the staging buffer, each from the first replica that delivers it,
  * then copied out. */
 static void get_read_staged(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
                             const uint32_t *orders, uint32_t *used, int *results)
 {
-    size_t chunk = s->staging.size / 4;
-    if (chunk < CR__STAGING_ALIGN)
-        chunk = s->staging.size;
     for (size_t i = 0; i < n; i++) {
         if (results[i])
             continue;
-        const cr__rpc_item_t *it = &rep->items[i];
-        uint8_t *dst = dsts[i];
         uint32_t dead = 0;
-        for (uint64_t off = 0; off < it->size && !results[i];) {
-            size_t c = it->size - off < chunk ? (size_t)(it->size - off) : chunk;
-            uint8_t *stg = cr__staging_alloc(&s->staging, c, (int)s->xfer_timeout_ms);
-            if (!stg) {
-                results[i] = CR_E_TRANSFER_FAIL;
+        results[i] = read_staged_one(s, &rep->items[i], &orders[i * CR__RPC_REPLICA_MAX], dsts[i],
+                                     &used[i], &dead);
+    }
+}
+
+/* End-to-end checksum (cr_store_checksum_errors): every key read with a
+ * crc from PutEnd is checked; bytes that fail are read again from a
+ * replica not read yet, and with none left the key is a miss. */
+static void get_verify(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
+                       const uint32_t *orders, uint32_t *used, int staged, int *results)
+{
+    for (size_t i = 0; s->crc_on && i < n; i++) {
+        const cr__rpc_item_t *it = &rep->items[i];
+        if (results[i] || !(it->flags & CR__RPC_F_CRC))
+            continue;
+        uint32_t tried = 0;
+        while (cr__crc32c(0, dsts[i], it->size) != it->crc) {
+            atomic_fetch_add(&s->crc_errors, 1);
+            tried |= used[i];
+            CR_LOG_RL(CR__LOG_WARN, COMP,
+                      "%s: the bytes read (replica mask %#x) fail the value's checksum", it->key,
+                      (unsigned)used[i]);
+            const uint32_t *ord = &orders[i * CR__RPC_REPLICA_MAX];
+            uint32_t dead = tried, left = 0;
+            for (uint32_t k = 0; k < it->n_replicas; k++)
+                left += !(tried & (1u << ord[k]));
+            used[i] = 0;
+            int rc = !left ? CR_E_OBJECT_NOT_FOUND
+                     : staged ? read_staged_one(s, it, ord, dsts[i], &used[i], &dead)
+                              : read_range(s, it, ord, it->n_replicas, 0, it->size, dsts[i],
+                                           &used[i], &dead);
+            if (rc || !used[i] || (used[i] & tried)) {
+                results[i] = CR_E_OBJECT_NOT_FOUND; /* never the bytes that failed */
                 break;
             }
-            results[i] = read_range(s, it, &orders[i * CR__RPC_REPLICA_MAX], it->n_replicas, off,
-                                    c, stg, &used[i], &dead);
-            if (!results[i])
-                memcpy(dst + off, stg, c);
-            cr__staging_free(&s->staging, stg, c);
-            off += c;
         }
     }
 }
@@ -1074,6 +1129,7 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
         else
             get_read_staged(s, &rep, dsts, n, orders, used, results);
         get_read_disk_done(n, results);
+        get_verify(s, &rep, dsts, n, orders, used, staged, results);
         get_validate(s, &rep, t0, n, used, which, sizes, lens, results);
     }
     scratch_fini(&sc);
@@ -1088,6 +1144,11 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
             *alloc = abuf;
     }
     return firsterr;
+}
+
+uint64_t cr_store_checksum_errors(const cr_store_t *s)
+{
+    return s ? atomic_load(&((cr_store_t *)s)->crc_errors) : 0;
 }
 
 int cr_store_get_into(cr_store_t *s, const char *key, void *buf, size_t cap, size_t *len)

@@ -15,6 +15,7 @@ static int item_locked(cr__master_t *m, uint16_t bt, const cr__rpc_item_t *in,
         return cr__m_put_start_locked(m, in->key, in->key_len, in->size, &in->cfg, now, reply, out);
     case CR__RPC_PUT_END:
         CNT(m, rpc_put_end_total)++;
+        cr__m_put_end_crc_locked(m, in);
         return cr__m_put_end_locked(m, in->key, in->key_len, in->version, now);
     case CR__RPC_PUT_REVOKE:
         CNT(m, rpc_put_revoke_total)++;

@@ -17,6 +17,7 @@
  *   tier.c       the disk tier: offload/demote tasks, node reports
  *   rtask.c      replica copy/move tasks, per-replica clear
  *   admin.c      HTTP admin endpoints (admin.h; uses master.h only)
+ *   checksum.c   end-to-end value checksums: PutEnd's crc kept with the object
  *
  * Lock discipline: one mutex, m->mu, guards every field of struct
  * cr__master except cfg, ev and master_id (written once by
@@ -48,6 +49,7 @@
 #define OF_OFFLOADING 0x8 /* a tier OFFLOAD task of this object is queued or running */
 #define OF_HIT1 0x10       /* read from disk once (promotion admits the second hit) */
 #define OF_PROMOTING 0x20  /* a tier PROMOTE task of this object is queued or running */
+#define OF_CRC 0x40        /* crc holds the writer's end-to-end checksum (checksum.c) */
 #define REP_DEAD 0x80
 #define NONE32 UINT32_MAX
 /* replica index needs 3 bits: CR__RPC_REPLICA_MAX == 8 */
@@ -70,8 +72,10 @@ typedef struct obj {
     uint16_t key_len;
     uint8_t flags;
     uint8_t n_rep;
+    uint32_t crc;         /* crc32c of the value when flags has OF_CRC (checksum.c) */
+    uint32_t spare;       /* padding, 0 */
 } obj_t;
-_Static_assert(sizeof(obj_t) == 48, "compact object header");
+_Static_assert(sizeof(obj_t) == 56, "compact object header");
 
 static inline uint8_t *obj_nsh(obj_t *o) { return (uint8_t *)(o + 1); }
 static inline shard_t *obj_shards(obj_t *o)
@@ -302,6 +306,12 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
 int cr__m_upsert_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
                               const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
                               cr__rpc_item_t *it);
+/* checksum.c: records item's crc (PutEnd request) on the pending object
+ * (key, version) it is about to complete, plain or upsert shadow. */
+void cr__m_put_end_crc_locked(cr__master_t *m, const cr__rpc_item_t *item);
+/* upsert.c: the pending shadow of (key, version), or NULL. */
+obj_t *cr__m_upsert_shadow_find(cr__master_t *m, const char *key, size_t key_len,
+                                uint64_t version);
 /* PutEnd / PutRevoke of (key, version) when key's own object has another
  * version: finish or drop the pending replacement, else OBJECT_NOT_FOUND. */
 int cr__m_upsert_end_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,

@@ -204,6 +204,10 @@ int cr__m_get_replicas_locked(cr__master_t *m, const char *key, size_t key_len, 
     m->state_seq++;
     it->version = o->version;
     it->size = o->size;
+    if (o->flags & OF_CRC) { /* end-to-end checksum (checksum.c) */
+        it->flags |= CR__RPC_F_CRC;
+        it->crc = o->crc;
+    }
     if (list == &m->ssd_lru) {
         CNT(m, tier_ssd_hits_total)++;
         cr__m_tier_disk_hit(m, o, now);

@@ -52,8 +52,8 @@ int cr__m_upsert_start_locked(cr__master_t *m, const char *key, size_t key_len, 
     return cr__m_pending_create_locked(m, sh, sl, h, size, cfg, now, msg, it);
 }
 
-/* The pending shadow of (key, version), or NULL. */
-static obj_t *shadow_find(cr__master_t *m, const char *key, size_t key_len, uint64_t version)
+obj_t *cr__m_upsert_shadow_find(cr__master_t *m, const char *key, size_t key_len,
+                                uint64_t version)
 {
     if (!key_ok(key, key_len))
         return NULL;
@@ -66,7 +66,7 @@ static obj_t *shadow_find(cr__master_t *m, const char *key, size_t key_len, uint
 int cr__m_upsert_end_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t version,
                             uint64_t now)
 {
-    obj_t *o = shadow_find(m, key, key_len, version);
+    obj_t *o = cr__m_upsert_shadow_find(m, key, key_len, version);
     if (!o)
         return CR_E_OBJECT_NOT_FOUND;
     if (o->until_ms <= now) { /* past its deadline: reclaim, refuse */
@@ -110,7 +110,7 @@ int cr__m_upsert_end_locked(cr__master_t *m, const char *key, size_t key_len, ui
 int cr__m_upsert_revoke_locked(cr__master_t *m, const char *key, size_t key_len,
                                uint64_t version, uint64_t now)
 {
-    obj_t *o = shadow_find(m, key, key_len, version);
+    obj_t *o = cr__m_upsert_shadow_find(m, key, key_len, version);
     if (!o)
         return CR_E_OBJECT_NOT_FOUND;
     /* like a revoked put: the space waits out writes still in flight */

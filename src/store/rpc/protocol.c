@@ -252,11 +252,15 @@ static int w_item(cr__rpc_buf_t *b, uint16_t bt, int reply, const cr__rpc_item_t
             w_u64(b, it->version);
             w_u32(b, it->lease_ms);
             return w_replicas(b, it);
-        case CR__RPC_GET_REPLICA_LIST:
+        case CR__RPC_GET_REPLICA_LIST: {
             w_u64(b, it->version);
             w_u64(b, it->size);
             w_u32(b, it->lease_ms);
-            return w_replicas(b, it);
+            int rc = w_replicas(b, it);
+            w_u32(b, it->flags & CR__RPC_F_CRC);
+            w_u32(b, it->crc);
+            return rc;
+        }
         case CR__RPC_GET_SIZE:
             w_u64(b, it->size);
             return 0;
@@ -282,6 +286,10 @@ static int w_item(cr__rpc_buf_t *b, uint16_t bt, int reply, const cr__rpc_item_t
                 return -EINVAL;
         return 0;
     case CR__RPC_PUT_END:
+        w_u64(b, it->version);
+        w_u32(b, it->flags & CR__RPC_F_CRC);
+        w_u32(b, it->crc);
+        return 0;
     case CR__RPC_PUT_REVOKE:
         w_u64(b, it->version);
         return 0;
@@ -511,14 +519,14 @@ static size_t min_item(uint16_t bt, int reply)
     if (reply) {
         switch (bt) {
         case CR__RPC_PUT_START: return 4 + 8 + 4 + 4;
-        case CR__RPC_GET_REPLICA_LIST: return 4 + 8 + 8 + 4 + 4;
+        case CR__RPC_GET_REPLICA_LIST: return 4 + 8 + 8 + 4 + 4 + 8;
         case CR__RPC_GET_SIZE: return 4 + 8;
         default: return 4;
         }
     }
     switch (bt) {
     case CR__RPC_PUT_START: return 4 + 8 + 12;
-    case CR__RPC_PUT_END:
+    case CR__RPC_PUT_END: return 4 + 8 + 8;
     case CR__RPC_PUT_REVOKE: return 4 + 8;
     case CR__RPC_REMOVE: return 4 + 4;
     case CR__RPC_VALIDATE: return 4 + 16;
@@ -577,7 +585,11 @@ static int r_item(rd_t *r, cr__rpc_msg_t *m, uint16_t bt, int reply, cr__rpc_ite
             it->version = r_u64(r);
             it->size = r_u64(r);
             it->lease_ms = r_u32(r);
-            return r_replicas(r, m, it, nomem);
+            if (r_replicas(r, m, it, nomem))
+                return -1;
+            it->flags = r_u32(r) & CR__RPC_F_CRC;
+            it->crc = r_u32(r);
+            break;
         case CR__RPC_GET_SIZE:
             it->size = r_u64(r);
             break;
@@ -620,6 +632,10 @@ static int r_item(rd_t *r, cr__rpc_msg_t *m, uint16_t bt, int reply, cr__rpc_ite
         break;
     }
     case CR__RPC_PUT_END:
+        it->version = r_u64(r);
+        it->flags = r_u32(r) & CR__RPC_F_CRC;
+        it->crc = r_u32(r);
+        break;
     case CR__RPC_PUT_REVOKE:
         it->version = r_u64(r);
         break;

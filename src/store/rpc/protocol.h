@@ -158,6 +158,8 @@ enum cr__rpc_type {
 #define CR__RPC_F_NEED_REMOUNT 0x1u   /* PING reply: the master does not know this
                                          client or dropped its segments: remount all */
 #define CR__RPC_F_REPL_RESET 0x1u     /* REPL_APPEND: a snapshot starts; forget the rest */
+#define CR__RPC_F_CRC 0x2u            /* item: `crc` holds the value's crc32c (PUT_END
+                                         request, GET_REPLICA_LIST reply) */
 #define CR__RPC_CFG_SOFT_PIN 0x1u     /* replicate config flags */
 #define CR__RPC_CFG_HARD_PIN 0x2u
 #define CR__RPC_CFG_UPSERT 0x4u       /* PutStart of an existing key: replace it at
@@ -215,9 +217,12 @@ typedef struct cr__rpc_repl_cfg {
  *                      request fields            reply fields
  *   PUT_START          key, size, cfg            status, version, lease_ms
  *                                                (= put deadline), replicas
- *   PUT_END/REVOKE     key, version              status
+ *   PUT_END            key, version, flags (CRC), status
+ *                      crc
+ *   PUT_REVOKE         key, version              status
  *   GET_REPLICA_LIST   key                       status, version, size,
- *                                                lease_ms, replicas (complete)
+ *                                                lease_ms, replicas (complete),
+ *                                                flags (CRC), crc
  *   EXIST              key                       status (0 = exists,
  *                                                CR_E_OBJECT_NOT_FOUND = no)
  *   GET_SIZE           key                       status, size
@@ -236,6 +241,7 @@ typedef struct cr__rpc_item {
     cr__rpc_repl_cfg_t cfg;
     uint32_t n_replicas; /* 0..CR__RPC_REPLICA_MAX */
     cr__rpc_replica_t *replicas;
+    uint32_t crc; /* end-to-end value checksum (crc32c) when flags has CR__RPC_F_CRC */
 } cr__rpc_item_t;
 
 /* A decoded or to-be-encoded message. Fields by type:

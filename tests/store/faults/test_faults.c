@@ -1,4 +1,13 @@
-/* Fault isolation (issue 11): one storage node frozen (SIGSTOP) under load
+/* Fault isolation and value integrity (issue 11) on a real cluster.
+ *
+ * Scenario crc: a byte of a stored value is flipped in a storage node's
+ * memory by a Transfer Engine WRITE from a peer (what a faulty node or an
+ * attacker on an open data port does); gets never return the flipped
+ * bytes: the other replica's intact bytes are read instead, and with both
+ * replicas flipped the get is a miss. A client with checksums off
+ * (CRESCENT_STORE_CHECKSUM=0) documents what happens without them.
+ *
+ * Scenarios off / on: one storage node frozen (SIGSTOP) under load
  * must not freeze the other clients.
  *
  * Regression: one SIGSTOPped node froze every client for 10-15 s, also
@@ -18,7 +27,7 @@
  * Prints the readers' get latency (p50/p99/max) before and during the
  * freeze: bench/faults/run.sh records them (docs/benchmarks.md).
  *
- * usage: test_store_frozen_node off|on <crescent-master> <crescent-node>
+ * usage: test_store_faults off|on|crc <crescent-master> <crescent-node>
  *   on: the whole cluster runs with a cluster key (security on).
  * Environment (bench only): FROZEN_FREEZE_S (default 5), FROZEN_READERS.
  */
@@ -35,6 +44,7 @@
 #include "../cluster/cluster_util.h"
 #include "common/clock.h"
 #include "crescent/store.h"
+#include "crescent/transfer.h"
 
 #define N_NODES 3
 #define MAX_READERS 8
@@ -337,6 +347,131 @@ static void verify_preloaded(cr_store_t *st)
     free(want);
 }
 
+/* ---- scenario crc ------------------------------------------------------------ */
+
+/* Flips the byte at addr in segment seg by a TE WRITE from a peer of our
+ * own (security off: any peer may). Returns 0 or -errno. */
+static int flip_byte(cr_xfer_engine_t *te, uint8_t *scratch, const char *seg, uint64_t addr,
+                     uint8_t now)
+{
+    cr_xfer_segment_t h;
+    int rc = cr_xfer_segment_open(te, seg, &h);
+    if (rc)
+        return rc;
+    scratch[0] = now ^ 0x5a;
+    cr_xfer_request_t w = {.opcode = CR_XFER_WRITE, .local_addr = scratch, .target = h,
+                           .target_addr = addr, .length = 1};
+    int res = 0;
+    rc = cr_xfer_transfer_sync(te, &w, 1, &res);
+    return rc ? rc : res;
+}
+
+static void scenario_crc(void)
+{
+    cr_store_t *st, *plain;
+    if (make_client(&st)) {
+        FAIL("client did not start");
+        return;
+    }
+    setenv("CRESCENT_STORE_CHECKSUM", "0", 1);
+    int prc = make_client(&plain);
+    unsetenv("CRESCENT_STORE_CHECKSUM");
+    if (prc) {
+        FAIL("client did not start");
+        cr_store_destroy(st);
+        return;
+    }
+    cr_xfer_params_t xp;
+    memset(&xp, 0, sizeof xp);
+    xp.field_mask = CR_XFER_PARAM_METADATA_URI | CR_XFER_PARAM_TRANSPORTS;
+    xp.metadata_uri = g_meta_uri;
+    xp.transports = "tcp";
+    cr_xfer_engine_t *te = NULL;
+    static uint8_t scratch[4096] __attribute__((aligned(4096)));
+    if (cr_xfer_engine_create(&xp, &te) || cr_xfer_mem_register(te, scratch, sizeof scratch, NULL)) {
+        FAIL("attacker engine did not start");
+        goto out;
+    }
+    enum { LEN = 100000 };
+    uint8_t *val = malloc(LEN), *buf = malloc(LEN), *reg = malloc(LEN);
+    fill(val, LEN, 4242);
+    cr_store_replicate_config_t cfg = {.replica_num = 2};
+    int rc = cr_store_put(st, "crc-key", val, LEN, &cfg);
+    if (rc) {
+        FAIL("put: %s", cr_strerror(rc));
+        goto out2;
+    }
+    cr_store_replica_desc_t d[2];
+    size_t nrep = 0;
+    rc = cr_store_get_replica_desc(st, "crc-key", d, 2, &nrep, NULL);
+    if (rc || nrep != 2) {
+        FAIL("replica desc: %s, %zu replicas", cr_strerror(rc), nrep);
+        goto out2;
+    }
+    const size_t at = 77777; /* a byte of the first shard of each replica */
+    if (d[0].shards[0].len <= at || d[1].shards[0].len <= at) {
+        FAIL("unexpected shard layout");
+        goto out2;
+    }
+    /* the replica read first (the master's order) gets a flipped byte */
+    rc = flip_byte(te, scratch, d[0].shards[0].segment, d[0].shards[0].addr + at, val[at]);
+    if (rc) {
+        FAIL("flip: %s", cr_strerror(rc));
+        goto out2;
+    }
+    size_t got = 0;
+    rc = cr_store_get(st, "crc-key", buf, LEN, &got);
+    if (rc || got != LEN || memcmp(buf, val, LEN))
+        FAIL("one replica flipped: get %s, %s bytes (want the other replica's)", cr_strerror(rc),
+             rc ? "no" : memcmp(buf, val, LEN) ? "WRONG" : "right");
+    if (cr_store_checksum_errors(st) != 1)
+        FAIL("checksum errors %llu, want 1", (unsigned long long)cr_store_checksum_errors(st));
+    /* the direct path (registered destination) too */
+    if (cr_store_register_buffer(st, reg, LEN) == 0) {
+        memset(reg, 0, LEN);
+        rc = cr_store_get_into(st, "crc-key", reg, LEN, &got);
+        if (rc || got != LEN || memcmp(reg, val, LEN))
+            FAIL("direct get with one replica flipped: %s", cr_strerror(rc));
+        cr_store_unregister_buffer(st, reg);
+    } else {
+        FAIL("register_buffer");
+    }
+    /* without checksums the flipped bytes are returned: the exposure */
+    int wrong_plain = 0;
+    for (int t = 0; t < 2; t++) { /* whichever replica it reads first */
+        if (cr_store_get(plain, "crc-key", buf, LEN, &got) == 0 && memcmp(buf, val, LEN))
+            wrong_plain = 1;
+    }
+    fprintf(stderr, "checksums off: %s\n",
+            wrong_plain ? "the flipped bytes were returned (exposure)" : "read the intact replica");
+    /* both replicas flipped: a miss, never the bytes */
+    rc = flip_byte(te, scratch, d[1].shards[0].segment, d[1].shards[0].addr + at, val[at]);
+    if (rc) {
+        FAIL("flip: %s", cr_strerror(rc));
+        goto out2;
+    }
+    uint64_t e0 = cr_store_checksum_errors(st);
+    memset(buf, 0, LEN);
+    rc = cr_store_get(st, "crc-key", buf, LEN, &got);
+    if (rc != CR_E_OBJECT_NOT_FOUND)
+        FAIL("both replicas flipped: get returned %s (%d), want a miss", cr_strerror(rc), rc);
+    if (cr_store_checksum_errors(st) < e0 + 2)
+        FAIL("checksum errors %llu, want >= %llu",
+             (unsigned long long)cr_store_checksum_errors(st), (unsigned long long)e0 + 2);
+    fprintf(stderr, "checksum errors counted: %llu\n",
+            (unsigned long long)cr_store_checksum_errors(st));
+out2:
+    free(val);
+    free(buf);
+    free(reg);
+out:
+    cr_xfer_engine_destroy(te);
+    cr_store_destroy(plain);
+    cr_store_destroy(st);
+}
+
+static int finish(void);
+
 static int env_int(const char *name, int def, int lo, int hi)
 {
     const char *v = getenv(name);
@@ -346,8 +481,8 @@ static int env_int(const char *name, int def, int lo, int hi)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4 || (strcmp(argv[1], "on") && strcmp(argv[1], "off"))) {
-        fprintf(stderr, "usage: %s off|on <crescent-master> <crescent-node>\n", argv[0]);
+    if (argc < 4 || (strcmp(argv[1], "on") && strcmp(argv[1], "off") && strcmp(argv[1], "crc"))) {
+        fprintf(stderr, "usage: %s off|on|crc <crescent-master> <crescent-node>\n", argv[0]);
         return 2;
     }
     g_secure = !strcmp(argv[1], "on");
@@ -371,6 +506,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < N_NODES; i++)
         if (start_node(i))
             return 1;
+    if (!strcmp(argv[1], "crc")) {
+        scenario_crc();
+        return finish();
+    }
     worker_t readers[MAX_READERS], writer;
     memset(readers, 0, sizeof readers);
     memset(&writer, 0, sizeof writer);
@@ -425,6 +564,12 @@ int main(int argc, char **argv)
         cr_store_destroy(readers[i].st);
     cr_store_destroy(writer.st);
     cr_store_destroy(checker);
+    return finish();
+}
+
+/* Stops the daemons; the exit status. */
+static int finish(void)
+{
     for (int i = 0; i < N_NODES; i++)
         cu_stop(g_node_pid[i], SIGTERM, 10000);
     cu_stop(g_master_pid, SIGTERM, 10000);
