@@ -28,6 +28,7 @@ typedef struct ctl_conn {
     struct cr__xfer_ctl *ctl;
     struct ctl_conn *prev, *next; /* ctl->conns, guarded by ctl->mu */
     int fd;
+    struct sockaddr_storage src; /* the client's address (per-source cap) */
 } ctl_conn_t;
 
 struct cr__xfer_ctl {
@@ -129,7 +130,10 @@ static void *conn_main(void *arg)
 
 static void accept_one(cr__xfer_ctl_t *ctl, int lfd)
 {
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    struct sockaddr_storage src;
+    socklen_t sl = sizeof src;
+    memset(&src, 0, sizeof src);
+    int fd = accept4(lfd, (struct sockaddr *)&src, &sl, SOCK_CLOEXEC);
     if (fd < 0)
         return;
     ctl_conn_t *cc = calloc(1, sizeof *cc);
@@ -139,10 +143,16 @@ static void accept_one(cr__xfer_ctl_t *ctl, int lfd)
     }
     cc->ctl = ctl;
     cc->fd = fd;
+    cc->src = src;
     pthread_mutex_lock(&ctl->mu);
-    if (ctl->n_conns >= CR__XFER_CTL_MAX_CONNS || atomic_load(&ctl->stopping)) {
+    int same = 0;
+    for (ctl_conn_t *o = ctl->conns; o; o = o->next)
+        same += cr__xfer_conn_same_source(&o->src, &src);
+    if (ctl->n_conns >= CR__XFER_CTL_MAX_CONNS ||
+        same >= CR__XFER_CTL_MAX_CONNS / CR__XFER_PER_SOURCE_DIV || atomic_load(&ctl->stopping)) {
         pthread_mutex_unlock(&ctl->mu);
-        CR_LOG_RL(CR__LOG_WARN, LOGC, "too many control connections: refusing one");
+        CR_LOG_RL(CR__LOG_WARN, LOGC, "too many control connections%s: refusing one",
+                  ctl->n_conns >= CR__XFER_CTL_MAX_CONNS ? "" : " from one address");
         close(fd);
         free(cc);
         return;

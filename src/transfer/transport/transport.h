@@ -175,6 +175,18 @@ void cr__xfer_notify_deliver(cr_xfer_engine_t *engine, const char *from, const v
  * failed connect (client) or a rejected client (server). */
 int cr__xfer_conn_accepted(cr_xfer_engine_t *engine, int fd, int timeout_ms);
 int cr__xfer_conn_connected(cr_xfer_engine_t *engine, int fd, int timeout_ms);
+/* The accepting side's first-frame deadline (ms, capped by timeout_ms): a
+ * connection that proved nothing (security on) or sent nothing (off) by
+ * then is closed. */
+#define CR__XFER_FIRST_FRAME_MS 5000
+/* Per-source connection caps: a listener serving at most max connections
+ * refuses one more from an address that already holds max / 2 of them
+ * (CR__XFER_PER_SOURCE_DIV), whatever the security mode. The servers keep
+ * each connection's source and compare with this (address only, no port;
+ * 1 when equal). */
+#define CR__XFER_PER_SOURCE_DIV 2
+struct sockaddr_storage;
+int cr__xfer_conn_same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 
 /* The engine's cluster key (common/auth), NULL when security is off. */
 struct cr__auth;

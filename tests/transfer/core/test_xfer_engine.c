@@ -7,7 +7,10 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -627,6 +630,78 @@ static void test_frozen_peer_fails_without_timeout(void **state)
     xt_free(buf, len);
 }
 
+/* Connects from src (a loopback address) to 127.0.0.1:port. Returns the fd. */
+static int raw_connect(const char *src, uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &a.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    a.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* Regression (issue 11): with security off, 1,024 idle connections locked
+ * everyone out of a node's TE port with no time limit. Now (both modes) a
+ * connection that sends nothing is closed at the first-frame deadline, and
+ * one address may hold at most half of a listener's connections, so a
+ * client from another address is still served while one floods. */
+static void test_listeners_bound_idle_and_per_source(void **state)
+{
+    (void)state;
+    cr_xfer_engine_t *e, *client;
+    assert_int_equal(xt_engine(&e, NULL, "tcp", 1000), 0); /* first-frame deadline 1 s */
+    uint16_t ctl = cr_xfer_engine_port(e), data = e->local.nics[0].port;
+    assert_true(ctl > 0 && data > 0 && ctl != data);
+    /* an idle connection to either listener is closed by the server (EOF),
+     * long before this recv's own 60 s limit */
+    uint16_t ports[2] = {data, ctl};
+    for (int i = 0; i < 2; i++) {
+        int fd = raw_connect("127.0.0.1", ports[i]);
+        struct timeval tv = {.tv_sec = 60};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char c;
+        ssize_t n = recv(fd, &c, 1, 0);
+        if (n != 0)
+            fail_msg("idle connection to port %u: recv %zd (errno %d), want EOF", ports[i], n,
+                     errno);
+        close(fd);
+    }
+    cr_xfer_engine_destroy(e);
+
+    /* per source: 127.0.0.2 fills the control listener with connections that
+     * sent a first byte and then stall mid-header (held up to the 30 s
+     * timeout); a client from 127.0.0.1 must still get the descriptor */
+    assert_int_equal(xt_engine(&e, NULL, "tcp", 30000), 0);
+    ctl = cr_xfer_engine_port(e);
+    enum { FLOOD = CR__XFER_CTL_MAX_CONNS + 8 };
+    int fds[FLOOD];
+    for (int i = 0; i < FLOOD; i++) {
+        fds[i] = raw_connect("127.0.0.2", ctl);
+        assert_int_equal(send(fds[i], "C", 1, MSG_NOSIGNAL), 1);
+    }
+    /* the server refuses the surplus of 127.0.0.2 at once: wait until it
+     * has closed at least the connections past its per-source share */
+    int closed = 0;
+    for (int i = 0; i < FLOOD; i++) {
+        struct pollfd p = {.fd = fds[i], .events = POLLIN};
+        if (poll(&p, 1, i >= CR__XFER_CTL_MAX_CONNS / 2 ? 20000 : 0) == 1)
+            closed++;
+    }
+    fprintf(stderr, "%d of %d flood connections refused\n", closed, FLOOD);
+    assert_true(closed >= FLOOD - CR__XFER_CTL_MAX_CONNS / CR__XFER_PER_SOURCE_DIV);
+    assert_int_equal(xt_engine(&client, NULL, "tcp", 30000), 0);
+    cr_xfer_segment_t h;
+    assert_int_equal(cr_xfer_segment_open(client, cr_xfer_engine_name(e), &h), 0);
+    cr_xfer_engine_destroy(client);
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    cr_xfer_engine_destroy(e);
+}
+
 /* transports = "shm" only: a peer on another host (the fake peer's host id)
  * cannot be reached; the engine still serves its control port */
 static void test_shm_only_remote_peer(void **state)
@@ -828,6 +903,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_notify, setup, teardown),
         cmocka_unit_test(test_busy_and_timeout),
         cmocka_unit_test(test_frozen_peer_fails_without_timeout),
+        cmocka_unit_test(test_listeners_bound_idle_and_per_source),
         cmocka_unit_test(test_destroy_cancels),
         cmocka_unit_test(test_shm_only_remote_peer),
         cmocka_unit_test(test_default_transports),

@@ -26,6 +26,7 @@
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "transfer/transport/tcp/tcp_wire.h"
@@ -112,6 +113,7 @@ typedef struct srv_conn {
     struct tcp_state *st;
     struct srv_conn *prev, *next;
     int fd;
+    struct sockaddr_storage src; /* the client's address (per-source cap) */
     int nic;
     char *scratch; /* lazily allocated drain buffer */
     cr__tcp_hdr_t nh; /* bytes of the next request header read ahead */

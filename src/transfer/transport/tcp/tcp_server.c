@@ -372,7 +372,10 @@ static void *srv_main(void *arg)
 
 static void accept_one(tcp_state_t *st, int lfd, int nic)
 {
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    struct sockaddr_storage src;
+    socklen_t sl = sizeof src;
+    memset(&src, 0, sizeof src);
+    int fd = accept4(lfd, (struct sockaddr *)&src, &sl, SOCK_CLOEXEC);
     if (fd < 0)
         return;
     cr__tcp_tune_socket(st, fd);
@@ -386,10 +389,16 @@ static void accept_one(tcp_state_t *st, int lfd, int nic)
     sc->st = st;
     sc->fd = fd;
     sc->nic = nic;
+    sc->src = src;
     pthread_mutex_lock(&st->srv_mu);
-    if (st->n_srv >= TCP_MAX_SRV_CONNS || atomic_load(&st->stopping)) {
+    int same = 0; /* connections this source holds (accepts are rare: a scan is fine) */
+    for (srv_conn_t *o = st->srv_list; o; o = o->next)
+        same += cr__xfer_conn_same_source(&o->src, &src);
+    if (st->n_srv >= TCP_MAX_SRV_CONNS || same >= TCP_MAX_SRV_CONNS / CR__XFER_PER_SOURCE_DIV ||
+        atomic_load(&st->stopping)) {
         pthread_mutex_unlock(&st->srv_mu);
-        CR_LOG_RL(CR__LOG_WARN, LOGC, "too many connections: refusing one");
+        CR_LOG_RL(CR__LOG_WARN, LOGC, "too many connections%s: refusing one",
+                  st->n_srv >= TCP_MAX_SRV_CONNS ? "" : " from one address");
         close(fd);
         free(sc);
         return;
