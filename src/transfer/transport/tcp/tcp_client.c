@@ -249,12 +249,13 @@ static int path_remote(tcp_peer_t *p, tcp_path_t *pa, cr__seg_nic_t *out)
 static int dial(tcp_state_t *st, int lnic, const cr__seg_nic_t *remote)
 {
     /* a peer that does not answer the connect and its setup hook within
-     * the stall time is as good as frozen (the watchdog fails its work then
-     * anyway) */
+     * twice the stall time is as good as frozen (the watchdog fails queued
+     * work after one stall time anyway; the margin keeps a handshake on a
+     * loaded machine from failing a healthy path) */
     unsigned ct_ms = st->cfg.timeout_ms < TCP_CONNECT_TIMEOUT_MS ? st->cfg.timeout_ms
                                                                : TCP_CONNECT_TIMEOUT_MS;
-    if (st->cfg.stall_ms && st->cfg.stall_ms < ct_ms)
-        ct_ms = st->cfg.stall_ms;
+    if (st->cfg.stall_ms && 2 * st->cfg.stall_ms < ct_ms)
+        ct_ms = 2 * st->cfg.stall_ms;
     int ct = (int)ct_ms;
     int fd = cr__net_connect(remote->addr, remote->port, st->cfg.nics[lnic], ct);
     if (fd < 0)
