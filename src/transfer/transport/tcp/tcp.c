@@ -85,6 +85,11 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
     st->cfg = *cfg;
     uint64_t stall = (uint64_t)cfg->timeout_ms / 4;
     stall = stall < TCP_STALL_MIN_MS ? TCP_STALL_MIN_MS : stall > TCP_STALL_MAX_MS ? TCP_STALL_MAX_MS : stall;
+    /* a stalled connection is cut (its slices retried on another path)
+     * well before the peer as a whole is given up on (abort_ns below):
+     * losing one NIC must not fail work another path can carry */
+    if (cfg->stall_ms && stall > cfg->stall_ms / 2)
+        stall = cfg->stall_ms / 2 < 50 ? 50 : cfg->stall_ms / 2;
     st->stall_ns = env_u64("CRESCENT_TCP_STALL_MS", stall, 50, 600000) * 1000000ull;
     st->abort_ns = (uint64_t)cfg->stall_ms * 1000000ull;
     st->window_bytes = env_u64("CRESCENT_TCP_WINDOW", TCP_DEFAULT_WINDOW, 64u << 10, 1u << 30);
