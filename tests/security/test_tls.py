@@ -12,6 +12,7 @@ environment variables a library user sets) joins a TLS cluster, and cannot
 join it with a rogue certificate or none. TLS combines with the cluster key.
 """
 import os
+import shutil
 import socket
 import struct
 import tempfile
@@ -51,6 +52,7 @@ def tls_cluster():
         yield c
     finally:
         d.stop()
+        shutil.rmtree(d.dir, ignore_errors=True)  # keys and certificates do not linger
 
 
 def http_ports(c):
@@ -212,7 +214,6 @@ def test_etcd_over_tls_with_client_certificates(tls_cluster, monkeypatch):
     etcd:// master discovery and TE metadata in etcd, all over https with
     the member certificate. Without a certificate the library cannot use
     that etcd."""
-    import shutil
     import crescent.store
     from secutil import _py
     free_port = _py.free_port
