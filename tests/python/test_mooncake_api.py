@@ -8,6 +8,7 @@ Mooncake's codes instead of AttributeError."""
 import ctypes
 import os
 import struct
+import time
 import uuid
 
 import numpy as np
@@ -66,8 +67,19 @@ def store(cluster):
 
 
 def wait_lease():
-    import time
     time.sleep(LEASE_MS / 1000 * 2)
+
+
+def while_leased(store, keys, op):
+    """Reads keys (each read takes a LEASE_MS lease) and then runs op();
+    returns op's result, or None when the reads and op took more than half
+    a lease (a loaded machine: the leases may have run out, so what op saw
+    proves nothing). The caller then retries with fresh keys."""
+    t0 = time.monotonic()
+    for k in keys:
+        store.get(k)
+    res = op()
+    return res if time.monotonic() - t0 < LEASE_MS / 2000 else None
 
 
 # ---- names ---------------------------------------------------------------------
@@ -588,11 +600,16 @@ def test_replica_descriptors(store, cluster):
 
 
 def test_batch_replica_clear(store):
-    ks = [K("c%d" % i) for i in range(3)]
-    for k in ks:
-        assert store.put(k, b"data") == 0
-        assert store.get(k) == b"data"  # read lease
-    assert store.batch_replica_clear(ks) == []  # live leases: skipped
+    for attempt in range(10):
+        ks = [K("c%d-%d" % (attempt, i)) for i in range(3)]
+        for k in ks:
+            assert store.put(k, b"data") == 0
+        res = while_leased(store, ks, lambda: store.batch_replica_clear(ks))
+        if res is not None:
+            break
+    else:
+        pytest.skip("machine too loaded: no attempt read and cleared within half a lease")
+    assert res == []  # live leases: skipped
     wait_lease()
     assert store.batch_replica_clear([]) == []
     assert store.batch_replica_clear([ks[0], K("none")]) == [ks[0]]
@@ -607,8 +624,11 @@ def test_remove_by_regex(store):
                                                           for i in range(3)]
     for k in ks:
         assert store.put(k, b"v") == 0
-    assert store.get(ks[0]) == b"v"  # a live read lease: skipped unless forced
-    assert store.remove_by_regex("^rx-%s-sess-" % tag) == 4
+    # a live read lease on ks[0]: skipped unless forced
+    n = while_leased(store, ks[:1], lambda: store.remove_by_regex("^rx-%s-sess-" % tag))
+    if n is None:
+        pytest.skip("machine too loaded: the read lease may have run out before the remove")
+    assert n == 4
     assert store.batch_is_exist(ks) == [1, 0, 0, 0, 0, 1, 1, 1]
     assert store.remove_by_regex("^rx-%s-sess-" % tag, force=True) == 1
     assert store.remove_by_regex("^rx-%s-(keep-[02])$" % tag) == 2
