@@ -31,7 +31,8 @@ static int etcd_call(cr__meta_t *m, const char *api, const char *json, char **re
         rc = cr__meta_http_exchange(m, "POST", url, json, strlen(json), "application/json",
                                     ETCD_RESP_MAX, &body, &blen);
         if (rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc >= 500) {
-            CR_LOG_WARN("meta", "etcd endpoint %s failed (%d), trying next", m->ep[ep], rc);
+            CR_LOG_RL(CR__LOG_WARN, "meta", "etcd endpoint %s failed (%d), trying next", m->ep[ep],
+                      rc);
             free(body);
             if (rc >= 500)
                 rc = -EHOSTUNREACH;
