@@ -489,6 +489,12 @@ int main(int argc, char **argv)
     g_master_bin = argv[2];
     g_node_bin = argv[3];
     int freeze_s = env_int("FROZEN_FREEZE_S", 5, 1, 600);
+    /* the freeze outlasts the TE's stall time several times over (sanitizer
+     * runs raise it with CRESCENT_XFER_STALL_MS), so every reader gets past
+     * its one stall and is served by the other replica during the freeze */
+    int stall_s = (env_int("CRESCENT_XFER_STALL_MS", 1000, 50, 600000) + 999) / 1000;
+    if (freeze_s < 3 * stall_s + 2)
+        freeze_s = 3 * stall_s + 2;
     int n_readers = env_int("FROZEN_READERS", 3, 1, MAX_READERS);
     signal(SIGPIPE, SIG_IGN);
     srand((unsigned)getpid() ^ (unsigned)cr__now_ns());
