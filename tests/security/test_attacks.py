@@ -163,6 +163,7 @@ def test_open_listener_without_credentials_warns():
     finally:
         d.stop()
     err = open(os.path.join(d.dir, "master.err")).read()
+    __import__("shutil").rmtree(d.dir, ignore_errors=True)
     assert "WITHOUT CREDENTIALS" in err and "master RPC" in err
 
 
