@@ -19,9 +19,16 @@ stage() { # stage <title>: prints the previous stage's duration, then the title
 stage "the transfer core names no transport"
 scripts/check-transport-names.sh
 
+# Multi-process tests with real timeouts (HA failover, etcd stalls, netns
+# link cuts) are exposed to scheduling on a loaded 2-core machine: a test
+# that fails is run once more, and only a second failure fails the run.
+# Every failed attempt is still printed in full (--output-on-failure), so a
+# flaky test is visible in the log, never silent.
+retry="--repeat until-pass:2"
+
 stage "build + tests (RelWithDebInfo, gcc)"
 scripts/build.sh build -DCRESCENT_WERROR=ON
-(cd build && ctest --output-on-failure -j"$jobs" --timeout 600)
+(cd build && ctest $retry --output-on-failure -j"$jobs" --timeout 600)
 
 stage "build + tests (ASan + UBSan)"
 scripts/build.sh build-asan -DCRESCENT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCRESCENT_WERROR=ON
@@ -29,7 +36,7 @@ scripts/build.sh build-asan -DCRESCENT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DCR
 # 1 s by default (fault isolation); sanitizers run 5-15x slower on 2 cores, so
 # a healthy peer gets 5 s there
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-   CRESCENT_SANITIZED=1 CRESCENT_XFER_STALL_MS=5000 ctest --output-on-failure -j"$jobs" --timeout 900)
+   CRESCENT_SANITIZED=1 CRESCENT_XFER_STALL_MS=5000 ctest $retry --output-on-failure -j"$jobs" --timeout 900)
 
 # Release (-O3, NDEBUG) is what users build: with both compilers, tests
 # included (clang also builds the Debug TSan suite and the fuzzers below).
@@ -38,7 +45,7 @@ for cc in gcc clang; do
   cxx=$([ "$cc" = gcc ] && echo g++ || echo clang++)
   scripts/build.sh "build-release-$cc" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc" \
     -DCMAKE_CXX_COMPILER="$cxx" -DCRESCENT_WERROR=ON
-  (cd "build-release-$cc" && ctest --output-on-failure -j"$jobs" --timeout 600)
+  (cd "build-release-$cc" && ctest $retry --output-on-failure -j"$jobs" --timeout 600)
 done
 
 # ThreadSanitizer: the C tests. Not the Python-driven ones (they would need
@@ -52,7 +59,7 @@ stage "build + tests (ThreadSanitizer, clang Debug)"
 scripts/build.sh build-tsan -DCRESCENT_TSAN=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DCRESCENT_WERROR=ON
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp" \
-   CRESCENT_SANITIZED=1 CRESCENT_XFER_STALL_MS=5000 ctest --output-on-failure -j"$jobs" --timeout 900 -LE 'python|serving|netns' -E '^(test_tools_bench_te|test_store_ha_failover)$')
+   CRESCENT_SANITIZED=1 CRESCENT_XFER_STALL_MS=5000 ctest $retry --output-on-failure -j"$jobs" --timeout 900 -LE 'python|serving|netns' -E '^(test_tools_bench_te|test_store_ha_failover)$')
 
 stage "fuzz targets (libFuzzer, bounded)"
 cmake -S . -B build-fuzz -DCRESCENT_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRESCENT_WERROR=ON \
