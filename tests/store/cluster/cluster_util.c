@@ -114,3 +114,15 @@ int cu_http_get_host(const char *host, uint16_t port, const char *path, char *bu
         memmove(buf, body + 4, strlen(body + 4) + 1);
     return status;
 }
+
+void cu_fill(uint8_t *b, size_t len, uint64_t seed, uint64_t salt)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + salt;
+    for (size_t i = 0; i < len; i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t c = len - i < 8 ? len - i : 8;
+        memcpy(b + i, &x, c);
+    }
+}

@@ -27,4 +27,8 @@ int cu_http_get(uint16_t port, const char *path, char *buf, size_t cap);
 /* the same against host (an address in another network namespace) */
 int cu_http_get_host(const char *host, uint16_t port, const char *path, char *buf, size_t cap);
 
+/* Fills b with the self-verifying pattern of value `seed` (xorshift64 from
+ * seed and salt): a reader regenerates it to compare byte for byte. */
+void cu_fill(uint8_t *b, size_t len, uint64_t seed, uint64_t salt);
+
 #endif

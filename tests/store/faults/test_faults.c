@@ -73,17 +73,7 @@ static int g_failures;
 
 static size_t value_len(uint64_t n) { return 512 + (size_t)(n * 2654435761u % 8192); }
 
-static void fill(uint8_t *b, size_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 11;
-    for (size_t i = 0; i < len; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        size_t c = len - i < 8 ? len - i : 8;
-        memcpy(b + i, &x, c);
-    }
-}
+static void fill(uint8_t *b, size_t len, uint64_t seed) { cu_fill(b, len, seed, 11); }
 
 static void key_of(char *k, size_t cap, uint64_t n) { snprintf(k, cap, "fz-%llu", (unsigned long long)n); }
 

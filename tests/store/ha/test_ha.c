@@ -96,17 +96,7 @@ static char *ip_bin(void)
 
 static size_t value_len(uint64_t n) { return 256 + (size_t)(n * 2654435761u % 4096); }
 
-static void fill(uint8_t *b, size_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 7;
-    for (size_t i = 0; i < len; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        size_t c = len - i < 8 ? len - i : 8;
-        memcpy(b + i, &x, c);
-    }
-}
+static void fill(uint8_t *b, size_t len, uint64_t seed) { cu_fill(b, len, seed, 7); }
 
 /* completed puts: key numbers whose put returned 0 (written by writers) */
 static uint64_t g_done[MAX_KEYS];
