@@ -128,11 +128,11 @@ def med(xs):
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
-def get_bench(a, vs, keys, qd, threads):
-    """a.reps interleaved rounds: crescent gets for each thread count
-    (--rounds passes over the disk-resident keys; T threads issue batches
-    of qd/T keys, so at most qd reads are outstanding, like fio's iodepth),
-    then fio on the node's data file right after."""
+def get_bench(a, vs, keys, qd, threads, paths):
+    """a.reps interleaved rounds: crescent gets for each read path and
+    thread count (--rounds passes over the disk-resident keys; T threads
+    issue batches of qd/T keys, so at most qd reads are outstanding, like
+    fio's iodepth), then fio on the node's data file right after."""
     d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir)
     c = Cluster(a.build, d, 64 * MiB, 2048 * MiB, qd=qd)
     try:
@@ -140,27 +140,30 @@ def get_bench(a, vs, keys, qd, threads):
         reps, gets, first = [], 0, True
         for rep in range(a.reps):
             rs = {}
-            for th in threads:
-                cpu0 = proc_cpu_s(c.procs[1].pid) + proc_cpu_s(c.procs[0].pid)
-                ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                out = subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address",
-                                      c.master, "--metadata_server", c.metadata, "--value_size",
-                                      str(vs), "--keys", str(keys), "--qd", str(qd), "--rounds",
-                                      str(a.rounds), "--threads", str(th),
-                                      "--phase", "get" if first else "read"],
-                                     capture_output=True, text=True, timeout=600)
-                first = False
-                line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
-                if not line:
-                    raise RuntimeError(out.stdout + out.stderr)
-                rs[th] = bench_result(line[0])
-                ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu = (proc_cpu_s(c.procs[1].pid) + proc_cpu_s(c.procs[0].pid) - cpu0 +
-                       ch1.ru_utime + ch1.ru_stime - ch0.ru_utime - ch0.ru_stime)
-                # the whole bench run (its puts in rep 0, the single gets): per GB read by it
-                gb = (int(rs[th]["gets"]) + keys // 2) * vs / 1e9
-                rs[th]["cpu_s_per_gb"] = cpu / gb
-                gets += int(rs[th]["gets"]) + keys // 2
+            for path in paths:
+                env = dict(os.environ, CRESCENT_TIER_LOCAL="1" if path == "local" else "0")
+                for th in threads:
+                    cpu0 = [proc_cpu_s(c.procs[1].pid), proc_cpu_s(c.procs[0].pid)]
+                    ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    out = subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address",
+                                          c.master, "--metadata_server", c.metadata, "--value_size",
+                                          str(vs), "--keys", str(keys), "--qd", str(qd), "--rounds",
+                                          str(a.rounds), "--threads", str(th),
+                                          "--phase", "get" if first else "read"],
+                                         capture_output=True, text=True, timeout=600, env=env)
+                    first = False
+                    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
+                    if not line:
+                        raise RuntimeError(out.stdout + out.stderr)
+                    r = rs[(path, th)] = bench_result(line[0])
+                    ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    # the whole bench run (its puts in rep 0, the single gets): per GB read by it
+                    gb = (int(r["gets"]) + keys // 2) * vs / 1e9
+                    r["node_cpu"] = (proc_cpu_s(c.procs[1].pid) - cpu0[0]) / gb
+                    r["master_cpu"] = (proc_cpu_s(c.procs[0].pid) - cpu0[1]) / gb
+                    r["client_cpu"] = (ch1.ru_utime + ch1.ru_stime - ch0.ru_utime - ch0.ru_stime) / gb
+                    r["cpu_s_per_gb"] = r["node_cpu"] + r["master_cpu"] + r["client_cpu"]
+                    gets += int(r["gets"]) + keys // 2
             m = c.metrics()
             used = max(m["tier_ssd_used_bytes"], 64 * MiB)
             data = os.path.join(d, "crescent-ssd.data")
@@ -251,38 +254,48 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="interleaved crescent/fio pairs")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip", default="", help="comma list of get,offload,replay")
+    ap.add_argument("--paths", default="local,server", help="get read paths: local,server")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     print("# machine shared by other helpers while this ran; ratios are same-run, same file system")
     if "get" not in skip:
         qd, threads = 16, (1, 4)
+        paths = [p for p in a.paths.split(",") if p]
         for vs, keys in ((1 * MiB, 256), (4 * MiB, 96)):
-            reps, disk, f1 = get_bench(a, vs, keys, qd, threads)
+            reps, disk, f1 = get_bench(a, vs, keys, qd, threads, paths)
             for i, (rs, fq) in enumerate(reps):
                 print("  rep %d value=%dMiB: " % (i, vs // MiB) + "; ".join(
-                    "crescent %d thr %.3f GB/s (batch p50 %s us, p99 %s us; errors %s wrong %s)"
-                    % (th, float(r["gbps"]), r["batch_p50_us"], r["batch_p99_us"], r["errors"],
-                       r["wrong"]) for th, r in rs.items()) +
+                    "crescent %s %d thr %.3f GB/s (batch p50 %s us, p99 %s us; errors %s wrong %s)"
+                    % (p, th, float(r["gbps"]), r["batch_p50_us"], r["batch_p99_us"], r["errors"],
+                       r["wrong"]) for (p, th), r in rs.items()) +
                     " | fio qd%d %.3f GB/s (p50 %.0f us p99 %.0f us)" % (qd, fq["gbps"], fq["p50_us"],
                                                                          fq["p99_us"]))
-            for th in threads:
-                rr = [(rs[th], f) for rs, f in reps]
-                print("GET value=%dMiB qd=%d, %d thread(s) x batches of %d, medians of %d "
-                      "interleaved rounds: crescent %.2f GB/s (batch p50 %.0f us p99 %.0f us; "
-                      "single get p50 %.0f us) | fio randread iodepth=%d %.2f GB/s (p50 %.0f us "
-                      "p99 %.0f us per I/O; qd1 p50 %.0f us) | median ratio %.2f | CPU s per GB "
-                      "read: crescent (master + node + client, reps after the first) %.2f, fio %.2f"
-                      " | %.0f%% served from disk, errors %d, wrong %d"
-                      % (vs // MiB, qd, th, qd // th, len(rr), med([float(r["gbps"]) for r, _ in rr]),
-                         med([float(r["batch_p50_us"]) for r, _ in rr]),
-                         med([float(r["batch_p99_us"]) for r, _ in rr]),
-                         med([float(r["get_p50_us"]) for r, _ in rr]), qd,
-                         med([f["gbps"] for _, f in rr]), med([f["p50_us"] for _, f in rr]),
-                         med([f["p99_us"] for _, f in rr]), f1["p50_us"],
-                         med([float(r["gbps"]) / f["gbps"] for r, f in rr]),
-                         med([r["cpu_s_per_gb"] for r, _ in rr[1:]] or [float("nan")]),
-                         med([f["cpu_s_per_gb"] for _, f in rr]), 100 * disk,
-                         sum(int(r["errors"]) for r, _ in rr), sum(int(r["wrong"]) for r, _ in rr)))
+            for path in paths:
+                for th in threads:
+                    rr = [(rs[(path, th)], f) for rs, f in reps]
+                    later = [r for r, _ in rr[1:]] or [r for r, _ in rr]
+                    print("GET value=%dMiB qd=%d path=%s, %d thread(s) x batches of %d, medians of %d "
+                          "interleaved rounds: crescent %.2f GB/s (batch p50 %.0f us p99 %.0f us; "
+                          "single get p50 %.0f us p99 %.0f us) | fio randread iodepth=%d %.2f GB/s "
+                          "(p50 %.0f us p99 %.0f us per I/O; qd1 p50 %.0f us p99 %.0f us) | median "
+                          "ratio %.2f | CPU s per GB read: crescent %.2f (node %.2f, master %.2f, "
+                          "bench client incl. its byte checks %.2f), fio %.2f | %.0f%% served from "
+                          "disk, errors %d, wrong %d"
+                          % (vs // MiB, qd, path, th, qd // th, len(rr),
+                             med([float(r["gbps"]) for r, _ in rr]),
+                             med([float(r["batch_p50_us"]) for r, _ in rr]),
+                             med([float(r["batch_p99_us"]) for r, _ in rr]),
+                             med([float(r["get_p50_us"]) for r, _ in rr]),
+                             med([float(r["get_p99_us"]) for r, _ in rr]), qd,
+                             med([f["gbps"] for _, f in rr]), med([f["p50_us"] for _, f in rr]),
+                             med([f["p99_us"] for _, f in rr]), f1["p50_us"], f1["p99_us"],
+                             med([float(r["gbps"]) / f["gbps"] for r, f in rr]),
+                             med([r["cpu_s_per_gb"] for r in later]),
+                             med([r["node_cpu"] for r in later]),
+                             med([r["master_cpu"] for r in later]),
+                             med([r["client_cpu"] for r in later]),
+                             med([f["cpu_s_per_gb"] for _, f in rr]), 100 * disk,
+                             sum(int(r["errors"]) for r, _ in rr), sum(int(r["wrong"]) for r, _ in rr)))
             sys.stdout.flush()
     if "offload" not in skip:
         res = []

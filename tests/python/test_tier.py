@@ -88,6 +88,17 @@ def d():
     ds.stop()
 
 
+@pytest.fixture(params=["local", "server"])
+def read_path(request, monkeypatch):
+    """Both ways a client reads a disk replica: itself, from the node's data
+    file (a node on the same host: the default), and through the node's
+    read server (how a client on another host reads; CRESCENT_TIER_LOCAL=0
+    for the processes this test starts)."""
+    if request.param == "server":
+        monkeypatch.setenv("CRESCENT_TIER_LOCAL", "0")
+    return request.param
+
+
 N_KEYS = 48 if SANITIZED else 96
 
 
@@ -108,7 +119,7 @@ def test_working_set_larger_than_dram_stays_readable(d, tmp_path):
     s.close()
 
 
-def test_node_sigkill_restart_serves_its_disk_objects(d, tmp_path):
+def test_node_sigkill_restart_serves_its_disk_objects(d, tmp_path, read_path):
     """A node SIGKILLed and restarted on the same --ssd_path re-reports what
     is on its disk: those objects are readable again, byte for byte."""
     c = start_master(d)
@@ -133,7 +144,7 @@ def test_node_sigkill_restart_serves_its_disk_objects(d, tmp_path):
     s.close()
 
 
-def test_flipped_byte_on_disk_is_a_miss_and_counted(d, tmp_path):
+def test_flipped_byte_on_disk_is_a_miss_and_counted(d, tmp_path, read_path):
     """One flipped byte in an object file: the get fails (a miss), never
     returns wrong bytes; the master counts the corrupt copy and drops it."""
     c = start_master(d, ["--tier_offload_watermark=0"])  # write-through
@@ -166,6 +177,29 @@ def test_flipped_byte_on_disk_is_a_miss_and_counted(d, tmp_path):
     assert metrics(c)["tier_ssd_corrupt_total"] >= 1
     assert s.is_exist("c0") == 0
     assert s.get("c1") == value(1, MiB)  # the others are intact
+    s.close()
+
+
+def test_same_host_reads_do_not_go_through_the_node_process(d, tmp_path):
+    """A client on the node's host reads disk replicas from the node's data
+    file itself (the node hands it over once): with the node process
+    SIGSTOPped, disk-resident objects still come back byte for byte."""
+    c = start_master(d, ["--client_ttl=120"])  # the frozen node keeps its segments
+    node = start_node(d, c, tmp_path, dram="4MB", ssd="64MB")
+    s = client(c)
+    n = 16
+    for k in range(n):
+        assert put_retry(s, "l%d" % k, value(k, MiB)) == 0
+    on_disk = [k for k in range(n)
+               if [r["tier"] for r in query_key(c, "l%d" % k)["replicas"]] == ["ssd"]]
+    assert len(on_disk) >= 2, on_disk
+    assert s.get("l%d" % on_disk[0]) == value(on_disk[0], MiB)  # gets the node's file
+    node.send_signal(signal.SIGSTOP)
+    try:
+        got = [k for k in on_disk[1:] if s.get("l%d" % k) == value(k, MiB)]
+    finally:
+        node.send_signal(signal.SIGCONT)
+    assert got == on_disk[1:], "read with the node stopped: %s of %s" % (got, on_disk[1:])
     s.close()
 
 
@@ -341,7 +375,7 @@ def finish_reader(p, stop, out):
     return ok, wrong, miss
 
 
-def test_reader_stalled_past_its_lease_on_disk_objects_never_gets_wrong_bytes(d, tmp_path):
+def test_reader_stalled_past_its_lease_on_disk_objects_never_gets_wrong_bytes(d, tmp_path, read_path):
     """A reader process SIGSTOPped in the middle of its gets of disk-resident
     objects, for longer than its lease, while every key is removed and put
     again (the freed disk extents are reused by the new copies): once it
@@ -375,7 +409,7 @@ def test_reader_stalled_past_its_lease_on_disk_objects_never_gets_wrong_bytes(d,
     s.close()
 
 
-def test_promotion_racing_eviction_never_returns_wrong_bytes(d, tmp_path):
+def test_promotion_racing_eviction_never_returns_wrong_bytes(d, tmp_path, read_path):
     """Disk-only keys read again and again by another process (second hits
     promote them into DRAM) while a writer fills DRAM past its capacity and
     frees it again, evicting/demoting what is being or was just promoted:

@@ -144,3 +144,20 @@ def test_disk_tier_read_server_refuses_strangers(secure, tmp_path):
     assert rc == 0 and st.put("tier-legit", b"T" * 5000) == 0
     assert st.get("tier-legit") == b"T" * 5000
     st.close()
+    # the same-host path (the node hands local members its data file) also
+    # asks for the key first: a stranger of the same user gets no descriptor
+    u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    u.connect(b"\0crescent-tier-v1:ssd@127.0.0.1:%d" % p)
+    u.settimeout(30)
+    u.sendall(b"\0" * 64)
+    fds = []
+    try:
+        while True:
+            data, anc, _, _ = u.recvmsg(4096, socket.CMSG_SPACE(16))
+            fds += [c for c in anc if c[1] == socket.SCM_RIGHTS]
+            if not data:
+                break
+    except (ConnectionError, socket.timeout):
+        pass
+    u.close()
+    assert not fds, "the node handed its data file to a stranger"

@@ -481,6 +481,8 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : CR__SC_DEFAULT_HEARTBEAT_MS;
     const char *ck = getenv("CRESCENT_STORE_CHECKSUM");
     s->crc_on = !(ck && !strcmp(ck, "0"));
+    const char *tl = getenv("CRESCENT_TIER_LOCAL"); /* same-host disk reads (tier_local.c) */
+    s->tier_local_on = !(tl && !strcmp(tl, "0"));
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
     copy_str(s->key_file, sizeof s->key_file,
              (m & CR_STORE_PARAM_CLUSTER_KEY_FILE) ? p->cluster_key_file : NULL, "");

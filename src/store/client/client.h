@@ -35,6 +35,8 @@
 #define CR__SC_REGS_MAX 4096     /* user registrations */
 #define CR__SC_STR 256
 #define CR__SC_TIER_CONNS 32     /* idle disk-tier read connections kept */
+#define CR__SC_TIER_LOCAL 16     /* same-host disk tiers remembered (tier_local.c) */
+#define CR__SC_TIER_RINGS 8      /* idle io_uring rings kept for local disk reads */
 #define CR__SC_SUSPECT_MAX 16    /* segments remembered as failing (suspect.c) */
 #define CR__SC_SUSPECT_MS 5000   /* how long their replicas are read last */
 
@@ -138,6 +140,17 @@ struct cr_store {
         char name[CR_XFER_NAME_MAX];
         int fd;
     } tier_conns[CR__SC_TIER_CONNS];
+    /* same-host disk tiers (tier_local.c); guarded by tier_mu */
+    int tier_local_on; /* CRESCENT_TIER_LOCAL != "0" */
+    int n_tier_local;
+    struct {
+        char name[CR_XFER_NAME_MAX];
+        int ufd, dfd;      /* the node's connection, its data file; -1: none */
+        uint64_t cap;      /* data file bytes the node serves */
+        uint64_t retry_ms; /* dfd < 0: do not try to connect before this */
+    } tier_local[CR__SC_TIER_LOCAL];
+    int n_tier_rings;
+    struct io_uring *tier_rings[CR__SC_TIER_RINGS];
 };
 
 /* An RPC connection for one call (round robin over the pool). */
@@ -172,12 +185,27 @@ typedef struct cr__sc_tier_rd {
     void *dst;
     int result; /* out: 0, CR_E_OBJECT_NOT_FOUND (the node found the copy
                    bad: a miss), CR_E_TRANSFER_FAIL */
+    int crc_known;  /* out: 1 when this process computed the crc32c of the
+                       whole value it delivered (same-host path) */
+    uint32_t crc;   /* out: that crc (equal to the one stored with the object) */
 } cr__sc_tier_rd_t;
 
 /* Runs n reads, pipelined per node. Returns 0 or the first error. */
 int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n);
 /* Closes the idle disk-tier connections (destroy). */
 void cr__sc_tier_close_all(cr_store_t *s);
+
+/* tier_local.c: reads the reads of rd[idx[0..m)] (one segment) that this
+ * process can read itself because the node runs on this host (tier.h),
+ * straight into their dst. Sets result 0 or CR_E_OBJECT_NOT_FOUND (a
+ * well-formed object of another key/version: the extent was reused) on
+ * the reads it settled; leaves the others (no local path, an I/O error, a
+ * torn or corrupted copy, which the node then re-reads, counts and
+ * reports) untouched for the read server. */
+void cr__sc_tier_local_read(cr_store_t *s, const char *segment, cr__sc_tier_rd_t *rd,
+                            const size_t *idx, size_t m);
+/* Closes the same-host descriptors and rings (destroy). */
+void cr__sc_tier_local_close_all(cr_store_t *s);
 
 /* HA: looks the leader up in etcd (at most every 50 ms) and points every
  * master connection at it. Returns 1 if the leader changed, 0 if not, or

@@ -914,8 +914,9 @@ static void get_read_direct(cr_store_t *s, const cr__rpc_msg_t *rep, void *const
  * = DISK_DONE so the TE paths skip it (get_read_disk_done turns it into 0). */
 #define DISK_DONE 1
 static void get_read_disk(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
-                          const uint32_t *orders, uint32_t *used, int *results)
+                          const uint32_t *orders, uint32_t *used, uint8_t *checked, int *results)
 {
+    memset(checked, 0, n);
     size_t nd = 0;
     for (size_t i = 0; i < n; i++)
         if (!results[i] &&
@@ -951,6 +952,9 @@ static void get_read_disk(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *
         int rc = rd[j].result;
         if (rc == 0) {
             used[i] = 1u << r;
+            /* read and checksummed in this process (same-host path): the
+             * end-to-end check below need not hash the value again */
+            checked[i] = rd[j].crc_known && (it->flags & CR__RPC_F_CRC) && rd[j].crc == it->crc;
         } else if (it->n_replicas > 1) {
             uint32_t dead = 1u << r;
             used[i] = 0;
@@ -1013,11 +1017,12 @@ static void get_read_staged(cr_store_t *s, const cr__rpc_msg_t *rep, void *const
  * crc from PutEnd is checked; bytes that fail are read again from a
  * replica not read yet, and with none left the key is a miss. */
 static void get_verify(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
-                       const uint32_t *orders, uint32_t *used, int staged, int *results)
+                       const uint32_t *orders, uint32_t *used, const uint8_t *checked, int staged,
+                       int *results)
 {
     for (size_t i = 0; s->crc_on && i < n; i++) {
         const cr__rpc_item_t *it = &rep->items[i];
-        if (results[i] || !(it->flags & CR__RPC_F_CRC))
+        if (results[i] || !(it->flags & CR__RPC_F_CRC) || checked[i])
             continue;
         uint32_t tried = 0;
         while (cr__crc32c(0, dsts[i], it->size) != it->crc) {
@@ -1109,27 +1114,29 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
     uint32_t *orders = NULL, *used = NULL;
     size_t *first = NULL, *which = NULL;
     uint64_t *sizes = NULL;
+    uint8_t *checked = NULL;
     if (scratch_init(&sc, SCR(n * CR__RPC_REPLICA_MAX * sizeof *orders) + SCR(n * sizeof *used) +
                               SCR((n + 1) * sizeof *first) + SCR(n * sizeof *which) +
-                              SCR(n * sizeof *sizes)) == 0) {
+                              SCR(n * sizeof *sizes) + SCR(n)) == 0) {
         orders = scratch_take(&sc, n * CR__RPC_REPLICA_MAX * sizeof *orders);
         used = scratch_take(&sc, n * sizeof *used);
         first = scratch_take(&sc, (n + 1) * sizeof *first);
         which = scratch_take(&sc, n * sizeof *which);
         sizes = scratch_take(&sc, n * sizeof *sizes);
+        checked = scratch_take(&sc, n);
     }
     if (!orders) {
         for (size_t i = 0; i < n; i++)
             results[i] = -ENOMEM;
     } else {
         get_located(s, &rep, keys, caps, n, orders, results);
-        get_read_disk(s, &rep, dsts, n, orders, used, results);
+        get_read_disk(s, &rep, dsts, n, orders, used, checked, results);
         if (!staged)
             get_read_direct(s, &rep, dsts, n, orders, used, first, results);
         else
             get_read_staged(s, &rep, dsts, n, orders, used, results);
         get_read_disk_done(n, results);
-        get_verify(s, &rep, dsts, n, orders, used, staged, results);
+        get_verify(s, &rep, dsts, n, orders, used, checked, staged, results);
         get_validate(s, &rep, t0, n, used, which, sizes, lens, results);
     }
     scratch_fini(&sc);

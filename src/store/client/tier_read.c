@@ -3,7 +3,8 @@
  * reads and checks the object and sends the bytes, which land straight in
  * the caller's buffer (any memory: nothing is registered for this path).
  * Requests to one node are pipelined on one connection, so the node reads
- * them from disk in parallel (its io_uring queue depth). */
+ * them from disk in parallel (its io_uring queue depth). A node on this
+ * host is read without it first (tier_local.c). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -97,16 +98,35 @@ void cr__sc_tier_close_all(cr_store_t *s)
         close(s->tier_conns[i].fd);
     s->n_tier = 0;
     pthread_mutex_unlock(&s->tier_mu);
+    cr__sc_tier_local_close_all(s);
 }
 
 int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t *idx = malloc(n * sizeof *idx); /* NULL: no same-host reads */
+    for (size_t i = 0; i < n; i++) {
         rd[i].result = 1;
+        rd[i].crc_known = 0;
+    }
     for (size_t i = 0; i < n; i++) {
         if (rd[i].result != 1)
             continue;
         const char *seg = rd[i].segment;
+        if (idx) {
+            /* a node on this host: read its file here (tier_local.c);
+             * what that does not settle goes to the node's read server */
+            size_t m = 0;
+            for (size_t j = i; j < n; j++)
+                if (rd[j].result == 1 && !strcmp(rd[j].segment, seg))
+                    idx[m++] = j;
+            cr__sc_tier_local_read(s, seg, rd, idx, m);
+            size_t j = 0;
+            while (j < m && rd[idx[j]].result != 1)
+                j++;
+            if (j == m)
+                continue;
+            i = idx[j];
+        }
         int fd = tier_connect(s, seg);
         /* every request to this node, sent at once (one write: the node
          * sees the whole batch and reads it from disk in parallel) */
@@ -173,6 +193,7 @@ int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
         else if (fd >= 0)
             close(fd);
     }
+    free(idx);
     int first = 0;
     for (size_t i = 0; i < n && !first; i++)
         first = rd[i].result;

@@ -13,8 +13,12 @@
 #ifndef CR_STORE_TIER_TIER_H
 #define CR_STORE_TIER_TIER_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #define CR__TIER_SSD_PREFIX "ssd@"
 #define CR__TIER_SSD_PREFIX_LEN 4
@@ -62,5 +66,31 @@ enum {
 #define CR__TIER_RD_MAGIC 0x44525443u /* "CTRD" */
 #define CR__TIER_RD_REQ_FIXED 48u
 #define CR__TIER_RD_REP 16u
+
+/* ---- same-host fast path (docs/architecture/store-tiers.md) -------------
+ * The node also listens on the abstract Unix socket
+ * "\0crescent-tier-v1:<segment>" (abstract names are per network
+ * namespace: a client that can connect shares the node's host and
+ * namespace). It accepts only peers of its own uid (SO_PEERCRED; the
+ * client checks the node's uid the same way), runs the cluster-key
+ * handshake (context "tier-local") when security is on, and sends
+ *   u32 magic CR__TIER_LOCAL_MAGIC, u32 0, u64 capacity
+ * with its data file (O_RDONLY | O_DIRECT) attached as SCM_RIGHTS. The
+ * client then reads disk replicas itself with io_uring, straight into the
+ * caller's buffer, and checks them exactly as the read server does. The
+ * connection stays open: its hang-up tells the client the node is gone. */
+#define CR__TIER_LOCAL_MAGIC 0x4f4c5443u /* "CTLO" */
+#define CR__TIER_LOCAL_HELLO 16u
+
+/* The abstract address of segment's local socket; returns its length. */
+static inline socklen_t cr__tier_local_addr(struct sockaddr_un *sa, const char *segment)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "crescent-tier-v1:%s", segment);
+    if (n < 0 || (size_t)n >= sizeof sa->sun_path - 1)
+        n = (int)sizeof sa->sun_path - 2;
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
 
 #endif

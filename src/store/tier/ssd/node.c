@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "common/auth/auth.h"
@@ -40,6 +41,7 @@ struct cr__tier_node {
     char seg[CR__RPC_SEGMENT_NAME_MAX];
     char host[128];
     int lfd;
+    int ufd, ro_fd; /* same-host fast path: abstract Unix listener, read-only data fd */
     uint16_t port;
     cr__rpc_client_t *rpc;
     pthread_t sync_thr, acc_thr;
@@ -376,14 +378,83 @@ out:
     return NULL;
 }
 
+/* ---- same-host fast path (tier.h) ------------------------------------------
+ * A local client gets the data file (read-only, O_DIRECT) and reads disk
+ * replicas itself: no copy through this process, no socket. The
+ * connection is then only watched: its end (this node stopping or dying)
+ * tells the client to stop using the descriptor. */
+static void *local_main(void *arg)
+{
+    conn_arg_t *ca = arg;
+    cr__tier_node_t *t = ca->t;
+    int fd = ca->fd;
+    free(ca);
+    struct ucred cr;
+    socklen_t cl = sizeof cr;
+    cr__net_set_timeouts(fd, 5000);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) || cr.uid != geteuid()) {
+        CR_LOG_RL(CR__LOG_WARN, COMP, "local read path: refused a process of another user");
+        goto done;
+    }
+    if (t->cfg.auth && cr__auth_server_fd(t->cfg.auth, fd, "tier-local", 5000)) {
+        CR_LOG_RL(CR__LOG_WARN, COMP, "local read path: refused pid %d without the cluster key",
+                  (int)cr.pid);
+        goto done;
+    }
+    uint8_t h[CR__TIER_LOCAL_HELLO] = {0};
+    uint32_t magic = CR__TIER_LOCAL_MAGIC;
+    uint64_t cap = cr__ssd_capacity(t->ssd);
+    memcpy(h, &magic, 4);
+    memcpy(h + 8, &cap, 8);
+    struct iovec iov = {.iov_base = h, .iov_len = sizeof h};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = sizeof u.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &t->ro_fd, sizeof(int));
+    if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof h)
+        goto done;
+    /* nothing more is exchanged: wait for the client to go (or our stop) */
+    while (!atomic_load(&t->stop)) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int pr = poll(&p, 1, 500);
+        if (pr < 0 && errno != EINTR)
+            break;
+        if (pr > 0) {
+            char c;
+            if (recv(fd, &c, 1, MSG_DONTWAIT) <= 0 && errno != EAGAIN && errno != EINTR)
+                break;
+        }
+    }
+done:
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n_conns; i++)
+        if (t->conns[i] == fd) {
+            t->conns[i] = t->conns[--t->n_conns];
+            break;
+        }
+    close(fd);
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
 static void *acc_main(void *arg)
 {
     cr__tier_node_t *t = arg;
     while (!atomic_load(&t->stop)) {
-        struct pollfd p = {.fd = t->lfd, .events = POLLIN};
-        if (poll(&p, 1, 200) != 1)
+        struct pollfd p[2] = {{.fd = t->lfd, .events = POLLIN}, {.fd = t->ufd, .events = POLLIN}};
+        if (poll(p, 2, 200) < 1)
             continue;
-        int fd = accept4(t->lfd, NULL, NULL, SOCK_CLOEXEC);
+        int local = !(p[0].revents & POLLIN);
+        int fd = accept4(local ? t->ufd : t->lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0)
             continue;
         pthread_mutex_lock(&t->mu);
@@ -400,7 +471,8 @@ static void *acc_main(void *arg)
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        if (!ca || (ca->t = t, ca->fd = fd, pthread_create(&th, &at, conn_main, ca))) {
+        if (!ca || (ca->t = t, ca->fd = fd,
+                    pthread_create(&th, &at, local ? local_main : conn_main, ca))) {
             free(ca);
             pthread_mutex_lock(&t->mu);
             for (int i = 0; i < t->n_conns; i++)
@@ -779,6 +851,29 @@ static void *sync_main(void *arg)
     return NULL;
 }
 
+/* The same-host listener (tier.h). Optional: without it local clients use
+ * the read server. CRESCENT_TIER_LOCAL=0 turns it off. */
+static void local_listen(cr__tier_node_t *t)
+{
+    const char *env = getenv("CRESCENT_TIER_LOCAL");
+    if (env && !strcmp(env, "0"))
+        return;
+    struct sockaddr_un sa;
+    socklen_t sl = cr__tier_local_addr(&sa, t->seg);
+    t->ro_fd = cr__ssd_open_readonly(t->ssd);
+    t->ufd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (t->ro_fd < 0 || t->ufd < 0 || bind(t->ufd, (struct sockaddr *)&sa, sl) ||
+        listen(t->ufd, 64)) {
+        CR_LOG_WARN(COMP, "same-host read path unavailable (%s): local clients use the read "
+                    "server", strerror(errno));
+        if (t->ufd >= 0)
+            close(t->ufd);
+        if (t->ro_fd >= 0)
+            close(t->ro_fd);
+        t->ufd = t->ro_fd = -1;
+    }
+}
+
 int cr__tier_node_start(const cr__tier_node_cfg_t *c, cr__tier_node_t **out, char *err,
                         size_t errlen)
 {
@@ -788,7 +883,7 @@ int cr__tier_node_start(const cr__tier_node_cfg_t *c, cr__tier_node_t **out, cha
         return -ENOMEM;
     }
     t->cfg = *c;
-    t->lfd = -1;
+    t->lfd = t->ufd = t->ro_fd = -1;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     int rc = cr__ssd_open(c->dir, c->capacity, &t->ssd, err, errlen);
@@ -803,6 +898,7 @@ int cr__tier_node_start(const cr__tier_node_cfg_t *c, cr__tier_node_t **out, cha
     }
     t->lfd = rc;
     snprintf(t->seg, sizeof t->seg, CR__TIER_SSD_PREFIX "%s:%u", t->host, t->port);
+    local_listen(t);
     rc = cr__rpc_client_create(c->master, (int)c->rpc_timeout_ms, (int)c->rpc_timeout_ms, &t->rpc);
     if (rc) {
         snprintf(err, errlen, "master address %s: %s", c->master, strerror(-rc));
@@ -857,6 +953,10 @@ void cr__tier_node_stop(cr__tier_node_t *t)
     pthread_mutex_unlock(&t->mu);
     if (t->lfd >= 0)
         close(t->lfd);
+    if (t->ufd >= 0)
+        close(t->ufd);
+    if (t->ro_fd >= 0)
+        close(t->ro_fd);
     if (t->rpc && t->sync_started) {
         /* clean stop: the master forgets the disk copies now (they stay on
          * disk and come back when a node opens this directory again) */

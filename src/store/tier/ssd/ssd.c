@@ -24,6 +24,7 @@
 struct cr__ssd {
     int lock_fd;
     int fd; /* O_DIRECT data file */
+    char path[4096]; /* of the data file */
     uint64_t capacity;
     uint64_t file_size; /* size found at open (before preallocation) */
     _Atomic uint64_t written_end; /* end of the furthest write since open */
@@ -105,6 +106,7 @@ int cr__ssd_open(const char *dir, uint64_t capacity, cr__ssd_t **out, char *err,
         goto fail;
     }
     snprintf(path, sizeof path, "%s/" DATA_NAME, dir);
+    snprintf(s->path, sizeof s->path, "%s", path);
     s->fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
     if (s->fd < 0) {
         int e = errno;
@@ -174,6 +176,12 @@ void cr__ssd_close(cr__ssd_t *s)
 uint64_t cr__ssd_capacity(const cr__ssd_t *s) { return s->capacity; }
 int cr__ssd_fd(const cr__ssd_t *s) { return s->fd; }
 
+int cr__ssd_open_readonly(const cr__ssd_t *s)
+{
+    int fd = open(s->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
 uint64_t cr__ssd_encode(void *buf, const char *key, uint32_t key_len, uint64_t version,
                         const void *val, uint64_t size)
 {
@@ -213,10 +221,10 @@ static int hdr_parse(const uint8_t *h, size_t avail, uint64_t *version, uint64_t
     return 0;
 }
 
-int cr__ssd_check(const void *buf, const char *key, uint32_t key_len, uint64_t version,
-                  uint64_t size)
+int cr__ssd_check_hdr(const void *hdr, const char *key, uint32_t key_len, uint64_t version,
+                      uint64_t size, uint32_t *value_crc)
 {
-    const uint8_t *h = buf;
+    const uint8_t *h = hdr;
     uint64_t v, sz;
     uint32_t vcrc, kl;
     if (hdr_parse(h, cr__tier_hdr_len(key_len), &v, &sz, &vcrc, &kl))
@@ -224,7 +232,18 @@ int cr__ssd_check(const void *buf, const char *key, uint32_t key_len, uint64_t v
     if (kl != key_len || memcmp(h + CR__TIER_HDR_FIXED, key, key_len) || v != version ||
         sz != size)
         return -ESTALE;
-    if (cr__crc32c(0, h + cr__tier_hdr_len(key_len), size) != vcrc)
+    *value_crc = vcrc;
+    return 0;
+}
+
+int cr__ssd_check(const void *buf, const char *key, uint32_t key_len, uint64_t version,
+                  uint64_t size)
+{
+    uint32_t vcrc;
+    int rc = cr__ssd_check_hdr(buf, key, key_len, version, size, &vcrc);
+    if (rc)
+        return rc;
+    if (cr__crc32c(0, (const uint8_t *)buf + cr__tier_hdr_len(key_len), size) != vcrc)
         return -EBADMSG;
     return 0;
 }

@@ -33,6 +33,9 @@ int cr__ssd_open(const char *dir, uint64_t capacity, cr__ssd_t **out, char *err,
 void cr__ssd_close(cr__ssd_t *s);
 uint64_t cr__ssd_capacity(const cr__ssd_t *s);
 int cr__ssd_fd(const cr__ssd_t *s);
+/* A new read-only O_DIRECT descriptor of the data file (the same-host fast
+ * path hands it to local clients); the caller closes it. Or -errno. */
+int cr__ssd_open_readonly(const cr__ssd_t *s);
 
 /* Calls cb for every well-formed object header found in the file (ascending
  * offsets; an object whose extent passes the end of the file or the
@@ -54,6 +57,13 @@ uint64_t cr__ssd_encode(void *buf, const char *key, uint32_t key_len, uint64_t v
  * starts at buf + cr__tier_hdr_len(key_len). */
 int cr__ssd_check(const void *buf, const char *key, uint32_t key_len, uint64_t version,
                   uint64_t size);
+
+/* The header half of cr__ssd_check, for a reader that holds the header
+ * block(s) and the value in different buffers: 0 with the value's crc32c
+ * in *value_crc (the caller checks the value against it), -EBADMSG or
+ * -ESTALE as above. */
+int cr__ssd_check_hdr(const void *hdr, const char *key, uint32_t key_len, uint64_t version,
+                      uint64_t size, uint32_t *value_crc);
 
 /* One I/O of a batch. */
 typedef struct cr__ssd_io {
