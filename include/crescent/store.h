@@ -157,6 +157,40 @@ CR_API int cr_store_register_buffer(cr_store_t *store, void *addr, size_t len);
  * Returns 0 or CR_E_INVALID_PARAMS if addr starts no registration. */
 CR_API int cr_store_unregister_buffer(cr_store_t *store, void *addr);
 
+/* ---- extra segments (Mooncake's mount_segment) ---------------------------- */
+
+#define CR_STORE_EXTRA_SEGMENTS_MAX 64     /* extra segments one client mounts */
+#define CR_STORE_EXTRA_GRACE_MAX_MS 3600000u /* bound on an unmount's grace period */
+
+/* Mounts [addr, addr+len) -- memory the caller owns, e.g. a file mapping
+ * or anonymous memory -- as one more segment of this client, besides the
+ * global_segment_size one: the master places objects in it like in any
+ * segment. addr and len must be 4 KiB aligned, len 4 KiB..1 TiB, and the
+ * range must not overlap memory registered with this client. The memory
+ * is registered with the client's TE and must stay valid until
+ * cr_store_segment_unmount() returns. The segment's name
+ * ("<segment name>#<n>", unique for the client's lifetime, shown in replica
+ * descriptors) is written to name (cap >= CR_STORE_SEGMENT_NAME_MAX). The
+ * heartbeat remounts it with the main segment after a master restart.
+ * Returns 0, CR_E_INVALID_PARAMS, CR_E_UNAVAILABLE_IN_CURRENT_STATUS
+ * (CR_STORE_EXTRA_SEGMENTS_MAX mounted), a master error (CR_E_RPC_FAIL,
+ * CR_E_NO_AVAILABLE_HANDLE ...) or -ENOMEM. A failed call leaves nothing
+ * mounted or registered. */
+CR_API int cr_store_segment_mount(cr_store_t *store, void *addr, size_t len, char *name,
+                                  size_t cap);
+
+/* Unmounts a segment cr_store_segment_mount() mounted. The master drops
+ * every replica on it at once: objects that keep another replica stay
+ * readable, the others are removed (later gets miss). The memory then
+ * stays registered for grace_ms (<= CR_STORE_EXTRA_GRACE_MAX_MS) so readers
+ * that located a replica before the unmount finish reading intact bytes;
+ * unregistering waits for remote accesses in flight and fails later ones
+ * (a get then fails, it never returns other bytes). When this returns the
+ * caller may free the memory. Returns 0, CR_E_SEGMENT_NOT_FOUND (not an
+ * extra segment of this client), CR_E_INVALID_PARAMS or a master error
+ * (the segment then stays mounted; retry). */
+CR_API int cr_store_segment_unmount(cr_store_t *store, const char *name, unsigned grace_ms);
+
 /* ---- replication ---------------------------------------------------------- */
 
 /* How a put places its replicas. NULL config = the defaults. */

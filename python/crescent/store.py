@@ -20,6 +20,7 @@ return -1011 (UNAVAILABLE_IN_CURRENT_MODE) or raise RuntimeError naming it.
 """
 import atexit
 import ctypes
+import mmap
 import os
 import random
 import re
@@ -43,6 +44,7 @@ BufferHandle = _crescent.BufferHandle
 OK = 0
 INTERNAL_ERROR = -1
 NO_AVAILABLE_HANDLE = -200
+SEGMENT_NOT_FOUND = -101
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
 UNAVAILABLE_IN_CURRENT_STATUS = -1010
@@ -51,6 +53,10 @@ FILE_NOT_FOUND = -1100
 FILE_OPEN_FAIL = -1101
 FILE_WRITE_FAIL = -1103
 TASK_NOT_FOUND = -1400
+
+# Transports of Mooncake builds with hardware crescent does not have.
+_HW_PROTOCOLS = ("nvlink", "nvlink_intra", "hip", "musa", "efa", "cxl", "ascend", "hccs",
+                 "barex", "nvmeof", "ubshmem", "cuda")
 
 # Mooncake picks the store's transfer port in this range.
 PORT_RANGE = (12300, 14300)
@@ -162,6 +168,7 @@ class DistributedStore(_crescent.DistributedStore):
         self._session_bytes = 0
         self._sess_mu = threading.Lock()
         self._tasks = None  # copy/move task threads, made on first use
+        self._segs = {}  # extra segments: id -> (kind, mmap); guarded by _regs_mu
         _live.add(self)
 
     # ---- lifecycle -----------------------------------------------------------
@@ -221,9 +228,7 @@ class DistributedStore(_crescent.DistributedStore):
         if ipc_socket_path:
             warnings.warn("ipc_socket_path is not used: crescent has no dummy-client IPC",
                           RuntimeWarning, stacklevel=2)
-        if isinstance(protocol, str) and protocol.lower() in (
-                "nvlink", "nvlink_intra", "hip", "musa", "efa", "cxl", "ascend", "hccs",
-                "barex", "nvmeof", "ubshmem", "cuda"):
+        if isinstance(protocol, str) and protocol.lower() in _HW_PROTOCOLS:
             return INTERNAL_ERROR  # hardware transport not built into crescent
         lbs = local_buffer_size
         zero_lbs = (isinstance(lbs, int) and not isinstance(lbs, bool) and lbs == 0) or \
@@ -283,7 +288,9 @@ class DistributedStore(_crescent.DistributedStore):
             self._session_bytes = 0
         with self._regs_mu:
             self._regs.clear()
-        return super().close()
+        rc = super().close()  # unmounts the extra segments too
+        self._seg_unmap_all()
+        return rc
 
     def get_hostname(self):
         """"<local_hostname>:<port>" of this client, as Mooncake returns it
@@ -730,26 +737,156 @@ class DistributedStore(_crescent.DistributedStore):
                                  assigned_client=who,
                                  message=msg if not err else "%s (%d)" % (msg, err)), OK
 
-    def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
-        """Mooncake mounts extra file/shm segments per client; crescent's
-        client mounts exactly one (global_segment_size). {'ret': -1011, ...}."""
-        if not isinstance(path, str):
-            raise TypeError("path must be str")
-        _int(size, "size")
-        _int(offset, "offset")
-        return {"ret": UNAVAILABLE, "segment_ids": []}
+    # ---- extra segments (Mooncake's mount_segment family) ---------------------------
+    #
+    # A client may contribute memory besides global_segment_size: a file
+    # region it maps (mount_segment) or memory the store allocates
+    # (allocate_and_mount_segment). Each becomes one more segment at the
+    # master, named "<segment name>#<n>" (its id here, shown in replica
+    # descriptors); the master places objects in it like in any segment.
+    # Unmounting drops the replicas on it at once (objects with another
+    # replica stay readable, the others are removed), keeps the memory
+    # readable for grace_period_seconds for readers that located a replica
+    # before, then unmaps it. Bounded: 64 extra segments per client.
 
-    def unmount_segment(self, segment_ids):
-        _keys(segment_ids, "segment_ids")
-        return UNAVAILABLE
+    SEGMENT_ALLOC_ALIGN = 4 << 20  # allocate_and_mount_segment rounds up (Mooncake's slab)
+    _SEG_MAX = 1 << 40
+    _HW_LOCATIONS = ("cuda", "musa", "npu", "hip", "gpu", "ascend")
+
+    def _seg_args(self, protocol, location, sizes):
+        if not isinstance(protocol, str):
+            raise TypeError("protocol must be str, not %s" % type(protocol).__name__)
+        if not isinstance(location, str):
+            raise TypeError("location must be str, not %s" % type(location).__name__)
+        for v, n in sizes:
+            if _int(v, n) < 0:
+                raise ValueError("%s must be >= 0" % n)
+        if not self._is_setup():
+            return UNAVAILABLE_IN_CURRENT_STATUS
+        if protocol.lower() in _HW_PROTOCOLS:
+            return UNAVAILABLE  # a hardware transport crescent does not have
+        loc = location.lower()
+        if loc.startswith(self._HW_LOCATIONS):
+            return UNAVAILABLE  # device memory: crescent segments are host memory
+        if loc not in ("", "*", "cpu") and not re.fullmatch(r"cpu:\d+", loc):
+            return INVALID_PARAMS
+        return OK
+
+    def _seg_add(self, kind, mm, size):
+        """Mounts the mapping mm; returns (ret, [segment id])."""
+        view = (ctypes.c_char * size).from_buffer(mm)
+        addr = ctypes.addressof(view)
+        del view  # the mapping stays; only the export is released
+        r = self._seg_mount(addr, size)
+        if isinstance(r, int):
+            mm.close()
+            return r, []
+        with self._regs_mu:
+            self._segs[r] = (kind, mm)
+        return OK, [r]
+
+    def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
+        """Maps size bytes of the file path from offset (shared, read-write:
+        e.g. a /dev/shm or hugetlbfs file) and mounts them as one more
+        segment of this client. Returns {"ret": 0 or negative, "segment_ids":
+        [id]}: -600 for size 0 or not a multiple of 4 KiB, an offset not
+        page aligned, or a file shorter than offset + size; -1100 no such
+        file, -1101 it cannot be opened read-write; -1010 not set up; -1011
+        a device location or hardware protocol (not applicable here)."""
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError("path must be str, not %s" % type(path).__name__)
+        ret = self._seg_args(protocol, location, ((size, "size"), (offset, "offset")))
+        if ret == OK and (size == 0 or size % 4096 or size > self._SEG_MAX or
+                          offset % mmap.ALLOCATIONGRANULARITY):
+            ret = INVALID_PARAMS
+        if ret != OK:
+            return {"ret": ret, "segment_ids": []}
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return {"ret": FILE_NOT_FOUND, "segment_ids": []}
+        except (OSError, ValueError):
+            return {"ret": FILE_OPEN_FAIL, "segment_ids": []}
+        try:
+            if os.fstat(fd).st_size < offset + size:
+                return {"ret": INVALID_PARAMS, "segment_ids": []}  # would fault past EOF
+            mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                           offset=offset)
+        except (OSError, ValueError, OverflowError):
+            return {"ret": FILE_OPEN_FAIL, "segment_ids": []}
+        finally:
+            os.close(fd)
+        ret, ids = self._seg_add("file", mm, size)
+        return {"ret": ret, "segment_ids": ids}
 
     def allocate_and_mount_segment(self, size, protocol="tcp", location=""):
-        _int(size, "size")
-        return {"ret": UNAVAILABLE, "segment_ids": [], "allocated_size": 0}
+        """Allocates size bytes (rounded up to 4 MiB, Mooncake's slab) and
+        mounts them as one more segment of this client. Returns {"ret",
+        "segment_ids", "allocated_size"}; -600 for size 0 or over 1 TiB,
+        -1 when the memory cannot be allocated, -1010 not set up."""
+        ret = self._seg_args(protocol, location, ((size, "size"),))
+        a = self.SEGMENT_ALLOC_ALIGN
+        alloc = (size + a - 1) // a * a
+        if ret == OK and (size == 0 or alloc > self._SEG_MAX):
+            ret = INVALID_PARAMS
+        if ret != OK:
+            return {"ret": ret, "segment_ids": [], "allocated_size": 0}
+        try:
+            mm = mmap.mmap(-1, alloc)
+        except (OSError, MemoryError, OverflowError):
+            return {"ret": INTERNAL_ERROR, "segment_ids": [], "allocated_size": 0}
+        ret, ids = self._seg_add("alloc", mm, alloc)
+        return {"ret": ret, "segment_ids": ids, "allocated_size": alloc if ret == OK else 0}
 
-    def unmount_and_free_segment(self, segment_ids):
-        _keys(segment_ids, "segment_ids")
-        return UNAVAILABLE
+    def _seg_remove(self, kind, segment_ids, grace_period_seconds):
+        ids = _keys(segment_ids, "segment_ids")
+        if _int(grace_period_seconds, "grace_period_seconds") < 0:
+            raise ValueError("grace_period_seconds must be >= 0")
+        if not self._is_setup():
+            return UNAVAILABLE_IN_CURRENT_STATUS
+        if not ids or len(set(ids)) != len(ids) or grace_period_seconds > 3600:
+            return INVALID_PARAMS
+        with self._regs_mu:
+            for i in ids:
+                if i not in self._segs:
+                    return SEGMENT_NOT_FOUND
+                if self._segs[i][0] != kind:
+                    return INVALID_PARAMS  # mounted by the other call: use its counterpart
+        for i in ids:
+            rc = self._seg_unmount(i, grace_period_seconds * 1000)
+            if rc != OK:
+                return rc  # this one (and the rest) stay mounted
+            with self._regs_mu:
+                _, mm = self._segs.pop(i)
+            mm.close()
+        return OK
+
+    def unmount_segment(self, segment_ids, grace_period_seconds=0):
+        """Unmounts segments mount_segment mounted and unmaps them (the file
+        keeps its bytes). 0, -101 unknown id, -600 empty or duplicate ids or
+        an id of allocate_and_mount_segment, or a master error (the segment
+        then stays mounted). All ids are checked before any is unmounted."""
+        return self._seg_remove("file", segment_ids, grace_period_seconds)
+
+    def unmount_and_free_segment(self, segment_ids, grace_period_seconds=0):
+        """Unmounts segments allocate_and_mount_segment mounted and frees
+        their memory; codes as unmount_segment."""
+        return self._seg_remove("alloc", segment_ids, grace_period_seconds)
+
+    def _seg_unmap_all(self):
+        with self._regs_mu:
+            segs, self._segs = self._segs, {}
+        for _, mm in segs.values():
+            mm.close()
+
+    def __del__(self):
+        # Unmount before the mappings go: deallocation would unmap them
+        # before the native part unregisters them from the Transfer Engine.
+        if getattr(self, "_segs", None):
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - finalizer
+                pass
 
     # ---- KV sessions (Mooncake master feature crescent lacks) ------------------------
 

@@ -950,6 +950,46 @@ static PyObject *store_remove_by_regex(PyStore *self, PyObject *args, PyObject *
     return rc < 0 ? PyLong_FromLong(rc) : PyLong_FromUnsignedLongLong(n);
 }
 
+/* _seg_mount(addr, size) -> segment name, or a negative status */
+static PyObject *store_seg_mount(PyStore *self, PyObject *args)
+{
+    unsigned long long addr, size;
+    if (!PyArg_ParseTuple(args, "KK:_seg_mount", &addr, &size))
+        return NULL;
+    char name[CR_STORE_SEGMENT_NAME_MAX];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
+    } else {
+        rc = cr_store_segment_mount(s, (void *)(uintptr_t)addr, (size_t)size, name, sizeof name);
+        st_release(self);
+    }
+    Py_END_ALLOW_THREADS
+    return rc ? PyLong_FromLong(rc) : PyUnicode_FromString(name);
+}
+
+/* _seg_unmount(name, grace_ms) -> 0 or a negative status */
+static PyObject *store_seg_unmount(PyStore *self, PyObject *args)
+{
+    const char *name;
+    unsigned int grace_ms;
+    if (!PyArg_ParseTuple(args, "sI:_seg_unmount", &name, &grace_ms))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
+    } else {
+        rc = cr_store_segment_unmount(s, name, grace_ms);
+        st_release(self);
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 /* _replica_desc(key) -> (size, [(replica_id, [(segment, addr, len), ...]), ...])
  * or a negative status. */
 static PyObject *store_replica_desc(PyStore *self, PyObject *args, PyObject *kw)
@@ -1885,6 +1925,10 @@ static PyMethodDef store_methods[] = {
     {"_task_run", (PyCFunction)store_task_run, METH_VARARGS, "_task_run(hi, lo) -> int"},
     {"_task_query", (PyCFunction)store_task_query, METH_VARARGS,
      "_task_query(hi, lo) -> (type, status, created_ms, updated_ms, executor, message, error)"},
+    {"_seg_mount", (PyCFunction)store_seg_mount, METH_VARARGS,
+     "_seg_mount(addr, size) -> segment name or negative"},
+    {"_seg_unmount", (PyCFunction)store_seg_unmount, METH_VARARGS,
+     "_seg_unmount(name, grace_ms) -> int"},
     {"_replica_clear", (PyCFunction)store_replica_clear, METH_VARARGS,
      "_replica_clear(keys, segment) -> [int] or negative"},
     M("batch_is_exist", store_batch_is_exist, "batch_is_exist(keys) -> [1|0|negative]"),

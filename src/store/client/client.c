@@ -184,8 +184,10 @@ int cr_store_unregister_buffer(cr_store_t *s, void *addr)
 
 /* ---- segment handle cache ------------------------------------------------- */
 
-int cr__sc_segment(cr_store_t *s, const char *name, cr_xfer_segment_t *out)
+int cr__sc_segment(cr_store_t *s, const char *segment, cr_xfer_segment_t *out)
 {
+    char name[CR_XFER_NAME_MAX]; /* an extra segment lives in its client's TE segment */
+    cr__sc_te_name(segment, name, sizeof name);
     pthread_mutex_lock(&s->seg_mu);
     for (size_t i = 0; i < s->n_segs; i++) {
         if (!strcmp(s->segs[i].name, name)) {
@@ -260,9 +262,15 @@ static int ping(cr_store_t *s, cr__rpc_client_t *c, uint32_t *flags)
     cr__rpc_msg_t req = {0}, rep = {0};
     req.type = CR__RPC_PING;
     req.client_id = s->id;
-    /* name the segment we hold mounted: a master that dropped it says so */
-    if (s->seg_base && atomic_load(&s->mounted))
+    /* name a segment we hold mounted: a master that dropped it says so */
+    char extra[CR_XFER_NAME_MAX];
+    if (s->seg_base && atomic_load(&s->mounted)) {
         req.segment = s->seg_name;
+    } else if (atomic_load(&s->mounted)) {
+        cr__sc_extra_first(s, extra, sizeof extra);
+        if (extra[0])
+            req.segment = extra;
+    }
     int rc = cr__rpc_client_call(c, &req, &rep);
     if (rc)
         return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;
@@ -333,8 +341,13 @@ static void *hb_main(void *arg)
                                     cr_strerror(rc));
                     }
                 } else {
+                    char extra[CR_XFER_NAME_MAX];
+                    cr__sc_extra_first(s, extra, sizeof extra);
+                    if (extra[0])
+                        republish(s); /* a pure client that mounted extra segments */
                     atomic_store(&s->mounted, 1);
                 }
+                cr__sc_extra_sync(s, s->hb_rpc, 1);
             }
         }
         pthread_mutex_lock(&s->hb_mu);
@@ -411,6 +424,8 @@ static void teardown(cr_store_t *s)
         if (rc && rc != CR_E_SEGMENT_NOT_FOUND)
             CR_LOG_WARN(COMP, "unmount of %s failed: %s", s->seg_name, cr_strerror(rc));
     }
+    if (s->hb_rpc)
+        cr__sc_extra_sync(s, s->hb_rpc, 0);
     for (size_t i = 0; i < CR__SC_RPC_CONNS; i++)
         cr__rpc_client_destroy(s->rpc[i]);
     cr__rpc_client_destroy(s->hb_rpc);
@@ -430,6 +445,7 @@ static void teardown(cr_store_t *s)
     pthread_mutex_destroy(&s->seg_mu);
     pthread_mutex_destroy(&s->sus_mu);
     pthread_mutex_destroy(&s->hb_mu);
+    pthread_mutex_destroy(&s->extra_mu);
     pthread_cond_destroy(&s->hb_cv);
     cr__auth_free(s->auth);
     cr__tls_free(s->tls);
@@ -445,6 +461,7 @@ static void create_sync(cr_store_t *s)
     pthread_mutex_init(&s->tier_mu, NULL);
     pthread_mutex_init(&s->hb_mu, NULL);
     pthread_mutex_init(&s->ha_mu, NULL);
+    pthread_mutex_init(&s->extra_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

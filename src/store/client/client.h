@@ -4,6 +4,7 @@
  * buffers, TE segment handle cache, RPC pool), ops.c (put/get/batch data
  * paths), staging.c (allocator over the local staging buffer), suspect.c
  * (segments that failed a transfer lately: their replicas are read last),
+ * mount.c (extra segments: Mooncake's mount_segment),
  * test_hooks.h (test-only interface).
  *
  * Locks (never nested except as noted):
@@ -11,6 +12,7 @@
  *   seg_mu             guards the segment handle cache
  *   sus_mu             guards suspects[] (suspect.c; never held with seg_mu)
  *   hb_mu              guards hb_stop, mounted (heartbeat thread state)
+ *   extra_mu           guards the extra segments (mount.c); never taken with hb_mu
  *   each cr__rpc_client_t serialises its own calls internally
  */
 #ifndef CR_STORE_CLIENT_CLIENT_H
@@ -133,6 +135,17 @@ struct cr_store {
         uint64_t until_ms;
     } suspects[CR__SC_SUSPECT_MAX]; /* guarded by sus_mu */
 
+    /* extra segments (mount.c): memory the caller mounted besides seg_base */
+    pthread_mutex_t extra_mu; /* guards extra[], n_extra, extra_seq; held across their
+                                 mount/unmount RPCs (heartbeat remounts too) */
+    size_t n_extra;
+    uint32_t extra_seq;
+    struct {
+        char name[CR_XFER_NAME_MAX];
+        uintptr_t addr;
+        uint64_t len;
+    } extra[CR_STORE_EXTRA_SEGMENTS_MAX];
+
     /* idle connections to nodes' disk tier read servers (tier_read.c) */
     pthread_mutex_t tier_mu;
     int n_tier; /* guarded by tier_mu */
@@ -174,6 +187,16 @@ int cr__sc_is_registered(cr_store_t *s, const void *p, size_t len);
 
 /* 1 if [addr, addr+len) lies in this client's own contributed segment. */
 int cr__sc_is_local(const cr_store_t *s, const char *segment, uint64_t addr, uint64_t len);
+
+/* mount.c: the TE segment name a master segment name lives in (an extra
+ * segment "<te name>#<n>" is memory of the TE segment "<te name>"), into
+ * out (cap bytes). */
+void cr__sc_te_name(const char *segment, char *out, size_t cap);
+/* mount.c: remounts every extra segment through c (heartbeat thread, after
+ * the master lost them); unmounts them all at teardown (remount = 0). */
+void cr__sc_extra_sync(cr_store_t *s, cr__rpc_client_t *c, int remount);
+/* mount.c: the name of one mounted extra segment into out, or "" if none. */
+void cr__sc_extra_first(cr_store_t *s, char *out, size_t cap);
 
 /* One read of a disk-tier replica (tier_read.c): value bytes [roff,
  * roff+rlen) of (key, version, size) at disk offset disk_off of the node

@@ -1,0 +1,278 @@
+"""Mooncake's mount_segment / allocate_and_mount_segment / unmount_segment /
+unmount_and_free_segment on crescent, against a real master.
+
+The master here has no storage node: the only memory in the pool is what
+the clients mount, so a put that succeeds proves the object went into a
+mounted segment, and a put after the unmount that fails proves the space
+left the pool."""
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+from conftest import Daemons, start_master
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+
+NO_SPACE = -200
+SEGMENT_NOT_FOUND = -101
+INVALID_PARAMS = -600
+NOT_FOUND = -704
+NOT_READY = -1010
+UNAVAILABLE = -1011
+FILE_NOT_FOUND = -1100
+MiB = 1 << 20
+
+
+def K(tag=""):
+    return "seg-%s-%s" % (tag, uuid.uuid4().hex[:12])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    d = Daemons()
+    try:
+        master, meta = start_master(d)
+        yield {"master": master, "metadata": meta}
+    finally:
+        d.stop()
+
+
+def client(cluster):
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", cluster["metadata"], 0, "4MB", "tcp", "", cluster["master"]) == 0
+    return s
+
+
+@pytest.fixture
+def store(cluster):
+    s = client(cluster)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def reader(cluster):
+    s = client(cluster)
+    yield s
+    s.close()
+
+
+def replica_segments(store, key):
+    return sorted(d.get_memory_descriptor().buffer_descriptor.transport_endpoint
+                  for d in store.get_replica_desc(key))
+
+
+def test_allocate_mount_put_get_unmount(store, reader):
+    key, val = K("a"), os.urandom(300 << 10)
+    assert store.put(key, val) == NO_SPACE  # the pool is empty: nobody mounted memory
+    r = store.allocate_and_mount_segment(1)
+    assert r["ret"] == 0, r
+    assert r["allocated_size"] == 4 * MiB  # rounded up to Mooncake's 4 MiB slab
+    (sid,) = r["segment_ids"]
+    assert store.put(key, val) == 0
+    assert replica_segments(store, key) == [sid]
+    assert reader.get(key) == val  # another client reads it from the mounted memory
+    assert store.unmount_and_free_segment([sid]) == 0
+    # the only replica went with the segment: a miss, never other bytes
+    assert reader.get(key) == b""
+    assert reader.is_exist(key) == 0
+    assert store.put(K("after"), b"x" * 4096) == NO_SPACE
+
+
+def test_allocated_size_rounds_up_to_slab(store):
+    r = store.allocate_and_mount_segment(4 * MiB + 1, "tcp", "cpu")
+    assert r["ret"] == 0 and r["allocated_size"] == 8 * MiB
+    assert store.unmount_and_free_segment(r["segment_ids"], 0) == 0
+
+
+def test_mount_file_segment_holds_the_bytes(store, reader, tmp_path):
+    f = tmp_path / "seg.bin"
+    size = 8 * MiB
+    f.write_bytes(b"\0" * (size + 4096))
+    r = store.mount_segment(str(f), size, 4096, "tcp", "")
+    assert r["ret"] == 0, r
+    (sid,) = r["segment_ids"]
+    key, val = K("f"), os.urandom(64 << 10)
+    assert store.put(key, val) == 0
+    assert replica_segments(store, key) == [sid]
+    assert reader.get(key) == val
+    # the object's bytes are in the file, after the offset: the segment is the file
+    data = f.read_bytes()
+    assert data[4096:].find(val) >= 0 and data[:4096] == b"\0" * 4096
+    assert store.unmount_segment([sid], 0) == 0
+    assert reader.get(key) == b""
+    assert f.stat().st_size == size + 4096  # the file stays
+
+
+def test_unmount_keeps_objects_with_another_replica(store, reader):
+    a = store.allocate_and_mount_segment(8 * MiB)["segment_ids"][0]
+    b = store.allocate_and_mount_segment(8 * MiB)["segment_ids"][0]
+    cfg = ReplicateConfig()
+    cfg.replica_num = 2
+    keys = [K("r%d" % i) for i in range(8)]
+    vals = [os.urandom(40 << 10) for _ in keys]
+    for k, v in zip(keys, vals):
+        assert store.put(k, v, cfg) == 0
+        assert replica_segments(store, k) == sorted([a, b])
+    assert store.unmount_and_free_segment([a]) == 0
+    for k, v in zip(keys, vals):
+        assert reader.get(k) == v  # read from the replica left on b
+        assert replica_segments(reader, k) == [b]
+    assert store.unmount_and_free_segment([b]) == 0
+    assert reader.batch_is_exist(keys) == [0] * len(keys)
+
+
+def test_unmount_with_grace_period_then_reads_miss(store, reader):
+    sid = store.allocate_and_mount_segment(4 * MiB)["segment_ids"][0]
+    key, val = K("g"), os.urandom(1 << 20)
+    assert store.put(key, val) == 0
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    assert reader.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+    assert reader.get_into(key, buf.ctypes.data, buf.nbytes) == len(val)
+    assert buf.tobytes() == val
+    assert store.unmount_and_free_segment([sid], 1) == 0  # 1 s grace
+    n = reader.get_into(key, buf.ctypes.data, buf.nbytes)
+    assert n == NOT_FOUND
+    reader.unregister_buffer(buf.ctypes.data)
+
+
+def test_close_unmounts_extra_segments(cluster, reader):
+    s = client(cluster)
+    sid = s.allocate_and_mount_segment(4 * MiB)["segment_ids"][0]
+    key = K("c")
+    assert s.put(key, b"v" * 5000) == 0
+    assert s.close() == 0
+    assert reader.is_exist(key) == 0
+    assert reader.put(K("c2"), b"x") == NO_SPACE
+    # a closed store answers like every other call
+    assert s.unmount_and_free_segment([sid]) == NOT_READY
+    assert s.allocate_and_mount_segment(4 * MiB)["ret"] == NOT_READY
+
+
+def test_preferred_segment_places_in_a_mounted_segment(store):
+    a = store.allocate_and_mount_segment(4 * MiB)["segment_ids"][0]
+    b = store.allocate_and_mount_segment(4 * MiB)["segment_ids"][0]
+    for sid in (a, b, a):
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = sid
+        k = K("p")
+        assert store.put(k, b"p" * 10000, cfg) == 0
+        assert replica_segments(store, k) == [sid]
+    assert store.unmount_and_free_segment([a, b]) == 0
+
+
+# ---- bad arguments: Mooncake's codes or exceptions, never a crash ----------------------
+
+def test_mount_bad_arguments(store, tmp_path):
+    f = tmp_path / "small.bin"
+    f.write_bytes(b"\0" * MiB)
+    assert store.mount_segment(str(tmp_path / "nope"), MiB) == {"ret": FILE_NOT_FOUND,
+                                                                  "segment_ids": []}
+    assert store.mount_segment(str(f), 2 * MiB)["ret"] == INVALID_PARAMS  # past EOF
+    assert store.mount_segment(str(f), 0)["ret"] == INVALID_PARAMS
+    assert store.mount_segment(str(f), 1000)["ret"] == INVALID_PARAMS  # not 4 KiB
+    assert store.mount_segment(str(f), 4096, 100)["ret"] == INVALID_PARAMS  # unaligned offset
+    assert store.mount_segment(str(f), MiB, 0, "tcp", "cuda:0")["ret"] == UNAVAILABLE
+    assert store.mount_segment(str(f), MiB, 0, "nvlink")["ret"] == UNAVAILABLE
+    assert store.mount_segment(str(f), MiB, 0, "tcp", "bogus")["ret"] == INVALID_PARAMS
+    with pytest.raises(TypeError):
+        store.mount_segment(None, MiB)
+    with pytest.raises(TypeError):
+        store.mount_segment(str(f), "1MB")
+    with pytest.raises(ValueError):
+        store.mount_segment(str(f), -4096)
+    with pytest.raises(TypeError):
+        store.mount_segment(str(f), MiB, 0, 5)
+    assert store.allocate_and_mount_segment(0)["ret"] == INVALID_PARAMS
+    r = store.allocate_and_mount_segment((1 << 64) - 1)  # overflows the 1 TiB bound
+    assert r == {"ret": INVALID_PARAMS, "segment_ids": [], "allocated_size": 0}
+    with pytest.raises(ValueError):
+        store.allocate_and_mount_segment(-1)
+    with pytest.raises(TypeError):
+        store.allocate_and_mount_segment(1.5)
+
+
+def test_unmount_bad_arguments(store, tmp_path):
+    f = tmp_path / "m.bin"
+    f.write_bytes(b"\0" * MiB)
+    fid = store.mount_segment(str(f), MiB)["segment_ids"][0]
+    aid = store.allocate_and_mount_segment(MiB)["segment_ids"][0]
+    assert store.unmount_segment(["no-such-segment"]) == SEGMENT_NOT_FOUND
+    assert store.unmount_segment([]) == INVALID_PARAMS
+    assert store.unmount_segment([fid, fid]) == INVALID_PARAMS
+    # each call only unmounts what its counterpart mounted; nothing is unmounted
+    assert store.unmount_segment([aid]) == INVALID_PARAMS
+    assert store.unmount_and_free_segment([fid]) == INVALID_PARAMS
+    assert store.unmount_segment([fid, "no-such-segment"]) == SEGMENT_NOT_FOUND
+    assert store.put(K("still"), b"s" * 4096) == 0  # both still mounted
+    with pytest.raises(TypeError):
+        store.unmount_segment(fid)  # a str is not a list of ids
+    with pytest.raises(TypeError):
+        store.unmount_segment([1])
+    with pytest.raises(ValueError):
+        store.unmount_segment([fid], -1)
+    assert store.unmount_segment([fid], 10 ** 6) == INVALID_PARAMS
+    assert store.unmount_segment([fid]) == 0
+    assert store.unmount_segment([fid]) == SEGMENT_NOT_FOUND  # already gone
+    assert store.unmount_and_free_segment([aid]) == 0
+
+
+def test_not_set_up():
+    s = MooncakeDistributedStore()
+    assert s.allocate_and_mount_segment(MiB)["ret"] == NOT_READY
+    assert s.mount_segment("/nonexistent", MiB)["ret"] == NOT_READY
+    assert s.unmount_segment(["x"]) == NOT_READY
+    assert s.unmount_and_free_segment(["x"]) == NOT_READY
+
+
+def test_mount_overlapping_registered_memory_is_refused(store):
+    buf = np.zeros(2 * MiB + 4096, dtype=np.uint8)
+    base = (buf.ctypes.data + 4095) // 4096 * 4096
+    assert store.register_buffer(base, MiB) == 0
+    # a registered zero-copy buffer cannot also be a segment (native call, own memory)
+    assert store._seg_mount(base, MiB) == INVALID_PARAMS
+    assert store.unregister_buffer(base) == 0
+
+
+def test_extra_segment_remounted_after_master_restart(tmp_path):
+    """SIGKILL the master, start it again on the same ports: the client's
+    heartbeat remounts its extra segment (and republishes its descriptor to
+    the new embedded metadata server), so puts land there again."""
+    import signal
+    import time
+
+    from conftest import STARTUP_S, free_port
+    rpc, http = free_port(), free_port()
+    d = Daemons()
+    try:
+        master, meta = start_master(d, rpc, http)
+        c = {"master": master, "metadata": meta}
+        s, r = client(c), client(c)
+        sid = s.allocate_and_mount_segment(4 * MiB)["segment_ids"][0]
+        assert s.put(K("before"), b"b" * 4096) == 0
+        d.procs[0].send_signal(signal.SIGKILL)
+        d.procs[0].wait()
+        d.procs = []
+        start_master(d, rpc, http)
+        key, val = K("after"), os.urandom(100 << 10)
+        deadline = time.monotonic() + 3 * STARTUP_S
+        rc = None
+        while time.monotonic() < deadline:
+            rc = s.put(key, val)
+            if rc == 0:
+                break
+            time.sleep(0.2)
+        assert rc == 0, "no remount after the master restart: put returned %s" % rc
+        assert replica_segments(s, key) == [sid]
+        deadline = time.monotonic() + 3 * STARTUP_S
+        got = b""
+        while time.monotonic() < deadline and got != val:
+            got = r.get(key)
+            time.sleep(0.1)
+        assert got == val
+        assert s.unmount_and_free_segment([sid]) == 0
+        r.close()
+        s.close()
+    finally:
+        d.stop()
