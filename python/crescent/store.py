@@ -115,6 +115,17 @@ def _int(v, name):
     return v
 
 
+def _dict_int(d, key, default):
+    """An int setting of setup(dict): config files give strings ("30")."""
+    v = d.get(key, default)
+    if isinstance(v, str):
+        try:
+            return int(v.strip())
+        except ValueError:
+            raise TypeError("%s must be an int, not %r" % (key, v)) from None
+    return v
+
+
 def _addr(obj, name="buffer_ptr"):
     """Address of an int pointer or a buffer-protocol object (and its size)."""
     if isinstance(obj, int) and not isinstance(obj, bool):
@@ -176,7 +187,8 @@ class DistributedStore(_crescent.DistributedStore):
     def setup(self, local_hostname, metadata_server=None, global_segment_size=16 << 20,
               local_buffer_size=16 << 20, protocol="tcp", rdma_devices="",
               master_server_addr="127.0.0.1:50051", engine=None, ipc_socket_path="",
-              enable_ssd_offload=False, ssd_offload_path="", tenant_id="default"):
+              enable_ssd_offload=False, ssd_offload_path="", tenant_id="default",
+              ssd_prefetch_cooldown_sec=5, ssd_prefetch_dedup_ttl_sec=30):
         """Mooncake's setup(): connects to the master, mounts
         global_segment_size bytes of this process and maps the local buffer.
         Also setup(dict) with the same keys. Returns 0 or a negative code.
@@ -186,6 +198,11 @@ class DistributedStore(_crescent.DistributedStore):
         and a tenant_id other than "default" (no multi-tenant isolation).
         ipc_socket_path (where Mooncake's real client serves dummy clients)
         is accepted and unused, with a RuntimeWarning when set.
+        ssd_prefetch_cooldown_sec / ssd_prefetch_dedup_ttl_sec (Mooncake's
+        throttle of the prefetch from its embedded SSD offload tier into
+        memory; defaults 5 and 30, a negative value keeps the default) are
+        checked (int) and have no effect: that prefetch belongs to
+        enable_ssd_offload, which is not applicable here.
         The transfer port is chosen in 12300-14300 like Mooncake's
         (MC_LEGACY_RPC_PORT_BINDING=1 binds the port given in local_hostname);
         get_hostname() then returns "<local_hostname>:<port>"."""
@@ -203,6 +220,8 @@ class DistributedStore(_crescent.DistributedStore):
             enable_ssd_offload = d.get("enable_ssd_offload", False)
             ssd_offload_path = d.get("ssd_offload_path", "")
             tenant_id = d.get("tenant_id", "default")
+            ssd_prefetch_cooldown_sec = _dict_int(d, "ssd_prefetch_cooldown_sec", 5)
+            ssd_prefetch_dedup_ttl_sec = _dict_int(d, "ssd_prefetch_dedup_ttl_sec", 30)
         if metadata_server is None:
             metadata_server = ""
         if not isinstance(local_hostname, str):
@@ -211,6 +230,8 @@ class DistributedStore(_crescent.DistributedStore):
                      (tenant_id, "tenant_id")):
             if not isinstance(v, str):
                 raise TypeError("%s must be str, not %s" % (n, type(v).__name__))
+        _int(ssd_prefetch_cooldown_sec, "ssd_prefetch_cooldown_sec")
+        _int(ssd_prefetch_dedup_ttl_sec, "ssd_prefetch_dedup_ttl_sec")
         if isinstance(enable_ssd_offload, str):  # config files spell it "true"
             enable_ssd_offload = enable_ssd_offload.strip().lower() in ("1", "true", "yes", "on")
         if not isinstance(enable_ssd_offload, (bool, int)):

@@ -247,6 +247,22 @@ def test_setup_hostname_port_range_health_and_dummy(cluster):
     with pytest.warns(RuntimeWarning, match="ipc_socket_path"):
         assert s.setup(*args, None, "/tmp/mc.sock", False, "", "default") == 0
     assert s.close() == 0
+    # Mooncake's SSD-prefetch throttle (13th and 14th arguments): checked ints,
+    # no effect without the embedded SSD offload tier; vLLM finds them in the doc
+    assert "ssd_prefetch_cooldown_sec" in MooncakeDistributedStore.setup.__doc__
+    assert s.setup(*args, None, "", False, "", "default", 0, -1) == 0
+    assert s.close() == 0
+    assert s.setup(*args, ssd_prefetch_cooldown_sec=10, ssd_prefetch_dedup_ttl_sec=60) == 0
+    assert s.close() == 0
+    for bad in ({"ssd_prefetch_cooldown_sec": "5s"}, {"ssd_prefetch_dedup_ttl_sec": 1.5}):
+        with pytest.raises(TypeError):
+            s.setup(*args, **bad)
+    assert s.setup({"local_hostname": "localhost", "metadata_server": cluster["metadata"],
+                    "master_server_addr": cluster["master"], "protocol": "tcp",
+                    "global_segment_size": "16MB", "local_buffer_size": "16MB",
+                    "enable_ssd_prefetch": "false", "ssd_prefetch_cooldown_sec": "5",
+                    "ssd_prefetch_dedup_ttl_sec": "30"}) == 0
+    assert s.close() == 0
 
 
 def test_remove_all_force(store):
