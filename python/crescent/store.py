@@ -52,6 +52,7 @@ UNAVAILABLE = -1011  # UNAVAILABLE_IN_CURRENT_MODE: the feature is not in cresce
 FILE_NOT_FOUND = -1100
 FILE_OPEN_FAIL = -1101
 FILE_WRITE_FAIL = -1103
+PERSISTENT_FAIL = -1503
 TASK_NOT_FOUND = -1400
 
 # Transports of Mooncake builds with hardware crescent does not have.
@@ -1430,75 +1431,120 @@ class DistributedStore(_crescent.DistributedStore):
 
     # -- files --
 
-    def save_tensor_to_safetensor(self, key, filename=None, filesystem=None, tensor_name=None):
-        """Writes the tensor of key to a safetensors file (default file name:
-        the key; tensor name: tensor_name or the key). Returns 0, -704 for a
-        missing key or non-tensor, -1103 when the file cannot be written."""
-        if not isinstance(key, str):
+    # ---- tensor files: Mooncake's store_file_io methods (what `import mooncake` attaches) --
+    #
+    # Local files only: filesystem "auto"/"file"/"local"/"localfs"/"posix" or a
+    # file:// URI. Another filesystem (s3://, hdfs, ... through fsspec in
+    # Mooncake) or non-empty storage_options is not applicable here: a save
+    # returns -600, a load None.
+
+    def _file_args(self, key, file_name, fmt, filesystem, storage_options, tensor_name):
+        if key is not None and not isinstance(key, str):
             raise TypeError("key must be str")
         if tensor_name is not None and not isinstance(tensor_name, str):
             raise TypeError("tensor_name must be str")
+        if not isinstance(fmt, str):
+            raise TypeError("format must be str")
+        if storage_options:
+            raise ValueError("storage_options: only local files here")
+        path = tc.local_path(file_name, filesystem)
+        if not path:
+            raise ValueError("file_name must not be empty")
+        f = fmt.lower().replace("-", "_")
+        if f == "auto":
+            f = "safetensors" if path.lower().endswith(".safetensors") else "torch"
+        elif f == "safe_tensors":
+            f = "safetensors"
+        elif f in ("pt", "pth", "standard", "standard_file"):
+            f = "torch"
+        if f not in ("safetensors", "torch"):
+            raise ValueError("unsupported file format %r" % fmt)
+        return path, f
+
+    def save_tensor_to_file(self, key, file_name=None, format="auto", filesystem="auto",
+                            storage_options=None, tensor_name=None):
+        """Writes the tensor of key to file_name (default: the key) as
+        "torch" (torch.save) or "safetensors" (tensor named tensor_name or
+        the key); format "auto" goes by the .safetensors suffix. Missing
+        directories are made. Returns 0; -1100 no tensor under key or a
+        path that cannot exist; -600 bad format / filesystem; -1503 the
+        file could not be written."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        try:
+            path, fmt = self._file_args(key, key if file_name is None else file_name, format,
+                                        filesystem, storage_options, tensor_name)
+        except ValueError:
+            return INVALID_PARAMS
         t = self.get_tensor(key)
         if t is None:
-            return OBJECT_NOT_FOUND
+            return FILE_NOT_FOUND
         try:
-            path = tc.local_path(filename or key, filesystem)
-            tc.safetensors_write(path, {tensor_name or key: t}, {"mooncake_key": key})
+            d = os.path.dirname(os.path.abspath(path))
+            os.makedirs(d, exist_ok=True)
+            if fmt == "safetensors":
+                tc.safetensors_write(path, {tensor_name or key: t}, {"mooncake_key": key})
+            else:
+                tc.torch().save(t, path)
+        except FileNotFoundError:
+            return FILE_NOT_FOUND
         except ValueError:
             return INVALID_PARAMS
         except OSError:
-            return FILE_WRITE_FAIL
-        return 0
+            return PERSISTENT_FAIL
+        return OK
 
-    def load_tensor_from_safetensor(self, key, filename=None, filesystem=None, tensor_name=None):
-        """Reads a tensor from a safetensors file (tensor_name, or the key's
-        name, or the only one), stores it under key (upsert) and returns it;
-        None when the file is missing or bad or the store refuses it."""
-        if not isinstance(key, str):
-            raise TypeError("key must be str")
-        if tensor_name is not None and not isinstance(tensor_name, str):
-            raise TypeError("tensor_name must be str")
-        try:
-            path = tc.local_path(filename or key, filesystem)
-            try:
-                t = tc.safetensors_read(path, tensor_name)
-            except ValueError:
-                if tensor_name is not None:
-                    raise
-                t = tc.safetensors_read(path, None)
-        except (OSError, ValueError):
+    def load_tensor_from_file(self, key=None, file_name=None, format="auto", filesystem="auto",
+                              storage_options=None, tensor_name=None, map_location=None):
+        """Reads a tensor from file_name and stores it under key (default:
+        the file name) with put_tensor; returns the tensor, or None when the
+        file is missing or bad or the store refuses it. A safetensors file
+        gives tensor_name, else the entry named like the key, else its first
+        tensor. torch files are loaded with weights_only=True."""
+        if file_name is None:
             return None
-        return t if self.upsert_tensor(key, t) == 0 else None
-
-    def save_tensor_to_file(self, key, filename=None, filesystem=None):
-        """torch.save() of the tensor of key. 0 or negative."""
-        if not isinstance(key, str):
-            raise TypeError("key must be str")
-        t = self.get_tensor(key)
-        if t is None:
-            return OBJECT_NOT_FOUND
         try:
-            path = tc.local_path(filename or key, filesystem)
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            tc.torch().save(t, path)
+            path, fmt = self._file_args(key, file_name, format, filesystem, storage_options,
+                                        tensor_name)
         except ValueError:
-            return INVALID_PARAMS
-        except OSError:
-            return FILE_WRITE_FAIL
-        return 0
-
-    def load_tensor_from_file(self, key, filename=None, filesystem=None):
-        """torch.load(weights_only=True) of a file, stored under key."""
-        if not isinstance(key, str):
-            raise TypeError("key must be str")
+            return None
+        if key is None:
+            key = os.fspath(file_name)
         try:
-            path = tc.local_path(filename or key, filesystem)
-            t = tc.torch().load(path, weights_only=True)
-        except (OSError, ValueError, RuntimeError, EOFError):
+            if fmt == "safetensors":
+                t = None
+                for name in (tensor_name, key):
+                    if name:
+                        try:
+                            t = tc.safetensors_read(path, name)
+                            break
+                        except ValueError as e:
+                            if "no tensor named" not in str(e):
+                                raise
+                if t is None:
+                    t = tc.safetensors_read(path, None)
+            else:
+                t = tc.torch().load(path, map_location=map_location, weights_only=True)
+        except (OSError, ValueError, RuntimeError, EOFError, TypeError):
             return None
         if not isinstance(t, tc.torch().Tensor):
             return None
-        return t if self.upsert_tensor(key, t) == 0 else None
+        return t if self.put_tensor(key, t) == 0 else None
+
+    def save_tensor_to_safetensor(self, key, file_name=None, filesystem="auto",
+                                  storage_options=None, tensor_name=None):
+        """save_tensor_to_file(..., format="safetensors")."""
+        return self.save_tensor_to_file(key, file_name, "safetensors", filesystem,
+                                        storage_options, tensor_name)
+
+    def load_tensor_from_safetensor(self, key=None, file_name=None, filesystem="auto",
+                                    storage_options=None, tensor_name=None):
+        """load_tensor_from_file(..., format="safetensors")."""
+        return self.load_tensor_from_file(key, file_name, "safetensors", filesystem,
+                                          storage_options, tensor_name)
+
+    save_kv_cache_to_file = save_tensor_to_file
+    load_kv_cache_from_file = load_tensor_from_file
 
 
 # ---- module-level helpers ------------------------------------------------------------

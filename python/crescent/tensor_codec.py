@@ -265,7 +265,8 @@ def local_path(filename, filesystem=None):
         raise TypeError("file name must be str or a path, not %s" % type(filename).__name__)
     if filesystem is not None and not isinstance(filesystem, str):
         raise TypeError("filesystem must be str")
-    if filesystem not in (None, "", "file", "local", "posix"):
+    if filesystem is not None and filesystem.lower().replace("-", "_") not in (
+            "", "auto", "file", "local", "localfs", "posix"):
         raise ValueError("filesystem %r is not supported (only local files)" % filesystem)
     if filename.startswith("file://"):
         from urllib.parse import unquote, urlparse

@@ -527,12 +527,48 @@ def test_safetensors_roundtrip_and_format(store, tmp_path):
     k2 = K("st2")
     back = store.load_tensor_from_safetensor(k2, str(path), tensor_name="kv")
     assert torch.equal(back, t) and torch.equal(store.get_tensor(k2), t)
-    assert store.save_tensor_to_safetensor(K("missing"), str(tmp_path / "m")) == NOT_FOUND
+    # Mooncake's store_file_io codes: no tensor -> FILE_NOT_FOUND (-1100)
+    assert store.save_tensor_to_safetensor(K("missing"), str(tmp_path / "m")) == -1100
     assert store.load_tensor_from_safetensor(k2, str(tmp_path / "nope.safetensors")) is None
     (tmp_path / "bad.safetensors").write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
     assert store.load_tensor_from_safetensor(k2, str(tmp_path / "bad.safetensors")) is None
     assert store.save_tensor_to_file(k, str(tmp_path / "t.pt")) == 0
     assert torch.equal(store.load_tensor_from_file(K("pt"), str(tmp_path / "t.pt")), t)
+
+
+def test_store_file_io_signatures_and_codes(store, tmp_path):
+    """Mooncake's store_file_io methods: format auto/torch/safetensors,
+    key defaulting to the file name, the kv_cache aliases, codes."""
+    import mooncake.store_file_io as sfio
+    assert MooncakeDistributedStore._mooncake_file_io_patched
+    sfio.patch_store_file_io_support()  # idempotent
+    t = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    k = K("fio")
+    assert store.put_tensor(k, t) == 0
+    st = tmp_path / "a" / "w.safetensors"
+    assert store.save_tensor_to_file(k, st) == 0  # "auto" by suffix: safetensors
+    assert st.read_bytes()[8:9] == b"{"
+    pt = tmp_path / "w.bin"
+    assert store.save_kv_cache_to_file(k, str(pt), format="pt") == 0
+    back = store.load_kv_cache_from_file(file_name=str(pt), format="torch", map_location="cpu")
+    assert torch.equal(back, t) and torch.equal(store.get_tensor(str(pt)), t)
+    # no tensor_name and no entry named like the key: the first tensor
+    k3 = K("fio3")
+    assert torch.equal(store.load_tensor_from_file(k3, str(st)), t)
+    assert store.load_tensor_from_file(k3) is None  # no file_name
+    assert store.save_tensor_to_file(k, str(pt), format="parquet") == sfio.INVALID_PARAMS
+    assert store.save_tensor_to_file(k, "x", filesystem="s3") == sfio.INVALID_PARAMS
+    assert store.save_tensor_to_file(k, "x", storage_options={"anon": True}) == -600
+    assert store.load_tensor_from_file(k3, "bucket/x", filesystem="hdfs") is None
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "f").write_bytes(b"")
+    # a path below a regular file cannot be written
+    assert store.save_tensor_to_file(k, str(tmp_path / "ro" / "f" / "x.pt")) in (
+        sfio.PERSISTENT_FAIL, sfio.FILE_NOT_FOUND)
+    with pytest.raises(TypeError):
+        store.save_tensor_to_file(5)
+    with pytest.raises(TypeError):
+        store.save_tensor_to_file(k, str(pt), format=1)
 
 
 # ---- ranges, sessions, metadata ---------------------------------------------------

@@ -26,7 +26,6 @@ WHY = {
     "transfer_engine_exp": "experimental Transfer Engine bindings (use mooncake.engine)",
     "structured_object_store": "not implemented by crescent (a layer above mooncake.store)",
     "mooncake_store_service": "not implemented by crescent (a REST service above mooncake.store)",
-    "store_file_io": "not implemented by crescent (file I/O helpers above mooncake.store)",
     "dataproto_catalog": "not implemented by crescent (a layer above mooncake.store)",
     "dataproto_transfer": "not implemented by crescent (a layer above mooncake.store)",
     "remote_tensor_batch": "not implemented by crescent (a layer above mooncake.store)",

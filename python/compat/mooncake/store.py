@@ -22,6 +22,9 @@ from crescent.unsupported import (EngramStore, EngramStoreConfig, MooncakeDistri
 class MooncakeDistributedStore(DistributedStore):
     """Mooncake's MooncakeDistributedStore, implemented by crescent's Store client."""
 
+    # the file methods Mooncake's `import mooncake` attaches are built in here
+    _mooncake_file_io_patched = True
+
 
 for _e in (ObjectDataType, ReplicaStatus, TaskType, TaskStatus):
     for _m in _e:
