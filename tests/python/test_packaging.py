@@ -37,7 +37,8 @@ def test_pip_install_target(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     for name in ("mooncake_master", "mooncake_http_metadata_server", "mooncake_client",
-                 "transfer_engine_bench", "crescent-master", "crescent-node"):
+                 "transfer_engine_bench", "mc_store_rest_server", "crescent-master",
+                 "crescent-node"):
         assert os.access(tgt / "bin" / name, os.X_OK), name
     script = r"""
 import os, re, subprocess, sys, time

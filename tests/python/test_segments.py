@@ -276,3 +276,139 @@ def test_extra_segment_remounted_after_master_restart(tmp_path):
         s.close()
     finally:
         d.stop()
+
+
+# ---- mooncake.mooncake_store_service: the REST service over these calls -------------
+
+def _http(port, method, path, obj=None):
+    import json
+    import urllib.error
+    import urllib.request
+    data = None if obj is None else json.dumps(obj).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data,
+                                 method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+@pytest.fixture
+def service(cluster, tmp_path):
+    import asyncio
+    import json
+    from mooncake.mooncake_store_service import MooncakeStoreService
+    cfg = tmp_path / "mooncake.json"
+    cfg.write_text(json.dumps({
+        "local_hostname": "127.0.0.1", "metadata_server": cluster["metadata"],
+        "master_server_address": cluster["master"], "global_segment_size": 0,
+        "local_buffer_size": "4MB", "protocol": "tcp", "device_name": ""}))
+    svc = MooncakeStoreService(str(cfg), {"no_such_field": "ignored"})
+    assert asyncio.run(svc.start_store_service(max_wait_time=30)) is True
+    assert asyncio.run(svc.start_http_service(0, "127.0.0.1")) is True
+    yield svc
+    asyncio.run(svc.stop())
+
+
+def test_store_service_rest_api_mounts_and_serves(service, reader):
+    import json
+    port = service.port
+    # no memory in the pool yet: the put fails
+    assert _http(port, "PUT", "/api/put", {"key": "k1", "value": "hello"})[0] == 500
+    st, body = _http(port, "POST", "/api/mount", {"size": MiB})
+    assert st == 200, body
+    r = json.loads(body)
+    assert r["allocated_size"] == 4 * MiB and len(r["segment_ids"]) == 1
+    key = K("svc")
+    assert _http(port, "PUT", "/api/put", {"key": key, "value": "héllo"})[0] == 200
+    assert _http(port, "GET", "/api/get/" + key) == (200, "héllo".encode())
+    assert reader.get(key) == "héllo".encode()  # stored in the service's mounted segment
+    assert json.loads(_http(port, "GET", "/api/exist/" + key)[1]) == {"exists": True}
+    k2 = K("svc2")  # never read: no read lease keeps it from a remove without force
+    assert _http(port, "PUT", "/api/put", {"key": k2, "value": "bye"})[0] == 200
+    assert _http(port, "DELETE", "/api/remove/" + k2)[0] == 200
+    assert _http(port, "GET", "/api/get/" + k2)[0] == 404
+    assert json.loads(_http(port, "GET", "/api/exist/" + k2)[1]) == {"exists": False}
+    assert _http(port, "POST", "/api/unmount", {"segment_ids": r["segment_ids"]})[0] == 200
+    assert _http(port, "POST", "/api/unmount", {"segment_ids": r["segment_ids"]})[0] == 500
+    # bad requests
+    assert _http(port, "POST", "/api/mount", {"size": -1})[0] == 400
+    assert _http(port, "POST", "/api/mount", {"size": "1MB"})[0] == 400
+    assert _http(port, "POST", "/api/unmount", {})[0] == 400
+    assert _http(port, "PUT", "/api/put", {"key": "k"})[0] == 400
+    assert _http(port, "GET", "/api/nothing")[0] == 404
+    st, body = _http(port, "POST", "/api/reconfigure", {"mode": "sideways"})
+    assert st == 400 and b"Invalid mode" in body
+
+
+def test_store_service_reconfigure_decode_prefill(service, tmp_path):
+    import json
+    port = service.port
+    f1, f2 = tmp_path / "d1", tmp_path / "d2"
+    for f in (f1, f2):
+        f.write_bytes(b"\0" * (4 * MiB))
+    st, body = _http(port, "POST", "/api/reconfigure",
+                     {"mode": "decode", "path": str(f1), "size": 4 * MiB})
+    assert st == 200, body
+    first = json.loads(body)["segment_ids"]
+    key = K("dec")
+    assert _http(port, "PUT", "/api/put", {"key": key, "value": "x" * 5000})[0] == 200
+    assert f1.read_bytes().find(b"x" * 5000) >= 0  # the value lives in the mounted file
+    # make-before-break: a failing new mount keeps the old segment serving
+    st, body = _http(port, "POST", "/api/reconfigure",
+                     {"mode": "decode", "path": str(tmp_path / "missing"), "size": 4 * MiB})
+    assert st == 500 and json.loads(body)["mode"] == "decode"
+    assert _http(port, "GET", "/api/get/" + key)[0] == 200
+    st, body = _http(port, "POST", "/api/reconfigure",
+                     {"mode": "decode", "path": str(f2), "size": 4 * MiB})
+    assert st == 200
+    second = json.loads(body)["segment_ids"]
+    assert second != first and service.mounted_segment_ids == second
+    assert _http(port, "POST", "/api/reconfigure", {"mode": "prefill"}) == (
+        200, json.dumps({"status": "success", "mode": "prefill"}).encode())
+    assert service.mounted_segment_ids == []
+    assert _http(port, "PUT", "/api/put", {"key": K("p"), "value": "y"})[0] == 500
+    # shm: names only (no paths), then unmount by id
+    assert _http(port, "POST", "/api/mount_shm", {"name": "../etc/x", "size": MiB})[0] == 400
+    shm = "crescent-i13-test-%s" % uuid.uuid4().hex[:8]
+    with open("/dev/shm/" + shm, "wb") as fh:
+        fh.truncate(MiB)
+    try:
+        st, body = _http(port, "POST", "/api/mount_shm", {"name": shm, "size": MiB})
+        assert st == 200, body
+        ids = json.loads(body)["segment_ids"]
+        assert _http(port, "POST", "/api/unmount_shm", {"segment_ids": ids[0]})[0] == 200
+        st, body = _http(port, "POST", "/api/unmount_shm", {"segment_ids": ids})
+        assert st == 500 and json.loads(body)["failed_segment_ids"] == ids
+    finally:
+        os.unlink("/dev/shm/" + shm)
+
+
+def test_store_service_command(cluster, tmp_path):
+    """python3 -m mooncake.mooncake_store_service (mc_store_rest_server)
+    with -D overrides, until SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+    from conftest import wait_line
+    env = dict(os.environ, MOONCAKE_MASTER=cluster["master"])
+    env.pop("MOONCAKE_CONFIG_PATH", None)
+    p = subprocess.Popen([sys.executable, "-m", "mooncake.mooncake_store_service",
+                          "--port", "0", "--host", "127.0.0.1",
+                          "-Dmetadata_server=" + cluster["metadata"],
+                          "-Dlocal_hostname=127.0.0.1", "-Dglobal_segment_size=8MB",
+                          "-Dlocal_buffer_size=4MB"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        port = int(wait_line(p, r"listening on 127.0.0.1:(\d+)", "store service").group(1))
+        key = K("cmd")
+        assert _http(port, "PUT", "/api/put", {"key": key, "value": "v"})[0] == 200
+        assert _http(port, "GET", "/api/get/" + key) == (200, b"v")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()

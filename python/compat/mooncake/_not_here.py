@@ -25,7 +25,6 @@ WHY = {
     "vllm_v1_proxy_server": "vLLM disaggregation proxy; crescent's scheduler is crescent-conductor",
     "transfer_engine_exp": "experimental Transfer Engine bindings (use mooncake.engine)",
     "structured_object_store": "not implemented by crescent (a layer above mooncake.store)",
-    "mooncake_store_service": "not implemented by crescent (a REST service above mooncake.store)",
     "dataproto_catalog": "not implemented by crescent (a layer above mooncake.store)",
     "dataproto_transfer": "not implemented by crescent (a layer above mooncake.store)",
     "remote_tensor_batch": "not implemented by crescent (a layer above mooncake.store)",
