@@ -43,6 +43,7 @@ BufferHandle = _crescent.BufferHandle
 # Mooncake's ErrorCode values used here.
 OK = 0
 INTERNAL_ERROR = -1
+BUFFER_OVERFLOW = -10
 NO_AVAILABLE_HANDLE = -200
 SEGMENT_NOT_FOUND = -101
 INVALID_PARAMS = -600
@@ -997,6 +998,69 @@ class DistributedStore(_crescent.DistributedStore):
             return [None] * len(keys)
         res = self.batch_get_into(keys, buffer_ptrs, sizes)
         return [tc.decode_at(_addr(p)[0], n) if n > 0 else None for p, n in zip(buffer_ptrs, res)]
+
+    def get_tensor_dim_selection_into(self, key, buffer_ptr, size, shape, dtype, dim=0,
+                                      selections=(), data_offset=0):
+        """Reads the rows of a fixed-shape tensor stored raw at data_offset of
+        key's object (shape, dtype given by the caller, e.g. a
+        remote_tensor_batch.TensorFieldRef), selected along dim by the
+        selections (crescent.dim_select: select_idxs, slice, repeat, cat),
+        into registered memory [buffer_ptr, buffer_ptr + size), contiguous.
+        Returns the bytes written; -704 no such key, -10 buffer too small,
+        -600 unregistered buffer, bad shape / dtype / dim / selection, or an
+        object shorter than data_offset + the tensor."""
+        from crescent import dim_select as ds
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        a, _ = _addr(buffer_ptr)
+        if _int(size, "size") < 0 or _int(data_offset, "data_offset") < 0:
+            raise ValueError("size and data_offset must be >= 0")
+        _int(dim, "dim")
+        if not _is_seq(shape) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                         for d in shape):
+            raise TypeError("shape must be a list of int")
+        if not _is_seq(selections):
+            raise TypeError("selections must be a list of (op, value)")
+        if not self._is_setup():
+            return UNAVAILABLE_IN_CURRENT_STATUS
+        try:
+            elem = ds.dtype_size(dtype)
+            full = ds.nbytes(shape, dtype)
+            if not shape:
+                raise ValueError("shape must have a dimension")
+            d = dim + len(shape) if dim < 0 else dim
+            if not 0 <= d < len(shape):
+                raise ValueError("dim out of range")
+            rows = ds.source_rows(shape[d], selections)
+        except (ValueError, IndexError, TypeError, KeyError):
+            return INVALID_PARAMS
+        outer = 1
+        for x in shape[:d]:
+            outer *= x
+        inner = elem
+        for x in shape[d + 1:]:
+            inner *= x
+        out = outer * len(rows) * inner
+        if out > ds.MAX_OUTPUT_BYTES:
+            return INVALID_PARAMS
+        if out > size:
+            return BUFFER_OVERFLOW
+        if out and (not a or not self._registered(a, out)):
+            return INVALID_PARAMS  # only registered memory is written (as Mooncake requires)
+        h = self.get_buffer(key)
+        if h is None:
+            ex = self.is_exist(key)
+            return OBJECT_NOT_FOUND if ex == 0 else (ex if ex < 0 else INTERNAL_ERROR)
+        if len(h) < data_offset + full:
+            return INVALID_PARAMS
+        if out == 0:
+            return 0
+        import numpy as np
+        src = np.frombuffer(h, dtype=np.uint8, count=full, offset=data_offset)
+        picked = src.reshape(outer, shape[d], inner)[:, rows, :]
+        dst = (ctypes.c_uint8 * out).from_address(a)
+        np.copyto(np.frombuffer(dst, dtype=np.uint8).reshape(picked.shape), picked)
+        return out
 
     def _check_tensor_buf(self, ptr, size):
         a, _ = _addr(ptr)

@@ -997,3 +997,83 @@ def test_kv_bootstrap_server():
         assert e.value.code == 400
     finally:
         srv.close()
+
+
+# ---- remote_tensor_batch / get_tensor_dim_selection_into ---------------------------------
+
+def test_remote_tensor_batch_materializes_selected_rows(store):
+    from mooncake import remote_tensor_batch as rtb
+    a = torch.arange(6 * 3, dtype=torch.float32).reshape(6, 3)
+    b = torch.arange(6 * 2 * 2, dtype=torch.int64).reshape(6, 2, 2) * 7
+    ka, kb = K("rtb-a"), K("rtb-b")
+    assert store.put(ka, a.numpy().tobytes()) == 0           # raw payload
+    assert store.put_tensor(kb, b) == 0                       # Mooncake's tensor object
+    batch = rtb.RemoteTensorBatch({"a": rtb.TensorFieldRef.from_tensor(ka, a),
+                                   "b": rtb.TensorFieldRef(kb, (6, 2, 2), torch.int64, H)}, 6)
+    m = rtb.RemoteTensorBatchMaterializer(store)
+
+    def check(rb, idx):
+        out = m.materialize_buffers(rb)
+        for name, full in (("a", a), ("b", b)):
+            buf, shape, dtype = out[name]
+            got = torch.frombuffer(buf, dtype=full.dtype).reshape(shape) if buf else \
+                torch.empty(shape, dtype=full.dtype)
+            assert torch.equal(got, full[idx]), (name, idx)
+        assert len(rb) == len(idx)
+
+    check(batch, list(range(6)))
+    check(batch.select_indices([5, 0, -1]), [5, 0, 5])
+    check(batch.select_indices(torch.tensor([True, False] * 3)), [0, 2, 4])
+    check(batch.slice(1, None, 2), [1, 3, 5])
+    check(batch.slice(1, 3, None).repeat(2, interleave=True), [1, 1, 2, 2])
+    check(batch.slice(1, 3, None).repeat(2, interleave=False), [1, 2, 1, 2])
+    check(rtb.RemoteTensorBatch.cat([batch.slice(4, None, None), batch.select_indices([0])]),
+          [4, 5, 0])
+    check(batch.select_indices([]), [])
+    # into caller buffers, one field; metadata helpers
+    req = batch.select_fields(["a"]).select_indices([2]).read_requests()[0]
+    assert req.output_shape() == (1, 3) and req.output_nbytes() == 12
+    dst = bytearray(12)
+    assert m.materialize_request_into(req, dst) == 12
+    assert torch.equal(torch.frombuffer(dst, dtype=torch.float32), a[2])
+    with pytest.raises(ValueError, match="too small"):
+        m.materialize_request_into(req, bytearray(8))
+    with pytest.raises(ValueError):
+        batch.union(batch)  # duplicate fields
+    with pytest.raises(IndexError):
+        batch.select_indices([True, False])  # mask of the wrong length
+    assert rtb.selection_output_shape((4, 5), [("repeat", (3, True))], dim=-1) == (4, 15)
+    assert rtb.tensor_nbytes((2, 3), "bfloat16") == 12 and rtb.dtype_byte_size(torch.int16) == 2
+
+
+def test_get_tensor_dim_selection_into_codes(store):
+    t = torch.arange(24, dtype=torch.int32).reshape(4, 6)
+    k = K("dsel")
+    assert store.put(k, t.numpy().tobytes()) == 0
+    buf = np.zeros(256, dtype=np.uint8)
+    p = buf.ctypes.data
+    assert store.register_buffer(p, buf.nbytes) == 0
+    try:
+        sel = [("slice", (None, None, 2))]
+        n = store.get_tensor_dim_selection_into(k, p, 256, [4, 6], "int32", 1, sel, 0)
+        assert n == 4 * 3 * 4
+        assert np.array_equal(buf[:n].view(np.int32).reshape(4, 3), t[:, ::2].numpy())
+        args = ([4, 6], "int32", 0, [("select_idxs", [1])], 0)
+        assert store.get_tensor_dim_selection_into(K("none"), p, 256, *args) == NOT_FOUND
+        assert store.get_tensor_dim_selection_into(k, p, 8, *args) == -10  # buffer too small
+        unreg = np.zeros(64, dtype=np.uint8)
+        assert store.get_tensor_dim_selection_into(k, unreg.ctypes.data, 64, *args) == \
+            INVALID_PARAMS
+        for bad in (([4, 6], "complex64", 0, [], 0), ([4, 6], "int32", 2, [], 0),
+                    ([4, 6], "int32", 0, [("select_idxs", [4])], 0),
+                    ([4, 6], "int32", 0, [("bogus", 1)], 0),
+                    ([4, 6], "int32", 0, [("slice", (0, 4, 0))], 0),
+                    ([4, 6], "int32", 0, [], 8),  # object shorter than offset + tensor
+                    ([5, 6], "int32", 0, [], 0)):
+            assert store.get_tensor_dim_selection_into(k, p, 256, *bad) == INVALID_PARAMS, bad
+        with pytest.raises(TypeError):
+            store.get_tensor_dim_selection_into(k, p, 256, "4x6", "int32")
+        with pytest.raises(ValueError):
+            store.get_tensor_dim_selection_into(k, p, -1, [4, 6], "int32")
+    finally:
+        store.unregister_buffer(p)

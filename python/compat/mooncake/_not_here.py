@@ -27,7 +27,6 @@ WHY = {
     "structured_object_store": "not implemented by crescent (a layer above mooncake.store)",
     "dataproto_catalog": "not implemented by crescent (a layer above mooncake.store)",
     "dataproto_transfer": "not implemented by crescent (a layer above mooncake.store)",
-    "remote_tensor_batch": "not implemented by crescent (a layer above mooncake.store)",
     "model_loader": "not implemented by crescent (model weights over mooncake.store)",
     "model_loader_mooncake": "not implemented by crescent (model weights over mooncake.store)",
     "weight_store": "not implemented by crescent (model weights over mooncake.store)",
