@@ -255,6 +255,14 @@ static int validate(cr_xfer_engine_t *e, const cr_xfer_request_t *r, cr__xfer_ta
     return 0;
 }
 
+static int by_peer_then_index(const void *a, const void *b)
+{
+    const cr__xfer_task_t *x = *(cr__xfer_task_t *const *)a, *y = *(cr__xfer_task_t *const *)b;
+    if (x->peer != y->peer)
+        return (uintptr_t)x->peer < (uintptr_t)y->peer ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
 int cr_xfer_batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs, size_t n)
 {
     if (!b || (n && !reqs))
@@ -281,35 +289,41 @@ int cr_xfer_batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs, size
     uint64_t deadline = cr__now_ns() + (uint64_t)e->cfg.timeout_ms * 1000000ull;
     cr__xfer_peer_t *refreshed[16];
     size_t n_refreshed = 0;
-    size_t i = 0;
-    while (i < n) {
-        /* one group = consecutive valid requests to the same peer */
-        size_t ng = 0;
-        cr__xfer_peer_t *gp = NULL;
-        for (; i < n; i++) {
-            cr__xfer_task_t *t = &b->tasks[base + i];
-            t->batch = b;
-            t->index = (uint32_t)(base + i);
-            t->deadline_ns = deadline;
-            t->caller_waits = b->caller_waits;
-            int err = validate(e, &reqs[i], t, refreshed, &n_refreshed);
-            if (err) {
-                fail_now(t, err);
-                continue;
-            }
-            if (gp && t->peer != gp)
-                break;
-            gp = t->peer;
-            group[ng++] = t;
-        }
-        if (!ng)
+    size_t nv = 0, runs = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr__xfer_task_t *t = &b->tasks[base + i];
+        t->batch = b;
+        t->index = (uint32_t)(base + i);
+        t->deadline_ns = deadline;
+        t->caller_waits = b->caller_waits;
+        int err = validate(e, &reqs[i], t, refreshed, &n_refreshed);
+        if (err) {
+            fail_now(t, err);
             continue;
+        }
+        runs += !nv || t->peer != group[nv - 1]->peer;
+        group[nv++] = t;
+    }
+    /* One submit per peer, not per run of consecutive requests to it: a
+     * batch whose requests alternate between peers (a store batch whose
+     * keys the master spread over two nodes) would otherwise reach its
+     * transport one request at a time, and a transport could merge none
+     * of them into one copy call or one gathered send. Order is kept among
+     * the requests to one peer (stable: index breaks ties). */
+    if (runs > 1)
+        qsort(group, nv, sizeof *group, by_peer_then_index);
+    for (size_t i = 0; i < nv;) {
+        cr__xfer_peer_t *gp = group[i]->peer;
+        size_t ng = 1;
+        while (i + ng < nv && group[i + ng]->peer == gp)
+            ng++;
         void *st;
         const struct cr_xfer_transport_ops *ops = cr__xfer_transport_of(e, &st, gp);
-        int rc = ops && st ? ops->submit(st, gp, group, ng) : -EHOSTUNREACH;
+        int rc = ops && st ? ops->submit(st, gp, group + i, ng) : -EHOSTUNREACH;
         if (rc)
             for (size_t k = 0; k < ng; k++)
-                fail_now(group[k], rc);
+                fail_now(group[i + k], rc);
+        i += ng;
     }
     free(group);
     return 0;
