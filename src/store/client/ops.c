@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "common/clock.h"
 #include "common/crc32c.h"
@@ -314,14 +315,82 @@ static int64_t remaining_ms(uint64_t deadline_ms)
     return now >= deadline_ms ? 0 : (int64_t)(deadline_ms - now);
 }
 
+/* Work done while a keyed batch's transfers run (run_keyed), so that on
+ * more than one core the end-to-end checksum costs no wall time of its own:
+ * fn(arg, k0, k1, st) for keys [k0, k1) of the call, st being the statuses
+ * of the batch's requests (indexed like rv). With after_data, fn is called
+ * for each part of the batch once that part's transfers finished; without,
+ * once for every key right after the transfers started (st then holds
+ * nothing yet: do not read it). Never called for keys whose transfers did
+ * not start. */
+typedef struct overlap {
+    void (*fn)(void *arg, size_t k0, size_t k1, const int *st);
+    void *arg;
+    int after_data;
+} overlap_t;
+
+#define OVERLAP_PARTS 4 /* a get batch runs as this many TE batches, checked in turn */
+
+/* Waits for batch b (submitted) and writes its requests' statuses to st. */
+static void batch_collect(cr_xfer_batch_t *b, size_t n, int *st)
+{
+    cr_xfer_status_t all;
+    while (cr_xfer_batch_wait(b, -1) == -ETIMEDOUT && cr_xfer_batch_status_all(b, &all) == 0 &&
+           all.state == CR_XFER_STATE_WAITING)
+        ; /* the engine's deadlines end every request; the wait is only a safety net */
+    for (size_t i = 0; i < n; i++) {
+        cr_xfer_status_t x;
+        st[i] = cr_xfer_batch_status(b, i, &x) ? -EIO : x.error;
+    }
+    cr_xfer_batch_free(b);
+}
+
+/* Runs requests reqs[0..n) as `parts` TE batches over key ranges (key i's
+ * requests are [first[i], first[i+1])), calling ov as overlap_t says.
+ * Statuses go to st. */
+static void run_parts(cr_store_t *s, const cr_xfer_request_t *reqs, const size_t *first,
+                      size_t nkeys, int *st, const overlap_t *ov)
+{
+    size_t parts = ov->after_data ? OVERLAP_PARTS : 1;
+    if (parts > nkeys)
+        parts = nkeys;
+    cr_xfer_batch_t *b[OVERLAP_PARTS] = {0};
+    size_t k[OVERLAP_PARTS + 1];
+    for (size_t j = 0; j <= parts; j++)
+        k[j] = nkeys * j / parts;
+    for (size_t j = 0; j < parts; j++) {
+        size_t q0 = first[k[j]], nq = first[k[j + 1]] - q0;
+        if (!nq)
+            continue;
+        int rc = cr_xfer_batch_alloc(s->te, nq, &b[j]);
+        if (!rc && (rc = cr_xfer_batch_submit(b[j], reqs + q0, nq)) != 0) {
+            cr_xfer_batch_free(b[j]);
+        }
+        if (rc) { /* the part itself failed: every request of it did */
+            b[j] = NULL;
+            for (size_t q = q0; q < q0 + nq; q++)
+                st[q] = rc;
+        }
+    }
+    if (!ov->after_data)
+        ov->fn(ov->arg, 0, nkeys, st);
+    for (size_t j = 0; j < parts; j++) {
+        size_t q0 = first[k[j]];
+        if (b[j])
+            batch_collect(b[j], first[k[j + 1]] - q0, st + q0);
+        if (ov->after_data)
+            ov->fn(ov->arg, k[j], k[j + 1], st);
+    }
+}
+
 /* Runs the requests of rv (key i's are [first[i], first[i+1])) as one TE
- * batch. Every key still without an error (results[i] == 0) gets
- * CR_E_TRANSFER_FAIL if one of its requests failed, or the reason the
- * batch could not run: rv's sticky error, -ENOMEM, or CR_E_LEASE_EXPIRED
- * when a deadline (0 = none) has passed: never start writes into space the
- * master may reclaim. */
+ * batch (ov: see overlap_t; NULL for none). Every key still without an
+ * error (results[i] == 0) gets CR_E_TRANSFER_FAIL if one of its requests
+ * failed, or the reason the batch could not run: rv's sticky error,
+ * -ENOMEM, or CR_E_LEASE_EXPIRED when a deadline (0 = none) has passed:
+ * never start writes into space the master may reclaim. */
 static void run_keyed(cr_store_t *s, const reqvec_t *rv, const size_t *first, size_t n,
-                      uint64_t deadline, int *results)
+                      uint64_t deadline, const overlap_t *ov, int *results)
 {
     int stack_st[INLINE_REQS];
     int *st = NULL, err = rv->err;
@@ -337,12 +406,28 @@ static void run_keyed(cr_store_t *s, const reqvec_t *rv, const size_t *first, si
             if (!results[i])
                 results[i] = err;
     } else if (rv->n) {
-        if (run_batch(s, rv->v, rv->n, st))
-            mark_failed(s, rv->v, st, rv->n);
+        for (size_t q = 0; q < rv->n; q++)
+            st[q] = 0;
+        if (ov && rv->n > 1) {
+            run_parts(s, rv->v, first, n, st, ov);
+        } else {
+            /* a lone request: the TE may run it in this thread */
+            run_batch(s, rv->v, rv->n, st);
+            if (ov)
+                ov->fn(ov->arg, 0, n, st);
+        }
+        int failed = 0;
         for (size_t i = 0; i < n; i++)
             for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
-                if (st[q])
+                if (st[q]) {
                     results[i] = CR_E_TRANSFER_FAIL;
+                    failed = 1;
+                }
+        if (failed)
+            mark_failed(s, rv->v, st, rv->n);
+    } else if (ov) { /* every byte was copied in place (own segment) */
+        int none = 0;
+        ov->fn(ov->arg, 0, n, &none);
     }
     if (st && st != stack_st)
         free(st);
@@ -562,7 +647,7 @@ static uint64_t put_started(cr__rpc_msg_t *rep, const char *const *keys, const s
  * scratch. */
 static void put_write_direct(cr_store_t *s, const cr__rpc_msg_t *rep, const void *const *srcs,
                              const size_t *lens, size_t n, const uint8_t *started, size_t *first,
-                             uint64_t deadline, int *results)
+                             uint64_t deadline, const overlap_t *ov, int *results)
 {
     reqvec_t rv;
     rv_init(&rv);
@@ -582,7 +667,7 @@ static void put_write_direct(cr_store_t *s, const cr__rpc_msg_t *rep, const void
     }
     first[n] = rv.n;
     /* a key not started has its PutStart error in results[i] */
-    run_keyed(s, &rv, first, n, deadline, results);
+    run_keyed(s, &rv, first, n, deadline, ov, results);
     rv_free(&rv);
 }
 
@@ -638,6 +723,26 @@ static void put_write_staged(cr_store_t *s, const cr__rpc_msg_t *rep, const void
     rv_free(&rv);
 }
 
+/* The end-to-end checksums of the values being written (run_keyed's
+ * overlap, before the data: the caller owns the sources until the put
+ * returns, so these are the bytes sent). */
+typedef struct put_crc {
+    const void *const *srcs;
+    const size_t *lens;
+    const uint8_t *started;
+    const int *results;
+    uint32_t *crcs;
+} put_crc_t;
+
+static void put_crc_fn(void *arg, size_t k0, size_t k1, const int *st)
+{
+    (void)st;
+    put_crc_t *pc = arg;
+    for (size_t i = k0; i < k1; i++)
+        if (pc->started[i] && !pc->results[i])
+            pc->crcs[i] = cr__crc32c(0, pc->srcs[i], pc->lens[i]);
+}
+
 /* Core of put / put_from / batch_put_from: PutStart, the writes (direct
  * from registered memory, or staged), then PutEnd for the keys written
  * and PutRevoke for the others. srcs[i] is the value of keys[i]
@@ -678,8 +783,11 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
     }
     uint8_t *ok = started + n;
     uint64_t deadline = put_started(&rep, keys, lens, n, t0, started, results);
+    put_crc_t pc = {srcs, lens, started, results, crcs};
+    overlap_t ov = {put_crc_fn, &pc, 0};
     if (!staged)
-        put_write_direct(s, &rep, srcs, lens, n, started, first, deadline, results);
+        put_write_direct(s, &rep, srcs, lens, n, started, first, deadline,
+                         s->crc_on ? &ov : NULL, results);
     else
         put_write_staged(s, &rep, srcs, lens, n, started, deadline, results);
 
@@ -687,9 +795,9 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
         ok[i] = started[i] && results[i] == 0;
     for (size_t i = 0; i < n; i++)
         started[i] = started[i] && !ok[i]; /* now: to revoke */
-    /* the end-to-end checksum of each value written, fixed at PutEnd (the
-     * caller owns srcs until we return, so these are the bytes sent) */
-    for (size_t i = 0; s->crc_on && i < n; i++)
+    /* the end-to-end checksum of each value written, fixed at PutEnd: a
+     * direct put computed them while its writes ran */
+    for (size_t i = 0; s->crc_on && staged && i < n; i++)
         if (ok[i])
             crcs[i] = cr__crc32c(0, srcs[i], lens[i]);
     put_finish(s, keys, rep.items, n, ok, 1, s->crc_on ? crcs : NULL, results);
@@ -745,6 +853,40 @@ int cr_store_put_from(cr_store_t *s, const char *key, const void *buf, size_t le
     return do_put(s, &key, &buf, &len, 1, config, 0, &res);
 }
 
+/* Duplicate keys of one batch: an open-addressing set of indices into
+ * keys[] (slots hold index + 1), sized to at least twice the keys, so a
+ * batch of n keys costs n hashes instead of n^2 / 2 string compares. */
+typedef struct keyset {
+    uint16_t *slot;
+    size_t mask;
+} keyset_t;
+
+_Static_assert(CR_STORE_BATCH_MAX < UINT16_MAX, "keyset slots hold a batch index + 1");
+
+static int keyset_init(keyset_t *ks, size_t n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap <<= 1;
+    ks->slot = calloc(cap, sizeof *ks->slot);
+    ks->mask = cap - 1;
+    return ks->slot ? 0 : -ENOMEM;
+}
+
+/* Adds keys[i] unless an equal key is in the set already (returns 1). */
+static int keyset_add(keyset_t *ks, const char *const *keys, size_t i)
+{
+    size_t len = strlen(keys[i]);
+    for (size_t h = (size_t)XXH3_64bits(keys[i], len) & ks->mask;; h = (h + 1) & ks->mask) {
+        if (!ks->slot[h]) {
+            ks->slot[h] = (uint16_t)(i + 1);
+            return 0;
+        }
+        if (!strcmp(keys[ks->slot[h] - 1], keys[i]))
+            return 1;
+    }
+}
+
 int cr_store_batch_put_from(cr_store_t *s, const char *const *keys, const void *const *bufs,
                             const size_t *lens, size_t n,
                             const cr_store_replicate_config_t *config, int *results)
@@ -758,8 +900,9 @@ int cr_store_batch_put_from(cr_store_t *s, const char *const *keys, const void *
     size_t *l2 = malloc(n * sizeof *l2);
     size_t *idx = malloc(n * sizeof *idx);
     int *r2 = malloc(n * sizeof *r2);
+    keyset_t seen = {0};
     int rc = -ENOMEM;
-    if (!k2 || !b2 || !l2 || !idx || !r2)
+    if (!k2 || !b2 || !l2 || !idx || !r2 || keyset_init(&seen, n))
         goto out;
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -768,9 +911,8 @@ int cr_store_batch_put_from(cr_store_t *s, const char *const *keys, const void *
             e = check_value(bufs[i], lens[i]);
         if (!e && !cr__sc_is_registered(s, bufs[i], lens[i]))
             e = CR_E_INVALID_PARAMS;
-        for (size_t j = 0; !e && j < m; j++)
-            if (!strcmp(k2[j], keys[i]))
-                e = CR_E_OBJECT_ALREADY_EXISTS; /* duplicate key in one batch */
+        if (!e && keyset_add(&seen, keys, i))
+            e = CR_E_OBJECT_ALREADY_EXISTS; /* duplicate key in one batch */
         results[i] = e;
         if (e)
             continue;
@@ -788,6 +930,7 @@ int cr_store_batch_put_from(cr_store_t *s, const char *const *keys, const void *
     for (size_t i = 0; i < n && !rc; i++)
         rc = results[i];
 out:
+    free(seen.slot);
     free(k2);
     free(b2);
     free(l2);
@@ -874,12 +1017,39 @@ static void get_located(cr_store_t *s, cr__rpc_msg_t *rep, const char *const *ke
     }
 }
 
+/* Checks each part of a direct get against its end-to-end checksum as soon
+ * as that part landed, while the next parts are still moving (run_keyed's
+ * overlap): checked[i] = 1 for a key whose first-choice read delivered bytes
+ * that match; get_verify checks the others (and re-reads bad ones). */
+typedef struct get_crc {
+    const cr__rpc_msg_t *rep;
+    void *const *dsts;
+    const size_t *first;
+    const int *results;
+    uint8_t *checked;
+} get_crc_t;
+
+static void get_crc_fn(void *arg, size_t k0, size_t k1, const int *st)
+{
+    get_crc_t *gc = arg;
+    for (size_t i = k0; i < k1; i++) {
+        const cr__rpc_item_t *it = &gc->rep->items[i];
+        if (gc->results[i] || !(it->flags & CR__RPC_F_CRC))
+            continue;
+        int ok = 1;
+        for (size_t q = gc->first[i]; q < gc->first[i + 1] && ok; q++)
+            ok = st[q] == 0;
+        gc->checked[i] = ok && cr__crc32c(0, gc->dsts[i], it->size) == it->crc;
+    }
+}
+
 /* Direct get (registered destinations): the first-choice replica of every
  * key in one TE batch, then the other replicas of the keys whose first
  * choice failed. used[i] gets the replica read; first: n + 1 entries of
  * scratch. */
 static void get_read_direct(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
-                            const uint32_t *orders, uint32_t *used, size_t *first, int *results)
+                            const uint32_t *orders, uint32_t *used, size_t *first,
+                            const overlap_t *ov, int *results)
 {
     reqvec_t rv;
     rv_init(&rv);
@@ -894,7 +1064,7 @@ static void get_read_direct(cr_store_t *s, const cr__rpc_msg_t *rep, void *const
             used[i] = 1u << r;
     }
     first[n] = rv.n;
-    run_keyed(s, &rv, first, n, 0, results);
+    run_keyed(s, &rv, first, n, 0, ov, results);
     rv_free(&rv);
     /* failover: the other replicas of keys whose first choice failed */
     for (size_t i = 0; i < n; i++) {
@@ -1131,8 +1301,11 @@ static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, con
     } else {
         get_located(s, &rep, keys, caps, n, orders, results);
         get_read_disk(s, &rep, dsts, n, orders, used, checked, results);
+        get_crc_t gc = {&rep, dsts, first, results, checked};
+        overlap_t ov = {get_crc_fn, &gc, 1};
         if (!staged)
-            get_read_direct(s, &rep, dsts, n, orders, used, first, results);
+            get_read_direct(s, &rep, dsts, n, orders, used, first, s->crc_on ? &ov : NULL,
+                            results);
         else
             get_read_staged(s, &rep, dsts, n, orders, used, results);
         get_read_disk_done(n, results);
