@@ -355,7 +355,7 @@ static void run_parts(cr_store_t *s, const cr_xfer_request_t *reqs, const size_t
     if (parts > nkeys)
         parts = nkeys;
     cr_xfer_batch_t *b[OVERLAP_PARTS] = {0};
-    size_t k[OVERLAP_PARTS + 1];
+    size_t k[OVERLAP_PARTS + 1] = {0};
     for (size_t j = 0; j <= parts; j++)
         k[j] = nkeys * j / parts;
     for (size_t j = 0; j < parts; j++) {
