@@ -22,8 +22,11 @@ of the per-repetition ratios, after one unmeasured warm-up of each):
   c  batch_is_exist of 128 keys per call: keys/s (no Redis counterpart).
   d  4 KiB put/get latency p50/p99, one client thread, vs redis-benchmark
      -d 4096 -c 1 p50/p99.
+  e  the same as d across network namespaces (the namespaces of b; tcp):
+     Redis and the crescent cluster in B, redis-benchmark and the crescent
+     client in A; each repetition runs Redis and then crescent.
 
-Usage: bench/store/run.sh [--build build] [--reps 5] [--clients 4] [--cases abcd]
+Usage: bench/store/run.sh [--build build] [--reps 5] [--clients 4] [--cases abcde]
                           [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
@@ -219,6 +222,28 @@ def case_throughput(t, build, case, addr, host, rport, clients, reps, variants, 
                       ratio=med([g / r for g, r in zip(gb, refgb) if r > 0]))
 
 
+def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rprefix=(), where=""):
+    """4 KiB put/get p50/p99 of one client thread vs redis-benchmark -c 1;
+    each repetition runs Redis and then crescent (each protocol) back to
+    back; figures are medians of the repetitions."""
+    ref, res = [], {p: [] for p in protos}
+    for _ in range(reps):
+        ref.append(redis_bench(host, rport, 4096, 1, 20000, rprefix))
+        for proto in protos:
+            res[proto].append(crescent(build, addr, ["--op", "putget", "--value_size", "4KB",
+                                                     "--threads", "1", "--ops", "5000",
+                                                     "--protocol", proto,
+                                                     "--local_hostname", host_of(prefix)],
+                                       prefix))
+    for proto in protos:
+        for op, rop in (("put", "set"), ("get", "get")):
+            for pct in ("p50", "p99"):
+                t.add(case, "%s 4 KiB %s (%s%s)" % (op, pct, proto, where),
+                      "redis %s %s" % (rop.upper(), pct),
+                      med([r[rop][pct + "_ms"] * 1000 for r in ref]),
+                      med([float(x[op][pct + "_us"]) for x in res[proto]]), "us")
+
+
 HOSTS = {}
 
 
@@ -257,32 +282,29 @@ def main():
                     t.add("c", "batch_is_exist 128 keys/call x1 thread", "-", 0, med(vals), "keys/s")
                 if "d" in a.cases:
                     log("d: 4 KiB put/get latency, 1 client")
-                    ref = [redis_bench("127.0.0.1", rport, 4096, 1, 20000) for _ in range(a.reps)]
-                    for proto in ("tcp,shm", "tcp"):
-                        res = [crescent(a.build, cl.addr, ["--op", "putget", "--value_size", "4KB", "--threads", "1",
-                                                           "--ops", "5000", "--protocol", proto])
-                               for _ in range(a.reps)]
-                        for op, rop in (("put", "set"), ("get", "get")):
-                            for pct in ("p50", "p99"):
-                                t.add("d", "%s 4 KiB %s (%s)" % (op, pct, proto), "redis %s %s" % (rop.upper(), pct),
-                                      med([r[rop][pct + "_ms"] * 1000 for r in ref]),
-                                      med([float(x[op][pct + "_us"]) for x in res]), "us")
+                    case_latency(t, a.build, "d", cl.addr, "127.0.0.1", rport, a.reps,
+                                 ("tcp,shm", "tcp"))
             finally:
                 cl.close()
                 stop(rp)
-        if "b" in a.cases:
+        if "b" in a.cases or "e" in a.cases:
             if os.geteuid() != 0 or not shutil.which("ip"):
-                log("b: skipped (needs root and iproute2)")
+                log("b, e: skipped (needs root and iproute2)")
             else:
-                log("b: across network namespaces (veth), tcp")
+                log("b, e: across network namespaces (veth), tcp")
                 pa, pb, ipa, ipb = veth_pair("crs", 214)
                 HOSTS[pa] = ipa
                 rp, rport = redis_start(ipb, pb)
                 cl = Cluster(a.build, host=ipb, prefix=pb, proto="tcp")
                 try:
-                    case_throughput(t, a.build, "b", cl.addr, ipb, rport, a.clients, a.reps,
-                                    (("tcp", 1), ("tcp", 0)),
-                                    prefix=pa, rprefix=pa)
+                    if "b" in a.cases:
+                        case_throughput(t, a.build, "b", cl.addr, ipb, rport, a.clients, a.reps,
+                                        (("tcp", 1), ("tcp", 0)),
+                                        prefix=pa, rprefix=pa)
+                    if "e" in a.cases:
+                        log("e: 4 KiB put/get latency across namespaces, 1 client")
+                        case_latency(t, a.build, "e", cl.addr, ipb, rport, a.reps, ("tcp",),
+                                     prefix=pa, rprefix=pa, where=", across namespaces")
                 finally:
                     cl.close()
                     stop(rp)
