@@ -1077,3 +1077,34 @@ def test_get_tensor_dim_selection_into_codes(store):
             store.get_tensor_dim_selection_into(k, p, -1, [4, 6], "int32")
     finally:
         store.unregister_buffer(p)
+
+
+def test_model_loader_mooncake_saves_a_model(store, cluster):
+    from mooncake import model_loader_mooncake as mlm
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16),
+                                torch.nn.Linear(16, 4))
+    prefix = K("model")
+    mlm.save_model_to_mooncake(model, store, prefix, tp_rank=1, io_threads=3)
+    import json
+    names = json.loads(store.get(prefix + "/manifest.json"))
+    assert names == list(model.state_dict())
+    # a second process-like client loads it back into a fresh model
+    s2 = mlm.create_store(setup={"local_hostname": "127.0.0.1",
+                                 "metadata_server": cluster["metadata"],
+                                 "global_segment_size": 0, "local_buffer_size": 16 << 20,
+                                 "master_server_addr": cluster["master"]})
+    try:
+        fresh = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16),
+                                    torch.nn.Linear(16, 4))
+        fresh.load_state_dict({n: s2.get_tensor("%s/rank_1/%s" % (prefix, n)) for n in names})
+        for (n, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
+            assert torch.equal(a, b), n
+    finally:
+        s2.close()
+    with pytest.raises(ValueError):
+        mlm.create_store()
+    with pytest.raises(RuntimeError, match="-1011"):
+        mlm.create_store(init_all={"device_name": ""})  # dummy-client mode: not here
+    with pytest.raises(ImportError, match="SGLang"):
+        from mooncake.model_loader_mooncake import MooncakeModelLoader  # noqa: F401

@@ -28,7 +28,6 @@ WHY = {
     "dataproto_catalog": "not implemented by crescent (a layer above mooncake.store)",
     "dataproto_transfer": "not implemented by crescent (a layer above mooncake.store)",
     "model_loader": "not implemented by crescent (model weights over mooncake.store)",
-    "model_loader_mooncake": "not implemented by crescent (model weights over mooncake.store)",
     "weight_store": "not implemented by crescent (model weights over mooncake.store)",
     "weight_transfer": "not implemented by crescent (model weights over mooncake.store)",
 }
