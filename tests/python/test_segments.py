@@ -412,3 +412,101 @@ def test_store_service_command(cluster, tmp_path):
             p.kill()
             p.wait()
         p.stdout.close()
+
+
+def test_store_service_handlers_as_mooncakes_tests_call_them():
+    """Mooncake's test_mooncake_store_service_api.py drives the handlers
+    directly (service built with __new__, an asyncio.Lock, a stand-in store,
+    responses read through .status / .text / .body). The same cases here,
+    with a stand-in store: this checks the handler layer alone; the tests
+    above run it against a real cluster."""
+    import asyncio
+    import json
+    from types import SimpleNamespace
+    from mooncake.mooncake_store_service import MooncakeStoreService, _shm_name_to_path
+
+    class Stand:
+        def __init__(self):
+            self.calls = []
+
+        def mount_segment(self, path, size, offset, protocol, location):
+            self.calls.append(("mount", path, size, offset, protocol, location))
+            return {"ret": 0, "segment_ids": ["s1"]}
+
+        def unmount_segment(self, ids):
+            self.calls.append(("unmount", list(ids)))
+            return -1 if "bad" in ids else 0
+
+        def allocate_and_mount_segment(self, size, protocol, location):
+            return {"ret": 0, "segment_ids": ["s2"], "allocated_size": 4096}
+
+        def unmount_and_free_segment(self, ids):
+            self.calls.append(("free", list(ids)))
+            return 0
+
+    class Req:
+        def __init__(self, body, key=None):
+            self.body, self.match_info = body, {"key": key}
+
+        async def json(self):
+            return self.body
+
+    svc = MooncakeStoreService.__new__(MooncakeStoreService)
+    st = Stand()
+    svc.store, svc.config = st, SimpleNamespace(protocol="tcp")
+    svc.current_mode, svc.mounted_segment_ids, svc.last_mount_info = "prefill", [], {}
+    svc._state_lock = asyncio.Lock()
+    run = asyncio.run
+
+    r = run(svc.handle_mount_shm(Req({"name": "seg", "size": 4096, "offset": 128,
+                                      "protocol": "tcp", "location": "cpu:0"})))
+    assert r.status == 200 and json.loads(r.text)["segment_ids"] == ["s1"]
+    assert st.calls[-1] == ("mount", "/dev/shm/seg", 4096, 128, "tcp", "cpu:0")
+    svc.current_mode, svc.mounted_segment_ids = "decode", ["s1", "bad"]
+    r = run(svc.handle_unmount_shm(Req({"segment_ids": ["s1", "bad"]})))
+    assert r.status == 500 and json.loads(r.text)["failed_segment_ids"] == ["bad"]
+    assert svc.mounted_segment_ids == ["bad"] and svc.current_mode == "decode"
+    r = run(svc.handle_mount(Req({"size": 1, "protocol": "tcp", "location": "cpu:0"})))
+    assert json.loads(r.text) == {"status": "success", "segment_ids": ["s2"],
+                                  "allocated_size": 4096}
+    assert run(svc.handle_unmount(Req({"segment_ids": "s2"}))).status == 200
+    assert st.calls[-1] == ("free", ["s2"])
+    for bad in ({"name": "seg"}, {"name": "../foo", "size": 4096}):
+        r = run(svc.handle_mount_shm(Req(bad)))
+        assert r.status == 400 and "name or size" in json.loads(r.text)["error"]
+    assert "Invalid size" in run(svc.handle_mount(Req({"size": 0}))).text
+    assert "Missing segment_ids" in run(svc.handle_unmount_shm(Req({}))).text
+    assert _shm_name_to_path("/x") == "/dev/shm/x" and _shm_name_to_path("a/b") is None
+    # put / get / exist / remove / remove_all, store failures and exceptions
+    st.put = lambda k, v: 0
+    assert run(svc.handle_put(Req({"key": "k", "value": "v"}))).status == 200
+    for body in ({"value": "v"}, {"key": "", "value": "v"}):
+        assert "Missing key or value" in run(svc.handle_put(Req(body))).text
+    st.put = lambda k, v: -1
+    assert "PUT operation failed" in run(svc.handle_put(Req({"key": "k", "value": "v"}))).text
+    st.get = lambda k: b"payload"
+    r = run(svc.handle_get(Req({}, "k")))
+    assert (r.status, r.body) == (200, b"payload")
+    for miss in (None, b""):
+        st.get = lambda k, m=miss: m
+        st.is_exist = lambda k: 0
+        r = run(svc.handle_get(Req({}, "k")))
+        assert r.status == 404 and "Key not found" in r.text
+
+    def boom(*a):
+        raise RuntimeError("store crashed")
+    for name, call in (("get", lambda: svc.handle_get(Req({}, "k"))),
+                       ("is_exist", lambda: svc.handle_exist(Req({}, "k"))),
+                       ("remove", lambda: svc.handle_remove(Req({}, "k"))),
+                       ("remove_all", lambda: svc.handle_remove_all(Req({})))):
+        setattr(st, name, boom)
+        r = run(call())
+        assert r.status == 500 and "store crashed" in json.loads(r.text)["error"], name
+    st.is_exist = lambda k: True
+    assert json.loads(run(svc.handle_exist(Req({}, "k"))).text) == {"exists": True}
+    st.remove = lambda k: -1
+    assert "Remove operation failed" in run(svc.handle_remove(Req({}, "k"))).text
+    st.remove_all = lambda: 5
+    assert "5" in json.loads(run(svc.handle_remove_all(Req({}))).text)["status"]
+    st.remove_all = lambda: -1
+    assert "RemoveAll operation failed" in run(svc.handle_remove_all(Req({}))).text

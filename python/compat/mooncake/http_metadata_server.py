@@ -32,6 +32,10 @@ class _Response:
         self.body = body
         self.content_type = content_type
 
+    @property
+    def text(self):
+        return self.body.decode("utf-8", "replace")
+
 
 class KVBootstrapServer:
     def __init__(self, port=8080, host="0.0.0.0"):

@@ -26,6 +26,8 @@ no authentication, so bind it to a trusted interface.
 """
 import argparse
 import asyncio
+import contextlib
+import functools
 import json
 import logging
 import signal
@@ -69,6 +71,29 @@ def _ids(data):
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         return None
     return ids
+
+
+def _guarded(handler):
+    """A handler whose failure answers 500 with the reason (as Mooncake's)."""
+    @functools.wraps(handler)
+    async def run(self, request):
+        try:
+            return await handler(self, request)
+        except Exception as e:  # noqa: BLE001
+            logging.error("%s: %s", handler.__name__, e)
+            return _error(500, str(e))
+    return run
+
+
+@contextlib.asynccontextmanager
+async def _locked(lock):
+    """Holds a threading lock or an asyncio one (callers may set either)."""
+    if hasattr(lock, "__aenter__"):
+        async with lock:
+            yield
+    else:
+        with lock:
+            yield
 
 
 class _Request:
@@ -155,6 +180,7 @@ class MooncakeStoreService:
 
     # ---- handlers (async, like Mooncake's; each returns a response) ------------------
 
+    @_guarded
     async def handle_put(self, request):
         data = await request.json()
         if not isinstance(data, dict) or not data.get("key") or data.get("value") is None:
@@ -165,33 +191,40 @@ class MooncakeStoreService:
             return _error(500, "PUT operation failed")
         return _json(200, {"status": "success"})
 
+    @_guarded
     async def handle_get(self, request):
         key = request.match_info["key"]
-        ex = self.store.is_exist(key)
-        if ex < 0:
-            return _error(500, "Exist check failed")
-        value = self.store.get(key) if ex else b""
-        if not value and self.store.is_exist(key) == 0:
-            return _error(404, "Key not found")
-        return _Response(200, value, "application/octet-stream")
+        value = self.store.get(key)
+        if not value:  # a miss is b"" (None from other stores): is it an empty value?
+            ex = self.store.is_exist(key) if hasattr(self.store, "is_exist") else 0
+            if ex < 0:
+                return _error(500, "Exist check failed")
+            if not ex:
+                return _error(404, "Key not found")
+            value = b""
+        return _Response(200, bytes(value), "application/octet-stream")
 
+    @_guarded
     async def handle_exist(self, request):
         ex = self.store.is_exist(request.match_info["key"])
         if ex < 0:
             return _error(500, "Exist check failed")
         return _json(200, {"exists": ex > 0})
 
+    @_guarded
     async def handle_remove(self, request):
         if self.store.remove(request.match_info["key"]) != 0:
             return _error(500, "Remove operation failed")
         return _json(200, {"status": "success"})
 
+    @_guarded
     async def handle_remove_all(self, request):
         n = self.store.remove_all()
         if n < 0:
             return _error(500, "RemoveAll operation failed")
         return _json(200, {"status": "success removed %d keys" % n})
 
+    @_guarded
     async def handle_mount(self, request):
         data = await request.json() or {}
         size = data.get("size")
@@ -204,12 +237,15 @@ class MooncakeStoreService:
         return _json(200, {"status": "success", "segment_ids": r["segment_ids"],
                            "allocated_size": r["allocated_size"]})
 
+    @_guarded
     async def handle_unmount(self, request):
         data = await request.json() or {}
         ids = _ids(data)
         if not ids:
             return _error(400, "Missing segment_ids")
-        rc = self.store.unmount_and_free_segment(ids, data.get("grace_period_seconds", 0))
+        grace = data.get("grace_period_seconds", 0)
+        rc = (self.store.unmount_and_free_segment(ids, grace) if grace
+              else self.store.unmount_and_free_segment(ids))
         if rc != 0:
             return _error(500, "Unmount and free failed, ret=%d" % rc)
         return _json(200, {"status": "success"})
@@ -222,6 +258,7 @@ class MooncakeStoreService:
                                         data.get("protocol", self.config.protocol),
                                         data.get("location", ""))
 
+    @_guarded
     async def handle_mount_shm(self, request):
         data = await request.json() or {}
         path = _shm_name_to_path(data.get("name"))
@@ -232,6 +269,7 @@ class MooncakeStoreService:
             return _error(500, "Mount failed, ret=%d" % r["ret"])
         return _json(200, {"status": "success", "segment_ids": r["segment_ids"]})
 
+    @_guarded
     async def handle_unmount_shm(self, request):
         data = await request.json() or {}
         ids = _ids(data)
@@ -239,9 +277,11 @@ class MooncakeStoreService:
             return _error(400, "Missing segment_ids")
         grace = data.get("grace_period_seconds", 0)
         failed = []
-        with self._state_lock:
+        async with _locked(self._state_lock):
             for sid in ids:  # one at a time: a failure names exactly its ids
-                if self.store.unmount_segment([sid], grace) != 0:
+                rc = (self.store.unmount_segment([sid], grace) if grace
+                      else self.store.unmount_segment([sid]))
+                if rc != 0:
                     failed.append(sid)
                 elif sid in self.mounted_segment_ids:
                     self.mounted_segment_ids.remove(sid)
@@ -252,6 +292,7 @@ class MooncakeStoreService:
                           failed_segment_ids=failed)
         return _json(200, {"status": "success"})
 
+    @_guarded
     async def handle_reconfigure(self, request):
         data = await request.json() or {}
         mode = str(data.get("mode", "")).lower()
@@ -259,7 +300,7 @@ class MooncakeStoreService:
             path = data.get("path")
             if not isinstance(path, str) or not path or data.get("size") is None:
                 return _error(400, "Missing path or size for decode mode")
-            with self._state_lock:
+            async with _locked(self._state_lock):
                 previous = list(self.mounted_segment_ids)
                 r = self._mount_file(path, data)
                 if r is None:
@@ -280,7 +321,7 @@ class MooncakeStoreService:
                 ids = list(self.mounted_segment_ids)
             return _json(200, {"status": "success", "mode": "decode", "segment_ids": ids})
         if mode == "prefill":
-            with self._state_lock:
+            async with _locked(self._state_lock):
                 if self.mounted_segment_ids:
                     rc = self.store.unmount_segment(self.mounted_segment_ids)
                     if rc != 0:
