@@ -182,6 +182,7 @@ class DistributedStore(_crescent.DistributedStore):
         self._sess_mu = threading.Lock()
         self._tasks = None  # copy/move task threads, made on first use
         self._segs = {}  # extra segments: id -> (kind, mmap); guarded by _regs_mu
+        self._setup_failed = False  # a setup failed and close() was not called since
         _live.add(self)
 
     # ---- lifecycle -----------------------------------------------------------
@@ -260,6 +261,8 @@ class DistributedStore(_crescent.DistributedStore):
             lbs = 64 << 10  # staging for the C client; copying calls still fail (below)
         host, _, _ = local_hostname.rpartition(":") if ":" in local_hostname else (
             local_hostname, "", "")
+        if self._setup_failed:
+            return UNAVAILABLE_IN_CURRENT_STATUS  # a failed setup is closed first
         legacy = os.environ.get("MC_LEGACY_RPC_PORT_BINDING", "")
         args = (local_hostname, metadata_server, global_segment_size, lbs, protocol,
                 rdma_devices, master_server_addr, engine)
@@ -277,6 +280,8 @@ class DistributedStore(_crescent.DistributedStore):
         if rc == 0:
             self._host = host or local_hostname
             self._no_local_buffer = zero_lbs
+        elif not self._is_setup():
+            self._setup_failed = True  # Mooncake: close() before the next setup
         return rc
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
@@ -313,6 +318,9 @@ class DistributedStore(_crescent.DistributedStore):
             self._regs.clear()
         rc = super().close()  # unmounts the extra segments too
         self._seg_unmap_all()
+        if self._setup_failed:
+            self._setup_failed = False
+            return OK  # closing a store whose setup failed succeeds (Mooncake)
         return rc
 
     def get_hostname(self):

@@ -90,7 +90,12 @@ def test_setup_errors(cluster):
     s = MooncakeDistributedStore()
     # unparsable size strings are an error code (Mooncake), bad numbers raise
     assert store_setup_rc(s, cluster, "12 parsecs") == INVALID_PARAMS
+    # Mooncake's test_store_setup_lifecycle: a failed setup must be closed
+    # before the next one, and that close succeeds
+    assert store_setup_rc(s, cluster, SEG) == NOT_READY
+    assert s.close() == 0
     assert store_setup_rc(s, cluster, "50%") == INVALID_PARAMS
+    assert s.close() == 0
     with pytest.raises(ValueError):
         s.setup("127.0.0.1", cluster["metadata"], -1, "16MB", "tcp", "", cluster["master"])
     with pytest.raises(TypeError):
@@ -99,7 +104,16 @@ def test_setup_errors(cluster):
         s.setup(42, cluster["metadata"])
     # nobody listens there: the master is unreachable
     assert s.setup("127.0.0.1", cluster["metadata"], 0, "16MB", "tcp", "", "127.0.0.1:1") < 0
+    assert s.close() == 0
     assert s.setup("127.0.0.1", "redis://127.0.0.1:1", 0, "16MB", "tcp", "", cluster["master"]) < 0
+    assert s.close() == 0
+    # set up: a second setup fails and leaves it set up; after close it works again
+    assert store_setup_rc(s, cluster, SEG) == 0
+    assert store_setup_rc(s, cluster, SEG) != 0
+    assert s.setup_dummy(16 << 20, 16 << 20, "localhost:12345") != 0
+    assert s.health_check() == 0
+    assert s.close() == 0
+    assert store_setup_rc(s, cluster, SEG) == 0
     s.close()
 
 
