@@ -7,9 +7,10 @@
 2. write-through offload rate vs fio sequential O_DIRECT writes of the same
    block size and queue depth in the same directory;
 3. hit rate vs DRAM capacity with and without a disk tier on a replay of the
-   shared conversation trace (/work/shared/traces) through the real store
-   (Mooncake Python API; a request reads its prefix blocks in order until the
-   first miss, then puts the blocks it had to compute).
+   shared conversation trace (/work/shared/traces), all 12,031 requests,
+   through the real store (crescent-bench tier --phase replay: a request
+   reads the prefix blocks the store holds, then puts the blocks it had to
+   compute; 16 KiB per 512-token block, arrival times / --speedup).
 
 Usage: bench/tier/run.py [--build build] [--dir /tmp] [--quick]
 """
@@ -136,8 +137,21 @@ def get_bench(a, vs, keys, qd, threads, paths):
     d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir)
     c = Cluster(a.build, d, 64 * MiB, 2048 * MiB, qd=qd)
     try:
+        # the puts (and the offloads they cause) before any timed round: an
+        # untimed get run, then until the master's tier tasks are done
+        env = dict(os.environ, CRESCENT_TIER_LOCAL="1")
+        subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address", c.master,
+                        "--metadata_server", c.metadata, "--value_size", str(vs), "--keys",
+                        str(keys), "--qd", str(qd), "--rounds", "1", "--phase", "get"],
+                       capture_output=True, text=True, timeout=600, env=env, check=True)
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            m = c.metrics()
+            if m["tier_tasks_queued"] == 0 and m["tier_tasks_running"] == 0:
+                break
+            time.sleep(0.1)
         before = c.metrics()
-        reps, gets, first = [], 0, True
+        reps, gets = [], 0
         for rep in range(a.reps):
             rs = {}
             for path in paths:
@@ -149,15 +163,14 @@ def get_bench(a, vs, keys, qd, threads, paths):
                                           c.master, "--metadata_server", c.metadata, "--value_size",
                                           str(vs), "--keys", str(keys), "--qd", str(qd), "--rounds",
                                           str(a.rounds), "--threads", str(th),
-                                          "--phase", "get" if first else "read"],
+                                          "--phase", "read"],
                                          capture_output=True, text=True, timeout=600, env=env)
-                    first = False
                     line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
                     if not line:
                         raise RuntimeError(out.stdout + out.stderr)
                     r = rs[(path, th)] = bench_result(line[0])
                     ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                    # the whole bench run (its puts in rep 0, the single gets): per GB read by it
+                    # the whole bench run (its batch and single gets): per GB read by it
                     gb = (int(r["gets"]) + keys // 2) * vs / 1e9
                     r["node_cpu"] = (proc_cpu_s(c.procs[1].pid) - cpu0[0]) / gb
                     r["master_cpu"] = (proc_cpu_s(c.procs[0].pid) - cpu0[1]) / gb
@@ -209,36 +222,25 @@ def offload_bench(a, vs, keys, qd):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def replay(a, dram, ssd, n_req, block):
-    sys.path[:0] = [os.path.join(a.build, "python"), os.path.join(ROOT, "python", "compat")]
-    from mooncake.store import MooncakeDistributedStore
+def replay(a, dram, ssd, block):
+    """The whole conversation trace through the real store (crescent-bench
+    tier --phase replay: batch_is_exist + batch_get_into of each request's
+    prefix blocks, puts of the rest, every block read checked), each
+    request at its timestamp / a.speedup."""
     d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir) if ssd else None
     c = Cluster(a.build, d, dram, ssd)
     try:
-        s = MooncakeDistributedStore()
-        assert s.setup("127.0.0.1", c.metadata, 0, "16MB", "tcp", "", c.master) == 0
-        val = b"\x5a" * block
-        hits = total = put_fail = 0
-        with open("/work/shared/traces/conversation_trace.jsonl") as f:
-            for i, line in enumerate(f):
-                if i >= n_req:
-                    break
-                ids = json.loads(line)["hash_ids"]
-                total += len(ids)
-                k = 0
-                while k < len(ids) and len(s.get("b%d" % ids[k])) == block:
-                    k += 1
-                hits += k
-                for h in ids[k:]:
-                    rc = -1
-                    for _ in range(100):
-                        rc = s.put("b%d" % h, val)
-                        if rc == 0 or rc == -706:  # already exists
-                            break
-                        time.sleep(0.01)
-                    put_fail += rc not in (0, -706)
-        s.close()
-        return hits / total, put_fail
+        argv = [c.exe("crescent-bench"), "tier", "--phase", "replay", "--master_server_address",
+                c.master, "--metadata_server", c.metadata, "--value_size", str(block),
+                "--speedup", str(a.speedup), "--requests", str(a.requests),
+                "--trace", "/work/shared/traces/conversation_trace.jsonl"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
+        if not line:
+            raise RuntimeError(out.stdout + out.stderr)
+        r = bench_result(line[0])
+        r["dropped"] = c.metrics().get("tier_dram_dropped_total", 0) if ssd else 0
+        return r
     finally:
         c.stop()
         if d:
@@ -255,6 +257,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip", default="", help="comma list of get,offload,replay")
     ap.add_argument("--paths", default="local,server", help="get read paths: local,server")
+    ap.add_argument("--speedup", type=int, default=40, help="replay: trace time / this")
+    ap.add_argument("--requests", type=int, default=0, help="replay: first N requests (0 = all)")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
     print("# machine shared by other helpers while this ran; ratios are same-run, same file system")
@@ -273,7 +277,7 @@ def main():
             for path in paths:
                 for th in threads:
                     rr = [(rs[(path, th)], f) for rs, f in reps]
-                    later = [r for r, _ in rr[1:]] or [r for r, _ in rr]
+                    later = [r for r, _ in rr]
                     print("GET value=%dMiB qd=%d path=%s, %d thread(s) x batches of %d, medians of %d "
                           "interleaved rounds: crescent %.2f GB/s (batch p50 %.0f us p99 %.0f us; "
                           "single get p50 %.0f us p99 %.0f us) | fio randread iodepth=%d %.2f GB/s "
@@ -316,15 +320,20 @@ def main():
                      med([f["gbps"] for _, f in ok]),
                      med([r["offload_gbps"] / f["gbps"] for r, f in ok])))
     if "replay" not in skip:
-        n_req, block = (600, 16384) if a.quick else (2000, 16384)
-        for dram in (8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB):
-            h0, f0 = replay(a, dram, 0, n_req, block)
-            h1, f1 = replay(a, dram, 4 * dram, n_req, block)
-            print("REPLAY requests=%d block=%dKiB dram=%dMiB: hit rate DRAM only %.3f | DRAM + "
-                  "disk(%dMiB) %.3f (put failures %d / %d)" % (n_req, block // 1024, dram // MiB,
-                                                                h0, 4 * dram // MiB, h1, f0, f1))
+        block = 16384
+        drams = (32, 64) if a.quick else (32, 64, 128, 256)
+        for dram in drams:
+            r0 = replay(a, dram * MiB, 0, block)
+            r1 = replay(a, dram * MiB, 4 * dram * MiB, block)
+            print("REPLAY conversation trace, %s requests (%s blocks of %d KiB), time / %d: "
+                  "dram=%dMiB hit rate DRAM only %.4f | DRAM + disk(%dMiB) %.4f | x%.2f | put "
+                  "failures %s / %s, wrong %s / %s, objects DRAM dropped uncopied %d, replay %s s / "
+                  "%s s" % (r0["requests"], r0["blocks"], block // 1024, a.speedup, dram,
+                            float(r0["hit_rate"]), 4 * dram, float(r1["hit_rate"]),
+                            float(r1["hit_rate"]) / max(float(r0["hit_rate"]), 1e-9),
+                            r0["put_failures"], r1["put_failures"], r0["wrong"], r1["wrong"],
+                            r1["dropped"], r0["seconds"], r1["seconds"]))
             sys.stdout.flush()
-
 
 if __name__ == "__main__":
     main()

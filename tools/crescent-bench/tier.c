@@ -36,8 +36,9 @@ typedef struct tb_cfg {
     char metadata_server[CR__CFG_STR_MAX];
     char local_hostname[CR__CFG_STR_MAX];
     char phase[CR__CFG_STR_MAX];
+    char trace[CR__CFG_STR_MAX];
     uint64_t value_size;
-    int64_t keys, qd, rounds, threads;
+    int64_t keys, qd, rounds, threads, requests, speedup;
 } tb_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(tb_cfg_t, n)}
@@ -45,8 +46,16 @@ static const cr__cfg_opt_t opts[] = {
     OPT(master_server_address, "127.0.0.1:50051", "master host:port", CR__CFG_STR),
     OPT(metadata_server, "p2p", "TE metadata", CR__CFG_STR),
     OPT(local_hostname, "127.0.0.1", "this client's address", CR__CFG_STR),
-    OPT(phase, "get", "get | offload | read (gets only: the keys of an earlier get run)",
+    OPT(phase, "get",
+        "get | offload | read (gets only: the keys of an earlier get run) | replay (--trace)",
         CR__CFG_STR),
+    OPT(trace, "/work/shared/traces/conversation_trace.jsonl",
+        "replay: a Mooncake trace (one JSON request per line with hash_ids); each block is a "
+        "value of --value_size bytes", CR__CFG_STR),
+    OPT(requests, "0", "replay: requests replayed (0 = all)", CR__CFG_INT),
+    OPT(speedup, "40",
+        "replay: requests start at their trace timestamp / speedup (0 = back to back)",
+        CR__CFG_INT),
     OPT(value_size, "1MB", "bytes per value", CR__CFG_SIZE),
     OPT(keys, "512", "values put", CR__CFG_INT),
     OPT(qd, "16", "keys per batch get (the node's disk queue depth)", CR__CFG_INT),
@@ -130,6 +139,138 @@ static void *tb_worker(void *arg)
     return NULL;
 }
 
+/* ---- replay: hit rate of a Mooncake trace through the real store --------
+ * Each request's prefix blocks (hash_ids, 512 tokens each in the trace)
+ * are looked up in order: batch_is_exist gives the prefix the store holds,
+ * batch_get_into reads it (a block that fails to read ends the prefix);
+ * the hits are the blocks of that prefix. The blocks after it are then
+ * computed, i.e. put (a full pool pushes back while the disk tier catches
+ * up: retried). Every block read is checked byte for byte (its value is a
+ * function of its hash id). Requests are replayed back to back, in trace
+ * order, each at its timestamp divided by --speedup (the disk tier copies
+ * objects in the background: replayed back to back, the puts outrun it and
+ * DRAM drops what it could not copy yet). Prints
+ *   RESULT bench=tier phase=replay requests=.. blocks=.. hits=.. hit_rate=..
+ *          put_failures=.. wrong=.. seconds=.. */
+#define RP_MAX_BLOCKS 1024
+
+static int rp_parse_ids(const char *line, int64_t *ids, size_t max, size_t *n)
+{
+    const char *p = strstr(line, "\"hash_ids\"");
+    if (!p || !(p = strchr(p, '[')))
+        return -1;
+    p++;
+    *n = 0;
+    for (;;) {
+        while (*p == ' ')
+            p++;
+        if (*p == ']')
+            return 0;
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || *n >= max)
+            return -1;
+        ids[(*n)++] = v;
+        p = end;
+        while (*p == ' ')
+            p++;
+        if (*p == ',')
+            p++;
+    }
+}
+
+static int tb_replay(cr_store_t *st, const tb_cfg_t *c)
+{
+    size_t vs = (size_t)c->value_size;
+    FILE *f = fopen(c->trace, "r");
+    if (!f) {
+        fprintf(stderr, "crescent-bench tier: --trace %s: %s\n", c->trace, strerror(errno));
+        return 2;
+    }
+    size_t blen = vs * RP_MAX_BLOCKS;
+    uint8_t *buf = cr_bench_alloc_prefaulted(blen);
+    if (!buf || cr_store_register_buffer(st, buf, blen)) {
+        fprintf(stderr, "crescent-bench tier: buffer\n");
+        fclose(f);
+        return 3;
+    }
+    static char kb[RP_MAX_BLOCKS][32];
+    static const char *keys[RP_MAX_BLOCKS];
+    static void *bufs[RP_MAX_BLOCKS];
+    static size_t caps[RP_MAX_BLOCKS], lens[RP_MAX_BLOCKS];
+    static int res[RP_MAX_BLOCKS];
+    static int64_t ids[RP_MAX_BLOCKS];
+    uint64_t reqs = 0, blocks = 0, hits = 0, put_fail = 0, wrong = 0, bad_lines = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    uint64_t t0 = now_ns();
+    while (getline(&line, &lcap, f) > 0 && (c->requests <= 0 || (int64_t)reqs < c->requests)) {
+        size_t n;
+        if (rp_parse_ids(line, ids, RP_MAX_BLOCKS, &n)) {
+            bad_lines++;
+            continue;
+        }
+        const char *ts = strstr(line, "\"timestamp\"");
+        if (c->speedup > 0 && ts && (ts = strchr(ts, ':'))) {
+            uint64_t due = t0 + (uint64_t)(strtod(ts + 1, NULL) * 1e6 / (double)c->speedup);
+            uint64_t now = now_ns();
+            if (due > now)
+                usleep((useconds_t)((due - now) / 1000));
+        }
+        reqs++;
+        blocks += n;
+        for (size_t i = 0; i < n; i++) {
+            snprintf(kb[i], sizeof kb[i], "b%lld", (long long)ids[i]);
+            keys[i] = kb[i];
+            bufs[i] = buf + i * vs;
+            caps[i] = vs;
+        }
+        size_t k = 0;
+        if (n && cr_store_batch_is_exist(st, keys, n, res) == 0)
+            while (k < n && res[k] == 1)
+                k++;
+        if (k) {
+            cr_store_batch_get_into(st, keys, bufs, caps, k, lens, res);
+            size_t got = 0;
+            while (got < k && res[got] == 0) {
+                if (lens[got] != vs ||
+                    cr_bench_pattern_check(bufs[got], 0, vs, (uint64_t)ids[got]) != (size_t)-1)
+                    wrong++;
+                got++;
+            }
+            k = got;
+        }
+        hits += k;
+        /* the rest is computed, then stored */
+        for (size_t i = k; i < n; i++)
+            cr_bench_pattern_fill(bufs[i], 0, vs, (uint64_t)ids[i]);
+        for (size_t i = k; i < n; i++)
+            lens[i] = vs;
+        size_t left = n - k;
+        for (int tries = 0; left && tries < 500; tries++) {
+            cr_store_batch_put_from(st, keys + k, (const void *const *)(bufs + k), lens + k, n - k,
+                                    NULL, res + k);
+            left = 0;
+            for (size_t i = k; i < n; i++)
+                left += res[i] != 0 && res[i] != CR_E_OBJECT_ALREADY_EXISTS;
+            if (left)
+                usleep(10000); /* the pool pushes back while the disk tier catches up */
+        }
+        put_fail += left;
+    }
+    double secs = (double)(now_ns() - t0) / 1e9;
+    free(line);
+    fclose(f);
+    printf("RESULT bench=tier phase=replay requests=%llu blocks=%llu hits=%llu hit_rate=%.4f "
+           "put_failures=%llu wrong=%llu bad_lines=%llu seconds=%.1f\n",
+           (unsigned long long)reqs, (unsigned long long)blocks, (unsigned long long)hits,
+           blocks ? (double)hits / (double)blocks : 0, (unsigned long long)put_fail,
+           (unsigned long long)wrong, (unsigned long long)bad_lines, secs);
+    cr_store_unregister_buffer(st, buf);
+    cr_bench_free(buf, blen);
+    return wrong ? 1 : 0;
+}
+
 int cr_bench_tier_main(int argc, char **argv)
 {
     tb_cfg_t c;
@@ -159,6 +300,11 @@ int cr_bench_tier_main(int argc, char **argv)
     if ((rc = cr_store_create(&p, &st)) != 0) {
         fprintf(stderr, "crescent-bench tier: client: %s\n", cr_strerror(rc));
         return 3;
+    }
+    if (!strcmp(c.phase, "replay")) {
+        rc = tb_replay(st, &c);
+        cr_store_destroy(st);
+        return rc;
     }
     size_t vs = (size_t)c.value_size, qd = (size_t)c.qd;
     size_t blen = vs * qd;

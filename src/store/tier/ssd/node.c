@@ -25,6 +25,7 @@
 
 #define COMP "tier"
 #define CONN_MAX 64
+#define LOCAL_MAX 256 /* same-host clients holding the data file (watched, no thread) */
 #define CONN_BUDGET (64ull << 20) /* bytes of reads in flight per connection */
 #define VALUE_MAX (1ull << 30)    /* largest object the read server serves */
 #define CORRUPT_MAX 1024
@@ -47,10 +48,12 @@ struct cr__tier_node {
     pthread_t sync_thr, acc_thr;
     int sync_started, acc_started;
     atomic_int stop;
-    pthread_mutex_t mu; /* guards conns, n_conns, corrupt */
+    pthread_mutex_t mu; /* guards conns, n_conns, locals, n_locals, corrupt */
     pthread_cond_t cv;
     int conns[CONN_MAX];
     int n_conns;
+    int locals[LOCAL_MAX]; /* same-host clients served: closed when they hang up */
+    int n_locals;
     pend_t corrupt[CORRUPT_MAX];
     size_t n_corrupt;
     atomic_ullong reads, read_errors, crc_errors, offloads, offload_errors;
@@ -380,15 +383,18 @@ out:
 
 /* ---- same-host fast path (tier.h) ------------------------------------------
  * A local client gets the data file (read-only, O_DIRECT) and reads disk
- * replicas itself: no copy through this process, no socket. The
- * connection is then only watched: its end (this node stopping or dying)
- * tells the client to stop using the descriptor. */
+ * replicas itself: no copy through this process, no socket. This thread
+ * runs the checks and sends the descriptor; the connection then joins
+ * t->locals, which the accept thread only watches (closed when the client
+ * hangs up): its end (this node stopping or dying) tells the client to
+ * stop using the descriptor. */
 static void *local_main(void *arg)
 {
     conn_arg_t *ca = arg;
     cr__tier_node_t *t = ca->t;
     int fd = ca->fd;
     free(ca);
+    int keep = 0;
     struct ucred cr;
     socklen_t cl = sizeof cr;
     cr__net_set_timeouts(fd, 5000);
@@ -419,20 +425,7 @@ static void *local_main(void *arg)
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(cm), &t->ro_fd, sizeof(int));
-    if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof h)
-        goto done;
-    /* nothing more is exchanged: wait for the client to go (or our stop) */
-    while (!atomic_load(&t->stop)) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int pr = poll(&p, 1, 500);
-        if (pr < 0 && errno != EINTR)
-            break;
-        if (pr > 0) {
-            char c;
-            if (recv(fd, &c, 1, MSG_DONTWAIT) <= 0 && errno != EAGAIN && errno != EINTR)
-                break;
-        }
-    }
+    keep = sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof h;
 done:
     pthread_mutex_lock(&t->mu);
     for (int i = 0; i < t->n_conns; i++)
@@ -440,18 +433,53 @@ done:
             t->conns[i] = t->conns[--t->n_conns];
             break;
         }
-    close(fd);
+    if (keep && t->n_locals < LOCAL_MAX && !atomic_load(&t->stop))
+        t->locals[t->n_locals++] = fd; /* watched by acc_main from now on */
+    else
+        close(fd); /* (beyond LOCAL_MAX the client still holds the file) */
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     return NULL;
 }
 
+/* Closes the same-host connections whose client hung up (p: a snapshot of
+ * t->locals; only this thread removes from it). */
+static void locals_reap(cr__tier_node_t *t, const struct pollfd *p, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!p[i].revents)
+            continue;
+        char c;
+        ssize_t r = recv(p[i].fd, &c, 1, MSG_DONTWAIT);
+        if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EINTR)))
+            continue; /* a client sends nothing; a byte is ignored */
+        pthread_mutex_lock(&t->mu);
+        for (int j = 0; j < t->n_locals; j++)
+            if (t->locals[j] == p[i].fd) {
+                t->locals[j] = t->locals[--t->n_locals];
+                break;
+            }
+        pthread_mutex_unlock(&t->mu);
+        close(p[i].fd);
+    }
+}
+
 static void *acc_main(void *arg)
 {
     cr__tier_node_t *t = arg;
+    struct pollfd p[2 + LOCAL_MAX];
     while (!atomic_load(&t->stop)) {
-        struct pollfd p[2] = {{.fd = t->lfd, .events = POLLIN}, {.fd = t->ufd, .events = POLLIN}};
-        if (poll(p, 2, 200) < 1)
+        p[0] = (struct pollfd){.fd = t->lfd, .events = POLLIN};
+        p[1] = (struct pollfd){.fd = t->ufd, .events = POLLIN};
+        pthread_mutex_lock(&t->mu);
+        int nl = t->n_locals;
+        for (int i = 0; i < nl; i++)
+            p[2 + i] = (struct pollfd){.fd = t->locals[i], .events = POLLIN};
+        pthread_mutex_unlock(&t->mu);
+        if (poll(p, (nfds_t)(2 + nl), 200) < 1)
+            continue;
+        locals_reap(t, p + 2, nl);
+        if (!((p[0].revents | p[1].revents) & POLLIN))
             continue;
         int local = !(p[0].revents & POLLIN);
         int fd = accept4(local ? t->ufd : t->lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -948,6 +976,9 @@ void cr__tier_node_stop(cr__tier_node_t *t)
         shutdown(t->conns[i], SHUT_RDWR);
     while (t->n_conns)
         pthread_cond_wait(&t->cv, &t->mu);
+    for (int i = 0; i < t->n_locals; i++)
+        close(t->locals[i]);
+    t->n_locals = 0;
     for (size_t i = 0; i < t->n_corrupt; i++)
         free(t->corrupt[i].key);
     pthread_mutex_unlock(&t->mu);
