@@ -700,6 +700,63 @@ static void test_bad_input(void **state)
     cr_store_destroy(NULL);
 }
 
+/* cr_store_segment_mount/unmount (Mooncake's mount_segment): the pure
+ * client contributes caller memory as an extra segment; objects placed
+ * there are read by another client through the owner's TE segment; the
+ * unmount drops them (a miss, never other bytes). */
+static void test_extra_segment(void **state)
+{
+    (void)state;
+    size_t len = 4u << 20, n = 300000;
+    uint8_t *mem = mmap(NULL, len + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                        -1, 0);
+    assert_true(mem != MAP_FAILED);
+    char name[CR_STORE_SEGMENT_NAME_MAX], small[8];
+    /* bad arguments, nothing mounted by them */
+    assert_int_equal(cr_store_segment_mount(NULL, mem, len, name, sizeof name),
+                     CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_segment_mount(g_cli, NULL, len, name, sizeof name),
+                     CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_segment_mount(g_cli, mem + 1, len, name, sizeof name),
+                     CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_segment_mount(g_cli, mem, 1000, name, sizeof name),
+                     CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_segment_mount(g_cli, mem, len, small, sizeof small),
+                     CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_segment_mount(g_cli, g_reg, 1u << 20, name, sizeof name),
+                     CR_E_INVALID_PARAMS); /* registered for zero-copy already */
+    assert_int_equal(cr_store_segment_unmount(g_cli, "no-such", 0), CR_E_SEGMENT_NOT_FOUND);
+    assert_int_equal(cr_store_segment_unmount(g_cli, NULL, 0), CR_E_INVALID_PARAMS);
+
+    assert_int_equal(cr_store_segment_mount(g_cli, mem, len, name, sizeof name), 0);
+    assert_non_null(strchr(name, '#'));
+    /* the same memory again overlaps */
+    char again[CR_STORE_SEGMENT_NAME_MAX];
+    assert_int_equal(cr_store_segment_mount(g_cli, mem + 4096, 4096, again, sizeof again),
+                     CR_E_INVALID_PARAMS);
+    fill(g_reg, n, 4242);
+    const char *pref[] = {name};
+    cr_store_replicate_config_t pc = {.replica_num = 1, .preferred_segments = pref,
+                                      .n_preferred = 1};
+    assert_int_equal(cr_store_put_from(g_cli, "extra-seg", g_reg, n, &pc), 0);
+    char names[8][256];
+    assert_int_equal(replica_segments("extra-seg", names, 8), 1);
+    assert_string_equal(names[0], name);
+    uint8_t *v = malloc(n);
+    assert_non_null(v);
+    size_t got = 0;
+    assert_int_equal(cr_store_get(g_nodes[0], "extra-seg", v, n, &got), 0);
+    assert_int_equal(got, n);
+    assert_true(check(v, n, 4242));
+    assert_int_equal(cr_store_segment_unmount(g_cli, name, CR_STORE_EXTRA_GRACE_MAX_MS + 1),
+                     CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_segment_unmount(g_cli, name, 0), 0);
+    assert_int_equal(cr_store_get(g_nodes[0], "extra-seg", v, n, &got), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr_store_segment_unmount(g_cli, name, 0), CR_E_SEGMENT_NOT_FOUND);
+    free(v);
+    munmap(mem, len + 4096); /* unregistered: the client no longer touches it */
+}
+
 static void test_concurrent_clients(void **state);
 
 /* A client with the smallest staging buffer (64 KiB: 16 KiB chunks) moves
@@ -800,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_batch_duplicates),
         cmocka_unit_test(test_eviction_stream),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_extra_segment),
         cmocka_unit_test(test_master_restart_remount),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
