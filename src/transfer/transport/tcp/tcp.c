@@ -95,6 +95,10 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
     st->window_bytes = env_u64("CRESCENT_TCP_WINDOW", TCP_DEFAULT_WINDOW, 64u << 10, 1u << 30);
     if (st->window_bytes < cfg->slice_size)
         st->window_bytes = cfg->slice_size;
+    st->write_window_bytes =
+        env_u64("CRESCENT_TCP_WRITE_WINDOW", TCP_DEFAULT_WRITE_WINDOW, 64u << 10, 1u << 30);
+    if (st->write_window_bytes < cfg->slice_size)
+        st->write_window_bytes = cfg->slice_size;
     st->sockbuf = (int)env_u64("CRESCENT_TCP_SOCKBUF", 0, 0, 1u << 30);
     st->sync_path = (int)env_u64("CRESCENT_TCP_SYNC", 1, 0, 1);
     /* congestion control of the data sockets: cubic unless told otherwise

@@ -148,21 +148,23 @@ static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max,
                         int kind)
 {
     tcp_state_t *st = p->st;
-    uint64_t budget = st->window_bytes > atomic_load(&c->inflight_bytes)
-                          ? st->window_bytes - atomic_load(&c->inflight_bytes)
-                          : 0;
-    int force_one = atomic_load(&c->inflight_bytes) == 0; /* always make progress */
+    uint64_t infl = atomic_load(&c->inflight_bytes);
+    int force_one = infl == 0; /* always make progress */
+    /* a slice of op may go while the connection's in-flight bytes are
+     * below op's window (the last one may overshoot it) */
+#define ROOM(op) (force_one || infl < tcp_window_of(st, op))
     int n = 0;
-    while (n < max && p->n_retry && (budget || force_one)) {
-        if (kind != KIND_ANY && p->retry[p->n_retry - 1].op != kind)
+    while (n < max && p->n_retry) {
+        tcp_slice_t s = p->retry[p->n_retry - 1];
+        if ((kind != KIND_ANY && s.op != kind) || !ROOM(s.op))
             return n;
-        tcp_slice_t s = p->retry[--p->n_retry];
+        p->n_retry--;
         if (now > s.task->deadline_ns) {
             settle(p, s.task, s.len, -ETIMEDOUT);
             continue;
         }
         out[n++] = s;
-        budget = budget > s.len ? budget - s.len : 0;
+        infl += s.len;
         force_one = 0;
     }
     uint32_t up = up_lnic_mask(p, now);
@@ -170,7 +172,7 @@ static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max,
     uint64_t slice = st->cfg.slice_size;
     cr__xfer_task_t **pp = &p->q_head, *prev = NULL;
     int scanned = 0;
-    while (*pp && n < max && (budget || force_one) && scanned++ < TCP_SCAN_MAX) {
+    while (*pp && n < max && scanned++ < TCP_SCAN_MAX) {
         cr__xfer_task_t *t = *pp;
         int expired = now > t->deadline_ns, failed = atomic_load(&t->tp_error) != 0;
         if (!expired && !failed && !allowed(t, lnic, up)) {
@@ -182,7 +184,7 @@ static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max,
             uint8_t op = t->opcode == CR_XFER_WRITE ? CR__TCP_WRITE : CR__TCP_READ;
             if (kind != KIND_ANY && op != kind)
                 break; /* keep the queue's order: the sender takes it */
-            while (n < max && t->tp_carved < t->length && (budget || force_one)) {
+            while (n < max && t->tp_carved < t->length && ROOM(op)) {
                 uint64_t len = t->length - t->tp_carved;
                 if (len > slice)
                     len = slice;
@@ -192,7 +194,7 @@ static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max,
                 out[n].op = op;
                 n++;
                 t->tp_carved += len;
-                budget = budget > len ? budget - len : 0;
+                infl += len;
                 force_one = 0;
             }
         }
@@ -204,9 +206,9 @@ static int carve_locked(tcp_peer_t *p, tcp_conn_t *c, tcp_slice_t *out, int max,
                 fail_rest_locked(p, t, expired ? -ETIMEDOUT : atomic_load(&t->tp_error));
             continue;
         }
-        prev = t;
-        pp = &t->tp_next;
+        break; /* out of window or of slots: the rest waits, in order */
     }
+#undef ROOM
     return n;
 }
 
@@ -648,7 +650,10 @@ static void *receiver_main(void *arg)
         /* once half the window and half the ring are free (fewer, bigger
          * sendmsg()s), refill the window from this thread; only when that
          * is not possible, wake the sender if it waits for space */
-        if (freed && atomic_load(&c->inflight_bytes) <= st->window_bytes / 2 &&
+        if (freed &&
+            atomic_load(&c->inflight_bytes) <=
+                tcp_window_of(st, atomic_load(&c->inflight_writes) ? CR__TCP_WRITE : CR__TCP_READ) /
+                    2 &&
             atomic_load(&c->sent) - h <= TCP_RING / 2) {
             int r = refill(c, fd);
             if (r < 0) {

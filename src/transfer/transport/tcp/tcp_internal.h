@@ -42,7 +42,12 @@
 #define TCP_WATCHDOG_MS 100              /* period of the watchdog's scan */
 #define TCP_STALL_MIN_MS 200             /* stall cut-off: timeout / 4, clamped to these */
 #define TCP_STALL_MAX_MS 3000
-#define TCP_DEFAULT_WINDOW (1u << 20)    /* in-flight bytes per connection */
+#define TCP_DEFAULT_WINDOW (1u << 20)    /* in-flight bytes per connection (READ slices) */
+#define TCP_ACK_FLUSH_BYTES (1u << 20)   /* the server acks WRITEs at least every this many bytes */
+/* WRITE slices in flight per connection: more than the server's ack
+ * batching, or the connection would stop and wait for every ack (its whole
+ * window acked at once, nothing left in flight while the ack travels) */
+#define TCP_DEFAULT_WRITE_WINDOW (2 * TCP_ACK_FLUSH_BYTES)
 #define TCP_BACKLOG 512                  /* listen() backlog per NIC */
 #define TCP_THREAD_STACK (256u << 10)    /* sender and server-connection threads */
 #define TCP_SCAN_MAX 256                 /* queued tasks one carve looks at */
@@ -126,7 +131,8 @@ typedef struct tcp_state {
     uint64_t stall_ns;      /* a connection with work in flight and no progress for this long is cut */
     uint64_t abort_ns;      /* a peer with work and no progress for this long: its work fails */
     atomic_uint_fast64_t aborts; /* peers given up on so far (tests) */
-    uint64_t window_bytes;  /* in-flight bytes per connection */
+    uint64_t window_bytes;  /* in-flight bytes per connection (READ) */
+    uint64_t write_window_bytes; /* the same for WRITE slices */
     int sync_path;          /* 0: never run a request in the caller's thread */
     char cc[16];            /* TCP congestion control for data sockets ("" = system default) */
     atomic_int cc_fallback; /* cc was refused: reno (allowed for everyone) is used */
@@ -153,6 +159,12 @@ typedef struct tcp_state {
     pthread_cond_t wd_cv;
     atomic_uint_fast64_t nic_bytes[CR_XFER_MAX_NICS]; /* bytes completed per local NIC */
 } tcp_state_t;
+
+/* the in-flight window of a connection for slices of op (CR__TCP_*) */
+static inline uint64_t tcp_window_of(const struct tcp_state *st, uint8_t op)
+{
+    return op == CR__TCP_WRITE ? st->write_window_bytes : st->window_bytes;
+}
 
 /* tcp_server.c */
 int cr__tcp_server_start(tcp_state_t *st, cr__seg_desc_t *local);

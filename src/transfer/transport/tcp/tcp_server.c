@@ -23,7 +23,6 @@
 #define LOGC "tcp"
 #define SCRATCH (64u << 10)
 #define ACK_BATCH 32
-#define ACK_FLUSH_BYTES (1u << 20)
 
 void cr__tcp_tune_socket(tcp_state_t *st, int fd)
 {
@@ -179,7 +178,7 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
         cr__tcp_hdr_enc(&acks->h[acks->n++], CR__TCP_WRITE | CR__TCP_RESP, status, h->seq,
                         h->addr, 0);
         acks->bytes += h->len;
-        if (acks->n >= ACK_BATCH || acks->bytes >= ACK_FLUSH_BYTES)
+        if (acks->n >= ACK_BATCH || acks->bytes >= TCP_ACK_FLUSH_BYTES)
             return acks_flush(fd, acks, NULL, 0);
         return 0;
     }
