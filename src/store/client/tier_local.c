@@ -30,6 +30,7 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/status.h"
 #include "store/client/client.h"
 #include "store/tier/ssd/ssd.h"
 #include "store/tier/tier.h"
@@ -48,7 +49,7 @@ static int local_connect(cr_store_t *s, const char *segment, int *ufd, int *dfd,
     socklen_t sl = cr__tier_local_addr(&sa, segment);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return -errno;
+        return CR__ERRNO();
     if (connect(fd, (struct sockaddr *)&sa, sl)) {
         int e = errno;
         close(fd);

@@ -179,7 +179,7 @@ int cr__ssd_fd(const cr__ssd_t *s) { return s->fd; }
 int cr__ssd_open_readonly(const cr__ssd_t *s)
 {
     int fd = open(s->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    return fd < 0 ? -errno : fd;
+    return fd < 0 ? CR__ERRNO() : fd;
 }
 
 uint64_t cr__ssd_encode(void *buf, const char *key, uint32_t key_len, uint64_t version,
