@@ -36,6 +36,7 @@ static struct {
                       servers run before and after; their handlers use g.elect
                       and g.repl only while it is set */
     char endpoints[256];
+    char id_dir[4096]; /* --journal_dir ("" without one) */
 } g;
 
 /* A master without a state may lead a cluster that never had a leader (no
@@ -107,6 +108,40 @@ static int load_id(const char *dir, char *id, size_t cap)
 }
 int master_ha_leading(void) { return atomic_load(&g.ready) != 0; }
 
+/* The last epoch this master led, kept next to its journal (dir/led_epoch):
+ * the leader of the newest epoch holds every acknowledged change, which
+ * lets it (alone) lead when the in-sync set holds garbage (elect.h). */
+static uint32_t load_led_epoch(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/led_epoch", dir);
+    FILE *f = fopen(path, "r");
+    unsigned long v = 0;
+    if (f) {
+        if (fscanf(f, "%lu", &v) != 1 || v > UINT32_MAX)
+            v = 0;
+        fclose(f);
+    }
+    return (uint32_t)v;
+}
+
+/* Written (and synced) before the first request of the epoch is served. */
+static int save_led_epoch(const char *dir, uint32_t epoch)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/led_epoch", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fprintf(f, "%u\n", epoch) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (!ok || rename(tmp, path) != 0) {
+        CR_LOG_ERROR(COMP, "cannot write %s", path);
+        return -EIO;
+    }
+    return 0;
+}
+
 static void become_leader(uint32_t epoch)
 {
     uint64_t t0 = cr__now_ms(), n = 0;
@@ -118,6 +153,8 @@ static void become_leader(uint32_t epoch)
         if (g.journal)
             rc = cr__ha_journal_compact(g.journal, g.m, 1);
     }
+    if (!rc && g.journal && g.id_dir[0])
+        rc = save_led_epoch(g.id_dir, epoch);
     if (!rc)
         rc = cr__ha_repl_lead(g.repl, g.m, epoch, cr__ha_elect_etcd(g.elect), g.cid);
     if (rc) {
@@ -179,8 +216,16 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
         return rc;
     cr__ha_repl_set_auth(g.repl, cfg->auth);
     cr__ha_repl_set_tls(g.repl, cfg->tls);
-    /* A deposed leader's journal may hold changes nobody acknowledged:
-     * it starts empty and waits for the new leader's snapshot. */
+    /* A deposed leader keeps its journal like a master restarted after a
+     * crash: it holds every change it acknowledged (synced before each
+     * acknowledgement), maybe some it did not (their callers were told the
+     * change failed: in doubt either way). Whether it may lead again is the
+     * in-sync set's decision, as for any restarted master: only a listed one
+     * campaigns, so a deposed leader that was the set's only member leads
+     * again once etcd is back, and one that was replaced (the winner's
+     * campaign made the set the winner alone) waits for the new leader's
+     * snapshot. (Before, it started empty and a cluster whose only in-sync
+     * master lost its lease stayed leaderless.) */
     int deposed = getenv("CRESCENT_MASTER_HA_DEPOSED") != NULL;
     unsetenv("CRESCENT_MASTER_HA_DEPOSED");
     int usable = 0;
@@ -189,12 +234,17 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
         cr__ha_journal_stats(cfg->journal, &js);
     /* a journal holds a whole state once it holds anything: a leader
      * writes a snapshot when it takes over, a standby its first one */
-    if (cfg->loaded && !deposed && js.file_bytes > 0) {
+    if (cfg->loaded && js.file_bytes > 0) {
         cr__ha_repl_adopt_shadow(g.repl, cfg->loaded); /* a whole state */
         usable = 1;
+        if (deposed)
+            CR_LOG_WARN(COMP, "restarted after losing leadership: keeping the journal (%" PRIu64
+                              " bytes); campaigning only while the in-sync set lists this master",
+                        js.file_bytes);
     } else {
         cr__ha_shadow_destroy(cfg->loaded);
     }
+    snprintf(g.id_dir, sizeof g.id_dir, "%s", cfg->id_dir ? cfg->id_dir : "");
     cr__ha_elect_params_t ep = {
         .endpoints = cfg->endpoints,
         .cluster_id = cfg->cluster_id,
@@ -203,6 +253,8 @@ int master_ha_start(const master_ha_cfg_t *cfg, cr__master_t *m)
         .id = id,
         .lease_ttl_s = cfg->lease_ttl_s,
         .eligible = 0,
+        /* only with the journal it made: a master that starts empty holds nothing */
+        .led_epoch = usable && g.id_dir[0] ? load_led_epoch(g.id_dir) : 0,
         .tls = cfg->tls,
     };
     if ((rc = cr__ha_elect_start(&ep, &g.elect)))
@@ -325,14 +377,14 @@ int master_ha_admin(const cr__http_req_t *req, cr__http_resp_t *resp)
             "{\"role\":\"%s\",\"epoch\":%u,\"leader\":\"%s\",\"lease_left_ms\":%" PRIu64
             ",\"etcd_reachable\":%s,\"elections_won\":%" PRIu64 ",\"campaigns\":%" PRIu64
             ",\"leadership_lost\":%" PRIu64 ",\"garbage_keys\":%" PRIu64
-            ",\"campaigns_skipped_not_in_sync_set\":%" PRIu64
+            ",\"campaigns_skipped_not_in_sync_set\":%" PRIu64 ",\"insync_key_garbage\":%" PRIu64
             ",\"promotions\":%llu,\"last_promotion_ms\":%llu,\"seq\":%" PRIu64
             ",\"standbys\":%u,\"standbys_in_sync\":%u,\"max_lag_records\":%" PRIu64
             ",\"sync_timeouts\":%" PRIu64 ",\"snapshots_sent\":%" PRIu64
             ",\"state_usable\":%s,\"refused_requests\":%llu}\n",
             leader ? "leader" : "standby", es.epoch, es.leader_rpc, es.lease_left_ms,
             es.etcd_reachable ? "true" : "false", es.elections_won, es.campaigns,
-            es.leadership_lost, es.garbage_keys, es.not_in_sync_set,
+            es.leadership_lost, es.garbage_keys, es.not_in_sync_set, es.insync_garbage,
             (unsigned long long)atomic_load(&g.promotions),
             (unsigned long long)atomic_load(&g.last_promotion_ms), rs.seq, rs.followers,
             rs.in_sync, rs.max_lag_records, rs.sync_timeouts, rs.snapshots_sent,

@@ -503,7 +503,8 @@ out:
     cr__auth_free(auth);
     cr__tls_free(tls);
     if (restart) {
-        /* deposed: a fresh process, its journal not trusted, follows the new leader */
+        /* deposed: a fresh process on its journal; it leads again only if the
+         * in-sync set still lists it, else it follows the new leader (ha.c) */
         fprintf(stderr, "crescent-master: deposed; restarting as a standby\n");
         setenv("CRESCENT_MASTER_HA_DEPOSED", "1", 1);
         execv("/proc/self/exe", argv);

@@ -24,6 +24,9 @@ struct cr__ha_elect {
     char id[CR__HA_ID_MAX];
     unsigned ttl_s;
     uint32_t not_listed_logged; /* epoch of the in-sync set last logged as excluding us */
+    int64_t garbage_logged;     /* mod revision of the garbage in-sync key last logged */
+    uint32_t led_epoch;         /* guarded by mu: the last epoch this master led (its
+                                   journal holds every change acknowledged in it) */
     pthread_t th;
     pthread_mutex_t mu; /* guards st, stop, lease ids, eligible, resign */
     pthread_cond_t cv;
@@ -325,6 +328,20 @@ int cr__ha_insync_publish(cr__meta_t *m, const char *cluster_id, uint32_t epoch,
     return rc == 1 ? 0 : rc == 0 ? -ESTALE : rc;
 }
 
+int cr__ha_insync_check(cr__meta_t *m, const char *cluster_id)
+{
+    char ikey[160];
+    cr__ha_key(ikey, sizeof ikey, cluster_id, "insync");
+    kv_t kv;
+    int rc = range(NULL, m, ikey, &kv);
+    if (rc)
+        return rc;
+    uint32_t ep = 0;
+    rc = !kv.found ? -ENOENT : insync_lists(kv.value, kv.len, "", &ep) < 0 ? -EBADMSG : 0;
+    free(kv.value);
+    return rc;
+}
+
 /* ---- the leader key ---------------------------------------------------------- */
 
 /* Parses {"rpc":..,"admin":..,"epoch":N}. Returns 0 or -EBADMSG. */
@@ -536,40 +553,73 @@ static void candidate_tick(cr__ha_elect_t *e, const char *lkey, const char *ekey
         etcd_failed(e, rc);
         return;
     }
+    int garbage = 0;
     if (ik.found) {
         uint32_t iep = 0;
         int listed = insync_lists(ik.value, ik.len, e->id, &iep);
-        if (listed != 1) {
+        /* a set that does not parse: decided below against the epoch key
+         * (only the leader of the newest epoch may campaign) */
+        garbage = listed < 0;
+        if (listed == 0) {
             pthread_mutex_lock(&e->mu);
             int log = e->not_listed_logged != iep + 1;
             e->not_listed_logged = iep + 1;
             e->st.not_in_sync_set++;
             pthread_mutex_unlock(&e->mu);
             if (log)
-                CR_LOG_WARN(COMP, "not campaigning: %s (this master may lack acknowledged "
-                            "changes; it campaigns once a leader has it in sync)",
-                            listed < 0 ? "the in-sync set key holds garbage"
-                                       : "not in the in-sync set");
+                CR_LOG_WARN(COMP, "not campaigning: not in the in-sync set (this master may "
+                            "lack acknowledged changes; it campaigns once a leader has it in "
+                            "sync)");
             free(ik.value);
             return;
         }
     }
+    kv_t ek;
+    if ((rc = range(e, NULL, ekey, &ek))) {
+        free(ik.value);
+        etcd_failed(e, rc);
+        return;
+    }
+    uint64_t last = ek.found && ek.value ? strtoull(ek.value, NULL, 10) : 0;
+    free(ek.value);
+    if (garbage) {
+        /* Garbage in the in-sync set: nobody can tell which standbys hold
+         * every acknowledged change. The leader of the newest epoch can: it
+         * made them (each synced to its journal before being acknowledged)
+         * and took over with all earlier ones. So it alone may campaign; the
+         * txn below requires the epoch key and the garbage unchanged and
+         * replaces the garbage with a valid set. */
+        pthread_mutex_lock(&e->mu);
+        uint32_t led = e->led_epoch;
+        int log = e->garbage_logged != ik.mod_rev;
+        e->garbage_logged = ik.mod_rev;
+        e->st.insync_garbage++;
+        if (led == 0 || led != last)
+            e->st.not_in_sync_set++;
+        pthread_mutex_unlock(&e->mu);
+        if (led == 0 || led != last) {
+            if (log)
+                CR_LOG_ERROR(COMP, "%s holds garbage (not an in-sync set): not campaigning, "
+                             "only the leader of the newest epoch %" PRIu64 " may (this master "
+                             "last led epoch %u); if that master is lost for good, deleting the "
+                             "key lets any master with a state lead, losing what it lacks",
+                             ikey, last, led);
+            free(ik.value);
+            return;
+        }
+        if (log)
+            CR_LOG_ERROR(COMP, "%s holds garbage (not an in-sync set): campaigning as the leader "
+                         "of the newest epoch %" PRIu64 ", which holds every acknowledged change; "
+                         "the campaign replaces it", ikey, last);
+    }
     free(ik.value);
-    /* campaign: a fresh lease, then the txn */
+    /* campaign: a fresh lease, then the txn (on the revisions read above) */
     uint64_t t0 = cr__now_ms();
     int64_t lease;
     if ((rc = lease_grant(e, &lease))) {
         etcd_failed(e, rc);
         return;
     }
-    kv_t ek;
-    if ((rc = range(e, NULL, ekey, &ek))) {
-        lease_revoke(e, lease);
-        etcd_failed(e, rc);
-        return;
-    }
-    uint64_t last = ek.found && ek.value ? strtoull(ek.value, NULL, 10) : 0;
-    free(ek.value);
     uint32_t epoch = (uint32_t)(last + 1);
     char val[1024], es[32];
     snprintf(val, sizeof val, "{\"rpc\":\"%s\",\"admin\":\"%s\",\"epoch\":%u}", e->rpc, e->admin,
@@ -606,6 +656,7 @@ static void candidate_tick(cr__ha_elect_t *e, const char *lkey, const char *ekey
     e->st.leader = 1;
     e->st.epoch = epoch;
     e->st.elections_won++;
+    e->led_epoch = epoch;
     snprintf(e->st.leader_rpc, sizeof e->st.leader_rpc, "%s", e->rpc);
     snprintf(e->st.leader_admin, sizeof e->st.leader_admin, "%s", e->admin);
     pthread_mutex_unlock(&e->mu);
@@ -717,6 +768,7 @@ int cr__ha_elect_start(const cr__ha_elect_params_t *p, cr__ha_elect_t **out)
     snprintf(e->id, sizeof e->id, "%s", p->id);
     e->ttl_s = p->lease_ttl_s;
     e->eligible = p->eligible;
+    e->led_epoch = p->led_epoch;
     e->st.etcd_reachable = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_t ca;

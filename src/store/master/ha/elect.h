@@ -23,7 +23,11 @@
  *
  * A key that holds garbage or was put without a lease (nobody's campaign)
  * is deleted (txn on its mod revision) and logged; a garbage key with a
- * lease blocks elections until that lease expires.
+ * lease blocks elections until that lease expires. An in-sync key that
+ * does not parse is logged as an error; only the leader of the newest
+ * epoch (led_epoch == the epoch key) may campaign then — it holds every
+ * acknowledged change — and its campaign replaces the garbage; a running
+ * leader rewrites it (cr__ha_insync_check).
  *
  * Thread-safe; one background thread per elector. */
 #ifndef CR_STORE_MASTER_HA_ELECT_H
@@ -47,6 +51,8 @@ typedef struct cr__ha_elect_params {
     const char *id;            /* this master's identity (in-sync set), no quotes */
     unsigned lease_ttl_s;      /* 1..60 */
     int eligible;              /* may campaign from the start */
+    uint32_t led_epoch;        /* the last epoch this master led, kept with its journal
+                                  (0: none or unknown); see cr__ha_insync_check */
     const struct cr__tls *tls; /* etcd over https with this certificate; NULL = http */
 } cr__ha_elect_params_t;
 
@@ -56,6 +62,7 @@ typedef struct cr__ha_elect_status {
     char leader_rpc[CR__HA_ADDR_MAX], leader_admin[CR__HA_ADDR_MAX]; /* "" if none */
     uint64_t elections_won, campaigns, leadership_lost, etcd_errors, garbage_keys;
     uint64_t not_in_sync_set; /* campaign rounds skipped: not in the in-sync set */
+    uint64_t insync_garbage;  /* campaign rounds that found the in-sync key unparsable */
     uint64_t lease_left_ms; /* leader: validity left */
     int etcd_reachable;
 } cr__ha_elect_status_t;
@@ -106,6 +113,10 @@ int cr__ha_members(cr__meta_t *m, const char *cluster_id, char (*addrs)[CR__HA_A
  * etcd error. */
 int cr__ha_insync_publish(cr__meta_t *m, const char *cluster_id, uint32_t epoch,
                           const char *const *ids, int n);
+
+/* Does the in-sync key parse? Returns 0, -ENOENT (absent), -EBADMSG
+ * (garbage: the leader then rewrites it) or the etcd error. */
+int cr__ha_insync_check(cr__meta_t *m, const char *cluster_id);
 
 /* Parses "etcd://h1:2379;h2:2379[/cluster_id]" (or without etcd://):
  * writes an URI cr__meta_open accepts into uri and the cluster id (default

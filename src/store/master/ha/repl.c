@@ -48,6 +48,7 @@ struct cr__ha_repl {
     int sync_timeout_ms;
     /* leader */
     int leading, stop_mgr, mgr_started;
+    int republish; /* the in-sync key holds garbage: write the set again */
     uint32_t epoch;
     cr__master_t *m;
     cr__meta_t *etcd;
@@ -63,6 +64,9 @@ struct cr__ha_repl {
     uint64_t applied;
     uint32_t floor;
     int snap_first; /* the next snapshot chunk rewrites the local journal */
+    int need_reset; /* the state came from elsewhere (journal, nothing): the next
+                       stream must start with a snapshot (RESET), never append
+                       a leader's log to it */
     cr__ha_repl_stats_t st;
 };
 
@@ -108,6 +112,7 @@ int cr__ha_repl_create(const char *self_rpc, const char *self_id, cr__ha_journal
     pthread_cond_init(&r->mcv, &ca);
     pthread_condattr_destroy(&ca);
     r->snap_first = 1;
+    r->need_reset = 1;
     *out = r;
     return 0;
 }
@@ -396,7 +401,7 @@ static int publish_locked(cr__ha_repl_t *r)
         change |= f->want != f->listed;
         n += f->want;
     }
-    if (!change)
+    if (!change && !r->republish)
         return 0;
     const char **ids = calloc((size_t)n, sizeof *ids);
     if (!ids)
@@ -413,6 +418,7 @@ static int publish_locked(cr__ha_repl_t *r)
     free(ids);
     if (rc == 0) {
         r->st.insync_published++;
+        r->republish = 0;
         for (follower_t *f = r->fl; f; f = f->next) {
             if (f->want != f->listed)
                 CR_LOG_INFO(COMP, "standby %s %s the in-sync set", f->addr,
@@ -440,7 +446,15 @@ static void *mgr_main(void *arg)
         if (cr__now_ms() >= next_poll) {
             pthread_mutex_unlock(&r->mu);
             int n = cr__ha_members(r->etcd, r->cid, addrs, ids, MAX_FOLLOWERS);
+            /* garbage written over the in-sync set (by hand, a bug): while it
+             * stands no standby could take over; this leader knows the set */
+            int bad = cr__ha_insync_check(r->etcd, r->cid) == -EBADMSG;
             pthread_mutex_lock(&r->mu);
+            if (bad && !r->republish) {
+                CR_LOG_ERROR(COMP, "the in-sync set key holds garbage: writing the set again");
+                r->republish = 1;
+                r->st.insync_repaired++;
+            }
             next_poll = cr__now_ms() + 500;
             /* a standby whose member key is gone (stopped, killed, restarted
              * under a new address) loses its pusher: the list stays bounded.
@@ -642,7 +656,8 @@ int cr__ha_repl_apply(cr__ha_repl_t *r, uint32_t epoch, uint32_t flags, uint64_t
         r->applied = 0;
         r->st.resets_applied++;
         r->snap_first = 1;
-    } else if (!(flags & FLAG_SNAP) && first_seq != r->applied) {
+        r->need_reset = 0;
+    } else if (r->need_reset || (!(flags & FLAG_SNAP) && first_seq != r->applied)) {
         rc = -EPROTO;
         goto out;
     }
@@ -693,7 +708,8 @@ void cr__ha_repl_adopt_shadow(cr__ha_repl_t *r, cr__ha_shadow_t *sh)
     pthread_mutex_lock(&r->mu);
     cr__ha_shadow_destroy(r->sh);
     r->sh = sh;
-    r->applied = 0; /* a usable state (a leader's stream starts with a snapshot anyway) */
+    r->applied = 0;     /* a usable state... */
+    r->need_reset = 1;  /* ...that no leader's log is appended to */
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -720,6 +736,7 @@ void cr__ha_repl_reset(cr__ha_repl_t *r)
     pthread_mutex_lock(&r->mu);
     cr__ha_shadow_reset(r->sh);
     r->applied = UINT64_MAX;
+    r->need_reset = 1;
     pthread_mutex_unlock(&r->mu);
 }
 

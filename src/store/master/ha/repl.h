@@ -48,6 +48,7 @@ typedef struct cr__ha_repl_stats {
     uint64_t snapshots_sent, records_sent, bytes_sent, sync_timeouts;
     uint64_t waits, wait_us_total;
     uint64_t resets_applied, appends_refused, insync_published;
+    uint64_t insync_repaired; /* leader: garbage found over the in-sync set, rewritten */
     int deposed; /* leader: a standby has seen a newer epoch */
     int usable;  /* standby: its state is whole (a snapshot or a journal loaded) */
 } cr__ha_repl_stats_t;
