@@ -191,6 +191,10 @@ static void *role_main(void *arg)
             CR_LOG_WARN(COMP, "leadership of epoch %u lost (%s): stopping to restart as a standby",
                         ready, st.deposed ? "a standby knows a newer epoch" : "lease");
             atomic_store(&g.ready, 0);
+            /* from here on nothing this master does is a change anyone was
+             * told about: the journal it restarts on ends here (its clients,
+             * refused while it stops, must not be expired into it) */
+            cr__master_set_journal(g.m, NULL, NULL);
             cr__ha_elect_resign(g.elect);
             atomic_store(&g.deposed, 1);
             kill(getpid(), SIGUSR1);
@@ -278,6 +282,8 @@ void master_ha_quiesce(void)
     atomic_store(&g.up, 0);
     atomic_store(&g.stop, 1);
     atomic_store(&g.ready, 0);
+    if (g.m) /* stopping: nothing more goes into the journal it restarts on */
+        cr__master_set_journal(g.m, NULL, NULL);
     if (g.elect)
         cr__ha_elect_resign(g.elect); /* no request served from here on */
 }

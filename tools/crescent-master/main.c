@@ -169,7 +169,10 @@ static void *ticker(void *arg)
     pthread_mutex_lock(&g_mu);
     while (!g_stop) {
         pthread_mutex_unlock(&g_mu);
-        cr__master_tick(m, cr__now_ms());
+        /* HA: only the serving leader's state is live (a stopping or
+         * deposed one must not expire the clients it refuses) */
+        if (!g_ha || master_ha_leading())
+            cr__master_tick(m, cr__now_ms());
         if (g_journal) {
             cr__ha_journal_sync(g_journal);
             /* a standby's journal is its leader's stream, not its (empty) master */
