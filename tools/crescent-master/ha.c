@@ -157,6 +157,8 @@ static void become_leader(uint32_t epoch)
         rc = save_led_epoch(g.id_dir, epoch);
     if (!rc)
         rc = cr__ha_repl_lead(g.repl, g.m, epoch, cr__ha_elect_etcd(g.elect), g.cid);
+    if (!rc)
+        cr__master_windows(g.m, 1); /* small PutStarts wait for nobody (window.c) */
     if (rc) {
         CR_LOG_ERROR(COMP, "cannot take over as leader of epoch %u: %s", epoch, cr_strerror(rc));
         cr__ha_elect_resign(g.elect);
@@ -343,13 +345,23 @@ void master_ha_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *
         return;
     }
     uint64_t mark = cr__ha_repl_mark(g.repl);
+    cr__master_wait_reset();
     cr__master_handle(m, req, reply, now);
     /* acknowledged only once every in-sync standby has it, and only while
      * still the leader (a change made under a lease that ran out during
-     * the wait is reported as failed: it may or may not survive) */
-    if (cr__ha_repl_wait(g.repl, mark))
-        fail_reply(reply, CR_E_INTERNAL_ERROR);
-    else if (cr__ha_elect_epoch(g.elect, cr__now_ms()) != e)
+     * the wait is reported as failed: it may or may not survive). A
+     * PutStart carved from allocation windows the standbys know waits for
+     * nobody (window.c); its PutEnd waits, and the stream is ordered. */
+    int failed = 0;
+    if (cr__master_wait_needed()) {
+        uint64_t gen = cr__master_win_gen(m); /* windows opened before the wait's target */
+        failed = cr__ha_repl_wait(g.repl, mark) != 0;
+        if (failed)
+            fail_reply(reply, CR_E_INTERNAL_ERROR);
+        else
+            cr__master_win_confirm(m, gen);
+    }
+    if (!failed && cr__ha_elect_epoch(g.elect, cr__now_ms()) != e)
         fail_reply(reply, CR_E_UNAVAILABLE_IN_CURRENT_MODE);
     reply->epoch = e;
 }

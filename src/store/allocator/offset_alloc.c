@@ -441,3 +441,5 @@ void cr__oalloc_stats(const cr__oalloc_t *a, cr__oalloc_stats_t *st)
         st->largest_free = (uint64_t)best << a->shift;
     }
 }
+
+uint64_t cr__oalloc_granule(const cr__oalloc_t *a) { return 1ull << a->shift; }

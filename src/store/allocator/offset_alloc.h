@@ -84,6 +84,9 @@ void cr__oalloc_stats(const cr__oalloc_t *a, cr__oalloc_stats_t *st);
  * free block); 0 when full. */
 uint64_t cr__oalloc_max_alloc(const cr__oalloc_t *a);
 
+/* The granule in bytes (sizes and offsets are multiples of it). */
+uint64_t cr__oalloc_granule(const cr__oalloc_t *a);
+
 /* Bytes used/capacity in O(1). */
 uint64_t cr__oalloc_used(const cr__oalloc_t *a);
 uint64_t cr__oalloc_capacity(const cr__oalloc_t *a);

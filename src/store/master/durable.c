@@ -11,8 +11,18 @@
 
 /* ---- journal ------------------------------------------------------------ */
 
-static void jr_emit(cr__master_t *m)
+/* Did this thread emit a record that must be replicated before its request
+ * is acknowledged (every record but a PutStart carved from a confirmed
+ * allocation window, window.c)? */
+static _Thread_local int tl_must_wait;
+
+void cr__master_wait_reset(void) { tl_must_wait = 0; }
+int cr__master_wait_needed(void) { return tl_must_wait; }
+
+void cr__m_jr_emit(cr__master_t *m)
 {
+    if (!m->jr_lazy)
+        tl_must_wait = 1;
     m->jbuf.len = 0;
     int rc = cr__ha_rec_put(&m->jbuf, &m->jrec);
     if (rc) {
@@ -65,7 +75,7 @@ void cr__m_jr_obj(cr__master_t *m, obj_t *o)
         }
         sh += n;
     }
-    jr_emit(m);
+    cr__m_jr_emit(m);
 }
 
 void cr__m_jr_key(cr__master_t *m, uint8_t type, obj_t *o)
@@ -76,7 +86,7 @@ void cr__m_jr_key(cr__master_t *m, uint8_t type, obj_t *o)
     m->jrec.version = o->version;
     m->jrec.key = obj_key(o);
     m->jrec.key_len = o->key_len;
-    jr_emit(m);
+    cr__m_jr_emit(m);
 }
 
 void cr__m_jr_seg(cr__master_t *m, uint8_t type, seg_t *sg)
@@ -88,7 +98,7 @@ void cr__m_jr_seg(cr__master_t *m, uint8_t type, seg_t *sg)
     m->jrec.base = sg->base;
     m->jrec.seg_size = sg->size;
     m->jrec.client = sg->client == NONE32 ? sg->owner : m->clients[sg->client].id;
-    jr_emit(m);
+    cr__m_jr_emit(m);
 }
 
 void cr__master_set_journal(cr__master_t *m, cr__master_journal_fn fn, void *user)
@@ -115,7 +125,55 @@ typedef struct rs_ctx {
     size_t *n_rg, *cap_rg;
     uint32_t n_new;
     int err;
+    const cr__ha_win_t **wins; /* the shadow's open allocation windows */
+    size_t n_wins, cap_wins;
 } rs_ctx_t;
+
+static int rs_win(void *u, const cr__ha_win_t *w)
+{
+    rs_ctx_t *x = u;
+    if (x->n_wins == x->cap_wins) {
+        size_t nc = x->cap_wins ? x->cap_wins * 2 : 16;
+        const cr__ha_win_t **n = realloc(x->wins, nc * sizeof *n);
+        if (!n)
+            return -ENOMEM;
+        x->wins = n;
+        x->cap_wins = nc;
+    }
+    x->wins[x->n_wins++] = w;
+    return 0;
+}
+
+/* Quarantines the free part of window w on restored segment s (rg: that
+ * segment's object ranges, sorted): a writer of a PutStart carved from it
+ * that the index never heard of may write there until its deadline, and
+ * late transfers one more put timeout. */
+static void rs_win_hold(rs_ctx_t *x, uint32_t s, const rs_range_t *rg, size_t n,
+                        const cr__ha_win_t *w)
+{
+    cr__master_t *m = x->m;
+    seg_t *sg = &m->segs[s];
+    uint64_t cur = w->off, end = w->off + w->len, until = x->now + 2 * m->cfg.put_timeout_ms;
+    if (end < cur)
+        return;
+    for (size_t k = 0; k <= n && cur < end; k++) {
+        uint64_t o = k < n ? rg[k].off : end, e = k < n ? rg[k].off + rg[k].len : end;
+        if (e <= cur)
+            continue;
+        if (o > end)
+            o = end;
+        if (o > cur) {
+            uint32_t b = cr__oalloc_reserve(sg->alloc, cur, o - cur);
+            if (b != CR__OALLOC_NONE) {
+                if (!sg->tier)
+                    m->allocated += cr__oalloc_block_size(sg->alloc, b);
+                cr__m_block_release(m, s, b, until, x->now);
+            }
+        }
+        if (e > cur)
+            cur = e;
+    }
+}
 
 static int rs_seg(void *u, const cr__ha_seg_t *g)
 {
@@ -281,6 +339,9 @@ static int rs_build(rs_ctx_t *x)
             m->capacity += cr__oalloc_capacity(sg->alloc);
             m->allocated += cr__oalloc_used(sg->alloc);
         }
+        for (size_t w = 0; !rc && w < x->n_wins; w++)
+            if (rs_seg_of(x, x->wins[w]->name) == x->seg0 + i)
+                rs_win_hold(x, x->seg0 + i, rg, n, x->wins[w]);
     }
     return rc;
 }
@@ -338,7 +399,10 @@ int cr__master_restore(cr__master_t *m, const cr__ha_shadow_t *sh, uint64_t now,
     if (!rc)
         rc = cr__ha_shadow_foreach_obj(sh, rs_obj, &x);
     if (!rc)
+        rc = cr__ha_shadow_foreach_win(sh, rs_win, &x);
+    if (!rc)
         rc = rs_build(&x);
+    free(x.wins);
     for (uint32_t i = 0; x.rg && i < x.n_new; i++)
         free(x.rg[i]);
     free(x.rg);
@@ -371,12 +435,13 @@ int cr__master_dump(cr__master_t *m, cr__ha_buf_t *b, void (*at)(void *), void *
     for (uint32_t s = 0; s < m->n_segs; s++)
         if (m->segs[s].live)
             cr__m_jr_seg(m, CR__HA_SEG, &m->segs[s]);
+    cr__m_jr_wins(m);
     for (uint64_t i = 0; i < m->cap; i++)
         if (m->slots[i])
             cr__m_jr_obj(m, m->slots[i]);
     jr_clear(m, CR__HA_VERSION);
     m->jrec.version = m->next_version;
-    jr_emit(m);
+    cr__m_jr_emit(m);
     m->jfn = fn;
     m->juser = ju;
     if (at)

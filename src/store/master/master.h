@@ -181,14 +181,29 @@ void cr__master_set_journal(cr__master_t *m, cr__master_journal_fn fn, void *use
  * -ENOMEM. */
 int cr__master_dump(cr__master_t *m, cr__ha_buf_t *b, void (*at)(void *), void *user);
 
+/* HA: allocation windows (store-ha.md, "One wait per put"). A leader
+ * turns them on; a PutStart whose replicas are all carved from windows
+ * its standbys know needs no wait. cr__master_wait_reset() before serving a
+ * request and cr__master_wait_needed() after tell whether this thread
+ * emitted any record that must be on the standbys before the reply. After
+ * a wait that covered everything recorded before gen = cr__master_win_gen()
+ * was read, cr__master_win_confirm(m, gen) marks those windows known. */
+void cr__master_windows(cr__master_t *m, int on);
+void cr__master_wait_reset(void);
+int cr__master_wait_needed(void);
+uint64_t cr__master_win_gen(cr__master_t *m);
+void cr__master_win_confirm(cr__master_t *m, uint64_t gen);
+
 /* Adds the state of a shadow index (a journal or a leader's stream) to
  * this master: its segments are mounted detached (no allocation on them;
  * the owner — same client id, base and size — attaches by mounting again
  * within --client_ttl, else they are dropped), its objects indexed with
  * their blocks in place, complete ones leased for one lease ttl (a reader
  * of the previous master may be mid-transfer), pending ones given a whole
- * put timeout. *n_objects gets how many objects were indexed. Returns 0
- * or -ENOMEM (the master must then be discarded). */
+ * put timeout. The free space of its open allocation windows is quarantined
+ * for two put timeouts (a writer of a PutStart the index never heard of
+ * may still write there). *n_objects gets how many objects were indexed.
+ * Returns 0 or -ENOMEM (the master must then be discarded). */
 int cr__master_restore(cr__master_t *m, const cr__ha_shadow_t *sh, uint64_t now,
                        uint64_t *n_objects);
 

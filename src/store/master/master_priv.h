@@ -105,6 +105,10 @@ typedef struct seg {
     cr__rpc_client_id_t owner;
     uint64_t orphan_awake;
     uint8_t tier;            /* 0 DRAM, 1 node disk (tier.c; never counted in capacity) */
+    /* allocation window (window.c): [win_cur, win_end) is block win_blk,
+     * carved from win_start; none while win_end == 0 */
+    uint32_t win_blk;
+    uint64_t win_start, win_cur, win_end, win_gen;
 } seg_t;
 
 /* A segment name dropped while its space could still be read (live
@@ -178,6 +182,11 @@ struct cr__master {
     cr__ha_buf_t jbuf;
     cr__ha_rec_t jrec;
     uint64_t counters[CR__MM_COUNT]; /* metrics list of master.h */
+    /* allocation windows (window.c): on while an HA leader serves; a
+     * window is confirmed (on every in-sync standby) once win_gen <=
+     * win_confirmed; jr_lazy: the record being emitted needs no wait */
+    int win_on, jr_lazy;
+    uint64_t win_gen, win_confirmed;
 };
 
 #define CNT(m, name) ((m)->counters[CR__MM_##name])
@@ -253,6 +262,7 @@ void cr__m_obj_delete(cr__master_t *m, obj_t *o, uint64_t release_ms, uint64_t n
 /* The shards of one object being placed (on the stack of put_start). */
 typedef struct placing {
     uint32_t n_rep;
+    uint32_t n_lazy; /* replicas carved from confirmed windows (window.c) */
     uint8_t nsh[CR__RPC_REPLICA_MAX];
     shard_t sh[CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX];
     uint64_t len[CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX];
@@ -338,6 +348,8 @@ int cr__m_validate_locked(cr__master_t *m, const char *key, size_t key_len, uint
 /* Journal the object as it is now (OBJ), a key event (END, DEL), a
  * segment event (SEG, SEGDROP); no-ops without a journal function. */
 void cr__m_jr_obj(cr__master_t *m, obj_t *o);
+/* Frames m->jrec and hands it to the journal function. */
+void cr__m_jr_emit(cr__master_t *m);
 void cr__m_jr_key(cr__master_t *m, uint8_t type, obj_t *o);
 void cr__m_jr_seg(cr__master_t *m, uint8_t type, seg_t *sg);
 /* 1 if a restored segment still waits for its owner. */
@@ -382,6 +394,19 @@ void cr__m_tier_put_completed(cr__master_t *m, obj_t *o, uint64_t now);
  * and list links move to the copy and o is freed. NULL (o unchanged) when
  * o already has CR__RPC_REPLICA_MAX replicas or on ENOMEM. */
 obj_t *cr__m_obj_add_replica(cr__master_t *m, obj_t *o, uint32_t seg, uint32_t blk);
+
+/* ---- window.c: allocation windows of an HA leader --------------------------- */
+
+/* Allocates size bytes for one contiguous replica on segment s from its
+ * window (opening one, recorded as WIN, when there is none or it is too
+ * small). Returns the block (space accounted) or NONE32 when windows are
+ * off or the size is not a small one (the caller allocates normally).
+ * *confirmed: the window is known to every in-sync standby. */
+uint32_t cr__m_win_alloc(cr__master_t *m, uint32_t s, uint64_t size, int *confirmed);
+/* Frees the rest of s's window (recorded as WINEND). */
+void cr__m_win_close(cr__master_t *m, uint32_t s);
+/* WIN records of every open window (the snapshot). */
+void cr__m_jr_wins(cr__master_t *m);
 
 /* ---- rtask.c: replica copy/move tasks, per-replica clear ----------------- */
 

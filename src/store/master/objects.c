@@ -86,7 +86,11 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
     }
     list_push_back(&m->pending, o);
     m->n_pending++;
+    /* every replica carved from a window the standbys know: this record
+     * need not be on them before the reply (window.c) */
+    m->jr_lazy = p.n_lazy == n_rep && p.n_sh == n_rep;
     cr__m_jr_obj(m, o);
+    m->jr_lazy = 0;
     it->version = o->version;
     it->size = size;
     it->lease_ms = (uint32_t)(m->cfg.put_timeout_ms > UINT32_MAX ? UINT32_MAX

@@ -74,10 +74,16 @@ static int place_replica(cr__master_t *m, placing_t *p, uint64_t size, uint32_t 
         if (seg_used(p, s))
             continue;
         uint64_t off;
-        uint32_t b = cr__oalloc_alloc(m->segs[s].alloc, size, &off);
-        if (b == CR__OALLOC_NONE)
-            continue;
-        m->allocated += cr__oalloc_block_size(m->segs[s].alloc, b);
+        int confirmed = 0;
+        /* an HA leader carves small replicas from a window (window.c) */
+        uint32_t b = cr__m_win_alloc(m, s, size, &confirmed);
+        if (b == NONE32) {
+            b = cr__oalloc_alloc(m->segs[s].alloc, size, &off);
+            if (b == CR__OALLOC_NONE)
+                continue;
+            m->allocated += cr__oalloc_block_size(m->segs[s].alloc, b);
+        }
+        p->n_lazy += confirmed;
         p->sh[p->n_sh] = (shard_t){.seg = s, .blk = b};
         p->len[p->n_sh++] = size;
         p->used_segs[p->n_used++] = s;

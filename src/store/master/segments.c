@@ -177,6 +177,7 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
     sg->base = base;
     sg->size = size;
     sg->alloc = a;
+    sg->win_end = 0; /* no allocation window (a reused slot may hold an old one) */
     sg->client = c;
     sg->live = 1;
     m->live_segs++;

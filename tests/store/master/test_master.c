@@ -819,6 +819,94 @@ static cr__master_t *restored(const cr__ha_buf_t *b, uint64_t now, uint64_t *n)
     return m2;
 }
 
+static int count_win(void *u, const cr__ha_win_t *w)
+{
+    (void)w;
+    (*(int *)u)++;
+    return 0;
+}
+
+/* HA allocation windows (store-ha.md, "One wait per put"): a PutStart
+ * carved from a window its standbys know needs no wait; a master restored
+ * from records that never heard of such a PutStart keeps the window's free
+ * space quarantined for two put timeouts, so the lost put's writer cannot
+ * overwrite a new object there. */
+static void test_window_put_start_unwaited(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    cr__ha_buf_t jb = {0};
+    cr__master_set_journal(m, collect, &jb);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 4 * MiB, 0), 0);
+    cr__master_windows(m, 1);
+    uint64_t va = 0, vb = 0, aa = 0, ab = 0;
+    /* the first small PutStart opens the window (WIN): it must wait */
+    cr__master_wait_reset();
+    assert_int_equal(put(m, "a", 4000, 1, 0, 1, &va, 0), 0);
+    assert_int_equal(cr__master_wait_needed(), 1);
+    cr__master_win_confirm(m, cr__master_win_gen(m)); /* its wait covered WIN */
+    cr__master_wait_reset();
+    assert_int_equal(cr__master_put_end(m, "a", 1, va, 1), 0);
+    assert_int_equal(cr__master_wait_needed(), 1); /* a PutEnd always waits */
+    size_t cut = jb.len; /* a standby that lacks what follows */
+    cr__master_wait_reset();
+    assert_int_equal(put(m, "b", 4000, 1, 0, 2, &vb, 0), 0);
+    assert_int_equal(cr__master_wait_needed(), 0); /* carved from a known window */
+    assert_int_equal(get(m, "a", 3, &aa, NULL, NULL), 0);
+    cr__master_wait_reset();
+    assert_int_equal(cr__master_put_end(m, "b", 1, vb, 3), 0);
+    assert_int_equal(get(m, "b", 3, &ab, NULL, NULL), 0);
+    assert_int_equal(ab, aa + 4032); /* bump allocation (64-byte granules) */
+    /* a replica over a quarter of the window: allocated normally, waits */
+    cr__master_wait_reset();
+    assert_int_equal(put(m, "big", 200 * KiB, 1, 0, 4, NULL, 1), 0);
+    assert_int_equal(cr__master_wait_needed(), 1);
+    /* the window (256 KiB: 1/16 of the segment) is accounted as allocated */
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.allocated_bytes, 256 * KiB + 200 * KiB);
+
+    /* the new leader's standby lacked b's PutStart (cut): b's writer may
+     * still write at ab, so nothing new lands in the window's free part */
+    cr__ha_buf_t pre = {.p = jb.p, .len = cut};
+    uint64_t n = 0;
+    cr__master_t *m2 = restored(&pre, 100, &n);
+    assert_int_equal(n, 1); /* a only */
+    assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000000, 4 * MiB, 101), 0);
+    cr__master_stats(m2, &st);
+    assert_int_equal(st.quarantine_bytes, 256 * KiB - 4032);
+    for (int i = 0; i < 40; i++) {
+        char k[16];
+        uint64_t a = 0;
+        snprintf(k, sizeof k, "n%d", i);
+        assert_int_equal(put(m2, k, 4000, 1, 0, 102, NULL, 1), 0);
+        assert_int_equal(get(m2, k, 102, &a, NULL, NULL), 0);
+        assert_true(a + 4000 <= aa || a >= aa + 256 * KiB);
+    }
+    /* two put timeouts later the space is free again */
+    tick_alive(m2, 100 + 2 * 30000);
+    cr__master_stats(m2, &st);
+    assert_int_equal(st.quarantine_bytes, 0);
+    /* a snapshot carries the open window too */
+    cr__ha_buf_t snap = {0};
+    assert_int_equal(cr__master_dump(m, &snap, NULL, NULL), 0);
+    cr__ha_shadow_t *sh;
+    assert_int_equal(cr__ha_shadow_create(&sh), 0);
+    assert_int_equal(cr__ha_shadow_load(sh, snap.p, snap.len), (long)snap.len);
+    int wins = 0;
+    assert_int_equal(cr__ha_shadow_foreach_win(sh, count_win, &wins), 0);
+    assert_int_equal(wins, 1);
+    cr__ha_shadow_destroy(sh);
+    cr__ha_buf_free(&snap);
+    /* windows off: the rest is given back and the window closed (WINEND) */
+    cr__master_windows(m, 0);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.allocated_bytes, 2 * 4032 + 200 * KiB);
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb);
+}
+
 /* A master rebuilt from another's op records serves the same objects at
  * the same addresses; puts in flight can still end; restored segments take
  * no new allocation until their owner mounts them again, and are dropped
@@ -930,6 +1018,7 @@ int main(void)
         cmocka_unit_test(test_client_ttl_expiry),
         cmocka_unit_test(test_master_stall_expires_nobody),
         cmocka_unit_test(test_restore_from_journal),
+        cmocka_unit_test(test_window_put_start_unwaited),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),
         cmocka_unit_test(test_remount_hold),

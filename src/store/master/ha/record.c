@@ -134,6 +134,12 @@ int cr__ha_rec_put(cr__ha_buf_t *b, const cr__ha_rec_t *r)
     case CR__HA_VERSION:
         w(b, r->version, 8);
         break;
+    case CR__HA_WIN:
+    case CR__HA_WINEND:
+        rc = wstr(b, r->name);
+        w(b, r->base, 8);
+        w(b, r->seg_size, 8);
+        break;
     default:
         rc = -EINVAL;
     }
@@ -270,6 +276,12 @@ long cr__ha_rec_get(const uint8_t *p, size_t avail, cr__ha_rec_t *rec)
         break;
     case CR__HA_VERSION:
         rec->version = r(&d, 8);
+        break;
+    case CR__HA_WIN:
+    case CR__HA_WINEND:
+        rstr(&d, rec->name);
+        rec->base = r(&d, 8);
+        rec->seg_size = r(&d, 8);
         break;
     default:
         d.bad = 1;

@@ -14,6 +14,10 @@
  *   SEG      u64 base, u64 size, u64 client_hi, u64 client_lo, u16 name_len, name
  *   SEGDROP  u16 name_len, name
  *   VERSION  u64 next_version (versions below it are used)
+ *   WIN      u16 name_len, name, u64 offset, u64 len: an allocation window opened
+ *            on that segment (the leader hands out small replicas from it
+ *            without waiting for its standbys; store-ha.md)
+ *   WINEND   same layout: that window (its opening range) closed
  * Bounds are the RPC ones (key, replicas, shards, segment names); a record
  * over CR__HA_REC_MAX bytes does not exist. */
 #ifndef CR_STORE_MASTER_HA_RECORD_H
@@ -31,6 +35,8 @@ enum cr__ha_rec_type {
     CR__HA_SEG = 4,
     CR__HA_SEGDROP = 5,
     CR__HA_VERSION = 6,
+    CR__HA_WIN = 7,
+    CR__HA_WINEND = 8,
 };
 
 #define CR__HA_OBJ_COMPLETE 0x1
@@ -59,9 +65,9 @@ typedef struct cr__ha_rec {
     uint8_t n_sh[CR__RPC_REPLICA_MAX];
     cr__ha_shard_t sh[CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX]; /* replicas' shards in order */
     char segs[CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX][CR__RPC_SEGMENT_NAME_MAX];
-    uint64_t base, seg_size; /* SEG */
+    uint64_t base, seg_size; /* SEG; WIN/WINEND: base = offset, seg_size = len */
     cr__rpc_client_id_t client;
-    char name[CR__RPC_SEGMENT_NAME_MAX]; /* SEG / SEGDROP */
+    char name[CR__RPC_SEGMENT_NAME_MAX]; /* SEG / SEGDROP / WIN / WINEND */
 } cr__ha_rec_t;
 
 /* Growable byte buffer records are framed into. */

@@ -24,6 +24,8 @@ struct cr__ha_shadow {
     cr__ha_seg_t *segs;
     uint32_t n_segs, cap_segs;
     uint64_t next_version;
+    cr__ha_win_t *wins; /* open allocation windows */
+    uint32_t n_wins, cap_wins;
 };
 
 int cr__ha_shadow_create(cr__ha_shadow_t **out)
@@ -62,6 +64,7 @@ void cr__ha_shadow_reset(cr__ha_shadow_t *s)
     }
     s->count = 0;
     s->n_segs = 0;
+    s->n_wins = 0;
     s->next_version = 0;
 }
 
@@ -72,6 +75,7 @@ void cr__ha_shadow_destroy(cr__ha_shadow_t *s)
     cr__ha_shadow_reset(s);
     free(s->b);
     free(s->segs);
+    free(s->wins);
     free(s);
 }
 
@@ -192,8 +196,35 @@ int cr__ha_shadow_apply(cr__ha_shadow_t *s, const uint8_t *frame, size_t len,
         int i = seg_index(s, r->name);
         if (i >= 0)
             s->segs[i] = s->segs[--s->n_segs];
+        for (uint32_t k = 0; k < s->n_wins;) /* its windows went with it */
+            if (!strcmp(s->wins[k].name, r->name))
+                s->wins[k] = s->wins[--s->n_wins];
+            else
+                k++;
         return 0;
     }
+    case CR__HA_WIN: {
+        if (s->n_wins == s->cap_wins) {
+            uint32_t nc = s->cap_wins ? s->cap_wins * 2 : 16;
+            cr__ha_win_t *n = nc <= CR__HA_WINS_MAX ? realloc(s->wins, nc * sizeof *n) : NULL;
+            if (!n)
+                return -ENOMEM;
+            s->wins = n;
+            s->cap_wins = nc;
+        }
+        cr__ha_win_t *w = &s->wins[s->n_wins++];
+        memcpy(w->name, r->name, sizeof w->name);
+        w->off = r->base;
+        w->len = r->seg_size;
+        return 0;
+    }
+    case CR__HA_WINEND:
+        for (uint32_t k = 0; k < s->n_wins; k++)
+            if (s->wins[k].off == r->base && !strcmp(s->wins[k].name, r->name)) {
+                s->wins[k] = s->wins[--s->n_wins];
+                break;
+            }
+        return 0;
     case CR__HA_VERSION:
         if (r->version > s->next_version)
             s->next_version = r->version;
@@ -235,6 +266,17 @@ int cr__ha_shadow_foreach_seg(const cr__ha_shadow_t *s, int (*fn)(void *, const 
 {
     for (uint32_t i = 0; i < s->n_segs; i++) {
         int rc = fn(user, &s->segs[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int cr__ha_shadow_foreach_win(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_win_t *),
+                              void *user)
+{
+    for (uint32_t i = 0; i < s->n_wins; i++) {
+        int rc = fn(user, &s->wins[i]);
         if (rc)
             return rc;
     }

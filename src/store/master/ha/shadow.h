@@ -21,6 +21,13 @@ typedef struct cr__ha_seg {
     cr__rpc_client_id_t client;
 } cr__ha_seg_t;
 
+/* An allocation window (record.h WIN) not closed yet. */
+typedef struct cr__ha_win {
+    char name[CR__RPC_SEGMENT_NAME_MAX];
+    uint64_t off, len;
+} cr__ha_win_t;
+#define CR__HA_WINS_MAX 4096 /* open windows kept; more is a corrupt stream */
+
 /* Returns 0 and *out or -ENOMEM. */
 int cr__ha_shadow_create(cr__ha_shadow_t **out);
 void cr__ha_shadow_destroy(cr__ha_shadow_t *s);
@@ -43,6 +50,8 @@ uint64_t cr__ha_shadow_next_version(const cr__ha_shadow_t *s);
 
 /* Iteration (no apply in between). fn returns 0 to go on. */
 int cr__ha_shadow_foreach_seg(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_seg_t *),
+                              void *user);
+int cr__ha_shadow_foreach_win(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_win_t *),
                               void *user);
 /* fn gets the object's OBJ record decoded (r->flags has COMPLETE). */
 int cr__ha_shadow_foreach_obj(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_rec_t *),
