@@ -20,9 +20,16 @@ Every repetition runs TE WRITE, the store save+load, TE READ back to back;
 the ratio (store / raw TE) is the median of the per-repetition ratios, shown
 with its min-max. One unmeasured warm-up of each comes first.
 
+With --base OLD-BUILD-DIR the store client of an older build
+(OLD-BUILD-DIR/tools/crescent-bench/crescent-bench, same cluster, same
+target) runs right after the new one in every repetition: a before/after of
+the client in one run, each against the same raw TE figures (the cluster's
+RPC protocol must be the same).
+
 Usage: bench/kvcache/run.sh [--build build] [--reps 5] [--objects 8192]
                             [--sizes 64KiB,16KiB] [--batch 256]
-                            [--protocols tcp,shm] [--out results.md]
+                            [--protocols tcp,shm] [--base OLD-BUILD-DIR]
+                            [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
 """
@@ -64,6 +71,7 @@ def main():
     ap.add_argument("--sizes", default="64KiB,16KiB")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--protocols", default="tcp,shm")
+    ap.add_argument("--base", default="", help="older build dir: its store client runs too")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     if a.objects % a.batch:
@@ -106,26 +114,52 @@ def main():
                         r = te.run_initiator(bench, te_args + ["--operation", op], 600)
                         if r.get("transport") != proto:
                             raise RuntimeError("TE used %s, not %s" % (r.get("transport"), proto))
+                        # initiator CPU per block (us): the client side's cost, which the
+                        # machine's load barely moves
+                        cpu[op].append(float(r.get("cpu_s", "nan")) * 1e6 / a.objects)
                         return float(r["gbps"])
 
+                    def ccpu(res, phase):
+                        return float(res[phase].get("client_cpu_us_per_key", "nan"))
+
+                    cpu = {"write": [], "read": [], "put": [], "get": [], "bput": [], "bget": []}
                     log("%s %s: warm-up" % (size, proto))
                     te_run("write")
                     store.crescent(a.build, cl.addr, st_args)
                     te_run("read")
-                    w, r, p, g = [], [], [], []
+                    if a.base:
+                        store.crescent(a.base, cl.addr, st_args)
+                    w, r, p, g, bp, bg = [], [], [], [], [], []
+                    for k in cpu:
+                        cpu[k] = []
                     for i in range(a.reps):
                         w.append(te_run("write"))
                         res = store.crescent(a.build, cl.addr, st_args)
                         p.append(float(res["batch_put"]["gbps"]))
                         g.append(float(res["batch_get"]["gbps"]))
+                        cpu["put"].append(ccpu(res, "batch_put"))
+                        cpu["get"].append(ccpu(res, "batch_get"))
+                        if a.base:
+                            res = store.crescent(a.base, cl.addr, st_args)
+                            bp.append(float(res["batch_put"]["gbps"]))
+                            bg.append(float(res["batch_get"]["gbps"]))
+                            cpu["bput"].append(ccpu(res, "batch_put"))
+                            cpu["bget"].append(ccpu(res, "batch_get"))
                         r.append(te_run("read"))
-                        log("  rep %d: save %.3f vs TE WRITE %.3f GB/s; load %.3f vs TE READ %.3f GB/s"
-                            % (i + 1, p[-1], w[-1], g[-1], r[-1]))
-                    for what, ours, ref, refname in (("save: batch_put_from", p, w, "TE WRITE"),
-                                                     ("load: batch_get_into", g, r, "TE READ")):
+                        log("  rep %d: save %.3f vs TE WRITE %.3f GB/s; load %.3f vs TE READ %.3f GB/s%s"
+                            % (i + 1, p[-1], w[-1], g[-1], r[-1],
+                               "; before: save %.3f load %.3f" % (bp[-1], bg[-1]) if a.base else ""))
+                    for what, ours, base, ref, refname, ck, bk, tk in (
+                            ("save: batch_put_from", p, bp, w, "TE WRITE", "put", "bput", "write"),
+                            ("load: batch_get_into", g, bg, r, "TE READ", "get", "bget", "read")):
+                        if base:
+                            br = [o / x for o, x in zip(base, ref) if x > 0]
+                            rows.append((size, proto, what + " (before: --base)", refname, med(ref),
+                                         med(base), med(br), min(br), max(br),
+                                         med(cpu[tk]), med(cpu[bk])))
                         ratios = [o / x for o, x in zip(ours, ref) if x > 0]
                         rows.append((size, proto, what, refname, med(ref), med(ours), med(ratios),
-                                     min(ratios), max(ratios)))
+                                     min(ratios), max(ratios), med(cpu[tk]), med(cpu[ck])))
                         log("  %s %s %s: %.3f vs %s %.3f GB/s, ratio %.2f (%.2f-%.2f)" % (
                             size, proto, what, med(ours), refname, med(ref), med(ratios),
                             min(ratios), max(ratios)))
@@ -137,14 +171,17 @@ def main():
     load = os.getloadavg()
     md = ("KV-cache save/load benchmark, %s, %d cores, load average %.1f at the end, median of %d; "
           "%d objects per save/load, %d keys per batch call, 1 client thread; GB/s = 1e9 bytes/s; "
-          "ratio = store / raw TE (median of per-repetition ratios, min-max)\n\n"
+          "ratio = store / raw TE (median of per-repetition ratios, min-max); CPU: user+sys of "
+          "the TE initiator process / the store client process in the timed phase (a store "
+          "client with --base older than this column prints nan)\n\n"
           % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), load[0], a.reps,
              a.objects, a.batch))
-    md += "| object | transport | store call | reference | reference GB/s | store GB/s | ratio | min-max |\n"
-    md += "|---|---|---|---|---|---|---|---|\n"
-    for size, proto, what, refname, ref, ours, ra, lo, hi in rows:
-        md += "| %s | %s | %s | %s | %.3f | %.3f | %.2f | %.2f-%.2f |\n" % (
-            size, proto, what, refname, ref, ours, ra, lo, hi)
+    md += ("| object | transport | store call | reference | reference GB/s | store GB/s | ratio | "
+           "min-max | TE initiator CPU us/block | store client CPU us/key |\n")
+    md += "|---|---|---|---|---|---|---|---|---|---|\n"
+    for size, proto, what, refname, ref, ours, ra, lo, hi, tcpu, scpu in rows:
+        md += "| %s | %s | %s | %s | %.3f | %.3f | %.2f | %.2f-%.2f | %.1f | %.1f |\n" % (
+            size, proto, what, refname, ref, ours, ra, lo, hi, tcpu, scpu)
     print(md)
     if a.out:
         with open(a.out, "w") as f:

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -315,6 +316,19 @@ static double host_busy_s(void)
 }
 
 static double g_host_cpu_s = -1; /* busy host CPU seconds of the phase being printed */
+/* user+sys CPU seconds of this process (client library, its TE threads) in
+ * the phase: unlike host_cpu_s, other load on the machine barely moves it
+ * (-1 when --processes: the children's are not collected) */
+static double g_self_cpu_s = -1;
+
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru))
+        return -1;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
 
 static int print_result(const char *phase, int nthreads, const sb_cfg_t *c, uint64_t calls,
                         uint64_t keys, uint64_t errors, uint64_t vfail, uint64_t ns,
@@ -328,14 +342,16 @@ static int print_result(const char *phase, int nthreads, const sb_cfg_t *c, uint
     printf("RESULT bench=store op=%s value_size=%" PRIu64 " threads=%d processes=%d batch=%d "
            "replica_num=%d calls=%" PRIu64 " keys=%" PRIu64 " seconds=%.3f gbps=%.3f "
            "keys_per_s=%.0f calls_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f "
-           "errors=%" PRIu64 " verify=%s host_cpu_s=%.2f cpu_us_per_key=%.1f\n",
+           "errors=%" PRIu64 " verify=%s host_cpu_s=%.2f cpu_us_per_key=%.1f "
+           "client_cpu_us_per_key=%.2f\n",
            phase, c->value_size, nthreads, (int)c->processes,
            (!strncmp(phase, "batch", 5) || is_exist) ? (int)c->batch : 1, (int)c->replica_num,
            calls, keys, secs, (double)bytes / secs / 1e9, (double)keys / secs,
            (double)calls / secs, cr_bench_lat_pct_us(all, 50), cr_bench_lat_pct_us(all, 99),
            cr_bench_lat_pct_us(all, 99.9), errors,
            (c->verify || is_exist) ? (vfail ? "FAILED" : "ok") : "off", g_host_cpu_s,
-           g_host_cpu_s >= 0 && keys ? g_host_cpu_s * 1e6 / (double)keys : -1.0);
+           g_host_cpu_s >= 0 && keys ? g_host_cpu_s * 1e6 / (double)keys : -1.0,
+           g_self_cpu_s >= 0 && keys ? g_self_cpu_s * 1e6 / (double)keys : -1.0);
     fflush(stdout);
     return (int)(errors + vfail ? 1 : 0);
 }
@@ -355,13 +371,14 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
         if (write_all(g_ready_wr, &ch, 1) || read_all(g_go_rd, &ch, 1))
             _exit(3);
     }
-    double b0 = host_busy_s();
+    double b0 = host_busy_s(), s0 = self_cpu_s();
     pthread_barrier_wait(&g_bar);
     uint64_t t0 = cr__now_ns();
     pthread_barrier_wait(&g_bar);
     uint64_t t1 = cr__now_ns();
-    double b1 = host_busy_s();
+    double b1 = host_busy_s(), s1 = self_cpu_s();
     g_host_cpu_s = b0 >= 0 && b1 >= b0 ? b1 - b0 : -1;
+    g_self_cpu_s = s0 >= 0 && s1 >= s0 ? s1 - s0 : -1;
     for (int i = 0; i < n; i++)
         pthread_join(th[i].tid, NULL);
     pthread_barrier_destroy(&g_bar);
