@@ -1108,3 +1108,29 @@ def test_model_loader_mooncake_saves_a_model(store, cluster):
         mlm.create_store(init_all={"device_name": ""})  # dummy-client mode: not here
     with pytest.raises(ImportError, match="SGLang"):
         from mooncake.model_loader_mooncake import MooncakeModelLoader  # noqa: F401
+
+
+def test_logging_config_from_mc_log_level(monkeypatch):
+    import logging
+    from mooncake.logging_config import configure_logging_from_env
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers))
+    try:
+        monkeypatch.setenv("MC_LOG_LEVEL", "warn")
+        configure_logging_from_env()
+        assert root.level == logging.WARNING and root.handlers
+        handlers = list(root.handlers)
+        configure_logging_from_env()  # same level: untouched
+        assert root.handlers == handlers
+        monkeypatch.setenv("MC_LOG_LEVEL", "TRACE")
+        configure_logging_from_env()
+        assert root.level == logging.DEBUG
+        monkeypatch.setenv("MC_LOG_LEVEL", "chatty")
+        configure_logging_from_env()  # unknown: a warning, level kept
+        assert root.level == logging.DEBUG
+        monkeypatch.setenv("MC_LOG_LEVEL", "")
+        configure_logging_from_env()
+        assert root.level == logging.DEBUG
+    finally:
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
