@@ -212,3 +212,14 @@ def test_entry_point_help_passes_through():
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0
     assert re.search(r"rpc_port", r.stdout), r.stdout[:500]
+
+
+def test_cli_modules_run_the_commands():
+    """mooncake.cli_client / mooncake.cli_bench (Mooncake's module forms of
+    mooncake_client and transfer_engine_bench)."""
+    r = subprocess.run([sys.executable, "-m", "mooncake.cli_client", "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "global_segment_size" in r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "mooncake.cli_bench", "--use_vram=true"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
