@@ -1134,3 +1134,44 @@ def test_logging_config_from_mc_log_level(monkeypatch):
     finally:
         root.handlers[:] = saved[1]
         root.setLevel(saved[0])
+
+
+def test_partial_read_plans_read_the_submatrix(store):
+    """mooncake._partial_read: the planned ranges, read with get_into_ranges
+    from a matrix stored raw, give exactly the numpy submatrix."""
+    from mooncake._partial_read import plan_matrix_read
+    m = np.arange(10 * 6, dtype=np.int32).reshape(10, 6)
+    k = K("mat")
+    assert store.put(k, m.tobytes()) == 0
+    out = np.zeros(10 * 6, dtype=np.int32)
+    p = out.ctypes.data
+    assert store.register_buffer(p, out.nbytes) == 0
+    try:
+        for rows, cols in ((range(10), slice(None)), (range(2, 7), slice(None)),
+                           ((1, 2, 3, 7, 8, 0), slice(None)), (range(1, 9, 3), slice(1, 4)),
+                           ((9, 0), slice(5, None)), (range(3), slice(4, 2))):
+            plan = plan_matrix_read(m.shape, 4, rows, cols, 64)
+            want = m[list(rows)][:, cols]
+            assert plan.shape == want.shape and plan.nbytes == want.nbytes
+            if not plan.nbytes:
+                assert plan.ranges == ()
+                continue
+            src = [[[r[0] for r in plan.ranges]]]
+            dst = [[[r[1] for r in plan.ranges]]]
+            n = [[[r[2] for r in plan.ranges]]]
+            assert store.get_into_ranges([p], [[k]], dst, src, n) == n
+            got = out.view(np.uint8)[:plan.nbytes].view(np.int32).reshape(plan.shape)
+            assert np.array_equal(got, want), (rows, cols)
+        # consecutive whole rows are one range; too many ranges -> None
+        assert plan_matrix_read((10, 6), 4, range(2, 7), slice(None), 1).ranges == \
+            ((2 * 24, 0, 5 * 24),)
+        assert plan_matrix_read((10, 6), 4, (0, 2, 4), slice(None), 2).ranges is None
+        for bad, exc in ((((10,), 4, range(1), slice(None), 4), ValueError),
+                         (((10, 6), 4, [1], slice(None), 4), TypeError),
+                         (((10, 6), 4, range(0, 3, -1), slice(None), 4), ValueError),
+                         (((10, 6), 4, (10,), slice(None), 4), IndexError),
+                         (((10, 6), 4, range(2), slice(0, 6, 2), 4), ValueError)):
+            with pytest.raises(exc):
+                plan_matrix_read(*bad)
+    finally:
+        store.unregister_buffer(p)
