@@ -135,7 +135,8 @@ def get_bench(a, vs, keys, qd, threads, paths):
     issue batches of qd/T keys, so at most qd reads are outstanding, like
     fio's iodepth), then fio on the node's data file right after."""
     d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir)
-    c = Cluster(a.build, d, 64 * MiB, 2048 * MiB, qd=qd)
+    # every get of the timed rounds is a disk read: no promotion to DRAM
+    c = Cluster(a.build, d, 64 * MiB, 2048 * MiB, ["--tier_promote=false"], qd=qd)
     try:
         # the puts (and the offloads they cause) before any timed round: an
         # untimed get run, then until the master's tier tasks are done

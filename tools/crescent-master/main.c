@@ -61,6 +61,7 @@ typedef struct master_opts {
     int allow_evict_soft_pinned_objects;
     double tier_offload_watermark;
     double tier_ssd_high_watermark;
+    int tier_promote;
     int64_t rpc_conn_timeout_seconds;
     int rpc_enable_tcp_no_delay;
     int enable_gc;
@@ -117,6 +118,9 @@ static const cr__cfg_opt_t opts[] = {
         CR__CFG_DOUBLE),
     OPT(tier_ssd_high_watermark, "0.95", "disk tier usage fraction that triggers its eviction",
         CR__CFG_DOUBLE),
+    OPT(tier_promote, "true",
+        "copy a disk-only object back to DRAM on its second hit (when DRAM has room); false "
+        "keeps every disk object on disk (benchmarks of the disk path)", CR__CFG_BOOL),
     OPT(allow_evict_soft_pinned_objects, "true",
         "evict soft-pinned objects (last) when unpinned ones do not free enough", CR__CFG_BOOL),
     OPT(rpc_conn_timeout_seconds, "0",
@@ -314,6 +318,7 @@ int main(int argc, char **argv)
     }
     mc.offload_watermark = o.tier_offload_watermark;
     mc.ssd_high_watermark = o.tier_ssd_high_watermark;
+    mc.tier_no_promote = !o.tier_promote;
     mc.max_objects = o.max_objects > 0 ? (uint64_t)o.max_objects : 0;
     mc.max_key_bytes = o.max_key_bytes;
     cr__auth_cfg_t ac = CR__AUTH_CFG_OF(o);

@@ -61,6 +61,7 @@ typedef struct cr__master_cfg {
                                      cold objects are copied to a disk tier ahead of eviction;
                                      0 = write-through (every completed object) */
     double ssd_high_watermark;    /* --tier_ssd_high_watermark (0.95): disk-tier eviction */
+    int tier_no_promote;          /* --tier_promote=false: disk hits never promote (0) */
     uint32_t max_clients;         /* live clients bound (65536) */
     uint32_t max_segments;        /* mounted segments bound (65536) */
     /* Bounds on object metadata (0 = none): PutStart of a new key past them

@@ -303,7 +303,7 @@ void cr__m_tier_disk_hit(cr__master_t *m, obj_t *o, uint64_t now)
         o->flags |= OF_HIT1; /* a one-hit key stays on disk */
         return;
     }
-    if (o->flags & OF_PROMOTING)
+    if ((o->flags & OF_PROMOTING) || m->cfg.tier_no_promote)
         return;
     /* only into free DRAM: a promotion must not push other objects out */
     double wm = m->cfg.offload_watermark > 0 ? m->cfg.offload_watermark : m->cfg.high_watermark;

@@ -511,6 +511,40 @@ static void test_master_adopt(void **s)
     cr__master_destroy(m);
 }
 
+/* --tier_promote=false: repeated disk hits stay disk hits (no PROMOTE). */
+static void test_master_no_promote_keeps_disk_hits_on_disk(void **s)
+{
+    (void)s;
+    cr__master_cfg_t c;
+    cr__master_cfg_default(&c);
+    c.lease_ttl_ms = 1000;
+    c.offload_watermark = 0;
+    c.tier_no_promote = 1;
+    cr__master_t *m;
+    assert_int_equal(cr__master_create(&c, &m), 0);
+    uint32_t fl;
+    assert_int_equal(cr__master_ping(m, NODE, 0, &fl), 0);
+    assert_int_equal(cr__master_mount(m, NODE, "127.0.0.1:5000", DRAM_BASE, 16 * MiB, 0), 0);
+    cr__rpc_msg_t rep, t, t2;
+    assert_int_equal(tier_call(m, CR__RPC_TIER_MOUNT, NULL, 0, 64 * MiB, 0, &rep), 0);
+    cr__rpc_msg_free(&rep);
+    assert_int_equal(put(m, "q0", MiB, 1, NULL), 0);
+    assert_int_equal(sync_all(m, 2, 0, NULL, 0, &t), 1);
+    sync_all(m, 3, 0, t.items, t.n_items, &t2);
+    cr__rpc_msg_free(&t);
+    cr__rpc_msg_free(&t2);
+    assert_int_equal(cr__master_evict(m, 16 * MiB, 4), 1);
+    for (uint64_t now = 10; now < 14; now++)
+        assert_int_equal(get_tier(m, "q0", now, NULL, NULL), 1);
+    assert_int_equal(sync_all(m, 15, 0, NULL, 0, &t), 0);
+    cr__rpc_msg_free(&t);
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.allocated_bytes, 0);
+    assert_int_equal(st.counters[CR__MM_tier_ssd_promotions_total], 0);
+    cr__master_destroy(m);
+}
+
 static void test_master_promote_second_hit_and_races(void **s)
 {
     (void)s;
@@ -590,6 +624,7 @@ int main(void)
         cmocka_unit_test(test_master_offload_races),
         cmocka_unit_test(test_master_adopt),
         cmocka_unit_test(test_master_promote_second_hit_and_races),
+        cmocka_unit_test(test_master_no_promote_keeps_disk_hits_on_disk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
