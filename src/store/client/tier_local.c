@@ -51,9 +51,9 @@ static int local_connect(cr_store_t *s, const char *segment, int *ufd, int *dfd,
     if (fd < 0)
         return CR__ERRNO();
     if (connect(fd, (struct sockaddr *)&sa, sl)) {
-        int e = errno;
+        int e = CR__ERRNO();
         close(fd);
-        return -e;
+        return e;
     }
     /* the node must be one of ours: same uid (the kernel's word), and a
      * member when security is on (the handshake proves both sides) */
