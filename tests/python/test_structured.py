@@ -1,0 +1,274 @@
+"""mooncake.structured_object_store and mooncake._fast_copy against a real
+cluster (master + storage node started by conftest's fixture)."""
+import ctypes
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_store
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+from mooncake import structured_object_store as sos
+from mooncake.structured_object_store import (
+    BundleTransferPolicy, FieldSchema, MooncakeBundleTransfer, MooncakeDataProtoRef,
+    RemoteBundleRef, StructuredObjectPayload, export_dataproto_ref, import_dataproto_ref)
+
+
+@pytest.fixture
+def mstore(cluster):
+    s = make_store(cluster, cls=MooncakeDistributedStore)
+    yield s
+    s.remove_all()
+    s.close()
+
+
+def all_keys(manifest):
+    keys = [c["key"] for c in manifest["meta"]["chunks"]]
+    for spec in manifest["buffers"].values():
+        keys += [c["key"] for c in spec["chunks"]]
+    return keys
+
+
+def test_bundle_roundtrip_chunks_and_remove(mstore):
+    bt = MooncakeBundleTransfer(mstore, key_prefix="t/bundle", default_chunk_bytes=1000)
+    big = bytes(range(256)) * 10  # 2560 bytes -> 3 chunks
+    ref = bt.put_bundle(b"hdr", {"a": big, "empty": b"", "v": memoryview(b"xyz")},
+                        partition="p0", max_inflight_put=4)
+    assert isinstance(ref, RemoteBundleRef) and ref.manifest_key.startswith("t/bundle/p0/")
+    assert [c["size"] for c in ref.manifest["buffers"]["a"]["chunks"]] == [1000, 1000, 560]
+    assert ref.manifest["buffers"]["empty"]["chunks"] == []
+    keys = all_keys(ref.manifest)
+    assert all(mstore.is_exist(k) == 1 for k in keys + [ref.manifest_key])
+    # read through a ref that only names the manifest key (another process' view)
+    meta, bufs = bt.get_bundle({"manifest_key": ref.manifest_key})
+    assert meta == b"hdr" and bufs == {"a": big, "empty": b"", "v": b"xyz"}
+    bt.remove_bundle(ref)
+    assert all(mstore.is_exist(k) == 0 for k in keys + [ref.manifest_key])
+    with pytest.raises(KeyError, match="not found"):
+        bt.get_bundle({"manifest_key": ref.manifest_key})
+    bt.remove_bundle(ref)  # missing objects: not an error
+
+
+def test_structured_object_members_slices_and_destinations(mstore):
+    bt = MooncakeBundleTransfer(mstore, default_chunk_bytes=4096)
+    arr = np.arange(3000, dtype=np.float32).reshape(1000, 3)   # 12000 bytes: 3 chunks
+    ten = torch.arange(64, dtype=torch.bfloat16).reshape(16, 4)
+    objs = np.empty(3, dtype=object)
+    objs[:] = ["x", {"k": [1, 2]}, None]
+    payload = StructuredObjectPayload(
+        metadata={"step": 7, "tags": ("a", "b")},
+        buffers={"arr": arr, "ten": ten, "raw": bytearray(b"raw!"), "obj": objs,
+                 "val": {"n": 3, "s": "str", "l": [1.5, None]}})
+    ref = bt.put_structured_object(payload, config=ReplicateConfig())
+    res = bt.materialize(bt.read_spec(ref))
+    assert res.metadata == {"step": 7, "tags": ["a", "b"]}
+    np.testing.assert_array_equal(res.objects["arr"], arr)
+    assert res.objects["ten"].dtype == torch.bfloat16 and torch.equal(res.objects["ten"], ten)
+    assert res.objects["raw"] == bytearray(b"raw!")
+    assert res.objects["obj"].dtype == object and list(res.objects["obj"]) == list(objs)
+    assert res.objects["val"] == {"n": 3, "s": "str", "l": [1.5, None]}
+
+    # selected members, row slices (rows 400..899 step 2: reads chunks 1-2 only)
+    spec = bt.read_spec({"manifest_key": ref.manifest_key}).select_members(["arr", "ten"])
+    spec = spec.slice_member("arr", axis=0, start=400, end=900, step=2)
+    spec = spec.slice_member("ten", axis=1, start=1, end=3)
+    res = bt.materialize(spec)
+    assert set(res.objects) == {"arr", "ten"}
+    np.testing.assert_array_equal(res.objects["arr"], arr[400:900:2])
+    assert torch.equal(res.objects["ten"], ten[:, 1:3])
+    empty = bt.materialize(bt.read_spec(ref).select_members(["arr"])
+                           .slice_member("arr", 0, 10, 10))
+    assert empty.objects["arr"].shape == (0, 3)
+
+    # into caller memory
+    dst_np = np.zeros_like(arr)
+    dst_t = torch.zeros(16, 4, dtype=torch.bfloat16)
+    dst_b = bytearray(4)
+    res = bt.materialize_into(bt.read_spec(ref).select_members(["arr", "ten", "raw"]),
+                              {"arr": dst_np, "ten": dst_t, "raw": dst_b})
+    assert res.objects["arr"] is dst_np and res.objects["ten"] is dst_t
+    np.testing.assert_array_equal(dst_np, arr)
+    assert torch.equal(dst_t, ten) and dst_b == b"raw!"
+    with pytest.raises(ValueError, match="destination for arr"):
+        bt.materialize_into(bt.read_spec(ref), {"arr": np.zeros((999, 3), np.float32)})
+    with pytest.raises(ValueError, match="read-only"):
+        bt.materialize_into(bt.read_spec(ref), {"raw": b"1234"})
+    with pytest.raises(KeyError, match="no member 'nope'"):
+        bt.materialize(bt.read_spec(ref).select_members(["nope"]))
+
+    # put_object / get_object: a mapping, and a single value
+    r1 = bt.put_object({"a": np.ones(4, np.int64), "b": b"x"})
+    got = bt.get_object(r1)
+    assert set(got) == {"a", "b"} and got["b"] == b"x"
+    np.testing.assert_array_equal(got["a"], np.ones(4, np.int64))
+    r2 = bt.put_object(torch.tensor([1.0, 2.0]))
+    assert torch.equal(bt.get_object(r2), torch.tensor([1.0, 2.0]))
+    bt.release_result(res)  # nothing borrowed: a no-op that must not fail
+
+
+def _dataproto(n):
+    nt = np.empty(n, dtype=object)
+    nt[:] = ["prompt %d" % i for i in range(n)]
+    return SimpleNamespace(
+        batch={"ids": torch.arange(n * 4, dtype=torch.int64).reshape(n, 4),
+               "mask": torch.ones(n, 4, dtype=torch.bool)},
+        non_tensor_batch={"text": nt},
+        meta_info={"temperature": 0.5, "step": 1})
+
+
+def test_dataproto_put_get_rows_handles_and_append(cluster, mstore):
+    bt = MooncakeBundleTransfer(mstore, default_chunk_bytes=64)
+    dp = _dataproto(6)
+    ref = bt.put(dp, namespace="rl", partition="train", stage="rollout")
+    assert isinstance(ref, MooncakeDataProtoRef) and ref.batch_size == 6
+    out = bt.get(ref)
+    assert torch.equal(out.batch["ids"], dp.batch["ids"])
+    assert torch.equal(out.batch["mask"], dp.batch["mask"])
+    assert list(out.non_tensor_batch["text"]) == list(dp.non_tensor_batch["text"])
+    assert out.meta_info == {"temperature": 0.5, "step": 1}
+
+    part = bt.get_dataproto(ref, batch_fields=["ids"], non_tensor_fields=["text"],
+                            meta_info_keys=["step"], rows=slice(1, 5, 2))
+    assert torch.equal(part.batch["ids"], dp.batch["ids"][1:5:2])
+    assert list(part.non_tensor_batch["text"]) == ["prompt 1", "prompt 3"]
+    assert part.meta_info == {"step": 1}
+    picked = bt.get(ref, fields=["ids"], rows=[5, 0, -1], data_cls=dict)
+    assert torch.equal(picked["batch"]["ids"], dp.batch["ids"][[5, 0, 5]])
+
+    # a JSON handle read by a second client
+    handle = json.loads(json.dumps(export_dataproto_ref(ref)))
+    other = make_store(cluster, cls=MooncakeDistributedStore)
+    try:
+        got = MooncakeBundleTransfer(other).get(handle, fields=["ids"])
+        assert torch.equal(got.batch["ids"], dp.batch["ids"])
+    finally:
+        other.close()
+
+    # append a stage; the previous ref stays as it was
+    adv = torch.randn(6)
+    ref2 = bt.append_dataproto_fields(ref, {"adv": adv}, stage="reward")
+    assert set(ref2.field_index) == {"ids", "mask", "text", "adv"} and "adv" not in ref.field_index
+    assert torch.equal(bt.get(ref2, fields=["adv"]).batch["adv"], adv)
+    view = bt.dataproto_manifest_view(ref2)
+    assert view["fields"]["adv"] == {"stage": "reward", "section": "batch",
+                                     "encoding": "torch_tensor", "dtype": "float32",
+                                     "shape": [6]}
+    with pytest.raises(ValueError, match="overwrite=True"):
+        bt.append_dataproto_fields(ref, {"ids": torch.zeros(6, 4)}, stage="again")
+    with pytest.raises(ValueError, match="rows"):
+        bt.append_dataproto_fields(ref, {"x": torch.zeros(5)}, stage="short")
+    reward_key = ref2.stage_refs["reward"].manifest_key
+    bt.cleanup_dataproto_append(ref, ref2)
+    assert mstore.is_exist(reward_key) == 0
+    assert torch.equal(bt.get(ref, fields=["ids"]).batch["ids"], dp.batch["ids"])
+
+
+def test_flat_dict_and_field_schemas(mstore):
+    bt = MooncakeBundleTransfer(mstore)
+    data = {"x": np.arange(8, dtype=np.int32).reshape(4, 2), "name": ["a", "b", "c", "d"],
+            "cfg": {"lr": 0.1}}
+    ref = bt.put(data, type="dict",
+                 field_schemas={"cfg": FieldSchema("json", metadata={"section": "meta_info"})})
+    assert ref.field_index["x"].section == "batch"
+    assert ref.field_index["name"].section == "non_tensor_batch"
+    assert ref.meta_info == {"cfg": {"lr": 0.1}}
+    out = bt.get(ref, type="dict", rows=slice(2, None))
+    np.testing.assert_array_equal(out["x"], data["x"][2:])
+    assert list(out["name"]) == ["c", "d"] and out["cfg"] == {"lr": 0.1}
+
+
+def test_bad_arguments(mstore):
+    with pytest.raises(TypeError, match="put/get/remove"):
+        MooncakeBundleTransfer(object())
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        MooncakeBundleTransfer(mstore, default_chunk_bytes=0)
+    with pytest.raises(ValueError, match="key_prefix"):
+        MooncakeBundleTransfer(mstore, key_prefix="//")
+    bt = MooncakeBundleTransfer(mstore)
+    with pytest.raises(TypeError, match="meta must be bytes-like"):
+        bt.put_bundle("text", {})
+    with pytest.raises(TypeError, match="buffer b must be bytes-like"):
+        bt.put_bundle(b"", {"b": 3})
+    with pytest.raises(ValueError, match="chunk_bytes"):
+        bt.put_bundle(b"", {}, chunk_bytes=True)
+    with pytest.raises(ValueError, match="max_inflight_put"):
+        bt.put_bundle(b"", {}, max_inflight_put=0)
+    with pytest.raises(ValueError, match="partition"):
+        bt.put_bundle(b"", {}, partition="a/b")
+    with pytest.raises(TypeError, match="requires buffers"):
+        StructuredObjectPayload(metadata={})
+    with pytest.raises(TypeError, match="member x: .*cannot be stored"):
+        bt.put_object({"x": object()})
+    with pytest.raises(ValueError, match="unsupported Mooncake payload type"):
+        bt.put({}, type="yaml")
+    with pytest.raises(TypeError, match="DataProto-like"):
+        bt.put(42)
+    with pytest.raises(ValueError, match="has 3 rows, others have 2"):
+        bt.put({"a": np.zeros(2), "b": np.zeros(3)}, type="dict")
+    with pytest.raises(ValueError, match="reserved"):
+        bt.put_structured_object(StructuredObjectPayload(
+            {sos.STRUCTURED_FIELD_SPECS_KEY: 1}, {}))
+    with pytest.raises(ValueError, match="not a Mooncake DataProto ref handle"):
+        import_dataproto_ref({"type": "other"})
+    with pytest.raises(ValueError, match="unknown stage"):
+        import_dataproto_ref({"type": sos.DATAPROTO_REF_HANDLE_TYPE, "version": 1,
+                              "kind": "bundle_stages", "batch_size": 1, "stage_refs": {},
+                              "field_index": {"f": {"stage": "s", "member": "f",
+                                                    "section": "batch"}}})
+    with pytest.raises(TypeError, match="expected MooncakeDataProtoRef"):
+        bt.get("not a ref")
+    ref = bt.put({"a": np.zeros(2)}, type="dict")
+    with pytest.raises(KeyError, match="no fields"):
+        bt.get(ref, fields=["zzz"])
+    with pytest.raises(IndexError, match="out of range"):
+        bt.get(ref, rows=[2])
+    with pytest.raises(ValueError, match="not a bundle manifest"):
+        mstore.put("plain", b"not json")
+        bt.get_bundle({"manifest_key": "plain"})
+
+
+def test_failed_put_leaves_nothing_behind(mstore):
+    """A chunk put that the store refuses: put_bundle raises with the store's
+    code and removes the chunks it had written."""
+    written = []
+
+    class FailThird:
+        def __init__(self, s):
+            self.s = s
+
+        def put(self, key, value, config=None):
+            if len(written) == 2:
+                return -600
+            written.append(key)
+            return self.s.put(key, value)
+
+        def __getattr__(self, name):
+            return getattr(self.s, name)
+
+    bt = MooncakeBundleTransfer(FailThird(mstore), default_chunk_bytes=10)
+    with pytest.raises(RuntimeError, match="failed: -600"):
+        bt.put_bundle(b"m", {"a": b"x" * 40}, policy=BundleTransferPolicy(max_inflight_put=1))
+    assert len(written) == 2 and all(mstore.is_exist(k) == 0 for k in written)
+
+
+def test_fast_copy():
+    from mooncake._fast_copy import concat_arrays_into
+    a = np.arange(5, dtype=np.int32)
+    b = np.frombuffer(b"hello", dtype=np.uint8)
+    dst = (ctypes.c_uint8 * 25)()
+    assert concat_arrays_into([a, b], ctypes.addressof(dst)) == 25
+    assert bytes(dst) == a.tobytes() + b"hello"
+    dst2 = (ctypes.c_uint8 * 5)()
+    assert concat_arrays_into([a, b], ctypes.addressof(dst2), 1, 5, 4) == 5
+    assert bytes(dst2) == b"hello"
+    assert concat_arrays_into([a], 0, start=3) == 0
+    with pytest.raises(TypeError, match="list"):
+        concat_arrays_into((a,), ctypes.addressof(dst))
+    with pytest.raises(TypeError, match=r"arrays\[1\] is not an ndarray"):
+        concat_arrays_into([a, b"x"], ctypes.addressof(dst))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        concat_arrays_into([np.zeros((4, 4))[:, 1]], ctypes.addressof(dst))
+    with pytest.raises(ValueError, match="NULL"):
+        concat_arrays_into([a], 0)
