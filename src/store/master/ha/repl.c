@@ -64,6 +64,7 @@ struct cr__ha_repl {
     uint64_t applied;
     uint32_t floor;
     int snap_first; /* the next snapshot chunk rewrites the local journal */
+    cr__ha_rec_t *rec; /* decode scratch of cr__ha_repl_apply (33 KiB: once, not per append) */
     int need_reset; /* the state came from elsewhere (journal, nothing): the next
                        stream must start with a snapshot (RESET), never append
                        a leader's log to it */
@@ -123,6 +124,7 @@ void cr__ha_repl_destroy(cr__ha_repl_t *r)
         return;
     cr__ha_repl_unlead(r);
     cr__ha_shadow_destroy(r->sh);
+    free(r->rec);
     cr__ha_buf_free(&r->log);
     free(r->offs);
     pthread_cond_destroy(&r->cv);
@@ -640,10 +642,12 @@ int cr__ha_repl_wait(cr__ha_repl_t *r, uint64_t mark)
 int cr__ha_repl_apply(cr__ha_repl_t *r, uint32_t epoch, uint32_t flags, uint64_t first_seq,
                       const uint8_t *blob, size_t len, uint64_t *applied)
 {
-    cr__ha_rec_t *rec = malloc(sizeof *rec); /* 33 KiB: not in TLS nor on the stack */
-    if (!rec)
-        return -ENOMEM;
     pthread_mutex_lock(&r->mu);
+    if (!r->rec && !(r->rec = malloc(sizeof *r->rec))) { /* not in TLS nor on the stack */
+        pthread_mutex_unlock(&r->mu);
+        return -ENOMEM;
+    }
+    cr__ha_rec_t *rec = r->rec; /* guarded by mu, like the whole apply */
     int rc = 0;
     if (epoch < r->floor || r->leading) {
         r->st.appends_refused++;
@@ -699,7 +703,6 @@ int cr__ha_repl_apply(cr__ha_repl_t *r, uint32_t epoch, uint32_t flags, uint64_t
     *applied = r->applied;
 out:
     pthread_mutex_unlock(&r->mu);
-    free(rec);
     return rc;
 }
 
