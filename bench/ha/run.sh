@@ -4,6 +4,8 @@
 #      real etcd, semi-synchronous replication to two standbys), interleaved
 #      off/on for --reps repetitions: 4 KiB put p50/p99 (1 thread) and 1 MiB put GB/s
 #      (4 threads), same three nodes, same etcd TE metadata for both.
+#      Reference in the same run: redis-benchmark SET 4 KiB, one client (-c 1 -P 1),
+#      against a private redis-server (issue 16: 4 KiB put p50 <= Redis SET p50).
 #   2. failover: tests/store/ha's failover scenario with --kills leader SIGKILLs
 #      (kill -> first completed put), p50/max.
 # Usage: bench/ha/run.sh [--build build] [--reps 3] [--kills 10]
@@ -36,6 +38,14 @@ etcd --name i10-bench --data-dir "$dir/etcd" --listen-client-urls "http://127.0.
 pids+=($!)
 for _ in $(seq 100); do etcdctl --endpoints "127.0.0.1:$ep" put /i10-bench/up 1 >/dev/null 2>&1 && break; sleep 0.1; done
 meta="etcd://127.0.0.1:$ep"
+rp=""
+if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
+  rp=$(port)
+  redis-server --port "$rp" --bind 127.0.0.1 --save "" --appendonly no --protected-mode no \
+    >"$dir/redis.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do redis-cli -p "$rp" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+fi
 
 wait_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done; echo "no $1" >&2; return 1; }
 
@@ -83,6 +93,9 @@ for r in $(seq "$reps"); do
     echo "rep $r ha=$mode 1MiB: $big"
     stop_cluster
   done
+  if [ -n "$rp" ]; then
+    echo "rep $r redis SET 4KiB -c 1: $(redis-benchmark -p "$rp" -t set -d 4096 -c 1 -n 20000 -P 1 --csv | grep -i '"SET"')"
+  fi
 done
 
 echo "# failover: $kills leader SIGKILLs under load (lease 2 s)"
