@@ -153,7 +153,10 @@ static void rs_win_hold(rs_ctx_t *x, uint32_t s, const rs_range_t *rg, size_t n,
 {
     cr__master_t *m = x->m;
     seg_t *sg = &m->segs[s];
-    uint64_t cur = w->off, end = w->off + w->len, until = x->now + 2 * m->cfg.put_timeout_ms;
+    uint64_t hold = 2 * m->cfg.put_timeout_ms;
+    if (hold < CR__M_RTASK_TIMEOUT_MS) /* a copy task's target block (rtask.c) */
+        hold = CR__M_RTASK_TIMEOUT_MS;
+    uint64_t cur = w->off, end = w->off + w->len, until = x->now + hold;
     if (end < cur)
         return;
     for (size_t k = 0; k <= n && cur < end; k++) {

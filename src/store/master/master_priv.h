@@ -405,8 +405,14 @@ obj_t *cr__m_obj_add_replica(cr__master_t *m, obj_t *o, uint32_t seg, uint32_t b
 uint32_t cr__m_win_alloc(cr__master_t *m, uint32_t s, uint64_t size, int *confirmed);
 /* Frees the rest of s's window (recorded as WINEND). */
 void cr__m_win_close(cr__master_t *m, uint32_t s);
-/* WIN records of every open window (the snapshot). */
+/* WIN records of every open window and replica-task hold (the snapshot). */
 void cr__m_jr_wins(cr__master_t *m);
+/* A WIN/WINEND record of [off, off+len) on sg: space handed to a writer
+ * the index does not describe (a window, a copy task's target block). */
+void cr__m_jr_range(cr__master_t *m, uint8_t type, const seg_t *sg, uint64_t off, uint64_t len);
+/* Replica tasks and copy targets time out after this (rtask.c); a restored
+ * window or hold stays quarantined at least as long. */
+#define CR__M_RTASK_TIMEOUT_MS 60000
 
 /* ---- rtask.c: replica copy/move tasks, per-replica clear ----------------- */
 
@@ -415,6 +421,8 @@ int cr__m_rtask_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc
                               uint64_t now);
 /* Periodic: tasks not driven to their end in time fail. */
 void cr__m_rtask_tick(cr__master_t *m, uint64_t now);
+/* WIN records of the target blocks copy tasks hold (the snapshot). */
+void cr__m_rtask_jr_holds(cr__master_t *m);
 void cr__m_rtask_destroy(cr__master_t *m);
 
 #endif

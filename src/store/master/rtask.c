@@ -26,7 +26,7 @@
 
 #define RTASK_LIVE_MAX 1024       /* tasks pending or processing */
 #define RTASK_DONE_MAX 4096       /* finished tasks kept for query_task */
-#define RTASK_TIMEOUT_MS 60000    /* start-to-end (and create-to-start) bound */
+#define RTASK_TIMEOUT_MS CR__M_RTASK_TIMEOUT_MS /* start-to-end (and create-to-start) bound */
 #define RTASK_TARGETS_MAX (CR__RPC_REPLICA_MAX - 1)
 #define RTASK_MSG 96
 
@@ -49,6 +49,12 @@ typedef struct rtask {
     char msg[RTASK_MSG];
     uint16_t key_len;
     char *key;
+    /* HA: target blocks handed out at START are recorded as held (WIN,
+     * store-ha.md) until adopted at END or their quarantine ends, so a new
+     * leader never gives them to another object while a copier writes */
+    uint8_t holds;                       /* bit i: target i's WIN not ended */
+    uint64_t hold_off[RTASK_TARGETS_MAX], hold_len[RTASK_TARGETS_MAX];
+    uint64_t hold_until;                 /* released targets: WINEND from then */
 } rtask_t;
 
 struct cr__mrtask {
@@ -85,12 +91,40 @@ static rtask_t *task_find(cr__master_t *m, uint64_t hi, uint64_t lo)
     return NULL;
 }
 
+/* WINEND for the holds of t whose segment is still the one they were on
+ * (a dropped segment's records went with its SEGDROP). */
+static void holds_end(cr__master_t *m, rtask_t *t)
+{
+    for (uint32_t i = 0; t->holds && i < t->n_tgt; i++) {
+        if (!(t->holds & (1u << i)))
+            continue;
+        seg_t *sg = &m->segs[t->tgt[i]];
+        if (sg->live && sg->gen == t->gen[i])
+            cr__m_jr_range(m, CR__HA_WINEND, sg, t->hold_off[i], t->hold_len[i]);
+        t->holds &= (uint8_t)~(1u << i);
+    }
+}
+
+void cr__m_rtask_jr_holds(cr__master_t *m)
+{
+    struct cr__mrtask *T = m->rtask;
+    for (size_t k = 0; T && k < T->n; k++) {
+        rtask_t *t = &T->t[k];
+        for (uint32_t i = 0; t->holds && i < t->n_tgt; i++) {
+            seg_t *sg = &m->segs[t->tgt[i]];
+            if ((t->holds & (1u << i)) && sg->live && sg->gen == t->gen[i])
+                cr__m_jr_range(m, CR__HA_WIN, sg, t->hold_off[i], t->hold_len[i]);
+        }
+    }
+}
+
 /* Drops the oldest finished tasks beyond RTASK_DONE_MAX. */
-static void prune_done(struct cr__mrtask *T)
+static void prune_done(cr__master_t *m, struct cr__mrtask *T)
 {
     size_t done = T->n - T->live;
     for (size_t i = 0; i < T->n && done > RTASK_DONE_MAX;) {
         if (T->t[i].status >= T_SUCCESS) {
+            holds_end(m, &T->t[i]);
             free(T->t[i].key);
             memmove(&T->t[i], &T->t[i + 1], (T->n - i - 1) * sizeof *T->t);
             T->n--;
@@ -113,6 +147,7 @@ static void release_targets(cr__master_t *m, rtask_t *t, uint64_t now)
             cr__m_block_release(m, t->tgt[i], t->blk[i], now + RTASK_TIMEOUT_MS, now);
         t->blk[i] = NONE32;
     }
+    t->hold_until = now + RTASK_TIMEOUT_MS; /* a copier may write until then */
 }
 
 static void finish(cr__master_t *m, rtask_t *t, int err, const char *why, uint64_t now)
@@ -245,7 +280,7 @@ static int create_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_
     T->t[T->n++] = t;
     T->live++;
     CNT(m, rtask_created_total)++;
-    prune_done(T);
+    prune_done(m, T);
     reply->base = t.hi;
     reply->count = t.lo;
     return 0;
@@ -345,6 +380,10 @@ static int start_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t
         m->allocated += cr__oalloc_block_size(sg->alloc, b);
         t->blk[i] = b;
         t->gen[i] = sg->gen;
+        t->hold_off[i] = cr__oalloc_block_offset(sg->alloc, b);
+        t->hold_len[i] = cr__oalloc_block_size(sg->alloc, b);
+        t->holds |= (uint8_t)(1u << i);
+        cr__m_jr_range(m, CR__HA_WIN, sg, t->hold_off[i], t->hold_len[i]);
         n_new++;
     }
     reply->items = cr__rpc_msg_alloc(reply, (1 + n_new) * sizeof *reply->items);
@@ -453,6 +492,7 @@ static int end_locked(cr__master_t *m, const cr__rpc_msg_t *req, uint64_t now)
     m->state_seq++;
     cr__m_jr_obj(m, o);
     finish(m, t, 0, "", now);
+    holds_end(m, t); /* the OBJ record above describes the adopted blocks */
     return 0;
 }
 
@@ -531,4 +571,7 @@ void cr__m_rtask_tick(cr__master_t *m, uint64_t now)
             finish(m, t, CR_E_RPC_FAIL, "timed out", now);
         }
     }
+    for (size_t i = 0; T && i < T->n; i++) /* released targets past their quarantine */
+        if (T->t[i].holds && T->t[i].status >= T_SUCCESS && T->t[i].hold_until <= now)
+            holds_end(m, &T->t[i]);
 }

@@ -25,16 +25,21 @@
 #define WIN_SEG_FRACTION 16 /* a window is at most 1/16 of its segment */
 #define WIN_OBJ_FRACTION 4  /* replicas up to 1/4 of a window are carved */
 
-static void jr_win(cr__master_t *m, uint8_t type, seg_t *sg)
+void cr__m_jr_range(cr__master_t *m, uint8_t type, const seg_t *sg, uint64_t off, uint64_t len)
 {
     if (!m->jfn)
         return;
     memset(&m->jrec, 0, offsetof(cr__ha_rec_t, segs));
     m->jrec.type = type;
     memcpy(m->jrec.name, sg->name, sizeof m->jrec.name);
-    m->jrec.base = sg->win_start;
-    m->jrec.seg_size = sg->win_end - sg->win_start;
+    m->jrec.base = off;
+    m->jrec.seg_size = len;
     cr__m_jr_emit(m);
+}
+
+static void jr_win(cr__master_t *m, uint8_t type, seg_t *sg)
+{
+    cr__m_jr_range(m, type, sg, sg->win_start, sg->win_end - sg->win_start);
 }
 
 static uint64_t win_len(const seg_t *sg)
@@ -115,6 +120,7 @@ void cr__m_jr_wins(cr__master_t *m)
     for (uint32_t s = 0; s < m->n_segs; s++)
         if (m->segs[s].live && m->segs[s].win_end)
             jr_win(m, CR__HA_WIN, &m->segs[s]);
+    cr__m_rtask_jr_holds(m); /* copy targets handed out, same record */
 }
 
 void cr__master_windows(cr__master_t *m, int on)

@@ -158,6 +158,79 @@ static uint64_t allocated(cr__master_t *m)
     return st.allocated_bytes;
 }
 
+static void collect(void *u, const uint8_t *frame, size_t len) { cr__ha_buf_append(u, frame, len); }
+
+static int count_win(void *u, const cr__ha_win_t *w)
+{
+    (void)w;
+    (*(int *)u)++;
+    return 0;
+}
+
+/* open WIN holds in the records of b */
+static int holds_in(const cr__ha_buf_t *b)
+{
+    cr__ha_shadow_t *sh;
+    assert_int_equal(cr__ha_shadow_create(&sh), 0);
+    assert_int_equal(cr__ha_shadow_load(sh, b->p, b->len), (long)b->len);
+    int n = 0;
+    assert_int_equal(cr__ha_shadow_foreach_win(sh, count_win, &n), 0);
+    cr__ha_shadow_destroy(sh);
+    return n;
+}
+
+/* HA: a copy's target block is recorded as held from START until END
+ * adopts it (or its quarantine after a failure ends), so a master restored
+ * from those records (a new leader) keeps it quarantined while the copier
+ * may still write there instead of giving it to a new object. */
+static void test_copy_target_held_across_failover(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk();
+    cr__ha_buf_t jb = {0};
+    assert_int_equal(cr__master_dump(m, &jb, NULL, NULL), 0); /* the mounts, then the log */
+    cr__master_set_journal(m, collect, &jb);
+    put(m, "k", 1 * MiB, "segA", 1);
+    put(m, "k2", 1 * MiB, "segA", 1);
+    const char *tb[] = {"segB"};
+    uint64_t hi, lo, hi2, lo2;
+    uint32_t n_new;
+    assert_int_equal(create(m, CA, 0, "k", NULL, tb, 1, 2, &hi, &lo), 0);
+    cr__master_wait_reset();
+    assert_int_equal(start(m, CA, hi, lo, 3, &n_new), 0);
+    assert_int_equal(n_new, 1);
+    assert_int_equal(cr__master_wait_needed(), 1); /* START waits for the standbys */
+    assert_int_equal(holds_in(&jb), 1);
+    /* a new leader with these records: the target block is quarantined */
+    cr__ha_shadow_t *sh;
+    assert_int_equal(cr__ha_shadow_create(&sh), 0);
+    assert_int_equal(cr__ha_shadow_load(sh, jb.p, jb.len), (long)jb.len);
+    cr__master_cfg_t c;
+    cr__master_cfg_default(&c);
+    c.put_timeout_ms = 30000;
+    cr__master_t *m2;
+    assert_int_equal(cr__master_create(&c, &m2), 0);
+    assert_int_equal(cr__master_restore(m2, sh, 10, NULL), 0);
+    cr__ha_shadow_destroy(sh);
+    cr__master_stats_t st;
+    cr__master_stats(m2, &st);
+    assert_int_equal(st.quarantine_bytes, 1 * MiB);
+    cr__master_destroy(m2);
+    /* END adopts the block: the hold ends with the object's record */
+    assert_int_equal(end(m, CA, hi, lo, 0, 4), 0);
+    assert_int_equal(holds_in(&jb), 0);
+    /* a failed copy: held until its quarantine ends */
+    const char *tc[] = {"segC"};
+    assert_int_equal(create(m, CA, 0, "k2", NULL, tc, 1, 5, &hi2, &lo2), 0);
+    assert_int_equal(start(m, CA, hi2, lo2, 6, &n_new), 0);
+    assert_int_equal(end(m, CA, hi2, lo2, -1, 7), 0);
+    assert_int_equal(holds_in(&jb), 1);
+    cr__master_tick(m, 7 + 60000);
+    assert_int_equal(holds_in(&jb), 0);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb);
+}
+
 static void test_copy_adds_replicas_at_end_only(void **s)
 {
     (void)s;
@@ -349,6 +422,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copy_adds_replicas_at_end_only),
+        cmocka_unit_test(test_copy_target_held_across_failover),
         cmocka_unit_test(test_move_drops_the_source),
         cmocka_unit_test(test_failed_and_timed_out_tasks_change_nothing),
         cmocka_unit_test(test_mooncake_error_cases),
