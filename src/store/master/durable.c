@@ -320,7 +320,8 @@ static int rs_build(rs_ctx_t *x)
         seg_t *sg = &m->segs[x->seg0 + i];
         size_t n = x->n_rg[i];
         rs_range_t *rg = x->rg[i];
-        qsort(rg, n, sizeof *rg, rs_cmp);
+        if (n) /* rg is NULL for a segment without objects */
+            qsort(rg, n, sizeof *rg, rs_cmp);
         uint64_t *offs = malloc((n + 1) * sizeof *offs), *lens = malloc((n + 1) * sizeof *lens);
         uint32_t *blk = malloc((n + 1) * sizeof *blk);
         if (!offs || !lens || !blk) {
