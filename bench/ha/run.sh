@@ -9,6 +9,7 @@
 #   2. failover: tests/store/ha's failover scenario with --kills leader SIGKILLs
 #      (kill -> first completed put), p50/max.
 # Usage: bench/ha/run.sh [--build build] [--reps 3] [--kills 10]
+#   MASTER_ARGS="..." adds flags to every crescent-master (both modes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build reps=3 kills=10
@@ -53,7 +54,7 @@ wait_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done; 
 start_cluster() {
   cpids=()
   if [ "$1" = off ]; then
-    "$M" --rpc_address 127.0.0.1 --rpc_port 0 --metrics_port -1 --port_file "$dir/m.port" >"$dir/m-off.log" 2>&1 &
+    "$M" --rpc_address 127.0.0.1 --rpc_port 0 --metrics_port -1 --port_file "$dir/m.port" ${MASTER_ARGS:-} >"$dir/m-off.log" 2>&1 &
     cpids+=($!)
     wait_file "$dir/m.port"
     addr="127.0.0.1:$(sed -n 's/listening rpc=\([0-9]*\).*/\1/p' "$dir/m.port")"
@@ -62,7 +63,7 @@ start_cluster() {
     etcdctl --endpoints "127.0.0.1:$ep" del --prefix /crescent/bench >/dev/null
     for i in 0 1 2; do
       "$M" --enable_ha --etcd_endpoints "127.0.0.1:$ep" --cluster_id bench --rpc_address 127.0.0.1 \
-        --rpc_port 0 --metrics_port -1 --port_file "$dir/m$i.port" >"$dir/m-on$i.log" 2>&1 &
+        --rpc_port 0 --metrics_port -1 --port_file "$dir/m$i.port" ${MASTER_ARGS:-} >"$dir/m-on$i.log" 2>&1 &
       cpids+=($!)
     done
     for i in 0 1 2; do wait_file "$dir/m$i.port"; rm -f "$dir/m$i.port"; done
