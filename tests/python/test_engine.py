@@ -551,3 +551,120 @@ def test_send_probe(engine, peer):
     assert got == [["after", "probe"]]
     with pytest.raises(TypeError):
         engine.send_probe(None)
+
+
+def test_declarative_transfer_api(engine, peer):
+    """mooncake.transfer: local -> remote writes, remote -> local reads, and the
+    argument checks Mooncake's declarative API makes."""
+    from mooncake import transfer as mt
+    assert mt.TransferEngine is TransferEngine and mt.TransferOpcode is TransferOpcode
+    src = registered(engine, 8192, 0x3C)
+    rc = mt.transfer(mt.local_buffer(src.ctypes.data, 8192),
+                     mt.remote_buffer(peer.name, peer.addr + 100), engine=engine)
+    assert rc == 0 and peer.read(100, 8192) == bytes([0x3C]) * 8192
+    dst = registered(engine, 4096)
+    req = mt.TransferRequest(mt.remote_buffer(peer.name, peer.addr + 100, 4096),
+                             mt.local_buffer(dst.ctypes.data), transport_hint="")
+    assert req.execute(engine) == 0 and dst.tobytes() == bytes([0x3C]) * 4096
+    ep = mt.TransferEndpoint.remote(peer.name, 5)
+    assert ep.is_remote and not ep.is_local
+    with pytest.raises(ValueError, match="must be provided"):
+        mt.transfer(mt.local_buffer(1), mt.remote_buffer("h:1", 2), engine=engine)
+    with pytest.raises(ValueError, match="conflicting"):
+        mt.transfer(mt.local_buffer(1, 4), mt.remote_buffer("h:1", 2, 8), engine=engine)
+    with pytest.raises(ValueError, match="positive"):
+        mt.transfer(mt.local_buffer(1), mt.remote_buffer("h:1", 2), engine=engine, length=0)
+    with pytest.raises(ValueError, match="exactly one remote"):
+        mt.transfer(mt.local_buffer(1), mt.local_buffer(2), engine=engine, length=4)
+    with pytest.raises(ValueError, match="non-negative"):
+        mt.local_buffer(-1)
+    with pytest.raises(ValueError, match="non-empty"):
+        mt.remote_buffer("", 0)
+    with pytest.raises(TypeError, match="TransferEndpoint"):
+        mt.transfer(1, 2, engine=engine, length=1)
+    # an unregistered local range is refused by the engine, not a crash
+    junk = np.zeros(64, dtype=np.uint8)
+    assert mt.transfer(mt.local_buffer(junk.ctypes.data, 64),
+                       mt.remote_buffer(peer.name, peer.addr), engine=engine) < 0
+
+
+SHARED_RANK = r"""
+import ctypes, sys
+from mooncake.engine import SharedSegment
+seg, blob = SharedSegment.create("t", 8192, 2, 1, owner_rank=0, mmap=True)
+seg.complete([bytes.fromhex(sys.argv[1]), blob])
+print(ctypes.string_at(seg.base_addr() + 10, 5).decode())
+ctypes.memmove(seg.base_addr() + 100, b"from rank 1", 11)
+"""
+
+
+def test_shared_segment_host_memory_across_processes():
+    """mooncake.engine.SharedSegment with mmap=True: the owner's memory is
+    mapped by another process; the device backend is refused."""
+    import ctypes
+    from mooncake.engine import SharedSegment
+    assert SharedSegment.supported(mmap=True) and not SharedSegment.supported()
+    seg, blob = SharedSegment.create("t", 8192, 2, 0, owner_rank=0, mmap=True)
+    assert not seg.ready() and seg.base_addr() == 0 and seg.size() == 8192
+    _, other_blob = SharedSegment.create("t", 8192, 2, 1, owner_rank=0, mmap=True)
+    seg.complete([blob, other_blob])
+    assert seg.ready() and seg.base_addr() != 0 and seg.device_addr() == 0
+    ctypes.memmove(seg.base_addr() + 10, b"hello", 5)
+    out = subprocess.run([sys.executable, "-c", SHARED_RANK, blob.hex()], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "hello"
+    assert ctypes.string_at(seg.base_addr() + 100, 11) == b"from rank 1"
+    with pytest.raises(RuntimeError, match="already complete"):
+        seg.complete([blob, other_blob])
+    seg.close()
+    with pytest.raises(RuntimeError, match="Not implemented"):
+        SharedSegment.create("d", 4096, 1, 0)
+    with pytest.raises(RuntimeError, match="size"):
+        SharedSegment.create("z", 0, 1, 0, mmap=True)
+    with pytest.raises(RuntimeError, match="rank_id"):
+        SharedSegment.create("z", 4096, 2, 2, mmap=True)
+    with pytest.raises(TypeError):
+        SharedSegment.create("z", "4096", 1, 0, mmap=True)
+    with pytest.raises(TypeError, match="create"):
+        SharedSegment()
+    s2, b2 = SharedSegment.create("q", 4096, 2, 1, owner_rank=0, mmap=True)
+    with pytest.raises(RuntimeError, match="blobs for world_size"):
+        s2.complete([b2])
+    with pytest.raises(RuntimeError, match="does not describe"):
+        s2.complete([b2, b2])
+    forged = json.dumps({"magic": "crescent-shared-segment-1", "rank": 0, "owner": 0,
+                         "size": 4096, "name": "q", "path": "/etc/passwd"}).encode()
+    with pytest.raises(RuntimeError, match="names no shared segment file"):
+        s2.complete([forged, b2])
+
+
+def test_transfer_engine_package_training_to_inference():
+    """mooncake.transfer_engine: MooncakeTraining pushes tensors that
+    MooncakeInference receives (ZMQ for the names, the engine for the bytes)."""
+    import torch
+    from conftest import free_port
+    from mooncake.transfer_engine import MooncakeTransferEngine, get_dtype_str, shape_to_stride
+    from mooncake.transfer_engine.mooncake_training import MooncakeTraining
+    from mooncake.transfer_engine.mooncake_inference import MooncakeInference
+    assert shape_to_stride([2, 3, 4]) == [12, 4, 1] and get_dtype_str(torch.bfloat16) == "bfloat16"
+    with pytest.raises(RuntimeError, match="RDMA"):
+        MooncakeTransferEngine("127.0.0.1", 0, ib_device="mlx5_0")
+    port = free_port()
+    cfg = {"training_ip": "127.0.0.1", "inference_ip": "127.0.0.1", "port": port,
+           "send_bulk": 4, "bind_ip": "127.0.0.1"}
+    train = MooncakeTraining(cfg)
+    infer = MooncakeInference(cfg)
+    try:
+        w = torch.arange(3000, dtype=torch.float32).reshape(30, 100)
+        b = torch.ones(7, dtype=torch.bfloat16)
+        train.reg_tensor("w", w)
+        train.reg_tensor("b", b)
+        got = infer.recv_tensor()
+        assert list(got) == ["w"] and torch.equal(got["w"], w)
+        got = infer.recv_tensor()
+        assert torch.equal(got["b"], b) and got["b"].dtype == torch.bfloat16
+        assert train.error is None and train.report() >= 0
+    finally:
+        infer.close()
+        train.close()

@@ -10,3 +10,7 @@ SUPPORT_EFA = False
 SUPPORT_HIP = False
 SUPPORT_MNNVL = False
 SUPPORT_INTRA_NVLINK = False
+
+from mooncake._shared_segment import SharedSegment  # noqa: E402
+
+__all__.append("SharedSegment")

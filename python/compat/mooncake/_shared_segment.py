@@ -1,0 +1,166 @@
+"""mooncake.engine.SharedSegment on crescent: one memory region shared by the
+ranks of a host, set up in two phases (Mooncake's protocol, crescent's code).
+
+    seg, blob = SharedSegment.create(name, size, world_size, rank_id,
+                                     owner_rank=0, device_id=0, mmap=True)
+    blobs = all_gather(blob)          # the caller's collective, indexed by rank
+    seg.complete(blobs)
+    seg.ready(), seg.base_addr(), seg.size()
+
+``mmap=True`` is host shared memory: the owner rank creates a file in
+/dev/shm of ``size`` bytes (mode 0600, a random name) and its blob names it;
+``complete`` maps the owner's file in every rank. The owner unlinks the file
+when its segment is released (``close()`` or garbage collection); mappings
+made by the other ranks stay valid. ``mmap=False`` is Mooncake's device
+backend (CUDA / Ascend IPC handles): not supported here, ``supported()``
+says False and ``create`` raises RuntimeError as a Mooncake build without
+that backend does.
+"""
+import json
+import mmap as _mmap
+import os
+import re
+import secrets
+import threading
+
+_MAX_SEGMENT_BYTES = 1 << 40  # 1 TiB
+_MAX_BLOB_BYTES = 4096
+_MAX_WORLD = 1 << 16
+_SHM_DIR = "/dev/shm"
+_BLOB_MAGIC = "crescent-shared-segment-1"
+
+
+def _check_uint(what, v, limit):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError("SharedSegment: %s must be an int, got %r" % (what, v))
+    if v < 0 or v >= limit:
+        raise RuntimeError("Invalid argument: SharedSegment %s %d out of range [0, %d)"
+                           % (what, v, limit))
+    return v
+
+
+class SharedSegment:
+    """A region shared across the ranks of one host (see the module doc)."""
+
+    def __init__(self, *a, **kw):
+        raise TypeError("SharedSegment has no constructor; use SharedSegment.create()")
+
+    @staticmethod
+    def supported(mmap=False):
+        """Whether this build can share memory across processes in that mode."""
+        return bool(mmap)
+
+    @classmethod
+    def create(cls, name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=False):
+        """Phase one: returns (segment, blob); all-gather the blobs, then complete()."""
+        if not isinstance(name, str):
+            raise TypeError("SharedSegment: name must be a str")
+        if not mmap:
+            raise RuntimeError("Not implemented: this build has no device shared segment "
+                               "backend (CUDA / Ascend); use mmap=True for host memory")
+        if isinstance(world_size, bool) or not isinstance(world_size, int):
+            raise TypeError("SharedSegment: world_size must be an int")
+        if world_size < 1 or world_size > _MAX_WORLD:
+            raise RuntimeError("Invalid argument: SharedSegment world_size must be in "
+                               "[1, %d]" % _MAX_WORLD)
+        _check_uint("rank_id", rank_id, world_size)
+        _check_uint("owner_rank", owner_rank, world_size)
+        if isinstance(device_id, bool) or not isinstance(device_id, int):
+            raise TypeError("SharedSegment: device_id must be an int")
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError("SharedSegment: size must be an int")
+        if size <= 0 or size > _MAX_SEGMENT_BYTES:
+            raise RuntimeError("Invalid argument: Shared segment size must be in (0, %d]"
+                               % _MAX_SEGMENT_BYTES)
+        seg = object.__new__(cls)
+        seg._name, seg._size, seg._world, seg._rank, seg._owner = \
+            name, size, world_size, rank_id, owner_rank
+        seg._map = None
+        seg._path = None
+        seg._lock = threading.Lock()
+        info = {"magic": _BLOB_MAGIC, "rank": rank_id, "owner": owner_rank, "size": size,
+                "name": name}
+        if rank_id == owner_rank:
+            tag = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64] or "seg"
+            path = os.path.join(_SHM_DIR, "crescent-seg-%s-%s" % (tag, secrets.token_hex(8)))
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                os.close(fd)
+                os.unlink(path)
+                raise
+            os.close(fd)
+            seg._path = path
+            info["path"] = path
+        return seg, json.dumps(info, sort_keys=True).encode()
+
+    def complete(self, blobs):
+        """Phase two: ``blobs[r]`` is rank r's blob from create(); maps the owner's memory."""
+        if isinstance(blobs, (bytes, str)) or not hasattr(blobs, "__len__"):
+            raise TypeError("SharedSegment.complete: blobs must be a list of bytes")
+        if len(blobs) != self._world:
+            raise RuntimeError("Invalid argument: got %d blobs for world_size %d"
+                               % (len(blobs), self._world))
+        with self._lock:
+            if self._map is not None:
+                raise RuntimeError("Invalid argument: SharedSegment already complete")
+            raw = blobs[self._owner]
+            if not isinstance(raw, (bytes, bytearray)) or len(raw) > _MAX_BLOB_BYTES:
+                raise RuntimeError("Invalid argument: owner blob is not a shared segment blob")
+            try:
+                info = json.loads(bytes(raw))
+            except ValueError:
+                info = None
+            if (not isinstance(info, dict) or info.get("magic") != _BLOB_MAGIC
+                    or info.get("rank") != self._owner or info.get("size") != self._size
+                    or info.get("name") != self._name):
+                raise RuntimeError("Invalid argument: owner blob does not describe this "
+                                   "segment (name, size or owner differ)")
+            path = info.get("path")
+            if (not isinstance(path, str) or os.path.dirname(path) != _SHM_DIR
+                    or not os.path.basename(path).startswith("crescent-seg-")):
+                raise RuntimeError("Invalid argument: owner blob names no shared segment file")
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+            try:
+                if os.fstat(fd).st_size < self._size:
+                    raise RuntimeError("Invalid argument: shared segment file is shorter "
+                                       "than the segment")
+                self._map = _mmap.mmap(fd, self._size, _mmap.MAP_SHARED,
+                                       _mmap.PROT_READ | _mmap.PROT_WRITE)
+            finally:
+                os.close(fd)
+            import ctypes
+            self._addr = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+
+    def ready(self):
+        return self._map is not None
+
+    def base_addr(self):
+        """Address of the shared memory in this process (0 before complete())."""
+        return self._addr if self._map is not None else 0
+
+    def device_addr(self):
+        """0: host memory, no device mapping."""
+        return 0
+
+    def size(self):
+        return self._size
+
+    def close(self):
+        """Release this rank's side; the owner removes the /dev/shm file.
+        (The mapping stays until the object is garbage collected, so
+        base_addr() never points at unmapped memory while it is alive.)"""
+        path, self._path = getattr(self, "_path", None), None
+        if path:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self):
+        return "<SharedSegment %r size=%d rank=%d/%d ready=%s>" % (
+            self._name, self._size, self._rank, self._world, self.ready())
