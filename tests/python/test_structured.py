@@ -272,3 +272,72 @@ def test_fast_copy():
         concat_arrays_into([np.zeros((4, 4))[:, 1]], ctypes.addressof(dst))
     with pytest.raises(ValueError, match="NULL"):
         concat_arrays_into([a], 0)
+
+
+def test_dataproto_catalog_publish_resolve_get_and_retire(mstore):
+    """mooncake.dataproto_catalog: two fragments published for keys of one
+    partition, a read across both in key order, tags merged, idempotent
+    publish, and the store objects of a fragment removed once no key and no
+    pinned reader refers to it."""
+    from mooncake.dataproto_catalog import DataProtoCatalog, DataProtoCatalogTransfer
+    cat = DataProtoCatalog()
+    bt = MooncakeBundleTransfer(mstore, default_chunk_bytes=256)
+    client = DataProtoCatalogTransfer(bt, lambda name, *a, **k: getattr(cat, name)(*a, **k))
+    d1, d2 = _dataproto(3), _dataproto(2)
+    d2.batch["ids"] += 100
+    r1 = client.put(d1, partition="p", keys=["a", "b", "c"], tags=[{"s": 1}] * 3)
+    assert r1["keys"] == ["a", "b", "c"] and set(r1["fields"]) == {"ids", "mask", "text"}
+    client.put(d2, partition="p", keys=["d", "e"])
+    client.put(None, partition="p", keys=["a"], tags=[{"t": 2}])
+    assert cat.list("p")["p"]["a"] == {"s": 1, "t": 2} and cat.list("zz") == {}
+    out = client.get("p", ["e", "a", "c"], ["ids", "text"])
+    assert torch.equal(out.batch["ids"], torch.stack([d2.batch["ids"][1], d1.batch["ids"][0],
+                                                      d1.batch["ids"][2]]))
+    assert list(out.non_tensor_batch["text"]) == ["prompt 1", "prompt 0", "prompt 2"]
+    assert out.meta_info == {"temperature": 0.5, "step": 1} and out.tags[1] == {"s": 1, "t": 2}
+    assert not cat._pins  # the read was released
+
+    # a pinned reader keeps a fragment whose keys are removed
+    res = client.resolve("p", ["d"])
+    fid = next(iter(res["handles"]))
+    client.remove("p", ["d", "e"])
+    assert mstore.is_exist(fid) == 1
+    client.release_read(res["read_token"])
+    assert mstore.is_exist(fid) == 0 and cat._retired == {}
+    client.release_read(res["read_token"])  # idempotent
+
+    # publish is idempotent per operation id; mismatches and bad input refused
+    h = export_dataproto_ref(bt.put(_dataproto(1)))
+    first = cat.publish("op1", "q", ["x"], handle=h)
+    assert cat.publish("op1", "q", ["other"], handle=h) == first
+    with pytest.raises(ValueError, match="does not match 2 logical keys"):
+        cat.update("q", ["y", "z"], handle=h)
+    with pytest.raises(ValueError, match="management mismatch"):
+        cat.update("q", ["y"], handle=h)
+    with pytest.raises(ValueError, match="requires tags or a DataProto handle"):
+        cat.update("q", ["y"])
+    with pytest.raises(ValueError, match="unique"):
+        cat.update("q", ["y", "y"], tags=[{}, {}])
+    with pytest.raises(ValueError, match="same length"):
+        cat.update("q", ["y"], tags=[{}, {}])
+    with pytest.raises(ValueError, match="not found"):
+        cat.resolve("q", ["nope"])
+    with pytest.raises(ValueError, match="not ready"):
+        cat.update("q", ["y"], tags=[{}])
+        cat.resolve("q", ["x", "y"], ["ids"])
+    with pytest.raises(ValueError, match="does not match 2 logical keys"):
+        client.put(_dataproto(3), partition="q", keys=["m", "n"])
+
+    # drain retires every managed fragment and removes its objects
+    res = cat.resolve("q", ["x"], pin=True)
+    with pytest.raises(RuntimeError, match="active read"):
+        client.drain()
+    cat.release_read(res["read_token"])
+    keys_a = bt.resolve_manifest(RemoteBundleRef(
+        import_dataproto_ref(h).stage_refs["default"].manifest_key, {}))
+    client.drain()
+    assert all(mstore.is_exist(k) == 0 for k in all_keys(keys_a))
+    assert cat._retired == {}
+    with pytest.raises(RuntimeError, match="drained"):
+        cat.update("q", ["x"], tags=[{}])
+    client.close()

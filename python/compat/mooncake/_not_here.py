@@ -24,7 +24,6 @@ WHY = {
                              "which is here)",
     "vllm_v1_proxy_server": "vLLM disaggregation proxy; crescent's scheduler is crescent-conductor",
     "transfer_engine_exp": "experimental Transfer Engine bindings (use mooncake.engine)",
-    "dataproto_catalog": "not implemented by crescent (a layer above mooncake.store)",
     "dataproto_transfer": "not implemented by crescent (a layer above mooncake.store)",
     "model_loader": "not implemented by crescent (model weights over mooncake.store)",
     "weight_store": "not implemented by crescent (model weights over mooncake.store)",

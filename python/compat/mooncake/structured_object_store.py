@@ -940,6 +940,15 @@ class MooncakeBundleTransfer:
                                    if k in spec}}
         return out
 
+    def cleanup_dataproto(self, ref: DataProtoRefLike) -> None:
+        """Remove every stage object of a stored DataProto (a ref or a handle)."""
+        ref = _resolve_dataproto_ref(ref)
+        for sref in ref.stage_refs.values():
+            try:
+                self.remove_bundle(sref)
+            except KeyError:  # manifest already gone: removed before
+                pass
+
     def cleanup_dataproto_append(self, previous: DataProtoRefLike,
                                  appended: DataProtoRefLike) -> None:
         """Remove the stages ``appended`` added to ``previous`` (an append that will not
@@ -1002,6 +1011,18 @@ def _rows_of(name: str, v: Any) -> int:
         return len(v)
     raise TypeError("DataProto field %s must be a tensor, an ndarray or a list, not %s"
                     % (name, type(v).__name__))
+
+
+def dataproto_batch_size(data: Any) -> int:
+    """Rows of a DataProto-like object (``len()`` when it has one)."""
+    try:
+        return len(data)
+    except TypeError:
+        pass
+    batch, non_tensor, _ = _dataproto_envelope(data)
+    for n, v in {**batch, **non_tensor}.items():
+        return _rows_of(n, v)
+    return 0
 
 
 def _dataproto_envelope(data: Any):
