@@ -304,21 +304,34 @@ def safetensors_write(path, tensors, metadata=None):
     os.replace(tmp, path)
 
 
+def _st_header(f, path):
+    """(header dict, header length, file size) of an open safetensors file."""
+    size = os.fstat(f.fileno()).st_size
+    head = f.read(8)
+    if len(head) != 8:
+        raise ValueError("%s: not a safetensors file (too short)" % path)
+    (n,) = struct.unpack("<Q", head)
+    if n > SAFETENSORS_HEADER_MAX or 8 + n > size:
+        raise ValueError("%s: header length %d out of bounds" % (path, n))
+    header = json.loads(f.read(n))
+    if not isinstance(header, dict):
+        raise ValueError("%s: header is not an object" % path)
+    return header, n, size
+
+
+def safetensors_names(path):
+    """Names of the tensors in a safetensors file, in header order."""
+    with open(path, "rb") as f:
+        header, _, _ = _st_header(f, path)
+    return [k for k in header if k != "__metadata__"]
+
+
 def safetensors_read(path, name=None):
     """The tensor `name` of a safetensors file (the only / first tensor when
     name is None). Raises OSError / ValueError on a missing or bad file."""
     t = torch()
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        head = f.read(8)
-        if len(head) != 8:
-            raise ValueError("%s: not a safetensors file (too short)" % path)
-        (n,) = struct.unpack("<Q", head)
-        if n > SAFETENSORS_HEADER_MAX or 8 + n > size:
-            raise ValueError("%s: header length %d out of bounds" % (path, n))
-        header = json.loads(f.read(n))
-        if not isinstance(header, dict):
-            raise ValueError("%s: header is not an object" % path)
+        header, n, size = _st_header(f, path)
         names = [k for k in header if k != "__metadata__"]
         if name is None:
             if not names:

@@ -43,7 +43,7 @@ def test_pip_install_target(tmp_path):
     script = r"""
 import os, re, subprocess, sys, time
 import crescent, mooncake.store as ms
-import mooncake.transfer_engine, mooncake.structured_object_store
+import mooncake.transfer_engine, mooncake.structured_object_store, mooncake.model_loader
 assert mooncake.transfer_engine.__file__.startswith(%(tgt)r)
 assert crescent._crescent.__file__.startswith(%(tgt)r), crescent._crescent.__file__
 assert crescent.find_executable("crescent-master").startswith(%(tgt)r)

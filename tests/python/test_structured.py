@@ -1,6 +1,7 @@
 """mooncake.structured_object_store and mooncake._fast_copy against a real
 cluster (master + storage node started by conftest's fixture)."""
 import ctypes
+import os
 import json
 from types import SimpleNamespace
 
@@ -341,3 +342,100 @@ def test_dataproto_catalog_publish_resolve_get_and_retire(mstore):
     with pytest.raises(RuntimeError, match="drained"):
         cat.update("q", ["x"], tags=[{}])
     client.close()
+
+
+def _net(fill=None):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    m[2].weight.data = m[2].weight.data.to(torch.bfloat16).float()
+    if fill is not None:
+        with torch.no_grad():
+            for p in m.parameters():
+                p.fill_(fill)
+    return m
+
+
+def test_model_loader_save_load_seed_and_files(mstore, tmp_path):
+    """mooncake.model_loader's framework-free parts against a real cluster."""
+    import mooncake.model_loader as ml
+    from mooncake.model_loader.config import MooncakeStoreLoaderConfig, parse_model_name
+    from crescent import tensor_codec
+
+    assert parse_model_name("mooncake:///org/m") == "org/m"
+    assert parse_model_name("mooncake://m") == "m"
+    with pytest.raises(ValueError, match="scheme"):
+        parse_model_name("http://x/m")
+    with pytest.raises(ValueError, match="Missing model name"):
+        parse_model_name("mooncake:///")
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text('{"hidden": 8}')
+    (ckpt / "tokenizer_config.json").write_text("{}")
+    src = _net()
+    conn = ml.create_remote_connector("mooncake:///m1", device="cpu", store=mstore)
+    ml.save_model(src, "mooncake:///m1", model_path=str(ckpt), rank=0, connector=conn)
+    assert mstore.is_exist("m1/keys/rank_0/0.weight") == 1
+    dst = _net(fill=0.0)
+    ml.load_weights_into(dst, "mooncake:///m1", rank=0, connector=conn)
+    for (n, a), (_, b) in zip(src.state_dict().items(), dst.state_dict().items()):
+        assert torch.equal(a, b), n
+    x = torch.randn(2, 4)
+    assert torch.equal(src(x), dst(x))
+    assert sorted(conn.list("m1/files/")) == ["m1/files/config.json",
+                                              "m1/files/tokenizer_config.json"]
+    local = ml.RemoteWeightIO("mooncake:///m1", connector=conn).materialize_files()
+    assert open(os.path.join(local, "config.json")).read() == '{"hidden": 8}'
+
+    # seeded from safetensors shards with an index, loaded as rank 1
+    sd = _net().state_dict()
+    names = list(sd)
+    tensor_codec.safetensors_write(str(ckpt / "a.safetensors"), {n: sd[n] for n in names[:2]})
+    tensor_codec.safetensors_write(str(ckpt / "b.safetensors"), {n: sd[n] for n in names[2:]})
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {n: ("a" if i < 2 else "b") + ".safetensors"
+                        for i, n in enumerate(names)}}))
+    conn2 = ml.create_mooncake_connector("mooncake:///m2", store=mstore)
+    ml.seed_model_from_files(str(ckpt), "mooncake:///m2", tp_rank=1, connector=conn2,
+                             batch_size=1)
+    dst2 = _net(fill=0.0)
+    ml.load_weights_into(dst2, "mooncake:///m2", rank=1, connector=conn2)
+    assert all(torch.equal(sd[n], dst2.state_dict()[n]) for n in names)
+    assert conn2.getstr("m2/files/config.json") == '{"hidden": 8}'
+
+    # errors: missing keys, wrong sizes, bad tensors, remote files, bad index
+    with pytest.raises(RuntimeError, match="m1/keys/rank_5/0.weight: error=-704"):
+        ml.load_weights_into(_net(), "mooncake:///m1", rank=5, connector=conn)
+    with pytest.raises(RuntimeError, match="0.weight: error=-10"):  # buffer too small
+        conn.get_into("keys/rank_0/0.weight", torch.zeros(4))
+    with pytest.raises(RuntimeError, match="expected 256 bytes, got 128"):
+        conn.get_into("keys/rank_0/0.weight", torch.zeros(64))
+    with pytest.raises(ValueError, match="not contiguous"):
+        conn.get_into("keys/rank_0/0.weight", torch.zeros(8, 4).t())
+    with pytest.raises(NotImplementedError):
+        conn.get("x")
+    with pytest.raises(ValueError, match="only local files"):
+        ml.seed_model_from_files("s3://bucket/m", "mooncake:///m3", connector=conn)
+    (ckpt / "model.safetensors.index.json").write_text('{"weight_map": {"w": "../x.safetensors"}}')
+    with pytest.raises(ValueError, match="outside the checkpoint"):
+        ml.seed_model_from_files(str(ckpt), "mooncake:///m3", connector=conn)
+    with pytest.raises(ValueError, match="batch_size"):
+        ml.RemoteWeightIO("mooncake:///m1", connector=conn, batch_size=0)
+    # a stored index naming a path is not followed when files are pulled
+    conn.setstr("m1/files/sub/../../evil", "x")
+    conn.pull_files()
+    assert not os.path.exists(os.path.join(local, "..", "evil"))
+    for mod, fw in (("vllm_loader", "vLLM"), ("sglang_adapter", "SGLang"),
+                    ("sglang_launch", "SGLang")):
+        with pytest.raises(ImportError, match=fw):
+            __import__("mooncake.model_loader." + mod)
+    cfg = MooncakeStoreLoaderConfig.from_mapping({"master": "127.0.0.1:1", "standalone_storage": 1,
+                                                  "client_server_address": "127.0.0.1:2"})
+    with pytest.raises(RuntimeError, match="error code: -1011"):
+        ml.MooncakeStoreConnector("mooncake:///m", config=cfg)
+    with pytest.raises(ValueError, match="replica_num"):
+        MooncakeStoreLoaderConfig.from_mapping({"master": "x", "replica_num": 0})
+    d = conn.get_local_dir()
+    conn.close()
+    conn2.close()
+    assert not os.path.exists(d)

@@ -25,7 +25,6 @@ WHY = {
     "vllm_v1_proxy_server": "vLLM disaggregation proxy; crescent's scheduler is crescent-conductor",
     "transfer_engine_exp": "experimental Transfer Engine bindings (use mooncake.engine)",
     "dataproto_transfer": "not implemented by crescent (a layer above mooncake.store)",
-    "model_loader": "not implemented by crescent (model weights over mooncake.store)",
     "weight_store": "not implemented by crescent (model weights over mooncake.store)",
     "weight_transfer": "not implemented by crescent (model weights over mooncake.store)",
 }
@@ -34,3 +33,9 @@ WHY = {
 def refuse(module):
     short = module.rsplit(".", 1)[-1]
     raise ImportError("%s is not provided by crescent: %s" % (module, WHY[short]), name=module)
+
+
+def refuse_framework(module, framework):
+    """Import-time refusal of a module that drives an inference framework absent here."""
+    raise ImportError("%s needs %s, which is not installed (crescent provides the "
+                      "framework-free parts of its package)" % (module, framework), name=module)

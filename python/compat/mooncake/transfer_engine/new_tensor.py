@@ -30,7 +30,8 @@ def get_child_tensor(tensor, shape, offset):
     n = 1
     for d in shape:
         n *= int(d)
-    if offset < 0 or offset + n > tensor.untyped_storage().nbytes() // tensor.element_size():
+    st = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
+    if offset < 0 or offset + n > st.nbytes() // tensor.element_size():
         raise ValueError("child tensor %s at offset %d exceeds the storage" % (list(shape), offset))
     return tensor.as_strided(list(shape), shape_to_stride(shape), storage_offset=offset)
 
