@@ -13,8 +13,16 @@ Rows (each figure: median over --reps):
   master RPC ping / put p50   crescent-master-bench, 1 thread: one RPC / PutStart+PutEnd
                               (what TLS adds per control-plane call)
 The ratio column is on/off (1.00 = free). Security costs a handshake per
-connection and signatures on metadata; the data path itself is unchanged, so
-the ratios measure that nothing per-request was added.
+connection, signatures on metadata and, on the store's data path, a
+per-object capability with every TE request (80 bytes, one HMAC per grant
+on the node, one per shard on the master).
+
+Two more modes isolate parts of "on" (store rows only: the TE rows use raw
+engines, which carry no capabilities):
+  nocap   the key, but the master grants no capabilities
+          (CRESCENT_MASTER_CAPABILITIES=false): column on/nocap = their cost
+  nocrc   security on, the end-to-end checksum off for the bench client
+          (CRESCENT_STORE_CHECKSUM=0): column on/nocrc = the checksum's cost
 
 A third mode, "tls" (TLS with mutual certificates on the control plane,
 CRESCENT_TLS_CERT/KEY/CA for every process, certificates made with the
@@ -48,11 +56,13 @@ sb = load("store_bench_run", os.path.join(ROOT, "bench", "store", "run.py"))
 TLS_ENV = ("CRESCENT_TLS_CERT", "CRESCENT_TLS_KEY", "CRESCENT_TLS_CA")
 
 
-def set_security(on, key, tls=None):
+def set_security(on, key, tls=None, caps=True, crc=True):
     if on:
         os.environ["CRESCENT_CLUSTER_KEY_FILE"] = key
     else:
         os.environ.pop("CRESCENT_CLUSTER_KEY_FILE", None)
+    os.environ["CRESCENT_MASTER_CAPABILITIES"] = "true" if caps else "false"
+    os.environ["CRESCENT_STORE_CHECKSUM"] = "1" if crc else "0"
     for k in TLS_ENV:
         if tls:
             os.environ[k] = tls[k]
@@ -121,6 +131,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--out")
     ap.add_argument("--no-tls", action="store_true", help="leave the TLS mode out")
+    ap.add_argument("--no-parts", action="store_true",
+                    help="leave the nocap/nocrc modes (cost of capabilities, checksum) out")
     a = ap.parse_args()
     bench = os.path.join(a.build, "tools", "crescent-bench", "crescent-bench")
     d = tempfile.mkdtemp(prefix="crescent-sec-bench-")
@@ -129,7 +141,8 @@ def main():
         f.write(os.urandom(32).hex() + "\n")
     sb.LEASE_WAIT_S = getattr(sb, "LEASE_WAIT_S", 0)
     tls = None if a.no_tls else make_pki(d)
-    modes = ("off", "on") + (() if a.no_tls else ("tls",))
+    modes = ("off", "on") + (() if a.no_parts else ("nocap", "nocrc")) + \
+        (() if a.no_tls else ("tls",))
     rows = {}  # name -> {"off": [...], "on": [...], "tls": [...]}, unit
 
     def add(name, mode, val, unit):
@@ -138,11 +151,13 @@ def main():
     try:
         for rep in range(a.reps):
             for mode in modes:
-                set_security(mode == "on", key, tls if mode == "tls" else None)
+                set_security(mode in ("on", "nocap", "nocrc"), key, tls if mode == "tls" else None,
+                             caps=mode != "nocap", crc=mode != "nocrc")
                 te.log("rep %d security %s" % (rep + 1, mode))
-                if mode != "tls":
+                if mode in ("off", "on"):
                     te_rows(bench, a.seconds, mode, add)
-                rpc_rows(a.build, a.seconds, mode, add)
+                if mode in ("off", "on", "tls"):
+                    rpc_rows(a.build, a.seconds, mode, add)
                 r = store_case(a.build, "1MB", 50)
                 add("store 1 MiB put", mode, float(r["put"]["gbps"]), "GB/s")
                 add("store 1 MiB get", mode, float(r["get"]["gbps"]), "GB/s")
@@ -151,25 +166,26 @@ def main():
                 add("store 4 KiB get p50", mode, float(r["get"]["p50_us"]), "us")
     finally:
         set_security(False, key)
+        os.environ.pop("CRESCENT_MASTER_CAPABILITIES", None)
+        os.environ.pop("CRESCENT_STORE_CHECKSUM", None)
         te.cleanup()
         sb.cleanup()
-    t = "tls" in modes
-    out = ["| benchmark | security off | security on (key) |%s unit | on/off |%s" %
-           (" TLS |" if t else "", " TLS/off |" if t else ""),
-           "|---|---|---|%s---|---|%s" % ("---|" if t else "", "---|" if t else "")]
+    names = {"off": "security off", "on": "security on (key)", "nocap": "on, no capabilities",
+             "nocrc": "on, no checksum", "tls": "TLS"}
+    ratios = [("on/off", "on", "off"), ("on/nocap", "on", "nocap"), ("on/nocrc", "on", "nocrc"),
+              ("TLS/off", "tls", "off")]
+    ratios = [r for r in ratios if r[1] in modes and r[2] in modes]
+    out = ["| benchmark | %s | unit | %s |" % (" | ".join(names[m] for m in modes),
+                                              " | ".join(r[0] for r in ratios)),
+           "|---|%s---|%s" % ("---|" * len(modes), "---|" * len(ratios))]
     med = lambda xs: statistics.median(xs) if xs else float("nan")
     for name, (v, unit) in rows.items():
-        off, on, tl = med(v["off"]), med(v["on"]), med(v.get("tls", []))
+        m = {k: med(v.get(k, [])) for k in modes}
         fmt = "%.0f" if unit == "req/s" else "%.3f" if unit == "GB/s" else "%.1f"
-        ratio = lambda x: ("%.2f" % (x / off)) if off and x == x else "-"
         cell = lambda x: fmt % x if x == x else "-"
-        line = "| %s | %s | %s |" % (name, cell(off), cell(on))
-        if t:
-            line += " %s |" % cell(tl)
-        line += " %s | %s |" % (unit, ratio(on))
-        if t:
-            line += " %s |" % ratio(tl)
-        out.append(line)
+        ratio = lambda x, y: ("%.3f" % (x / y)) if y and x == x and y == y else "-"
+        out.append("| %s | %s | %s | %s |" % (name, " | ".join(cell(m[k]) for k in modes), unit,
+                                              " | ".join(ratio(m[a], m[b]) for _, a, b in ratios)))
     text = "\n".join(out)
     print(text)
     if a.out:

@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "transfer/capability.h"
 #include "transfer/xfer_internal.h"
 
 int cr_xfer_batch_alloc(cr_xfer_engine_t *e, size_t capacity, cr_xfer_batch_t **out)
@@ -263,7 +264,9 @@ static int by_peer_then_index(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-int cr_xfer_batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs, size_t n)
+/* caps: NULL, or one capability pointer (NULL or CR__CAP_LEN bytes) per request */
+static int batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs,
+                        const uint8_t *const *caps, size_t n)
 {
     if (!b || (n && !reqs))
         return -EINVAL;
@@ -296,6 +299,7 @@ int cr_xfer_batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs, size
         t->index = (uint32_t)(base + i);
         t->deadline_ns = deadline;
         t->caller_waits = b->caller_waits;
+        t->cap = caps ? caps[i] : NULL;
         int err = validate(e, &reqs[i], t, refreshed, &n_refreshed);
         if (err) {
             fail_now(t, err);
@@ -327,6 +331,17 @@ int cr_xfer_batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs, size
     }
     free(group);
     return 0;
+}
+
+int cr_xfer_batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs, size_t n)
+{
+    return batch_submit(b, reqs, NULL, n);
+}
+
+int cr__xfer_batch_submit_caps(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs,
+                               const uint8_t *const *caps, size_t n)
+{
+    return batch_submit(b, reqs, caps, n);
 }
 
 int cr_xfer_batch_status(cr_xfer_batch_t *b, size_t index, cr_xfer_status_t *out)
@@ -481,8 +496,8 @@ int cr_xfer_batch_notify(cr_xfer_batch_t *b, cr_xfer_segment_t target, const voi
     return now || rec || dropped ? 0 : -ENOMEM;
 }
 
-int cr_xfer_transfer_sync(cr_xfer_engine_t *e, const cr_xfer_request_t *reqs, size_t n,
-                          int *results)
+int cr__xfer_transfer_sync_caps(cr_xfer_engine_t *e, const cr_xfer_request_t *reqs,
+                                const uint8_t *const *caps, size_t n, int *results)
 {
     if (!e || !reqs || n == 0 || n > CR_XFER_BATCH_MAX)
         return -EINVAL;
@@ -494,7 +509,7 @@ int cr_xfer_transfer_sync(cr_xfer_engine_t *e, const cr_xfer_request_t *reqs, si
      * here rather than wake a worker and be woken back); several stay
      * parallel */
     b->caller_waits = n == 1;
-    rc = cr_xfer_batch_submit(b, reqs, n);
+    rc = batch_submit(b, reqs, caps, n);
     if (rc) {
         cr_xfer_batch_free(b);
         return rc;
@@ -507,4 +522,10 @@ int cr_xfer_transfer_sync(cr_xfer_engine_t *e, const cr_xfer_request_t *reqs, si
             results[i] = atomic_load(&b->tasks[i].error);
     cr_xfer_batch_free(b);
     return rc;
+}
+
+int cr_xfer_transfer_sync(cr_xfer_engine_t *e, const cr_xfer_request_t *reqs, size_t n,
+                          int *results)
+{
+    return cr__xfer_transfer_sync_caps(e, reqs, NULL, n, results);
 }

@@ -201,6 +201,7 @@ static void teardown(cr_xfer_engine_t *e, int published)
     pthread_mutex_destroy(&e->peer_lock);
     pthread_mutex_destroy(&e->publish_lock);
     pthread_mutex_destroy(&e->batch_list_lock);
+    pthread_mutex_destroy(&e->cap_mu);
     cr__auth_free(e->auth);
     cr__tls_free(e->tls);
     free(e);
@@ -216,6 +217,7 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
     pthread_mutex_init(&e->peer_lock, NULL);
     pthread_mutex_init(&e->publish_lock, NULL);
     pthread_mutex_init(&e->batch_list_lock, NULL);
+    pthread_mutex_init(&e->cap_mu, NULL);
     int rc = build_config(params, &e->cfg);
     if (rc)
         goto fail_early;
@@ -294,6 +296,7 @@ fail_early:
     pthread_mutex_destroy(&e->peer_lock);
     pthread_mutex_destroy(&e->publish_lock);
     pthread_mutex_destroy(&e->batch_list_lock);
+    pthread_mutex_destroy(&e->cap_mu);
     free(e);
     return rc;
 }

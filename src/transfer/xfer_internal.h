@@ -102,6 +102,15 @@ struct cr_xfer_engine {
     cr__meta_t *meta; /* NULL in p2p mode */
     struct cr__auth *auth; /* cluster key (common/auth); NULL = security off */
     struct cr__tls *tls;   /* TLS to the metadata service (common/tls); NULL = off */
+    /* per-object capabilities (capability.c): once a key is installed every
+     * remote READ/WRITE of this engine's memory needs a capability */
+    pthread_mutex_t cap_mu;  /* guards cap_key, cap_seg */
+    uint8_t cap_key[32];
+    uint64_t cap_seg;
+    atomic_uint cap_gen;     /* bumped at each key change (verified-cap caches) */
+    atomic_uint cap_floor;   /* newest master epoch seen: older capabilities are refused */
+    atomic_int cap_on;
+    atomic_uint_fast64_t cap_refused; /* requests refused for want of a capability */
     cr__topology_t topo;
     atomic_int destroying;
 

@@ -22,10 +22,17 @@ static void test_verify(void **st)
     (void)st;
     uint8_t b[CR__CAP_LEN];
     cr__cap_t c;
-    assert_int_equal(cr__cap_mint(K1, CR__CAP_READ, 7, 4096, 1000, NOW + 5000, b), 0);
+    assert_int_equal(cr__cap_mint(K1, CR__CAP_READ, 7, 0, 4096, 1000, NOW + 5000, b), 0);
     assert_int_equal(cr__cap_verify(K1, 7, b, sizeof b, NOW, &c), 0);
     assert_int_equal(c.addr, 4096);
     assert_int_equal(c.len, 1000);
+    assert_int_equal(c.epoch, 0);
+    uint8_t e[CR__CAP_LEN]; /* the epoch travels signed */
+    assert_int_equal(cr__cap_mint(K1, CR__CAP_READ, 7, 42, 4096, 1000, NOW + 5000, e), 0);
+    assert_int_equal(cr__cap_verify(K1, 7, e, sizeof e, NOW, &c), 0);
+    assert_int_equal(c.epoch, 42);
+    e[40] = 43;
+    assert_int_equal(cr__cap_verify(K1, 7, e, sizeof e, NOW, &c), -EACCES);
     assert_int_equal(cr__cap_verify(K2, 7, b, sizeof b, NOW, &c), -EACCES);     /* another key */
     assert_int_equal(cr__cap_verify(K1, 8, b, sizeof b, NOW, &c), -EACCES);     /* another segment */
     assert_int_equal(cr__cap_verify(K1, 7, b, sizeof b, NOW + 5000, &c), -EACCES); /* expired */
@@ -37,10 +44,10 @@ static void test_verify(void **st)
         assert_int_not_equal(cr__cap_verify(K1, 7, t, sizeof t, NOW, &c), 0);
     }
     assert_int_equal(cr__cap_verify(K1, 7, b, sizeof b - 1, NOW, &c), -EBADMSG);
-    assert_int_equal(cr__cap_mint(K1, 0, 7, 0, 1, NOW, b), -EINVAL);
-    assert_int_equal(cr__cap_mint(K1, CR__CAP_READ, 7, 0, 0, NOW, b), -EINVAL);
-    assert_int_equal(cr__cap_mint(K1, CR__CAP_READ, 7, UINT64_MAX - 1, 4, NOW, b), -EINVAL);
-    assert_int_equal(cr__cap_mint(K1, 4, 7, 0, 1, NOW, b), -EINVAL);
+    assert_int_equal(cr__cap_mint(K1, 0, 7, 0, 0, 1, NOW, b), -EINVAL);
+    assert_int_equal(cr__cap_mint(K1, CR__CAP_READ, 7, 0, 0, 0, NOW, b), -EINVAL);
+    assert_int_equal(cr__cap_mint(K1, CR__CAP_READ, 7, 0, UINT64_MAX - 1, 4, NOW, b), -EINVAL);
+    assert_int_equal(cr__cap_mint(K1, 4, 7, 0, 0, 1, NOW, b), -EINVAL);
 }
 
 static void test_covers(void **st)
@@ -48,7 +55,7 @@ static void test_covers(void **st)
     (void)st;
     uint8_t b[CR__CAP_LEN];
     cr__cap_t c;
-    assert_int_equal(cr__cap_mint(K1, CR__CAP_WRITE, 1, 4096, 1000, NOW + 5000, b), 0);
+    assert_int_equal(cr__cap_mint(K1, CR__CAP_WRITE, 1, 0, 4096, 1000, NOW + 5000, b), 0);
     assert_int_equal(cr__cap_verify(K1, 1, b, sizeof b, NOW, &c), 0);
     assert_true(cr__cap_covers(&c, CR__CAP_WRITE, 4096, 1000, NOW));
     assert_true(cr__cap_covers(&c, CR__CAP_WRITE, 4500, 10, NOW));

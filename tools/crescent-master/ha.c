@@ -166,6 +166,7 @@ static void become_leader(uint32_t epoch)
         kill(getpid(), SIGUSR1);
         return;
     }
+    cr__master_caps_epoch(g.m, epoch); /* capabilities carry it: nodes fence older ones */
     uint64_t ms = cr__now_ms() - t0;
     atomic_store(&g.last_promotion_ms, ms);
     atomic_fetch_add(&g.promotions, 1);

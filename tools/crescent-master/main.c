@@ -67,6 +67,7 @@ typedef struct master_opts {
     int enable_gc;
     int enable_metric_reporting;
     int enable_ha;
+    int capabilities;
     char etcd_endpoints[CR__CFG_STR_MAX];
     char cluster_id[CR__CFG_STR_MAX];
     char memory_allocator[CR__CFG_STR_MAX];
@@ -133,6 +134,10 @@ static const cr__cfg_opt_t opts[] = {
     OPT(enable_ha, "false",
         "high availability: masters elect a leader in etcd (--etcd_endpoints), standbys follow "
         "its op stream; needs --rpc_address set to an address the others reach",
+        CR__CFG_BOOL),
+    OPT(capabilities, "true",
+        "with --cluster_key_file: per-object capabilities (docs/security.md); false lets every "
+        "member read and write any node's memory (measuring their cost, rolling upgrades)",
         CR__CFG_BOOL),
     OPT(etcd_endpoints, "", "HA: etcd endpoints host:port[;host:port...]", CR__CFG_STR),
     OPT(cluster_id, "crescent", "HA: cluster name (keys under /crescent/<cluster_id>/master/)",
@@ -346,6 +351,14 @@ int main(int argc, char **argv)
         return 1;
     }
     g_master = m;
+    /* with a cluster key, members get per-object capabilities (caps.c) */
+    if (auth && o.capabilities && (rc = cr__master_caps_enable(m))) {
+        fprintf(stderr, "crescent-master: cannot turn capabilities on: %s\n", cr_strerror(rc));
+        return 1;
+    }
+    if (auth && !o.capabilities)
+        fprintf(stderr, "crescent-master: WARNING: --capabilities=false: any member may read "
+                        "and write any node's memory\n");
     cr__ha_shadow_t *ha_loaded = NULL;
     if (o.journal_dir[0] && g_ha) {
         /* HA: the journal is the standby state until this master leads */

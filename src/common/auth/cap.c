@@ -41,7 +41,8 @@ static int cap_mac(const uint8_t key[CR__CAP_KEY_LEN], const uint8_t *signed_byt
 static int range_ok(uint64_t addr, uint64_t len) { return len && addr + len > addr; }
 
 int cr__cap_mint(const uint8_t key[CR__CAP_KEY_LEN], uint8_t ops, uint64_t seg_id,
-                 uint64_t addr, uint64_t len, uint64_t expiry_ms, uint8_t out[CR__CAP_LEN])
+                 uint32_t epoch, uint64_t addr, uint64_t len, uint64_t expiry_ms,
+                 uint8_t out[CR__CAP_LEN])
 {
     if (!ops || (ops & ~(CR__CAP_READ | CR__CAP_WRITE)) || !range_ok(addr, len))
         return -EINVAL;
@@ -53,6 +54,7 @@ int cr__cap_mint(const uint8_t key[CR__CAP_KEY_LEN], uint8_t ops, uint64_t seg_i
     put_le(out + 16, addr, 8);
     put_le(out + 24, len, 8);
     put_le(out + 32, expiry_ms, 8);
+    put_le(out + 40, epoch, 4);
     return cap_mac(key, out, out + SIGNED_LEN);
 }
 
@@ -60,11 +62,12 @@ int cr__cap_parse(const uint8_t *buf, size_t len, cr__cap_t *out)
 {
     if (!buf || len != CR__CAP_LEN || get_le(buf, 4) != CR__CAP_MAGIC ||
         buf[4] != CR__CAP_VERSION || !buf[5] || (buf[5] & ~(CR__CAP_READ | CR__CAP_WRITE)) ||
-        get_le(buf + 6, 2) || get_le(buf + 40, 8))
+        get_le(buf + 6, 2) || get_le(buf + 44, 4))
         return -EBADMSG;
     cr__cap_t c = {
         .ops = buf[5],
         .seg_id = get_le(buf + 8, 8),
+        .epoch = (uint32_t)get_le(buf + 40, 4),
         .addr = get_le(buf + 16, 8),
         .len = get_le(buf + 24, 8),
         .expiry_ms = get_le(buf + 32, 8),

@@ -8,12 +8,13 @@
  *   0  magic "CRCP" (u32)      4 version 1 (u8)   5 ops (u8: READ 1, WRITE 2)
  *   6  reserved 0 (u16)        8 segment id (u64: which mount of which segment)
  *   16 addr (u64)              24 len (u64)       32 expiry (u64, unix ms)
- *   40 reserved 0 (u64)        48 mac[32] = HMAC-SHA256(key, "crescent cap v1\0" bytes 0..47)
+ *   40 epoch (u32: the master epoch that minted it; the node refuses an epoch
+ *      older than the newest it has seen — a fencing token for HA)
+ *   44 reserved 0 (u32)        48 mac[32] = HMAC-SHA256(key, "crescent cap v1\0" bytes 0..47)
  *
- * Status: the format, minting, verification and the bounded per-connection
- * grant table are built and fuzzed (fuzz_cap.c); the master does not mint
- * them yet and the Transfer Engine does not ask for them yet (see
- * docs/security.md, "Not done").
+ * The master mints them (store/master/caps.c) into the replica lists of its
+ * replies; the Transfer Engine carries them with each request and the
+ * serving engine checks them (transfer/capability.c).
  *
  * Threads: all functions are pure except the table, which belongs to one
  * thread (one per connection).
@@ -35,16 +36,19 @@
 typedef struct cr__cap {
     uint8_t ops;
     uint64_t seg_id;
+    uint32_t epoch;
     uint64_t addr, len;
     uint64_t expiry_ms;
     uint8_t mac[32];
 } cr__cap_t;
 
 /* Fills out[CR__CAP_LEN] with a capability for [addr, addr + len) of
- * segment seg_id, ops (READ|WRITE), valid until expiry_ms (unix ms).
- * Returns 0, -EINVAL (no ops, len 0, addr + len overflows) or -EIO. */
+ * segment seg_id, ops (READ|WRITE), minted under master epoch `epoch`, valid
+ * until expiry_ms (unix ms). Returns 0, -EINVAL (no ops, len 0, addr + len
+ * overflows) or -EIO. */
 int cr__cap_mint(const uint8_t key[CR__CAP_KEY_LEN], uint8_t ops, uint64_t seg_id,
-                 uint64_t addr, uint64_t len, uint64_t expiry_ms, uint8_t out[CR__CAP_LEN]);
+                 uint32_t epoch, uint64_t addr, uint64_t len, uint64_t expiry_ms,
+                 uint8_t out[CR__CAP_LEN]);
 
 /* Parses exactly CR__CAP_LEN bytes (no MAC check). Returns 0 or -EBADMSG
  * (length, magic, version, unknown op bits, reserved bytes, len 0, range

@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (size != CR__CAP_LEN || !c.len || c.addr + c.len <= c.addr)
             abort();
         uint8_t again[CR__CAP_LEN];
-        if (cr__cap_mint(key, c.ops, c.seg_id, c.addr, c.len, c.expiry_ms, again) ||
+        if (cr__cap_mint(key, c.ops, c.seg_id, c.epoch, c.addr, c.len, c.expiry_ms, again) ||
             memcmp(again, data, 48))
             abort();
         /* the fuzzer's own MAC bytes must not verify (unless it copied ours) */

@@ -1,6 +1,7 @@
 /* Store client: lifecycle, heartbeat/remount thread, registrations, the TE
  * segment handle cache and the master connection pool. */
 #include "store/client/client.h"
+#include "transfer/capability.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -238,6 +239,17 @@ static int mount_segment(cr_store_t *s, cr__rpc_client_t *c)
     if (rc)
         return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;
     rc = rep.status;
+    if (!rc && rep.blob_len == 8 + CR__CAP_KEY_LEN + 8) {
+        /* capabilities on: from now on our engine serves only the grants
+         * this master mints for our segment (transfer/capability.h) */
+        uint64_t seg_id = 0, mid = 0;
+        for (int i = 7; i >= 0; i--) {
+            seg_id = (seg_id << 8) | rep.blob[i];
+            mid = (mid << 8) | rep.blob[8 + CR__CAP_KEY_LEN + i];
+        }
+        cr__xfer_cap_key_set(s->te, rep.blob + 8, seg_id, rep.epoch);
+        s->cap_master_id = mid;
+    }
     cr__rpc_msg_free(&rep);
     return rc;
 }
@@ -256,7 +268,9 @@ static int unmount_segment(cr_store_t *s, cr__rpc_client_t *c)
     return rc;
 }
 
-/* Returns 0 and *flags, or an error. */
+/* Returns 0 and *flags, or an error. A master other than the one whose
+ * capability key we hold (restart, failover) sets NEED_REMOUNT: the mount
+ * reply carries its key. */
 static int ping(cr_store_t *s, cr__rpc_client_t *c, uint32_t *flags)
 {
     cr__rpc_msg_t req = {0}, rep = {0};
@@ -276,6 +290,21 @@ static int ping(cr_store_t *s, cr__rpc_client_t *c, uint32_t *flags)
         return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;
     rc = rep.status;
     *flags = rep.flags;
+    if (!rc && s->auth) {
+        int caps = (rep.flags & CR__RPC_F_CAPS) != 0;
+        if (!caps && cr__xfer_cap_enforced(s->te)) {
+            CR_LOG_WARN(COMP, "master %s grants no capabilities: any member may read and "
+                              "write this client's registered memory", s->master_addr);
+            cr__xfer_cap_disable(s->te);
+            s->cap_master_id = 0;
+        } else if (caps && !cr__xfer_cap_enforced(s->te) && cr__xfer_cap_deny_all(s->te) == 0) {
+            *flags |= CR__RPC_F_NEED_REMOUNT; /* the mount reply carries our key */
+        }
+    }
+    if (!rc && s->cap_master_id && rep.master_id != s->cap_master_id)
+        *flags |= CR__RPC_F_NEED_REMOUNT;
+    if (!rc)
+        cr__xfer_cap_epoch_seen(s->te, atomic_load(&s->epoch));
     cr__rpc_msg_free(&rep);
     return rc;
 }
@@ -579,6 +608,10 @@ static int create_engine(cr_store_t *s, const char *transports)
         return rc == -EINVAL ? CR_E_INVALID_PARAMS : rc;
     }
     snprintf(s->seg_name, sizeof s->seg_name, "%s", cr_xfer_engine_name(s->te));
+    /* security on: nothing of ours is served to a remote READ/WRITE until
+     * the master gives our segment's capability key (mount_segment) */
+    if (s->auth && (rc = cr__xfer_cap_deny_all(s->te)) != 0)
+        return rc;
     return 0;
 }
 

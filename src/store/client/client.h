@@ -114,6 +114,9 @@ struct cr_store {
     pthread_cond_t hb_cv;
     int hb_stop;       /* guarded by hb_mu */
     atomic_int mounted; /* segment currently mounted (as far as we know) */
+    /* the master whose capability key the engine holds (0: none); the
+     * heartbeat thread remounts when another master answers (caps on) */
+    uint64_t cap_master_id;
     atomic_ullong remounts;
 
     pthread_rwlock_t reg_lock;

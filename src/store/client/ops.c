@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "store/client/client.h"
 #include "store/tier/tier.h"
+#include "transfer/capability.h"
 
 #define COMP "store-client"
 #define INLINE_REQS 32
@@ -29,14 +30,17 @@
 
 typedef struct reqvec {
     cr_xfer_request_t *v;
+    const uint8_t **caps; /* per request: the master's grant (NULL: none) */
     size_t n, cap;
     int err; /* sticky -ENOMEM / over bound */
     cr_xfer_request_t inl[INLINE_REQS];
+    const uint8_t *inl_caps[INLINE_REQS];
 } reqvec_t;
 
 static void rv_init(reqvec_t *r)
 {
     r->v = r->inl;
+    r->caps = r->inl_caps;
     r->n = 0;
     r->cap = INLINE_REQS;
     r->err = 0;
@@ -44,11 +48,13 @@ static void rv_init(reqvec_t *r)
 
 static void rv_free(reqvec_t *r)
 {
-    if (r->v != r->inl)
+    if (r->v != r->inl) {
         free(r->v);
+        free(r->caps);
+    }
 }
 
-static int rv_push(reqvec_t *r, const cr_xfer_request_t *q)
+static int rv_push(reqvec_t *r, const cr_xfer_request_t *q, const uint8_t *cap)
 {
     if (r->err)
         return r->err;
@@ -57,14 +63,23 @@ static int rv_push(reqvec_t *r, const cr_xfer_request_t *q)
         if (nc > CR_XFER_BATCH_MAX)
             return r->err = CR_E_INVALID_PARAMS;
         cr_xfer_request_t *nv = malloc(nc * sizeof *nv);
-        if (!nv)
+        const uint8_t **ncaps = malloc(nc * sizeof *ncaps);
+        if (!nv || !ncaps) {
+            free(nv);
+            free(ncaps);
             return r->err = -ENOMEM;
+        }
         memcpy(nv, r->v, r->n * sizeof *nv);
-        if (r->v != r->inl)
+        memcpy(ncaps, r->caps, r->n * sizeof *ncaps);
+        if (r->v != r->inl) {
             free(r->v);
+            free(r->caps);
+        }
         r->v = nv;
+        r->caps = ncaps;
         r->cap = nc;
     }
+    r->caps[r->n] = cap;
     r->v[r->n++] = *q;
     return 0;
 }
@@ -108,13 +123,15 @@ static void scratch_fini(scratch_t *sc)
  * entries, 0 or negative errno). Returns 0 if all succeeded, else the first
  * error. cr_xfer_transfer_sync lets the TE run a lone request in this thread
  * (a same-host copy then costs no thread handoff). */
-static int run_batch(cr_store_t *s, const cr_xfer_request_t *reqs, size_t n, int *st)
+static int run_batch(cr_store_t *s, const reqvec_t *rv, int *st)
 {
+    const cr_xfer_request_t *reqs = rv->v;
+    size_t n = rv->n;
     if (n == 0)
         return 0;
     for (size_t i = 0; i < n; i++)
         st[i] = 0;
-    int rc = cr_xfer_transfer_sync(s->te, reqs, n, st);
+    int rc = cr__xfer_transfer_sync_caps(s->te, reqs, rv->caps, n, st);
     if (!rc)
         return 0;
     int first = 0;
@@ -186,7 +203,7 @@ static int add_range(cr_store_t *s, reqvec_t *rv, const cr__rpc_replica_t *rep, 
                     CR_LOG_WARN(COMP, "segment %s: %s", sh->segment, cr_strerror(rc));
                     return rc == -ENOMEM ? rc : CR_E_TRANSFER_FAIL;
                 }
-                rc = rv_push(rv, &q);
+                rc = rv_push(rv, &q, sh->cap); /* the grant covers the whole shard */
                 if (rc)
                     return rc;
             }
@@ -208,7 +225,7 @@ int cr__sc_replica_io(cr_store_t *s, const cr__rpc_replica_t *rep, uint64_t off,
     int rc = add_range(s, &rv, rep, off, len, local, write ? CR_XFER_WRITE : CR_XFER_READ);
     if (!rc && rv.n) {
         int *st = malloc(rv.n * sizeof *st);
-        rc = st ? map_te_error(run_batch(s, rv.v, rv.n, st)) : -ENOMEM;
+        rc = st ? map_te_error(run_batch(s, &rv, st)) : -ENOMEM;
         free(st);
     }
     rv_free(&rv);
@@ -285,7 +302,7 @@ static int read_range(cr_store_t *s, const cr__rpc_item_t *it, const uint32_t *o
             if (!st)
                 rc = -ENOMEM;
             else {
-                rc = map_te_error(run_batch(s, rv.v, rv.n, st));
+                rc = map_te_error(run_batch(s, &rv, st));
                 if (rc)
                     mark_failed(s, rv.v, st, rv.n);
                 if (st != stack_st)
@@ -348,8 +365,8 @@ static void batch_collect(cr_xfer_batch_t *b, size_t n, int *st)
 /* Runs requests reqs[0..n) as `parts` TE batches over key ranges (key i's
  * requests are [first[i], first[i+1])), calling ov as overlap_t says.
  * Statuses go to st. */
-static void run_parts(cr_store_t *s, const cr_xfer_request_t *reqs, const size_t *first,
-                      size_t nkeys, int *st, const overlap_t *ov)
+static void run_parts(cr_store_t *s, const cr_xfer_request_t *reqs, const uint8_t *const *caps,
+                      const size_t *first, size_t nkeys, int *st, const overlap_t *ov)
 {
     size_t parts = ov->after_data ? OVERLAP_PARTS : 1;
     if (parts > nkeys)
@@ -363,7 +380,7 @@ static void run_parts(cr_store_t *s, const cr_xfer_request_t *reqs, const size_t
         if (!nq)
             continue;
         int rc = cr_xfer_batch_alloc(s->te, nq, &b[j]);
-        if (!rc && (rc = cr_xfer_batch_submit(b[j], reqs + q0, nq)) != 0) {
+        if (!rc && (rc = cr__xfer_batch_submit_caps(b[j], reqs + q0, caps + q0, nq)) != 0) {
             cr_xfer_batch_free(b[j]);
         }
         if (rc) { /* the part itself failed: every request of it did */
@@ -409,10 +426,10 @@ static void run_keyed(cr_store_t *s, const reqvec_t *rv, const size_t *first, si
         for (size_t q = 0; q < rv->n; q++)
             st[q] = 0;
         if (ov && rv->n > 1) {
-            run_parts(s, rv->v, first, n, st, ov);
+            run_parts(s, rv->v, rv->caps, first, n, st, ov);
         } else {
             /* a lone request: the TE may run it in this thread */
-            run_batch(s, rv->v, rv->n, st);
+            run_batch(s, rv, st);
             if (ov)
                 ov->fn(ov->arg, 0, n, st);
         }
@@ -711,7 +728,7 @@ static void put_write_staged(cr_store_t *s, const cr__rpc_msg_t *rep, const void
                     results[i] = -ENOMEM;
                 else if (remaining_ms(deadline) == 0)
                     results[i] = CR_E_LEASE_EXPIRED;
-                else if (run_batch(s, rv.v, rv.n, st))
+                else if (run_batch(s, &rv, st))
                     results[i] = CR_E_TRANSFER_FAIL;
                 if (st && st != stack_st)
                     free(st);

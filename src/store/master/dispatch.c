@@ -50,6 +50,8 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
         pthread_mutex_lock(&m->mu);
         int rc = CR__RPC_IS_TIER(type) ? cr__m_tier_handle_locked(m, req, reply, now)
                                        : cr__m_rtask_handle_locked(m, req, reply, now);
+        if (!rc)
+            rc = cr__m_caps_mint_locked(m, type, reply);
         if (rc == -ENOMEM)
             rc = CR_E_INTERNAL_ERROR;
         if (rc)
@@ -83,6 +85,11 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
             }
             out->status = rc;
         }
+        if (cr__m_caps_mint_locked(m, type, reply)) {
+            for (uint32_t i = 0; i < reply->n_items; i++) /* no grant, no replica list */
+                if (!reply->items[i].status && reply->items[i].n_replicas)
+                    reply->items[i].status = CR_E_INTERNAL_ERROR;
+        }
         pthread_mutex_unlock(&m->mu);
         if (type == bt && reply->n_items == 1)
             reply->status = reply->items[0].status;
@@ -107,6 +114,8 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
             if (s == NONE32 || m->segs[s].client != cr__m_client_find(m, req->client_id))
                 reply->flags |= CR__RPC_F_NEED_REMOUNT;
         }
+        if (m->caps)
+            reply->flags |= CR__RPC_F_CAPS;
         reply->master_id = m->master_id;
         reply->count = m->cfg.client_ttl_ms;
         break;
@@ -116,6 +125,8 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
         rc = cr__tier_is_ssd(req->segment) ? CR_E_INVALID_PARAMS : 0;
         if (!rc)
             rc = cr__m_mount_locked(m, req->client_id, req->segment, req->base, req->size, now);
+        if (!rc)
+            rc = cr__m_caps_mount_reply_locked(m, req->segment, reply);
         break;
     case CR__RPC_UNMOUNT_SEGMENT:
         CNT(m, rpc_unmount_segment_total)++;

@@ -86,6 +86,7 @@ void cr__master_destroy(cr__master_t *m)
     cr__ha_buf_free(&m->jbuf);
     cr__m_tier_destroy(m);
     cr__m_rtask_destroy(m);
+    cr__m_caps_free(m);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }

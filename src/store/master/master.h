@@ -208,6 +208,15 @@ void cr__master_win_confirm(cr__master_t *m, uint64_t gen);
 int cr__master_restore(cr__master_t *m, const cr__ha_shadow_t *sh, uint64_t now,
                        uint64_t *n_objects);
 
+/* ---- per-object capabilities (caps.c) ---------------------------------- */
+
+/* Turns capabilities on (crescent-master with a cluster key): MountSegment
+ * replies carry the segment's capability key, replica lists carry grants.
+ * Returns 0, -ENOMEM or -EIO (no randomness). */
+int cr__master_caps_enable(cr__master_t *m);
+/* The leader epoch minted into capabilities from now on (HA). */
+void cr__master_caps_epoch(cr__master_t *m, uint32_t epoch);
+
 /* ---- rpc dispatch ------------------------------------------------------ */
 
 /* Serves one decoded request (any type): fills reply (type/req_id already

@@ -18,6 +18,7 @@
  *   rtask.c      replica copy/move tasks, per-replica clear
  *   admin.c      HTTP admin endpoints (admin.h; uses master.h only)
  *   checksum.c   end-to-end value checksums: PutEnd's crc kept with the object
+ *   caps.c       per-object capabilities: segment keys, grants in replica lists
  *
  * Lock discipline: one mutex, m->mu, guards every field of struct
  * cr__master except cfg, ev and master_id (written once by
@@ -149,6 +150,7 @@ struct cr__master {
     obj_t ssd_lru; /* sentinel: complete objects with no live DRAM replica (tier.c) */
     struct cr__mtier *tier; /* tier state (tier.c), NULL until a disk segment mounts */
     struct cr__mrtask *rtask; /* replica tasks (rtask.c), NULL until the first one */
+    struct cr__mcaps *caps;   /* capabilities (caps.c), NULL = off */
     /* clients and segments (segments.c) */
     seg_t *segs;
     uint32_t n_segs, cap_segs, seg_cursor;
@@ -286,6 +288,13 @@ int cr__m_fill_replicas(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_i
 /* Index of the live client id / live segment name, or NONE32. */
 uint32_t cr__m_client_find(cr__master_t *m, cr__rpc_client_id_t id);
 uint32_t cr__m_seg_find(cr__master_t *m, const char *name);
+
+/* caps.c (no-ops while capabilities are off) */
+/* A MountSegment reply for segment name: its capability key in blob. */
+int cr__m_caps_mount_reply_locked(cr__master_t *m, const char *name, cr__rpc_msg_t *reply);
+/* Grants in every replica list of reply (type: the request's type). */
+int cr__m_caps_mint_locked(cr__master_t *m, uint16_t type, cr__rpc_msg_t *reply);
+void cr__m_caps_free(cr__master_t *m);
 /* The operations of master.h's cr__master_ping/mount/unmount. */
 int cr__m_ping_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now, uint32_t *flags);
 int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name, uint64_t base,

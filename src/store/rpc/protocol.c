@@ -222,7 +222,35 @@ static int w_seg(cr__rpc_buf_t *b, const char *s)
     return 0;
 }
 
+/* The capabilities of a replica list, after it: u32 n, then n x {u16
+ * replica index, u16 shard index, cap[CR__RPC_CAP_LEN]}. */
+static void w_caps(cr__rpc_buf_t *b, const cr__rpc_item_t *it)
+{
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < it->n_replicas; r++)
+        for (uint32_t s = 0; s < it->replicas[r].n_shards; s++)
+            n += it->replicas[r].shards[s].cap != NULL;
+    w_u32(b, n);
+    for (uint32_t r = 0; r < it->n_replicas; r++)
+        for (uint32_t s = 0; s < it->replicas[r].n_shards; s++)
+            if (it->replicas[r].shards[s].cap) {
+                w_u16(b, (uint16_t)r);
+                w_u16(b, (uint16_t)s);
+                w_bytes(b, it->replicas[r].shards[s].cap, CR__RPC_CAP_LEN);
+            }
+}
+
+static int w_replica_list(cr__rpc_buf_t *b, const cr__rpc_item_t *it);
+
 static int w_replicas(cr__rpc_buf_t *b, const cr__rpc_item_t *it)
+{
+    int rc = w_replica_list(b, it);
+    if (!rc)
+        w_caps(b, it);
+    return rc;
+}
+
+static int w_replica_list(cr__rpc_buf_t *b, const cr__rpc_item_t *it)
 {
     if (it->n_replicas > CR__RPC_REPLICA_MAX || (it->n_replicas && !it->replicas))
         return -EINVAL;
@@ -387,6 +415,12 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
                     w_u64(b, m->base);
                     w_u64(b, m->size);
                 }
+            } else if (bt == CR__RPC_MOUNT_SEGMENT && m->blob_len) {
+                /* the segment's capability key (caps on) */
+                if (m->blob_len > 256 || !m->blob)
+                    return -EINVAL;
+                w_u32(b, m->blob_len);
+                w_bytes(b, m->blob, m->blob_len);
             }
             break;
         case CR__RPC_REMOVE_ALL:
@@ -534,7 +568,39 @@ static size_t min_item(uint16_t bt, int reply)
     }
 }
 
+static int r_replica_list(rd_t *r, cr__rpc_msg_t *m, cr__rpc_item_t *it, int *nomem);
+
+/* Reads the capability block after a replica list (w_caps). */
+static int r_caps(rd_t *r, cr__rpc_msg_t *m, cr__rpc_item_t *it, int *nomem)
+{
+    uint32_t n = r_u32(r);
+    if (r->bad || n > CR__RPC_REPLICA_MAX * CR__RPC_SHARD_MAX ||
+        (size_t)n * (4 + CR__RPC_CAP_LEN) > r->left)
+        return -1;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t ri = r_u16(r), si = r_u16(r);
+        const uint8_t *p = r_take(r, CR__RPC_CAP_LEN);
+        if (r->bad || !p || ri >= it->n_replicas || si >= it->replicas[ri].n_shards)
+            return -1;
+        uint8_t *c = cr__rpc_msg_alloc(m, CR__RPC_CAP_LEN);
+        if (!c) {
+            *nomem = 1;
+            return -1;
+        }
+        memcpy(c, p, CR__RPC_CAP_LEN);
+        it->replicas[ri].shards[si].cap = c;
+    }
+    return 0;
+}
+
 static int r_replicas(rd_t *r, cr__rpc_msg_t *m, cr__rpc_item_t *it, int *nomem)
+{
+    if (r_replica_list(r, m, it, nomem))
+        return -1;
+    return r_caps(r, m, it, nomem);
+}
+
+static int r_replica_list(rd_t *r, cr__rpc_msg_t *m, cr__rpc_item_t *it, int *nomem)
 {
     uint32_t n = r_u32(r);
     /* one replica is at least 8 + 4 + one shard (2 + 16) bytes */
@@ -765,6 +831,18 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
                 if (bt == CR__RPC_MOUNT_SEGMENT) {
                     m.base = r_u64(&r);
                     m.size = r_u64(&r);
+                }
+            } else if (bt == CR__RPC_MOUNT_SEGMENT && r.left) {
+                m.blob_len = r_u32(&r);
+                const uint8_t *p = r.bad || m.blob_len > 256 ? NULL : r_take(&r, m.blob_len);
+                uint8_t *copy = p ? cr__rpc_msg_alloc(&m, m.blob_len ? m.blob_len : 1) : NULL;
+                if (!p)
+                    rc = -1;
+                else if (!copy)
+                    nomem = 1, rc = -1;
+                else {
+                    memcpy(copy, p, m.blob_len);
+                    m.blob = copy;
                 }
             }
             break;

@@ -157,6 +157,8 @@ enum cr__rpc_type {
 #define CR__RPC_F_FORCE 0x1u          /* REMOVE / REMOVE_ALL item or msg flags */
 #define CR__RPC_F_NEED_REMOUNT 0x1u   /* PING reply: the master does not know this
                                          client or dropped its segments: remount all */
+#define CR__RPC_F_CAPS 0x2u          /* PING reply: this master grants per-object
+                                         capabilities (store/master/caps.c) */
 #define CR__RPC_F_REPL_RESET 0x1u     /* REPL_APPEND: a snapshot starts; forget the rest */
 #define CR__RPC_F_CRC 0x2u            /* item: `crc` holds the value's crc32c (PUT_END
                                          request, GET_REPLICA_LIST reply) */
@@ -191,7 +193,12 @@ typedef struct cr__rpc_shard {
     const char *segment; /* NUL-terminated, < CR__RPC_SEGMENT_NAME_MAX */
     uint64_t addr;
     uint64_t len;
+    /* NULL, or the CR__RPC_CAP_LEN-byte capability the master granted for
+     * exactly this shard (common/auth/cap.h; in the arena after decode).
+     * Every replica list carries them in one trailing block (protocol.md). */
+    const uint8_t *cap;
 } cr__rpc_shard_t;
+#define CR__RPC_CAP_LEN 80 /* = CR__CAP_LEN */
 
 /* One replica = the value's bytes in order over its shards (the sum of
  * shard lens is the value size). Replicas of one object never share a
@@ -254,6 +261,9 @@ typedef struct cr__rpc_item {
  *                    reply: status (0, CR_E_SEGMENT_ALREADY_EXISTS when the
  *                    name is mounted by another client or with another
  *                    range; remounting the same range by the same client is 0)
+ *                    [, blob: with capabilities on (store/master/caps.c), the
+ *                    segment's capability key: seg_id u64 + key[32] + master_id
+ *                    u64; the reply's epoch is the master's]
  *   UNMOUNT req:     client_id, segment; reply: status (0,
  *                    CR_E_SEGMENT_NOT_FOUND)
  *   REMOVE_ALL req:  flags (FORCE); reply: status, count (objects removed)

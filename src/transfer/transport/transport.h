@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/auth/cap.h"
 #include "crescent/transfer.h"
 #include "transfer/segment_desc.h"
 
@@ -77,6 +78,10 @@ typedef struct cr__xfer_task {
     char *local;          /* validated local address */
     uint64_t remote_addr; /* validated target address */
     uint64_t length;
+    /* NULL, or the CR__CAP_LEN-byte capability granting this access (from
+     * the store's master), owned by the submitter until the task completes;
+     * a transport sends it with every piece of the task */
+    const uint8_t *cap;
     cr__xfer_peer_t *peer;
     uint64_t deadline_ns; /* monotonic; the transport fails the task with -ETIMEDOUT after it */
     /* 1: the submitter waits for this task right after submit returns and
@@ -161,6 +166,32 @@ void cr__xfer_task_progress(cr__xfer_task_t *task, uint64_t bytes);
  * cr__xfer_mem_unpin with the same token) or -EFAULT. */
 int cr__xfer_mem_pin(cr_xfer_engine_t *engine, uint64_t addr, uint64_t len, void **token);
 void cr__xfer_mem_unpin(cr_xfer_engine_t *engine, void *token);
+
+/* Serving side, per-object capabilities (transfer/capability.c,
+ * docs/security.md "Capabilities"): before touching memory for a remote
+ * READ (write = 0) or WRITE of [addr, addr + len), a transport calls
+ * cr__xfer_cap_check with the capability the request carried (NULL if
+ * none) and a cache owned by the connection (zero it to initialise; it
+ * remembers a few verified capabilities so a run of slices under one grant
+ * costs one HMAC). Returns 0 when the engine checks no capabilities (no key
+ * installed: security off or not a store segment) or when cap is genuine,
+ * of the engine's current key, not older than the newest master epoch seen,
+ * unexpired and covers the access; else -EACCES. */
+#define CR__XFER_CAP_CACHE 4
+typedef struct cr__xfer_cap_cache {
+    struct {
+        uint8_t raw[CR__CAP_LEN];
+        cr__cap_t cap;
+        unsigned gen; /* 0: empty (the engine's generation starts at 1) */
+    } e[CR__XFER_CAP_CACHE];
+    unsigned next;
+} cr__xfer_cap_cache_t;
+int cr__xfer_cap_check(cr_xfer_engine_t *engine, cr__xfer_cap_cache_t *cache, const uint8_t *cap,
+                       int write, uint64_t addr, uint64_t len);
+/* 1 if engine checks capabilities. A transport that cannot check each
+ * access on the serving side (one where the initiator copies by itself) must
+ * not offer such an engine's memory: peers then use one that can. */
+int cr__xfer_cap_enforced(cr_xfer_engine_t *engine);
 
 /* Serving side: a notification arrived from segment `from`. */
 void cr__xfer_notify_deliver(cr_xfer_engine_t *engine, const char *from, const void *msg,

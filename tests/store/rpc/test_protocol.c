@@ -167,8 +167,10 @@ static void test_roundtrip_put_start(void **s)
     m.type = CR__RPC_PUT_START;
     assert_int_equal(cr__rpc_encode(&m, &b), -EINVAL);
     /* reply with replicas and shards */
-    cr__rpc_shard_t sh[2] = {{"segA", 0x1000, 600}, {"segB", 0x2000, 400}};
-    cr__rpc_shard_t sh2[1] = {{"segC", 0x3000, 1000}};
+    uint8_t capb[CR__RPC_CAP_LEN]; /* capabilities travel per shard, where granted */
+    memset(capb, 0xab, sizeof capb);
+    cr__rpc_shard_t sh[2] = {{"segA", 0x1000, 600, NULL}, {"segB", 0x2000, 400, capb}};
+    cr__rpc_shard_t sh2[1] = {{"segC", 0x3000, 1000, NULL}};
     cr__rpc_replica_t reps[2] = {{.replica_id = 77, .n_shards = 2, .shards = sh},
                                  {.replica_id = 78, .n_shards = 1, .shards = sh2}};
     cr__rpc_item_t ri[2] = {
@@ -189,6 +191,10 @@ static void test_roundtrip_put_start(void **s)
     assert_string_equal(d.items[0].replicas[0].shards[1].segment, "segB");
     assert_int_equal(d.items[0].replicas[0].shards[1].addr, 0x2000);
     assert_int_equal(d.items[0].replicas[0].shards[1].len, 400);
+    assert_non_null(d.items[0].replicas[0].shards[1].cap);
+    assert_memory_equal(d.items[0].replicas[0].shards[1].cap, capb, sizeof capb);
+    assert_null(d.items[0].replicas[0].shards[0].cap);
+    assert_null(d.items[0].replicas[1].shards[0].cap);
     assert_string_equal(d.items[0].replicas[1].shards[0].segment, "segC");
     assert_int_equal(d.items[1].status, CR_E_OBJECT_ALREADY_EXISTS);
     assert_int_equal(d.items[1].n_replicas, 0);
@@ -226,7 +232,7 @@ static void test_roundtrip_other_items(void **s)
                 assert_int_equal(d.items[0].flags, CR__RPC_F_FORCE);
             cr__rpc_msg_free(&d);
             /* reply */
-            cr__rpc_shard_t sh = {"seg", 1, 2};
+            cr__rpc_shard_t sh = {"seg", 1, 2, NULL};
             cr__rpc_replica_t rp = {.replica_id = 9, .n_shards = 1, .shards = &sh};
             cr__rpc_item_t ri = {.status = -704, .size = 4096, .version = 3, .lease_ms = 5000,
                                  .n_replicas = 1, .replicas = &rp};
@@ -276,7 +282,7 @@ static void test_truncation_everywhere(void **s)
 {
     (void)s;
     const char *pref[] = {"p1"};
-    cr__rpc_shard_t sh[2] = {{"segA", 1, 2}, {"segB", 3, 4}};
+    cr__rpc_shard_t sh[2] = {{"segA", 1, 2, NULL}, {"segB", 3, 4, NULL}};
     cr__rpc_replica_t rp = {.replica_id = 1, .n_shards = 2, .shards = sh};
     cr__rpc_item_t req_items[2] = {
         {.key = "key1", .key_len = 4, .size = 10,
@@ -433,8 +439,9 @@ static void test_bounds(void **s)
         p64(4096);
         assert_int_equal(dec(CR__RPC_MOUNT_SEGMENT), v == 0 ? 0 : -EBADMSG);
     }
-    /* replicas: REPLICA_MAX+1 refused; shards 0 and SHARD_MAX+1 refused */
-    for (int v = 0; v < 4; v++) {
+    /* replicas: REPLICA_MAX+1 refused; shards 0 and SHARD_MAX+1 refused;
+     * a capability naming a replica or shard that does not exist refused */
+    for (int v = 0; v < 6; v++) {
         plen = 0;
         p32(1);  /* count */
         p32(0);  /* status */
@@ -452,6 +459,13 @@ static void test_bounds(void **s)
                 p64(0);
                 p64(1);
             }
+        }
+        p32(v >= 4 ? 1 : 0); /* capability block */
+        if (v >= 4) {
+            p16(v == 4 ? 1 : 0);                   /* replica index (1: none) */
+            p16(v == 4 ? 0 : CR__RPC_SHARD_MAX);   /* shard index */
+            for (int i = 0; i < CR__RPC_CAP_LEN; i++)
+                pay[plen++] = 0;
         }
         int rc = dec(CR__RPC_PUT_START | CR__RPC_REPLY);
         if (rc != (v == 3 ? 0 : -EBADMSG))

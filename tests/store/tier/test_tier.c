@@ -236,7 +236,8 @@ static void test_tier_codec(void **s)
     m.segment = "ssd@127.0.0.1:9";
     m.count = 77;
     m.n_items = 2;
-    cr__rpc_shard_t sh[2] = {{"127.0.0.1:5", 0x1000, 10}, {"ssd@127.0.0.1:9", 8192, 8192}};
+    cr__rpc_shard_t sh[2] = {{"127.0.0.1:5", 0x1000, 10, NULL},
+                               {"ssd@127.0.0.1:9", 8192, 8192, NULL}};
     cr__rpc_replica_t rp[2] = {{0, 1, &sh[0]}, {0, 1, &sh[1]}};
     cr__rpc_item_t it[2] = {{.key = "k", .key_len = 1, .version = 5, .size = 10,
                              .replica_id = 8192, .flags = CR__TIER_OP_OFFLOAD, .n_replicas = 2,
@@ -479,7 +480,10 @@ static void test_master_adopt(void **s)
     assert_int_equal(tier_call(m, CR__RPC_TIER_MOUNT, NULL, 0, 64 * MiB, 0, &rep), 0);
     cr__rpc_msg_free(&rep);
     uint64_t dl = cr__tier_disk_len(1, 5000);
-    cr__rpc_shard_t sh[4] = {{SSD, 0, dl}, {SSD, dl, dl}, {SSD, dl + 4096, dl}, {SSD, 3 * dl, dl}};
+    cr__rpc_shard_t sh[4] = {{SSD, 0, dl, NULL},
+                               {SSD, dl, dl, NULL},
+                               {SSD, dl + 4096, dl, NULL},
+                               {SSD, 3 * dl, dl, NULL}};
     cr__rpc_replica_t rp[4] = {{0, 1, &sh[0]}, {0, 1, &sh[1]}, {0, 1, &sh[2]}, {0, 1, &sh[3]}};
     uint64_t v;
     assert_int_equal(put(m, "d", 5000, 1, &v), 0);

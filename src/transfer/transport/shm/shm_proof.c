@@ -119,6 +119,19 @@ static void serve_one(int fd)
                   (int)cr.pid);
         return;
     }
+    /* an engine that checks per-object capabilities is never offered over
+     * shm (the initiator would copy unchecked): peers use a transport whose
+     * serving side checks */
+    pthread_mutex_lock(&g_mu);
+    int caps = 0;
+    for (int i = 0; i < g.n_engines; i++)
+        caps |= cr__xfer_cap_enforced(g.engines[i]);
+    pthread_mutex_unlock(&g_mu);
+    if (caps) {
+        CR_LOG_RL(CR__LOG_INFO, "shm", "pid %d: this process checks capabilities, no shm",
+                  (int)cr.pid);
+        return;
+    }
     uint8_t *b;
     size_t len;
     if (encode_ranges(&b, &len))

@@ -5,7 +5,10 @@
  * holds (garbage, truncated headers, out-of-range WRITE/READ, oversized
  * lengths, notifications), the server must answer or close that connection
  * and keep serving: after each input a READ of registered memory on a fresh
- * connection must succeed. */
+ * connection must succeed. The engine checks per-object capabilities (a
+ * key is installed), so requests with and without capability trailers,
+ * forged or malformed, go through cr__xfer_cap_check; the health READ
+ * carries a genuine grant. */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,7 +18,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include "common/net.h"
+#include "transfer/capability.h"
 #include "transfer/transport/tcp/tcp_internal.h"
 #include "transfer/xfer_internal.h"
 
@@ -27,6 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static cr_xfer_engine_t *engine;
 static uint16_t port; /* the tcp transport's data port */
 static char *reg;
+static const uint8_t cap_key[CR__CAP_KEY_LEN] = "fuzz-tcp-capability-key-32bytes";
 
 static void init(void)
 {
@@ -44,6 +51,7 @@ static void init(void)
     if (cr_xfer_mem_register(engine, reg, REG, NULL))
         abort();
     port = engine->local.nics[0].port;
+    cr__xfer_cap_key_set(engine, cap_key, 1, 0);
 }
 
 /* reads until EOF or 100 ms without data */
@@ -90,10 +98,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fd = cr__net_connect("127.0.0.1", port, NULL, 2000);
     if (fd < 0)
         abort();
+    struct {
+        cr__tcp_hdr_t h;
+        uint8_t cap[CR__CAP_LEN];
+    } req;
     cr__tcp_hdr_t h;
     char got[64];
-    cr__tcp_hdr_enc(&h, CR__TCP_READ, 0, 0, (uint64_t)(uintptr_t)reg, sizeof got);
-    if (cr__net_write_full(fd, &h, sizeof h, 2000) || cr__net_read_full(fd, &h, sizeof h, 2000) ||
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    cr__tcp_hdr_enc(&req.h, CR__TCP_READ, 0, 0, (uint64_t)(uintptr_t)reg, sizeof got);
+    cr__tcp_hdr_set_cap(&req.h);
+    if (cr__cap_mint(cap_key, CR__CAP_READ, 1, 0, (uint64_t)(uintptr_t)reg, sizeof got,
+                     (uint64_t)ts.tv_sec * 1000 + 60000, req.cap))
+        abort();
+    if (cr__net_write_full(fd, &req, sizeof req, 2000) || cr__net_read_full(fd, &h, sizeof h, 2000) ||
         cr__tcp_hdr_dec(&h) || h.opcode != (CR__TCP_READ | CR__TCP_RESP) || h.status ||
         h.len != sizeof got || cr__net_read_full(fd, got, sizeof got, 2000))
         abort();

@@ -374,7 +374,7 @@ static int path_failed(tcp_peer_t *p, int path, const cr__seg_nic_t *remote, int
 static int conn_send(tcp_conn_t *c, int fd, const tcp_slice_t *sl, int n)
 {
     cr__tcp_hdr_t hdr[CARVE_MAX];
-    struct iovec iov[2 * CARVE_MAX];
+    struct iovec iov[3 * CARVE_MAX];
     /* publish to the ring before sending: the receiver matches replies */
     uint32_t s = atomic_load(&c->sent);
     if (s == atomic_load(&c->head))
@@ -388,6 +388,11 @@ static int conn_send(tcp_conn_t *c, int fd, const tcp_slice_t *sl, int n)
                         sl[i].task->remote_addr + sl[i].off, sl[i].len);
         iov[cnt].iov_base = &hdr[i];
         iov[cnt++].iov_len = sizeof hdr[i];
+        if (sl[i].task->cap) { /* the grant travels with every slice (tcp_wire.h) */
+            cr__tcp_hdr_set_cap(&hdr[i]);
+            iov[cnt].iov_base = (void *)sl[i].task->cap;
+            iov[cnt++].iov_len = CR__TCP_CAP_LEN;
+        }
         if (sl[i].op == CR__TCP_WRITE) {
             iov[cnt].iov_base = sl[i].task->local + sl[i].off;
             iov[cnt++].iov_len = sl[i].len;
@@ -829,7 +834,7 @@ static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first
                       int *status)
 {
     cr__tcp_hdr_t h[SYNC_GROUP];
-    struct iovec iov[2 * SYNC_GROUP];
+    struct iovec iov[3 * SYNC_GROUP];
     int cnt = 0, write = t->opcode == CR_XFER_WRITE;
     uint8_t op = write ? CR__TCP_WRITE : CR__TCP_READ;
     for (int i = 0; i < k; i++) {
@@ -838,6 +843,11 @@ static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first
         cr__tcp_hdr_enc(&h[i], op, 0, (uint32_t)i, t->remote_addr + off, len);
         iov[cnt].iov_base = &h[i];
         iov[cnt++].iov_len = sizeof h[i];
+        if (t->cap) {
+            cr__tcp_hdr_set_cap(&h[i]);
+            iov[cnt].iov_base = (void *)t->cap;
+            iov[cnt++].iov_len = CR__TCP_CAP_LEN;
+        }
         if (write) {
             iov[cnt].iov_base = t->local + off;
             iov[cnt++].iov_len = len;

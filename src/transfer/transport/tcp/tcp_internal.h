@@ -123,6 +123,7 @@ typedef struct srv_conn {
     char *scratch; /* lazily allocated drain buffer */
     cr__tcp_hdr_t nh; /* bytes of the next request header read ahead */
     size_t nh_have;
+    cr__xfer_cap_cache_t capc; /* capabilities verified on this connection */
 } srv_conn_t;
 
 typedef struct tcp_state {

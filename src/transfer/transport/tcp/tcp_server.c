@@ -1,7 +1,8 @@
 /* tcp transport, serving side: listeners, one acceptor thread, one thread
  * per accepted connection, which first passes the engine's connection-setup
  * hook (cr__xfer_conn_accepted). Every WRITE/READ is checked with
- * cr__xfer_mem_pin() before memory is touched; a bad header (magic,
+ * cr__xfer_cap_check() (the capability it carries, if the engine checks
+ * them) and cr__xfer_mem_pin() before memory is touched; a bad header (magic,
  * version, opcode, oversized length) closes that connection only. */
 #include <errno.h>
 #include <limits.h>
@@ -21,6 +22,7 @@
 #include "transfer/transport/tcp/tcp_internal.h"
 
 #define LOGC "tcp"
+_Static_assert(CR__TCP_CAP_LEN == CR__CAP_LEN, "a tcp capability trailer is one capability");
 #define SCRATCH (64u << 10)
 #define ACK_BATCH 32
 
@@ -151,8 +153,17 @@ static int drain(srv_conn_t *sc, uint64_t len)
     return 0;
 }
 
-/* Serves one request whose header is h. Returns 0 to continue, <0 to close. */
-static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
+/* The capability check, then the registration check: 0 or -errno. */
+static int admit(srv_conn_t *sc, const cr__tcp_hdr_t *h, const uint8_t *cap, void **tok)
+{
+    cr_xfer_engine_t *e = sc->st->engine;
+    int status = cr__xfer_cap_check(e, &sc->capc, cap, h->opcode == CR__TCP_WRITE, h->addr, h->len);
+    return status ? status : cr__xfer_mem_pin(e, h->addr, h->len, tok);
+}
+
+/* Serves one request whose header is h (cap: the capability that came with
+ * it, or NULL). Returns 0 to continue, <0 to close. */
+static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, const uint8_t *cap, ack_buf_t *acks)
 {
     tcp_state_t *st = sc->st;
     cr_xfer_engine_t *e = st->engine;
@@ -164,7 +175,7 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
     case CR__TCP_WRITE: {
         if (h->len == 0 || h->len > CR__TCP_MAX_SLICE)
             return -EPROTO;
-        int status = cr__xfer_mem_pin(e, h->addr, h->len, &tok);
+        int status = admit(sc, h, cap, &tok);
         if (status == 0) {
             rc = recv_payload(sc, (char *)(uintptr_t)h->addr, h->len);
             cr__xfer_mem_unpin(e, tok);
@@ -185,7 +196,7 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
     case CR__TCP_READ: {
         if (h->len == 0 || h->len > CR__TCP_MAX_SLICE)
             return -EPROTO;
-        int status = cr__xfer_mem_pin(e, h->addr, h->len, &tok);
+        int status = admit(sc, h, cap, &tok);
         cr__tcp_hdr_enc(&r, CR__TCP_READ | CR__TCP_RESP, status, h->seq, h->addr, h->len);
         struct iovec iov[2] = {{&r, sizeof r}, {(void *)(uintptr_t)h->addr, h->len}};
         rc = acks_flush(fd, acks, iov, status ? 1 : 2);
@@ -216,7 +227,8 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, ack_buf_t *acks)
 /* Serves k READ requests (raw headers h[0..k)) with one writev() of all
  * replies, straight from the registered memory. If any range is refused,
  * falls back to serving them one by one (with error replies). */
-static int serve_reads(srv_conn_t *sc, cr__tcp_hdr_t *h, int k, ack_buf_t *acks)
+static int serve_reads(srv_conn_t *sc, cr__tcp_hdr_t *h, const uint8_t *const *caps, int k,
+                       ack_buf_t *acks)
 {
     cr_xfer_engine_t *e = sc->st->engine;
     void *tok[READ_BATCH];
@@ -224,13 +236,13 @@ static int serve_reads(srv_conn_t *sc, cr__tcp_hdr_t *h, int k, ack_buf_t *acks)
     struct iovec iov[1 + 2 * READ_BATCH];
     int pinned = 0, rc = 0;
     for (; pinned < k; pinned++)
-        if (cr__xfer_mem_pin(e, h[pinned].addr, h[pinned].len, &tok[pinned]))
+        if (admit(sc, &h[pinned], caps[pinned], &tok[pinned]))
             break;
     if (pinned < k) {
         for (int i = 0; i < pinned; i++)
             cr__xfer_mem_unpin(e, tok[i]);
         for (int i = 0; i < k && !rc; i++)
-            rc = serve_one(sc, &h[i], acks);
+            rc = serve_one(sc, &h[i], caps[i], acks);
         return rc;
     }
     int cnt = 0;
@@ -253,26 +265,36 @@ static int serve_reads(srv_conn_t *sc, cr__tcp_hdr_t *h, int k, ack_buf_t *acks)
     return rc;
 }
 
-/* After a READ, more READ headers are likely queued: peek, and take a run
- * of them with one recv(). Returns the number consumed into h (0: none). */
-static int take_read_run(int fd, cr__tcp_hdr_t *h)
+/* After a READ, more READ requests are likely queued: peek, and take a run
+ * of them (each a header, plus a capability if flagged) with one recv()
+ * into buf. Returns the number consumed into h, with caps[i] pointing into
+ * buf or NULL (0: none). */
+#define READ_REC (sizeof(cr__tcp_hdr_t) + CR__TCP_CAP_LEN)
+static int take_read_run(int fd, uint8_t *buf, cr__tcp_hdr_t *h, const uint8_t **caps)
 {
-    ssize_t n = recv(fd, h, READ_BATCH * sizeof *h, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t n = recv(fd, buf, READ_BATCH * READ_REC, MSG_PEEK | MSG_DONTWAIT);
     if (n < (ssize_t)(2 * sizeof *h))
         return 0;
     int k = 0;
-    while (k < READ_BATCH && (size_t)(k + 1) * sizeof *h <= (size_t)n) {
-        cr__tcp_hdr_t t = h[k];
+    size_t off = 0;
+    while (k < READ_BATCH && off + sizeof *h <= (size_t)n) {
+        cr__tcp_hdr_t t;
+        memcpy(&t, buf + off, sizeof t);
         if (cr__tcp_hdr_dec(&t) || t.opcode != CR__TCP_READ || t.len == 0 ||
             t.len > CR__TCP_MAX_SLICE)
             break;
+        size_t rec = sizeof t + ((t.flags & CR__TCP_F_CAP) ? CR__TCP_CAP_LEN : 0);
+        if (off + rec > (size_t)n)
+            break;
+        caps[k] = (t.flags & CR__TCP_F_CAP) ? buf + off + sizeof t : NULL;
         h[k++] = t;
+        off += rec;
     }
     if (k < 2)
         return 0;
-    /* consume exactly the k headers we decoded (they are already queued) */
-    cr__tcp_hdr_t junk[READ_BATCH];
-    if (cr__tcp_recv_full(fd, junk, (size_t)k * sizeof *h))
+    /* consume exactly the k requests we decoded (they are already queued:
+     * the same bytes land in buf again, so caps stay valid) */
+    if (cr__tcp_recv_full(fd, buf, off))
         return -1;
     return k;
 }
@@ -292,13 +314,15 @@ static void *srv_main(void *arg)
     while (!rc) {
         if (last_read && sc->nh_have == 0) {
             cr__tcp_hdr_t run[READ_BATCH];
-            int k = take_read_run(fd, run);
+            const uint8_t *run_caps[READ_BATCH];
+            uint8_t raw[READ_BATCH * READ_REC];
+            int k = take_read_run(fd, raw, run, run_caps);
             if (k < 0) {
                 rc = -ECONNRESET;
                 break;
             }
             if (k > 0) {
-                if ((rc = serve_reads(sc, run, k, &acks)) != 0)
+                if ((rc = serve_reads(sc, run, run_caps, k, &acks)) != 0)
                     break;
                 continue;
             }
@@ -343,8 +367,11 @@ static void *srv_main(void *arg)
             rc = -EPROTO;
             break;
         }
+        uint8_t cap[CR__TCP_CAP_LEN];
+        if ((h.flags & CR__TCP_F_CAP) && (rc = cr__tcp_recv_full(fd, cap, sizeof cap)))
+            break;
         last_read = h.opcode == CR__TCP_READ;
-        if ((rc = serve_one(sc, &h, &acks)) != 0) {
+        if ((rc = serve_one(sc, &h, (h.flags & CR__TCP_F_CAP) ? cap : NULL, &acks)) != 0) {
             if (rc == -EPROTO)
                 CR_LOG_RL(CR__LOG_WARN, LOGC,
                           "bad request (opcode %u, len %llu): closing the connection",

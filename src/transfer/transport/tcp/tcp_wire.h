@@ -8,7 +8,10 @@
  *   5   1    opcode   request: 1 WRITE, 2 READ (3, 4: retired, were
  *                     GET_DESC/NOTIFY before the engine's control channel
  *                     took them); response: request opcode | 0x80
- *   6   2    flags    0 (reserved; receivers ignore unknown bits)
+ *   6   2    flags    requests: bit 0 (CR__TCP_F_CAP) = an 80-byte
+ *                     capability (common/auth/cap.h) follows this header,
+ *                     before any payload; other bits 0 (receivers ignore
+ *                     unknown bits); responses: 0
  *   8   4    status   responses: 0 or a negative errno; requests: 0
  *   12  4    seq      request sequence number on this connection, echoed
  *   16  8    addr     WRITE/READ: target address in the server's memory;
@@ -28,6 +31,9 @@
 #define CR__TCP_MAGIC 0x45545243u
 #define CR__TCP_VERSION 1
 #define CR__TCP_MAX_SLICE (64ull << 20)   /* bound on one WRITE/READ payload */
+
+#define CR__TCP_F_CAP 0x1u /* request flag: a capability follows the header */
+#define CR__TCP_CAP_LEN 80 /* = CR__CAP_LEN */
 
 enum cr__tcp_op {
     CR__TCP_WRITE = 1,
@@ -63,10 +69,14 @@ static inline void cr__tcp_hdr_enc(cr__tcp_hdr_t *w, uint8_t op, int32_t status,
 }
 
 /* Decodes in place; returns 0 if magic and version are right, else -EPROTO. */
+/* Marks an encoded request as followed by a capability. */
+static inline void cr__tcp_hdr_set_cap(cr__tcp_hdr_t *w) { w->flags = htole16(CR__TCP_F_CAP); }
+
 static inline int cr__tcp_hdr_dec(cr__tcp_hdr_t *h)
 {
     h->magic = le32toh(h->magic);
     h->status = (int32_t)le32toh((uint32_t)h->status);
+    h->flags = le16toh(h->flags);
     h->seq = le32toh(h->seq);
     h->addr = le64toh(h->addr);
     h->len = le64toh(h->len);

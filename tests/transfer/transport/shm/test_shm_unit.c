@@ -60,6 +60,12 @@ int cr__xfer_local_desc_json(cr_xfer_engine_t *e, char **json, size_t *len)
     return -ENOSYS;
 }
 
+int cr__xfer_cap_enforced(cr_xfer_engine_t *e)
+{
+    (void)e;
+    return 0;
+}
+
 void cr__xfer_task_progress(cr__xfer_task_t *task, uint64_t bytes)
 {
     atomic_fetch_add(&task->bytes, bytes);
