@@ -299,7 +299,9 @@ static int batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs,
         t->index = (uint32_t)(base + i);
         t->deadline_ns = deadline;
         t->caller_waits = b->caller_waits;
-        t->cap = caps ? caps[i] : NULL;
+        t->has_cap = caps && caps[i];
+        if (t->has_cap)
+            memcpy(t->cap, caps[i], CR__CAP_LEN);
         int err = validate(e, &reqs[i], t, refreshed, &n_refreshed);
         if (err) {
             fail_now(t, err);

@@ -42,7 +42,8 @@ void cr__xfer_cap_epoch_seen(cr_xfer_engine_t *e, uint32_t epoch);
 uint64_t cr__xfer_cap_refused(cr_xfer_engine_t *e);
 
 /* cr_xfer_transfer_sync with a capability per request: caps[i] is NULL or
- * CR__CAP_LEN bytes that stay valid until this call returns. Same returns. */
+ * CR__CAP_LEN bytes (copied: the caller may free them once this returns).
+ * Same returns. */
 int cr__xfer_transfer_sync_caps(cr_xfer_engine_t *e, const cr_xfer_request_t *reqs,
                                 const uint8_t *const *caps, size_t n, int *results);
 

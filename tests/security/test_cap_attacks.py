@@ -189,3 +189,45 @@ def test_open_cluster_raw_access_is_exposed(open_cluster):
     got = st.get("cap-victim")
     assert got in (b"X" * SIZE, b""), "overwritten bytes (or a checksum miss)"
     st.close()
+
+
+def test_extra_segments_served_with_capabilities(tmp_path):
+    """A client's extra segments (allocate_and_mount_segment) live in its one
+    engine, under the key its mount replies carry: with security on, puts by
+    another client land there (the master has no node, so they must) and are
+    read back; a member without a grant is refused there too."""
+    from secutil import Daemons, new_key_file, read_key, start_master
+    d = Daemons()
+    d.dir = str(tmp_path)
+    try:
+        kf = new_key_file(d.dir)
+        c = start_master(d, kf)
+        c.update({"key_file": kf, "key": read_key(kf)})
+        owner, rc = store_for(c, kf)
+        assert rc == 0
+        r = owner.allocate_and_mount_segment(1)
+        assert r["ret"] == 0, r
+        writer, rc = store_for(c, kf)
+        assert rc == 0
+        v = os.urandom(6000)
+        assert writer.put("cap-extra", v) == 0
+        assert writer.get("cap-extra") == v and owner.get("cap-extra") == v
+        seg, addr, ln, cap = grl(member_rpc(c), "cap-extra")[0]
+        assert cap is not None
+        s = te_conn_to(c, seg.split("#")[0])
+        assert request(s, READ, addr, ln)[0] == EACCES
+        status, data = request(s, READ, addr, ln, cap)
+        assert status == 0 and data == v
+        s.close()
+        writer.close()
+        owner.close()
+    finally:
+        d.stop()
+
+
+def te_conn_to(c, te_segment):
+    """A member's data connection to the engine named te_segment."""
+    d = descriptor({**c, "node": te_segment})
+    s = connect(d["nics"][0]["port"])
+    assert te_handshake(s, c["key"]) == 0
+    return s

@@ -227,6 +227,22 @@ int cr__sc_segment(cr_store_t *s, const char *segment, cr_xfer_segment_t *out)
 
 /* ---- mount + heartbeat ---------------------------------------------------- */
 
+/* (client.h) A MountSegment reply with capabilities on carries this
+ * client's capability key: from now on our engine serves only the grants
+ * this master mints (transfer/capability.h). */
+void cr__sc_cap_install(cr_store_t *s, const cr__rpc_msg_t *rep)
+{
+    if (rep->blob_len != 8 + CR__CAP_KEY_LEN + 8)
+        return;
+    uint64_t seg_id = 0, mid = 0;
+    for (int i = 7; i >= 0; i--) {
+        seg_id = (seg_id << 8) | rep->blob[i];
+        mid = (mid << 8) | rep->blob[8 + CR__CAP_KEY_LEN + i];
+    }
+    cr__xfer_cap_key_set(s->te, rep->blob + 8, seg_id, rep->epoch);
+    atomic_store(&s->cap_master_id, mid);
+}
+
 static int mount_segment(cr_store_t *s, cr__rpc_client_t *c)
 {
     cr__rpc_msg_t req = {0}, rep = {0};
@@ -239,17 +255,8 @@ static int mount_segment(cr_store_t *s, cr__rpc_client_t *c)
     if (rc)
         return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;
     rc = rep.status;
-    if (!rc && rep.blob_len == 8 + CR__CAP_KEY_LEN + 8) {
-        /* capabilities on: from now on our engine serves only the grants
-         * this master mints for our segment (transfer/capability.h) */
-        uint64_t seg_id = 0, mid = 0;
-        for (int i = 7; i >= 0; i--) {
-            seg_id = (seg_id << 8) | rep.blob[i];
-            mid = (mid << 8) | rep.blob[8 + CR__CAP_KEY_LEN + i];
-        }
-        cr__xfer_cap_key_set(s->te, rep.blob + 8, seg_id, rep.epoch);
-        s->cap_master_id = mid;
-    }
+    if (!rc)
+        cr__sc_cap_install(s, &rep);
     cr__rpc_msg_free(&rep);
     return rc;
 }
@@ -296,12 +303,13 @@ static int ping(cr_store_t *s, cr__rpc_client_t *c, uint32_t *flags)
             CR_LOG_WARN(COMP, "master %s grants no capabilities: any member may read and "
                               "write this client's registered memory", s->master_addr);
             cr__xfer_cap_disable(s->te);
-            s->cap_master_id = 0;
+            atomic_store(&s->cap_master_id, 0);
         } else if (caps && !cr__xfer_cap_enforced(s->te) && cr__xfer_cap_deny_all(s->te) == 0) {
             *flags |= CR__RPC_F_NEED_REMOUNT; /* the mount reply carries our key */
         }
     }
-    if (!rc && s->cap_master_id && rep.master_id != s->cap_master_id)
+    uint64_t cap_mid = atomic_load(&s->cap_master_id);
+    if (!rc && cap_mid && rep.master_id != cap_mid)
         *flags |= CR__RPC_F_NEED_REMOUNT;
     if (!rc)
         cr__xfer_cap_epoch_seen(s->te, atomic_load(&s->epoch));

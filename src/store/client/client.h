@@ -116,7 +116,7 @@ struct cr_store {
     atomic_int mounted; /* segment currently mounted (as far as we know) */
     /* the master whose capability key the engine holds (0: none); the
      * heartbeat thread remounts when another master answers (caps on) */
-    uint64_t cap_master_id;
+    atomic_ullong cap_master_id;
     atomic_ullong remounts;
 
     pthread_rwlock_t reg_lock;
@@ -241,6 +241,10 @@ int cr__sc_resolve(cr_store_t *s);
 /* Moves value bytes [off, off+len) of replica rep to (write) or from local
  * memory (registered, or the staging buffer) and waits (ops.c). Returns 0,
  * CR_E_TRANSFER_FAIL or -ENOMEM. */
+/* Installs the capability key a MountSegment reply carries (caps on), if
+ * any, in the client's engine. */
+void cr__sc_cap_install(cr_store_t *s, const cr__rpc_msg_t *rep);
+
 int cr__sc_replica_io(cr_store_t *s, const cr__rpc_replica_t *rep, uint64_t off, uint64_t len,
                       void *local, int write);
 

@@ -39,6 +39,8 @@ static int mount_rpc(cr_store_t *s, cr__rpc_client_t *c, const char *name, uint6
     if (rc)
         return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;
     rc = rep.status;
+    if (!rc && mount)
+        cr__sc_cap_install(s, &rep); /* caps on: the key of this client's segments */
     cr__rpc_msg_free(&rep);
     return rc;
 }

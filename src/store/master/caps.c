@@ -6,10 +6,13 @@
  * WRITE on the new replicas of a copy/move task (RTASK_START). The node
  * serving the segment checks them (transfer/capability.c).
  *
- * Keys: key(segment) = HMAC-SHA256(secret, "crescent cap key v1\0" seg_id
- * name), with a secret of 32 random bytes drawn when capabilities are
- * turned on (never leaves this process) and seg_id = gen << 32 | index,
- * which names one mount of one name in this master. A restarted master or
+ * Keys: one per client (its TE engine serves every segment it mounts:
+ * the contributed one and extra ones), key = HMAC-SHA256(secret, "crescent
+ * cap key v1\0" client_id), with a secret of 32 random bytes drawn when
+ * capabilities are turned on (never leaves this process); the grant's
+ * seg_id field carries client_id.lo (which key). Grants name absolute
+ * addresses of that client's process, so one key for all its segments
+ * confines as tightly as one per segment. A restarted master or
  * a new leader has another secret: its nodes remount on seeing another
  * master_id and get the new key; capabilities of the old master no longer
  * verify, and those of an older epoch are refused in any case.
@@ -33,7 +36,9 @@
 _Static_assert(CR__RPC_CAP_LEN == CR__CAP_LEN, "the wire carries exactly one capability");
 
 typedef struct capkey {
-    uint64_t seg_id; /* 0: not derived yet */
+    cr__rpc_client_id_t owner; /* whose key (cache tag) */
+    int valid;
+    uint64_t seg_id;           /* the key's id in grants: owner.lo */
     uint8_t key[CR__CAP_KEY_LEN];
 } capkey_t;
 
@@ -106,21 +111,24 @@ static const capkey_t *key_of_locked(cr__master_t *m, uint32_t s)
         c->n_keys = n;
     }
     seg_t *sg = &m->segs[s];
-    uint64_t id = ((uint64_t)sg->gen << 32) | s;
+    /* the owner: the mounting client, or a restored segment's recorded owner */
+    cr__rpc_client_id_t owner = sg->client != NONE32 ? m->clients[sg->client].id : sg->owner;
     capkey_t *k = &c->keys[s];
-    if (k->seg_id != id) {
-        size_t nl = strlen(sg->name);
-        uint8_t msg[sizeof KEY_LABEL + 8 + CR__RPC_SEGMENT_NAME_MAX];
+    if (!k->valid || k->owner.hi != owner.hi || k->owner.lo != owner.lo) {
+        uint8_t msg[sizeof KEY_LABEL + 16];
         memcpy(msg, KEY_LABEL, sizeof KEY_LABEL); /* with its NUL */
-        for (int i = 0; i < 8; i++)
-            msg[sizeof KEY_LABEL + i] = (uint8_t)(id >> (8 * i));
-        memcpy(msg + sizeof KEY_LABEL + 8, sg->name, nl);
+        for (int i = 0; i < 8; i++) {
+            msg[sizeof KEY_LABEL + i] = (uint8_t)(owner.hi >> (8 * i));
+            msg[sizeof KEY_LABEL + 8 + i] = (uint8_t)(owner.lo >> (8 * i));
+        }
         unsigned ol = 0;
-        if (!HMAC(EVP_sha256(), c->secret, sizeof c->secret, msg, sizeof KEY_LABEL + 8 + nl,
-                  k->key, &ol) ||
+        k->valid = 0;
+        if (!HMAC(EVP_sha256(), c->secret, sizeof c->secret, msg, sizeof msg, k->key, &ol) ||
             ol != CR__CAP_KEY_LEN)
             return NULL;
-        k->seg_id = id;
+        k->owner = owner;
+        k->seg_id = owner.lo;
+        k->valid = 1;
     }
     return k;
 }

@@ -78,10 +78,12 @@ typedef struct cr__xfer_task {
     char *local;          /* validated local address */
     uint64_t remote_addr; /* validated target address */
     uint64_t length;
-    /* NULL, or the CR__CAP_LEN-byte capability granting this access (from
-     * the store's master), owned by the submitter until the task completes;
-     * a transport sends it with every piece of the task */
-    const uint8_t *cap;
+    /* the capability granting this access (from the store's master), if
+     * has_cap; copied at submit (a transport may still resend a piece after
+     * the task completed, e.g. once the watchdog failed it); a transport
+     * sends it with every piece of the task */
+    int has_cap;
+    uint8_t cap[CR__CAP_LEN];
     cr__xfer_peer_t *peer;
     uint64_t deadline_ns; /* monotonic; the transport fails the task with -ETIMEDOUT after it */
     /* 1: the submitter waits for this task right after submit returns and

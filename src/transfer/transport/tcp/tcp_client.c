@@ -374,6 +374,10 @@ static int path_failed(tcp_peer_t *p, int path, const cr__seg_nic_t *remote, int
 static int conn_send(tcp_conn_t *c, int fd, const tcp_slice_t *sl, int n)
 {
     cr__tcp_hdr_t hdr[CARVE_MAX];
+    /* capabilities copied next to the headers: a task may complete (its
+     * batch freed) while sendmsg() is still returning, and only this
+     * thread's stack is sure to outlive the call */
+    uint8_t caps[CARVE_MAX][CR__TCP_CAP_LEN];
     struct iovec iov[3 * CARVE_MAX];
     /* publish to the ring before sending: the receiver matches replies */
     uint32_t s = atomic_load(&c->sent);
@@ -388,9 +392,10 @@ static int conn_send(tcp_conn_t *c, int fd, const tcp_slice_t *sl, int n)
                         sl[i].task->remote_addr + sl[i].off, sl[i].len);
         iov[cnt].iov_base = &hdr[i];
         iov[cnt++].iov_len = sizeof hdr[i];
-        if (sl[i].task->cap) { /* the grant travels with every slice (tcp_wire.h) */
+        if (sl[i].task->has_cap) { /* the grant travels with every slice (tcp_wire.h) */
             cr__tcp_hdr_set_cap(&hdr[i]);
-            iov[cnt].iov_base = (void *)sl[i].task->cap;
+            memcpy(caps[i], sl[i].task->cap, CR__TCP_CAP_LEN);
+            iov[cnt].iov_base = caps[i];
             iov[cnt++].iov_len = CR__TCP_CAP_LEN;
         }
         if (sl[i].op == CR__TCP_WRITE) {
@@ -843,9 +848,9 @@ static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first
         cr__tcp_hdr_enc(&h[i], op, 0, (uint32_t)i, t->remote_addr + off, len);
         iov[cnt].iov_base = &h[i];
         iov[cnt++].iov_len = sizeof h[i];
-        if (t->cap) {
+        if (t->has_cap) {
             cr__tcp_hdr_set_cap(&h[i]);
-            iov[cnt].iov_base = (void *)t->cap;
+            iov[cnt].iov_base = t->cap;
             iov[cnt++].iov_len = CR__TCP_CAP_LEN;
         }
         if (write) {
