@@ -44,6 +44,7 @@ def test_pip_install_target(tmp_path):
 import os, re, subprocess, sys, time
 import crescent, mooncake.store as ms
 import mooncake.transfer_engine, mooncake.structured_object_store, mooncake.model_loader
+import mooncake.weight_store
 assert mooncake.transfer_engine.__file__.startswith(%(tgt)r)
 assert crescent._crescent.__file__.startswith(%(tgt)r), crescent._crescent.__file__
 assert crescent.find_executable("crescent-master").startswith(%(tgt)r)

@@ -439,3 +439,72 @@ def test_model_loader_save_load_seed_and_files(mstore, tmp_path):
     conn.close()
     conn2.close()
     assert not os.path.exists(d)
+
+
+def test_weight_store_import_verify_materialize_delete(mstore, tmp_path):
+    """mooncake.weight_store against a real cluster: a checkpoint directory in
+    chunks, its manifest and indexes, verification, a damaged chunk found,
+    materialized files, deletion."""
+    import mooncake.weight_store as ws
+    src = tmp_path / "ckpt"
+    (src / "sub").mkdir(parents=True)
+    weights = bytes(range(256)) * 9  # 2304 bytes -> 3 chunks of 1000
+    (src / "model-1.safetensors").write_bytes(weights)
+    (src / "config.json").write_text('{"a": 1}')
+    (src / "sub" / "notes.txt").write_text("hi")
+    (src / "empty.bin").write_bytes(b"")
+    (src / ".hidden").write_text("skip me")
+    (src / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "model-1.safetensors"}}))
+    c = ws.ModelFileCacheClient(mstore, file_chunk_size=1000)
+    m = c.import_model(checkpoint_id="ck-1", model_id="org/model", revision="r1",
+                       source_uri=str(src))
+    assert m.status == ws.READY and m.total_size == sum(
+        p.stat().st_size for p in src.rglob("*") if p.is_file() and p.name != ".hidden")
+    paths = [r.path for r in m.files]
+    assert paths == sorted(["config.json", "empty.bin", "model-1.safetensors",
+                            "model.safetensors.index.json", "sub/notes.txt"])
+    rec = next(r for r in m.files if r.path == "model-1.safetensors")
+    assert rec.type == "WEIGHT" and len(rec.chunks) == 3
+    assert rec.chunks[1] == ws.model_file_chunk_key("ck-1", "model-1.safetensors", 1)
+    assert c.list_models() == ["ck-1"]
+    assert json.loads(mstore.get(ws.model_id_index_key("org/model"))) == ["ck-1"]
+    assert c.inspect_model("ck-1") == m
+    out = tmp_path / "out" / "w.safetensors"
+    c.materialize_file("ck-1", "model-1.safetensors", str(out))
+    assert out.read_bytes() == weights
+    with pytest.raises(KeyError):
+        c.materialize_file("ck-1", "nope", str(out))
+    with pytest.raises(ValueError, match="already exists"):
+        c.import_model(checkpoint_id="ck-1", model_id="org/model", revision="r1",
+                       source_uri=str(src))
+
+    # a damaged chunk: verify and materialize refuse it, no partial output left
+    assert mstore.upsert(rec.chunks[2], b"x" * 304) == 0
+    with pytest.raises(ValueError, match="sha256 mismatch for model-1.safetensors"):
+        c.verify_model("ck-1")
+    out2 = tmp_path / "out" / "w2"
+    with pytest.raises(ValueError, match="sha256"):
+        c.materialize_file("ck-1", "model-1.safetensors", str(out2))
+    assert not out2.exists() and not (tmp_path / "out" / "w2.part").exists()
+
+    c.delete_model("ck-1")
+    assert c.list_models() == [] and mstore.is_exist(rec.chunks[0]) == 0
+    with pytest.raises(KeyError, match="no readable manifest"):
+        c.inspect_model("ck-1")
+
+    # bad input
+    for bad in ("", "../x", "a/b", "-x"):
+        with pytest.raises(ValueError, match="checkpoint_id"):
+            c.import_model(checkpoint_id=bad, model_id="m", revision="r", source_uri=str(src))
+    with pytest.raises(ValueError, match="directory"):
+        c.import_model(checkpoint_id="ck-2", model_id="m", revision="r",
+                       source_uri=str(src / "config.json"))
+    (src / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"w": "missing.safetensors"}}))
+    with pytest.raises(ValueError, match="missing files"):
+        c.import_model(checkpoint_id="ck-2", model_id="m", revision="r", source_uri=str(src))
+    with pytest.raises(ValueError, match="file_chunk_size"):
+        ws.ModelFileCacheClient(mstore, file_chunk_size=0)
+    with pytest.raises(ValueError, match="invalid model status"):
+        ws.ModelFileManifest("c", "m", "r", "DONE", "/", 0, 0, 0, [], None)
