@@ -31,6 +31,7 @@ static struct {
     atomic_int stop, deposed;
     _Atomic uint32_t ready; /* epoch this master serves as leader (0: not) */
     atomic_ullong promotions, last_promotion_ms, refused;
+    atomic_ullong unwaited; /* changes acknowledged without a wait (window.c) */
     atomic_int fresh_check; /* still to learn whether the cluster ever had a leader */
     atomic_int up; /* set once started, cleared by quiesce: the RPC and admin
                       servers run before and after; their handlers use g.elect
@@ -354,7 +355,10 @@ void master_ha_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *
      * PutStart carved from allocation windows the standbys know waits for
      * nobody (window.c); its PutEnd waits, and the stream is ordered. */
     int failed = 0;
-    if (cr__master_wait_needed()) {
+    if (!cr__master_wait_needed()) {
+        if (cr__master_changed())
+            atomic_fetch_add(&g.unwaited, 1); /* a change, carved from known windows */
+    } else {
         uint64_t gen = cr__master_win_gen(m); /* windows opened before the wait's target */
         failed = cr__ha_repl_wait(g.repl, mark) != 0;
         if (failed)
@@ -400,14 +404,15 @@ int master_ha_admin(const cr__http_req_t *req, cr__http_resp_t *resp)
             ",\"promotions\":%llu,\"last_promotion_ms\":%llu,\"seq\":%" PRIu64
             ",\"standbys\":%u,\"standbys_in_sync\":%u,\"max_lag_records\":%" PRIu64
             ",\"sync_timeouts\":%" PRIu64 ",\"snapshots_sent\":%" PRIu64
-            ",\"state_usable\":%s,\"refused_requests\":%llu}\n",
+            ",\"state_usable\":%s,\"refused_requests\":%llu,\"unwaited_changes\":%llu}\n",
             leader ? "leader" : "standby", es.epoch, es.leader_rpc, es.lease_left_ms,
             es.etcd_reachable ? "true" : "false", es.elections_won, es.campaigns,
             es.leadership_lost, es.garbage_keys, es.not_in_sync_set, es.insync_garbage,
             (unsigned long long)atomic_load(&g.promotions),
             (unsigned long long)atomic_load(&g.last_promotion_ms), rs.seq, rs.followers,
             rs.in_sync, rs.max_lag_records, rs.sync_timeouts, rs.snapshots_sent,
-            rs.usable ? "true" : "false", (unsigned long long)atomic_load(&g.refused));
+            rs.usable ? "true" : "false", (unsigned long long)atomic_load(&g.refused),
+            (unsigned long long)atomic_load(&g.unwaited));
         return 1;
     }
     return 0;
@@ -439,12 +444,13 @@ char *master_ha_metrics(void)
         HA_M("ha_sync_timeouts_total", "counter", "Standbys dropped out of sync by a wait timeout") " %" PRIu64 "\n"
         HA_M("ha_snapshots_sent_total", "counter", "Snapshots sent to standbys") " %" PRIu64 "\n"
         HA_M("ha_replicated_records_total", "counter", "Op records streamed to standbys") " %" PRIu64 "\n"
-        HA_M("ha_refused_requests_total", "counter", "Requests refused because this master was not the leader") " %llu\n",
+        HA_M("ha_refused_requests_total", "counter", "Requests refused because this master was not the leader") " %llu\n"
+        HA_M("ha_unwaited_changes_total", "counter", "Changes acknowledged without waiting for the standbys (PutStarts carved from known allocation windows)") " %llu\n",
         atomic_load(&g.ready) != 0 && es.leader, es.epoch, es.elections_won, es.campaigns,
         es.leadership_lost, (unsigned long long)atomic_load(&g.promotions),
         (unsigned long long)atomic_load(&g.last_promotion_ms), es.etcd_errors, rs.followers,
         rs.in_sync, rs.max_lag_records, rs.sync_timeouts, rs.snapshots_sent, rs.records_sent,
-        (unsigned long long)atomic_load(&g.refused));
+        (unsigned long long)atomic_load(&g.refused), (unsigned long long)atomic_load(&g.unwaited));
 #undef HA_M
     return n < 0 ? NULL : out;
 }

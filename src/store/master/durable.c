@@ -14,13 +14,15 @@
 /* Did this thread emit a record that must be replicated before its request
  * is acknowledged (every record but a PutStart carved from a confirmed
  * allocation window, window.c)? */
-static _Thread_local int tl_must_wait;
+static _Thread_local int tl_must_wait, tl_changed;
 
-void cr__master_wait_reset(void) { tl_must_wait = 0; }
+void cr__master_wait_reset(void) { tl_must_wait = tl_changed = 0; }
 int cr__master_wait_needed(void) { return tl_must_wait; }
+int cr__master_changed(void) { return tl_changed; }
 
 void cr__m_jr_emit(cr__master_t *m)
 {
+    tl_changed = 1;
     if (!m->jr_lazy)
         tl_must_wait = 1;
     m->jbuf.len = 0;

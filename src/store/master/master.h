@@ -192,6 +192,7 @@ int cr__master_dump(cr__master_t *m, cr__ha_buf_t *b, void (*at)(void *), void *
 void cr__master_windows(cr__master_t *m, int on);
 void cr__master_wait_reset(void);
 int cr__master_wait_needed(void);
+int cr__master_changed(void); /* this thread emitted any record since the reset */
 uint64_t cr__master_win_gen(cr__master_t *m);
 void cr__master_win_confirm(cr__master_t *m, uint64_t gen);
 
