@@ -508,3 +508,38 @@ def test_weight_store_import_verify_materialize_delete(mstore, tmp_path):
         ws.ModelFileCacheClient(mstore, file_chunk_size=0)
     with pytest.raises(ValueError, match="invalid model status"):
         ws.ModelFileManifest("c", "m", "r", "DONE", "/", 0, 0, 0, [], None)
+
+
+def test_weight_store_cli(cluster, tmp_path):
+    """python3 -m mooncake.weight_store.cli: config init, import (which verifies),
+    list, materialize-file, delete; a failure exits 1 with the reason. (Each
+    command is its own store client process: kept to a few.)"""
+    import subprocess
+    import sys
+    src = tmp_path / "ck"
+    src.mkdir()
+    (src / "w.safetensors").write_bytes(b"\x01" * 3000)
+    (src / "config.json").write_text("{}")
+    cfg = tmp_path / "ws.json"
+    store_flags = ["--config", str(cfg)]
+
+    def cli(*args, ok=True):
+        r = subprocess.run([sys.executable, "-m", "mooncake.weight_store.cli", *args],
+                           capture_output=True, text=True, timeout=120)
+        assert (r.returncode == 0) == ok, r.stderr
+        return json.loads(r.stdout) if ok else r.stderr
+
+    assert cli(*store_flags, "config", "init", "--local-hostname", "127.0.0.1",
+               "--metadata-server", cluster["metadata"],
+               "--master-server-addr", cluster["master"],
+               "--local-buffer-size", "16MB")["written"]
+    m = cli("model", "import", "--checkpoint-id", "cli-1", "--model-id", "m", "--revision",
+            "r", "--source", str(src), "--file-chunk-size", "1KB", *store_flags)
+    assert m["status"] == "READY" and len(m["files"]) == 2
+    assert cli(*store_flags, "model", "list") == ["cli-1"]
+    out = tmp_path / "o" / "w"
+    cli(*store_flags, "model", "materialize-file", "cli-1", "--path", "w.safetensors",
+        "--output", str(out))
+    assert out.read_bytes() == b"\x01" * 3000
+    assert cli(*store_flags, "model", "delete", "cli-1")["deleted"]
+    assert "no readable manifest" in cli(*store_flags, "model", "inspect", "cli-1", ok=False)
