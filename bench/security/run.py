@@ -131,6 +131,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=3)
     ap.add_argument("--out")
     ap.add_argument("--no-tls", action="store_true", help="leave the TLS mode out")
+    ap.add_argument("--modes", help="comma list of modes to run (default: all of off,on,nocap,nocrc,tls "
+                                    "that the other flags leave in)")
     ap.add_argument("--no-parts", action="store_true",
                     help="leave the nocap/nocrc modes (cost of capabilities, checksum) out")
     a = ap.parse_args()
@@ -143,6 +145,8 @@ def main():
     tls = None if a.no_tls else make_pki(d)
     modes = ("off", "on") + (() if a.no_parts else ("nocap", "nocrc")) + \
         (() if a.no_tls else ("tls",))
+    if a.modes:
+        modes = tuple(m for m in a.modes.split(",") if m in ("off", "on", "nocap", "nocrc", "tls"))
     rows = {}  # name -> {"off": [...], "on": [...], "tls": [...]}, unit
 
     def add(name, mode, val, unit):
