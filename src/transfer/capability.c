@@ -2,6 +2,7 @@
  * check (capability.h, transport.h). Transport-neutral: a transport's
  * serving side calls cr__xfer_cap_check before it touches memory. */
 #include "transfer/capability.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -13,13 +14,6 @@
 #include "transfer/xfer_internal.h"
 
 #define LOGC "xfer-cap"
-
-static uint64_t unix_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
-}
 
 void cr__xfer_cap_epoch_seen(cr_xfer_engine_t *e, uint32_t epoch)
 {
@@ -71,7 +65,7 @@ int cr__xfer_cap_check(cr_xfer_engine_t *e, cr__xfer_cap_cache_t *cc, const uint
         return 0; /* unchecked: documented (security off, or no store segment) */
     if (!cap)
         return refuse(e, "no capability", write, addr, len);
-    uint64_t now = unix_ms();
+    uint64_t now = cr__unix_ms();
     unsigned gen = atomic_load(&e->cap_gen);
     const cr__cap_t *g = NULL;
     for (unsigned i = 0; i < CR__XFER_CAP_CACHE && !g; i++)

@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "common/auth/cap.h"
+#include "common/clock.h"
 #include "store/master/master_priv.h"
 
 #define KEY_LABEL "crescent cap key v1"
@@ -48,13 +49,6 @@ struct cr__mcaps {
     capkey_t *keys;         /* by segment index, guarded by m->mu */
     uint32_t n_keys;
 };
-
-static uint64_t unix_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
-}
 
 int cr__master_caps_enable(cr__master_t *m)
 {
@@ -190,7 +184,7 @@ int cr__m_caps_mint_locked(cr__master_t *m, uint16_t type, cr__rpc_msg_t *reply)
     uint16_t bt = type & (uint16_t)~CR__RPC_REPLY;
     if (bt >= CR__RPC_BATCH_PUT_START && bt <= CR__RPC_BATCH_VALIDATE)
         bt = (uint16_t)(bt - CR__RPC_BATCH_OFFSET);
-    uint64_t now = unix_ms();
+    uint64_t now = cr__unix_ms();
     int rc = 0;
     for (uint32_t i = 0; i < reply->n_items && !rc; i++) {
         cr__rpc_item_t *it = &reply->items[i];

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 void cr__master_cfg_default(cr__master_cfg_t *c)
@@ -51,12 +52,10 @@ int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
     m->ev = (cr__evict_cfg_t){.high_watermark = cfg->high_watermark,
                               .ratio = cfg->eviction_ratio,
                               .max_visit = m->cfg.evict_max_visit};
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     /* realtime ms << 16: 65536 versions per ms of uptime before a restarted
      * master could catch up with an old version (puts run at ~1 M/s), and
      * version << 3 fits in 64 bits until the year 2500 */
-    m->master_id = ((uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000) << 16;
+    m->master_id = cr__unix_ms() << 16;
     m->next_version = m->master_id;
     list_init(&m->lru);
     list_init(&m->pending);

@@ -15,6 +15,7 @@
  * runs, so neither a remove nor an eviction frees it under the copier).
  * Runs under m->mu like every cr__m_* function (master_priv.h). */
 #include "store/master/master_priv.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -63,13 +64,6 @@ struct cr__mrtask {
     size_t live;
     uint64_t seq;
 };
-
-static uint64_t unix_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 void cr__m_rtask_destroy(cr__master_t *m)
 {
@@ -158,7 +152,7 @@ static void finish(cr__master_t *m, rtask_t *t, int err, const char *why, uint64
     t->status = err ? T_FAILED : T_SUCCESS;
     t->err = err;
     snprintf(t->msg, sizeof t->msg, "%s", why ? why : "");
-    t->updated_unix = unix_ms();
+    t->updated_unix = cr__unix_ms();
     m->rtask->live--;
     CNT(m, rtask_done_total)++;
     if (err)
@@ -276,7 +270,7 @@ static int create_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_
     t.lo = ++T->seq;
     t.client = req->client_id;
     t.deadline = now + RTASK_TIMEOUT_MS;
-    t.created_unix = t.updated_unix = unix_ms();
+    t.created_unix = t.updated_unix = cr__unix_ms();
     T->t[T->n++] = t;
     T->live++;
     CNT(m, rtask_created_total)++;
@@ -438,7 +432,7 @@ static int start_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t
         o->until_ms = now + RTASK_TIMEOUT_MS;
     t->status = T_PROCESSING;
     t->deadline = now + RTASK_TIMEOUT_MS;
-    t->updated_unix = unix_ms();
+    t->updated_unix = cr__unix_ms();
     return 0;
 }
 
