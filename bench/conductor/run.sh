@@ -14,7 +14,7 @@ echo "== scheduling decisions/s (64 instances, 128k-token prompts, one core)"
 taskset -c 0 "$out/cond_bench" sched --instances 64 --prompt 131072 --decisions 200000
 echo "== index memory (10 M blocks)"
 "$out/cond_bench" index --blocks 10000000
-trace=../shared/traces/conversation_trace.jsonl
+trace=data/traces/conversation_trace.jsonl
 if [ -r "$trace" ]; then
   cmake -S . -B "$out/cmake" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$out/cmake" --target crescent-sim -j2 >/dev/null

@@ -7,7 +7,7 @@
 2. write-through offload rate vs fio sequential O_DIRECT writes of the same
    block size and queue depth in the same directory;
 3. hit rate vs DRAM capacity with and without a disk tier on a replay of the
-   shared conversation trace (/work/shared/traces), all 12,031 requests,
+   shared conversation trace (vendored in data/traces), all 12,031 requests,
    through the real store (crescent-bench tier --phase replay: a request
    reads the prefix blocks the store holds, then puts the blocks it had to
    compute; 16 KiB per 512-token block, arrival times / --speedup).
@@ -234,7 +234,7 @@ def replay(a, dram, ssd, block):
         argv = [c.exe("crescent-bench"), "tier", "--phase", "replay", "--master_server_address",
                 c.master, "--metadata_server", c.metadata, "--value_size", str(block),
                 "--speedup", str(a.speedup), "--requests", str(a.requests),
-                "--trace", "/work/shared/traces/conversation_trace.jsonl"]
+                "--trace", os.path.join(ROOT, "data", "traces", "conversation_trace.jsonl")]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
         line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
         if not line:

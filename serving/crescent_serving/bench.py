@@ -14,7 +14,7 @@ and D decode workers; with --netns across network namespaces i15-*), then:
   2b. handoff: a 2,048-token prompt's KV to the decode worker through the
      store vs P2P through the Transfer Engine, memcpy as the reference.
   3. workload: N requests of the earliest multi-turn conversations of
-     /work/shared/traces' conversation trace (its hash_ids give the shared
+     data/traces' conversation trace (vendored) (its hash_ids give the shared
      prefixes; requests agreeing on the first two are one conversation's
      turns), in trace order, 512-token trace blocks
      scaled to 32 tokens (1/16), prompts capped at 2,048 tokens, output at 16
@@ -38,7 +38,9 @@ from .cluster import Cluster
 from .model import BENCH, ModelConfig, set_deterministic_threads
 from .router import Router
 
-TRACE = os.environ.get("CRESCENT_TRACE", "/work/shared/traces/conversation_trace.jsonl")
+TRACE = os.environ.get("CRESCENT_TRACE", os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "data", "traces", "conversation_trace.jsonl"))
 SCALE = 16                    # trace tokens per our token
 BLOCK_TOKENS = 512 // SCALE   # one trace block = 32 tokens
 

@@ -14,7 +14,7 @@
 int main(int argc, char **argv)
 {
     if (argc < 2 || access(argv[1], R_OK) != 0) {
-        printf("SKIP: trace %s not found (needs ../shared/traces beside the repo)\n",
+        printf("SKIP: trace %s not found (vendored at data/traces/ in the repository)\n",
                argc > 1 ? argv[1] : "(none)");
         return 77;
     }

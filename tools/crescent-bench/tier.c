@@ -49,7 +49,7 @@ static const cr__cfg_opt_t opts[] = {
     OPT(phase, "get",
         "get | offload | read (gets only: the keys of an earlier get run) | replay (--trace)",
         CR__CFG_STR),
-    OPT(trace, "/work/shared/traces/conversation_trace.jsonl",
+    OPT(trace, "data/traces/conversation_trace.jsonl",
         "replay: a Mooncake trace (one JSON request per line with hash_ids); each block is a "
         "value of --value_size bytes", CR__CFG_STR),
     OPT(requests, "0", "replay: requests replayed (0 = all)", CR__CFG_INT),

@@ -49,7 +49,7 @@ typedef struct opts {
 
 #define O(f) offsetof(opts_t, f)
 static const cr__cfg_opt_t table[] = {
-    {"trace", "../shared/traces/conversation_trace.jsonl", "JSONL trace", CR__CFG_STR, O(trace)},
+    {"trace", "data/traces/conversation_trace.jsonl", "JSONL trace (repository root relative)", CR__CFG_STR, O(trace)},
     {"mode", "run", "run | capacity | hitrate | all | margin", CR__CFG_STR, O(mode)},
     {"loads", "1,1.25,1.5,1.75,2", "margin: rate scales", CR__CFG_STR, O(loads)},
     {"errs", "0,0.3", "margin: estimation errors (err_sigma)", CR__CFG_STR, O(errs)},
