@@ -5,7 +5,7 @@
  *   negated errno values (-EINVAL, -ENOMEM, -ETIMEDOUT, ...; Linux errno
  *   values are 1..133), used by the transfer engine and the conductor;
  *   the store's ErrorCode values (CR_STORE_ERRC_MAP below: -1, -10,
- *   -100..-103, -200, ..., -600..-1401), numerically identical to
+ *   -100..-103, -200, ..., -600..-1702), numerically identical to
  *   Mooncake's ErrorCode table so integrations written against Mooncake
  *   compare against the same numbers.
  * Mooncake's table also uses -1, -10 and -100..-103, which collide with
@@ -67,10 +67,15 @@ extern "C" {
     X(REPLICA_IS_GONE, -712, "replica existed once but is gone")                                   \
     X(TRANSFER_FAIL, -800, "data transfer failed")                                                 \
     X(RPC_FAIL, -900, "control-plane RPC failed")                                                  \
+    X(RPC_TIMEOUT, -901, "control-plane RPC timed out")                                            \
     X(ETCD_OPERATION_ERROR, -1000, "etcd operation failed")                                        \
     X(ETCD_KEY_NOT_EXIST, -1001, "etcd key does not exist")                                        \
     X(ETCD_TRANSACTION_FAIL, -1002, "etcd transaction failed")                                     \
     X(ETCD_CTX_CANCELLED, -1003, "etcd request cancelled")                                         \
+    X(OPLOG_ENTRY_NOT_FOUND, -1004, "no such op log entry")                                        \
+    X(K8S_LEASE_OPERATION_ERROR, -1005, "Kubernetes lease operation failed")                       \
+    X(K8S_LEASE_NOT_FOUND, -1006, "no such Kubernetes lease")                                      \
+    X(INCOMPLETE_OPLOG_CATCH_UP, -1007, "op log catch-up incomplete")                              \
     X(UNAVAILABLE_IN_CURRENT_STATUS, -1010, "unavailable now (a bound is reached)")                \
     X(UNAVAILABLE_IN_CURRENT_MODE, -1011, "unavailable in the current mode")                       \
     X(FILE_NOT_FOUND, -1100, "file not found")                                                     \
@@ -87,7 +92,21 @@ extern "C" {
     X(UNABLE_OFFLOAD, -1300, "cannot offload")                                                     \
     X(UNABLE_OFFLOADING, -1301, "offloading not possible now")                                     \
     X(TASK_NOT_FOUND, -1400, "no such task")                                                       \
-    X(TASK_PENDING_LIMIT_EXCEEDED, -1401, "too many pending tasks")
+    X(TASK_PENDING_LIMIT_EXCEEDED, -1401, "too many pending tasks")                                \
+    X(JOB_NOT_FOUND, -1402, "no such job")                                                         \
+    X(SERIALIZE_UNSUPPORTED, -1500, "type cannot be serialized")                                   \
+    X(SERIALIZE_FAIL, -1501, "serialization failed")                                               \
+    X(DESERIALIZE_FAIL, -1502, "deserialization failed")                                           \
+    X(PERSISTENT_FAIL, -1503, "persisting to a file failed")                                       \
+    X(DFS_NETWORK_TIMEOUT, -1600, "shared file system timed out")                                  \
+    X(DFS_SERVICE_UNAVAILABLE, -1601, "shared file system unavailable")                            \
+    X(DFS_QUOTA_EXCEEDED, -1602, "shared file system quota exceeded")                              \
+    X(DFS_PERMISSION_DENIED, -1603, "shared file system permission denied")                        \
+    X(DFS_STALE_HANDLE, -1604, "stale shared file system handle")                                  \
+    X(DFS_PARTIAL_WRITE, -1605, "partial write to the shared file system")                         \
+    X(TENANT_QUOTA_EXCEEDED, -1700, "tenant quota exceeded")                                       \
+    X(TENANT_NOT_REGISTERED, -1701, "tenant not registered")                                       \
+    X(TENANT_NOT_EMPTY, -1702, "tenant still holds objects")
 
 #define CR_ERRC_ENUM_(name, value, text) CR_E_##name = value,
 enum cr_store_errc { CR_OK = 0, CR_STORE_ERRC_MAP(CR_ERRC_ENUM_) };
