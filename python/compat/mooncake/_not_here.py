@@ -25,7 +25,6 @@ WHY = {
     "vllm_v1_proxy_server": "vLLM disaggregation proxy; crescent's scheduler is crescent-conductor",
     "transfer_engine_exp": "experimental Transfer Engine bindings (use mooncake.engine)",
     "dataproto_transfer": "not implemented by crescent (a layer above mooncake.store)",
-    "weight_transfer": "not implemented by crescent (model weights over mooncake.store)",
 }
 
 
