@@ -15,7 +15,7 @@ from mooncake.weight_transfer import (
     MooncakeTransferEngineSink, ParallelRank, PlacementManifest, RuntimeFragment,
     RuntimeManifest, StoredFragment, TensorDescriptor, TransferEngineError, WeightManifest,
     WeightStore, WeightStoreError, placement_manifest_from_runtime_manifest,
-    plan_runtime_transfer, plan_runtime_transfer_to_local_target, plan_stored_transfer,
+    plan_runtime_transfer, plan_runtime_transfer_to_local_target,
     resolve_executor_plan)
 
 # three tensors: sharded on dim 0, sharded on dim 1 (strided copies), replicated

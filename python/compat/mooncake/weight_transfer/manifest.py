@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from math import prod
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 

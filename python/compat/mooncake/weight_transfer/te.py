@@ -13,7 +13,6 @@ here: tcp / shm; device memory is not supported on this machine).
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
