@@ -172,6 +172,17 @@ def store(cluster):
     s.close()
 
 
+@pytest.fixture
+def mstore(cluster):
+    """A mooncake.store.MooncakeDistributedStore client of the module's cluster;
+    everything it stored is removed (forced) at teardown."""
+    from mooncake.store import MooncakeDistributedStore
+    s = make_store(cluster, cls=MooncakeDistributedStore)
+    yield s
+    s.remove_all(True)
+    s.close()
+
+
 def run_py(script, *args, env=None, timeout=120):
     """Runs a helper script with the same interpreter and PYTHONPATH."""
     e = dict(os.environ)

@@ -17,14 +17,6 @@ from mooncake.structured_object_store import (
     RemoteBundleRef, StructuredObjectPayload, export_dataproto_ref, import_dataproto_ref)
 
 
-@pytest.fixture
-def mstore(cluster):
-    s = make_store(cluster, cls=MooncakeDistributedStore)
-    yield s
-    s.remove_all()
-    s.close()
-
-
 def all_keys(manifest):
     keys = [c["key"] for c in manifest["meta"]["chunks"]]
     for spec in manifest["buffers"].values():

@@ -7,9 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import make_store
 from mooncake.engine import TransferEngine
-from mooncake.store import MooncakeDistributedStore
 from mooncake.weight_transfer import (
     CopyRange, MemoryRegistrationLease, MooncakeTransferEngineReader,
     MooncakeTransferEngineSink, ParallelRank, PlacementManifest, RuntimeFragment,
@@ -204,14 +202,6 @@ def test_planner_refusals():
 
 
 # -- WeightStore through a real cluster -----------------------------------------------
-
-@pytest.fixture
-def mstore(cluster):
-    s = make_store(cluster, cls=MooncakeDistributedStore)
-    yield s
-    s.remove_all(True)
-    s.close()
-
 
 def upload_all(ws, workers):
     plan = ws.prepare_upload([w.manifest for w in workers], namespace="ns")

@@ -24,7 +24,6 @@ WHY = {
                              "which is here)",
     "vllm_v1_proxy_server": "vLLM disaggregation proxy; crescent's scheduler is crescent-conductor",
     "transfer_engine_exp": "experimental Transfer Engine bindings (use mooncake.engine)",
-    "dataproto_transfer": "not implemented by crescent (a layer above mooncake.store)",
 }
 
 
