@@ -7,9 +7,12 @@ Mooncake's store_kv_bench.py (same flags and I/O modes), run on crescent.
                    get_alloc_func_addr() / get_free_func_addr(), registered once
   --io-api pool    the same zero-copy calls on leases of a mooncake.store.BufferPool
 
-Scenarios: verify_write (write then read back and compare), fill (write),
-write_perf (write, timed), read_perf (prepare, then timed reads), mixed_rw
-(--rwmixread % reads). Prints one RESULT line per phase: requests, keys,
+Scenarios: verify_write (write then read back and compare), fill (write, objects
+kept for a later --prepare-mode none run), write_perf (write, timed), read_perf
+(prepare, then timed reads), mixed_rw (--rwmixread % reads). Mooncake's other
+flags work too: --iodepth (threads per job), --runtime (seconds, cycling over
+the objects), --write-objects / --prepare-objects / --object-id-start,
+--pattern, --prepare-mode, --phase-gap-mode sleep|manual|file, --log-level. Prints one RESULT line per phase: requests, keys,
 failures, misses, verify failures, ops/s and MB/s, p50/p99 latency.
 
     PYTHONPATH=build/python:python/compat /usr/bin/python3 bench/python/store_kv_bench.py \\
@@ -18,6 +21,8 @@ failures, misses, verify failures, ops/s and MB/s, p50/p99 latency.
 """
 import argparse
 import ctypes
+import logging
+import os
 import random
 import statistics
 import sys
@@ -42,17 +47,65 @@ def parse_args(argv=None):
     ap.add_argument("--local-buffer-size", type=int, default=32 << 20)
     ap.add_argument("--io-api", choices=["plain", "zcopy", "pool"], default="plain")
     ap.add_argument("--numjobs", type=int, default=1)
+    ap.add_argument("--iodepth", type=int, default=1,
+                    help="requests in flight per job (one thread each)")
     ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--runtime", type=int, default=0,
+                    help="seconds of the timed phase, cycling over its objects; "
+                         "0 = one pass over them")
     ap.add_argument("--nr-objects", type=int, default=128)
+    ap.add_argument("--write-objects", type=int, default=0,
+                    help="objects written by write phases (0 = --nr-objects)")
+    ap.add_argument("--prepare-objects", type=int, default=0,
+                    help="objects written by the prepare phase (0 = --nr-objects)")
+    ap.add_argument("--object-id-start", type=int, default=0)
     ap.add_argument("--key-prefix", default="kvbench")
-    ap.add_argument("--key-size", type=int, default=24)
+    ap.add_argument("--key-size", type=int, default=20)
     ap.add_argument("--value-size", type=int, default=4096)
     ap.add_argument("--memory-replica-num", type=int, default=1)
     ap.add_argument("--nof-replica-num", type=int, default=0)
     ap.add_argument("--rwmixread", type=int, default=70)
     ap.add_argument("--rand-seed", type=int, default=1)
     ap.add_argument("--verify", action="store_true")
-    return ap.parse_args(argv)
+    ap.add_argument("--pattern", default="",
+                    help="payload pattern repeated to --value-size: text, or hex after 0x "
+                         "(default: every byte is the object id & 0xff)")
+    ap.add_argument("--prepare-mode", choices=["auto", "none", "write"], default="auto",
+                    help="read_perf / mixed_rw: write the objects first (auto, write) or "
+                         "read what is already stored (none)")
+    ap.add_argument("--phase-gap-mode", choices=["none", "sleep", "manual", "file"],
+                    default="none", help="wait between the prepare and the timed phase")
+    ap.add_argument("--phase-gap-sec", type=int, default=0)
+    ap.add_argument("--phase-gap-file", default="")
+    ap.add_argument("--phase-gap-timeout-sec", type=int, default=600)
+    ap.add_argument("--log-level", default="INFO")
+    a = ap.parse_args(argv)
+    for name in ("numjobs", "iodepth", "batch_size"):
+        if getattr(a, name) < 1:
+            ap.error("--%s must be at least 1" % name.replace("_", "-"))
+    for name in ("nr_objects", "write_objects", "prepare_objects", "object_id_start",
+                 "runtime", "phase_gap_sec", "phase_gap_timeout_sec"):
+        if getattr(a, name) < 0:
+            ap.error("--%s must not be negative" % name.replace("_", "-"))
+    if a.value_size < 1:
+        ap.error("--value-size must be at least 1")
+    if a.key_size < 16:
+        ap.error("--key-size=%d is smaller than the 16-digit object id" % a.key_size)
+    if a.phase_gap_mode == "file" and not a.phase_gap_file:
+        ap.error("--phase-gap-mode file needs --phase-gap-file")
+    try:
+        a.pattern_bytes = parse_pattern(a.pattern)
+    except ValueError as e:
+        ap.error("--pattern: %s" % e)
+    return a
+
+
+def parse_pattern(text):
+    if not text:
+        return b""
+    if text.startswith("0x"):
+        return bytes.fromhex(text[2:])  # ValueError for odd length / non-hex
+    return text.encode("utf-8")
 
 
 def make_key(a, oid):
@@ -62,7 +115,31 @@ def make_key(a, oid):
 
 
 def payload(a, oid):
+    if a.pattern_bytes:
+        p = a.pattern_bytes
+        return (p * (a.value_size // len(p) + 1))[:a.value_size]
     return bytes([oid & 0xFF]) * a.value_size
+
+
+def phase_gap(a):
+    """Mooncake's --phase-gap-mode: a pause between prepare and the timed phase
+    (e.g. to restart or drain something), bounded by --phase-gap-timeout-sec."""
+    if a.phase_gap_mode == "sleep":
+        time.sleep(a.phase_gap_sec)
+    elif a.phase_gap_mode == "manual":
+        print("phase gap: press Enter to start the timed phase", flush=True)
+        import select
+        ready, _, _ = select.select([sys.stdin], [], [], a.phase_gap_timeout_sec)
+        if not ready:
+            raise TimeoutError("phase gap: no Enter within %ds" % a.phase_gap_timeout_sec)
+        sys.stdin.readline()
+    elif a.phase_gap_mode == "file":
+        deadline = time.monotonic() + a.phase_gap_timeout_sec
+        while not os.path.exists(a.phase_gap_file):
+            if time.monotonic() > deadline:
+                raise TimeoutError("phase gap: %s did not appear within %ds"
+                                   % (a.phase_gap_file, a.phase_gap_timeout_sec))
+            time.sleep(0.1)
 
 
 class Buffers:
@@ -159,7 +236,7 @@ def do_get(a, store, bufs, oids, ph):
     return ok
 
 
-def run_phase(name, a, store, cfg, ids, mode):
+def run_phase(name, a, store, cfg, ids, mode, timed=False):
     ph = Phase(name)
     chunks = [ids[i:i + a.batch_size] for i in range(0, len(ids), a.batch_size)]
     rng = random.Random(a.rand_seed)
@@ -167,15 +244,20 @@ def run_phase(name, a, store, cfg, ids, mode):
              for _ in chunks]
     nxt = [0]
     mu = threading.Lock()
+    # --runtime: the timed phase cycles over its chunks until the time is up
+    deadline = time.perf_counter() + a.runtime if timed and a.runtime and chunks else None
 
     def worker():
         bufs = Buffers(a, store)
         try:
             while True:
                 with mu:
-                    if nxt[0] >= len(chunks):
+                    if deadline is not None:
+                        if time.perf_counter() >= deadline:
+                            return
+                    elif nxt[0] >= len(chunks):
                         return
-                    c, m = chunks[nxt[0]], modes[nxt[0]]
+                    c, m = chunks[nxt[0] % len(chunks)], modes[nxt[0] % len(chunks)]
                     nxt[0] += 1
                 t0 = time.perf_counter()
                 if m == "write":
@@ -198,7 +280,7 @@ def run_phase(name, a, store, cfg, ids, mode):
             bufs.close()
 
     ph.t0 = time.perf_counter()
-    ts = [threading.Thread(target=worker) for _ in range(a.numjobs)]
+    ts = [threading.Thread(target=worker) for _ in range(a.numjobs * a.iodepth)]
     for t in ts:
         t.start()
     for t in ts:
@@ -209,6 +291,7 @@ def run_phase(name, a, store, cfg, ids, mode):
 
 def main(argv=None):
     a = parse_args(argv)
+    logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO))
     store = MooncakeDistributedStore()
     rc = store.setup(a.local_hostname, a.metadata_server, a.global_segment_size,
                      a.local_buffer_size, a.protocol, a.device_name, a.master_server)
@@ -217,20 +300,28 @@ def main(argv=None):
     cfg = ReplicateConfig()
     cfg.replica_num = a.memory_replica_num
     cfg.nof_replica_num = a.nof_replica_num
-    ids = list(range(a.nr_objects))
+    first = a.object_id_start
+    ids = list(range(first, first + a.nr_objects))
+    written = list(range(first, first + (a.write_objects or a.nr_objects)))
+    prepared = list(range(first, first + (a.prepare_objects or a.nr_objects)))
     bad = 0
     try:
         if a.scenario in ("verify_write", "fill", "write_perf"):
-            bad += run_phase("write", a, store, cfg, ids, "write")
+            bad += run_phase("write", a, store, cfg, written, "write",
+                             timed=a.scenario == "write_perf")
         if a.scenario == "verify_write":
             a.verify = True
-            bad += run_phase("read", a, store, cfg, ids, "read")
+            bad += run_phase("read", a, store, cfg, written, "read")
         if a.scenario in ("read_perf", "mixed_rw"):
-            bad += run_phase("prepare", a, store, cfg, ids, "write")
+            if a.prepare_mode != "none":
+                bad += run_phase("prepare", a, store, cfg, prepared, "write")
+            phase_gap(a)
             bad += run_phase("read" if a.scenario == "read_perf" else "mixed", a, store, cfg,
-                             ids, "read" if a.scenario == "read_perf" else "mixed")
+                             ids, "read" if a.scenario == "read_perf" else "mixed", timed=True)
     finally:
-        store.batch_remove([make_key(a, o) for o in ids], force=True)
+        if a.scenario != "fill":  # fill leaves its objects for a later run to read
+            store.batch_remove([make_key(a, o) for o in sorted(set(ids + written + prepared))],
+                               force=True)
         store.close()
     return 1 if bad else 0
 
