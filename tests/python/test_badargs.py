@@ -60,7 +60,7 @@ def arg_tuples(limit):
     return out
 
 
-def hammer(obj, methods, limit):
+def hammer(obj, methods, limit, runtime_error="torch"):
     calls = 0
     for name in methods:
         fn = getattr(obj, name)
@@ -70,7 +70,7 @@ def hammer(obj, methods, limit):
             except OK_EXC:
                 pass
             except RuntimeError as e:  # tensor helpers without torch
-                assert "torch" in str(e), (name, args, e)
+                assert runtime_error in str(e), (name, args, e)
             calls += 1
     return calls
 
@@ -161,3 +161,42 @@ def test_bad_arguments_get_mooncakes_answers(cluster):
     assert s.batch_replica_clear(["k"]) == []
     assert s.upsert("k", b"v") == NOT_READY
     assert s.batch_put_from(["k"], [p], [16]) in ([NOT_READY], [INVALID])
+
+
+# the rest of MooncakeDistributedStore's methods (session, tp / parallelism
+# variants, pub, file helpers); close / setup are exercised above
+KV_SESSION_METHODS = ["attach_kv_session", "close_kv_session", "get_kv_session",
+                      "list_kv_session_keys", "pin_kv_session", "unpin_kv_session",
+                      "update_kv_session"]
+MORE_STORE_METHODS = [
+    "batch_get_tensor_with_parallelism_into", "batch_pub_tensor_with_tp",
+    "batch_put_tensor_with_parallelism_from", "batch_upsert_pub_tensor",
+    "batch_upsert_pub_tensor_with_tp", "batch_upsert_tensor_with_parallelism",
+    "batch_upsert_tensor_with_parallelism_from", "batch_upsert_tensor_with_tp",
+    "batch_upsert_tensor_with_tp_from", "get_tensor_dim_selection_into",
+    "load_kv_cache_from_file", "load_tensor_from_file", "pub_tensor_with_tp",
+    "save_kv_cache_to_file", "save_tensor_to_file", "upsert_pub_tensor",
+    "upsert_pub_tensor_with_tp", "upsert_tensor_with_parallelism",
+    "upsert_tensor_with_parallelism_from", "upsert_tensor_with_tp", "upsert_tensor_with_tp_from"]
+
+
+def test_more_mooncake_methods_with_junk(cluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # junk file names ("k") land here
+    public = [n for n in dir(MooncakeDistributedStore) if not n.startswith("_")
+              and callable(getattr(MooncakeDistributedStore, n))]
+    assert sorted(set(public) - set(STORE_METHODS) - set(MORE_STORE_METHODS)
+                  - set(KV_SESSION_METHODS)) == \
+        ["close", "setup"]  # a new method must be added to one of the lists
+    s = make_store(cluster, cls=MooncakeDistributedStore)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert hammer(s, MORE_STORE_METHODS, 40) > 1000
+            # not applicable here: Mooncake's "unavailable" for any argument
+            hammer(s, KV_SESSION_METHODS, 10, runtime_error="UNAVAILABLE_IN_CURRENT_MODE")
+        assert s.put("after-more-junk", b"fine") == 0 and s.get("after-more-junk") == b"fine"
+        assert s.remove("after-more-junk", force=True) == 0
+    finally:
+        s.close()
+    hammer(s, MORE_STORE_METHODS, 10)
+    hammer(MooncakeDistributedStore(), MORE_STORE_METHODS, 10)
