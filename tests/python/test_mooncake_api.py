@@ -1175,3 +1175,195 @@ def test_partial_read_plans_read_the_submatrix(store):
                 plan_matrix_read(*bad)
     finally:
         store.unregister_buffer(p)
+
+
+# -- Mooncake's test_replicated_distributed_object_store.py, case by case -------------
+
+def test_replicated_puts_with_keyword_config(store, cluster):
+    """put / put_batch / put_from / batch_put_from called with Mooncake's
+    keyword names, default config and replica_num=2 (two segments: this
+    client's and a second client's), misnamed keywords TypeError; plain
+    remove succeeds once the read leases ran out."""
+    other = MooncakeDistributedStore()
+    assert other.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                       cluster["master"]) == 0
+    try:
+        two = ReplicateConfig()
+        two.replica_num = 2
+        two.with_soft_pin = False
+        two.with_hard_pin = False
+        data = b"Hello, Config World!"
+        k1, k2 = K("rk1"), K("rk2")
+        assert store.put(key=k1, value=data) == 0
+        assert store.put(key=k2, value=data, config=two) == 0
+        for bad in ({"key_arg_name_error": k1, "value": data, "config": two},
+                    {"key": k1, "value_arg_name_error": data, "config": two},
+                    {"key": k1, "value": data, "config_arg_name_error": two}):
+            with pytest.raises(TypeError):
+                store.put(**bad)
+        bkeys1, bkeys2 = [K("rb%d" % i) for i in range(3)], [K("rc%d" % i) for i in range(3)]
+        vals = [b"Batch Data %d" % i for i in range(3)]
+        assert store.put_batch(bkeys1, vals) == 0
+        assert store.put_batch(keys=bkeys2, values=vals, config=two) == 0
+        spacing = 1 << 20
+        buf = (ctypes.c_ubyte * (3 * spacing))()
+        base = ctypes.addressof(buf)
+        assert store.register_buffer(base, 3 * spacing) == 0
+        ptrs = [base + i * spacing for i in range(3)]
+        for p, v in zip(ptrs, vals):
+            ctypes.memmove(p, v, len(v))
+        f1, f2 = K("rf1"), K("rf2")
+        assert store.put_from(key=f1, buffer_ptr=ptrs[0], size=len(vals[0])) == 0
+        assert store.put_from(key=f2, buffer_ptr=ptrs[0], size=len(vals[0]), config=two) == 0
+        g1, g2 = [K("rg%d" % i) for i in range(3)], [K("rh%d" % i) for i in range(3)]
+        sizes = [len(v) for v in vals]
+        assert store.batch_put_from(keys=g1, buffer_ptrs=ptrs, sizes=sizes) == [0, 0, 0]
+        assert store.batch_put_from(keys=g2, buffer_ptrs=ptrs, sizes=sizes, config=two) == \
+            [0, 0, 0]
+        want = {k1: data, k2: data, f1: vals[0], f2: vals[0]}
+        want.update(zip(bkeys1 + bkeys2 + g1 + g2, vals * 4))
+        for k, v in want.items():
+            assert store.get(k) == v and other.get(k) == v, k
+        for k in (k2, f2, *bkeys2, *g2):  # two replicas on two segments
+            desc = store.get_replica_desc(k)
+            assert len(desc) == 2, (k, desc)
+        wait_lease()
+        assert store.unregister_buffer(base) == 0
+        for k in want:
+            assert store.remove(k) == 0, k
+    finally:
+        other.close()
+
+
+def test_replica_survives_its_writer_closing(store, cluster):
+    """replica_num=2 from a client with a segment: after that client closes
+    (its segment goes), a second client still reads the value, and so does
+    the first once set up again."""
+    other = MooncakeDistributedStore()
+    assert other.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                       cluster["master"]) == 0
+    writer = MooncakeDistributedStore()
+    assert writer.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                        cluster["master"]) == 0
+    try:
+        two = ReplicateConfig()
+        two.replica_num = 2
+        key, data = K("surv"), b"Replicated failure tolerance test data!"
+        assert writer.put(key=key, value=data, config=two) == 0
+        assert writer.get(key) == data
+        assert writer.close() == 0
+        assert other.get(key) == data
+        assert writer.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                            cluster["master"]) == 0
+        assert writer.get(key) == data
+        wait_lease()
+        assert writer.remove(key) == 0
+    finally:
+        writer.close()
+        other.close()
+
+
+# -- Mooncake's test_put_get_tensor.py, case by case (on the real store) ---------------
+
+def test_remote_tensor_batch_helpers_as_mooncake_checks_them():
+    from mooncake import remote_tensor_batch as rtb
+    ref = rtb.TensorFieldRef("batch/input_ids", (4, 2), "torch.int64", 128)
+    assert rtb.dtype_byte_size("torch.int64") == 8
+    assert rtb.tensor_nbytes(ref.shape, ref.dtype) == 64 and ref.nbytes() == 64
+    sels = (rtb.TensorDimSelection.select_idxs([3, 1]), rtb.TensorDimSelection.repeat(2, True))
+    assert rtb.selection_output_shape((4, 2), sels) == (4, 2)
+    req = rtb.TensorReadRequest("input_ids", rtb.TensorFieldRef("batch/input_ids", (4, 2),
+                                                               "int64"), selections=sels)
+    assert req.output_shape() == (4, 2) and req.output_nbytes() == 64
+    assert req.store_selections() == [("select_idxs", [3, 1]), ("repeat", (2, True))]
+    remote = rtb.RemoteTensorBatch({
+        "input_ids": rtb.TensorFieldRef("batch/input_ids", (4, 2), "int64"),
+        "attention_mask": rtb.TensorFieldRef("batch/attention_mask", (4, 2), "int64")}, 4)
+    selected = remote.select_fields(["input_ids"]).select_indices(
+        [True, False, True, False]).slice(0, 1, None)
+    repeated = selected.repeat(3, False)
+    assert selected.keys() == ["input_ids"] and len(selected) == 1 and len(repeated) == 3
+    assert [s.as_tuple() for s in repeated.selections] == [
+        ("select_idxs", [True, False, True, False]), ("slice", (0, 1, None)),
+        ("repeat", (3, False))]
+    one = rtb.RemoteTensorBatch({"input_ids": rtb.TensorFieldRef("batch/input_ids", (4,),
+                                                                 "int64")}, 4)
+    cat = rtb.RemoteTensorBatch.cat([one.select_indices([3, 1]), one.slice(0, 2, None)])
+    assert len(cat) == 4 and [s.op for s in cat.selections] == ["cat"]
+    assert rtb.selection_output_shape((4,), cat.selections) == (4,)
+    assert [[s.op for s in g] for g in cat.selections[0].value] == [["select_idxs"], ["slice"]]
+    assert cat.read_requests(["input_ids"])[0].store_selections() == [
+        ("cat", ((("select_idxs", [3, 1]),), (("slice", (0, 2, None)),)))]
+    with pytest.raises(IndexError):
+        rtb.selection_output_shape((4, 2), (rtb.TensorDimSelection.select_idxs([True, False]),))
+    view = memoryview(bytearray(8)).cast("H")
+    with rtb.writable_buffer_region(view) as region:
+        assert region.size == 8
+        region.close()
+        region.close()  # idempotent
+    view.release()  # the region released its own view of it
+
+
+def test_remote_tensor_batch_materializer_on_the_store(store):
+    from mooncake import remote_tensor_batch as rtb
+    src = np.arange(8, dtype=np.int64).reshape(4, 2)
+    k = K("rtbm")
+    assert store.put(k, b"\0" * 16 + src.tobytes()) == 0  # data after a 16-byte header
+    m = rtb.RemoteTensorBatchMaterializer(store)
+    req = rtb.TensorReadRequest("input_ids", rtb.TensorFieldRef(k, (4, 2), "int64", 16),
+                                selections=(rtb.TensorDimSelection.select_idxs([3, 1]),))
+    out = bytearray(req.output_nbytes())
+    assert m.materialize_request_into(req, out) == len(out)
+    assert np.array_equal(np.frombuffer(out, dtype=np.int64).reshape(2, 2), src[[3, 1]])
+    whole = rtb.TensorReadRequest("input_ids", rtb.TensorFieldRef(k, (4, 2), "int64", 16))
+    big = bytearray(whole.output_nbytes() + 16)  # a preallocated region larger than needed
+    with rtb.writable_buffer_region(big) as region:
+        assert m.materialize_request_into_region(whole, region) == 64
+    assert bytes(big[:64]) == src.tobytes()
+    remote = rtb.RemoteTensorBatch({"input_ids": rtb.TensorFieldRef(k, (4, 2), "int64", 16)}, 4)
+    buf, shape, dtype = rtb.RemoteTensorBatchMaterializer(
+        store, rtb.BytearrayBufferAllocator()).materialize_buffers(remote)["input_ids"]
+    assert (len(buf), shape, dtype) == (64, (4, 2), "int64") and bytes(buf) == src.tobytes()
+    zero = rtb.TensorReadRequest("input_ids", rtb.TensorFieldRef(K("absent"), (2, 2), "int64"),
+                                 selections=(rtb.TensorDimSelection.repeat(0),))
+    assert m.materialize_request_into(zero, bytearray()) == 0  # no store call: no -704
+    huge = rtb.RemoteTensorBatch({"x": rtb.TensorFieldRef(k, ((64 << 30) + 1,), "uint8")},
+                                 (64 << 30) + 1)
+    with pytest.raises(ValueError):
+        m.materialize_buffers(huge)  # refused before allocating 64 GiB
+
+
+def test_put_get_tensor_dtypes_shapes_and_dim_selections(store):
+    for t in (torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([1, 2, 3, 4], dtype=torch.int32),
+              torch.tensor([True, False, False, True]), torch.rand(1000),
+              torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+              torch.arange(1, 9, dtype=torch.int64).reshape(2, 2, 2)):
+        k = K("pgt")
+        assert store.put_tensor(k, t) == 0
+        got = store.get_tensor(k)
+        assert got.dtype == t.dtype and got.shape == t.shape and torch.equal(got, t)
+    cases = [((4, 2), 0, [("select_idxs", [3, 1]), ("repeat", (2, True))], (4, 2),
+              lambda s: s[[3, 3, 1, 1]]),
+             ((2, 4, 3), 1, [("slice", (1, 4, 2))], (2, 2, 3), lambda s: s[:, 1:4:2, :]),
+             ((2, 3, 4), -1, [("select_idxs", [3, 1])], (2, 3, 2), lambda s: s[:, :, [3, 1]]),
+             ((4,), 0, [("cat", [[("select_idxs", [3, 1])], [("slice", (0, 2, None))]])], (4,),
+              lambda s: s[[3, 1, 0, 1]]),
+             ((6,), 0, [("slice", (1, 5, None)),
+                        ("cat", [[("select_idxs", [2, 0])], [("slice", (1, 3, None))]])], (4,),
+              lambda s: s[[3, 1, 2, 3]])]
+    for shape, dim, sels, out_shape, expect in cases:
+        src = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+        k = K("dsel")
+        assert store.put(k, src.tobytes()) == 0
+        n = int(np.prod(out_shape)) * 8
+        buf = (ctypes.c_ubyte * n)()
+        p = ctypes.addressof(buf)
+        assert store.register_buffer(p, n) == 0
+        try:
+            assert store.get_tensor_dim_selection_into(k, p, n, list(shape), "int64", dim,
+                                                       sels) == n
+            got = np.frombuffer(bytes(buf), dtype=np.int64).reshape(out_shape)
+            np.testing.assert_array_equal(got, expect(src))
+        finally:
+            assert store.unregister_buffer(p) == 0
+            assert store.remove(k, True) == 0
