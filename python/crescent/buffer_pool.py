@@ -12,7 +12,8 @@ size class (>= min_size_class), registered with the store once and reused
 through the class's free list after release. The pool is bounded: at most
 max_regions regions; acquire() then waits for a release (block=True,
 optional timeout, GIL released while waiting) or raises RuntimeError
-("... exhausted"). region_size and max_size_class are accepted for
+("... exhausted"). Every lease starts at a multiple of `alignment` (a power
+of two up to 2 MiB). region_size and max_size_class are accepted for
 Mooncake's signature.
 """
 import ctypes
@@ -92,10 +93,14 @@ class _Region:
     """One registered buffer of a size class, reused lease after lease."""
     __slots__ = ("mm", "ptr", "size", "cls")
 
-    def __init__(self, cls):
+    def __init__(self, cls, alignment=mmap.PAGESIZE):
         size = (cls + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-        self.mm = mmap.mmap(-1, size)
-        self.ptr = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        # mmap gives page alignment; a larger one maps `alignment` more and
+        # starts the region at the first aligned address inside
+        pad = alignment if alignment > mmap.PAGESIZE else 0
+        self.mm = mmap.mmap(-1, size + pad)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        self.ptr = (base + pad - 1) // alignment * alignment if pad else base
         self.size = size
         self.cls = cls
 
@@ -112,6 +117,7 @@ class BufferPool:
         if not isinstance(min_size_class, int) or min_size_class <= 0:
             raise RuntimeError("min_size_class must be a positive int")
         self._store = store
+        self._align = alignment
         self._min = 1 << max(min_size_class - 1, 63).bit_length()
         self._max_regions = int(max_regions)
         self._block = bool(block_on_exhaustion)
@@ -133,7 +139,7 @@ class BufferPool:
     def _new_region_locked(self, cls):
         if len(self._regions) >= self._max_regions:
             return None
-        r = _Region(cls)
+        r = _Region(cls, self._align)
         rc = self._store.register_buffer(r.ptr, r.size)
         if rc != 0:
             r.mm.close()

@@ -1367,3 +1367,65 @@ def test_put_get_tensor_dtypes_shapes_and_dim_selections(store):
         finally:
             assert store.unregister_buffer(p) == 0
             assert store.remove(k, True) == 0
+
+
+# -- Mooncake's test_buffer_pool_native.py, case by case --------------------------------
+
+def test_buffer_pool_cases_as_mooncake_checks_them(store):
+    import gc
+    import threading
+    BP = mstore.BufferPool
+    pool = BP(store, min_size_class=4096, alignment=4096)
+    lease = pool.acquire(1234)
+    lease.buffer[:4] = b"abcd"
+    assert bytes(lease.buffer[:4]) == b"abcd"
+    lease.release()
+    again = pool.acquire(2048)  # the released region is reused
+    again.release()
+    pool.close()
+    dflt = BP(store)  # default: the store's registered memory
+    big = dflt.acquire(4 << 20)
+    extra = dflt.acquire(1024, block=False)  # more than the local buffer: still served
+    assert (big.size, extra.size) == (4 << 20, 1024)
+    extra.release()
+    big.release()
+    dflt.close()
+    warm = BP(store, 1 << 20, min_size_class=4096, alignment=4096, prewarm_size=1024,
+              prewarm_count=2)
+    a, b = warm.acquire(1024), warm.acquire(1024)
+    a.release()
+    b.release()
+    warm.close()
+    aligned = BP(store, min_size_class=4096, alignment=65536)
+    x = aligned.acquire(1024)
+    assert x.ptr % 65536 == 0  # Mooncake asserts 64 (its local buffer); crescent honours 64 KiB
+    x.release()
+    aligned.close()
+    for size in (0, 1, 128 * 1024 + 1):  # above max_size_class too
+        p = BP(store, 1 << 20, max_size_class=128 * 1024, alignment=4096)
+        y = p.acquire(size)
+        assert y.size == size and len(y.buffer) == size
+        y.release()
+        p.close()
+    one = BP(store, min_size_class=4096, max_size_class=4096, alignment=4096, max_regions=1)
+    held = one.acquire(1)
+    got = []
+    for kw in ({"timeout": 60.0}, {}):  # a late release wakes a waiting acquire
+        t = threading.Thread(target=lambda: got.append(one.acquire(1, **kw)))
+        t.start()
+        time.sleep(0.05)  # lets the thread block (not asserted: either order works)
+        held.release()
+        t.join(60)
+        assert not t.is_alive() and len(got) in (1, 2)
+        held = got[-1]
+    held.release()
+    one.close()
+    gone = BP(store, 4096, min_size_class=4096, alignment=4096)
+    z = gone.acquire(1)
+    del z
+    gc.collect()
+    gone.close()  # the destructor released it: no "active leases"
+    huge = BP(store, 1 << 20, min_size_class=4096, alignment=4096)
+    with pytest.raises(RuntimeError, match="overflow|capacity"):
+        huge.acquire((1 << 64) - 1)
+    huge.close()
