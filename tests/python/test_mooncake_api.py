@@ -953,7 +953,7 @@ def test_modules_not_provided_say_why():
         with pytest.raises(ImportError, match="not provided by crescent") as e:
             importlib.import_module("mooncake." + name)
         assert why in str(e.value) and e.value.name == "mooncake." + name
-    from mooncake.registered_buffer_pool import RegisteredBufferPool
+    from mooncake.buffer_pool import RegisteredBufferPool
     assert RegisteredBufferPool is mstore.BufferPool
     from mooncake import http_metadata_server
     assert callable(http_metadata_server.main)
@@ -1429,3 +1429,93 @@ def test_buffer_pool_cases_as_mooncake_checks_them(store):
     with pytest.raises(RuntimeError, match="overflow|capacity"):
         huge.acquire((1 << 64) - 1)
     huge.close()
+
+
+# -- Mooncake's test_registered_buffer_pool.py, case by case (real store) ---------------
+
+def test_registered_buffer_pool_module_cases(store):
+    import threading
+    from mooncake.registered_buffer_pool import (RegisteredBufferPool as RBP,
+                                                 RegisteredBufferPoolConfig)
+    # external registration: registered while leased, refused -> None
+    pool = RBP(store, max_bytes=4096, min_size_class=1024, alignment=4096)
+    ext = np.zeros(16, dtype=np.uint8)
+    lease = pool.try_register_external(ext.ctypes.data, 16)
+    k = K("ext")
+    assert lease is not None and store.put(k, b"x" * 16) == 0
+    assert store.get_into(k, ext.ctypes.data, 16) == 16  # usable as a registered target
+    lease.release()
+    assert store.get_into(k, ext.ctypes.data, 16) < 0  # unregistered again
+    with pytest.raises(RuntimeError, match="released twice"):
+        lease.release()
+    assert pool.try_register_external(4096, 16) is None  # the store refuses that address
+    pool.close()
+    groups = RBP(store, max_bytes=8192, min_size_class=1024, max_size_class=2048,
+                 alignment=1024)
+    assert groups.iter_transfer_groups([512, 1024, 1024, 3000, 512]) == [[0, 1], [2], [3], [4]]
+    groups.close()
+    # reuse of a released region; counters
+    pool = RBP(store, max_bytes=1 << 20, min_size_class=1024, alignment=4096)
+    with pool.buffer(1000) as first:
+        first_ptr = first.ptr
+        assert first.size == 1000 and first.ptr % 4096 == 0
+        first.buffer[:3] = b"abc"
+        assert store.put_from(k + "2", first.ptr, 3) == 0 and store.get(k + "2") == b"abc"
+    with pool.buffer(900) as second:
+        assert second.ptr == first_ptr
+    st = pool.stats()
+    assert (st.acquire_count, st.allocate_count, st.reuse_count, st.release_count) == \
+        (2, 1, 1, 2)
+    pool.close()
+    # capacity without blocking, double release
+    small = RBP(store, max_bytes=4096, min_size_class=4096, alignment=4096,
+                block_on_exhaustion=False)
+    held = small.acquire(1024)
+    with pytest.raises(RuntimeError, match="exhausted"):
+        small.acquire(1024)
+    held.release()
+    with pytest.raises(RuntimeError, match="released twice"):
+        held.release()
+    small.close()
+    # prewarm, from_config, ensure_prewarmed
+    warm = RBP(store, max_bytes=8192, min_size_class=1024, alignment=4096)
+    warm.prewarm(1000, 2)
+    with warm.buffer(1000) as a, warm.buffer(1000) as b:
+        assert a.ptr != b.ptr
+    st = warm.stats()
+    assert st.allocate_count == 0 and st.reuse_count == 2
+    warm.close()
+    cfg = RBP.from_config(store, RegisteredBufferPoolConfig(
+        max_bytes=8192, min_size_class=1024, alignment=4096, prewarm_size=1000, prewarm_count=2))
+    st = cfg.stats()
+    assert st.free_regions == 2 and st.size_classes == {1024: 2}
+    cfg.ensure_prewarmed(1000, 3)
+    cfg.ensure_prewarmed(1000, 2)  # only what is missing
+    assert cfg.stats().free_regions == 3
+    cfg.close()
+    with pytest.raises(ValueError, match="prewarm_size"):
+        RBP(store, max_bytes=8192, prewarm_count=1)
+    # an oversize request: its own region, unregistered on release
+    over = RBP(store, max_bytes=8192, min_size_class=1024, max_size_class=2048, alignment=1024)
+    with over.buffer(3000) as big:
+        assert big.size == 3000
+    st = over.stats()
+    assert st.oversize_allocate_count == 1 and st.free_regions == 0
+    over.close()
+    # close with an active lease refuses; a waiting acquire gets a released region
+    busy = RBP(store, max_bytes=4096, min_size_class=4096, alignment=4096)
+    one = busy.acquire(1)
+    with pytest.raises(RuntimeError, match="active leases"):
+        busy.close()
+    got = []
+    t = threading.Thread(target=lambda: got.append(busy.acquire(1, timeout=60)))
+    t.start()
+    one.release()
+    t.join(60)
+    assert not t.is_alive() and got
+    with pytest.raises(TimeoutError):
+        busy.acquire(1, timeout=0.01)  # still held by the thread's lease
+    got[0].release()
+    busy.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        busy.acquire(1)
