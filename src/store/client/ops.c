@@ -332,21 +332,21 @@ static int64_t remaining_ms(uint64_t deadline_ms)
     return now >= deadline_ms ? 0 : (int64_t)(deadline_ms - now);
 }
 
-/* Work done while a keyed batch's transfers run (run_keyed), so that on
- * more than one core the end-to-end checksum costs no wall time of its own:
- * fn(arg, k0, k1, st) for keys [k0, k1) of the call, st being the statuses
- * of the batch's requests (indexed like rv). With after_data, fn is called
- * for each part of the batch once that part's transfers finished; without,
- * once for every key right after the transfers started (st then holds
- * nothing yet: do not read it). Never called for keys whose transfers did
- * not start. */
+/* Work done while a keyed batch's transfers run (keyed_start ..
+ * keyed_finish), so that on more than one core the end-to-end checksum
+ * costs no wall time of its own: fn(arg, k0, k1, st) for keys [k0, k1) of
+ * the call, st being the statuses of the batch's requests (indexed like
+ * rv). With after_data, fn is called for each part of the batch once that
+ * part's transfers finished; without, once for every key right after the
+ * transfers started (st then holds nothing yet: do not read it). Never
+ * called for keys whose transfers did not start. */
 typedef struct overlap {
     void (*fn)(void *arg, size_t k0, size_t k1, const int *st);
     void *arg;
     int after_data;
 } overlap_t;
 
-#define OVERLAP_PARTS 4 /* a get batch runs as this many TE batches, checked in turn */
+#define OVERLAP_PARTS 4 /* a get batch runs as up to this many TE batches, checked in turn */
 
 /* Waits for batch b (submitted) and writes its requests' statuses to st. */
 static void batch_collect(cr_xfer_batch_t *b, size_t n, int *st)
@@ -362,92 +362,117 @@ static void batch_collect(cr_xfer_batch_t *b, size_t n, int *st)
     cr_xfer_batch_free(b);
 }
 
-/* Runs requests reqs[0..n) as `parts` TE batches over key ranges (key i's
- * requests are [first[i], first[i+1])), calling ov as overlap_t says.
- * Statuses go to st. */
-static void run_parts(cr_store_t *s, const cr_xfer_request_t *reqs, const uint8_t *const *caps,
-                      const size_t *first, size_t nkeys, int *st, const overlap_t *ov)
-{
-    size_t parts = ov->after_data ? OVERLAP_PARTS : 1;
-    if (parts > nkeys)
-        parts = nkeys;
-    cr_xfer_batch_t *b[OVERLAP_PARTS] = {0};
-    size_t k[OVERLAP_PARTS + 1] = {0};
-    for (size_t j = 0; j <= parts; j++)
-        k[j] = nkeys * j / parts;
-    for (size_t j = 0; j < parts; j++) {
-        size_t q0 = first[k[j]], nq = first[k[j + 1]] - q0;
-        if (!nq)
-            continue;
-        int rc = cr_xfer_batch_alloc(s->te, nq, &b[j]);
-        if (!rc && (rc = cr__xfer_batch_submit_caps(b[j], reqs + q0, caps + q0, nq)) != 0) {
-            cr_xfer_batch_free(b[j]);
-        }
-        if (rc) { /* the part itself failed: every request of it did */
-            b[j] = NULL;
-            for (size_t q = q0; q < q0 + nq; q++)
-                st[q] = rc;
-        }
-    }
-    if (!ov->after_data)
-        ov->fn(ov->arg, 0, nkeys, st);
-    for (size_t j = 0; j < parts; j++) {
-        size_t q0 = first[k[j]];
-        if (b[j])
-            batch_collect(b[j], first[k[j + 1]] - q0, st + q0);
-        if (ov->after_data)
-            ov->fn(ov->arg, k[j], k[j + 1], st);
-    }
-}
-
-/* Runs the requests of rv (key i's are [first[i], first[i+1])) as one TE
- * batch (ov: see overlap_t; NULL for none). Every key still without an
- * error (results[i] == 0) gets CR_E_TRANSFER_FAIL if one of its requests
- * failed, or the reason the batch could not run: rv's sticky error,
- * -ENOMEM, or CR_E_LEASE_EXPIRED when a deadline (0 = none) has passed:
- * never start writes into space the master may reclaim. */
-static void run_keyed(cr_store_t *s, const reqvec_t *rv, const size_t *first, size_t n,
-                      uint64_t deadline, const overlap_t *ov, int *results)
-{
+/* The requests of rv (key i's are [first[i], first[i+1])) in flight as up
+ * to OVERLAP_PARTS TE batches over key ranges: keyed_start submits them
+ * and returns, keyed_finish waits. Between the two the caller may do
+ * anything else (the pipelined batches' master calls); rv, first, ov and
+ * results must stay valid until keyed_finish. */
+typedef struct keyed {
+    const reqvec_t *rv;
+    const size_t *first;
+    size_t n;
+    const overlap_t *ov;
+    int failed_start; /* the batch never started: nothing to collect */
+    int *st;
     int stack_st[INLINE_REQS];
-    int *st = NULL, err = rv->err;
-    if (!err && rv->n) {
-        st = rv->n <= INLINE_REQS ? stack_st : malloc(rv->n * sizeof *st);
-        if (!st)
-            err = -ENOMEM;
-        else if (deadline && remaining_ms(deadline) == 0)
-            err = CR_E_LEASE_EXPIRED;
-    }
+    size_t parts;
+    size_t k[OVERLAP_PARTS + 1];
+    cr_xfer_batch_t *b[OVERLAP_PARTS];
+} keyed_t;
+
+/* Starts rv's requests as `parts` TE batches (1 when ov is NULL or runs
+ * before the data). A lone request runs here, in this thread (the TE may
+ * copy it without a handoff). Keys still without an error (results[i] ==
+ * 0) get the reason the batch could not start: rv's sticky error, -ENOMEM,
+ * or CR_E_LEASE_EXPIRED when a deadline (0 = none) has passed: never start
+ * writes into space the master may reclaim. */
+static void keyed_start(cr_store_t *s, keyed_t *kd, const reqvec_t *rv, const size_t *first,
+                        size_t n, uint64_t deadline, const overlap_t *ov, size_t parts,
+                        int *results)
+{
+    memset(kd, 0, sizeof *kd);
+    kd->rv = rv;
+    kd->first = first;
+    kd->n = n;
+    kd->ov = ov;
+    kd->st = kd->stack_st; /* stack_st[0] = 0: "nothing failed" when rv is empty */
+    int err = rv->err;
+    if (!err && rv->n > INLINE_REQS && !(kd->st = malloc(rv->n * sizeof *kd->st)))
+        err = -ENOMEM;
+    else if (!err && rv->n && deadline && remaining_ms(deadline) == 0)
+        err = CR_E_LEASE_EXPIRED;
     if (err) {
+        if (kd->st != kd->stack_st)
+            free(kd->st);
+        kd->st = NULL;
+        kd->failed_start = 1;
         for (size_t i = 0; i < n; i++)
             if (!results[i])
                 results[i] = err;
-    } else if (rv->n) {
-        for (size_t q = 0; q < rv->n; q++)
-            st[q] = 0;
-        if (ov && rv->n > 1) {
-            run_parts(s, rv->v, rv->caps, first, n, st, ov);
-        } else {
-            /* a lone request: the TE may run it in this thread */
-            run_batch(s, rv, st);
-            if (ov)
-                ov->fn(ov->arg, 0, n, st);
-        }
-        int failed = 0;
-        for (size_t i = 0; i < n; i++)
-            for (size_t q = first[i]; q < first[i + 1] && !results[i]; q++)
-                if (st[q]) {
-                    results[i] = CR_E_TRANSFER_FAIL;
-                    failed = 1;
-                }
-        if (failed)
-            mark_failed(s, rv->v, st, rv->n);
-    } else if (ov) { /* every byte was copied in place (own segment) */
-        int none = 0;
-        ov->fn(ov->arg, 0, n, &none);
+        return;
     }
-    if (st && st != stack_st)
-        free(st);
+    for (size_t q = 0; q < rv->n; q++)
+        kd->st[q] = 0;
+    if (rv->n == 1) {
+        run_batch(s, rv, kd->st); /* a lone request: the TE may run it in this thread */
+    } else if (rv->n > 1) {
+        if (!ov || !ov->after_data || parts < 1)
+            parts = 1;
+        if (parts > OVERLAP_PARTS)
+            parts = OVERLAP_PARTS;
+        if (parts > n)
+            parts = n;
+        kd->parts = parts;
+        for (size_t j = 0; j <= parts; j++)
+            kd->k[j] = n * j / parts;
+        for (size_t j = 0; j < parts; j++) {
+            size_t q0 = first[kd->k[j]], nq = first[kd->k[j + 1]] - q0;
+            if (!nq)
+                continue;
+            int rc = cr_xfer_batch_alloc(s->te, nq, &kd->b[j]);
+            if (!rc && (rc = cr__xfer_batch_submit_caps(kd->b[j], rv->v + q0, rv->caps + q0,
+                                                        nq)) != 0)
+                cr_xfer_batch_free(kd->b[j]);
+            if (rc) { /* the part itself failed: every request of it did */
+                kd->b[j] = NULL;
+                for (size_t q = q0; q < q0 + nq; q++)
+                    kd->st[q] = rc;
+            }
+        }
+    }
+    if (ov && !ov->after_data)
+        ov->fn(ov->arg, 0, n, kd->st);
+}
+
+/* Waits for what keyed_start started; every key still without an error
+ * gets CR_E_TRANSFER_FAIL if one of its requests failed. */
+static void keyed_finish(cr_store_t *s, keyed_t *kd, int *results)
+{
+    if (kd->failed_start)
+        return;
+    const reqvec_t *rv = kd->rv;
+    const overlap_t *ov = kd->ov;
+    int after = ov && ov->after_data;
+    for (size_t j = 0; j < kd->parts; j++) {
+        size_t q0 = kd->first[kd->k[j]];
+        if (kd->b[j])
+            batch_collect(kd->b[j], kd->first[kd->k[j + 1]] - q0, kd->st + q0);
+        if (after)
+            ov->fn(ov->arg, kd->k[j], kd->k[j + 1], kd->st);
+    }
+    if (after && !kd->parts) /* a lone request, or every byte copied in place */
+        ov->fn(ov->arg, 0, kd->n, kd->st);
+    int failed = 0;
+    for (size_t i = 0; i < kd->n; i++)
+        for (size_t q = kd->first[i]; q < kd->first[i + 1] && !results[i]; q++)
+            if (kd->st[q]) {
+                results[i] = CR_E_TRANSFER_FAIL;
+                failed = 1;
+            }
+    if (failed)
+        mark_failed(s, rv->v, kd->st, rv->n);
+    if (kd->st != kd->stack_st)
+        free(kd->st);
 }
 
 /* A read that took elapsed_ms under a lease of lease_ms needs validation
@@ -658,19 +683,18 @@ static uint64_t put_started(cr__rpc_msg_t *rep, const char *const *keys, const s
     return deadline;
 }
 
-/* Direct put (registered sources): one TE batch for every replica of
- * every started key; never starts writes (also the memcpy into our own
- * segment) into space the master may reclaim. first: n + 1 entries of
- * scratch. */
-static void put_write_direct(cr_store_t *s, const cr__rpc_msg_t *rep, const void *const *srcs,
+/* Direct put (registered sources): the requests of every replica of every
+ * started key into rv (key i's are [first[i], first[i+1]); first: n + 1
+ * entries); a key whose put deadline passed already gets
+ * CR_E_LEASE_EXPIRED (never a write, also the memcpy into our own segment,
+ * into space the master may reclaim). */
+static void put_direct_build(cr_store_t *s, const cr__rpc_msg_t *rep, const void *const *srcs,
                              const size_t *lens, size_t n, const uint8_t *started, size_t *first,
-                             uint64_t deadline, const overlap_t *ov, int *results)
+                             uint64_t deadline, reqvec_t *rv, int *results)
 {
-    reqvec_t rv;
-    rv_init(&rv);
     int late = remaining_ms(deadline) == 0;
     for (size_t i = 0; i < n; i++) {
-        first[i] = rv.n;
+        first[i] = rv->n;
         if (!started[i] || results[i])
             continue;
         if (late) {
@@ -679,13 +703,10 @@ static void put_write_direct(cr_store_t *s, const cr__rpc_msg_t *rep, const void
         }
         const cr__rpc_item_t *it = &rep->items[i];
         for (uint32_t r = 0; r < it->n_replicas && !results[i]; r++)
-            results[i] = add_range(s, &rv, &it->replicas[r], 0, lens[i],
+            results[i] = add_range(s, rv, &it->replicas[r], 0, lens[i],
                                    (uint8_t *)(uintptr_t)srcs[i], CR_XFER_WRITE);
     }
-    first[n] = rv.n;
-    /* a key not started has its PutStart error in results[i] */
-    run_keyed(s, &rv, first, n, deadline, ov, results);
-    rv_free(&rv);
+    first[n] = rv->n;
 }
 
 /* Staged put (any source memory, one key in practice): chunks copied
@@ -740,7 +761,7 @@ static void put_write_staged(cr_store_t *s, const cr__rpc_msg_t *rep, const void
     rv_free(&rv);
 }
 
-/* The end-to-end checksums of the values being written (run_keyed's
+/* The end-to-end checksums of the values being written (keyed_start's
  * overlap, before the data: the caller owns the sources until the put
  * returns, so these are the bytes sent). */
 typedef struct put_crc {
@@ -760,67 +781,147 @@ static void put_crc_fn(void *arg, size_t k0, size_t k1, const int *st)
             pc->crcs[i] = cr__crc32c(0, pc->srcs[i], pc->lens[i]);
 }
 
-/* Core of put / put_from / batch_put_from: PutStart, the writes (direct
- * from registered memory, or staged), then PutEnd for the keys written
- * and PutRevoke for the others. srcs[i] is the value of keys[i]
- * (registered memory when !staged). */
-static int do_put(cr_store_t *s, const char *const *keys, const void *const *srcs,
-                  const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
-                  int *results)
-{
-    uint64_t t0 = cr__now_ms();
-    cr__rpc_msg_t rep = {0};
-    int rc = put_start(s, keys, lens, n, cfg, &rep, results);
-    if (rc)
-        return rc;
-    if (s->test_hooks.after_put_start) /* tests: a writer stuck before its writes */
-        s->test_hooks.after_put_start(s->test_hooks.user, rep.items[0].status);
+/* One chunk of a put: keys [0, n) of the arrays it points at (a view into
+ * the call's). put_chunk_begin sends PutStart and starts the writes (a
+ * direct put's writes run in the background, their checksums computed
+ * meanwhile); put_chunk_end finishes the writes (a staged put's run here),
+ * then sends PutEnd for the keys written and PutRevoke for the others. A
+ * chunk must not move between the two (its scratch and keyed_t point into
+ * it). */
+typedef struct put_chunk {
+    const char *const *keys;
+    const void *const *srcs; /* registered memory unless staged */
+    const size_t *lens;
+    size_t n;
+    int *results;
+    int staged;
+    int rc; /* PutStart failed (results hold why): nothing to end */
+    uint64_t deadline;
+    cr__rpc_msg_t rep;
     scratch_t sc;
-    uint8_t *started = NULL; /* [0,n): PutStart ok; [n,2n): data written */
-    size_t *first = NULL;
-    uint32_t *crcs = NULL;
-    if (scratch_init(&sc, SCR(2 * n) + SCR((n + 1) * sizeof *first) + SCR(n * sizeof *crcs)) ==
-        0) {
-        started = scratch_take(&sc, 2 * n);
-        first = scratch_take(&sc, (n + 1) * sizeof *first);
-        crcs = scratch_take(&sc, n * sizeof *crcs);
+    uint8_t *started; /* [0,n): PutStart ok; [n,2n): data written */
+    size_t *first;
+    uint32_t *crcs;
+    reqvec_t rv;
+    put_crc_t pc;
+    overlap_t ov;
+    keyed_t kd;
+} put_chunk_t;
+
+static void put_chunk_begin(cr_store_t *s, put_chunk_t *c, const cr_store_replicate_config_t *cfg,
+                            int first_chunk)
+{
+    size_t n = c->n;
+    uint64_t t0 = cr__now_ms();
+    memset(&c->rep, 0, sizeof c->rep);
+    c->rc = put_start(s, c->keys, c->lens, n, cfg, &c->rep, c->results);
+    if (c->rc)
+        return;
+    if (first_chunk && s->test_hooks.after_put_start) /* tests: a writer stuck before its writes */
+        s->test_hooks.after_put_start(s->test_hooks.user, c->rep.items[0].status);
+    c->started = NULL;
+    if (scratch_init(&c->sc, SCR(2 * n) + SCR((n + 1) * sizeof *c->first) +
+                                 SCR(n * sizeof *c->crcs)) == 0) {
+        c->started = scratch_take(&c->sc, 2 * n);
+        c->first = scratch_take(&c->sc, (n + 1) * sizeof *c->first);
+        c->crcs = scratch_take(&c->sc, n * sizeof *c->crcs);
     }
-    if (!started) {
+    if (!c->started) {
         /* nothing transferred: revoke whatever was started */
         uint8_t *mask = calloc(n, 1);
         for (size_t i = 0; mask && i < n; i++)
-            mask[i] = rep.items[i].status == 0;
+            mask[i] = c->rep.items[i].status == 0;
         if (mask)
-            put_finish(s, keys, rep.items, n, mask, 0, NULL, results);
+            put_finish(s, c->keys, c->rep.items, n, mask, 0, NULL, c->results);
         free(mask);
-        cr__rpc_msg_free(&rep);
+        cr__rpc_msg_free(&c->rep);
         for (size_t i = 0; i < n; i++)
-            results[i] = -ENOMEM;
-        return -ENOMEM;
+            c->results[i] = -ENOMEM;
+        c->rc = -ENOMEM;
+        return;
     }
-    uint8_t *ok = started + n;
-    uint64_t deadline = put_started(&rep, keys, lens, n, t0, started, results);
-    put_crc_t pc = {srcs, lens, started, results, crcs};
-    overlap_t ov = {put_crc_fn, &pc, 0};
-    if (!staged)
-        put_write_direct(s, &rep, srcs, lens, n, started, first, deadline,
-                         s->crc_on ? &ov : NULL, results);
-    else
-        put_write_staged(s, &rep, srcs, lens, n, started, deadline, results);
+    c->deadline = put_started(&c->rep, c->keys, c->lens, n, t0, c->started, c->results);
+    rv_init(&c->rv);
+    if (c->staged)
+        return;
+    c->pc = (put_crc_t){c->srcs, c->lens, c->started, c->results, c->crcs};
+    c->ov = (overlap_t){put_crc_fn, &c->pc, 0};
+    put_direct_build(s, &c->rep, c->srcs, c->lens, n, c->started, c->first, c->deadline, &c->rv,
+                     c->results);
+    /* a key not started has its PutStart error in results[i] */
+    keyed_start(s, &c->kd, &c->rv, c->first, n, c->deadline, s->crc_on ? &c->ov : NULL, 1,
+                c->results);
+}
 
+static void put_chunk_end(cr_store_t *s, put_chunk_t *c)
+{
+    if (c->rc)
+        return;
+    size_t n = c->n;
+    uint8_t *started = c->started, *ok = started + n;
+    if (!c->staged)
+        keyed_finish(s, &c->kd, c->results);
+    else
+        put_write_staged(s, &c->rep, c->srcs, c->lens, n, started, c->deadline, c->results);
+    rv_free(&c->rv);
     for (size_t i = 0; i < n; i++)
-        ok[i] = started[i] && results[i] == 0;
+        ok[i] = started[i] && c->results[i] == 0;
     for (size_t i = 0; i < n; i++)
         started[i] = started[i] && !ok[i]; /* now: to revoke */
     /* the end-to-end checksum of each value written, fixed at PutEnd: a
      * direct put computed them while its writes ran */
-    for (size_t i = 0; s->crc_on && staged && i < n; i++)
+    for (size_t i = 0; s->crc_on && c->staged && i < n; i++)
         if (ok[i])
-            crcs[i] = cr__crc32c(0, srcs[i], lens[i]);
-    put_finish(s, keys, rep.items, n, ok, 1, s->crc_on ? crcs : NULL, results);
-    put_finish(s, keys, rep.items, n, started, 0, NULL, results);
-    cr__rpc_msg_free(&rep);
-    scratch_fini(&sc);
+            c->crcs[i] = cr__crc32c(0, c->srcs[i], c->lens[i]);
+    put_finish(s, c->keys, c->rep.items, n, ok, 1, s->crc_on ? c->crcs : NULL, c->results);
+    put_finish(s, c->keys, c->rep.items, n, started, 0, NULL, c->results);
+    cr__rpc_msg_free(&c->rep);
+    scratch_fini(&c->sc);
+}
+
+/* Chunks of a pipelined batch (put or get) of n keys: a batch of at least
+ * 2 * PIPE_KEYS keys runs as chunks of about PIPE_KEYS keys, two in flight,
+ * so that each chunk's master round trips (PutStart of the next chunk and
+ * PutEnd of the previous one; GetReplicaList of the next) overlap another
+ * chunk's data. Only the first chunk's PutStart / GetReplicaList and the
+ * last one's PutEnd are not overlapped. Every chunk costs its own master
+ * calls and TE batch (thread wakeups): 64-key chunks cost more client CPU
+ * per key than they saved on this 2-core machine (a 256 x 16 KiB batch:
+ * ~12 against ~7-8 us per key over tcp), 128-key chunks did not
+ * (docs/benchmarks.md, issue 16, session of 03:51). */
+#define PIPE_KEYS 128
+static size_t pipe_chunks(size_t n)
+{
+    return n < 2 * PIPE_KEYS ? 1 : n / PIPE_KEYS;
+}
+
+/* Core of put / put_from / batch_put_from: PutStart, the writes (direct
+ * from registered memory, or staged), then PutEnd for the keys written
+ * and PutRevoke for the others; a big direct batch as pipelined chunks
+ * (pipe_chunks). srcs[i] is the value of keys[i] (registered memory when
+ * !staged). Every key gets its own result; returns the first error in key
+ * order (0 if none). */
+static int do_put(cr_store_t *s, const char *const *keys, const void *const *srcs,
+                  const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
+                  int *results)
+{
+    size_t nch = staged ? 1 : pipe_chunks(n);
+    put_chunk_t c[2];
+    for (size_t j = 0; j <= nch; j++) {
+        if (j < nch) { /* start chunk j while chunk j - 1's data moves */
+            size_t k0 = n * j / nch, k1 = n * (j + 1) / nch;
+            put_chunk_t *cj = &c[j & 1];
+            cj->keys = keys + k0;
+            cj->srcs = srcs + k0;
+            cj->lens = lens + k0;
+            cj->n = k1 - k0;
+            cj->results = results + k0;
+            cj->staged = staged;
+            put_chunk_begin(s, cj, cfg, j == 0);
+        }
+        if (j > 0) /* then end chunk j - 1 while chunk j's data moves */
+            put_chunk_end(s, &c[(j - 1) & 1]);
+    }
     int firsterr = 0;
     for (size_t i = 0; i < n && !firsterr; i++)
         firsterr = results[i];
@@ -1035,7 +1136,7 @@ static void get_located(cr_store_t *s, cr__rpc_msg_t *rep, const char *const *ke
 }
 
 /* Checks each part of a direct get against its end-to-end checksum as soon
- * as that part landed, while the next parts are still moving (run_keyed's
+ * as that part landed, while the next parts are still moving (keyed_finish's
  * overlap): checked[i] = 1 for a key whose first-choice read delivered bytes
  * that match; get_verify checks the others (and re-reads bad ones). */
 typedef struct get_crc {
@@ -1060,30 +1161,31 @@ static void get_crc_fn(void *arg, size_t k0, size_t k1, const int *st)
     }
 }
 
-/* Direct get (registered destinations): the first-choice replica of every
- * key in one TE batch, then the other replicas of the keys whose first
- * choice failed. used[i] gets the replica read; first: n + 1 entries of
- * scratch. */
-static void get_read_direct(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
-                            const uint32_t *orders, uint32_t *used, size_t *first,
-                            const overlap_t *ov, int *results)
+/* Direct get (registered destinations): the requests reading the
+ * first-choice replica of every key into rv (key i's are [first[i],
+ * first[i+1]); first: n + 1 entries); used[i] gets the replica read. */
+static void get_direct_build(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
+                             const uint32_t *orders, uint32_t *used, size_t *first, reqvec_t *rv,
+                             int *results)
 {
-    reqvec_t rv;
-    rv_init(&rv);
     for (size_t i = 0; i < n; i++) {
-        first[i] = rv.n;
+        first[i] = rv->n;
         if (results[i])
             continue;
         const cr__rpc_item_t *it = &rep->items[i];
         uint32_t r = orders[i * CR__RPC_REPLICA_MAX];
-        results[i] = add_range(s, &rv, &it->replicas[r], 0, it->size, dsts[i], CR_XFER_READ);
+        results[i] = add_range(s, rv, &it->replicas[r], 0, it->size, dsts[i], CR_XFER_READ);
         if (!results[i])
             used[i] = 1u << r;
     }
-    first[n] = rv.n;
-    run_keyed(s, &rv, first, n, 0, ov, results);
-    rv_free(&rv);
-    /* failover: the other replicas of keys whose first choice failed */
+    first[n] = rv->n;
+}
+
+/* After a direct get's first reads: the other replicas of the keys whose
+ * first choice failed, one key at a time. */
+static void get_direct_failover(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts,
+                                size_t n, const uint32_t *orders, uint32_t *used, int *results)
+{
     for (size_t i = 0; i < n; i++) {
         if (results[i] != CR_E_TRANSFER_FAIL || rep->items[i].n_replicas < 2)
             continue;
@@ -1260,86 +1362,160 @@ static void get_validate(cr_store_t *s, cr__rpc_msg_t *rep, uint64_t t0, size_t 
             lens[i] = (size_t)sizes[i];
 }
 
-/* Core of the gets: GetReplicaList, the reads (direct into registered
- * memory, or staged), then validation. dsts[i] is registered memory
- * unless staged (then any memory; only n == 1). With alloc (n == 1,
- * staged), the destination is malloc'd at the size the master reported
- * and returned in *alloc on success (dsts/caps unused): the value read is
- * the version located, whatever its size. */
-static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, const size_t *caps,
-                  size_t n, size_t *lens, int staged, int *results, void **alloc)
+/* One chunk of a get: keys [0, n) of the arrays it points at (a view into
+ * the call's). get_chunk_begin sends GetReplicaList, reads what is on
+ * disk tiers and starts the direct reads; get_chunk_end finishes them (a
+ * staged get's reads run here), checks the checksums, fails over and
+ * validates. dsts[i] is registered memory unless staged (then any memory;
+ * only n == 1). With alloc (n == 1, staged), the destination is malloc'd
+ * at the size the master reported and returned in *alloc on success
+ * (dsts/caps unused): the value read is the version located, whatever its
+ * size. A chunk must not move between the two calls. */
+typedef struct get_chunk {
+    const char *const *keys;
+    void *const *dsts;
+    const size_t *caps;
+    size_t n;
+    size_t *lens;
+    int *results;
+    int staged;
+    void **alloc;
+    void *abuf;
+    size_t acap;
+    int rc; /* GetReplicaList failed (results hold why): nothing to end */
+    uint64_t t0;
+    cr__rpc_msg_t rep;
+    scratch_t sc;
+    uint32_t *orders, *used;
+    size_t *first, *which;
+    uint64_t *sizes;
+    uint8_t *checked;
+    reqvec_t rv;
+    get_crc_t gc;
+    overlap_t ov;
+    keyed_t kd;
+} get_chunk_t;
+
+static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size_t parts)
 {
-    uint64_t t0 = cr__now_ms();
-    cr__rpc_msg_t req, rep = {0};
-    int rc = build_items(&req, CR__RPC_GET_REPLICA_LIST, keys, n);
-    if (rc)
-        return rc;
-    rc = call_items(s, &req, &rep, n);
+    size_t n = c->n;
+    int *results = c->results;
+    c->t0 = cr__now_ms();
+    c->orders = NULL;
+    memset(&c->rep, 0, sizeof c->rep);
+    cr__rpc_msg_t req;
+    int rc = build_items(&req, CR__RPC_GET_REPLICA_LIST, c->keys, n);
+    if (!rc)
+        rc = call_items(s, &req, &c->rep, n);
     if (rc) {
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
-        return rc;
+        c->rc = rc;
+        return;
     }
-    void *abuf = NULL;
-    size_t acap = 0;
-    if (alloc) {
-        if (rep.items[0].status == 0) {
-            acap = rep.items[0].size;
-            abuf = acap && acap <= CR_STORE_VALUE_MAX ? malloc(acap) : NULL;
-            if (!abuf) {
-                cr__rpc_msg_free(&rep);
-                results[0] = acap ? -ENOMEM : CR_E_INVALID_REPLICA;
-                return results[0];
+    c->rc = 0;
+    c->abuf = NULL;
+    if (c->alloc) {
+        if (c->rep.items[0].status == 0) {
+            c->acap = c->rep.items[0].size;
+            c->abuf = c->acap && c->acap <= CR_STORE_VALUE_MAX ? malloc(c->acap) : NULL;
+            if (!c->abuf) {
+                cr__rpc_msg_free(&c->rep);
+                c->rc = results[0] = c->acap ? -ENOMEM : CR_E_INVALID_REPLICA;
+                return;
             }
         }
-        dsts = &abuf;
-        caps = &acap;
+        c->dsts = &c->abuf;
+        c->caps = &c->acap;
     }
-    if (s->test_hooks.after_get_replicas) /* tests: a reader stuck before its reads */
+    if (first_chunk && s->test_hooks.after_get_replicas) /* tests: a reader stuck before its reads */
         s->test_hooks.after_get_replicas(s->test_hooks.user);
-    scratch_t sc;
-    uint32_t *orders = NULL, *used = NULL;
-    size_t *first = NULL, *which = NULL;
-    uint64_t *sizes = NULL;
-    uint8_t *checked = NULL;
-    if (scratch_init(&sc, SCR(n * CR__RPC_REPLICA_MAX * sizeof *orders) + SCR(n * sizeof *used) +
-                              SCR((n + 1) * sizeof *first) + SCR(n * sizeof *which) +
-                              SCR(n * sizeof *sizes) + SCR(n)) == 0) {
-        orders = scratch_take(&sc, n * CR__RPC_REPLICA_MAX * sizeof *orders);
-        used = scratch_take(&sc, n * sizeof *used);
-        first = scratch_take(&sc, (n + 1) * sizeof *first);
-        which = scratch_take(&sc, n * sizeof *which);
-        sizes = scratch_take(&sc, n * sizeof *sizes);
-        checked = scratch_take(&sc, n);
+    if (scratch_init(&c->sc, SCR(n * CR__RPC_REPLICA_MAX * sizeof *c->orders) +
+                                 SCR(n * sizeof *c->used) + SCR((n + 1) * sizeof *c->first) +
+                                 SCR(n * sizeof *c->which) + SCR(n * sizeof *c->sizes) +
+                                 SCR(n)) == 0) {
+        c->orders = scratch_take(&c->sc, n * CR__RPC_REPLICA_MAX * sizeof *c->orders);
+        c->used = scratch_take(&c->sc, n * sizeof *c->used);
+        c->first = scratch_take(&c->sc, (n + 1) * sizeof *c->first);
+        c->which = scratch_take(&c->sc, n * sizeof *c->which);
+        c->sizes = scratch_take(&c->sc, n * sizeof *c->sizes);
+        c->checked = scratch_take(&c->sc, n);
     }
-    if (!orders) {
+    if (!c->orders) {
         for (size_t i = 0; i < n; i++)
             results[i] = -ENOMEM;
-    } else {
-        get_located(s, &rep, keys, caps, n, orders, results);
-        get_read_disk(s, &rep, dsts, n, orders, used, checked, results);
-        get_crc_t gc = {&rep, dsts, first, results, checked};
-        overlap_t ov = {get_crc_fn, &gc, 1};
-        if (!staged)
-            get_read_direct(s, &rep, dsts, n, orders, used, first, s->crc_on ? &ov : NULL,
-                            results);
-        else
-            get_read_staged(s, &rep, dsts, n, orders, used, results);
-        get_read_disk_done(n, results);
-        get_verify(s, &rep, dsts, n, orders, used, checked, staged, results);
-        get_validate(s, &rep, t0, n, used, which, sizes, lens, results);
+        return;
     }
-    scratch_fini(&sc);
-    cr__rpc_msg_free(&rep);
+    get_located(s, &c->rep, c->keys, c->caps, n, c->orders, results);
+    get_read_disk(s, &c->rep, c->dsts, n, c->orders, c->used, c->checked, results);
+    rv_init(&c->rv);
+    if (c->staged)
+        return;
+    c->gc = (get_crc_t){&c->rep, c->dsts, c->first, results, c->checked};
+    c->ov = (overlap_t){get_crc_fn, &c->gc, 1};
+    get_direct_build(s, &c->rep, c->dsts, n, c->orders, c->used, c->first, &c->rv, results);
+    keyed_start(s, &c->kd, &c->rv, c->first, n, 0, s->crc_on ? &c->ov : NULL, parts, results);
+}
+
+static void get_chunk_end(cr_store_t *s, get_chunk_t *c)
+{
+    if (c->rc)
+        return;
+    size_t n = c->n;
+    int *results = c->results;
+    if (c->orders) {
+        if (!c->staged) {
+            keyed_finish(s, &c->kd, results);
+            get_direct_failover(s, &c->rep, c->dsts, n, c->orders, c->used, results);
+        } else {
+            get_read_staged(s, &c->rep, c->dsts, n, c->orders, c->used, results);
+        }
+        rv_free(&c->rv);
+        get_read_disk_done(n, results);
+        get_verify(s, &c->rep, c->dsts, n, c->orders, c->used, c->checked, c->staged, results);
+        get_validate(s, &c->rep, c->t0, n, c->used, c->which, c->sizes, c->lens, results);
+    }
+    scratch_fini(&c->sc);
+    cr__rpc_msg_free(&c->rep);
+    if (c->alloc) {
+        if (results[0])
+            free(c->abuf);
+        else
+            *c->alloc = c->abuf;
+    }
+}
+
+/* Core of the gets: GetReplicaList, the reads (direct into registered
+ * memory, or staged), then validation (get_chunk_t); a big direct batch as
+ * pipelined chunks (pipe_chunks). Every key gets its own result; returns
+ * the first error in key order (0 if none). */
+static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, const size_t *caps,
+                  size_t n, size_t *lens, int staged, int *results, void **alloc)
+{
+    size_t nch = staged || alloc ? 1 : pipe_chunks(n);
+    get_chunk_t c[2];
+    for (size_t j = 0; j <= nch; j++) {
+        if (j < nch) { /* locate chunk j and start its reads while chunk j - 1's move */
+            size_t k0 = n * j / nch, k1 = n * (j + 1) / nch;
+            get_chunk_t *cj = &c[j & 1];
+            cj->keys = keys + k0;
+            cj->dsts = dsts ? dsts + k0 : NULL;
+            cj->caps = caps ? caps + k0 : NULL;
+            cj->n = k1 - k0;
+            cj->lens = lens + k0;
+            cj->results = results + k0;
+            cj->staged = staged;
+            cj->alloc = alloc;
+            /* the last chunk's checksums overlap its own parts; the others' the
+             * next chunk's data */
+            get_chunk_begin(s, cj, j == 0, j + 1 == nch ? OVERLAP_PARTS : 1);
+        }
+        if (j > 0) /* then finish chunk j - 1 while chunk j's data moves */
+            get_chunk_end(s, &c[(j - 1) & 1]);
+    }
     int firsterr = 0;
     for (size_t i = 0; i < n && !firsterr; i++)
         firsterr = results[i];
-    if (alloc) {
-        if (firsterr)
-            free(abuf);
-        else
-            *alloc = abuf;
-    }
     return firsterr;
 }
 

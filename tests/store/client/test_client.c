@@ -395,6 +395,68 @@ static void test_batch(void **state)
         assert_int_equal(ex[i], 0);
 }
 
+/* A batch big enough to run as pipelined chunks (ops.c pipe_chunks: the
+ * master calls of one chunk overlap another's data): two replicas per key
+ * (several TE requests per key), values of different sizes, and per-key
+ * failures in different chunks (an existing key in the middle and at the
+ * end for the put; a miss and a too-small buffer for the get) that fail
+ * only their own key, with every other key's bytes right. */
+static void test_batch_pipelined(void **state)
+{
+    (void)state;
+    enum { N = 520 }; /* 4 chunks: both chunk slots are reused */
+    static char names[N][32];
+    static const char *keys[N];
+    static const void *bufs[N];
+    static void *outs[N];
+    static size_t lens[N], caps[N], got[N];
+    static int res[N];
+    size_t off = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "pipe-%d", i);
+        keys[i] = names[i];
+        lens[i] = 1000 + (size_t)i * 37;
+        caps[i] = lens[i];
+        bufs[i] = g_reg + off;
+        outs[i] = g_reg + (20u << 20) + off;
+        fill(g_reg + off, lens[i], 5000 + (uint64_t)i);
+        off += lens[i];
+    }
+    assert_true(off < (20u << 20));
+    /* already there: PutStart refuses them, in the middle and at the end */
+    assert_int_equal(cr_store_put_from(g_cli, keys[150], bufs[0], lens[0], NULL), 0);
+    assert_int_equal(cr_store_put_from(g_cli, keys[N - 1], bufs[0], lens[0], NULL), 0);
+    cr_store_replicate_config_t cfg = {.field_mask = CR_STORE_REPL_REPLICA_NUM, .replica_num = 2};
+    int rc = cr_store_batch_put_from(g_cli, keys, bufs, lens, N, &cfg, res);
+    assert_int_equal(rc, CR_E_OBJECT_ALREADY_EXISTS);
+    for (int i = 0; i < N; i++) {
+        int want = (i == 150 || i == N - 1) ? CR_E_OBJECT_ALREADY_EXISTS : 0;
+        if (res[i] != want)
+            fprintf(stderr, "put key %d: expected %d got %d\n", i, want, res[i]);
+        assert_int_equal(res[i], want);
+    }
+    keys[40] = "pipe-never-put"; /* a miss in the first chunks */
+    caps[400] = 10;              /* too small, in a later chunk */
+    memset(g_reg + (20u << 20), 0, off);
+    rc = cr_store_batch_get_into(g_cli, keys, outs, caps, N, got, res);
+    assert_int_equal(rc, CR_E_OBJECT_NOT_FOUND);
+    for (int i = 0; i < N; i++) {
+        int want = i == 40 ? CR_E_OBJECT_NOT_FOUND : i == 400 ? CR_E_BUFFER_OVERFLOW : 0;
+        if (res[i] != want)
+            fprintf(stderr, "get key %d: expected %d got %d\n", i, want, res[i]);
+        assert_int_equal(res[i], want);
+        if (want)
+            continue;
+        /* keys 150 and N-1 hold what the single puts wrote (key 0's value) */
+        int single = i == 150 || i == N - 1;
+        assert_int_equal(got[i], single ? lens[0] : lens[i]);
+        assert_true(check(outs[i], got[i], single ? 5000 : 5000 + (uint64_t)i));
+    }
+    keys[40] = names[40];
+    for (int i = 0; i < N; i++)
+        assert_int_equal(cr_store_remove(g_cli, keys[i], 1), 0);
+}
+
 static void test_lease_blocks_remove(void **state)
 {
     (void)state;
@@ -848,6 +910,7 @@ int main(void)
         cmocka_unit_test(test_replicas_distinct),
         cmocka_unit_test(test_replicate_config_field_mask),
         cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_batch_pipelined),
         cmocka_unit_test(test_lease_blocks_remove),
         cmocka_unit_test(test_stalled_reader),
         cmocka_unit_test(test_slow_reader_validated),
