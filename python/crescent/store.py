@@ -1007,6 +1007,44 @@ class DistributedStore(_crescent.DistributedStore):
         res = self.batch_get_into(keys, buffer_ptrs, sizes)
         return [tc.decode_at(_addr(p)[0], n) if n > 0 else None for p, n in zip(buffer_ptrs, res)]
 
+    def get_tensor_into_cuda(self, key, tensor):
+        """Mooncake's read of a stored tensor's data into a destination tensor
+        (a CUDA tensor there; here a contiguous CPU tensor, no GPUs). The
+        header and data are read as one version first, then the destination
+        is checked and filled, so an upsert in between never mixes versions.
+        Returns the bytes written; -704 missing key, -600 not a tensor, or a
+        destination of another dtype / too small / not contiguous / not CPU."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        tc.torch()
+        h = self.get_buffer(key)
+        if h is None:
+            return OBJECT_NOT_FOUND if self.is_exist(key) == 0 else INVALID_PARAMS
+        mv = memoryview(h).cast("B")
+        parsed = tc.parse(mv)
+        if parsed is None:
+            return INVALID_PARAMS
+        dt, shape, off = parsed
+        n = len(mv) - off
+        try:
+            ok = (tensor.is_contiguous() and tensor.device.type == "cpu" and tensor.dtype == dt
+                  and tensor.numel() * tensor.element_size() >= n)
+            dst = tensor.data_ptr()
+        except AttributeError:
+            raise TypeError("tensor must be a torch.Tensor, not %s" % type(tensor).__name__)
+        if not ok:
+            return INVALID_PARAMS
+        if n:
+            ctypes.memmove(dst, (ctypes.c_ubyte * n).from_buffer_copy(mv[off:]), n)
+        return n
+
+    def batch_get_tensor_into_cuda(self, keys, tensors):
+        """get_tensor_into_cuda() of each (key, tensor); one result per key."""
+        keys = _keys(keys)
+        if not _is_seq(tensors) or len(tensors) != len(keys):
+            return [INVALID_PARAMS] * len(keys)
+        return [self.get_tensor_into_cuda(k, t) for k, t in zip(keys, tensors)]
+
     def get_tensor_dim_selection_into(self, key, buffer_ptr, size, shape, dtype, dim=0,
                                       selections=(), data_offset=0):
         """Reads the rows of a fixed-shape tensor stored raw at data_offset of

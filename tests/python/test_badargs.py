@@ -176,7 +176,8 @@ MORE_STORE_METHODS = [
     "batch_upsert_tensor_with_tp_from", "get_tensor_dim_selection_into",
     "load_kv_cache_from_file", "load_tensor_from_file", "pub_tensor_with_tp",
     "save_kv_cache_to_file", "save_tensor_to_file", "upsert_pub_tensor",
-    "upsert_pub_tensor_with_tp", "upsert_tensor_with_parallelism",
+    "upsert_pub_tensor_with_tp", "upsert_tensor_with_parallelism", "get_tensor_into_cuda",
+    "batch_get_tensor_into_cuda",
     "upsert_tensor_with_parallelism_from", "upsert_tensor_with_tp", "upsert_tensor_with_tp_from"]
 
 

@@ -1519,3 +1519,148 @@ def test_registered_buffer_pool_module_cases(store):
     busy.close()
     with pytest.raises(RuntimeError, match="closed"):
         busy.acquire(1)
+
+
+# -- Mooncake's scripts/test_pub_tensor.py (a benchmark: its checks) --------------------
+
+def test_pub_tensor_roundtrips_exactly_after_remove_all(store):
+    """pub_tensor with a ReplicateConfig (printed, as the script does), a
+    remove_all between publications, get_tensor equal element by element with
+    the same dtype and shape; batch and upsert forms too."""
+    cfg = ReplicateConfig()
+    cfg.replica_num = 1
+    assert "replica_num=1" in str(cfg)
+    t = torch.randn(1 << 16, dtype=torch.float32)
+    k = K("pub")
+    for _ in range(2):
+        assert store.remove_all() >= 0
+        assert store.pub_tensor(k, t, cfg) == 0
+    got = store.get_tensor(k)
+    assert got.dtype == t.dtype and got.shape == t.shape and torch.equal(got, t)
+    ks = [K("bpub"), K("bpub")]
+    assert store.batch_pub_tensor(ks, [t[:10], t[10:30].reshape(4, 5)], cfg) == [0, 0]
+    assert torch.equal(store.get_tensor(ks[1]), t[10:30].reshape(4, 5))
+    assert store.upsert_pub_tensor(k, t * 2, cfg) == 0
+    assert torch.equal(store.get_tensor(k), t * 2)
+    assert store.batch_upsert_pub_tensor(ks, [t[:3], t[:4]], cfg) == [0, 0]
+    assert torch.equal(store.get_tensor(ks[0]), t[:3])
+
+
+# -- Mooncake's test_partial_read.py, case by case; the plans also run on the store -----
+
+def _run_plan_on_store(store, source, plan):
+    """Executes a plan's (source offset, destination offset, size) ranges with
+    get_into_ranges from the stored matrix into a registered buffer."""
+    k = K("pr")
+    assert store.put(k, source.tobytes()) == 0
+    out = np.zeros(max(plan.nbytes, 1), dtype=np.uint8)
+    assert store.register_buffer(out.ctypes.data, out.nbytes) == 0
+    try:
+        if plan.ranges:
+            res = store.get_into_ranges([out.ctypes.data], [[k]],
+                                        [[[d for _, d, _ in plan.ranges]]],
+                                        [[[s for s, _, _ in plan.ranges]]],
+                                        [[[n for _, _, n in plan.ranges]]])
+            assert res == [[[n for _, _, n in plan.ranges]]]
+    finally:
+        store.unregister_buffer(out.ctypes.data)
+    return np.frombuffer(out[:plan.nbytes].tobytes(), dtype=source.dtype).reshape(plan.shape)
+
+
+@pytest.mark.parametrize("shape,dtype,rows,columns,want_shape,want_ranges", [
+    ((4, 5), np.int16, (3, 0, 3), slice(1, 4), (3, 3), ((32, 0, 6), (2, 6, 6), (32, 12, 6))),
+    ((4, 6), np.int32, (2,), slice(1, 5), (1, 4), None),
+    ((4, 6), np.int32, (3, 0, 1), slice(4, 5), (3, 1), None),
+    ((6, 3), np.uint8, (2, 3, 4, 1, 1, 2), slice(None), (6, 3), ((6, 0, 9), (3, 9, 3), (3, 12, 6)))])
+def test_partial_read_plans_match_numpy(store, shape, dtype, rows, columns, want_shape,
+                                        want_ranges):
+    from mooncake._partial_read import plan_matrix_read
+    src = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+    plan = plan_matrix_read(shape, src.itemsize, rows, columns, max_ranges=len(rows))
+    assert plan.shape == want_shape
+    if want_ranges is not None:
+        assert plan.ranges == want_ranges
+    np.testing.assert_array_equal(_run_plan_on_store(store, src, plan), src[list(rows), columns])
+
+
+def test_partial_read_edges():
+    import sys
+    from mooncake._partial_read import plan_matrix_read
+    for rows, cols, shape in (((), slice(1, 3), (0, 2)), ((0, 1), slice(2, 2), (2, 0))):
+        p = plan_matrix_read(shape=(3, 4), itemsize=4, rows=rows, columns=cols, max_ranges=0)
+        assert (p.shape, p.nbytes, p.ranges) == (shape, 0, ())
+    src = np.arange(20, dtype=np.int16).reshape(4, 5)
+    p = plan_matrix_read(src.shape, src.itemsize, rows=(2, 0), columns=slice(-3, 99),
+                         max_ranges=16)
+    out = bytearray(p.nbytes)
+    raw = src.tobytes()
+    for s, d, n in p.ranges:
+        out[d:d + n] = raw[s:s + n]
+    np.testing.assert_array_equal(np.frombuffer(out, dtype=np.int16).reshape(p.shape),
+                                  src[[2, 0], -3:99])
+    p = plan_matrix_read(shape=(5, 4), itemsize=4, rows=(0, 1), columns=slice(1, 3), max_ranges=1)
+    assert p.shape == (2, 2) and p.ranges is None  # over the cap: no partial plan
+    assert plan_matrix_read((8, 4), 2, range(2, 6), slice(None), max_ranges=1).ranges == \
+        ((16, 0, 32),)
+    assert plan_matrix_read((8, 4), 2, range(2, 6), slice(None), max_ranges=0).ranges is None
+    for shape, rows, cols, err in (((3,), (), slice(None), ValueError),
+                                   ((3, 4, 5), (), slice(None), ValueError),
+                                   ((3, 4), (), slice(None, None, 2), ValueError),
+                                   ((3, 4), range(2, -1, -1), slice(None), ValueError),
+                                   ((3, 4), (3,), slice(None), IndexError),
+                                   ((sys.maxsize, 2), (), slice(None), OverflowError)):
+        with pytest.raises(err):
+            plan_matrix_read(shape=shape, itemsize=4, rows=rows, columns=cols, max_ranges=16)
+
+
+# -- Mooncake's test_tensor_read_snapshot.py, case by case (CPU destinations) -----------
+
+class _AfterMetadata:
+    """A destination tensor that runs a callback when the binding inspects it."""
+
+    def __init__(self, tensor, callback):
+        self.tensor, self.callback = tensor, callback
+
+    def is_contiguous(self):
+        cb, self.callback = self.callback, None
+        if cb is not None:
+            cb()
+        return self.tensor.is_contiguous()
+
+    def __getattr__(self, name):
+        return getattr(self.tensor, name)
+
+
+def test_tensor_read_snapshot_cases(store):
+    for batched in (False, True):
+        k = K("snap")
+        original = torch.arange(8, dtype=torch.float32)
+        replacement = original + 100
+        dst = torch.full_like(original, -1)
+        size = dst.numel() * dst.element_size()
+        assert store.put_tensor(k, original) == 0
+        upserts = []
+        proxy = _AfterMetadata(dst, lambda: upserts.append(store.upsert_tensor(k, replacement)))
+        if batched:
+            assert store.batch_get_tensor_into_cuda([k], [proxy]) == [size]
+        else:
+            assert store.get_tensor_into_cuda(k, proxy) == size
+        assert upserts == [0]  # the upsert ran between the read and the fill
+        assert torch.equal(dst, original)  # one version: the one located first
+        assert torch.equal(store.get_tensor(k), replacement)
+    # a missing key keeps its -704 next to a valid item
+    k = K("snap")
+    original = torch.arange(8, dtype=torch.float32)
+    dsts = [torch.empty_like(original), torch.empty_like(original)]
+    assert store.put_tensor(k, original) == 0
+    assert store.batch_get_tensor_into_cuda([k + "_missing", k], dsts) == [-704, 32]
+    assert torch.equal(dsts[1], original)
+    # destinations that cannot take it: -600; not a tensor object: -600
+    assert store.get_tensor_into_cuda(k, torch.empty(8, dtype=torch.int32)) == -600
+    assert store.get_tensor_into_cuda(k, torch.empty(4)) == -600
+    assert store.get_tensor_into_cuda(k, torch.empty(16)[::2]) == -600
+    assert store.put(k + "raw", b"not a tensor") == 0
+    assert store.get_tensor_into_cuda(k + "raw", torch.empty(8)) == -600
+    assert store.batch_get_tensor_into_cuda([k], []) == [-600]
+    with pytest.raises(TypeError):
+        store.get_tensor_into_cuda(k, b"x")
