@@ -48,6 +48,8 @@ NO_AVAILABLE_HANDLE = -200
 SEGMENT_NOT_FOUND = -101
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
+PREFIX_QUERY_DISABLED = -1600
+COST_QUERY_DISABLED = -1700
 UNAVAILABLE_IN_CURRENT_STATUS = -1010
 UNAVAILABLE = -1011  # UNAVAILABLE_IN_CURRENT_MODE: the feature is not in crescent
 FILE_NOT_FOUND = -1100
@@ -99,6 +101,11 @@ def _cfg(config, upsert=False):
 
 def _is_seq(o):
     return isinstance(o, (list, tuple))
+
+
+def _check_flag(v, name):
+    if not isinstance(v, (bool, int)):
+        raise TypeError("%s must be a bool" % name)
 
 
 def _keys(keys, name="keys"):
@@ -437,16 +444,65 @@ class DistributedStore(_crescent.DistributedStore):
             return [b""] * len(_keys(keys))
         return super().get_batch(keys)
 
-    def get_buffer(self, key):
+    # local_cache: Mooncake's client-side cache of remote objects. Accepted
+    # (a bool) and read through: crescent keeps no client copy, so a value
+    # replaced by another client is never served stale; a "hit" is not
+    # faster than a miss.
+    def get_buffer(self, key, local_cache=False):
+        _check_flag(local_cache, "local_cache")
         if self._no_local_buffer:
             if not isinstance(key, str):
                 raise TypeError("key must be str")
             return None
         return super().get_buffer(key)
 
-    def batch_get_buffer(self, keys):
+    def batch_get_buffer(self, keys, local_cache=False):
         """get_buffer() of each key: BufferHandle, or None for a missing key."""
+        _check_flag(local_cache, "local_cache")
         return [self.get_buffer(k) for k in _keys(keys)]
+
+    def get_into(self, key, buffer_ptr, size, local_cache=False):
+        """get_into(key, buffer_ptr, size, local_cache=False) -> bytes read or negative"""
+        _check_flag(local_cache, "local_cache")
+        return super().get_into(key, buffer_ptr, size)
+
+    def batch_get_into(self, keys, buffer_ptrs, sizes, local_cache=False):
+        """batch_get_into(keys, buffer_ptrs, sizes, local_cache=False) -> [bytes read or negative]"""
+        _check_flag(local_cache, "local_cache")
+        return super().batch_get_into(keys, buffer_ptrs, sizes)
+
+    # Prefix matching and cost-aware routing are master features crescent's
+    # master does not have: the calls answer as a Mooncake master started
+    # without them (PREFIX_QUERY_DISABLED -1600, COST_QUERY_DISABLED -1700).
+    def query_prefix_match(self, chain, avg_block_bytes=0):
+        """-> (matched_blocks, candidates, query_lease_ms, err): here always
+        (None, None, None, -1600) after the arguments are checked."""
+        if not _is_seq(chain) or not all(isinstance(h, int) and not isinstance(h, bool)
+                                         for h in chain):
+            raise TypeError("chain must be a list of int")
+        _int(avg_block_bytes, "avg_block_bytes")
+        return None, None, None, PREFIX_QUERY_DISABLED
+
+    def query_cost(self, segment_names, client_host="", client_zone="", request_size_bytes=0,
+                   include_unmounted=False):
+        """-> (ranked, err): here always (None, -1700) after the arguments are checked."""
+        _keys(segment_names, "segment_names")
+        for name, v in (("client_host", client_host), ("client_zone", client_zone)):
+            if not isinstance(v, str):
+                raise TypeError("%s must be str" % name)
+        _int(request_size_bytes, "request_size_bytes")
+        _check_flag(include_unmounted, "include_unmounted")
+        return None, COST_QUERY_DISABLED
+
+    def inflight_begin(self, segment_name):
+        """-> (count, err): here always (None, -1700)."""
+        if not isinstance(segment_name, str):
+            raise TypeError("segment_name must be str")
+        return None, COST_QUERY_DISABLED
+
+    def inflight_end(self, segment_name):
+        """-> (count, err): here always (None, -1700)."""
+        return self.inflight_begin(segment_name)
 
     def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size,
                                config=None):

@@ -177,7 +177,8 @@ MORE_STORE_METHODS = [
     "load_kv_cache_from_file", "load_tensor_from_file", "pub_tensor_with_tp",
     "save_kv_cache_to_file", "save_tensor_to_file", "upsert_pub_tensor",
     "upsert_pub_tensor_with_tp", "upsert_tensor_with_parallelism", "get_tensor_into_cuda",
-    "batch_get_tensor_into_cuda",
+    "batch_get_tensor_into_cuda", "query_prefix_match", "query_cost", "inflight_begin",
+    "inflight_end",
     "upsert_tensor_with_parallelism_from", "upsert_tensor_with_tp", "upsert_tensor_with_tp_from"]
 
 

@@ -1664,3 +1664,68 @@ def test_tensor_read_snapshot_cases(store):
     assert store.batch_get_tensor_into_cuda([k], []) == [-600]
     with pytest.raises(TypeError):
         store.get_tensor_into_cuda(k, b"x")
+
+
+# -- Mooncake's scripts/test_local_cache.py (reader role, one process) ------------------
+
+def test_local_cache_reads_as_mooncakes_script_checks(store, cluster):
+    writer = MooncakeDistributedStore()
+    assert writer.setup("localhost", cluster["metadata"], SEG, "16MB", "tcp", "",
+                        cluster["master"]) == 0
+    try:
+        def data(k, n=3000):
+            return (k.encode() * (n // len(k) + 1))[:n]
+        single, batch, into = K("lc1"), [K("lcb%d" % i) for i in range(8)], K("lci")
+        binto, gone = [K("lcbi%d" % i) for i in range(4)], K("lcrm")
+        for k in [single, into, gone] + batch + binto:
+            assert writer.put(k, data(k)) == 0
+        assert bytes(store.get_buffer(single)) == data(single)
+        for _ in range(2):  # "miss" then "hit": same bytes
+            assert bytes(store.get_buffer(single, local_cache=True)) == data(single)
+            assert [bytes(b) for b in store.batch_get_buffer(batch, local_cache=True)] == \
+                [data(k) for k in batch]
+        assert bytes(store.get_buffer(single, local_cache=False)) == data(single)
+        buf = np.zeros(4 * 4096, dtype=np.uint8)
+        assert store.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+        try:
+            for _ in range(2):
+                n = store.get_into(into, buf.ctypes.data, 4096, local_cache=True)
+                assert n == 3000 and buf[:n].tobytes() == data(into)
+                buf[:] = 0
+                ptrs = [buf.ctypes.data + i * 4096 for i in range(4)]
+                lens = store.batch_get_into(binto, ptrs, [4096] * 4, local_cache=True)
+                assert lens == [3000] * 4
+                assert [buf[i * 4096:i * 4096 + 3000].tobytes() for i in range(4)] == \
+                    [data(k) for k in binto]
+        finally:
+            store.unregister_buffer(buf.ctypes.data)
+        assert bytes(store.get_buffer(gone, local_cache=True)) == data(gone)
+        wait_lease()
+        assert store.remove(gone) == 0
+        assert store.get_buffer(gone, local_cache=True) is None  # nothing served from a cache
+        # a value replaced by another client is never served stale
+        assert writer.upsert(single, b"new value") == 0
+        assert bytes(store.get_buffer(single, local_cache=True)) == b"new value"
+        with pytest.raises(TypeError):
+            store.get_buffer(single, local_cache="yes")
+    finally:
+        writer.close()
+
+
+def test_prefix_query_and_cost_routing_answer_disabled(store):
+    """scripts/test_prefix_query.py / test_query_cost.py accept the "feature
+    off" codes; crescent's master has neither feature, so those are the answers."""
+    assert store.query_prefix_match([]) == (None, None, None, -1600)
+    assert store.query_prefix_match([1] * 257) == (None, None, None, -1600)
+    assert store.query_prefix_match([0xCAFEBABE, 2], avg_block_bytes=64) == \
+        (None, None, None, -1600)
+    assert store.query_cost([]) == (None, -1700)
+    assert store.query_cost(["seg-%d" % i for i in range(1025)]) == (None, -1700)
+    assert store.query_cost(["a", "b"], client_host="127.0.0.1", client_zone="",
+                            request_size_bytes=0, include_unmounted=True) == (None, -1700)
+    assert store.inflight_begin("smoke-seg") == (None, -1700)
+    assert store.inflight_end("smoke-seg") == (None, -1700)
+    with pytest.raises(TypeError):
+        store.query_prefix_match(["not-a-hash"])
+    with pytest.raises(TypeError):
+        store.inflight_begin(None)
