@@ -461,9 +461,12 @@ class DistributedStore(_crescent.DistributedStore):
         _check_flag(local_cache, "local_cache")
         return [self.get_buffer(k) for k in _keys(keys)]
 
-    def get_into(self, key, buffer_ptr, size, local_cache=False):
-        """get_into(key, buffer_ptr, size, local_cache=False) -> bytes read or negative"""
+    def get_into(self, key, buffer_ptr, size=None, local_cache=False):
+        """get_into(key, buffer_ptr, size=None, local_cache=False) -> bytes read or
+        negative (size defaults to a buffer object's length)"""
         _check_flag(local_cache, "local_cache")
+        if size is None:
+            return super().get_into(key, buffer_ptr)
         return super().get_into(key, buffer_ptr, size)
 
     def batch_get_into(self, keys, buffer_ptrs, sizes, local_cache=False):
