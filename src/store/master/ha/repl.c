@@ -19,6 +19,12 @@
 #define FLAG_SNAP 0x2u     /* a snapshot chunk */
 #define FLAG_SNAP_END 0x4u /* its last chunk: applied = count afterwards */
 #define MAX_FOLLOWERS 16
+/* A record nobody waits for yet (a PutStart carved from a known window,
+ * window.c) is pushed at the latest this long after it was produced, or at
+ * once when a wait starts: so it rides with the PutEnd that follows instead
+ * of costing each standby a round trip of its own (store-ha.md, "Where a
+ * put's time goes"). */
+#define LAZY_PUSH_MS 2
 
 typedef struct follower {
     struct follower *next;
@@ -58,6 +64,8 @@ struct cr__ha_repl {
     uint64_t *offs;     /* offs[i]: start of record log_base+i in log */
     size_t n_offs, cap_offs;
     uint64_t log_base, seq;
+    uint64_t want_seq;  /* a wait needs the standbys to have every record below this */
+    uint64_t lazy_since_ms; /* oldest record not yet wanted by a wait (0: none) */
     follower_t *fl;
     /* standby */
     cr__ha_shadow_t *sh;
@@ -188,7 +196,10 @@ void cr__ha_repl_record(void *user, const uint8_t *frame, size_t len)
     r->seq++;
     if (r->fl == NULL || r->log.len > (1u << 20))
         trim_locked(r);
-    pthread_cond_broadcast(&r->cv);
+    /* no wakeup: a wait (cr__ha_repl_wait) wakes the pushers, and a pusher
+     * idle with records to send pushes them after LAZY_PUSH_MS anyway */
+    if (!r->lazy_since_ms)
+        r->lazy_since_ms = cr__now_ms();
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -340,6 +351,13 @@ static void *pusher_main(void *arg)
             wait_ms(r, 100);
             continue;
         }
+        if (f->acked >= r->want_seq && !f->stop) { /* nobody waits for these yet */
+            uint64_t now = cr__now_ms(), due = r->lazy_since_ms + LAZY_PUSH_MS;
+            if (r->lazy_since_ms && now < due) {
+                wait_ms(r, (int)(due - now));
+                continue;
+            }
+        }
         if (f->acked < r->log_base) {
             need_snap = 1;
             continue;
@@ -370,6 +388,9 @@ static void *pusher_main(void *arg)
             continue;
         }
         f->acked = acked;
+        if (acked >= r->seq)
+            r->lazy_since_ms = 0; /* (another standby may still lack them: it pushes
+                                     at once, its wait above sees lazy_since_ms 0) */
         if (f->in_sync && !f->listed && acked >= f->sync_mark)
             pthread_cond_signal(&r->mcv); /* caught up: may be listed */
         r->st.records_sent += i1 - i0;
@@ -545,6 +566,8 @@ int cr__ha_repl_lead(cr__ha_repl_t *r, cr__master_t *m, uint32_t epoch, cr__meta
     r->log.len = 0;
     r->n_offs = 0;
     r->log_base = r->seq = 0;
+    r->want_seq = 0;
+    r->lazy_since_ms = 0;
     r->stop_mgr = 0;
     int rc = pthread_create(&r->mgr, NULL, mgr_main, r) ? -ENOMEM : 0;
     r->mgr_started = rc == 0;
@@ -579,6 +602,8 @@ void cr__ha_repl_unlead(cr__ha_repl_t *r)
     r->log.len = 0;
     r->n_offs = 0;
     r->log_base = r->seq = 0;
+    r->want_seq = 0;
+    r->lazy_since_ms = 0;
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -601,6 +626,10 @@ int cr__ha_repl_wait(cr__ha_repl_t *r, uint64_t mark)
         return -EIO;
     uint64_t t0 = cr__now_ns();
     pthread_mutex_lock(&r->mu);
+    if (r->want_seq < target) {
+        r->want_seq = target;
+        pthread_cond_broadcast(&r->cv); /* the pushers send now */
+    }
     uint64_t deadline = cr__now_ms() + (uint64_t)r->sync_timeout_ms;
     /* a dropped standby that is still listed must be unlisted first (one
      * etcd write by the manager): at most another sync timeout */
