@@ -6,8 +6,9 @@
  * bytes corrupted or overwritten on a storage node are never returned. The
  * master never sees the bytes: it only carries the writer's number.
  *
- * Not journaled: an object restored by a restarted master or a promoted
- * standby has no checksum (readers then verify nothing for it). */
+ * Journaled (ha/record.h: ENDC, and OBJ with CR__HA_OBJ_CRC in
+ * snapshots): an object restored by a restarted master or a promoted
+ * standby keeps its checksum. */
 #include "store/master/master_priv.h"
 
 void cr__m_put_end_crc_locked(cr__master_t *m, const cr__rpc_item_t *item)

@@ -55,7 +55,9 @@ void cr__m_jr_obj(cr__master_t *m, obj_t *o)
     r->size = o->size;
     r->flags = (uint8_t)(((o->flags & OF_COMPLETE) ? CR__HA_OBJ_COMPLETE : 0) |
                          ((o->flags & OF_HARD_PIN) ? CR__HA_OBJ_HARD_PIN : 0) |
-                         ((o->flags & OF_SOFT_PIN) ? CR__HA_OBJ_SOFT_PIN : 0));
+                         ((o->flags & OF_SOFT_PIN) ? CR__HA_OBJ_SOFT_PIN : 0) |
+                         ((o->flags & OF_CRC) ? CR__HA_OBJ_CRC : 0));
+    r->crc = o->crc;
     r->key = obj_key(o);
     r->key_len = o->key_len;
     r->n_rep = o->n_rep;
@@ -84,7 +86,11 @@ void cr__m_jr_key(cr__master_t *m, uint8_t type, obj_t *o)
 {
     if (!m->jfn || memchr(obj_key(o), 0, o->key_len)) /* see cr__m_jr_obj */
         return;
+    if (type == CR__HA_END && (o->flags & OF_CRC))
+        type = CR__HA_ENDC; /* the writer's checksum goes along */
     jr_clear(m, type);
+    if (type == CR__HA_ENDC)
+        m->jrec.crc = o->crc;
     m->jrec.version = o->version;
     m->jrec.key = obj_key(o);
     m->jrec.key_len = o->key_len;
@@ -266,7 +272,9 @@ static int rs_obj(void *u, const cr__ha_rec_t *r)
     o->n_rep = r->n_rep;
     o->flags = (uint8_t)((complete ? OF_COMPLETE : 0) |
                          ((r->flags & CR__HA_OBJ_HARD_PIN) ? OF_HARD_PIN : 0) |
-                         ((r->flags & CR__HA_OBJ_SOFT_PIN) ? OF_SOFT_PIN : 0));
+                         ((r->flags & CR__HA_OBJ_SOFT_PIN) ? OF_SOFT_PIN : 0) |
+                         ((r->flags & CR__HA_OBJ_CRC) ? OF_CRC : 0));
+    o->crc = r->crc; /* the writer's checksum: restored objects are verified too */
     /* readers of the old master may be mid-transfer: a lease's worth of
      * protection; writers get a whole put timeout */
     o->until_ms = x->now + (complete ? m->cfg.lease_ttl_ms : m->cfg.put_timeout_ms);

@@ -907,6 +907,83 @@ static void test_window_put_start_unwaited(void **s)
     cr__ha_buf_free(&jb);
 }
 
+/* PutEnd's end-to-end checksum (checksum.c) is journaled (ENDC, and OBJ
+ * with CR__HA_OBJ_CRC in snapshots): a restarted master or a promoted
+ * standby returns it with the replica list, so restored objects are
+ * verified by readers like the others; a put ended without one restores
+ * without one. */
+static int get_crc(cr__master_t *m, const char *key, uint64_t now, uint32_t *crc)
+{
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    int rc = cr__master_get_replicas(m, key, strlen(key), now, &msg, &it);
+    if (rc == 0)
+        rc = (it.flags & CR__RPC_F_CRC) ? 0 : -ENOENT;
+    if (rc == 0)
+        *crc = it.crc;
+    cr__rpc_msg_free(&msg);
+    return rc;
+}
+
+static void test_crc_journaled(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    cr__ha_buf_t jb = {0};
+    cr__master_set_journal(m, collect, &jb);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 4 * MiB, 0), 0);
+    uint64_t vc = 0, vn = 0;
+    assert_int_equal(put(m, "withcrc", 5000, 1, 0, 1, &vc, 0), 0);
+    assert_int_equal(put(m, "nocrc", 5000, 1, 0, 1, &vn, 0), 0);
+    cr__rpc_item_t ends[2] = {
+        {.key = "withcrc", .key_len = 7, .version = vc, .flags = CR__RPC_F_CRC, .crc = 0xdeadbeefu},
+        {.key = "nocrc", .key_len = 5, .version = vn}};
+    cr__rpc_msg_t req = {.type = CR__RPC_BATCH_PUT_END, .n_items = 2, .items = ends};
+    cr__rpc_msg_t rep = {.type = CR__RPC_BATCH_PUT_END | CR__RPC_REPLY};
+    cr__master_handle(m, &req, &rep, 2);
+    assert_int_equal(rep.items[0].status, 0);
+    assert_int_equal(rep.items[1].status, 0);
+    cr__rpc_msg_free(&rep);
+    uint32_t crc = 0;
+    assert_int_equal(get_crc(m, "withcrc", 3, &crc), 0);
+    assert_int_equal(crc, 0xdeadbeefu);
+    /* the stream (journal) and the snapshot both carry it */
+    cr__ha_buf_t snap = {0};
+    assert_int_equal(cr__master_dump(m, &snap, NULL, NULL), 0);
+    const cr__ha_buf_t *srcs[2] = {&jb, &snap};
+    for (int i = 0; i < 2; i++) {
+        uint64_t n = 0;
+        cr__master_t *m2 = restored(srcs[i], 100, &n);
+        assert_int_equal(n, 2);
+        crc = 0;
+        assert_int_equal(get_crc(m2, "withcrc", 101, &crc), 0);
+        assert_int_equal(crc, 0xdeadbeefu);
+        assert_int_equal(get_crc(m2, "nocrc", 101, &crc), -ENOENT);
+        cr__master_destroy(m2);
+    }
+    /* the record round trip: ENDC decodes to the same fields */
+    cr__ha_rec_t *rec = malloc(sizeof *rec);
+    assert_non_null(rec);
+    size_t off = 0;
+    int endc = 0;
+    while (off < jb.len) {
+        long k = cr__ha_rec_get(jb.p + off, jb.len - off, rec);
+        assert_true(k > 0);
+        if (rec->type == CR__HA_ENDC) {
+            endc++;
+            assert_int_equal(rec->crc, 0xdeadbeefu);
+            assert_int_equal(rec->version, vc);
+            assert_memory_equal(rec->key, "withcrc", 7);
+        }
+        off += (size_t)k;
+    }
+    assert_int_equal(endc, 1);
+    free(rec);
+    cr__ha_buf_free(&snap);
+    cr__ha_buf_free(&jb);
+    cr__master_destroy(m);
+}
+
 /* A master rebuilt from another's op records serves the same objects at
  * the same addresses; puts in flight can still end; restored segments take
  * no new allocation until their owner mounts them again, and are dropped
@@ -1018,6 +1095,7 @@ int main(void)
         cmocka_unit_test(test_client_ttl_expiry),
         cmocka_unit_test(test_master_stall_expires_nobody),
         cmocka_unit_test(test_restore_from_journal),
+        cmocka_unit_test(test_crc_journaled),
         cmocka_unit_test(test_window_put_start_unwaited),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),

@@ -93,6 +93,8 @@ int cr__ha_rec_put(cr__ha_buf_t *b, const cr__ha_rec_t *r)
         w(b, r->version, 8);
         w(b, r->size, 8);
         w(b, r->flags, 1);
+        if (r->flags & CR__HA_OBJ_CRC)
+            w(b, r->crc, 4);
         rc = wkey(b, r->key, r->key_len);
         if (rc || r->n_rep > CR__RPC_REPLICA_MAX) {
             rc = -EINVAL;
@@ -118,7 +120,10 @@ int cr__ha_rec_put(cr__ha_buf_t *b, const cr__ha_rec_t *r)
     }
     case CR__HA_END:
     case CR__HA_DEL:
+    case CR__HA_ENDC:
         w(b, r->version, 8);
+        if (r->type == CR__HA_ENDC)
+            w(b, r->crc, 4);
         rc = wkey(b, r->key, r->key_len);
         break;
     case CR__HA_SEG:
@@ -235,6 +240,8 @@ long cr__ha_rec_get(const uint8_t *p, size_t avail, cr__ha_rec_t *rec)
         rec->version = r(&d, 8);
         rec->size = r(&d, 8);
         rec->flags = (uint8_t)r(&d, 1);
+        if (rec->flags & CR__HA_OBJ_CRC)
+            rec->crc = (uint32_t)r(&d, 4);
         rkey(&d, rec);
         rec->n_rep = (uint8_t)r(&d, 1);
         if (rec->n_rep > CR__RPC_REPLICA_MAX) {
@@ -261,7 +268,10 @@ long cr__ha_rec_get(const uint8_t *p, size_t avail, cr__ha_rec_t *rec)
     }
     case CR__HA_END:
     case CR__HA_DEL:
+    case CR__HA_ENDC:
         rec->version = r(&d, 8);
+        if (rec->type == CR__HA_ENDC)
+            rec->crc = (uint32_t)r(&d, 4);
         rkey(&d, rec);
         break;
     case CR__HA_SEG:

@@ -5,7 +5,8 @@
  *
  * Frame (little-endian): u32 body_len, u32 check (low 32 bits of XXH3 of
  * the body), body. Body: u8 type, then by type:
- *   OBJ      u64 version, u64 size, u8 flags (CR__HA_OBJ_*), u16 key_len, key,
+ *   OBJ      u64 version, u64 size, u8 flags (CR__HA_OBJ_*), [u32 crc: flags has
+ *            CR__HA_OBJ_CRC], u16 key_len, key,
  *            u8 n_rep, per replica: u8 n_shards (CR__HA_REP_DEAD: dropped, no shards), per shard:
  *            u16 seg_len, segment name, u64 offset (from the segment base), u64 len
  *            (an upsert: the object as it is now, its live replicas only)
@@ -18,6 +19,9 @@
  *            on that segment (the leader hands out small replicas from it
  *            without waiting for its standbys; store-ha.md)
  *   WINEND   same layout: that window (its opening range) closed
+ *   ENDC     u64 version, u32 crc, u16 key_len, key: END with the writer's
+ *            end-to-end crc32c of the value (checksum.c), kept across failover
+ *            and restart so restored objects are verified like the others
  * Bounds are the RPC ones (key, replicas, shards, segment names); a record
  * over CR__HA_REC_MAX bytes does not exist. */
 #ifndef CR_STORE_MASTER_HA_RECORD_H
@@ -37,11 +41,13 @@ enum cr__ha_rec_type {
     CR__HA_VERSION = 6,
     CR__HA_WIN = 7,
     CR__HA_WINEND = 8,
+    CR__HA_ENDC = 9,
 };
 
 #define CR__HA_OBJ_COMPLETE 0x1
 #define CR__HA_OBJ_HARD_PIN 0x2
 #define CR__HA_OBJ_SOFT_PIN 0x4
+#define CR__HA_OBJ_CRC 0x8 /* crc holds the value's end-to-end crc32c */
 #define CR__HA_REP_DEAD 0x80 /* n_shards of a dropped replica (no shards follow) */
 
 #define CR__HA_FRAME_HDR 8
@@ -59,6 +65,7 @@ typedef struct cr__ha_rec {
     uint8_t type;
     uint64_t version, size; /* OBJ/END/DEL; VERSION: version = next version */
     uint8_t flags;
+    uint32_t crc; /* OBJ with CR__HA_OBJ_CRC; ENDC */
     const char *key; /* not NUL-terminated: key_len bytes */
     uint16_t key_len;
     uint8_t n_rep;

@@ -12,6 +12,8 @@ typedef struct ent {
     struct ent *next;
     uint64_t hash, version;
     int complete;
+    int has_crc;  /* crc: the value's end-to-end crc32c (OBJ's or ENDC's) */
+    uint32_t crc;
     uint16_t key_len;
     uint32_t frame_len;
     uint8_t *frame; /* the OBJ record frame; the key points inside it */
@@ -152,19 +154,26 @@ int cr__ha_shadow_apply(cr__ha_shadow_t *s, const uint8_t *frame, size_t len,
         e->key_len = r->key_len;
         e->version = r->version;
         e->complete = (r->flags & CR__HA_OBJ_COMPLETE) != 0;
+        e->has_crc = (r->flags & CR__HA_OBJ_CRC) != 0;
+        e->crc = r->crc;
         bump_version(s, r->version);
         if (s->count > s->nb)
             grow(s);
         return 0;
     }
     case CR__HA_END:
+    case CR__HA_ENDC:
     case CR__HA_DEL: {
         ent_t **pp = find(s, r->key, r->key_len, XXH3_64bits(r->key, r->key_len));
         ent_t *e = *pp;
         if (!e || e->version != r->version)
             return 0;
-        if (r->type == CR__HA_END) {
+        if (r->type != CR__HA_DEL) {
             e->complete = 1;
+            if (r->type == CR__HA_ENDC && !e->has_crc) { /* the first PutEnd's crc stays */
+                e->has_crc = 1;
+                e->crc = r->crc;
+            }
         } else {
             *pp = e->next;
             ent_free(e);
@@ -298,6 +307,10 @@ int cr__ha_shadow_foreach_obj(const cr__ha_shadow_t *s, int (*fn)(void *, const 
                 rec->flags |= CR__HA_OBJ_COMPLETE;
             else
                 rec->flags &= (uint8_t)~CR__HA_OBJ_COMPLETE;
+            if (e->has_crc) {
+                rec->flags |= CR__HA_OBJ_CRC;
+                rec->crc = e->crc;
+            }
             rc = fn(user, rec);
         }
     }
