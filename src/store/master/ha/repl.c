@@ -44,7 +44,9 @@ typedef struct follower {
 
 struct cr__ha_repl {
     pthread_mutex_t mu; /* guards everything below */
-    pthread_cond_t cv;  /* records appended, acks, stop */
+    pthread_cond_t cv;  /* acks, stop: wakes the waiting handlers */
+    pthread_cond_t pcv; /* records wanted by a wait, stop: wakes the pushers (apart, so
+                           one standby's ack wakes no other pusher) */
     pthread_cond_t mcv; /* the in-sync set may have to change: wakes the manager */
     char self[CR__HA_ADDR_MAX];
     char self_id[CR__HA_ID_MAX];
@@ -89,7 +91,14 @@ static void wait_cv_ms(cr__ha_repl_t *r, pthread_cond_t *cv, int ms)
     pthread_cond_timedwait(cv, &r->mu, &ts);
 }
 
-static void wait_ms(cr__ha_repl_t *r, int ms) { wait_cv_ms(r, &r->cv, ms); }
+/* a pusher waits for work (pcv) */
+static void wait_ms(cr__ha_repl_t *r, int ms) { wait_cv_ms(r, &r->pcv, ms); }
+
+static void wake_all(cr__ha_repl_t *r)
+{
+    pthread_cond_broadcast(&r->cv);
+    pthread_cond_broadcast(&r->pcv);
+}
 
 /* f stops being waited for; the manager unlists it (caller holds mu) */
 static void drop_locked(cr__ha_repl_t *r, follower_t *f)
@@ -118,6 +127,7 @@ int cr__ha_repl_create(const char *self_rpc, const char *self_id, cr__ha_journal
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&r->cv, &ca);
+    pthread_cond_init(&r->pcv, &ca);
     pthread_cond_init(&r->mcv, &ca);
     pthread_condattr_destroy(&ca);
     r->snap_first = 1;
@@ -136,6 +146,7 @@ void cr__ha_repl_destroy(cr__ha_repl_t *r)
     cr__ha_buf_free(&r->log);
     free(r->offs);
     pthread_cond_destroy(&r->cv);
+    pthread_cond_destroy(&r->pcv);
     pthread_cond_destroy(&r->mcv);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -448,7 +459,7 @@ static int publish_locked(cr__ha_repl_t *r)
                             f->want ? "joins" : "leaves");
             f->listed = f->want;
         }
-        pthread_cond_broadcast(&r->cv); /* waits on an unlisting may end */
+        wake_all(r); /* waits on an unlisting may end; a pusher may snapshot */
     } else if (rc == -ESTALE) {
         CR_LOG_WARN(COMP, "in-sync set not written: epoch %u is no longer the newest", epoch);
         r->st.deposed = 1;
@@ -492,7 +503,7 @@ static void *mgr_main(void *arg)
                     if (i >= n && !f->stop) {
                         f->stop = 1;
                         drop_locked(r, f);
-                        pthread_cond_broadcast(&r->cv);
+                        wake_all(r);
                     }
                     pp = &f->next;
                     continue;
@@ -505,7 +516,7 @@ static void *mgr_main(void *arg)
                 CR_LOG_INFO(COMP, "standby %s left: no longer streaming to it", f->addr);
             }
             if (gone) {
-                pthread_cond_broadcast(&r->cv);
+                wake_all(r);
                 pthread_mutex_unlock(&r->mu);
                 while (gone) {
                     follower_t *nx = gone->next;
@@ -583,7 +594,7 @@ void cr__ha_repl_unlead(cr__ha_repl_t *r)
     r->mgr_started = 0;
     for (follower_t *f = r->fl; f; f = f->next)
         f->stop = 1;
-    pthread_cond_broadcast(&r->cv);
+    wake_all(r);
     pthread_cond_broadcast(&r->mcv);
     follower_t *fl = r->fl;
     r->fl = NULL;
@@ -628,7 +639,7 @@ int cr__ha_repl_wait(cr__ha_repl_t *r, uint64_t mark)
     pthread_mutex_lock(&r->mu);
     if (r->want_seq < target) {
         r->want_seq = target;
-        pthread_cond_broadcast(&r->cv); /* the pushers send now */
+        pthread_cond_broadcast(&r->pcv); /* the pushers send now */
     }
     uint64_t deadline = cr__now_ms() + (uint64_t)r->sync_timeout_ms;
     /* a dropped standby that is still listed must be unlisted first (one
@@ -656,7 +667,7 @@ int cr__ha_repl_wait(cr__ha_repl_t *r, uint64_t mark)
                                 f->addr, r->sync_timeout_ms);
                 }
         }
-        wait_ms(r, (int)((now < deadline ? deadline : hard) - now));
+        wait_cv_ms(r, &r->cv, (int)((now < deadline ? deadline : hard) - now));
     }
     if (waited) {
         r->st.waits++;
