@@ -163,9 +163,14 @@ int cr__net_connect(const char *host, uint16_t port, const char *src_host, int t
     }
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    cr__net_set_nodelay(fd);
     return fd;
+}
+
+void cr__net_set_nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* best effort */
 }
 
 static int wait_fd(int fd, short ev, int timeout_ms)

@@ -41,6 +41,11 @@ int cr__net_connect(const char *host, uint16_t port, const char *src_host, int t
 int cr__net_read_full(int fd, void *buf, size_t len, int timeout_ms);
 int cr__net_write_full(int fd, const void *buf, size_t len, int timeout_ms);
 
+/* Turns Nagle off (TCP_NODELAY), best effort: every request/reply socket
+ * of crescent writes whole messages, often a header and a body in two
+ * writes, which Nagle would hold for the peer's delayed ACK (~40 ms). */
+void cr__net_set_nodelay(int fd);
+
 /* Sets SO_RCVTIMEO/SO_SNDTIMEO (ms, 0 = none). Returns 0 or -errno. */
 int cr__net_set_timeouts(int fd, int timeout_ms);
 

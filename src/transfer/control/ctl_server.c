@@ -136,6 +136,10 @@ static void accept_one(cr__xfer_ctl_t *ctl, int lfd)
     int fd = accept4(lfd, (struct sockaddr *)&src, &sl, SOCK_CLOEXEC);
     if (fd < 0)
         return;
+    /* a reply is a header and a body in two writes: with Nagle the body
+     * waits for the header's ACK, which a client that just ran the key
+     * handshake delays by ~40 ms (its socket left quick-ack mode) */
+    cr__net_set_nodelay(fd);
     ctl_conn_t *cc = calloc(1, sizeof *cc);
     if (!cc) {
         close(fd);

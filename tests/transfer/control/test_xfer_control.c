@@ -10,7 +10,10 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -124,6 +127,44 @@ static void test_get_desc(void **state)
     close(fd);
 }
 
+/* Regression (issue 11, "key mode 1 MiB put"): a reply is written as a header
+ * and a body; on a server socket with Nagle on, the body waited for the
+ * header's ACK, which a client fresh from the cluster-key handshake delays
+ * by ~40 ms, so the first put to every node stalled. The engine runs in this
+ * process: find the server's end of our connection and ask it. */
+static void test_server_socket_has_nodelay(void **state)
+{
+    cr_xfer_engine_t *e = *state;
+    int fd = ctl_connect(e);
+    cr__seg_desc_t d;
+    get_desc(fd, &d); /* the server has accepted (and answered) by now */
+    cr__seg_desc_clear(&d);
+    struct sockaddr_in mine;
+    socklen_t ml = sizeof mine;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&mine, &ml), 0);
+    DIR *dir = opendir("/proc/self/fd");
+    assert_non_null(dir);
+    int found = 0, nodelay = -1;
+    for (struct dirent *de; (de = readdir(dir)) != NULL;) {
+        int o = atoi(de->d_name);
+        struct sockaddr_in peer;
+        socklen_t pl = sizeof peer;
+        if (o == fd || o <= 2 || getpeername(o, (struct sockaddr *)&peer, &pl) ||
+            peer.sin_family != AF_INET || peer.sin_port != mine.sin_port ||
+            peer.sin_addr.s_addr != mine.sin_addr.s_addr)
+            continue;
+        socklen_t l = sizeof nodelay;
+        assert_int_equal(getsockopt(o, IPPROTO_TCP, TCP_NODELAY, &nodelay, &l), 0);
+        found = 1;
+    }
+    closedir(dir);
+    close(fd);
+    assert_true(found);
+    if (!nodelay)
+        fprintf(stderr, "the control server's socket has Nagle on (TCP_NODELAY=0)\n");
+    assert_int_not_equal(nodelay, 0);
+}
+
 static void test_garbage_closes_connection(void **state)
 {
     cr_xfer_engine_t *e = *state;
@@ -235,6 +276,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_layout),
         cmocka_unit_test_setup_teardown(test_get_desc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_socket_has_nodelay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_closes_connection, setup, teardown),
         cmocka_unit_test(test_destroy_with_open_connection),
         cmocka_unit_test(test_notify_without_network_transport),
