@@ -10,6 +10,9 @@
 #      (kill -> first completed put), p50/max.
 # Usage: bench/ha/run.sh [--build build] [--reps 3] [--kills 10]
 #   MASTER_ARGS="..." adds flags to every crescent-master (both modes).
+#   MASTER_REF=/path/to/another/crescent-master adds a third mode, "ref": HA on
+#   with that binary (e.g. a build of an older commit), interleaved with the
+#   others, so a change's effect is measured in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build reps=3 kills=10
@@ -50,9 +53,11 @@ fi
 
 wait_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done; echo "no $1" >&2; return 1; }
 
-# starts a cluster; $1 = off|on; sets addr and cpids
+# starts a cluster; $1 = off|on|ref; sets addr and cpids
 start_cluster() {
   cpids=()
+  local M=$M
+  if [ "$1" = ref ]; then M=$MASTER_REF; fi
   if [ "$1" = off ]; then
     "$M" --rpc_address 127.0.0.1 --rpc_port 0 --metrics_port -1 --port_file "$dir/m.port" ${MASTER_ARGS:-} >"$dir/m-off.log" 2>&1 &
     cpids+=($!)
@@ -75,7 +80,7 @@ start_cluster() {
     cpids+=($!)
   done
   for i in 0 1 2; do wait_file "$dir/n$i.ready"; rm -f "$dir/n$i.ready"; done
-  if [ "$1" = on ]; then sleep 2; fi # standbys receive their snapshot: in sync
+  if [ "$1" != off ]; then sleep 2; fi # standbys receive their snapshot: in sync
 }
 stop_cluster() { for p in "${cpids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${cpids[@]}"; do wait "$p" 2>/dev/null || true; done; }
 
@@ -86,7 +91,7 @@ bench() { # $1 size $2 threads $3 ops
 
 echo "# machine shared with other work: compare only within this run"
 for r in $(seq "$reps"); do
-  for mode in off on; do
+  for mode in off on ${MASTER_REF:+ref}; do
     start_cluster $mode
     small=$(bench 4KB 1 3000 | grep -E "put" | head -3 | tr '\n' ' ')
     big=$(bench 1MB 4 100 | grep -E "put" | head -3 | tr '\n' ' ')
