@@ -1308,6 +1308,78 @@ class DistributedStore(_crescent.DistributedStore):
             return INVALID_PARAMS
         return self._put_tp(key, t, None, tp_rank, tp_size, split_dim, upsert)
 
+    # -- one rank's chunk of a tensor-parallel tensor (Mooncake's chunk API):
+    # the shard under key_tp_<rank>, its place in key_tp_<rank>_meta (int64
+    # start index, int64 length along split_dim) and, from rank 0, the whole
+    # tensor's description in key_global_meta (int32 dtype code, ndim,
+    # split_dim, tp_size; int64 x4 full shape, -1 padded), little-endian.
+    def _put_chunk(self, key, chunk, tp_rank, tp_size, split_dim, full_shape):
+        import struct
+        self._tp_args(tp_rank, tp_size, split_dim)
+        tc.torch()
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        if not tc.is_tensor(chunk):
+            return INVALID_PARAMS
+        if not _is_seq(full_shape) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                              and d > 0 for d in full_shape):
+            raise TypeError("full_shape must be a list of positive int")
+        nd = len(full_shape)
+        code = tc.dtype_code(chunk.dtype)
+        if code is None or chunk.dim() != nd or not 0 < nd <= 4 or not 0 <= split_dim < nd or \
+                not 0 <= tp_rank < tp_size:
+            return INVALID_PARAMS
+        step = -(-full_shape[split_dim] // tp_size)  # torch.chunk's split size
+        start = tp_rank * step
+        want = max(0, min(step, full_shape[split_dim] - start))
+        if list(chunk.shape) != [want if d == split_dim else full_shape[d] for d in range(nd)] \
+                or want == 0:
+            return INVALID_PARAMS
+        shard = tc.tp_key(key, tp_rank)
+        rc = self._write_tensor(shard, chunk.contiguous(), None, True)
+        if rc == 0:
+            rc = self.upsert(shard + "_meta", struct.pack("<qq", start, want))
+        if rc == 0 and tp_rank == 0:
+            dims = list(full_shape) + [-1] * (4 - nd)
+            rc = self.upsert(key + "_global_meta",
+                             struct.pack("<iiii4q", code, nd, split_dim, tp_size, *dims))
+        return rc
+
+    def put_tensor_chunk_with_tp(self, key, chunk, tp_rank=0, tp_size=1, split_dim=0,
+                                 full_shape=None):
+        """Stores this rank's chunk (as tensor.chunk(tp_size, split_dim)[tp_rank]
+        of a tensor of full_shape) with its metadata; -600 for a chunk that
+        does not fit full_shape / split_dim / tp_size (nothing written)."""
+        return self._put_chunk(key, chunk, tp_rank, tp_size, split_dim, full_shape)
+
+    def batch_put_tensor_chunk_with_tp(self, keys, chunks, tp_rank=0, tp_size=1, split_dim=0,
+                                       full_shapes=None):
+        keys = _keys(keys)
+        if not (_is_seq(chunks) and _is_seq(full_shapes)) or \
+                not len(keys) == len(chunks) == len(full_shapes):
+            return [INVALID_PARAMS] * len(keys)
+        return [self._put_chunk(k, c, tp_rank, tp_size, split_dim, f)
+                for k, c, f in zip(keys, chunks, full_shapes)]
+
+    def put_tensor_chunk_with_tp_from(self, key, buffer_ptr, size, tp_rank=0, tp_size=1,
+                                      split_dim=0, full_shape=None):
+        """put_tensor_chunk_with_tp() of the serialized tensor (header + data,
+        as put_tensor stores it) in registered memory at buffer_ptr."""
+        tc.torch()
+        t = self._check_tensor_buf(buffer_ptr, size)
+        if t is None:
+            return INVALID_PARAMS
+        return self._put_chunk(key, t, tp_rank, tp_size, split_dim, full_shape)
+
+    def batch_put_tensor_chunk_with_tp_from(self, keys, buffer_ptrs, sizes, tp_rank=0,
+                                            tp_size=1, split_dim=0, full_shapes=None):
+        keys = _keys(keys)
+        if not (_is_seq(buffer_ptrs) and _is_seq(sizes) and _is_seq(full_shapes)) or \
+                not len(keys) == len(buffer_ptrs) == len(sizes) == len(full_shapes):
+            return [INVALID_PARAMS] * len(keys)
+        return [self.put_tensor_chunk_with_tp_from(k, p, n, tp_rank, tp_size, split_dim, f)
+                for k, p, n, f in zip(keys, buffer_ptrs, sizes, full_shapes)]
+
     def put_tensor_with_tp_from(self, key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0):
         """The full serialized tensor at buffer_ptr, split and stored like
         put_tensor_with_tp()."""

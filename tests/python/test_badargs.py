@@ -178,7 +178,8 @@ MORE_STORE_METHODS = [
     "save_kv_cache_to_file", "save_tensor_to_file", "upsert_pub_tensor",
     "upsert_pub_tensor_with_tp", "upsert_tensor_with_parallelism", "get_tensor_into_cuda",
     "batch_get_tensor_into_cuda", "query_prefix_match", "query_cost", "inflight_begin",
-    "inflight_end",
+    "inflight_end", "put_tensor_chunk_with_tp", "batch_put_tensor_chunk_with_tp",
+    "put_tensor_chunk_with_tp_from", "batch_put_tensor_chunk_with_tp_from",
     "upsert_tensor_with_parallelism_from", "upsert_tensor_with_tp", "upsert_tensor_with_tp_from"]
 
 

@@ -1729,3 +1729,73 @@ def test_prefix_query_and_cost_routing_answer_disabled(store):
         store.query_prefix_match(["not-a-hash"])
     with pytest.raises(TypeError):
         store.inflight_begin(None)
+
+
+# -- Mooncake's scripts/test_tensor_chunk_api.py, case by case --------------------------
+
+def test_tensor_chunk_api_cases(store):
+    import struct
+    k = K("chunk")
+    bad = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    assert store.put_tensor_chunk_with_tp(k, bad, tp_rank=0, tp_size=2, split_dim=2,
+                                          full_shape=[8, 4]) != 0
+    assert [store.is_exist(k + s) for s in ("_tp_0", "_tp_0_meta", "_global_meta")] == [0, 0, 0]
+    t = torch.arange(32, dtype=torch.float32).reshape(8, 4)
+    chunks = t.chunk(4, 0)
+    for r, c in enumerate(chunks):
+        assert store.put_tensor_chunk_with_tp(k, c, tp_rank=r, tp_size=4, split_dim=0,
+                                              full_shape=list(t.shape)) == 0
+        assert torch.equal(store.get_tensor("%s_tp_%d" % (k, r)), c)
+        assert store.is_exist("%s_tp_%d_meta" % (k, r)) == 1
+    assert store.is_exist(k + "_global_meta") == 1
+    meta = store.get(k + "_tp_2_meta")
+    assert len(meta) == 16 and struct.unpack("<qq", meta) == (4, 2)
+    g = store.get(k + "_global_meta")
+    assert len(g) == 48
+    assert struct.unpack_from("<ii", g, 8) == (0, 4)  # split_dim, tp_size
+    assert struct.unpack_from("<qq", g, 16) == (8, 4)
+    assert torch.equal(store.get_tensor_with_tp(k, tp_rank=2, tp_size=4, split_dim=0), chunks[2])
+    # a chunk whose shape is not the rank's torch.chunk piece is refused
+    assert store.put_tensor_chunk_with_tp(K("c"), t[:3], tp_rank=3, tp_size=4, split_dim=0,
+                                          full_shape=[8, 4]) == -600
+    assert store.put_tensor_chunk_with_tp(K("c"), chunks[0], tp_rank=4, tp_size=4, split_dim=0,
+                                          full_shape=[8, 4]) == -600
+    # batches: rank 1 writes no global meta, rank 0 does
+    for rank, size in ((1, 2), (0, 4)):
+        ts = [torch.arange(24.).reshape(6, 4), torch.arange(48.).reshape(6, 8)]
+        ks = [K("cb"), K("cb")]
+        cs = [x.chunk(size, 1)[rank].contiguous() for x in ts]
+        assert store.batch_put_tensor_chunk_with_tp(ks, cs, tp_rank=rank, tp_size=size,
+                                                    split_dim=1,
+                                                    full_shapes=[list(x.shape) for x in ts]) == \
+            [0, 0]
+        for kk, c in zip(ks, cs):
+            assert torch.equal(store.get_tensor("%s_tp_%d" % (kk, rank)), c)
+            assert store.is_exist("%s_tp_%d_meta" % (kk, rank)) == 1
+            assert store.is_exist(kk + "_global_meta") == (1 if rank == 0 else 0)
+    # _from: the serialized chunk (put_tensor's layout) in registered memory
+    full = torch.arange(30, dtype=torch.float32).reshape(5, 6)
+    chunk = full.chunk(3, 1)[1].contiguous()
+    seed = K("seed")
+    assert store.put_tensor(seed, chunk) == 0
+    n = store.get_size(seed)
+    buf = (ctypes.c_ubyte * n)()
+    addr = ctypes.addressof(buf)
+    assert store.register_buffer(addr, n) == 0
+    try:
+        assert store.get_tensor_into(seed, addr, n) is not None
+        kf = K("cfrom")
+        assert store.put_tensor_chunk_with_tp_from(kf, addr, n, tp_rank=1, tp_size=3,
+                                                   split_dim=1, full_shape=[5, 6]) == 0
+        assert torch.equal(store.get_tensor(kf + "_tp_1"), chunk)
+        assert store.batch_put_tensor_chunk_with_tp_from([kf], [addr], [n], tp_rank=1,
+                                                         tp_size=3, split_dim=1,
+                                                         full_shapes=[[5, 6]]) == [0]
+        assert store.batch_put_tensor_chunk_with_tp_from([kf], [addr], [], tp_rank=1,
+                                                         tp_size=3, split_dim=1,
+                                                         full_shapes=[[5, 6]]) == [-600]
+    finally:
+        store.unregister_buffer(addr)
+    unreg = (ctypes.c_ubyte * n)()
+    assert store.put_tensor_chunk_with_tp_from(K("x"), ctypes.addressof(unreg), n, 1, 3, 1,
+                                               [5, 6]) == -600  # unregistered memory
