@@ -503,12 +503,3 @@ def test_disk_full_gives_clean_errors_and_loses_nothing(small_fs, d, tmp_path):
     back = sum(1 for k in on_disk if s.get("z%d" % k) == value(k, MiB))
     assert back == len(on_disk), "readable after the restart: %d of %d" % (back, len(on_disk))
     s.close()
-
-
-def test_root_fs_dir_is_refused_with_a_clear_error(tmp_path):
-    """The shared-filesystem tier is not built: crescent-master says so
-    (not "unknown option") and names the disk tier that is."""
-    r = subprocess.run([exe("crescent-master"), "--rpc_port=0", "--root_fs_dir", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "not supported yet" in r.stderr and "--ssd_path" in r.stderr, \
-        r.stderr

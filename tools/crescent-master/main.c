@@ -72,6 +72,7 @@ typedef struct master_opts {
     char cluster_id[CR__CFG_STR_MAX];
     char memory_allocator[CR__CFG_STR_MAX];
     char journal_dir[CR__CFG_STR_MAX];
+    char root_fs_dir[CR__CFG_STR_MAX];
     int journal_fsync;
     int64_t ha_lease_ttl;
     int64_t ha_sync_timeout_ms;
@@ -140,7 +141,14 @@ static const cr__cfg_opt_t opts[] = {
         "member read and write any node's memory (measuring their cost, rolling upgrades)",
         CR__CFG_BOOL),
     OPT(etcd_endpoints, "", "HA: etcd endpoints host:port[;host:port...]", CR__CFG_STR),
-    OPT(cluster_id, "crescent", "HA: cluster name (keys under /crescent/<cluster_id>/master/)",
+    OPT(cluster_id, "crescent",
+        "cluster name: HA keys under /crescent/<cluster_id>/master/, the shared-FS tier in "
+        "<root_fs_dir>/<cluster_id>/",
+        CR__CFG_STR),
+    OPT(root_fs_dir, "",
+        "shared-file-system tier: a directory every node and client sees at this path; clients "
+        "persist each put there and any client reads it after eviction or a whole-cluster "
+        "restart (empty = off)",
         CR__CFG_STR),
     OPT(memory_allocator, "offset", "segment allocator: offset (cachelib is not available)",
         CR__CFG_STR),
@@ -250,15 +258,6 @@ int main(int argc, char **argv)
 {
     master_opts_t o;
     char err[256] = "";
-    /* Mooncake's shared-filesystem tier is not built (docs/architecture/
-     * store-tiers.md): say so instead of "unknown option" */
-    for (int i = 1; i < argc; i++)
-        if (!strncmp(argv[i], "--root_fs_dir", 13) && (argv[i][13] == 0 || argv[i][13] == '=')) {
-            fprintf(stderr, "crescent-master: --root_fs_dir (Mooncake's shared-filesystem tier) "
-                            "is not supported yet; a node-local disk tier is: crescent-node "
-                            "--ssd_path DIR --ssd_capacity SIZE\n");
-            return 2;
-        }
     int rc = cr__cfg_parse(opts, N_OPTS, &o, argc, argv, 1, "CRESCENT_MASTER_", NULL, 0, NULL,
                            err, sizeof err);
     if (rc == 1) {
@@ -359,6 +358,12 @@ int main(int argc, char **argv)
     if (auth && !o.capabilities)
         fprintf(stderr, "crescent-master: WARNING: --capabilities=false: any member may read "
                         "and write any node's memory\n");
+    /* the shared-FS tier before the journal: restored objects keep their files */
+    if (o.root_fs_dir[0] &&
+        (rc = cr__master_fs_open(m, o.root_fs_dir, o.cluster_id, err, sizeof err))) {
+        fprintf(stderr, "crescent-master: %s\n", err);
+        return 2;
+    }
     cr__ha_shadow_t *ha_loaded = NULL;
     if (o.journal_dir[0] && g_ha) {
         /* HA: the journal is the standby state until this master leads */
@@ -386,6 +391,20 @@ int main(int argc, char **argv)
         }
         CR_LOG_INFO("master", "journal %s: %llu objects restored in %llu ms", o.journal_dir,
                     (unsigned long long)n, (unsigned long long)(cr__now_ms() - t0));
+    }
+    if (o.root_fs_dir[0] && !g_ha) {
+        /* a whole-cluster restart: the files are the objects (an HA
+         * master learns them from its journal and its leader instead) */
+        uint64_t bad = 0, t0 = cr__now_ms();
+        long n = cr__master_fs_scan(m, cr__now_ms(), &bad);
+        if (n < 0) {
+            fprintf(stderr, "crescent-master: --root_fs_dir %s: scan failed: %s\n",
+                    o.root_fs_dir, strerror((int)-n));
+            goto out;
+        }
+        CR_LOG_INFO("master", "shared-FS tier %s/%s: %ld objects adopted, %llu bad files, %llu ms",
+                    o.root_fs_dir, o.cluster_id, n, (unsigned long long)bad,
+                    (unsigned long long)(cr__now_ms() - t0));
     }
     if (o.enable_http_metadata_server) {
         rc = cr__meta_server_start_tls(o.http_metadata_server_host,

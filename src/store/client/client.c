@@ -476,6 +476,8 @@ static void teardown(cr_store_t *s)
         munmap(s->seg_base, s->seg_size);
     cr__sc_tier_close_all(s);
     pthread_mutex_destroy(&s->tier_mu);
+    cr__sc_fs_close(s);
+    pthread_mutex_destroy(&s->fs_mu);
     cr__meta_close(s->etcd);
     pthread_mutex_destroy(&s->ha_mu);
     pthread_rwlock_destroy(&s->reg_lock);
@@ -496,6 +498,7 @@ static void create_sync(cr_store_t *s)
     pthread_mutex_init(&s->seg_mu, NULL);
     pthread_mutex_init(&s->sus_mu, NULL);
     pthread_mutex_init(&s->tier_mu, NULL);
+    pthread_mutex_init(&s->fs_mu, NULL);
     pthread_mutex_init(&s->hb_mu, NULL);
     pthread_mutex_init(&s->ha_mu, NULL);
     pthread_mutex_init(&s->extra_mu, NULL);

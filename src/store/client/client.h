@@ -167,6 +167,14 @@ struct cr_store {
     } tier_local[CR__SC_TIER_LOCAL];
     int n_tier_rings;
     struct io_uring *tier_rings[CR__SC_TIER_RINGS];
+
+    /* shared-file-system tier (tier_fs.c); fs_state and the fds guarded by
+     * fs_mu (set once, read without it after fs_state becomes 1) */
+    pthread_mutex_t fs_mu;
+    _Atomic int fs_state;   /* 0 not asked yet, 1 on, -1 off (master has none) */
+    uint64_t fs_retry_ms;   /* fs_state 0 after a failed FS_INFO: not before */
+    int fs_dfd, fs_tfd;     /* the tier's directory and its tmp/ */
+    _Atomic uint64_t fs_errors; /* files that failed their checks, writes that failed */
 };
 
 /* An RPC connection for one call (round robin over the pool). */
@@ -232,6 +240,29 @@ void cr__sc_tier_local_read(cr_store_t *s, const char *segment, cr__sc_tier_rd_t
                             const size_t *idx, size_t m);
 /* Closes the same-host descriptors and rings (destroy). */
 void cr__sc_tier_local_close_all(cr_store_t *s);
+/* tier_local.c: the io_uring reader behind both same-host paths: reads
+ * rd[idx[j]] from fds[j] (a file of caps[j] bytes; < 0: skipped), all in
+ * flight at once (bounded), checking each object as it completes (magic,
+ * header crc, key, version, size, value crc32c). Settles the good ones
+ * (result 0) and, with stale_miss, well-formed objects of another
+ * key/version as CR_E_OBJECT_NOT_FOUND; leaves the rest (result 1).
+ * Returns 0, -ENOMEM or -EIO (io_uring broke: reads may still be in
+ * flight, their buffers are leaked, never reused). */
+int cr__sc_tier_uring_read(cr_store_t *s, cr__sc_tier_rd_t *rd, const size_t *idx, size_t m,
+                           const int *fds, const uint64_t *caps, int stale_miss);
+
+/* tier_fs.c: the shared-file-system tier (--root_fs_dir on the master).
+ * persist: after PutEnd, writes the file of every key with ok[i] (value
+ * srcs[i], lens[i], version items[i].version) and asks the master to
+ * attach them; failures are logged and counted (the put itself stands).
+ * read: the reads of rd[idx[0..m)] (segment CR__TIER_FS_SEGMENT), in
+ * parallel; every read is settled (0 or CR_E_OBJECT_NOT_FOUND: a missing
+ * or bad file is a miss, a bad one is counted and reported). */
+void cr__sc_fs_persist(cr_store_t *s, const char *const *keys, const void *const *srcs,
+                       const size_t *lens, const cr__rpc_item_t *items, const uint8_t *ok,
+                       const int *results, size_t n);
+void cr__sc_fs_read(cr_store_t *s, cr__sc_tier_rd_t *rd, const size_t *idx, size_t m);
+void cr__sc_fs_close(cr_store_t *s);
 
 /* HA: looks the leader up in etcd (at most every 50 ms) and points every
  * master connection at it. Returns 1 if the leader changed, 0 if not, or

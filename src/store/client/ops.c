@@ -278,7 +278,7 @@ static int read_range(cr_store_t *s, const cr__rpc_item_t *it, const uint32_t *o
         uint32_t r = order[i];
         if (*dead & (1u << r))
             continue;
-        if (cr__tier_is_ssd(it->replicas[r].shards[0].segment)) {
+        if (cr__tier_is_disk(it->replicas[r].shards[0].segment)) {
             const cr__rpc_replica_t *rp = &it->replicas[r];
             cr__sc_tier_rd_t q = {.segment = rp->shards[0].segment, .key = it->key,
                                   .key_len = it->key_len, .version = it->version,
@@ -875,6 +875,8 @@ static void put_chunk_end(cr_store_t *s, put_chunk_t *c)
             c->crcs[i] = cr__crc32c(0, c->srcs[i], c->lens[i]);
     put_finish(s, c->keys, c->rep.items, n, ok, 1, s->crc_on ? c->crcs : NULL, c->results);
     put_finish(s, c->keys, c->rep.items, n, started, 0, NULL, c->results);
+    if (atomic_load(&s->fs_state) >= 0) /* the shared-FS tier (tier_fs.c) */
+        cr__sc_fs_persist(s, c->keys, c->srcs, c->lens, c->rep.items, ok, c->results, n);
     cr__rpc_msg_free(&c->rep);
     scratch_fini(&c->sc);
 }
@@ -1209,7 +1211,7 @@ static void get_read_disk(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *
     size_t nd = 0;
     for (size_t i = 0; i < n; i++)
         if (!results[i] &&
-            cr__tier_is_ssd(rep->items[i].replicas[orders[i * CR__RPC_REPLICA_MAX]].shards[0].segment))
+            cr__tier_is_disk(rep->items[i].replicas[orders[i * CR__RPC_REPLICA_MAX]].shards[0].segment))
             nd++;
     if (!nd)
         return;
@@ -1218,7 +1220,7 @@ static void get_read_disk(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (results[i] ||
-            !cr__tier_is_ssd(rep->items[i].replicas[orders[i * CR__RPC_REPLICA_MAX]].shards[0].segment))
+            !cr__tier_is_disk(rep->items[i].replicas[orders[i * CR__RPC_REPLICA_MAX]].shards[0].segment))
             continue;
         if (!rd || !idx) {
             results[i] = -ENOMEM;

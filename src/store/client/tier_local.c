@@ -250,15 +250,17 @@ static int lread_prep(lread_t *l, cr__sc_tier_rd_t *q, uint64_t cap)
     return n;
 }
 
-/* Checks a completed read and settles q (or leaves it to the server). */
-static void lread_finish(lread_t *l, int res)
+/* Checks a completed read and settles q (or leaves it to the server).
+ * stale_miss: a well-formed object of another key/version is a miss (a
+ * reused extent); otherwise it is left unsettled like a bad one. */
+static void lread_finish(lread_t *l, int res, int stale_miss)
 {
     cr__sc_tier_rd_t *q = l->q;
     if (res < 0 || (uint64_t)res != l->want)
         return; /* an I/O error: the read server tries (and counts it) */
     uint32_t vcrc, crc;
     int c = cr__ssd_check_hdr(l->scratch, q->key, q->key_len, q->version, q->size, &vcrc);
-    if (c == -ESTALE) {
+    if (c == -ESTALE && stale_miss) {
         q->result = CR_E_OBJECT_NOT_FOUND; /* the extent holds another object now */
         return;
     }
@@ -284,15 +286,9 @@ static void lread_finish(lread_t *l, int res)
     q->result = 0;
 }
 
-void cr__sc_tier_local_read(cr_store_t *s, const char *segment, cr__sc_tier_rd_t *rd,
-                            const size_t *idx, size_t m)
+int cr__sc_tier_uring_read(cr_store_t *s, cr__sc_tier_rd_t *rd, const size_t *idx, size_t m,
+                           const int *fds, const uint64_t *caps, int stale_miss)
 {
-    if (!s->tier_local_on || !m)
-        return;
-    uint64_t cap = 0;
-    int fd = local_fd(s, segment, &cap);
-    if (fd < 0)
-        return;
     struct io_uring *ring = ring_take(s);
     lread_t *ls = ring ? calloc(m, sizeof *ls) : NULL;
     if (!ls)
@@ -303,10 +299,11 @@ void cr__sc_tier_local_read(cr_store_t *s, const char *segment, cr__sc_tier_rd_t
         /* keep up to RING_QD objects in flight */
         while (next < m && inflight < RING_QD) {
             lread_t *l = &ls[next];
-            int niov = lread_prep(l, &rd[idx[next]], cap);
+            int niov = fds[next] < 0 ? -1 : lread_prep(l, &rd[idx[next]], caps[next]);
+            int fd = fds[next];
             next++;
             if (niov < 0)
-                continue; /* left to the read server */
+                continue; /* left to the caller's other path */
             struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
             if (!sqe) { /* cannot happen: inflight < the ring's size */
                 free(l->scratch);
@@ -332,7 +329,7 @@ void cr__sc_tier_local_read(cr_store_t *s, const char *segment, cr__sc_tier_rd_t
         io_uring_for_each_cqe(ring, head, cqe)
         {
             lread_t *l = io_uring_cqe_get_data(cqe);
-            lread_finish(l, cqe->res); /* crc while the others are read */
+            lread_finish(l, cqe->res, stale_miss); /* crc while the others are read */
             free(l->scratch);
             l->scratch = NULL;
             seen++;
@@ -343,15 +340,35 @@ void cr__sc_tier_local_read(cr_store_t *s, const char *segment, cr__sc_tier_rd_t
     if (broken) {
         /* io_uring failed with reads in flight: the buffers and the ring
          * are left alone (leaked), never reused while DMA may target them;
-         * the unsettled reads go to the read server */
-        CR_LOG_ERROR(COMP, "%s: local disk reads: io_uring failed with %zu in flight", segment,
-                     inflight);
-        close(fd);
-        return;
+         * the unsettled reads go to the caller's other path */
+        CR_LOG_ERROR(COMP, "disk reads: io_uring failed with %zu in flight", inflight);
+        return -EIO;
     }
     free(ls);
 out:
     if (ring)
         ring_give(s, ring);
-    close(fd);
+    return ls ? 0 : -ENOMEM;
+}
+
+void cr__sc_tier_local_read(cr_store_t *s, const char *segment, cr__sc_tier_rd_t *rd,
+                            const size_t *idx, size_t m)
+{
+    if (!s->tier_local_on || !m)
+        return;
+    uint64_t cap = 0;
+    int fd = local_fd(s, segment, &cap);
+    if (fd < 0)
+        return;
+    int *fds = malloc(m * sizeof *fds);
+    uint64_t *caps = malloc(m * sizeof *caps);
+    for (size_t j = 0; fds && caps && j < m; j++) {
+        fds[j] = fd;
+        caps[j] = cap;
+    }
+    if (fds && caps)
+        cr__sc_tier_uring_read(s, rd, idx, m, fds, caps, 1);
+    free(fds);
+    free(caps);
+    close(fd); /* reads still in flight (a broken ring) hold their own reference */
 }

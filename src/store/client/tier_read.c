@@ -112,6 +112,18 @@ int cr__sc_tier_read_batch(cr_store_t *s, cr__sc_tier_rd_t *rd, size_t n)
         if (rd[i].result != 1)
             continue;
         const char *seg = rd[i].segment;
+        if (cr__tier_is_fs(seg)) {
+            /* the shared-FS tier: this process reads the files (tier_fs.c) */
+            size_t m = 0;
+            for (size_t j = i; idx && j < n; j++)
+                if (rd[j].result == 1 && cr__tier_is_fs(rd[j].segment))
+                    idx[m++] = j;
+            if (idx)
+                cr__sc_fs_read(s, rd, idx, m);
+            else
+                rd[i].result = -ENOMEM;
+            continue;
+        }
         if (idx) {
             /* a node on this host: read its file here (tier_local.c);
              * what that does not settle goes to the node's read server */

@@ -56,7 +56,8 @@ void cr__m_jr_obj(cr__master_t *m, obj_t *o)
     r->flags = (uint8_t)(((o->flags & OF_COMPLETE) ? CR__HA_OBJ_COMPLETE : 0) |
                          ((o->flags & OF_HARD_PIN) ? CR__HA_OBJ_HARD_PIN : 0) |
                          ((o->flags & OF_SOFT_PIN) ? CR__HA_OBJ_SOFT_PIN : 0) |
-                         ((o->flags & OF_CRC) ? CR__HA_OBJ_CRC : 0));
+                         ((o->flags & OF_CRC) ? CR__HA_OBJ_CRC : 0) |
+                         ((o->flags & OF_FS) ? CR__HA_OBJ_FS : 0));
     r->crc = o->crc;
     r->key = obj_key(o);
     r->key_len = o->key_len;
@@ -258,8 +259,11 @@ static int rs_obj(void *u, const cr__ha_rec_t *r)
     }
     if (r->version + 1 > m->next_version)
         m->next_version = r->version + 1;
+    /* with a shared-FS file (fs.c; only while this master has the tier) a
+     * complete object needs no other replica */
+    int fs = complete && (r->flags & CR__HA_OBJ_FS) && m->fs;
     /* a complete object with no replica left, or a put that lost one */
-    if (!live || (!complete && live < r->n_rep) || cr__m_lookup(m, r->key, r->key_len))
+    if ((!live && !fs) || (!complete && live < r->n_rep) || cr__m_lookup(m, r->key, r->key_len))
         return 0;
     size_t nsh_bytes = (r->n_rep + 3u) & ~3u;
     obj_t *o = malloc(sizeof *o + nsh_bytes + total * sizeof(shard_t) + r->key_len);
@@ -273,7 +277,8 @@ static int rs_obj(void *u, const cr__ha_rec_t *r)
     o->flags = (uint8_t)((complete ? OF_COMPLETE : 0) |
                          ((r->flags & CR__HA_OBJ_HARD_PIN) ? OF_HARD_PIN : 0) |
                          ((r->flags & CR__HA_OBJ_SOFT_PIN) ? OF_SOFT_PIN : 0) |
-                         ((r->flags & CR__HA_OBJ_CRC) ? OF_CRC : 0));
+                         ((r->flags & CR__HA_OBJ_CRC) ? OF_CRC : 0) |
+                         (fs ? OF_FS : 0));
     o->crc = r->crc; /* the writer's checksum: restored objects are verified too */
     /* readers of the old master may be mid-transfer: a lease's worth of
      * protection; writers get a whole put timeout */
@@ -303,8 +308,10 @@ static int rs_obj(void *u, const cr__ha_rec_t *r)
         free(o); /* the restore fails as a whole: its ranges are never built */
         return -ENOMEM;
     }
+    if (fs)
+        cr__m_fs_restored(m);
     if (complete) {
-        list_push_front(&m->lru, o);
+        list_push_front(live ? &m->lru : &m->fs_lru, o);
         m->n_complete++;
     } else {
         list_push_back(&m->pending, o);
@@ -389,7 +396,7 @@ static void rs_fixup(cr__master_t *m, uint64_t now)
         if (bad) {
             CR_LOG_ERROR("master", "restore: '%.*s' had %u replica(s) overlapping others: dropped",
                          o->key_len > 64 ? 64 : (int)o->key_len, obj_key(o), bad);
-            if (!live || !(o->flags & OF_COMPLETE)) {
+            if ((!live && !(o->flags & OF_FS)) || !(o->flags & OF_COMPLETE)) {
                 cr__m_obj_delete(m, o, 0, now);
                 i--; /* backward-shift deletion may have moved another record here */
             }

@@ -35,6 +35,15 @@ uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, uint64_t now)
         while (o != &m->lru && freed < target && visited++ < m->ev.max_visit) {
             obj_t *prev = o->prev;
             if (verdict(m, o, now) == want) {
+                if (o->flags & OF_FS) {
+                    /* its shared-FS file keeps it: drop the DRAM copies only (fs.c) */
+                    uint64_t b = cr__m_fs_drop(m, o, NONE32, now);
+                    freed += b;
+                    n++;
+                    CNT(m, evicted_bytes_total) += b;
+                    o = prev;
+                    continue;
+                }
                 if (m->tier) {
                     /* a disk tier: demote objects it holds, skip the ones
                      * being offloaded (puts wait for it), evict the rest */

@@ -60,6 +60,7 @@ int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
     list_init(&m->lru);
     list_init(&m->pending);
     list_init(&m->ssd_lru);
+    list_init(&m->fs_lru);
     if (cr__m_map_grow(m)) {
         free(m);
         return -ENOMEM;
@@ -84,6 +85,7 @@ void cr__master_destroy(cr__master_t *m)
     free(m->order);
     cr__ha_buf_free(&m->jbuf);
     cr__m_tier_destroy(m);
+    cr__m_fs_destroy(m);
     cr__m_rtask_destroy(m);
     cr__m_caps_free(m);
     pthread_mutex_destroy(&m->mu);

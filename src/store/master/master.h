@@ -215,6 +215,21 @@ int cr__master_restore(cr__master_t *m, const cr__ha_shadow_t *sh, uint64_t now,
  * replies carry the segment's capability key, replica lists carry grants.
  * Returns 0, -ENOMEM or -EIO (no randomness). */
 int cr__master_caps_enable(cr__master_t *m);
+
+/* Shared-file-system tier (--root_fs_dir; store/master/fs.c). Opens (and
+ * creates) the tier's directory <root>/<cluster_id> and its tmp/: root
+ * must be an existing, writable directory. Returns 0, or a negative errno
+ * with a one-line reason in err. Call before serving. */
+int cr__master_fs_open(cr__master_t *m, const char *root, const char *cluster_id, char *err,
+                       size_t errlen);
+/* Adopts every well-formed object file of the tier (a cold restart: files
+ * survive the whole cluster): a key the index lacks gets a record whose
+ * only copy is the file; a key at the same version gets its fs replica; a
+ * file of another version than the index's is stale and deleted. Files of
+ * writers that never attached (tmp/) are deleted. Returns files adopted or
+ * a negative errno; *bad = files that failed their header check (kept,
+ * never served: a miss). */
+long cr__master_fs_scan(cr__master_t *m, uint64_t now, uint64_t *bad);
 /* The leader epoch minted into capabilities from now on (HA). */
 void cr__master_caps_epoch(cr__master_t *m, uint32_t epoch);
 
@@ -295,7 +310,16 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
       "PutStart refused because --max_objects or --max_key_bytes was reached")                  \
     X(rtask_created_total, counter, "Replica copy/move tasks created")                         \
     X(rtask_done_total, counter, "Replica copy/move tasks finished (success or failure)")      \
-    X(rtask_failed_total, counter, "Replica copy/move tasks that failed or timed out")
+    X(rtask_failed_total, counter, "Replica copy/move tasks that failed or timed out")        \
+    X(tier_fs_hits_total, counter, "GetReplicaList served from the shared-FS tier only")       \
+    X(tier_fs_attached_total, counter, "Objects recorded with a file on the shared-FS tier")   \
+    X(tier_fs_attach_failures_total, counter, "Shared-FS files refused (stale, bad, rename)") \
+    X(tier_fs_adopted_total, counter, "Shared-FS files adopted by a scan at start")          \
+    X(tier_fs_corrupt_total, counter, "Shared-FS files found bad (readers, scan): a miss")   \
+    X(tier_fs_removed_total, counter, "Shared-FS files deleted (object removed or replaced)") \
+    X(tier_fs_demotions_total, counter, "DRAM replicas dropped because a shared-FS file holds the object") \
+    X(tier_fs_objects, gauge, "Objects with a file on the shared-FS tier")                     \
+    X(tier_fs_only_objects, gauge, "Complete objects held on the shared-FS tier only")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

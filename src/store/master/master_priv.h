@@ -19,6 +19,7 @@
  *   admin.c      HTTP admin endpoints (admin.h; uses master.h only)
  *   checksum.c   end-to-end value checksums: PutEnd's crc kept with the object
  *   caps.c       per-object capabilities: segment keys, grants in replica lists
+ *   fs.c         the shared-file-system tier (--root_fs_dir): the fs replica
  *
  * Lock discipline: one mutex, m->mu, guards every field of struct
  * cr__master except cfg, ev and master_id (written once by
@@ -51,6 +52,7 @@
 #define OF_HIT1 0x10       /* read from disk once (promotion admits the second hit) */
 #define OF_PROMOTING 0x20  /* a tier PROMOTE task of this object is queued or running */
 #define OF_CRC 0x40        /* crc holds the writer's end-to-end checksum (checksum.c) */
+#define OF_FS 0x80         /* a file on the shared-file-system tier holds it (fs.c) */
 #define REP_DEAD 0x80
 #define NONE32 UINT32_MAX
 /* replica index needs 3 bits: CR__RPC_REPLICA_MAX == 8 */
@@ -189,6 +191,10 @@ struct cr__master {
      * win_confirmed; jr_lazy: the record being emitted needs no wait */
     int win_on, jr_lazy;
     uint64_t win_gen, win_confirmed;
+    /* shared-file-system tier (fs.c): NULL = off; fs_lru holds complete
+     * objects whose only copy is their file (never evicted) */
+    struct cr__mfs *fs;
+    obj_t fs_lru;
 };
 
 #define CNT(m, name) ((m)->counters[CR__MM_##name])
@@ -403,6 +409,30 @@ void cr__m_tier_put_completed(cr__master_t *m, obj_t *o, uint64_t now);
  * and list links move to the copy and o is freed. NULL (o unchanged) when
  * o already has CR__RPC_REPLICA_MAX replicas or on ENOMEM. */
 obj_t *cr__m_obj_add_replica(cr__master_t *m, obj_t *o, uint32_t seg, uint32_t blk);
+
+/* ---- fs.c: shared-file-system tier (docs/architecture/store-tiers.md) ---- */
+
+/* FS_INFO / FS_SYNC. Returns the reply status. */
+int cr__m_fs_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                           uint64_t now);
+/* o (OF_FS) is being deleted: its file goes too. */
+void cr__m_fs_obj_gone(cr__master_t *m, obj_t *o);
+/* Drops o's live replicas on DRAM segments (only_seg == NONE32) or on
+ * segment only_seg, keeping the record (its file holds it): space released
+ * after the lease, o moved to the list it now belongs on, journaled.
+ * Returns the bytes of the replicas dropped. o must have OF_FS. */
+uint64_t cr__m_fs_drop(cr__master_t *m, obj_t *o, uint32_t only_seg, uint64_t now);
+/* Appends o's fs replica to it->replicas (room for it reserved by the
+ * caller) if o has OF_FS. Returns 0 or -ENOMEM. */
+int cr__m_fs_fill(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_item_t *it);
+/* The replica index an fs replica is listed under (validate accepts it
+ * while OF_FS holds). */
+#define FS_REPLICA_IDX 7u
+void cr__m_fs_destroy(cr__master_t *m);
+/* A journal restore brought back an object with OF_FS (durable.c). */
+void cr__m_fs_restored(cr__master_t *m);
+/* Fills the shared-FS gauges of the metrics list. */
+void cr__m_fs_stats_locked(cr__master_t *m, uint64_t *counters);
 
 /* ---- window.c: allocation windows of an HA leader --------------------------- */
 

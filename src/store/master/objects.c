@@ -212,6 +212,8 @@ int cr__m_get_replicas_locked(cr__master_t *m, const char *key, size_t key_len, 
         it->flags |= CR__RPC_F_CRC;
         it->crc = o->crc;
     }
+    if (list == &m->fs_lru)
+        CNT(m, tier_fs_hits_total)++;
     if (list == &m->ssd_lru) {
         CNT(m, tier_ssd_hits_total)++;
         cr__m_tier_disk_hit(m, o, now);
@@ -293,19 +295,17 @@ int cr__master_remove(cr__master_t *m, const char *key, size_t key_len, int forc
 int cr__m_remove_all_locked(cr__master_t *m, int force, uint64_t now, uint64_t *count)
 {
     uint64_t n = 0;
-    obj_t *o = m->lru.next;
-    if (o == &m->lru)
-        o = m->ssd_lru.next;
-    while (o != &m->lru && o != &m->ssd_lru) {
-        obj_t *next = o->next;
-        if (force || o->until_ms <= now) {
-            cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
-            n++;
+    /* DRAM objects, then the disk-only ones, then the shared-FS-only ones */
+    obj_t *lists[3] = {&m->lru, &m->ssd_lru, &m->fs_lru};
+    for (int l = 0; l < 3; l++)
+        for (obj_t *o = lists[l]->next; o != lists[l];) {
+            obj_t *next = o->next;
+            if (force || o->until_ms <= now) {
+                cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
+                n++;
+            }
+            o = next;
         }
-        o = next;
-        if (o == &m->lru)
-            o = m->ssd_lru.next; /* then the disk-only objects */
-    }
     CNT(m, removed_objects_total) += n;
     *count = n;
     return 0;
@@ -328,6 +328,8 @@ int cr__m_validate_locked(cr__master_t *m, const char *key, size_t key_len, uint
     int rc = 0;
     if (!o || o->version != version || (replica_id >> 3) != version)
         rc = CR_E_OBJECT_NOT_FOUND;
+    else if ((replica_id & 7) == FS_REPLICA_IDX && o->n_rep <= FS_REPLICA_IDX)
+        rc = (o->flags & OF_FS) ? 0 : CR_E_REPLICA_IS_GONE; /* its shared-FS file (fs.c) */
     else if ((replica_id & 7) >= o->n_rep || (obj_nsh(o)[replica_id & 7] & REP_DEAD))
         rc = CR_E_REPLICA_IS_GONE;
     if (rc)

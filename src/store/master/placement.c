@@ -148,6 +148,8 @@ int cr__m_fill_replicas(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_i
     uint32_t live = 0;
     for (uint32_t r = 0; r < o->n_rep; r++)
         live += !(nsh[r] & REP_DEAD);
+    if ((o->flags & OF_FS) && live < CR__RPC_REPLICA_MAX)
+        live++; /* its shared-FS file, listed last (fs.c) */
     it->n_replicas = 0;
     it->replicas = live ? cr__rpc_msg_alloc(msg, live * sizeof *it->replicas) : NULL;
     if (live && !it->replicas)
@@ -180,5 +182,5 @@ int cr__m_fill_replicas(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_i
         sh += n;
     }
     }
-    return 0;
+    return cr__m_fs_fill(m, o, msg, it);
 }

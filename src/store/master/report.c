@@ -1,6 +1,7 @@
 /* Master reports: stats snapshot, Prometheus text from the metrics list,
  * JSON views of a key and of the mounted segments (master.h). */
 #include "store/master/master_priv.h"
+#include "store/tier/tier.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -24,6 +25,7 @@ void cr__master_stats(cr__master_t *m, cr__master_stats_t *st)
     st->allocated_bytes = m->allocated;
     st->quarantine_bytes = m->quarantine_bytes;
     cr__m_tier_stats_locked(m, st->counters);
+    cr__m_fs_stats_locked(m, st->counters);
     pthread_mutex_unlock(&m->mu);
     st->counters[CR__MM_keys] = st->keys;
     st->counters[CR__MM_pending_puts] = st->pending_puts;
@@ -161,6 +163,10 @@ int cr__master_query_key_json(cr__master_t *m, const char *key, size_t key_len, 
         }
         sh += n;
     }
+    if (o->flags & OF_FS) /* its file on the shared-FS tier (fs.c) */
+        sb_printf(&b, "%s{\"replica_id\":%" PRIu64 ",\"tier\":\"fs\",\"shards\":[{"
+                      "\"segment\":\"" CR__TIER_FS_SEGMENT "\",\"addr\":0,\"bytes\":%" PRIu64 "}]}",
+                  first ? "" : ",", REPLICA_ID(o->version, FS_REPLICA_IDX), o->size);
     sb_printf(&b, "]}\n");
     pthread_mutex_unlock(&m->mu);
     return sb_finish(&b, out, len);

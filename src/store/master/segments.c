@@ -239,6 +239,11 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
             }
             sh += n;
         }
+        if (hit && !live && (o->flags & OF_COMPLETE) && (o->flags & OF_FS)) {
+            live = 1; /* its shared-FS file keeps it (fs.c) */
+            list_unlink(o);
+            list_push_front(cr__m_obj_list(m, o), o);
+        }
         if (hit && live && (o->flags & OF_COMPLETE))
             cr__m_jr_obj(m, o); /* still readable, with fewer replicas */
         /* a pending put that lost a replica cannot complete: drop it all */

@@ -139,6 +139,7 @@ void cr__m_obj_delete(cr__master_t *m, obj_t *o, uint64_t release_ms, uint64_t n
     if (i >= 0)
         cr__m_map_erase(m, (uint64_t)i);
     list_unlink(o);
+    cr__m_fs_obj_gone(m, o); /* its shared-FS file (fs.c) */
     if (o->flags & OF_COMPLETE)
         m->n_complete--;
     else

@@ -106,13 +106,18 @@ int cr__m_obj_in_dram(cr__master_t *m, obj_t *o)
 
 obj_t *cr__m_obj_list(cr__master_t *m, obj_t *o)
 {
-    return cr__m_obj_in_dram(m, o) || !cr__m_obj_on_disk(m, o) ? &m->lru : &m->ssd_lru;
+    if (cr__m_obj_in_dram(m, o))
+        return &m->lru;
+    if (cr__m_obj_on_disk(m, o))
+        return &m->ssd_lru;
+    return (o->flags & OF_FS) ? &m->fs_lru : &m->lru; /* its shared-FS file only (fs.c) */
 }
 
 /* (master_priv.h) Replica ids are never reused, so dead replicas stay. */
 obj_t *cr__m_obj_add_replica(cr__master_t *m, obj_t *o, uint32_t seg, uint32_t blk)
 {
-    if (o->n_rep >= CR__RPC_REPLICA_MAX)
+    /* the last replica index is the shared-FS file's (fs.c) */
+    if (o->n_rep >= CR__RPC_REPLICA_MAX - ((o->flags & OF_FS) ? 1u : 0u))
         return NULL;
     uint32_t tot = obj_total_shards(o);
     uint32_t nr = o->n_rep + 1u;
@@ -208,7 +213,10 @@ static uint64_t ssd_evict(cr__master_t *m, uint32_t seg, uint64_t need, uint64_t
                 sh += k;
             }
             if (b) {
-                cr__m_obj_delete(m, o, 0, now);
+                if (o->flags & OF_FS) /* its shared-FS file keeps it (fs.c) */
+                    cr__m_fs_drop(m, o, seg, now);
+                else
+                    cr__m_obj_delete(m, o, 0, now);
                 freed += b;
                 n++;
             }
@@ -623,7 +631,11 @@ static void corrupt(cr__master_t *m, uint32_t s, const cr__rpc_item_t *in, uint6
         }
         sh += n;
     }
-    if (!live) {
+    if (!live && (o->flags & OF_FS)) { /* its shared-FS file keeps it (fs.c) */
+        list_unlink(o);
+        list_push_front(cr__m_obj_list(m, o), o);
+        cr__m_jr_obj(m, o);
+    } else if (!live) {
         CNT(m, objects_lost_total)++;
         cr__m_obj_delete(m, o, rel, now);
     }

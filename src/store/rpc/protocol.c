@@ -98,6 +98,8 @@ static const struct {
     {CR__RPC_TIER_MOUNT, "tier_mount"},
     {CR__RPC_TIER_REPORT, "tier_report"},
     {CR__RPC_TIER_SYNC, "tier_sync"},
+    {CR__RPC_FS_INFO, "fs_info"},
+    {CR__RPC_FS_SYNC, "fs_sync"},
     {CR__RPC_REPL_APPEND, "repl_append"},
     {CR__RPC_REMOVE_BY_REGEX, "remove_by_regex"},
     {CR__RPC_RTASK_CREATE, "rtask_create"},

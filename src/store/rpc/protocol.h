@@ -117,6 +117,11 @@ enum cr__rpc_type {
     CR__RPC_TIER_MOUNT = 0x60,  /* mount a disk segment (segment, size = capacity) */
     CR__RPC_TIER_REPORT = 0x61, /* adopt objects found on disk (restart) */
     CR__RPC_TIER_SYNC = 0x62,   /* completions in, tasks out */
+    /* shared-file-system tier (--root_fs_dir; store/master/fs.c), same layout */
+    CR__RPC_FS_INFO = 0x63, /* -> items[0].key = the tier's directory (<root>/<cluster_id>);
+                               no items: no such tier */
+    CR__RPC_FS_SYNC = 0x64, /* items: key, version, size, crc, flags = op (CR__TIER_FS_OP_*)
+                               -> items[].status */
 
     /* 0x70-0x7f: Mooncake API operations (issue 13) */
     CR__RPC_REMOVE_BY_REGEX = 0x70, /* flags (FORCE), pattern -> count */
@@ -147,7 +152,7 @@ enum cr__rpc_type {
     CR__RPC_AUTH_PROOF = 0x51,
 };
 /* 1 if type (without the reply bit) is one of the tier messages. */
-#define CR__RPC_IS_TIER(t) (((t) & 0x7fffu) >= CR__RPC_TIER_MOUNT && ((t) & 0x7fffu) <= CR__RPC_TIER_SYNC)
+#define CR__RPC_IS_TIER(t) (((t) & 0x7fffu) >= CR__RPC_TIER_MOUNT && ((t) & 0x7fffu) <= CR__RPC_FS_SYNC)
 /* 1 if type is one of the replica-task messages (same layout as tier). */
 #define CR__RPC_IS_RTASK(t) (((t) & 0x7fffu) >= CR__RPC_RTASK_CREATE && ((t) & 0x7fffu) <= CR__RPC_REPLICA_CLEAR)
 #define CR__RPC_REPLY 0x8000u

@@ -28,6 +28,37 @@ static inline int cr__tier_is_ssd(const char *segment)
     return segment && !strncmp(segment, CR__TIER_SSD_PREFIX, CR__TIER_SSD_PREFIX_LEN);
 }
 
+/* Shared-file-system tier (--root_fs_dir, docs/architecture/store-tiers.md):
+ * an object persisted there is listed in replica lists as one replica whose
+ * single shard names the segment CR__TIER_FS_SEGMENT (addr 0, len = size).
+ * Its file, in the tier's directory, is named by cr__tier_fs_name and holds
+ * the disk layout below (header with key, version, crc32c; value). */
+#define CR__TIER_FS_SEGMENT "fs@shared"
+#define CR__TIER_FS_PREFIX_LEN 3
+#define CR__TIER_FS_NAME_MAX 64 /* 32 hex + '-' + 16 hex + NUL, and ".tmp" */
+#define CR__TIER_FS_TMP "tmp"   /* subdirectory of files being written */
+
+static inline int cr__tier_is_fs(const char *segment)
+{
+    return segment && !strncmp(segment, "fs@", CR__TIER_FS_PREFIX_LEN);
+}
+/* A replica read through the tier paths (a node's disk or the shared FS). */
+static inline int cr__tier_is_disk(const char *segment)
+{
+    return cr__tier_is_ssd(segment) || cr__tier_is_fs(segment);
+}
+/* The file name of (key, version) on the shared tier: the 128-bit XXH3 of
+ * the key (no user text in paths) and the version, both hex. Versions are
+ * unique over all keys, so two objects never share a name even if their
+ * keys' hashes collide (the reader checks the key in the header anyway). */
+void cr__tier_fs_name(char out[CR__TIER_FS_NAME_MAX], const char *key, size_t key_len,
+                      uint64_t version);
+/* ops of FS_SYNC items (item.flags) */
+enum {
+    CR__TIER_FS_OP_ATTACH = 1,  /* client wrote tmp/<name>: master renames it and records it */
+    CR__TIER_FS_OP_CORRUPT = 2, /* client found the file bad: master drops and counts it */
+};
+
 /* Disk layout of one object: a header block (CR__TIER_BLOCK-rounded) then
  * the value padded to CR__TIER_BLOCK. Everything is O_DIRECT-aligned. */
 #define CR__TIER_BLOCK 4096u

@@ -47,6 +47,7 @@ enum cr__ha_rec_type {
 #define CR__HA_OBJ_COMPLETE 0x1
 #define CR__HA_OBJ_HARD_PIN 0x2
 #define CR__HA_OBJ_SOFT_PIN 0x4
+#define CR__HA_OBJ_FS 0x8 /* a shared-FS file holds it (store/master/fs.c): kept with no replica */
 #define CR__HA_OBJ_CRC 0x10 /* crc holds the value's end-to-end crc32c */
 #define CR__HA_REP_DEAD 0x80 /* n_shards of a dropped replica (no shards follow) */
 

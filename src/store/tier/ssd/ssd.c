@@ -221,6 +221,12 @@ static int hdr_parse(const uint8_t *h, size_t avail, uint64_t *version, uint64_t
     return 0;
 }
 
+int cr__ssd_hdr_parse(const void *h, size_t avail, uint64_t *version, uint64_t *size,
+                      uint32_t *vcrc, uint32_t *key_len)
+{
+    return hdr_parse(h, avail, version, size, vcrc, key_len);
+}
+
 int cr__ssd_check_hdr(const void *hdr, const char *key, uint32_t key_len, uint64_t version,
                       uint64_t size, uint32_t *value_crc)
 {

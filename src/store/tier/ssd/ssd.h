@@ -58,6 +58,12 @@ uint64_t cr__ssd_encode(void *buf, const char *key, uint32_t key_len, uint64_t v
 int cr__ssd_check(const void *buf, const char *key, uint32_t key_len, uint64_t version,
                   uint64_t size);
 
+/* Header fields of the header block(s) at h (avail bytes): 0 if it is
+ * well formed (magic, key length, header crc), else -EBADMSG. The key
+ * starts at h + CR__TIER_HDR_FIXED. */
+int cr__ssd_hdr_parse(const void *h, size_t avail, uint64_t *version, uint64_t *size,
+                      uint32_t *vcrc, uint32_t *key_len);
+
 /* The header half of cr__ssd_check, for a reader that holds the header
  * block(s) and the value in different buffers: 0 with the value's crc32c
  * in *value_crc (the caller checks the value against it), -EBADMSG or
