@@ -111,13 +111,15 @@ def test_mooncake_master_flags_act_or_refuse():
                             "--rpc_port=1"]) == \
         ["--enable_ha=true", "--etcd_endpoints=h1:2379", "--rpc_port=1"]
     assert cli.master_args(["--enable_offload", "true", "--quota_bytes=0"]) == []
-    for bad in (["--root_fs_dir=/mnt/dfs"], ["--global_file_segment_size=1GB"],
+    # the shared-FS tier exists (store-tiers.md): the flag goes to crescent-master
+    assert cli.master_args(["--root_fs_dir=/mnt/dfs"]) == ["--root_fs_dir=/mnt/dfs"]
+    for bad in (["--global_file_segment_size=1GB"],
                 ["--enable_disk_eviction=false"], ["--ha_backend_type=redis"],
                 ["--allocation_strategy=cxl"], ["--quota_bytes=100"],
                 ["--noenable_metadata_cleanup_on_timeout"]):
         with pytest.raises(cli.Refused):
             cli.master_args(bad)
-    r = subprocess.run([os.path.join(BIN, "mooncake_master"), "--root_fs_dir=/mnt/dfs"],
+    r = subprocess.run([os.path.join(BIN, "mooncake_master"), "--global_file_segment_size=1GB"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "shared-filesystem" in r.stderr
 

@@ -276,7 +276,7 @@ static int attach(cr__master_t *m, const cr__rpc_item_t *in)
         if (!rc && renameat(m->fs->tfd, tmp, m->fs->dfd, name)) {
             CR_LOG_ERROR(COMP, "shared-FS tier: cannot rename %s/%s/%s: %s", m->fs->dir,
                          CR__TIER_FS_TMP, tmp, strerror(errno));
-            rc = CR_E_FILE_WRITE_FAIL;
+            rc = CR_E_PERSISTENT_FAIL;
         }
         if (!rc) {
             o->flags |= OF_FS;
