@@ -12,7 +12,13 @@
    reads the prefix blocks the store holds, then puts the blocks it had to
    compute; 16 KiB per 512-token block, arrival times / --speedup).
 
-Usage: bench/tier/run.py [--build build] [--dir /tmp] [--quick]
+4. gets served from the shared-file-system tier (crescent-master
+   --root_fs_dir: every put persisted as a file; the cluster is then stopped
+   and started again on the directory, so every timed get reads a file) vs
+   fio randread with O_DIRECT, io_uring, the same block size and queue depth
+   on a file of the same total size in the same directory.
+
+Usage: bench/tier/run.py [--build build] [--dir /tmp] [--quick] [--skip get,offload,replay,fs]
 """
 import argparse
 import json
@@ -191,6 +197,55 @@ def get_bench(a, vs, keys, qd, threads, paths):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def fs_bench(a, vs, keys, qd, threads):
+    """a.reps interleaved rounds of crescent gets from the shared-FS tier
+    (every get a file: the cluster was restarted on the directory, so no
+    DRAM copy exists) and fio randread on one file of the same size in the
+    same directory."""
+    d = tempfile.mkdtemp(prefix="crescent-fsbench-", dir=a.dir)
+    fs_args = ["--root_fs_dir", d, "--cluster_id", "bench"]
+    c = Cluster(a.build, None, 64 * MiB, 0, fs_args)
+    try:
+        subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address", c.master,
+                        "--metadata_server", c.metadata, "--value_size", str(vs), "--keys",
+                        str(keys), "--qd", str(qd), "--rounds", "1", "--phase", "get"],
+                       capture_output=True, text=True, timeout=600, check=True)
+    finally:
+        c.stop()
+    c = Cluster(a.build, None, 64 * MiB, 0, fs_args)  # adopts the files
+    fio_file = os.path.join(d, "fio-read.dat")
+    try:
+        before = c.metrics()
+        assert before["tier_fs_only_objects"] >= keys, before
+        reps, gets = [], 0
+        for rep in range(a.reps):
+            rs = {}
+            for th in threads:
+                ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu0 = proc_cpu_s(c.procs[0].pid)
+                out = subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address",
+                                      c.master, "--metadata_server", c.metadata, "--value_size",
+                                      str(vs), "--keys", str(keys), "--qd", str(qd), "--rounds",
+                                      str(a.rounds), "--threads", str(th), "--phase", "read"],
+                                     capture_output=True, text=True, timeout=600)
+                line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
+                if not line:
+                    raise RuntimeError(out.stdout + out.stderr)
+                r = rs[th] = bench_result(line[0])
+                ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                gb = (int(r["gets"]) + keys // 2) * vs / 1e9
+                r["master_cpu"] = (proc_cpu_s(c.procs[0].pid) - cpu0) / gb
+                r["client_cpu"] = (ch1.ru_utime + ch1.ru_stime - ch0.ru_utime - ch0.ru_stime) / gb
+                gets += int(r["gets"]) + keys // 2
+            reps.append((rs, fio(fio_file, "randread", vs, qd, keys // 2 * vs, a.fio_s)))
+        m = c.metrics()
+        share = (m["tier_fs_hits_total"] - before.get("tier_fs_hits_total", 0)) / gets
+        return reps, share
+    finally:
+        c.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def offload_bench(a, vs, keys, qd):
     """Write-through: every put is copied to disk. The puts (one value for
     all keys, as fast as one writer goes) run ahead of the disk; the offload
@@ -256,7 +311,7 @@ def main():
     ap.add_argument("--fio_s", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5, help="interleaved crescent/fio pairs")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--skip", default="", help="comma list of get,offload,replay")
+    ap.add_argument("--skip", default="", help="comma list of get,offload,replay,fs")
     ap.add_argument("--paths", default="local,server", help="get read paths: local,server")
     ap.add_argument("--speedup", type=int, default=40, help="replay: trace time / this")
     ap.add_argument("--requests", type=int, default=0, help="replay: first N requests (0 = all)")
@@ -320,6 +375,38 @@ def main():
                   % (len(ok), med([r["offload_gbps"] for r, _ in ok]),
                      med([f["gbps"] for _, f in ok]),
                      med([r["offload_gbps"] / f["gbps"] for r, f in ok])))
+    if "fs" not in skip:
+        qd, threads = 16, (1, 4)
+        for vs, keys in ((1 * MiB, 256), (4 * MiB, 96)):
+            reps, share = fs_bench(a, vs, keys, qd, threads)
+            for i, (rs, fq) in enumerate(reps):
+                print("  rep %d FS value=%dMiB: " % (i, vs // MiB) + "; ".join(
+                    "crescent %d thr %.3f GB/s (batch p50 %s us p99 %s us; errors %s wrong %s)"
+                    % (th, float(r["gbps"]), r["batch_p50_us"], r["batch_p99_us"], r["errors"],
+                       r["wrong"]) for th, r in rs.items()) +
+                    " | fio qd%d %.3f GB/s (p50 %.0f us p99 %.0f us)" % (qd, fq["gbps"], fq["p50_us"],
+                                                                         fq["p99_us"]))
+            for th in threads:
+                rr = [(rs[th], f) for rs, f in reps]
+                print("FS GET value=%dMiB qd=%d, %d thread(s) x batches of %d, medians of %d "
+                      "interleaved rounds: crescent %.2f GB/s (batch p50 %.0f us p99 %.0f us; single "
+                      "get p50 %.0f us p99 %.0f us) | fio randread iodepth=%d %.2f GB/s (p50 %.0f us "
+                      "p99 %.0f us per I/O) | median ratio %.2f | CPU s per GB read: client %.2f "
+                      "master %.3f, fio %.2f | %.0f%% served from files, errors %d, wrong %d"
+                      % (vs // MiB, qd, th, qd // th, len(rr),
+                         med([float(r["gbps"]) for r, _ in rr]),
+                         med([float(r["batch_p50_us"]) for r, _ in rr]),
+                         med([float(r["batch_p99_us"]) for r, _ in rr]),
+                         med([float(r["get_p50_us"]) for r, _ in rr]),
+                         med([float(r["get_p99_us"]) for r, _ in rr]), qd,
+                         med([f["gbps"] for _, f in rr]), med([f["p50_us"] for _, f in rr]),
+                         med([f["p99_us"] for _, f in rr]),
+                         med([float(r["gbps"]) / f["gbps"] for r, f in rr]),
+                         med([r["client_cpu"] for r, _ in rr]),
+                         med([r["master_cpu"] for r, _ in rr]),
+                         med([f["cpu_s_per_gb"] for _, f in rr]), 100 * share,
+                         sum(int(r["errors"]) for r, _ in rr), sum(int(r["wrong"]) for r, _ in rr)))
+            sys.stdout.flush()
     if "replay" not in skip:
         block = 16384
         drams = (32, 64) if a.quick else (32, 64, 128, 256)

@@ -256,6 +256,8 @@ static int attach(cr__master_t *m, const cr__rpc_item_t *in)
     int rc = 0;
     if (!o || o->version != in->version || o->size != in->size) {
         rc = CR_E_OBJECT_NOT_FOUND; /* removed or replaced meanwhile */
+    } else if (o->n_rep > FS_REPLICA_IDX) {
+        rc = CR_E_INVALID_PARAMS; /* 8 replicas: no index left to list the file under */
     } else if (!(o->flags & OF_FS)) {
         int fd = openat(m->fs->tfd, tmp, O_RDONLY | O_CLOEXEC);
         uint8_t h[2 * CR__TIER_BLOCK + CR__TIER_HDR_FIXED];
