@@ -113,9 +113,10 @@ def test_whole_cluster_restart_reads_every_object_back(d, tmp_path, restart):
     assert not bad, "not read back after the restart: %s" % bad
     m = metrics(cl.c)
     assert m["tier_fs_adopted_total"] == N and m["tier_fs_corrupt_total"] == 0, m
-    # without a journal only the files hold them; with one, the restored
-    # DRAM replicas of the dead node are listed too (tried first, failed over)
-    assert m["tier_fs_hits_total"] >= (N if restart == "cold" else 1), m
+    # without a journal only the files hold them (with one, the restored
+    # DRAM replicas of the dead node are listed first: their reads fail and
+    # fall over to the files, which these counters do not see)
+    assert restart != "cold" or m["tier_fs_hits_total"] >= N, m
     # new puts after the restart get versions above the adopted ones
     assert s.put("after", value(99, MiB)) == 0 and s.get("after") == value(99, MiB)
     s.close()

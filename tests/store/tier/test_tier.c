@@ -21,6 +21,7 @@
 
 #include "common/crc32c.h"
 #include "store/allocator/offset_alloc.h"
+#include "store/master/ha/record.h"
 #include "store/master/master.h"
 #include "store/tier/ssd/ssd.h"
 #include "store/tier/tier.h"
@@ -616,6 +617,192 @@ static void test_master_promote_second_hit_and_races(void **s)
     cr__master_destroy(m);
 }
 
+
+/* ---- shared-file-system tier (master side, fs.c) ---------------------------- */
+
+static char fsdir[300];
+
+/* Writes tmp/<name>.tmp of (key, version) holding val, as a client does. */
+static void fs_write_tmp(const char *key, uint64_t version, const void *val, size_t size)
+{
+    uint64_t dl = cr__tier_disk_len(strlen(key), size);
+    void *b = aligned(dl);
+    assert_int_equal(cr__ssd_encode(b, key, (uint32_t)strlen(key), version, val, size), dl);
+    char name[CR__TIER_FS_NAME_MAX], path[512];
+    cr__tier_fs_name(name, key, strlen(key), version);
+    snprintf(path, sizeof path, "%s/%s/%s.tmp", fsdir, CR__TIER_FS_TMP, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, b, dl), (ssize_t)dl);
+    close(fd);
+    free(b);
+}
+
+static int fs_exists(const char *key, uint64_t version, int tmp)
+{
+    char name[CR__TIER_FS_NAME_MAX], path[512];
+    cr__tier_fs_name(name, key, strlen(key), version);
+    snprintf(path, sizeof path, "%s/%s%s%s", fsdir, tmp ? CR__TIER_FS_TMP "/" : "", name,
+             tmp ? ".tmp" : "");
+    return access(path, F_OK) == 0;
+}
+
+static int fs_sync(cr__master_t *m, const char *key, uint64_t version, uint64_t size, int op,
+                   uint64_t now)
+{
+    cr__rpc_item_t it = {.key = key, .key_len = (uint32_t)strlen(key), .version = version,
+                         .size = size, .flags = (uint32_t)op};
+    cr__rpc_msg_t rep;
+    int rc = tier_call(m, CR__RPC_FS_SYNC, &it, 1, 0, now, &rep);
+    if (!rc)
+        rc = rep.items[0].status;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+/* Replica count and whether the last one is the file. */
+static int fs_replicas(cr__master_t *m, const char *key, uint64_t now, int *last_fs)
+{
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    int rc = cr__master_get_replicas(m, key, strlen(key), now, &msg, &it);
+    int n = rc ? rc : (int)it.n_replicas;
+    if (!rc && last_fs)
+        *last_fs = cr__tier_is_fs(it.replicas[it.n_replicas - 1].shards[0].segment) &&
+                   it.replicas[it.n_replicas - 1].replica_id == ((it.version << 3) | 7);
+    cr__rpc_msg_free(&msg);
+    return n;
+}
+
+static uint8_t last_obj_flags;
+static void grab_journal(void *user, const uint8_t *frame, size_t len)
+{
+    (void)user;
+    cr__ha_rec_t r;
+    if (cr__ha_rec_get(frame, len, &r) > 0 && r.type == CR__HA_OBJ)
+        last_obj_flags = r.flags;
+}
+
+static void test_master_fs_attach_evict_remove_corrupt_scan(void **s)
+{
+    (void)s;
+    snprintf(fsdir, sizeof fsdir, "%s/c1", dir);
+    cr__master_t *m = mk_master(0.7);
+    char err[256];
+    /* bad input: a missing root, a bad cluster id */
+    assert_int_equal(cr__master_fs_open(m, "/nonexistent-crescent", "c1", err, sizeof err),
+                     -ENOENT);
+    assert_int_equal(cr__master_fs_open(m, dir, "../x", err, sizeof err), -EINVAL);
+    cr__rpc_msg_t rep;
+    assert_int_equal(tier_call(m, CR__RPC_FS_INFO, NULL, 0, 0, 0, &rep), 0);
+    assert_int_equal(rep.n_items, 0); /* no tier yet */
+    cr__rpc_msg_free(&rep);
+    assert_int_equal(cr__master_fs_open(m, dir, "c1", err, sizeof err), 0);
+    assert_int_equal(tier_call(m, CR__RPC_FS_INFO, NULL, 0, 0, 0, &rep), 0);
+    assert_int_equal(rep.n_items, 1);
+    assert_string_equal(rep.items[0].key, fsdir);
+    cr__rpc_msg_free(&rep);
+    cr__master_set_journal(m, grab_journal, NULL);
+
+    uint8_t *val = malloc(MiB), *other = malloc(MiB);
+    memset(val, 0x5a, MiB);
+    memset(other, 0x33, MiB);
+    uint64_t va, vb, vc, now = 1000;
+    assert_int_equal(put(m, "a", MiB, now, &va), 0);
+    assert_int_equal(put(m, "b", MiB, now, &vb), 0);
+    assert_int_equal(put(m, "c", MiB, now, &vc), 0);
+    /* a stale version: refused, its tmp file deleted */
+    fs_write_tmp("a", va + 1000, val, MiB);
+    assert_int_equal(fs_sync(m, "a", va + 1000, MiB, CR__TIER_FS_OP_ATTACH, now),
+                     CR_E_OBJECT_NOT_FOUND);
+    assert_false(fs_exists("a", va + 1000, 1));
+    /* another key's bytes under a's name: refused */
+    fs_write_tmp("b", va, val, MiB);
+    char n1[CR__TIER_FS_NAME_MAX], n2[CR__TIER_FS_NAME_MAX], p1[600], p2[600];
+    cr__tier_fs_name(n1, "b", 1, va);
+    cr__tier_fs_name(n2, "a", 1, va);
+    snprintf(p1, sizeof p1, "%s/tmp/%s.tmp", fsdir, n1);
+    snprintf(p2, sizeof p2, "%s/tmp/%s.tmp", fsdir, n2);
+    assert_int_equal(rename(p1, p2), 0);
+    assert_int_equal(fs_sync(m, "a", va, MiB, CR__TIER_FS_OP_ATTACH, now), CR_E_INVALID_WRITE);
+    assert_false(fs_exists("a", va, 1));
+    assert_false(fs_exists("a", va, 0));
+    /* no file at all */
+    assert_int_equal(fs_sync(m, "a", va, MiB, CR__TIER_FS_OP_ATTACH, now), CR_E_FILE_NOT_FOUND);
+    /* good ones: renamed, recorded, journaled with the fs bit */
+    last_obj_flags = 0;
+    fs_write_tmp("a", va, val, MiB);
+    assert_int_equal(fs_sync(m, "a", va, MiB, CR__TIER_FS_OP_ATTACH, now), 0);
+    assert_true(last_obj_flags & CR__HA_OBJ_FS);
+    assert_true(fs_exists("a", va, 0));
+    assert_false(fs_exists("a", va, 1));
+    fs_write_tmp("b", vb, val, MiB);
+    assert_int_equal(fs_sync(m, "b", vb, MiB, CR__TIER_FS_OP_ATTACH, now), 0);
+    fs_write_tmp("c", vc, val, MiB);
+    assert_int_equal(fs_sync(m, "c", vc, MiB, CR__TIER_FS_OP_ATTACH, now), 0);
+    int last_fs = 0;
+    assert_int_equal(fs_replicas(m, "a", now, &last_fs), 2);
+    assert_true(last_fs);
+    assert_int_equal(cr__master_validate(m, "a", 1, va, (va << 3) | 7, now), 0);
+    /* DRAM eviction keeps objects that have a file: only the file is left */
+    now += 5000; /* past every lease */
+    assert_true(cr__master_evict(m, 16 * MiB, now) >= 3);
+    assert_int_equal(fs_replicas(m, "a", now, &last_fs), 1);
+    assert_true(last_fs);
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.counters[CR__MM_tier_fs_only_objects], 3);
+    assert_int_equal(st.counters[CR__MM_tier_fs_objects], 3);
+    /* a false corruption report (the file is good): ignored */
+    assert_int_equal(fs_sync(m, "b", vb, MiB, CR__TIER_FS_OP_CORRUPT, now), 0);
+    assert_int_equal(fs_replicas(m, "b", now, NULL), 1);
+    /* a flipped byte: confirmed, the file deleted, the object lost (its only copy) */
+    char name[CR__TIER_FS_NAME_MAX], path[600];
+    cr__tier_fs_name(name, "b", 1, vb);
+    snprintf(path, sizeof path, "%s/%s", fsdir, name);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "X", 1, 4096 + 77), 1);
+    close(fd);
+    assert_int_equal(fs_sync(m, "b", vb, MiB, CR__TIER_FS_OP_CORRUPT, now), 0);
+    assert_int_equal(fs_replicas(m, "b", now, NULL), CR_E_OBJECT_NOT_FOUND);
+    assert_false(fs_exists("b", vb, 0));
+    cr__master_stats(m, &st);
+    assert_int_equal(st.counters[CR__MM_tier_fs_corrupt_total], 1);
+    /* remove deletes the file */
+    now += 5000;
+    assert_int_equal(cr__master_remove(m, "c", 1, 0, now), 0);
+    assert_false(fs_exists("c", vc, 0));
+    cr__master_destroy(m);
+
+    /* a new master on the directory adopts what is left ("a"), ignores a
+     * foreign file and a torn one named like ours */
+    char foreign[600];
+    snprintf(foreign, sizeof foreign, "%s/README", fsdir);
+    fd = open(foreign, O_WRONLY | O_CREAT, 0640);
+    assert_true(fd >= 0 && write(fd, "hi", 2) == 2);
+    close(fd);
+    cr__tier_fs_name(name, "zz", 2, 77);
+    snprintf(path, sizeof path, "%s/%s", fsdir, name);
+    fd = open(path, O_WRONLY | O_CREAT, 0640);
+    assert_true(fd >= 0 && write(fd, "garbage", 7) == 7);
+    close(fd);
+    m = mk_master(0.7);
+    assert_int_equal(cr__master_fs_open(m, dir, "c1", err, sizeof err), 0);
+    uint64_t bad = 0;
+    assert_int_equal(cr__master_fs_scan(m, now, &bad), 1);
+    assert_int_equal(bad, 1);
+    assert_int_equal(fs_replicas(m, "a", now, &last_fs), 1);
+    assert_true(last_fs);
+    assert_int_equal(access(foreign, F_OK), 0);
+    uint64_t vn;
+    assert_int_equal(put(m, "new", MiB, now, &vn), 0);
+    assert_true(vn > va); /* versions restart above the adopted ones */
+    cr__master_destroy(m);
+    free(val);
+    free(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -629,6 +816,8 @@ int main(void)
         cmocka_unit_test(test_master_adopt),
         cmocka_unit_test(test_master_promote_second_hit_and_races),
         cmocka_unit_test(test_master_no_promote_keeps_disk_hits_on_disk),
+        cmocka_unit_test_setup_teardown(test_master_fs_attach_evict_remove_corrupt_scan,
+                                        setup_dir, teardown_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
