@@ -399,7 +399,7 @@ int main(int argc, char **argv)
         long n = cr__master_fs_scan(m, cr__now_ms(), &bad);
         if (n < 0) {
             fprintf(stderr, "crescent-master: --root_fs_dir %s: scan failed: %s\n",
-                    o.root_fs_dir, strerror((int)-n));
+                    o.root_fs_dir, cr_strerror((int)n));
             goto out;
         }
         CR_LOG_INFO("master", "shared-FS tier %s/%s: %ld objects adopted, %llu bad files, %llu ms",

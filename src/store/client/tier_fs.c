@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "store/client/client.h"
 #include "store/tier/ssd/ssd.h"
 #include "store/tier/tier.h"
@@ -93,19 +94,19 @@ static int write_tmp(cr_store_t *s, const char *key, size_t kl, uint64_t version
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
     int fd = open_direct(s->fs_tfd, tmp, O_WRONLY | O_CREAT | O_TRUNC);
     if (fd < 0)
-        return -errno;
+        return CR__ERRNO();
     int rc = 0;
     for (uint64_t off = 0; off < dl && !rc;) {
         ssize_t w = pwrite(fd, (const uint8_t *)buf + off, dl - off, (off_t)off);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            rc = w < 0 ? -errno : -EIO;
+            rc = w < 0 ? CR__ERRNO() : -EIO;
         else
             off += (uint64_t)w;
     }
     if (close(fd) && !rc)
-        rc = -errno;
+        rc = CR__ERRNO();
     if (rc)
         unlinkat(s->fs_tfd, tmp, 0);
     return rc;
@@ -148,7 +149,7 @@ void cr__sc_fs_persist(cr_store_t *s, const char *const *keys, const void *const
         if (rc) {
             atomic_fetch_add(&s->fs_errors, 1);
             CR_LOG_RL(CR__LOG_ERROR, COMP, "shared-FS tier: cannot write %s: %s (kept in memory "
-                                           "only)", keys[i], strerror(-rc));
+                                           "only)", keys[i], cr_strerror(rc));
             continue;
         }
         cr__rpc_item_t *it = &req.items[k++];

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/status.h"
 #include "store/tier/ssd/ssd.h"
 #include "store/tier/tier.h"
 
@@ -58,7 +59,7 @@ int cr__master_fs_open(cr__master_t *m, const char *root, const char *cluster_id
         return -EINVAL;
     }
     if (stat(root, &st)) {
-        rc = -errno;
+        rc = CR__ERRNO();
         snprintf(err, errlen, "--root_fs_dir %s: %s", root, strerror(errno));
         return rc;
     }
@@ -83,7 +84,7 @@ int cr__master_fs_open(cr__master_t *m, const char *root, const char *cluster_id
         (dfd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
         (mkdirat(dfd, CR__TIER_FS_TMP, 0750) && errno != EEXIST) ||
         (tfd = openat(dfd, CR__TIER_FS_TMP, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        rc = -errno;
+        rc = CR__ERRNO();
         snprintf(err, errlen, "--root_fs_dir %s: cannot use %s: %s", root, f->dir,
                  strerror(errno));
         goto fail;
@@ -91,7 +92,7 @@ int cr__master_fs_open(cr__master_t *m, const char *root, const char *cluster_id
     /* a read-only file system or directory is found now, not at the first put */
     int p = openat(tfd, ".probe", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (p < 0) {
-        rc = -errno;
+        rc = CR__ERRNO();
         snprintf(err, errlen, "--root_fs_dir %s is not writable: %s", root, strerror(errno));
         goto fail;
     }
@@ -413,7 +414,7 @@ long cr__master_fs_scan(cr__master_t *m, uint64_t now, uint64_t *bad)
     int d2 = dup(dfd);
     DIR *d = d2 >= 0 ? fdopendir(d2) : NULL;
     if (!d) {
-        rc = -errno;
+        rc = CR__ERRNO();
         if (d2 >= 0)
             close(d2);
         pthread_mutex_unlock(&m->mu);
