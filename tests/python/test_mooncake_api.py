@@ -1799,3 +1799,68 @@ def test_tensor_chunk_api_cases(store):
     unreg = (ctypes.c_ubyte * n)()
     assert store.put_tensor_chunk_with_tp_from(K("x"), ctypes.addressof(unreg), n, 1, 3, 1,
                                                [5, 6]) == -600  # unregistered memory
+
+
+# -- Mooncake's test_http_metadata_server_startup.py, case by case ----------------------
+
+def test_kv_bootstrap_server_startup_cases(caplog):
+    import logging
+    import socket
+    from mooncake.http_metadata_server import KVBootstrapServer, KVPoll
+    with socket.socket() as taken:  # a bound, listening port: run() must fail
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        srv = KVBootstrapServer(port=taken.getsockname()[1], host="127.0.0.1")
+        with caplog.at_level(logging.INFO):
+            with pytest.raises(OSError):
+                srv.run()
+        srv.thread.join(10)
+        assert not srv.thread.is_alive() and srv.poll() == KVPoll.Failed
+        assert not any("HTTP Metadata Server started" in r.getMessage() for r in caplog.records)
+        srv.close()
+    caplog.clear()
+    srv = KVBootstrapServer(port=0, host="127.0.0.1")
+    with caplog.at_level(logging.INFO):
+        t = srv.run()
+    try:
+        assert t.is_alive() and srv.poll() == KVPoll.Success and srv.port > 0
+        assert any("HTTP Metadata Server started" in r.getMessage() for r in caplog.records)
+    finally:
+        srv.close()
+    assert not t.is_alive() and srv.poll() == KVPoll.Failed
+    srv.close()  # idempotent
+
+
+# -- Mooncake's test_meta_server.py (an is_exist QPS script): its calls -------------------
+
+def test_is_exist_from_threads_on_a_segmentless_client(cluster):
+    """Setup with global_segment_size=0 against the master's HTTP metadata
+    server, then is_exist of random keys from 4 threads: every call answers
+    0 (absent) — or 1 for the one key that exists — and none raises."""
+    import random
+    import threading
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", cluster["metadata"], 0, 512 << 20, "tcp", "eth0",
+                   cluster["master"]) == 0
+    present = K("meta")
+    assert s.put(present, b"v") == 0
+    bad = []
+
+    def worker(seed):
+        rng = random.Random(seed)
+        for _ in range(100):
+            k = present if rng.random() < 0.1 else str(rng.randint(0, 1000000))
+            r = s.is_exist(k)
+            if r != (1 if k == present else 0):
+                bad.append((k, r))
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    try:
+        assert not any(t.is_alive() for t in ts) and bad == []
+    finally:
+        s.remove(present, True)
+        s.close()

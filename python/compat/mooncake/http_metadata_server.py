@@ -6,12 +6,15 @@ Two forms, same HTTP API (``GET/PUT/DELETE /metadata?key=K``, ``GET /health``):
   crescent's C server, crescent-metadata (what the ``mooncake_http_metadata_server``
   command runs);
 * ``KVBootstrapServer(port, host)``: Mooncake's in-process Python server
-  class, crescent's own implementation on the standard library
+  class (``run()`` serves in a background thread and returns it, ``poll()``,
+  ``close()``), crescent's own implementation on the standard library
   (``http.server``; Mooncake's uses aiohttp, which Debian's Python here does
   not have). ``store`` is the key -> bytes dict; keys are stripped of
   surrounding blanks, a missing or blank key is refused with 400.
 """
 import asyncio
+import enum
+import logging
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,7 +22,18 @@ from urllib.parse import parse_qs, urlparse
 
 from mooncake.cli import http_metadata_server_main as main
 
-__all__ = ["main", "KVBootstrapServer"]
+__all__ = ["main", "KVBootstrapServer", "KVPoll"]
+
+logger = logging.getLogger(__name__)
+
+
+class KVPoll(enum.IntEnum):
+    """State of a KVBootstrapServer (the values of SGLang's KVPoll)."""
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
 
 MAX_VALUE = 64 << 20  # bytes in one PUT body
 
@@ -111,29 +125,47 @@ class KVBootstrapServer:
 
         return Handler
 
-    def start(self):
-        """Serves in a background thread; self.port is the bound port."""
-        self._httpd = ThreadingHTTPServer((self.host, self.port), self._handler())
+    @property
+    def thread(self):
+        """The serving thread (None before run())."""
+        return self._thread
+
+    def run(self):
+        """Binds, then serves in a background thread, which it returns (as
+        Mooncake's). A bind failure raises OSError here, and nothing is
+        logged as started; self.port is the bound port (port 0: ephemeral)."""
+        try:
+            self._httpd = ThreadingHTTPServer((self.host, self.port), self._handler())
+        except OSError:
+            self._thread = threading.Thread(target=lambda: None, name="mooncake-metadata")
+            self._thread.start()  # Mooncake's run() leaves a finished thread behind
+            raise
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
                                         name="mooncake-metadata")
         self._thread.start()
+        logger.info("HTTP Metadata Server started on %s:%d", self.host, self.port)
+        return self._thread
+
+    def start(self):
+        """run(), returning the server."""
+        self.run()
         return self
 
-    def run(self):
-        """Serves in this thread until interrupted."""
-        self._httpd = ThreadingHTTPServer((self.host, self.port), self._handler())
-        self.port = self._httpd.server_address[1]
-        try:
-            self._httpd.serve_forever()
-        finally:
-            self._httpd.server_close()
+    def poll(self):
+        """KVPoll.Success while serving, KVPoll.Failed otherwise."""
+        t = self._thread
+        return KVPoll.Success if self._httpd is not None and t is not None and t.is_alive() \
+            else KVPoll.Failed
 
     def close(self):
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
+        """Stops serving and joins the thread (idempotent)."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
 
 
 if __name__ == "__main__":
