@@ -113,13 +113,22 @@ size_t cr_bench_pattern_check(const void *buf, uint64_t off, size_t len, uint64_
 
 void *cr_bench_alloc_prefaulted(size_t len)
 {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                   -1, 0);
-    if (p == MAP_FAILED)
+    /* 2 MiB-aligned and advised before the first touch, so the kernel can
+     * back it with transparent huge pages as the store client's segments
+     * are (MAP_POPULATE before madvise faulted it in as 4 KiB pages, which
+     * a cold streaming transfer pays for in TLB misses and, over shm, in
+     * pinning every page) */
+    size_t huge = 2u << 20, over = len + huge;
+    uint8_t *raw = mmap(NULL, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
         return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    if (raw + over > p + len)
+        munmap(p + len, (size_t)(raw + over - (p + len)));
     madvise(p, len, MADV_HUGEPAGE); /* best effort */
-    /* MAP_POPULATE may be partial under memory pressure: touch each page */
-    for (size_t off = 0; off < len; off += 4096)
+    for (size_t off = 0; off < len; off += 4096) /* pre-fault every page */
         ((volatile char *)p)[off] = 0;
     return p;
 }
