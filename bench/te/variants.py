@@ -5,13 +5,15 @@ variant back to back; ratios, CPU per byte and context switches as in
 run.py (its functions are used).
 
 Usage: bench/te/variants.py --bench new=build/tools/crescent-bench/crescent-bench
-           [--bench old=OTHER-crescent-bench]
+           [--bench old=OTHER-crescent-bench] [--bench hot=PATH@16MiB]
            --variant "LABEL|[ENV=VALUE ...] crescent-bench initiator options" ...
            [--reps 3] [--secs 2] [--len 1M] [--tbuf 512MiB]
 e.g. --variant "W4M ww1M|CRESCENT_TCP_WRITE_WINDOW=1M --operation write
      --block_size 4MiB --batch_size 8 --threads 2"
 Every variant runs with --protocol tcp --wait block; each --bench gets its
-own target (--buffer_size --tbuf). Prints a markdown table.
+own target (--buffer_size --tbuf, or the size after "@" in its --bench:
+the same binary twice with a small and a large target buffer compares
+memory footprints in one run). Prints a markdown table.
 """
 import argparse
 import os
@@ -39,8 +41,11 @@ def main():
     targets = []
     t = R.Table()
     try:
-        benches = [tuple(b.split("=", 1)) for b in a.bench]
-        targets = R.start_targets(benches, ["--protocol", "tcp", "--buffer_size", a.tbuf])
+        for b in a.bench:
+            tag, path = b.split("=", 1)
+            path, _, tbuf = path.partition("@")
+            targets += R.start_targets([(tag, path)], ["--protocol", "tcp", "--buffer_size",
+                                                       tbuf or a.tbuf])
         runs = []
         for tag, bench, tgt, seg in targets:
             for v in a.variant:
