@@ -668,3 +668,24 @@ def test_transfer_engine_package_training_to_inference():
     finally:
         infer.close()
         train.close()
+
+
+def test_shared_segment_cases_of_mooncakes_test():
+    """Mooncake's test_shared_segment.py: a THP (hugetlb=False) round trip;
+    HugeTLB needs mmap. HugeTLB and host_register are not supported on this
+    machine (no hugetlbfs / pool, no CUDA): supported() says so and create()
+    raises "Not implemented" instead of faking them."""
+    from mooncake.engine import SharedSegment
+    assert SharedSegment.supported(mmap=True, hugetlb=False)
+    seg, blob = SharedSegment.create("py-thp", 2 * 1024 * 1024, 1, 0, mmap=True, hugetlb=False)
+    seg.complete([blob])
+    try:
+        assert seg.ready() and seg.base_addr() != 0
+    finally:
+        seg.close()
+    assert not SharedSegment.supported(mmap=False, host_register=False, hugetlb=True)
+    assert not SharedSegment.supported(mmap=True, host_register=False, hugetlb=True)
+    assert not SharedSegment.supported(mmap=True, host_register=True)
+    for kw in ({"hugetlb": True}, {"host_register": True}):
+        with pytest.raises(RuntimeError, match="Not implemented"):
+            SharedSegment.create("py-x", 2 * 1024 * 1024, 1, 0, mmap=True, **kw)

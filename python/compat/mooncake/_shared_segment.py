@@ -46,18 +46,29 @@ class SharedSegment:
         raise TypeError("SharedSegment has no constructor; use SharedSegment.create()")
 
     @staticmethod
-    def supported(mmap=False):
-        """Whether this build can share memory across processes in that mode."""
-        return bool(mmap)
+    def supported(mmap=False, host_register=False, hugetlb=False):
+        """Whether this build can share memory across processes in that mode:
+        host memory (mmap=True, transparent huge pages advised) only; not
+        device memory, not cudaHostRegister (host_register), not HugeTLB
+        pages (hugetlb: this machine has no hugetlbfs / HugeTLB pool)."""
+        return bool(mmap) and not host_register and not hugetlb
 
     @classmethod
-    def create(cls, name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=False):
+    def create(cls, name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=False,
+               hugetlb=False, host_register=False):
         """Phase one: returns (segment, blob); all-gather the blobs, then complete()."""
         if not isinstance(name, str):
             raise TypeError("SharedSegment: name must be a str")
         if not mmap:
             raise RuntimeError("Not implemented: this build has no device shared segment "
                                "backend (CUDA / Ascend); use mmap=True for host memory")
+        if host_register:
+            raise RuntimeError("Not implemented: host_register needs CUDA (cudaHostRegister); "
+                               "no GPUs here")
+        if hugetlb:
+            raise RuntimeError("Not implemented: HugeTLB shared segments need a hugetlbfs "
+                               "mount and a HugeTLB pool, which this machine has not; use "
+                               "hugetlb=False (transparent huge pages are advised)")
         if isinstance(world_size, bool) or not isinstance(world_size, int):
             raise TypeError("SharedSegment: world_size must be an int")
         if world_size < 1 or world_size > _MAX_WORLD:
@@ -128,6 +139,11 @@ class SharedSegment:
                                        "than the segment")
                 self._map = _mmap.mmap(fd, self._size, _mmap.MAP_SHARED,
                                        _mmap.PROT_READ | _mmap.PROT_WRITE)
+                if hasattr(_mmap, "MADV_HUGEPAGE"):
+                    try:  # transparent huge pages for /dev/shm, where the kernel allows
+                        self._map.madvise(_mmap.MADV_HUGEPAGE)
+                    except OSError:
+                        pass
             finally:
                 os.close(fd)
             import ctypes
