@@ -1417,6 +1417,7 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
     }
     c->rc = 0;
     c->abuf = NULL;
+    c->acap = 0;
     if (c->alloc) {
         if (c->rep.items[0].status == 0) {
             c->acap = c->rep.items[0].size;
