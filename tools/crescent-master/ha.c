@@ -404,7 +404,9 @@ int master_ha_admin(const cr__http_req_t *req, cr__http_resp_t *resp)
             ",\"promotions\":%llu,\"last_promotion_ms\":%llu,\"seq\":%" PRIu64
             ",\"standbys\":%u,\"standbys_in_sync\":%u,\"max_lag_records\":%" PRIu64
             ",\"sync_timeouts\":%" PRIu64 ",\"snapshots_sent\":%" PRIu64
-            ",\"state_usable\":%s,\"refused_requests\":%llu,\"unwaited_changes\":%llu}\n",
+            ",\"state_usable\":%s,\"refused_requests\":%llu,\"unwaited_changes\":%llu"
+            ",\"waits\":%" PRIu64 ",\"wait_us_total\":%" PRIu64 ",\"records_sent\":%" PRIu64
+            ",\"appends_sent\":%" PRIu64 "}\n",
             leader ? "leader" : "standby", es.epoch, es.leader_rpc, es.lease_left_ms,
             es.etcd_reachable ? "true" : "false", es.elections_won, es.campaigns,
             es.leadership_lost, es.garbage_keys, es.not_in_sync_set, es.insync_garbage,
@@ -412,7 +414,8 @@ int master_ha_admin(const cr__http_req_t *req, cr__http_resp_t *resp)
             (unsigned long long)atomic_load(&g.last_promotion_ms), rs.seq, rs.followers,
             rs.in_sync, rs.max_lag_records, rs.sync_timeouts, rs.snapshots_sent,
             rs.usable ? "true" : "false", (unsigned long long)atomic_load(&g.refused),
-            (unsigned long long)atomic_load(&g.unwaited));
+            (unsigned long long)atomic_load(&g.unwaited), rs.waits, rs.wait_us_total,
+            rs.records_sent, rs.appends_sent);
         return 1;
     }
     return 0;
@@ -445,12 +448,16 @@ char *master_ha_metrics(void)
         HA_M("ha_snapshots_sent_total", "counter", "Snapshots sent to standbys") " %" PRIu64 "\n"
         HA_M("ha_replicated_records_total", "counter", "Op records streamed to standbys") " %" PRIu64 "\n"
         HA_M("ha_refused_requests_total", "counter", "Requests refused because this master was not the leader") " %llu\n"
-        HA_M("ha_unwaited_changes_total", "counter", "Changes acknowledged without waiting for the standbys (PutStarts carved from known allocation windows)") " %llu\n",
+        HA_M("ha_unwaited_changes_total", "counter", "Changes acknowledged without waiting for the standbys (PutStarts carved from known allocation windows)") " %llu\n"
+        HA_M("ha_waits_total", "counter", "Acknowledgements that waited for the standbys") " %" PRIu64 "\n"
+        HA_M("ha_wait_seconds_total", "counter", "Time acknowledgements spent waiting for the standbys") " %.6f\n"
+        HA_M("ha_appends_total", "counter", "Log appends the standbys acknowledged (records per append: the batching)") " %" PRIu64 "\n",
         atomic_load(&g.ready) != 0 && es.leader, es.epoch, es.elections_won, es.campaigns,
         es.leadership_lost, (unsigned long long)atomic_load(&g.promotions),
         (unsigned long long)atomic_load(&g.last_promotion_ms), es.etcd_errors, rs.followers,
         rs.in_sync, rs.max_lag_records, rs.sync_timeouts, rs.snapshots_sent, rs.records_sent,
-        (unsigned long long)atomic_load(&g.refused), (unsigned long long)atomic_load(&g.unwaited));
+        (unsigned long long)atomic_load(&g.refused), (unsigned long long)atomic_load(&g.unwaited),
+        rs.waits, (double)rs.wait_us_total / 1e6, rs.appends_sent);
 #undef HA_M
     return n < 0 ? NULL : out;
 }

@@ -559,6 +559,14 @@ static void scenario_failover(void)
     fprintf(stderr, "leader %d acknowledged %lld changes without a wait\n", l, unwaited);
     if (unwaited < 1)
         FAIL("no PutStart was acknowledged without waiting for the standbys (%lld)", unwaited);
+    /* the PutEnds did wait, and the wait is measured (store-ha.md) */
+    long long waits = metric_of(l, "ha_waits_total");
+    long long app = metric_of(l, "ha_appends_total"); /* before records: app <= records */
+    long long rec = metric_of(l, "ha_replicated_records_total");
+    fprintf(stderr, "leader %d: %lld waits; %lld records in %lld appends\n", l, waits, rec, app);
+    if (waits < 1 || app < 1 || rec < app)
+        FAIL("HA wait/append counters not kept (waits %lld, records %lld, appends %lld)", waits,
+             rec, app);
     qsort(failover_ms, (size_t)n_failovers, sizeof failover_ms[0], cmp_d);
     if (n_failovers)
         fprintf(stderr,

@@ -405,6 +405,7 @@ static void *pusher_main(void *arg)
         if (f->in_sync && !f->listed && acked >= f->sync_mark)
             pthread_cond_signal(&r->mcv); /* caught up: may be listed */
         r->st.records_sent += i1 - i0;
+        r->st.appends_sent++;
         r->st.bytes_sent += to - from;
         pthread_cond_broadcast(&r->cv);
     }

@@ -46,7 +46,9 @@ typedef struct cr__ha_repl_stats {
     uint32_t followers, in_sync; /* in_sync: waited for and listed in the in-sync set */
     uint64_t max_lag_records; /* in-sync standbys: seq - acked, worst */
     uint64_t snapshots_sent, records_sent, bytes_sent, sync_timeouts;
-    uint64_t waits, wait_us_total;
+    uint64_t waits, wait_us_total; /* acknowledgements that waited, and how long in all */
+    uint64_t appends_sent; /* log REPL_APPENDs acknowledged (records_sent / appends_sent:
+                              records per round trip, i.e. the batching) */
     uint64_t resets_applied, appends_refused, insync_published;
     uint64_t insync_repaired; /* leader: garbage found over the in-sync set, rewritten */
     int deposed; /* leader: a standby has seen a newer epoch */
