@@ -41,6 +41,7 @@
 #define CR__SC_TIER_RINGS 8      /* idle io_uring rings kept for local disk reads */
 #define CR__SC_SUSPECT_MAX 16    /* segments remembered as failing (suspect.c) */
 #define CR__SC_SUSPECT_MS 5000   /* how long their replicas are read last */
+#define CR__SC_PUT_ATTEMPTS 8    /* placements a put tries around suspect segments (ops.c) */
 
 /* Defaults of cr_store_params_t fields left out of its field_mask, and
  * the bounds create checks (store.h documents them). */
@@ -192,6 +193,8 @@ int cr__sc_segment(cr_store_t *s, const char *name, cr_xfer_segment_t *out);
  * whether a segment is suspect now. */
 void cr__sc_suspect_mark(cr_store_t *s, cr_xfer_segment_t h, int err);
 int cr__sc_suspect(cr_store_t *s, const char *segment);
+/* 1 if any segment is suspect now (one atomic load). */
+int cr__sc_any_suspect(cr_store_t *s);
 
 /* 1 if [p, p+len) lies in one user registration. */
 int cr__sc_is_registered(cr_store_t *s, const void *p, size_t len);

@@ -749,8 +749,10 @@ static void put_write_staged(cr_store_t *s, const cr__rpc_msg_t *rep, const void
                     results[i] = -ENOMEM;
                 else if (remaining_ms(deadline) == 0)
                     results[i] = CR_E_LEASE_EXPIRED;
-                else if (run_batch(s, &rv, st))
+                else if (run_batch(s, &rv, st)) {
                     results[i] = CR_E_TRANSFER_FAIL;
+                    mark_failed(s, rv.v, st, rv.n);
+                }
                 if (st && st != stack_st)
                     free(st);
             }
@@ -781,6 +783,25 @@ static void put_crc_fn(void *arg, size_t k0, size_t k1, const int *st)
             pc->crcs[i] = cr__crc32c(0, pc->srcs[i], pc->lens[i]);
 }
 
+/* A put that may place again (do_put): a key the master placed on a
+ * segment that failed a transfer lately (suspect.c) is not written; it gets
+ * CR_E_TRANSFER_FAIL now, is revoked with the keys that failed, and do_put
+ * asks for another placement. Writing to a frozen node would cost the TE's
+ * stall time and fail anyway. */
+static void skip_suspect_placements(cr_store_t *s, const cr__rpc_msg_t *rep, size_t n,
+                                    const uint8_t *started, int *results)
+{
+    if (!cr__sc_any_suspect(s))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        const cr__rpc_item_t *it = &rep->items[i];
+        for (uint32_t r = 0; started[i] && !results[i] && r < it->n_replicas; r++)
+            for (uint32_t k = 0; k < it->replicas[r].n_shards && !results[i]; k++)
+                if (cr__sc_suspect(s, it->replicas[r].shards[k].segment))
+                    results[i] = CR_E_TRANSFER_FAIL;
+    }
+}
+
 /* One chunk of a put: keys [0, n) of the arrays it points at (a view into
  * the call's). put_chunk_begin sends PutStart and starts the writes (a
  * direct put's writes run in the background, their checksums computed
@@ -795,6 +816,7 @@ typedef struct put_chunk {
     size_t n;
     int *results;
     int staged;
+    int avoid_suspects; /* keys placed on a suspect segment are revoked unwritten */
     int rc; /* PutStart failed (results hold why): nothing to end */
     uint64_t deadline;
     cr__rpc_msg_t rep;
@@ -841,6 +863,8 @@ static void put_chunk_begin(cr_store_t *s, put_chunk_t *c, const cr_store_replic
         return;
     }
     c->deadline = put_started(&c->rep, c->keys, c->lens, n, t0, c->started, c->results);
+    if (c->avoid_suspects)
+        skip_suspect_placements(s, &c->rep, n, c->started, c->results);
     rv_init(&c->rv);
     if (c->staged)
         return;
@@ -903,9 +927,9 @@ static size_t pipe_chunks(size_t n)
  * (pipe_chunks). srcs[i] is the value of keys[i] (registered memory when
  * !staged). Every key gets its own result; returns the first error in key
  * order (0 if none). */
-static int do_put(cr_store_t *s, const char *const *keys, const void *const *srcs,
-                  const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
-                  int *results)
+static int put_once(cr_store_t *s, const char *const *keys, const void *const *srcs,
+                    const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg,
+                    int staged, int avoid_suspects, int *results)
 {
     size_t nch = staged ? 1 : pipe_chunks(n);
     put_chunk_t c[2];
@@ -919,6 +943,7 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
             cj->n = k1 - k0;
             cj->results = results + k0;
             cj->staged = staged;
+            cj->avoid_suspects = avoid_suspects;
             put_chunk_begin(s, cj, cfg, j == 0);
         }
         if (j > 0) /* then end chunk j - 1 while chunk j's data moves */
@@ -928,6 +953,69 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
     for (size_t i = 0; i < n && !firsterr; i++)
         firsterr = results[i];
     return firsterr;
+}
+
+/* put_once, then again for the keys whose writes failed while a segment is
+ * suspect (a node failed a transfer: frozen, dead, unreachable), up to
+ * CR__SC_PUT_ATTEMPTS placements: each failed key was revoked, so the
+ * master places it anew (its cursor rotates over the segments), and
+ * placements on suspect segments are revoked unwritten except in the last
+ * attempt (a suspect that recovered still serves then). A put thus fails
+ * over to the other nodes instead of failing with its frozen replica.
+ * Same contract as put_once. */
+static int do_put(cr_store_t *s, const char *const *keys, const void *const *srcs,
+                  const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
+                  int *results)
+{
+    int rc = put_once(s, keys, srcs, lens, n, cfg, staged, CR__SC_PUT_ATTEMPTS > 1, results);
+    if (!rc)
+        return 0;
+    const char *k1;
+    const void *s1;
+    size_t l1, i1;
+    int r1;
+    const char **rk = n == 1 ? &k1 : NULL;
+    const void **rs = n == 1 ? &s1 : NULL;
+    size_t *rl = n == 1 ? &l1 : NULL, *ri = n == 1 ? &i1 : NULL;
+    int *rr = n == 1 ? &r1 : NULL;
+    for (int attempt = 1; attempt < CR__SC_PUT_ATTEMPTS && cr__sc_any_suspect(s); attempt++) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            m += results[i] == CR_E_TRANSFER_FAIL;
+        if (!m)
+            break;
+        if (!rk) { /* a batch: the failed keys, compacted (once) */
+            rk = malloc(n * sizeof *rk);
+            rs = malloc(n * sizeof *rs);
+            rl = malloc(n * sizeof *rl);
+            ri = malloc(n * sizeof *ri);
+            rr = malloc(n * sizeof *rr);
+            if (!rk || !rs || !rl || !ri || !rr)
+                break; /* keep the first attempt's results */
+        }
+        m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (results[i] == CR_E_TRANSFER_FAIL) {
+                rk[m] = keys[i];
+                rs[m] = srcs[i];
+                rl[m] = lens[i];
+                ri[m++] = i;
+            }
+        put_once(s, rk, rs, rl, m, cfg, staged, attempt + 1 < CR__SC_PUT_ATTEMPTS, rr);
+        for (size_t j = 0; j < m; j++)
+            results[ri[j]] = rr[j];
+    }
+    if (n > 1) {
+        free(rk);
+        free(rs);
+        free(rl);
+        free(ri);
+        free(rr);
+    }
+    rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = results[i];
+    return rc;
 }
 
 static int check_value(const void *v, size_t len)

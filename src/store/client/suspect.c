@@ -58,6 +58,11 @@ void cr__sc_suspect_mark(cr_store_t *s, cr_xfer_segment_t h, int err)
                     name, cr_strerror(err), CR__SC_SUSPECT_MS);
 }
 
+int cr__sc_any_suspect(cr_store_t *s)
+{
+    return atomic_load_explicit(&s->sus_until_ms, memory_order_relaxed) > cr__now_ms();
+}
+
 int cr__sc_suspect(cr_store_t *s, const char *segment)
 {
     uint64_t now = cr__now_ms();

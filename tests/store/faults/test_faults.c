@@ -12,7 +12,8 @@
  *
  * Regression: one SIGSTOPped node froze every client for 10-15 s, also
  * clients whose objects had a second replica, and in-flight transfers
- * waited out the 30 s transfer timeout.
+ * waited out the 30 s transfer timeout. Later: a put placed on the frozen
+ * node failed instead of being placed on the live ones.
  *
  * Cluster on loopback: crescent-master, three crescent-node processes,
  * clients in this process: N_READERS readers getting self-verifying values
@@ -22,7 +23,8 @@
  *
  * Asserts (never on elapsed time): no get ever returns wrong bytes; gets
  * and puts keep completing while the node is frozen (every reader finishes
- * gets during the freeze); every preloaded object (two replicas, one of
+ * gets during the freeze; no put fails: one placed on the frozen node is
+ * placed again elsewhere, ops.c do_put); every preloaded object (two replicas, one of
  * them on a live node) still reads back with its bytes afterwards.
  * Prints the readers' get latency (p50/p99/max) before and during the
  * freeze: bench/faults/run.sh records them (docs/benchmarks.md).
@@ -597,6 +599,11 @@ int main(int argc, char **argv)
             FAIL("reader %d completed no get while node 0 was frozen", i);
     if (atomic_load(&writer.during) == 0)
         FAIL("no put completed while node 0 was frozen");
+    /* a put placed on the frozen node fails over: it is revoked and placed
+     * on live nodes (two replicas, three nodes: there is always room) */
+    if (atomic_load(&g_puts_err[1]))
+        FAIL("%llu puts failed while node 0 was frozen (want: placed again on live nodes)",
+             atomic_load(&g_puts_err[1]));
     verify_preloaded(checker);
 
     for (int i = 0; i < n_readers; i++)
