@@ -189,6 +189,71 @@ class TransferEngine(_crescent.TransferEngine):
                                       msg.decode("utf-8", "surrogateescape")))
         return out
 
+    # -- tensors: [24-byte header: int32 dtype code, int32 ndim, int32 shape[4]
+    # (-1 padded)][data], written to / read from a peer's registered memory
+    # through a managed buffer of this engine. CPU tensors (no GPUs here).
+    _TENSOR_HDR = "<ii4i"
+
+    def transfer_tensor_sync_write(self, target_hostname, tensor, remote_address):
+        """Writes tensor (header + data, 24 + nbytes) at remote_address of
+        target_hostname. Returns 0, or -1 for a non-CPU / empty / > 4-D /
+        unsupported-dtype tensor or a failed transfer's negative status."""
+        import struct
+        from crescent import tensor_codec as tc
+        tc.torch()
+        if not tc.is_tensor(tensor):
+            raise TypeError("tensor must be a torch.Tensor, not %s" % type(tensor).__name__)
+        code = tc.dtype_code(tensor.dtype)
+        if code is None or tensor.device.type != "cpu" or tensor.dim() > 4 or \
+                tensor.numel() == 0 or any(d >= 1 << 31 for d in tensor.shape):
+            return -1
+        t = tensor.detach().contiguous()
+        data = t.reshape(-1).view(tc.torch().uint8).numpy().tobytes()
+        hdr = struct.pack(self._TENSOR_HDR, code, t.dim(), *(list(t.shape) + [-1] * (4 - t.dim())))
+        total = len(hdr) + len(data)
+        buf = self.allocate_managed_buffer(total)
+        if not buf:
+            return -1
+        try:
+            self.write_bytes_to_buffer(buf, hdr + data, total)
+            return self.transfer_sync_write(target_hostname, buf, remote_address, total)
+        finally:
+            self.free_managed_buffer(buf, total)
+
+    def transfer_tensor_sync_read(self, target_hostname, remote_address, length):
+        """Reads length bytes at remote_address of target_hostname written by
+        transfer_tensor_sync_write and returns the tensor (a copy), or None
+        when the transfer fails or the bytes are not such a tensor."""
+        import struct
+        from crescent import tensor_codec as tc
+        torch = tc.torch()
+        n = struct.calcsize(self._TENSOR_HDR)
+        if not isinstance(length, int) or isinstance(length, bool):
+            raise TypeError("length must be an int")
+        if length <= n:
+            return None
+        buf = self.allocate_managed_buffer(length)
+        if not buf:
+            return None
+        try:
+            if self.transfer_sync_read(target_hostname, buf, remote_address, length) != 0:
+                return None
+            raw = self.read_bytes_from_buffer(buf, length)
+        finally:
+            self.free_managed_buffer(buf, length)
+        code, ndim, *dims = struct.unpack_from(self._TENSOR_HDR, raw)
+        dt = tc._dtype_of(code)
+        if dt is None or not 0 <= ndim <= 4 or any(d < 0 for d in dims[:ndim]):
+            return None
+        shape = dims[:ndim]
+        nbytes = torch.empty(0, dtype=dt).element_size()
+        for d in shape:
+            nbytes *= d
+        if n + nbytes > len(raw) or nbytes == 0:
+            return None
+        flat = torch.frombuffer(bytearray(raw[n:n + nbytes]), dtype=torch.uint8)
+        return flat.view(dt).reshape(shape)
+
     def get_engine(self):
         """Mooncake returns its C++ engine for reuse by the store; crescent's
         store runs its own engine, so this returns the engine itself."""

@@ -49,7 +49,8 @@ ENGINE_METHODS = ["get_rpc_port", "register_memory", "unregister_memory", "batch
                   "batch_transfer_async", "get_batch_transfer_status", "transfer_submit_write",
                   "transfer_check_status", "get_first_buffer_address", "allocate_managed_buffer",
                   "free_managed_buffer", "write_bytes_to_buffer", "read_bytes_from_buffer",
-                  "get_notifies", "send_notify", "send_probe"]
+                  "get_notifies", "send_notify", "send_probe", "transfer_tensor_sync_write",
+                  "transfer_tensor_sync_read"]
 
 
 def arg_tuples(limit):

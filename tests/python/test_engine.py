@@ -689,3 +689,35 @@ def test_shared_segment_cases_of_mooncakes_test():
     for kw in ({"hugetlb": True}, {"host_register": True}):
         with pytest.raises(RuntimeError, match="Not implemented"):
             SharedSegment.create("py-x", 2 * 1024 * 1024, 1, 0, mmap=True, **kw)
+
+
+def test_transfer_tensor_between_two_engines():
+    """Mooncake's test_transfer_tensor.py: float32 / int32 / bool / 1000-element
+    / 2-D tensors written into a receiver's managed buffer and read back."""
+    torch = pytest.importorskip("torch")
+    snd, rcv = TransferEngine(), TransferEngine()
+    assert snd.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    assert rcv.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    try:
+        target = rcv.get_local_name()
+        for t in (torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([1, 2, 3, 4], dtype=torch.int32),
+                  torch.tensor([True, False, False, True]), torch.randn(1000), torch.randn(3, 4)):
+            total = 24 + t.numel() * t.element_size()
+            buf = rcv.allocate_managed_buffer(total)
+            assert buf != 0
+            try:
+                assert snd.transfer_tensor_sync_write(target, t, buf) == 0
+                got = snd.transfer_tensor_sync_read(target, buf, total)
+                assert got.dtype == t.dtype and tuple(got.shape) == tuple(t.shape)
+                assert torch.equal(got, t)
+            finally:
+                rcv.free_managed_buffer(buf, total)
+        assert snd.transfer_tensor_sync_write(target, torch.empty(0), 4096) == -1
+        assert snd.transfer_tensor_sync_write(target, torch.ones(1, 1, 1, 1, 2), 4096) == -1
+        with pytest.raises(TypeError):
+            snd.transfer_tensor_sync_write(target, b"x", 4096)
+        assert snd.transfer_tensor_sync_read(target, 4096, 8) is None  # shorter than a header
+        assert snd.transfer_tensor_sync_read(target, 4096, 64) is None  # unregistered peer range
+    finally:
+        snd.close()
+        rcv.close()
