@@ -721,3 +721,25 @@ def test_transfer_tensor_between_two_engines():
     finally:
         snd.close()
         rcv.close()
+
+
+def test_declarative_transfer_remaining_cases_of_mooncakes_test(engine):
+    """test_declarative_transfer_api.py's cases not in the test above."""
+    import types
+    import mooncake.transfer as module
+    from mooncake.transfer import TransferEndpoint, local_buffer, remote_buffer, transfer
+    assert isinstance(module, types.ModuleType) and module.transfer is transfer
+    with pytest.raises(ValueError, match="exactly one remote endpoint"):
+        transfer(remote_buffer("p:1", 0x1000, 1), remote_buffer("d:1", 0x2000, 1), engine=engine)
+    for bad in (lambda: TransferEndpoint.local(-1), lambda: TransferEndpoint.local(True)):
+        with pytest.raises(ValueError, match="address"):
+            bad()
+    with pytest.raises(ValueError, match="hostname"):
+        TransferEndpoint.remote("", 0x1000)
+    for n in (-1, True):
+        with pytest.raises(ValueError, match="length"):
+            TransferEndpoint.local(0x1000, length=n)
+    with pytest.raises(TypeError, match="TransferEndpoint"):
+        transfer(0x1000, remote_buffer("d:1", 0x2000, 1), engine=engine)
+    with pytest.raises(TypeError, match="TransferEndpoint"):
+        transfer(local_buffer(0x1000, 1), 0x2000, engine=engine)
