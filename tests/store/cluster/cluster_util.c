@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/auth/auth.h"
 #include "common/net.h"
 
 pid_t cu_spawn(char *const argv[], const char *log, char *const envp_extra[])
@@ -86,8 +87,24 @@ int cu_http_get_host(const char *host, uint16_t port, const char *path, char *bu
     int fd = cr__net_connect(host, port, NULL, 2000);
     if (fd < 0)
         return -1;
-    char req[512];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, host);
+    /* security on ($CRESCENT_CLUSTER_KEY_FILE, as the daemons read it):
+     * admin pages answer signed requests only */
+    static cr__auth_t *auth;
+    static int auth_tried;
+    if (!auth_tried) { /* tests call this from one thread */
+        auth_tried = 1;
+        const char *kf = getenv(CR__AUTH_ENV_KEY_FILE);
+        if (kf && *kf && cr__auth_load_key_file(kf, &auth))
+            auth = NULL;
+    }
+    char sig[CR__AUTH_HTTP_MAX] = "";
+    if (auth && cr__auth_http_sign(auth, "GET", path, NULL, 0, sig)) {
+        close(fd);
+        return -1;
+    }
+    char req[512 + CR__AUTH_HTTP_MAX];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\n%s%s%s\r\n", path, host,
+                     sig[0] ? "X-Crescent-Auth: " : "", sig, sig[0] ? "\r\n" : "");
     if (cr__net_write_full(fd, req, (size_t)n, 2000)) {
         close(fd);
         return -1;

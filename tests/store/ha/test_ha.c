@@ -42,6 +42,14 @@
  *            a leader again, nothing lost.
  * Each asserts: zero wrong bytes, zero completed objects lost.
  *
+ * A scenario name with "_key" appended (restart_key, failover_key) runs it
+ * with security on: a cluster key for every process (through
+ * $CRESCENT_CLUSTER_KEY_FILE, which children inherit), so the master
+ * grants per-object capabilities and the nodes check them. A restarted or
+ * new master draws a new capability secret: every grant of the old one is
+ * refused from then on, and clients must remount for their new key and
+ * keep putting and reading the right bytes (issue 11).
+ *
  * usage: test_store_ha <scenario> <crescent-master> <crescent-node>
  */
 #include <errno.h>
@@ -1018,7 +1026,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s stall|restart <crescent-master> <crescent-node>\n", argv[0]);
         return 2;
     }
-    const char *scenario = argv[1];
+    char scen[64];
+    snprintf(scen, sizeof scen, "%s", argv[1]);
+    size_t sl = strlen(scen);
+    int secure = sl > 4 && !strcmp(scen + sl - 4, "_key");
+    if (secure)
+        scen[sl - 4] = 0;
+    const char *scenario = scen;
     g_master_bin = argv[2];
     g_node_bin = argv[3];
     signal(SIGPIPE, SIG_IGN);
@@ -1028,6 +1042,24 @@ int main(int argc, char **argv)
         return 1;
     }
     snprintf(g_journal, sizeof g_journal, "%s/journal", g_dir);
+    if (secure) {
+        char kf[300];
+        unsigned char k[32];
+        snprintf(kf, sizeof kf, "%s/cluster.key", g_dir);
+        FILE *u = fopen("/dev/urandom", "rb"), *f = fopen(kf, "w");
+        if (!u || !f || fread(k, 1, sizeof k, u) != sizeof k) {
+            fprintf(stderr, "cannot make a cluster key in %s\n", g_dir);
+            return 1;
+        }
+        chmod(kf, 0600);
+        for (size_t i = 0; i < sizeof k; i++)
+            fprintf(f, "%02x", k[i]);
+        fprintf(f, "\n");
+        fclose(u);
+        fclose(f);
+        setenv("CRESCENT_CLUSTER_KEY_FILE", kf, 1);
+        fprintf(stderr, "security on: cluster key %s\n", kf);
+    }
     int journal = !strcmp(scenario, "restart");
     g_ha = !strcmp(scenario, "failover") || !strcmp(scenario, "pause") ||
            !strcmp(scenario, "allstop") || !strcmp(scenario, "badetcd") ||
