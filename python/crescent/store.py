@@ -171,6 +171,33 @@ def _close_all():
             pass
 
 
+class _ChunkReadHandle:
+    """Result of progressive_get / streaming_batch_get_buffer_ranges: the
+    reads are done; per chunk 0 or its error code."""
+
+    def __init__(self, results):
+        self._res = list(results)
+
+    @property
+    def num_chunks(self):
+        return len(self._res)
+
+    @property
+    def completed_count(self):
+        return sum(1 for r in self._res if r == 0)
+
+    def is_chunk_ready(self, index):
+        return self._res[_int(index, "index")] == 0 if 0 <= index < len(self._res) else False
+
+    def wait_chunk(self, index):
+        if not 0 <= _int(index, "index") < len(self._res):
+            return INVALID_PARAMS
+        return self._res[index]
+
+    def wait_all(self):
+        return next((r for r in self._res if r != 0), 0)
+
+
 class DistributedStore(_crescent.DistributedStore):
     """Mooncake-compatible store client (see the module doc)."""
 
@@ -308,12 +335,98 @@ class DistributedStore(_crescent.DistributedStore):
         _int(mount_segment_size, "mount_segment_size")
         return UNAVAILABLE
 
+    # -- streaming reads (Mooncake's progressive_get / scatter read): the
+    # ranges are read with one get_into_ranges when the call is made; the
+    # handle then reports every chunk complete (or its error code).
+    def alloc(self, size):
+        """Registered memory of `size` bytes from a pool of this store, kept
+        until close() (Mooncake's client memory pool); 0 on failure."""
+        from crescent.buffer_pool import BufferPool
+        if _int(size, "size") <= 0:
+            return 0
+        with self._regs_mu:
+            if getattr(self, "_alloc_pool", None) is None:
+                self._alloc_pool, self._alloc_leases = BufferPool(self, max_regions=256), []
+            pool = self._alloc_pool
+        try:
+            lease = pool.acquire(size, block=False)
+        except RuntimeError:
+            return 0
+        with self._regs_mu:
+            self._alloc_leases.append(lease)
+        return lease.ptr
+
+    def _read_chunks(self, keys, buffer_ptr, dst_offsets, src_offsets, sizes):
+        a, _ = _addr(buffer_ptr)
+        groups = {}
+        for i, (k, d, o, n) in enumerate(zip(keys, dst_offsets, src_offsets, sizes)):
+            g = groups.setdefault(k, ([], [], [], []))
+            g[0].append(i)
+            g[1].append(d)
+            g[2].append(o)
+            g[3].append(n)
+        ks = list(groups)
+        res = self.get_into_ranges([a], [ks], [[groups[k][1] for k in ks]],
+                                   [[groups[k][2] for k in ks]], [[groups[k][3] for k in ks]])
+        out = [INVALID_PARAMS] * len(keys)
+        for k, got in zip(ks, res[0]):
+            for i, r, n in zip(groups[k][0], got, groups[k][3]):
+                out[i] = 0 if r == n else (r if r < 0 else INVALID_PARAMS)
+        return _ChunkReadHandle(out)
+
+    def progressive_get(self, key, buffer_ptr, size, chunk_size):
+        """Reads key's first `size` bytes into registered memory in chunks of
+        chunk_size; returns a handle (num_chunks, completed_count,
+        wait_chunk(i), is_chunk_ready(i), wait_all()), None for bad sizes."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        if _int(size, "size") <= 0 or _int(chunk_size, "chunk_size") <= 0:
+            return None
+        offs = list(range(0, size, chunk_size))
+        return self._read_chunks([key] * len(offs), buffer_ptr, offs, offs,
+                                 [min(chunk_size, size - o) for o in offs])
+
+    def streaming_batch_get_buffer_ranges(self, keys, buffer_ptr, dest_offsets, src_offsets,
+                                          sizes):
+        """Scatter read: range i of keys[i] (src_offsets[i], sizes[i]) to
+        buffer_ptr + dest_offsets[i]; a handle with one chunk per range, None
+        when the lists differ in length or are empty."""
+        keys = _keys(keys)
+        lists = (dest_offsets, src_offsets, sizes)
+        if not all(_is_seq(x) for x in lists) or not keys or \
+                not all(len(x) == len(keys) for x in lists):
+            return None
+        for x in lists:
+            for v in x:
+                if _int(v, "offset/size") < 0:
+                    return None
+        return self._read_chunks(keys, buffer_ptr, list(dest_offsets), list(src_offsets),
+                                 list(sizes))
+
+    def progressive_put(self, key, total_size, num_chunks):
+        """Not available: a progressive put lets readers see chunks of an
+        object before its put ends; crescent shows whole versions only."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        _int(total_size, "total_size")
+        _int(num_chunks, "num_chunks")
+        raise RuntimeError("UNAVAILABLE_IN_CURRENT_MODE: crescent never shows an object before "
+                           "its put ends, so chunks cannot be published progressively; put the "
+                           "whole value (put_from / put_parts) or upsert it")
+
     def alloc_from_mem_pool(self, size):
         """Dummy-client shared pool allocation: 0 (failure) without one."""
         _int(size, "size")
         return 0
 
     def close(self):
+        with self._regs_mu:
+            leases, self._alloc_leases = getattr(self, "_alloc_leases", []), []
+            apool, self._alloc_pool = getattr(self, "_alloc_pool", None), None
+        for lease in leases:
+            lease.release()
+        if apool is not None:
+            apool.close()
         with self._regs_mu:
             pool, self._tasks = self._tasks, None
         if pool is not None:

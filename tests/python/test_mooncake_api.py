@@ -1864,3 +1864,35 @@ def test_is_exist_from_threads_on_a_segmentless_client(cluster):
     finally:
         s.remove(present, True)
         s.close()
+
+
+# -- Mooncake's test_streaming_transfer.py: the read side; progressive put refused -------
+
+def test_streaming_reads_and_progressive_put(store):
+    k = K("prog")
+    data = bytes(i % 256 for i in range(4096 * 4))
+    assert store.put(k, data) == 0
+    dst = store.alloc(len(data))
+    assert dst != 0 and dst % 4096 == 0
+    h = store.progressive_get(k, dst, len(data), 4096)
+    assert h.num_chunks == 4 and h.wait_all() == 0 and h.completed_count == 4
+    assert ctypes.string_at(dst, len(data)) == data
+    k2 = K("prog")
+    d2 = os.urandom(2048 * 3)
+    assert store.put(k2, d2) == 0
+    ctypes.memset(dst, 0, len(d2))
+    h = store.progressive_get(k2, dst, len(d2), 2048)
+    assert all(h.wait_chunk(i) == 0 and h.is_chunk_ready(i) for i in range(3))
+    assert ctypes.string_at(dst, len(d2)) == d2
+    miss = store.progressive_get(K("none"), dst, 4096, 1024)
+    assert miss.wait_all() == -704 and miss.completed_count == 0
+    keys, parts = [K("sc"), K("sc")], [os.urandom(8192), os.urandom(8192)]
+    for kk, p in zip(keys, parts):
+        assert store.put(kk, p) == 0
+    h = store.streaming_batch_get_buffer_ranges(keys, dst, [0, 4096], [0, 0], [4096, 4096])
+    assert h.num_chunks == 2 and h.wait_all() == 0
+    assert ctypes.string_at(dst, 8192) == parts[0][:4096] + parts[1][:4096]
+    assert store.streaming_batch_get_buffer_ranges(keys, dst, [0], [0, 0], [1, 1]) is None
+    assert store.alloc(0) == 0
+    with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+        store.progressive_put(K("pp"), 4096, 4)
