@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/net.h"
@@ -37,20 +38,6 @@ struct cr__auth {
     pthread_mutex_t replay_mu;
     replay_slot_t *replay; /* REPLAY_SLOTS, guarded by replay_mu */
 };
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 int cr__auth_random(void *buf, size_t len)
 {
@@ -273,22 +260,22 @@ size_t cr__auth_msg_len(uint8_t type)
 
 static void msg_hdr(uint8_t *out, uint8_t type)
 {
-    put_le(out, CR__AUTH_MAGIC, 4);
+    cr__put_le(out, CR__AUTH_MAGIC, 4);
     out[4] = CR__AUTH_VERSION;
     out[5] = type;
-    put_le(out + 6, 0, 2);
+    cr__put_le(out + 6, 0, 2);
 }
 
 int cr__auth_msg_parse(const uint8_t *buf, size_t len, cr__auth_msg_t *m)
 {
-    if (!buf || len < 8 || get_le(buf, 4) != CR__AUTH_MAGIC || buf[4] != CR__AUTH_VERSION)
+    if (!buf || len < 8 || cr__get_le(buf, 4) != CR__AUTH_MAGIC || buf[4] != CR__AUTH_VERSION)
         return -EBADMSG;
     size_t want = cr__auth_msg_len(buf[5]);
     if (!want || len != want)
         return -EBADMSG;
     memset(m, 0, sizeof *m);
     m->type = buf[5];
-    m->flags = (uint16_t)get_le(buf + 6, 2);
+    m->flags = (uint16_t)cr__get_le(buf + 6, 2);
     if (m->flags)
         return -EBADMSG; /* no flags defined in version 1 */
     const uint8_t *p = buf + 8;
@@ -306,8 +293,8 @@ int cr__auth_msg_parse(const uint8_t *buf, size_t len, cr__auth_msg_t *m)
         memcpy(m->mac, p, CR__AUTH_MAC_LEN);
         break;
     case CR__AUTH_RESULT:
-        m->status = (int32_t)(uint32_t)get_le(p, 4);
-        if (get_le(p + 4, 4) != 0)
+        m->status = (int32_t)(uint32_t)cr__get_le(p, 4);
+        if (cr__get_le(p + 4, 4) != 0)
             return -EBADMSG;
         break;
     }
@@ -410,8 +397,8 @@ int cr__auth_hs_server_verify(const cr__auth_t *a, cr__auth_hs_t *hs, const uint
 void cr__auth_hs_result(int32_t status, uint8_t *out)
 {
     msg_hdr(out, CR__AUTH_RESULT);
-    put_le(out + 8, (uint32_t)status, 4);
-    put_le(out + 12, 0, 4);
+    cr__put_le(out + 8, (uint32_t)status, 4);
+    cr__put_le(out + 12, 0, 4);
 }
 
 /* Reads one message: the 8-byte header first (its type gives the length). */
@@ -420,7 +407,7 @@ static int read_msg(int fd, uint8_t *buf, size_t *len, int timeout_ms)
     int rc = cr__net_read_full(fd, buf, 8, timeout_ms);
     if (rc)
         return rc;
-    if (get_le(buf, 4) != CR__AUTH_MAGIC)
+    if (cr__get_le(buf, 4) != CR__AUTH_MAGIC)
         return -EBADMSG;
     size_t want = cr__auth_msg_len(buf[5]);
     if (!want)
@@ -492,7 +479,7 @@ static int http_mac(const cr__auth_t *a, const char *method, const char *target,
     if (!SHA256(body ? body : (const void *)"", len, h))
         return -EIO;
     uint8_t tsb[8];
-    put_le(tsb, ts, 8);
+    cr__put_le(tsb, ts, 8);
     const void *parts[] = {method, target, tsb, nonce, h};
     size_t lens[] = {strlen(method) + 1, strlen(target) + 1, 8, 16, sizeof h};
     return cr__auth_mac(a, "crescent http v1", parts, lens, 5, out);

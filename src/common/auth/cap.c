@@ -9,24 +9,12 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "common/bytes.h"
+
 #define SIGNED_LEN 48
 #define LABEL "crescent cap v1"
 
 _Static_assert(CR__CAP_LEN == SIGNED_LEN + 32, "capability is 48 signed bytes + a 32-byte MAC");
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 /* OpenSSL 3's one-shot HMAC() fetches the algorithm and builds a context
  * per call (~10 us here); a capability is minted per shard on the master
@@ -91,30 +79,30 @@ int cr__cap_mint(const uint8_t key[CR__CAP_KEY_LEN], uint8_t ops, uint64_t seg_i
     if (!ops || (ops & ~(CR__CAP_READ | CR__CAP_WRITE)) || !range_ok(addr, len))
         return -EINVAL;
     memset(out, 0, CR__CAP_LEN);
-    put_le(out, CR__CAP_MAGIC, 4);
+    cr__put_le(out, CR__CAP_MAGIC, 4);
     out[4] = CR__CAP_VERSION;
     out[5] = ops;
-    put_le(out + 8, seg_id, 8);
-    put_le(out + 16, addr, 8);
-    put_le(out + 24, len, 8);
-    put_le(out + 32, expiry_ms, 8);
-    put_le(out + 40, epoch, 4);
+    cr__put_le(out + 8, seg_id, 8);
+    cr__put_le(out + 16, addr, 8);
+    cr__put_le(out + 24, len, 8);
+    cr__put_le(out + 32, expiry_ms, 8);
+    cr__put_le(out + 40, epoch, 4);
     return cap_mac(key, out, out + SIGNED_LEN);
 }
 
 int cr__cap_parse(const uint8_t *buf, size_t len, cr__cap_t *out)
 {
-    if (!buf || len != CR__CAP_LEN || get_le(buf, 4) != CR__CAP_MAGIC ||
+    if (!buf || len != CR__CAP_LEN || cr__get_le(buf, 4) != CR__CAP_MAGIC ||
         buf[4] != CR__CAP_VERSION || !buf[5] || (buf[5] & ~(CR__CAP_READ | CR__CAP_WRITE)) ||
-        get_le(buf + 6, 2) || get_le(buf + 44, 4))
+        cr__get_le(buf + 6, 2) || cr__get_le(buf + 44, 4))
         return -EBADMSG;
     cr__cap_t c = {
         .ops = buf[5],
-        .seg_id = get_le(buf + 8, 8),
-        .epoch = (uint32_t)get_le(buf + 40, 4),
-        .addr = get_le(buf + 16, 8),
-        .len = get_le(buf + 24, 8),
-        .expiry_ms = get_le(buf + 32, 8),
+        .seg_id = cr__get_le(buf + 8, 8),
+        .epoch = (uint32_t)cr__get_le(buf + 40, 4),
+        .addr = cr__get_le(buf + 16, 8),
+        .len = cr__get_le(buf + 24, 8),
+        .expiry_ms = cr__get_le(buf + 32, 8),
     };
     if (!range_ok(c.addr, c.len))
         return -EBADMSG;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/auth/auth.h"
+#include "common/bytes.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -93,12 +94,6 @@ static int io_read_full(cr__tls_conn_t *tc, int fd, void *p, size_t n, int ms)
     return tc ? cr__tls_conn_read_full(tc, p, n, ms) : cr__net_read_full(fd, p, n, ms);
 }
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* One handshake frame out, its reply in (header + want bytes of payload). */
 static int auth_exchange(cr__rpc_client_t *c, cr__tls_conn_t *tc, int fd, uint16_t type,
                          const uint8_t *msg, size_t len, uint8_t *reply, size_t want,
@@ -106,11 +101,11 @@ static int auth_exchange(cr__rpc_client_t *c, cr__tls_conn_t *tc, int fd, uint16
 {
     uint8_t f[CR__RPC_HDR_SIZE + CR__AUTH_MSG_MAX];
     memset(f, 0, CR__RPC_HDR_SIZE);
-    put_le(f, CR__RPC_MAGIC, 4);
-    put_le(f + 4, CR__RPC_VERSION, 2);
-    put_le(f + 6, type, 2);
-    put_le(f + 8, c->next_req_id++, 8);
-    put_le(f + 16, len, 4);
+    cr__put_le(f, CR__RPC_MAGIC, 4);
+    cr__put_le(f + 4, CR__RPC_VERSION, 2);
+    cr__put_le(f + 6, type, 2);
+    cr__put_le(f + 8, c->next_req_id++, 8);
+    cr__put_le(f + 16, len, 4);
     memcpy(f + CR__RPC_HDR_SIZE, msg, len);
     int rc = io_write_full(tc, fd, f, CR__RPC_HDR_SIZE + len, c->connect_timeout_ms);
     if (rc)

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
+
 /* ---- arena -------------------------------------------------------------- */
 
 typedef struct arena_blk {
@@ -176,29 +178,23 @@ static uint8_t *w_reserve(cr__rpc_buf_t *b, size_t n)
     return p;
 }
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void w_u16(cr__rpc_buf_t *b, uint16_t v)
 {
     uint8_t *p = w_reserve(b, 2);
     if (p)
-        put_le(p, v, 2);
+        cr__put_le(p, v, 2);
 }
 static void w_u32(cr__rpc_buf_t *b, uint32_t v)
 {
     uint8_t *p = w_reserve(b, 4);
     if (p)
-        put_le(p, v, 4);
+        cr__put_le(p, v, 4);
 }
 static void w_u64(cr__rpc_buf_t *b, uint64_t v)
 {
     uint8_t *p = w_reserve(b, 8);
     if (p)
-        put_le(p, v, 8);
+        cr__put_le(p, v, 8);
 }
 static void w_bytes(cr__rpc_buf_t *b, const void *s, size_t n)
 {
@@ -463,39 +459,31 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
         return b->err;
     size_t plen = b->len - CR__RPC_HDR_SIZE;
     h = b->data; /* may have moved */
-    put_le(h + 0, CR__RPC_MAGIC, 4);
-    put_le(h + 4, CR__RPC_VERSION, 2);
-    put_le(h + 6, type, 2);
-    put_le(h + 8, m->req_id, 8);
-    put_le(h + 16, plen, 4);
-    put_le(h + 20, (uint32_t)m->status, 4);
-    put_le(h + 24, 0, 4);
-    put_le(h + 28, m->epoch, 4);
+    cr__put_le(h + 0, CR__RPC_MAGIC, 4);
+    cr__put_le(h + 4, CR__RPC_VERSION, 2);
+    cr__put_le(h + 6, type, 2);
+    cr__put_le(h + 8, m->req_id, 8);
+    cr__put_le(h + 16, plen, 4);
+    cr__put_le(h + 20, (uint32_t)m->status, 4);
+    cr__put_le(h + 24, 0, 4);
+    cr__put_le(h + 28, m->epoch, 4);
     return 0;
 }
 
 /* ---- decoder ------------------------------------------------------------ */
 
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 int cr__rpc_decode_hdr(const void *buf, cr__rpc_hdr_t *h)
 {
     const uint8_t *p = buf;
     cr__rpc_hdr_t t;
-    t.magic = (uint32_t)get_le(p, 4);
-    t.version = (uint16_t)get_le(p + 4, 2);
-    t.type = (uint16_t)get_le(p + 6, 2);
-    t.req_id = get_le(p + 8, 8);
-    t.payload_len = (uint32_t)get_le(p + 16, 4);
-    t.status = (int32_t)(uint32_t)get_le(p + 20, 4);
-    t.flags = (uint32_t)get_le(p + 24, 4);
-    t.epoch = (uint32_t)get_le(p + 28, 4);
+    t.magic = (uint32_t)cr__get_le(p, 4);
+    t.version = (uint16_t)cr__get_le(p + 4, 2);
+    t.type = (uint16_t)cr__get_le(p + 6, 2);
+    t.req_id = cr__get_le(p + 8, 8);
+    t.payload_len = (uint32_t)cr__get_le(p + 16, 4);
+    t.status = (int32_t)(uint32_t)cr__get_le(p + 20, 4);
+    t.flags = (uint32_t)cr__get_le(p + 24, 4);
+    t.epoch = (uint32_t)cr__get_le(p + 28, 4);
     if (t.magic != CR__RPC_MAGIC || t.version != CR__RPC_VERSION ||
         t.payload_len > CR__RPC_PAYLOAD_MAX)
         return -EPROTO;
@@ -523,7 +511,7 @@ static const uint8_t *r_take(rd_t *r, size_t n)
 static uint64_t r_uint(rd_t *r, int n)
 {
     const uint8_t *p = r_take(r, (size_t)n);
-    return p ? get_le(p, n) : 0;
+    return p ? cr__get_le(p, n) : 0;
 }
 #define r_u16(r) ((uint16_t)r_uint(r, 2))
 #define r_u32(r) ((uint32_t)r_uint(r, 4))

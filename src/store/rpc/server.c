@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/auth/auth.h"
+#include "common/bytes.h"
 #include "common/tls/tls.h"
 
 #include "common/clock.h"
@@ -165,12 +166,6 @@ static void conn_close(loop_t *l, conn_t *c)
     free(c);
 }
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* A reply built by hand (types the encoder does not know: errors for
  * undecodable frames, authentication): header + len raw payload bytes. */
 static int raw_reply(conn_t *c, uint16_t type, uint64_t req_id, int status, const void *payload,
@@ -186,12 +181,12 @@ static int raw_reply(conn_t *c, uint16_t type, uint64_t req_id, int status, cons
     }
     uint8_t *h = c->out.data;
     memset(h, 0, CR__RPC_HDR_SIZE);
-    put_le(h, CR__RPC_MAGIC, 4);
-    put_le(h + 4, CR__RPC_VERSION, 2);
-    put_le(h + 6, type | CR__RPC_REPLY, 2);
-    put_le(h + 8, req_id, 8);
-    put_le(h + 16, (uint32_t)len, 4);
-    put_le(h + 20, (uint32_t)status, 4);
+    cr__put_le(h, CR__RPC_MAGIC, 4);
+    cr__put_le(h + 4, CR__RPC_VERSION, 2);
+    cr__put_le(h + 6, type | CR__RPC_REPLY, 2);
+    cr__put_le(h + 8, req_id, 8);
+    cr__put_le(h + 16, (uint32_t)len, 4);
+    cr__put_le(h + 20, (uint32_t)status, 4);
     if (len)
         memcpy(h + CR__RPC_HDR_SIZE, payload, len);
     c->out.len = CR__RPC_HDR_SIZE + len;

@@ -7,6 +7,8 @@
 
 #include <xxhash.h>
 
+#include "common/bytes.h"
+
 void cr__ha_buf_free(cr__ha_buf_t *b)
 {
     free(b->p);
@@ -42,17 +44,11 @@ int cr__ha_buf_append(cr__ha_buf_t *b, const void *p, size_t n)
     return b->err;
 }
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void w(cr__ha_buf_t *b, uint64_t v, int n)
 {
     uint8_t *p = reserve(b, (size_t)n);
     if (p)
-        put_le(p, v, n);
+        cr__put_le(p, v, n);
 }
 
 static void wbytes(cr__ha_buf_t *b, const void *s, size_t n)
@@ -153,8 +149,8 @@ int cr__ha_rec_put(cr__ha_buf_t *b, const cr__ha_rec_t *r)
         return rc ? rc : b->err;
     }
     size_t body = b->len - start - CR__HA_FRAME_HDR;
-    put_le(b->p + start, body, 4);
-    put_le(b->p + start + 4, (uint32_t)XXH3_64bits(b->p + start + CR__HA_FRAME_HDR, body), 4);
+    cr__put_le(b->p + start, body, 4);
+    cr__put_le(b->p + start + 4, (uint32_t)XXH3_64bits(b->p + start + CR__HA_FRAME_HDR, body), 4);
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/net.h"
@@ -30,20 +31,6 @@ static struct {
     cr_xfer_engine_t *engines[PROOF_MAX_ENGINES]; /* guarded by g_mu */
     int n_engines;
 } g;
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static socklen_t proof_addr(pid_t pid, struct sockaddr_un *sa)
 {
@@ -91,15 +78,15 @@ static int encode_ranges(uint8_t **out, size_t *len)
                 b = nb;
                 cap *= 2;
             }
-            put_le(b + used, d.buffers[k].addr, 8);
-            put_le(b + used + 8, d.buffers[k].len, 8);
+            cr__put_le(b + used, d.buffers[k].addr, 8);
+            cr__put_le(b + used + 8, d.buffers[k].len, 8);
             used += 16;
             count++;
         }
         cr__seg_desc_clear(&d);
     }
     pthread_mutex_unlock(&g_mu);
-    put_le(b, count, 4);
+    cr__put_le(b, count, 4);
     *out = b;
     *len = used;
     return 0;
@@ -232,15 +219,15 @@ int cr__shm_proof_parse(const uint8_t *buf, size_t len, cr__shm_range_t **out, u
 {
     if (len < 4)
         return -EBADMSG;
-    uint64_t count = get_le(buf, 4);
+    uint64_t count = cr__get_le(buf, 4);
     if (count > PROOF_MAX_RANGES || len != 4 + 16 * count)
         return -EBADMSG;
     cr__shm_range_t *r = NULL;
     if (count && !(r = malloc(count * sizeof *r)))
         return -ENOMEM;
     for (uint64_t i = 0; i < count; i++) {
-        r[i].addr = get_le(buf + 4 + 16 * i, 8);
-        r[i].len = get_le(buf + 12 + 16 * i, 8);
+        r[i].addr = cr__get_le(buf + 4 + 16 * i, 8);
+        r[i].len = cr__get_le(buf + 12 + 16 * i, 8);
         if (r[i].len == 0 || r[i].addr + r[i].len < r[i].addr) {
             free(r);
             return -EBADMSG;
