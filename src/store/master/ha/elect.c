@@ -823,10 +823,16 @@ void cr__ha_elect_resign(cr__ha_elect_t *e)
 void cr__ha_elect_set_eligible(cr__ha_elect_t *e, int eligible)
 {
     pthread_mutex_lock(&e->mu);
+    /* the role thread calls this every 20 ms: wake the election thread
+     * (an etcd read at once) only when something changed, else a standby
+     * read the election key 50 times a second (~85 etcd requests/s for two
+     * standbys, store-ha.md "An idle HA cluster costs CPU") */
+    int changed = e->eligible != eligible || (eligible && e->resign);
     e->eligible = eligible;
     if (eligible)
         e->resign = 0;
-    pthread_cond_broadcast(&e->cv);
+    if (changed)
+        pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
 
