@@ -254,8 +254,20 @@ def test_fast_copy():
     assert concat_arrays_into([a, b], ctypes.addressof(dst)) == 25
     assert bytes(dst) == a.tobytes() + b"hello"
     dst2 = (ctypes.c_uint8 * 5)()
-    assert concat_arrays_into([a, b], ctypes.addressof(dst2), 1, 5, 4) == 5
+    assert concat_arrays_into([a, b], ctypes.addressof(dst2), 5, 1, 5, 4) == 5
     assert bytes(dst2) == b"hello"
+    # Mooncake's test_fast_copy.py: (arrays, dest_ptr, dest_size, start, count)
+    arrs = [np.arange(3, dtype=np.uint8), np.arange(4, dtype=np.uint8) + 10,
+            np.arange(2, dtype=np.uint8) + 20]
+    want = np.concatenate(arrs[1:])
+    d = ctypes.create_string_buffer(want.nbytes)
+    assert concat_arrays_into(arrs, ctypes.addressof(d), len(d), 1, 2) == want.nbytes
+    assert d.raw == want.tobytes()
+    small = ctypes.create_string_buffer(7)
+    with pytest.raises(ValueError, match="destination buffer too small"):
+        concat_arrays_into([np.arange(4, dtype=np.uint8)] * 2, ctypes.addressof(small), 7)
+    assert bytes(small) == bytes(7)  # nothing copied
+    assert concat_arrays_into([np.arange(4, dtype=np.uint8)], ctypes.addressof(small), 0, 0, 0) == 0
     assert concat_arrays_into([a], 0, start=3) == 0
     with pytest.raises(TypeError, match="list"):
         concat_arrays_into((a,), ctypes.addressof(dst))

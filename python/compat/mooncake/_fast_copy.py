@@ -13,12 +13,16 @@ import ctypes
 __all__ = ["concat_arrays_into"]
 
 
-def concat_arrays_into(arrays, dest_ptr, start=0, count=-1, nthreads=1):
-    """Copy ``arrays[start:start+count]`` into ``dest_ptr``; returns the bytes copied.
+def concat_arrays_into(arrays, dest_ptr, dest_size=None, start=0, count=-1, nthreads=1):
+    """Copy ``arrays[start:start+count]`` into ``dest_ptr`` (``dest_size``
+    bytes there); returns the bytes copied.
 
-    ``start`` is clamped to the list, a negative or too large ``count`` means
-    "to the end". Raises TypeError for a non-list or a non-ndarray item and
-    ValueError for an array that is not C-contiguous (nothing is copied then).
+    Mooncake's current signature: ``dest_size`` is the destination's
+    capacity (ValueError "destination buffer too small" when the arrays need
+    more; None skips the check). ``start`` is clamped to the list, a
+    negative or too large ``count`` means "to the end", 0 copies nothing.
+    Raises TypeError for a non-list or a non-ndarray item and ValueError for
+    an array that is not C-contiguous (nothing is copied then).
     """
     import numpy as np
 
@@ -26,7 +30,8 @@ def concat_arrays_into(arrays, dest_ptr, start=0, count=-1, nthreads=1):
         raise TypeError("concat_arrays_into: arrays must be a list, not %s"
                         % type(arrays).__name__)
     for name, val in (("dest_ptr", dest_ptr), ("start", start), ("count", count),
-                      ("nthreads", nthreads)):
+                      ("nthreads", nthreads)) + ((("dest_size", dest_size),)
+                                                 if dest_size is not None else ()):
         if isinstance(val, bool) or not isinstance(val, int):
             raise TypeError("concat_arrays_into: %s must be an int" % name)
     if dest_ptr < 0 or dest_ptr >= 1 << 64:
@@ -42,6 +47,9 @@ def concat_arrays_into(arrays, dest_ptr, start=0, count=-1, nthreads=1):
         if not arr.flags.c_contiguous:
             raise ValueError("arrays[%d] is not C-contiguous" % (start + i))
     total = sum(int(a.nbytes) for a in picked)
+    if dest_size is not None and total > dest_size:
+        raise ValueError("concat_arrays_into: destination buffer too small (%d bytes for %d)"
+                         % (dest_size, total))
     if total and dest_ptr == 0:
         raise ValueError("concat_arrays_into: dest_ptr is NULL")
     off = 0
