@@ -46,12 +46,21 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
 {
     uint16_t type = req->type & (uint16_t)~CR__RPC_REPLY;
     reply->status = 0;
+    if (type == CR__RPC_FS_INFO || type == CR__RPC_FS_SYNC) {
+        /* the shared-FS tier: its file I/O runs outside the lock (fs.c) */
+        int rc = cr__master_fs_handle(m, req, reply, now);
+        reply->status = rc == -ENOMEM ? CR_E_INTERNAL_ERROR : rc;
+        if (reply->status) {
+            pthread_mutex_lock(&m->mu);
+            CNT(m, rpc_errors_total)++;
+            pthread_mutex_unlock(&m->mu);
+        }
+        return;
+    }
     if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type)) {
         pthread_mutex_lock(&m->mu);
-        int rc = type == CR__RPC_FS_INFO || type == CR__RPC_FS_SYNC
-                     ? cr__m_fs_handle_locked(m, req, reply, now)
-                 : CR__RPC_IS_TIER(type) ? cr__m_tier_handle_locked(m, req, reply, now)
-                                         : cr__m_rtask_handle_locked(m, req, reply, now);
+        int rc = CR__RPC_IS_TIER(type) ? cr__m_tier_handle_locked(m, req, reply, now)
+                                       : cr__m_rtask_handle_locked(m, req, reply, now);
         if (!rc)
             rc = cr__m_caps_mint_locked(m, type, reply);
         if (rc == -ENOMEM)

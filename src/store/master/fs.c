@@ -242,56 +242,90 @@ int cr__m_fs_fill(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_item_t 
     return 0;
 }
 
-/* ---- FS_SYNC ------------------------------------------------------------ */
+/* ---- FS_SYNC --------------------------------------------------------------- */
+/* File I/O (reading a header, renaming, re-checking a reported file) runs
+ * outside m->mu, so a slow file system (NFS) never stalls the master's
+ * other requests; the record is checked before and again after. The tier's
+ * directory descriptors are set once before serving and never change. */
+
+/* 1 if (key, version, size) is a complete object without a file yet
+ * (attach) / with one (corrupt). Caller holds m->mu. */
+static obj_t *sync_target_locked(cr__master_t *m, const cr__rpc_item_t *in, int want_fs)
+{
+    obj_t *o = cr__m_lookup_complete(m, in->key, in->key_len);
+    if (!o || o->version != in->version || o->size != in->size ||
+        ((o->flags & OF_FS) != 0) != want_fs)
+        return NULL;
+    return o;
+}
 
 /* A client wrote tmp/<name>.tmp for (key, version): check it against the
  * record and give it its name. The tmp file is gone afterwards either way. */
 static int attach(cr__master_t *m, const cr__rpc_item_t *in)
 {
-    if (!key_ok(in->key, in->key_len))
-        return CR_E_INVALID_KEY;
     char name[CR__TIER_FS_NAME_MAX], tmp[CR__TIER_FS_NAME_MAX + 8];
     cr__tier_fs_name(name, in->key, in->key_len, in->version);
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    struct cr__mfs *f = m->fs;
+    pthread_mutex_lock(&m->mu);
     obj_t *o = cr__m_lookup_complete(m, in->key, in->key_len);
-    int rc = 0;
-    if (!o || o->version != in->version || o->size != in->size) {
+    int rc = 0, already = 0;
+    uint32_t crc = 0;
+    int has_crc = 0;
+    if (!o || o->version != in->version || o->size != in->size)
         rc = CR_E_OBJECT_NOT_FOUND; /* removed or replaced meanwhile */
-    } else if (o->n_rep > FS_REPLICA_IDX) {
+    else if (o->n_rep > FS_REPLICA_IDX)
         rc = CR_E_INVALID_PARAMS; /* 8 replicas: no index left to list the file under */
-    } else if (!(o->flags & OF_FS)) {
-        int fd = openat(m->fs->tfd, tmp, O_RDONLY | O_CLOEXEC);
+    else if (o->flags & OF_FS)
+        already = 1;
+    else if (o->flags & OF_CRC)
+        has_crc = 1, crc = o->crc;
+    pthread_mutex_unlock(&m->mu);
+    if (!rc && !already) {
+        /* header: this key and version; value crc: the writer's end-to-end
+         * checksum when it gave one at PutEnd */
+        int fd = openat(f->tfd, tmp, O_RDONLY | O_CLOEXEC);
         uint8_t h[2 * CR__TIER_BLOCK + CR__TIER_HDR_FIXED];
         uint64_t v, sz;
         uint32_t vc, kl;
         if (fd < 0) {
             rc = CR_E_FILE_NOT_FOUND;
         } else {
-            /* header: this key and version; value crc: the writer's
-             * end-to-end checksum when it gave one at PutEnd */
             if (file_header(fd, h, sizeof h, &v, &sz, &vc, &kl) || kl != in->key_len ||
                 v != in->version || sz != in->size ||
-                memcmp(h + CR__TIER_HDR_FIXED, in->key, kl) ||
-                ((o->flags & OF_CRC) && vc != o->crc))
+                memcmp(h + CR__TIER_HDR_FIXED, in->key, kl) || (has_crc && vc != crc))
                 rc = CR_E_INVALID_WRITE;
             close(fd);
         }
-        if (!rc && renameat(m->fs->tfd, tmp, m->fs->dfd, name)) {
-            CR_LOG_ERROR(COMP, "shared-FS tier: cannot rename %s/%s/%s: %s", m->fs->dir,
+        if (!rc && renameat(f->tfd, tmp, f->dfd, name)) {
+            CR_LOG_ERROR(COMP, "shared-FS tier: cannot rename %s/%s/%s: %s", f->dir,
                          CR__TIER_FS_TMP, tmp, strerror(errno));
             rc = CR_E_PERSISTENT_FAIL;
         }
         if (!rc) {
-            o->flags |= OF_FS;
-            m->fs->n_files++;
-            CNT(m, tier_fs_attached_total)++;
-            cr__m_jr_obj(m, o);
-            return 0;
+            pthread_mutex_lock(&m->mu);
+            o = sync_target_locked(m, in, 0);
+            if (o && o->n_rep <= FS_REPLICA_IDX) {
+                o->flags |= OF_FS;
+                f->n_files++;
+                CNT(m, tier_fs_attached_total)++;
+                cr__m_jr_obj(m, o);
+            } else {
+                /* removed or replaced while the file was renamed: it goes */
+                unlinkat(f->dfd, name, 0);
+                rc = CR_E_OBJECT_NOT_FOUND;
+            }
+            pthread_mutex_unlock(&m->mu);
+            if (!rc)
+                return 0;
         }
     }
-    unlinkat(m->fs->tfd, tmp, 0);
-    if (rc)
+    unlinkat(f->tfd, tmp, 0);
+    if (rc) {
+        pthread_mutex_lock(&m->mu);
         CNT(m, tier_fs_attach_failures_total)++;
+        pthread_mutex_unlock(&m->mu);
+    }
     return rc;
 }
 
@@ -299,34 +333,41 @@ static int attach(cr__master_t *m, const cr__rpc_item_t *in)
  * error must not cost a good file), then drop it. */
 static int corrupt(cr__master_t *m, const cr__rpc_item_t *in, uint64_t now)
 {
-    obj_t *o = cr__m_lookup_complete(m, in->key, in->key_len);
-    if (!o || o->version != in->version || !(o->flags & OF_FS))
+    pthread_mutex_lock(&m->mu);
+    int have = sync_target_locked(m, in, 1) != NULL;
+    pthread_mutex_unlock(&m->mu);
+    if (!have)
         return 0;
     char name[CR__TIER_FS_NAME_MAX];
-    name_of(o, name);
+    cr__tier_fs_name(name, in->key, in->key_len, in->version);
     int fd = openat(m->fs->dfd, name, O_RDONLY | O_CLOEXEC);
-    int bad = fd < 0 || file_verify(fd, obj_key(o), o->key_len, o->version, o->size) != 0;
+    int bad = fd < 0 || file_verify(fd, in->key, in->key_len, in->version, in->size) != 0;
     if (fd >= 0)
         close(fd);
     if (!bad)
         return 0;
-    CNT(m, tier_fs_corrupt_total)++;
-    CR_LOG_ERROR(COMP, "shared-FS tier: %s/%s ('%.*s') is missing, torn or corrupted: dropped",
-                 m->fs->dir, name, o->key_len > 64 ? 64 : (int)o->key_len, obj_key(o));
-    file_drop(m, o);
-    if (!live_replicas(o)) {
-        CNT(m, objects_lost_total)++;
-        cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
-    } else {
-        list_unlink(o);
-        list_push_front(cr__m_obj_list(m, o), o);
-        cr__m_jr_obj(m, o);
+    pthread_mutex_lock(&m->mu);
+    obj_t *o = sync_target_locked(m, in, 1);
+    if (o) {
+        CNT(m, tier_fs_corrupt_total)++;
+        CR_LOG_ERROR(COMP, "shared-FS tier: %s/%s ('%.*s') is missing, torn or corrupted: dropped",
+                     m->fs->dir, name, o->key_len > 64 ? 64 : (int)o->key_len, obj_key(o));
+        file_drop(m, o);
+        if (!live_replicas(o)) {
+            CNT(m, objects_lost_total)++;
+            cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
+        } else {
+            list_unlink(o);
+            list_push_front(cr__m_obj_list(m, o), o);
+            cr__m_jr_obj(m, o);
+        }
     }
+    pthread_mutex_unlock(&m->mu);
     return 0;
 }
 
-int cr__m_fs_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
-                           uint64_t now)
+int cr__master_fs_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                         uint64_t now)
 {
     uint16_t type = req->type & (uint16_t)~CR__RPC_REPLY;
     if (type == CR__RPC_FS_INFO && !m->fs)
@@ -355,10 +396,12 @@ int cr__m_fs_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_ms
     for (uint32_t i = 0; i < req->n_items; i++) {
         const cr__rpc_item_t *in = &req->items[i];
         int rc;
-        if (in->flags == CR__TIER_FS_OP_ATTACH)
+        if (!key_ok(in->key, in->key_len))
+            rc = CR_E_INVALID_KEY;
+        else if (in->flags == CR__TIER_FS_OP_ATTACH)
             rc = attach(m, in);
         else if (in->flags == CR__TIER_FS_OP_CORRUPT)
-            rc = key_ok(in->key, in->key_len) ? corrupt(m, in, now) : CR_E_INVALID_KEY;
+            rc = corrupt(m, in, now);
         else
             rc = CR_E_INVALID_PARAMS;
         reply->items[i].status = rc == -ENOMEM ? CR_E_INTERNAL_ERROR : rc;

@@ -412,9 +412,10 @@ obj_t *cr__m_obj_add_replica(cr__master_t *m, obj_t *o, uint32_t seg, uint32_t b
 
 /* ---- fs.c: shared-file-system tier (docs/architecture/store-tiers.md) ---- */
 
-/* FS_INFO / FS_SYNC. Returns the reply status. */
-int cr__m_fs_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
-                           uint64_t now);
+/* FS_INFO / FS_SYNC, called WITHOUT m->mu: the file I/O runs outside it
+ * (the lock is taken around each record step). Returns the reply status. */
+int cr__master_fs_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                         uint64_t now);
 /* o (OF_FS) is being deleted: its file goes too. */
 void cr__m_fs_obj_gone(cr__master_t *m, obj_t *o);
 /* Drops o's live replicas on DRAM segments (only_seg == NONE32) or on
