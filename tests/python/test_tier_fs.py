@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import Daemons, exe, free_port, wait_line, SANITIZED
-from test_tier import client, metrics, query_key, value
+from test_tier import client, metrics, put_retry, query_key, value
 
 MiB = 1 << 20
 NAME = re.compile(r"^[0-9a-f]{32}-[0-9a-f]{16}$")
@@ -67,6 +67,18 @@ class Cluster:
         return sorted(f for f in os.listdir(os.path.join(self.root, "t1")) if NAME.match(f))
 
 
+def wait_attached(cl, n, timeout=60):
+    """Files are written and attached by each client's persist thread after
+    the put returns: wait until the master has n of them."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        m = metrics(cl.c)
+        if m["tier_fs_attached_total"] >= n:
+            return m
+        time.sleep(0.05)
+    raise AssertionError("attached: %s of %d" % (metrics(cl.c)["tier_fs_attached_total"], n))
+
+
 def batch_get(s, keys, size):
     """One batch get into registered memory (the parallel path)."""
     buf = np.zeros(len(keys) * size, dtype=np.uint8)
@@ -96,8 +108,8 @@ def test_whole_cluster_restart_reads_every_object_back(d, tmp_path, restart):
     sizes = {"o%d" % k: (4 * MiB if k % 4 == 0 else MiB) for k in range(N)}
     for k, (key, size) in enumerate(sizes.items()):
         assert s.put(key, value(k, size)) == 0
+    m = wait_attached(cl, N)
     assert len(cl.files()) == N, cl.files()
-    m = metrics(cl.c)
     assert m["tier_fs_attached_total"] == N and m["tier_fs_objects"] == N, m
     tiers = [r["tier"] for r in query_key(cl.c, "o%d" % (N - 1))["replicas"]]
     assert tiers == ["dram", "fs"], tiers
@@ -123,13 +135,16 @@ def test_whole_cluster_restart_reads_every_object_back(d, tmp_path, restart):
 
 
 def test_working_set_larger_than_dram_is_served_from_the_files(d, tmp_path):
-    """DRAM eviction keeps objects that have a file: 3x the DRAM pool stays
-    readable (every key), the evicted ones from the shared tier."""
+    """DRAM eviction keeps objects that have a file (and waits for the file
+    of a new object): 3x the DRAM pool stays readable (every key), the
+    evicted ones from the shared tier."""
     cl = Cluster(d, str(tmp_path)).start()
     s = client(cl.c)
     n = 48 if SANITIZED else 96
-    for k in range(n):
-        assert s.put("w%d" % k, value(k, MiB)) == 0
+    for k in range(n):  # a pool full of objects still being persisted pushes back
+        assert put_retry(s, "w%d" % k, value(k, MiB)) == 0
+    wait_attached(cl, n)
+    s.put("w-last", b"x")  # a put after the attaches: DRAM eviction demotes them now
     m = metrics(cl.c)
     assert m["tier_fs_demotions_total"] > 0 and m["tier_fs_only_objects"] > 0, m
     got = batch_get(s, ["w%d" % k for k in range(n)], MiB)
@@ -156,6 +171,7 @@ def test_corrupted_truncated_and_foreign_files_are_misses_and_counted(d, tmp_pat
     s = client(cl.c)
     for k in range(6):
         assert s.put("c%d" % k, value(k, MiB)) == 0
+    wait_attached(cl, 6)
     files = cl.files()
     assert len(files) == 6
     s.close()
@@ -197,11 +213,16 @@ def test_remove_deletes_the_file_and_the_key_stays_gone(d, tmp_path):
     cl = Cluster(d, str(tmp_path)).start()
     s = client(cl.c)
     assert s.put("gone", value(1, MiB)) == 0 and s.put("kept", value(2, MiB)) == 0
+    wait_attached(cl, 2)
     assert len(cl.files()) == 2
     assert s.remove("gone") == 0
     assert len(cl.files()) == 1
     assert metrics(cl.c)["tier_fs_removed_total"] == 1
-    s.close()
+    # a remove racing the persist thread (put, then remove at once): no file
+    # is left behind either way
+    assert s.put("quick", value(3, MiB)) == 0 and s.remove("quick") == 0
+    s.close()  # drains the persist queue
+    assert len(cl.files()) == 1, cl.files()
     cl.kill()
     cl.start(node=False)
     s = client(cl.c)

@@ -449,6 +449,7 @@ static int protocol_to_transports(const char *proto, char *out, size_t cap)
 
 static void teardown(cr_store_t *s)
 {
+    cr__sc_fs_close(s); /* persists what is queued while the master is still reachable */
     if (s->hb_started) {
         pthread_mutex_lock(&s->hb_mu);
         s->hb_stop = 1;
@@ -476,8 +477,8 @@ static void teardown(cr_store_t *s)
         munmap(s->seg_base, s->seg_size);
     cr__sc_tier_close_all(s);
     pthread_mutex_destroy(&s->tier_mu);
-    cr__sc_fs_close(s);
     pthread_mutex_destroy(&s->fs_mu);
+    pthread_cond_destroy(&s->fs_cv);
     cr__meta_close(s->etcd);
     pthread_mutex_destroy(&s->ha_mu);
     pthread_rwlock_destroy(&s->reg_lock);
@@ -499,6 +500,7 @@ static void create_sync(cr_store_t *s)
     pthread_mutex_init(&s->sus_mu, NULL);
     pthread_mutex_init(&s->tier_mu, NULL);
     pthread_mutex_init(&s->fs_mu, NULL);
+    pthread_cond_init(&s->fs_cv, NULL);
     pthread_mutex_init(&s->hb_mu, NULL);
     pthread_mutex_init(&s->ha_mu, NULL);
     pthread_mutex_init(&s->extra_mu, NULL);

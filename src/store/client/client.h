@@ -40,6 +40,7 @@
 #define CR__SC_TIER_LOCAL 16     /* same-host disk tiers remembered (tier_local.c) */
 #define CR__SC_TIER_RINGS 8      /* idle io_uring rings kept for local disk reads */
 #define CR__SC_SUSPECT_MAX 16    /* segments remembered as failing (suspect.c) */
+#define CR__SC_FS_QUEUE_BYTES (256ull << 20) /* puts waiting to be persisted (tier_fs.c) */
 #define CR__SC_SUSPECT_MS 5000   /* how long their replicas are read last */
 #define CR__SC_PUT_ATTEMPTS 8    /* placements a put tries around suspect segments (ops.c) */
 
@@ -176,6 +177,13 @@ struct cr_store {
     uint64_t fs_retry_ms;   /* fs_state 0 after a failed FS_INFO: not before */
     int fs_dfd, fs_tfd;     /* the tier's directory and its tmp/ */
     _Atomic uint64_t fs_errors; /* files that failed their checks, writes that failed */
+    /* the persist queue (tier_fs.c), guarded by fs_mu: encoded objects the
+     * persist thread writes and attaches; at most CR__SC_FS_QUEUE_BYTES */
+    pthread_cond_t fs_cv;   /* queue changed (work, room, stop) */
+    pthread_t fs_thread;
+    int fs_thread_on, fs_stop;
+    struct cr__sc_fs_job *fs_head, *fs_tail;
+    uint64_t fs_q_bytes;
 };
 
 /* An RPC connection for one call (round robin over the pool). */
@@ -255,9 +263,12 @@ int cr__sc_tier_uring_read(cr_store_t *s, cr__sc_tier_rd_t *rd, const size_t *id
                            const int *fds, const uint64_t *caps, int stale_miss);
 
 /* tier_fs.c: the shared-file-system tier (--root_fs_dir on the master).
- * persist: after PutEnd, writes the file of every key with ok[i] (value
- * srcs[i], lens[i], version items[i].version) and asks the master to
- * attach them; failures are logged and counted (the put itself stands).
+ * persist: after PutEnd, encodes every key with ok[i] (value srcs[i],
+ * lens[i], version items[i].version) into its own buffer and queues it;
+ * the persist thread writes the files and asks the master to attach them
+ * (failures are logged and counted: the put itself stands). A full queue
+ * makes the caller wait up to its transfer timeout, then that key is not
+ * persisted (counted). close: persists what is queued, stops the thread.
  * read: the reads of rd[idx[0..m)] (segment CR__TIER_FS_SEGMENT), in
  * parallel; every read is settled (0 or CR_E_OBJECT_NOT_FOUND: a missing
  * or bad file is a miss, a bad one is counted and reported). */

@@ -9,9 +9,11 @@
  * no master round trip per byte, no node in the path. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -67,13 +69,19 @@ static int fs_ready(cr_store_t *s)
     return st;
 }
 
-void cr__sc_fs_close(cr_store_t *s)
+/* One object waiting to be persisted. */
+struct cr__sc_fs_job {
+    struct cr__sc_fs_job *next;
+    uint64_t version, size, dl;
+    uint32_t crc, key_len;
+    void *buf; /* encoded object, CR__TIER_BLOCK-aligned, dl bytes */
+    char key[];
+};
+
+static void job_free(struct cr__sc_fs_job *j)
 {
-    if (atomic_load(&s->fs_state) == 1) {
-        close(s->fs_dfd);
-        close(s->fs_tfd);
-    }
-    atomic_store(&s->fs_state, -1);
+    free(j->buf);
+    free(j);
 }
 
 /* O_DIRECT where the file system has it (not tmpfs), buffered otherwise. */
@@ -112,72 +120,42 @@ static int write_tmp(cr_store_t *s, const char *key, size_t kl, uint64_t version
     return rc;
 }
 
-void cr__sc_fs_persist(cr_store_t *s, const char *const *keys, const void *const *srcs,
-                       const size_t *lens, const cr__rpc_item_t *items, const uint8_t *ok,
-                       const int *results, size_t n)
+/* Writes the files of a list of jobs and attaches them in one FS_SYNC. */
+static void persist_batch(cr_store_t *s, struct cr__sc_fs_job *head, size_t n)
 {
-    size_t m = 0;
-    uint64_t big = 0;
-    for (size_t i = 0; i < n; i++)
-        if (ok[i] && !results[i] && lens[i]) {
-            m++;
-            uint64_t dl = cr__tier_disk_len(strlen(keys[i]), lens[i]);
-            big = dl > big ? dl : big;
-        }
-    if (!m || fs_ready(s) != 1)
-        return;
-    /* one aligned buffer for the largest object, reused for each */
-    void *buf = NULL;
     cr__rpc_msg_t req = {.type = CR__RPC_FS_SYNC}, rep = {0};
-    req.items = cr__rpc_msg_alloc(&req, m * sizeof *req.items);
-    if (posix_memalign(&buf, CR__TIER_BLOCK, big) || !req.items) {
-        atomic_fetch_add(&s->fs_errors, m);
-        CR_LOG_RL(CR__LOG_ERROR, COMP, "shared-FS tier: out of memory: %zu puts not persisted",
-                  m);
-        free(buf);
+    req.items = cr__rpc_msg_alloc(&req, n * sizeof *req.items);
+    if (!req.items) {
+        atomic_fetch_add(&s->fs_errors, n);
         cr__rpc_msg_free(&req);
         return;
     }
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!ok[i] || results[i] || !lens[i])
-            continue;
-        size_t kl = strlen(keys[i]);
-        uint64_t version = items[i].version;
-        uint64_t dl = cr__ssd_encode(buf, keys[i], (uint32_t)kl, version, srcs[i], lens[i]);
-        int rc = write_tmp(s, keys[i], kl, version, buf, dl);
+    for (struct cr__sc_fs_job *j = head; j; j = j->next) {
+        int rc = write_tmp(s, j->key, j->key_len, j->version, j->buf, j->dl);
         if (rc) {
             atomic_fetch_add(&s->fs_errors, 1);
             CR_LOG_RL(CR__LOG_ERROR, COMP, "shared-FS tier: cannot write %s: %s (kept in memory "
-                                           "only)", keys[i], cr_strerror(rc));
+                                           "only)", j->key, cr_strerror(rc));
             continue;
         }
-        cr__rpc_item_t *it = &req.items[k++];
-        it->key = keys[i];
-        it->key_len = (uint32_t)kl;
-        it->version = version;
-        it->size = lens[i];
-        it->flags = CR__TIER_FS_OP_ATTACH;
-        memcpy(&it->crc, (uint8_t *)buf + 24, 4); /* the header's value crc */
+        req.items[k++] = (cr__rpc_item_t){.key = j->key, .key_len = j->key_len,
+                                          .version = j->version, .size = j->size,
+                                          .flags = CR__TIER_FS_OP_ATTACH, .crc = j->crc};
     }
-    free(buf);
     req.n_items = (uint32_t)k;
-    if (!k) {
-        cr__rpc_msg_free(&req);
-        return;
-    }
-    int rc = cr__sc_call(s, &req, &rep);
-    if (rc == 0) {
+    int rc = k ? cr__sc_call(s, &req, &rep) : 0;
+    if (k && rc == 0) {
         rc = rep.status;
-        for (uint32_t j = 0; !rc && j < rep.n_items && j < k; j++)
-            if (rep.items[j].status && rep.items[j].status != CR_E_OBJECT_NOT_FOUND) {
+        for (uint32_t i = 0; !rc && i < rep.n_items && i < k; i++)
+            if (rep.items[i].status && rep.items[i].status != CR_E_OBJECT_NOT_FOUND) {
                 atomic_fetch_add(&s->fs_errors, 1);
                 CR_LOG_RL(CR__LOG_WARN, COMP, "shared-FS tier: attach of %s refused: %s",
-                          req.items[j].key, cr_strerror(rep.items[j].status));
+                          req.items[i].key, cr_strerror(rep.items[i].status));
             }
         cr__rpc_msg_free(&rep);
     }
-    if (rc) {
+    if (k && rc) {
         /* the master never saw them: their tmp files are orphans a master
          * scan deletes; the objects stay in memory */
         atomic_fetch_add(&s->fs_errors, k);
@@ -185,6 +163,123 @@ void cr__sc_fs_persist(cr_store_t *s, const char *const *keys, const void *const
                   cr_strerror(rc));
     }
     cr__rpc_msg_free(&req);
+}
+
+#define FS_BATCH 64 /* files written and attached per FS_SYNC */
+
+static void *persist_thread(void *arg)
+{
+    cr_store_t *s = arg;
+    pthread_mutex_lock(&s->fs_mu);
+    for (;;) {
+        while (!s->fs_head && !s->fs_stop)
+            pthread_cond_wait(&s->fs_cv, &s->fs_mu);
+        if (!s->fs_head)
+            break; /* stopped and drained */
+        struct cr__sc_fs_job *head = s->fs_head, *last = head;
+        size_t n = 1;
+        uint64_t bytes = head->dl;
+        while (last->next && n < FS_BATCH) {
+            last = last->next;
+            bytes += last->dl;
+            n++;
+        }
+        s->fs_head = last->next;
+        if (!s->fs_head)
+            s->fs_tail = NULL;
+        last->next = NULL;
+        pthread_mutex_unlock(&s->fs_mu);
+        persist_batch(s, head, n);
+        while (head) {
+            struct cr__sc_fs_job *nx = head->next;
+            job_free(head);
+            head = nx;
+        }
+        pthread_mutex_lock(&s->fs_mu);
+        s->fs_q_bytes -= bytes;
+        pthread_cond_broadcast(&s->fs_cv); /* room for waiting writers */
+    }
+    pthread_mutex_unlock(&s->fs_mu);
+    return NULL;
+}
+
+void cr__sc_fs_close(cr_store_t *s)
+{
+    pthread_mutex_lock(&s->fs_mu);
+    int on = s->fs_thread_on;
+    s->fs_stop = 1;
+    pthread_cond_broadcast(&s->fs_cv);
+    pthread_mutex_unlock(&s->fs_mu);
+    if (on)
+        pthread_join(s->fs_thread, NULL); /* it drains the queue first */
+    if (atomic_load(&s->fs_state) == 1) {
+        close(s->fs_dfd);
+        close(s->fs_tfd);
+    }
+    atomic_store(&s->fs_state, -1);
+}
+
+void cr__sc_fs_persist(cr_store_t *s, const char *const *keys, const void *const *srcs,
+                       const size_t *lens, const cr__rpc_item_t *items, const uint8_t *ok,
+                       const int *results, size_t n)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m += ok[i] && !results[i] && lens[i];
+    if (!m || fs_ready(s) != 1)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (!ok[i] || results[i] || !lens[i])
+            continue;
+        size_t kl = strlen(keys[i]);
+        uint64_t dl = cr__tier_disk_len(kl, lens[i]);
+        struct cr__sc_fs_job *j = malloc(sizeof *j + kl + 1);
+        void *buf = NULL;
+        if (!j || posix_memalign(&buf, CR__TIER_BLOCK, dl)) {
+            free(j);
+            atomic_fetch_add(&s->fs_errors, 1);
+            CR_LOG_RL(CR__LOG_ERROR, COMP, "shared-FS tier: out of memory: %s not persisted",
+                      keys[i]);
+            continue;
+        }
+        /* the value is copied (with its crc computed on the way): the
+         * caller may reuse its buffer as soon as the put returns */
+        *j = (struct cr__sc_fs_job){.version = items[i].version, .size = lens[i], .dl = dl,
+                                    .key_len = (uint32_t)kl, .buf = buf};
+        memcpy(j->key, keys[i], kl + 1);
+        cr__ssd_encode(buf, keys[i], (uint32_t)kl, j->version, srcs[i], lens[i]);
+        memcpy(&j->crc, (uint8_t *)buf + 24, 4); /* the header's value crc */
+        pthread_mutex_lock(&s->fs_mu);
+        if (!s->fs_thread_on && !s->fs_stop) {
+            if (pthread_create(&s->fs_thread, NULL, persist_thread, s) == 0)
+                s->fs_thread_on = 1;
+        }
+        /* back pressure: wait for room, bounded by the transfer timeout */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)(s->xfer_timeout_ms / 1000) + 1;
+        int rc = 0;
+        while (s->fs_thread_on && !s->fs_stop && s->fs_q_bytes &&
+               s->fs_q_bytes + dl > CR__SC_FS_QUEUE_BYTES && rc == 0)
+            rc = pthread_cond_timedwait(&s->fs_cv, &s->fs_mu, &until);
+        int queued = s->fs_thread_on && !s->fs_stop && rc == 0;
+        if (queued) {
+            if (s->fs_tail)
+                s->fs_tail->next = j;
+            else
+                s->fs_head = j;
+            s->fs_tail = j;
+            s->fs_q_bytes += dl;
+            pthread_cond_broadcast(&s->fs_cv);
+        }
+        pthread_mutex_unlock(&s->fs_mu);
+        if (!queued) {
+            job_free(j);
+            atomic_fetch_add(&s->fs_errors, 1);
+            CR_LOG_RL(CR__LOG_WARN, COMP, "shared-FS tier: persist queue full or stopped: %s "
+                                          "kept in memory only", keys[i]);
+        }
+    }
 }
 
 /* Tells the master which files were bad (it re-checks and drops them). */

@@ -15,6 +15,8 @@ static cr__evict_verdict_t verdict(cr__master_t *m, obj_t *o, uint64_t now)
         .lease_until_ms = o->until_ms,
     };
     (void)m;
+    if (o->fs_until_s && (uint64_t)o->fs_until_s * 1000 > now)
+        return CR__EVICT_SKIP; /* its shared-FS file is being written (fs.c) */
     return cr__evict_classify(&v, now);
 }
 

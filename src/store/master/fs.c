@@ -307,6 +307,7 @@ static int attach(cr__master_t *m, const cr__rpc_item_t *in)
             o = sync_target_locked(m, in, 0);
             if (o && o->n_rep <= FS_REPLICA_IDX) {
                 o->flags |= OF_FS;
+                o->fs_until_s = 0;
                 f->n_files++;
                 CNT(m, tier_fs_attached_total)++;
                 cr__m_jr_obj(m, o);

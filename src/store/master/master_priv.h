@@ -76,7 +76,8 @@ typedef struct obj {
     uint8_t flags;
     uint8_t n_rep;
     uint32_t crc;         /* crc32c of the value when flags has OF_CRC (checksum.c) */
-    uint32_t spare;       /* padding, 0 */
+    uint32_t fs_until_s;  /* shared-FS tier: its file is being written until then (now_ms /
+                             1000 scale): not evicted before (fs.c); 0 = none */
 } obj_t;
 _Static_assert(sizeof(obj_t) == 56, "compact object header");
 
@@ -429,6 +430,9 @@ int cr__m_fs_fill(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_item_t 
 /* The replica index an fs replica is listed under (validate accepts it
  * while OF_FS holds). */
 #define FS_REPLICA_IDX 7u
+/* A new object's writer has this long to attach its file before DRAM
+ * eviction may take the object anyway (a writer that cannot persist). */
+#define CR__M_FS_PERSIST_MS 30000
 void cr__m_fs_destroy(cr__master_t *m);
 /* A journal restore brought back an object with OF_FS (durable.c). */
 void cr__m_fs_restored(cr__master_t *m);

@@ -145,6 +145,8 @@ int cr__m_put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint6
     cr__m_jr_key(m, CR__HA_END, o);
     if (m->tier)
         cr__m_tier_put_completed(m, o, now);
+    if (m->fs) /* its writer persists it now: not evicted before that (fs.c) */
+        o->fs_until_s = (uint32_t)((now + CR__M_FS_PERSIST_MS) / 1000);
     return 0;
 }
 
