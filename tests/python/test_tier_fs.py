@@ -106,8 +106,8 @@ def test_whole_cluster_restart_reads_every_object_back(d, tmp_path, restart):
     cl.start()
     s = client(cl.c)
     sizes = {"o%d" % k: (4 * MiB if k % 4 == 0 else MiB) for k in range(N)}
-    for k, (key, size) in enumerate(sizes.items()):
-        assert s.put(key, value(k, size)) == 0
+    for k, (key, size) in enumerate(sizes.items()):  # a full pool pushes back
+        assert put_retry(s, key, value(k, size)) == 0
     m = wait_attached(cl, N)
     assert len(cl.files()) == N, cl.files()
     assert m["tier_fs_attached_total"] == N and m["tier_fs_objects"] == N, m
