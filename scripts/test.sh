@@ -54,12 +54,12 @@ done
 # slower under TSan: they time out rather than test; the other suites run them),
 # nor two tests built on real delays that TSan stretches: test_tools_bench_te
 # (kills its target after a fixed delay: the initiator may not have opened the
-# segment yet) and test_store_ha_failover (SIGKILL failover rounds: timeout).
+# segment yet) and test_store_ha_failover{,_key} (SIGKILL failover rounds: timeout).
 stage "build + tests (ThreadSanitizer, clang Debug)"
 scripts/build.sh build-tsan -DCRESCENT_TSAN=ON -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DCRESCENT_WERROR=ON
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp" \
-   CRESCENT_SANITIZED=1 CRESCENT_XFER_STALL_MS=5000 ctest $retry --output-on-failure -j"$jobs" --timeout 900 -LE 'python|serving|netns' -E '^(test_tools_bench_te|test_store_ha_failover)$')
+   CRESCENT_SANITIZED=1 CRESCENT_XFER_STALL_MS=5000 ctest $retry --output-on-failure -j"$jobs" --timeout 900 -LE 'python|serving|netns' -E '^(test_tools_bench_te|test_store_ha_failover|test_store_ha_failover_key)$')
 
 stage "fuzz targets (libFuzzer, bounded)"
 cmake -S . -B build-fuzz -DCRESCENT_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRESCENT_WERROR=ON \
