@@ -92,16 +92,17 @@ typedef struct lat {
     uint32_t n;
     uint32_t us[LAT_MAX];
 } lat_t;
-static lat_t g_lat[3];
+static lat_t g_lat[3], g_plat[3]; /* gets (readers), puts (writer) */
 
-static void lat_add(int phase, uint64_t us)
+static void lat_add_to(lat_t *l, uint64_t us)
 {
-    lat_t *l = &g_lat[phase];
     pthread_mutex_lock(&l->mu);
     if (l->n < LAT_MAX)
         l->us[l->n++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
     pthread_mutex_unlock(&l->mu);
 }
+
+static void lat_add(int phase, uint64_t us) { lat_add_to(&g_lat[phase], us); }
 
 static int cmp_u32(const void *a, const void *b)
 {
@@ -109,21 +110,22 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void lat_print(const char *what, int phase)
+static void lat_print_of(lat_t *l, const char *what, const char *ops)
 {
-    lat_t *l = &g_lat[phase];
     if (!l->n) {
-        fprintf(stderr, "%s: no gets\n", what);
+        fprintf(stderr, "%s: no %s\n", what, ops);
         return;
     }
     qsort(l->us, l->n, sizeof l->us[0], cmp_u32);
-    fprintf(stderr, "%s: %u gets, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", what, l->n,
+    fprintf(stderr, "%s: %u %s, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n", what, l->n, ops,
             l->us[l->n / 2] / 1000.0, l->us[(uint64_t)l->n * 99 / 100] / 1000.0,
             l->us[l->n - 1] / 1000.0);
-    printf("%s_p50_ms=%.2f %s_p99_ms=%.2f %s_max_ms=%.2f %s_gets=%u\n", what,
+    printf("%s_p50_ms=%.2f %s_p99_ms=%.2f %s_max_ms=%.2f %s_%s=%u\n", what,
            l->us[l->n / 2] / 1000.0, what, l->us[(uint64_t)l->n * 99 / 100] / 1000.0, what,
-           l->us[l->n - 1] / 1000.0, what, l->n);
+           l->us[l->n - 1] / 1000.0, what, ops, l->n);
 }
+
+static void lat_print(const char *what, int phase) { lat_print_of(&g_lat[phase], what, "gets"); }
 
 /* ---- clients ---------------------------------------------------------------- */
 
@@ -204,7 +206,9 @@ static void *writer_main(void *arg)
         fill(buf, len, n);
         cr_store_replicate_config_t cfg = {.replica_num = 2};
         int phase = atomic_load(&g_phase);
+        uint64_t t0 = cr__now_ns();
         int rc = cr_store_put(w->st, key, buf, len, &cfg);
+        lat_add_to(&g_plat[phase], (cr__now_ns() - t0) / 1000);
         if (rc == 0) {
             g_keys[atomic_load(&g_n_keys)] = n;
             atomic_fetch_add(&g_n_keys, 1); /* one writer: publish after the slot is written */
@@ -533,8 +537,10 @@ int main(int argc, char **argv)
     int n_readers = env_int("FROZEN_READERS", 3, 1, MAX_READERS);
     signal(SIGPIPE, SIG_IGN);
     srand((unsigned)getpid() ^ (unsigned)cr__now_ns());
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         pthread_mutex_init(&g_lat[i].mu, NULL);
+        pthread_mutex_init(&g_plat[i].mu, NULL);
+    }
     snprintf(g_dir, sizeof g_dir, "/tmp/crescent-frozen-XXXXXX");
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
@@ -591,6 +597,8 @@ int main(int argc, char **argv)
                 atomic_load(&g_puts_ok[p]), atomic_load(&g_puts_err[p]));
     lat_print("before", 0);
     lat_print("frozen", 1);
+    lat_print_of(&g_plat[0], "put_before", "puts");
+    lat_print_of(&g_plat[1], "put_frozen", "puts");
 
     if (atomic_load(&g_wrong))
         FAIL("%llu gets returned wrong bytes", atomic_load(&g_wrong));
