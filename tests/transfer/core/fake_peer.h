@@ -31,6 +31,7 @@ typedef struct fake_peer {
     pthread_t th;
     char name[64];
     int n_conns; /* connections accepted so far */
+    uint16_t desc_dport; /* if set, the descriptor names this data port (a test's own server) */
 } fake_peer_t;
 
 static int fake_send_desc(fake_peer_t *f, int fd)
@@ -44,7 +45,7 @@ static int fake_send_desc(fake_peer_t *f, int fd)
     d.rpc_port = f->port;
     d.n_nics = 1;
     snprintf(d.nics[0].addr, sizeof d.nics[0].addr, "127.0.0.1");
-    d.nics[0].port = f->dport;
+    d.nics[0].port = f->desc_dport ? f->desc_dport : f->dport;
     cr_xfer_buffer_info_t b;
     memset(&b, 0, sizeof b);
     b.addr = FAKE_BUF_ADDR;

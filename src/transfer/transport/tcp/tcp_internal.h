@@ -51,6 +51,7 @@
 #define TCP_BACKLOG 512                  /* listen() backlog per NIC */
 #define TCP_THREAD_STACK (256u << 10)    /* sender and server-connection threads */
 #define TCP_SCAN_MAX 256                 /* queued tasks one carve looks at */
+#define TCP_ACK_SENT (-1)                /* tcp_conn.ack: the carrying send returned */
 
 typedef struct tcp_slice {
     cr__xfer_task_t *task;
@@ -79,6 +80,10 @@ typedef struct tcp_conn {
     atomic_uint_fast64_t last_progress_ns;
     int aborted; /* the watchdog gave up on the peer: fail in-flight slices (guarded by peer->mu) */
     tcp_slice_t ring[TCP_RING];
+    /* per WRITE slot, who settles it (tcp_client.c, "ack hand-off"): 0 while
+     * the send that carries it runs, TCP_ACK_SENT once that send returned,
+     * 1 - status once the reply came first; whoever swaps second settles */
+    atomic_int ack[TCP_RING];
 } tcp_conn_t;
 
 typedef struct tcp_path {
