@@ -670,6 +670,78 @@ def test_transfer_engine_package_training_to_inference():
         train.close()
 
 
+_TRAIN_SCRIPT = r'''
+import json, sys
+sys.path.insert(0, sys.argv[2])  # Mooncake runs these scripts beside the modules
+import torch
+from new_tensor import create_tensor
+from mooncake_training import MooncakeTraining
+conf = json.loads(sys.argv[1])
+train = MooncakeTraining(conf)
+for i, (shape, dtype) in enumerate([([30, 100], "float32"), ([7], "bfloat16"),
+                                    ([4, 4, 4], "int64")]):
+    t = create_tensor(shape, dtype, gpu_id=conf["training_gpu_id"])
+    t.copy_((torch.arange(t.numel()) * (i + 3)).reshape(shape).to(t.dtype))
+    train.reg_tensor("t%d" % i, t)
+train.reg_tensor(None, None)
+print(json.dumps({"report": train.report()}), flush=True)
+'''
+
+_INFER_SCRIPT = r'''
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from new_tensor import create_tensor, get_dtype
+from mooncake_inference import MooncakeInference
+conf = json.loads(sys.argv[1])
+infer = MooncakeInference(conf)
+out = {}
+for _ in range(3):
+    for name, t in infer.recv_tensor().items():
+        assert t.dtype == get_dtype(str(t.dtype).split(".")[1])
+        out[name] = [str(t.dtype), list(t.shape), t.double().sum().item()]
+infer.close()
+print(json.dumps(out), flush=True)
+'''
+
+
+def test_mooncake_training_and_inference_scripts_as_mooncake_runs_them():
+    """Mooncake's test_training.py / test_inference.py: the scripts sit beside
+    the modules and import ``new_tensor``, ``mooncake_training`` and
+    ``mooncake_inference`` as top-level modules (``load_model``, which they also
+    import, is not shipped by Mooncake itself). The training process queues its
+    tensors, ends with ``reg_tensor(None, None)`` and returns at once: the
+    process must still live until every tensor is delivered (Mooncake's sender
+    thread is not a daemon)."""
+    import torch
+    import mooncake.transfer_engine as te
+    from conftest import free_port
+    tdir = os.path.dirname(te.__file__)
+    conf = json.dumps({"inference_ip": "127.0.0.1", "training_ip": "127.0.0.1",
+                       "inference_gpu_id": 6, "training_gpu_id": 7, "port": free_port(),
+                       "bulk_size": 5, "send_bulk": 15, "threads": 1, "timeout_ms": 60000,
+                       "bind_ip": "127.0.0.1"})
+    procs = [subprocess.Popen([sys.executable, "-c", src, conf, tdir], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for src in (_TRAIN_SCRIPT, _INFER_SCRIPT)]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    assert json.loads(outs[0][0])["report"] >= 0
+    got = json.loads(outs[1][0])
+    want = {}
+    for i, (shape, dt) in enumerate([([30, 100], torch.float32), ([7], torch.bfloat16),
+                                     ([4, 4, 4], torch.int64)]):
+        t = (torch.arange(int(np.prod(shape))) * (i + 3)).reshape(shape).to(dt)
+        want["t%d" % i] = [str(dt), shape, t.double().sum().item()]
+    assert got == want
+
+
 def test_shared_segment_cases_of_mooncakes_test():
     """Mooncake's test_shared_segment.py: a THP (hugetlb=False) round trip;
     HugeTLB needs mmap. HugeTLB and host_register are not supported on this

@@ -20,7 +20,10 @@ _POLL_MS = 200
 
 class MooncakeTraining(threading.Thread):
     def __init__(self, config: dict):
-        super().__init__(daemon=True)
+        # Not a daemon, as in Mooncake: a training script may end right after
+        # reg_tensor(None, None); the process then lives until every queued
+        # tensor has been delivered (close() stops it early).
+        super().__init__(daemon=False)
         for k in ("training_ip", "port", "send_bulk"):
             if k not in config:
                 raise KeyError("MooncakeTraining config needs %r" % k)
