@@ -530,8 +530,7 @@ static void do_accept(loop_t *l, uint64_t now)
         c->src_slot = slot;
         c->pending = 1;
         c->accepted_ms = now;
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        cr__net_set_nodelay(fd);
         c->fd = fd;
         c->last_ms = now;
         cr__rpc_buf_init(&c->out);

@@ -485,6 +485,8 @@ static void *acc_main(void *arg)
         int fd = accept4(local ? t->ufd : t->lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0)
             continue;
+        if (!local)
+            cr__net_set_nodelay(fd); /* request/reply: no Nagle wait after a handshake */
         pthread_mutex_lock(&t->mu);
         if (t->n_conns >= CONN_MAX || atomic_load(&t->stop)) {
             pthread_mutex_unlock(&t->mu);

@@ -28,8 +28,7 @@ _Static_assert(CR__TCP_CAP_LEN == CR__CAP_LEN, "a tcp capability trailer is one 
 
 void cr__tcp_tune_socket(tcp_state_t *st, int fd)
 {
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    cr__net_set_nodelay(fd);
     if (st->cc[0] && !atomic_load(&st->cc_fallback) &&
         setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, st->cc, (socklen_t)strlen(st->cc))) {
         /* not available, or not allowed for this user (only
