@@ -126,9 +126,21 @@ class BufferPool:
         self._active = 0
         self._closed = False
         self._cv = threading.Condition()
-        warm = [self.acquire(int(prewarm_size)) for _ in range(int(prewarm_count))]
-        for lease in warm:
-            lease.release()
+        self.prewarm(int(prewarm_size), int(prewarm_count))
+
+    def prewarm(self, size, count):
+        """Registers `count` regions of size's class ahead of use (they go to
+        the free list). RuntimeError when the pool cannot hold them (nothing
+        is kept then: the regions made so far stay free for later leases)."""
+        if not isinstance(size, int) or not isinstance(count, int) or size < 0 or count < 0:
+            raise ValueError("size and count must be non-negative ints")
+        warm = []
+        try:
+            for _ in range(count):
+                warm.append(self.acquire(size, block=False))
+        finally:
+            for lease in warm:
+                lease.release()
 
     def _class_of(self, size):
         c = self._min

@@ -269,6 +269,9 @@ class ReplicaDescriptor(_Plain):
     def is_disk_replica(self):
         return False
 
+    def is_local_disk_replica(self):
+        return False
+
     def get_memory_descriptor(self):
         return self._mem
 

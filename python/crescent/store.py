@@ -29,6 +29,7 @@ import weakref
 
 from crescent import _crescent
 from crescent import tensor_codec as tc
+from crescent.unsupported import RangedReadSnapshot
 from crescent.mooncake_types import (Descriptor, MemoryDescriptor, ParallelAxis,
                                      QueryTaskResponse, ReadTarget, ReplicaDescriptor,
                                      ReplicateConfig, TaskStatus, TaskType, TensorParallelism,
@@ -225,7 +226,9 @@ class DistributedStore(_crescent.DistributedStore):
               local_buffer_size=16 << 20, protocol="tcp", rdma_devices="",
               master_server_addr="127.0.0.1:50051", engine=None, ipc_socket_path="",
               enable_ssd_offload=False, ssd_offload_path="", tenant_id="default",
-              ssd_prefetch_cooldown_sec=5, ssd_prefetch_dedup_ttl_sec=30):
+              ssd_prefetch_cooldown_sec=5, ssd_prefetch_dedup_ttl_sec=30, *,
+              enable_client_http_server=False, client_http_port=9300,
+              enable_embedded_master=False):
         """Mooncake's setup(): connects to the master, mounts
         global_segment_size bytes of this process and maps the local buffer.
         Also setup(dict) with the same keys. Returns 0 or a negative code.
@@ -240,6 +243,11 @@ class DistributedStore(_crescent.DistributedStore):
         memory; defaults 5 and 30, a negative value keeps the default) are
         checked (int) and have no effect: that prefetch belongs to
         enable_ssd_offload, which is not applicable here.
+        enable_client_http_server / client_http_port / enable_embedded_master
+        (keywords or dict keys; Mooncake's per-client HTTP metrics endpoint
+        and in-process master for tests): False / 9300 / False are accepted;
+        turning either feature on is not applicable here and returns -1011
+        with a RuntimeWarning (crescent-master serves metrics; start one).
         The transfer port is chosen in 12300-14300 like Mooncake's
         (MC_LEGACY_RPC_PORT_BINDING=1 binds the port given in local_hostname);
         get_hostname() then returns "<local_hostname>:<port>"."""
@@ -259,6 +267,9 @@ class DistributedStore(_crescent.DistributedStore):
             tenant_id = d.get("tenant_id", "default")
             ssd_prefetch_cooldown_sec = _dict_int(d, "ssd_prefetch_cooldown_sec", 5)
             ssd_prefetch_dedup_ttl_sec = _dict_int(d, "ssd_prefetch_dedup_ttl_sec", 30)
+            enable_client_http_server = d.get("enable_client_http_server", False)
+            client_http_port = _dict_int(d, "client_http_port", 9300)
+            enable_embedded_master = d.get("enable_embedded_master", False)
         if metadata_server is None:
             metadata_server = ""
         if not isinstance(local_hostname, str):
@@ -269,11 +280,24 @@ class DistributedStore(_crescent.DistributedStore):
                 raise TypeError("%s must be str, not %s" % (n, type(v).__name__))
         _int(ssd_prefetch_cooldown_sec, "ssd_prefetch_cooldown_sec")
         _int(ssd_prefetch_dedup_ttl_sec, "ssd_prefetch_dedup_ttl_sec")
-        if isinstance(enable_ssd_offload, str):  # config files spell it "true"
-            enable_ssd_offload = enable_ssd_offload.strip().lower() in ("1", "true", "yes", "on")
-        if not isinstance(enable_ssd_offload, (bool, int)):
-            raise TypeError("enable_ssd_offload must be bool")
+        _int(client_http_port, "client_http_port")
+        flags = []
+        for v, n in ((enable_ssd_offload, "enable_ssd_offload"),
+                     (enable_client_http_server, "enable_client_http_server"),
+                     (enable_embedded_master, "enable_embedded_master")):
+            if isinstance(v, str):  # config files spell it "true"
+                v = v.strip().lower() in ("1", "true", "yes", "on")
+            if not isinstance(v, (bool, int)):
+                raise TypeError("%s must be bool" % n)
+            flags.append(bool(v))
+        enable_ssd_offload, enable_client_http_server, enable_embedded_master = flags
         import warnings
+        if enable_client_http_server or enable_embedded_master:
+            warnings.warn("enable_client_http_server / enable_embedded_master: a crescent "
+                          "store client serves no HTTP endpoint and embeds no master "
+                          "(crescent-master has both); setup returns -1011",
+                          RuntimeWarning, stacklevel=2)
+            return UNAVAILABLE
         if enable_ssd_offload:
             warnings.warn("enable_ssd_offload: a crescent store client has no disk tier "
                           "(run crescent-node --ssd_path DIR); setup returns -1011",
@@ -717,12 +741,13 @@ class DistributedStore(_crescent.DistributedStore):
         return out
 
     def batch_get_into_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,
-                                           all_offsets):
+                                           all_src_offsets):
         """For each key, reads object range [offsets[k], offsets[k]+sizes[k])
         into registered buffer ptrs[k]. Returns per key the bytes read or a
         negative code."""
         keys = _keys(keys)
         n = len(keys)
+        all_offsets = all_src_offsets
         if not all(_is_seq(x) and len(x) == n for x in (all_buffer_ptrs, all_sizes, all_offsets)):
             return [INVALID_PARAMS] * n
         out = []
@@ -775,10 +800,12 @@ class DistributedStore(_crescent.DistributedStore):
                     out.append(0)
         return out
 
-    def batch_put_from_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes, all_offsets):
+    def batch_put_from_multi_buffer_ranges(self, keys, all_buffer_ptrs, all_sizes,
+                                           all_dst_offsets):
         """Writes into open put sessions: for key i, sizes[k] bytes from
         registered buffer ptrs[k] land at offsets[k] of the object. Returns
         per key the bytes written or a negative code."""
+        all_offsets = all_dst_offsets
         keys = _keys(keys)
         n = len(keys)
         if not all(_is_seq(x) and len(x) == n for x in (all_buffer_ptrs, all_sizes, all_offsets)):
@@ -829,6 +856,95 @@ class DistributedStore(_crescent.DistributedStore):
                     self._session_bytes -= len(sess[0])
             out.append(0 if sess is not None else OBJECT_NOT_FOUND)
         return out
+
+    # Mooncake's later name for batch_put_session_abort.
+    def batch_put_session_revoke(self, keys):
+        """Closes put sessions without storing anything: per key 0, or -704
+        when the key has no open session."""
+        return self.batch_put_session_abort(keys)
+
+    # ---- get sessions: Mooncake caches the replicas of the keys between
+    # start and end; crescent locates them on every read (always current),
+    # so a session only checks the keys exist.
+    def batch_get_session_start(self, keys):
+        """Per key 0 when the object exists, -704 when not (or the store's
+        error code). Reads with batch_get_into_multi_buffer_ranges work with
+        or without a session."""
+        keys = _keys(keys)
+        if not self._is_setup():
+            return [UNAVAILABLE_IN_CURRENT_STATUS] * len(keys)
+        return [0 if r == 1 else (OBJECT_NOT_FOUND if r == 0 else r)
+                for r in self.batch_is_exist(keys)] if keys else []
+
+    def batch_get_session_end(self, keys):
+        """Ends a get session: 0 (nothing is cached to drop), -1010 when the
+        store is not set up."""
+        _keys(keys)
+        return 0 if self._is_setup() else UNAVAILABLE_IN_CURRENT_STATUS
+
+    # ---- point-in-time existence without a read lease ------------------------------
+    def probe_key(self, key):
+        """1 if the object existed at the call, 0 if not, negative on error.
+        No read lease is granted (crescent's is_exist grants none either),
+        so the object may be evicted before a later get."""
+        return self.is_exist(key)
+
+    def batch_probe_key(self, keys):
+        """probe_key() for several keys: a list of 1, 0 or negative."""
+        return self.batch_is_exist(keys)
+
+    # ---- ranged reads through a reusable snapshot -------------------------------------
+    def prepare_get_into_ranges_snapshot(self, keys):
+        """A RangedReadSnapshot of the (deduplicated) keys for
+        get_into_ranges_from_snapshot(). Mooncake caches the keys' replica
+        metadata in it and refreshes it at the read-lease midpoint; crescent
+        locates the replicas on every read, so a snapshot is never stale.
+        RuntimeError when the store is not set up."""
+        keys = _keys(keys)
+        if not self._is_setup():
+            raise RuntimeError("Client is not initialized")
+        return RangedReadSnapshot._make(self, list(dict.fromkeys(keys)))
+
+    def get_into_ranges_from_snapshot(self, snapshot, buffer_ptrs, all_keys, all_dst_offsets,
+                                      all_src_offsets, all_sizes):
+        """get_into_ranges() through a snapshot of this store (ValueError
+        for a snapshot of another store, TypeError for a non-snapshot)."""
+        if not isinstance(snapshot, RangedReadSnapshot):
+            raise TypeError("snapshot must be a RangedReadSnapshot")
+        if not self._is_setup():
+            raise RuntimeError("Client is not initialized")
+        if not snapshot._belongs_to(self):
+            raise ValueError("Ranged-read snapshot belongs to another Store")
+        return self.get_into_ranges(buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets,
+                                    all_sizes)
+
+    # ---- Mooncake features crescent does not have ------------------------------------
+    def get_offload_rpc_read_count(self):
+        """Reads Mooncake's client served through its SSD-offload RPC: 0, as
+        for a Mooncake client without SSD offload (crescent's disk tier is
+        crescent-node's and is read like memory)."""
+        return 0
+
+    def unmount_local_disk_segment(self, grace_period_seconds=0):
+        """Mooncake unmounts the client's local-disk (SSD offload) segment;
+        a crescent client has none: -1011 (UNAVAILABLE_IN_CURRENT_MODE),
+        -1010 when not set up."""
+        g = _int(grace_period_seconds, "grace_period_seconds")
+        if g < 0:
+            raise ValueError("grace_period_seconds must be >= 0")
+        return UNAVAILABLE if self._is_setup() else UNAVAILABLE_IN_CURRENT_STATUS
+
+    def begin_weight_snapshot(self, snapshot, adapter):
+        """Mooncake opens a model-weight snapshot writer of its
+        mooncake.reshard package, which crescent does not provide
+        (crescent's weight upload is mooncake.weight_transfer.WeightStore)."""
+        raise RuntimeError("UNAVAILABLE_IN_CURRENT_MODE: begin_weight_snapshot needs Mooncake's "
+                           "mooncake.reshard package; use mooncake.weight_transfer.WeightStore")
+
+    def _get_pyclient_capsule(self):
+        """Mooncake's internal handle to its C++ PyClient (for EngramStore);
+        crescent has no such object."""
+        raise RuntimeError("UNAVAILABLE_IN_CURRENT_MODE: no C++ PyClient in crescent")
 
     # ---- replicas, tasks, segments -------------------------------------------------
 
@@ -1210,12 +1326,12 @@ class DistributedStore(_crescent.DistributedStore):
             ctypes.memmove(dst, (ctypes.c_ubyte * n).from_buffer_copy(mv[off:]), n)
         return n
 
-    def batch_get_tensor_into_cuda(self, keys, tensors):
+    def batch_get_tensor_into_cuda(self, keys, tensors_list):
         """get_tensor_into_cuda() of each (key, tensor); one result per key."""
         keys = _keys(keys)
-        if not _is_seq(tensors) or len(tensors) != len(keys):
+        if not _is_seq(tensors_list) or len(tensors_list) != len(keys):
             return [INVALID_PARAMS] * len(keys)
-        return [self.get_tensor_into_cuda(k, t) for k, t in zip(keys, tensors)]
+        return [self.get_tensor_into_cuda(k, t) for k, t in zip(keys, tensors_list)]
 
     def get_tensor_dim_selection_into(self, key, buffer_ptr, size, shape, dtype, dim=0,
                                       selections=(), data_offset=0):
@@ -1606,13 +1722,15 @@ class DistributedStore(_crescent.DistributedStore):
                                        writer_partition=None):
         return self._put_par(key, tensor, parallelism, config, writer_partition, True)
 
-    def batch_put_tensor_with_parallelism(self, keys, tensors, parallelisms=None, config=None,
-                                          writer_partitions=None):
-        return self._batch_put_par(keys, tensors, parallelisms, config, writer_partitions, False)
+    def batch_put_tensor_with_parallelism(self, keys, tensors_list, parallelisms=None,
+                                          config=None, writer_partitions=None):
+        return self._batch_put_par(keys, tensors_list, parallelisms, config, writer_partitions,
+                                   False)
 
-    def batch_upsert_tensor_with_parallelism(self, keys, tensors, parallelisms=None, config=None,
-                                             writer_partitions=None):
-        return self._batch_put_par(keys, tensors, parallelisms, config, writer_partitions, True)
+    def batch_upsert_tensor_with_parallelism(self, keys, tensors_list, parallelisms=None,
+                                             config=None, writer_partitions=None):
+        return self._batch_put_par(keys, tensors_list, parallelisms, config, writer_partitions,
+                                   True)
 
     def _par_from(self, key, ptr, size, parallelism, config, writer_partition, upsert):
         tc.torch()

@@ -1850,7 +1850,8 @@ static PyObject *store_batch_put_from_multi_buffers(PyStore *self, PyObject *arg
 
 static PyObject *store_batch_get_into_multi_buffers(PyStore *self, PyObject *args, PyObject *kw)
 {
-    static char *kwl[] = {"keys", "all_buffer_ptrs", "all_sizes", "prefer_same_node", NULL};
+    static char *kwl[] = {"keys", "all_buffer_ptrs", "all_sizes", "prefer_alloc_in_same_node",
+                          NULL};
     PyObject *ko, *po, *so, *pref = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O:batch_get_into_multi_buffers", kwl, &ko, &po,
                                      &so, &pref))
@@ -1914,10 +1915,11 @@ static PyMethodDef store_methods[] = {
     M("get_into", store_get_into, "get_into(key, buffer_ptr, size) -> bytes read or negative"),
     M("get_size", store_get_size, "get_size(key) -> size or negative"),
     M("is_exist", store_is_exist, "is_exist(key) -> 1, 0 or negative"),
-    M("remove", store_remove, "remove(key, force=False) -> int"),
-    M("remove_all", store_remove_all, "remove_all(force=False) -> count or negative"),
+    M("remove", store_remove, "remove($self, key, force=False)\n--\n\nRemoves key: 0 or negative."),
+    M("remove_all", store_remove_all, "remove_all($self, force=False)\n--\n\nRemoves every object: count or negative."),
     M("remove_by_regex", store_remove_by_regex,
-      "remove_by_regex(regex_pattern, force=False) -> count removed or negative"),
+      "remove_by_regex($self, regex_pattern, force=False)\n--\n\n"
+      "Removes the keys the regex matches: count removed or negative."),
     M("_replica_desc", store_replica_desc,
       "_replica_desc(key) -> (size, [(replica_id, [(segment, addr, len)])]) or negative"),
     {"_task_create", (PyCFunction)store_task_create, METH_VARARGS,
@@ -1931,18 +1933,19 @@ static PyMethodDef store_methods[] = {
      "_seg_unmount(name, grace_ms) -> int"},
     {"_replica_clear", (PyCFunction)store_replica_clear, METH_VARARGS,
      "_replica_clear(keys, segment) -> [int] or negative"},
-    M("batch_is_exist", store_batch_is_exist, "batch_is_exist(keys) -> [1|0|negative]"),
+    M("batch_is_exist", store_batch_is_exist, "batch_is_exist($self, keys)\n--\n\nPer key 1, 0 or negative."),
     M("batch_put_from", store_batch_put_from,
       "batch_put_from(keys, buffer_ptrs, sizes, config=None) -> [int]"),
     M("batch_get_into", store_batch_get_into,
       "batch_get_into(keys, buffer_ptrs, sizes) -> [bytes read or negative]"),
     M("put_batch", store_put_batch, "put_batch(keys, values, config=None) -> int"),
     M("get_batch", store_get_batch, "get_batch(keys) -> [bytes]"),
-    M("batch_remove", store_batch_remove, "batch_remove(keys, force=False) -> [int]"),
+    M("batch_remove", store_batch_remove, "batch_remove($self, keys, force=False)\n--\n\nPer key 0 or negative."),
     M("batch_put_from_multi_buffers", store_batch_put_from_multi_buffers,
       "batch_put_from_multi_buffers(keys, all_buffer_ptrs, all_sizes, config=None) -> [int]"),
     M("batch_get_into_multi_buffers", store_batch_get_into_multi_buffers,
-      "batch_get_into_multi_buffers(keys, all_buffer_ptrs, all_sizes) -> [bytes read or negative]"),
+      "batch_get_into_multi_buffers($self, keys, all_buffer_ptrs, all_sizes, "
+      "prefer_alloc_in_same_node=False)\n--\n\nPer key bytes read or negative."),
     {"__enter__", store_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)store_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -2007,8 +2010,8 @@ static int bh_bool(PyObject *o)
 }
 
 static PyMethodDef bh_methods[] = {
-    {"ptr", bh_ptr, METH_NOARGS, "ptr() -> int: address of the data"},
-    {"size", bh_size, METH_NOARGS, "size() -> int: bytes"},
+    {"ptr", bh_ptr, METH_NOARGS, "ptr($self)\n--\n\nAddress of the data (int)."},
+    {"size", bh_size, METH_NOARGS, "size($self)\n--\n\nBytes (int)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,7 @@ from crescent.mooncake_types import (AXIS_DP, AXIS_EP, AXIS_PP, AXIS_TP, READ_MO
                                      TaskType, TensorParallelism)
 from crescent.store import (BufferHandle, DistributedStore, MooncakeHostMemAllocator,
                             bind_to_numa_node, get_alloc_func_addr, get_free_func_addr)
+from crescent import tensor_codec as _tc
 from crescent.unsupported import (EngramStore, EngramStoreConfig, MooncakeDistributedNoFRegister,
                                   RangedReadSnapshot)
 
@@ -24,6 +25,39 @@ class MooncakeDistributedStore(DistributedStore):
 
     # the file methods Mooncake's `import mooncake` attaches are built in here
     _mooncake_file_io_patched = True
+
+
+def _tensor_metadata_size():
+    """Size of the serialized tensor metadata in front of a stored tensor's
+    data (Mooncake's TensorMetadata: 304 bytes)."""
+    return _tc.HEADER_SIZE
+
+
+def _serialize_tensor(tensor):
+    """(metadata bytes, data pointer, data size, owner) of a CPU tensor as
+    put_tensor stores it; owner is the contiguous tensor the pointer lives
+    in (keep it while using the pointer). ValueError for what put_tensor
+    refuses."""
+    enc = _tc.encode(tensor) if _tc.is_tensor(tensor) else None
+    if enc is None:
+        raise ValueError("unsupported tensor for Mooncake tensor serialization")
+    hdr, data, owner = enc
+    return hdr, owner.data_ptr(), len(data), owner
+
+
+def _deserialize_tensor(data):
+    """The tensor of a stored object's bytes (metadata + data), a copy;
+    ValueError when the bytes are not a stored tensor."""
+    t = _tc.decode(bytes(data))
+    if t is None:
+        raise ValueError("bytes are not a serialized Mooncake tensor")
+    return t
+
+
+def _get_pyclient_from_wrapper(wrapper):
+    """Mooncake's internal capsule of a store's C++ PyClient (for its
+    EngramStore); crescent has no such object."""
+    raise RuntimeError("UNAVAILABLE_IN_CURRENT_MODE: no C++ PyClient in crescent")
 
 
 for _e in (ObjectDataType, ReplicaStatus, TaskType, TaskStatus):
