@@ -17,7 +17,8 @@ import weakref
 
 from crescent import _crescent
 
-__all__ = ["TransferEngine", "TransferOpcode", "TransferNotify"]
+__all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "ScatterTransferCompletionStatus",
+           "ScatterTransferTicket"]
 
 
 class TransferOpcode(enum.IntEnum):
@@ -37,6 +38,43 @@ UNSUPPORTED_PROTOCOLS = frozenset(("nvlink", "nvlink_intra", "hip", "musa", "efa
 _DEVICE_LOCATIONS = ("cuda", "musa", "npu", "hip", "gpu", "xpu", "mlu")
 # Statuses of a submission that never reached a peer.
 _UNREACHABLE = (-2, -111, -113, -110, -104, -6)
+
+
+class ScatterTransferCompletionStatus(enum.IntEnum):
+    """How a scatter transfer ended (Mooncake's names)."""
+    COMPLETED = 0
+    FAILED_DRAINED = 1
+    COMPLETION_UNKNOWN = 2
+
+
+class ScatterTransferTicket:
+    """Result of scatter_transfer_sync_*_with_ticket(): Mooncake's ticket
+    keeps a scatter alive until its DMA drained. crescent's scatter is done
+    when the call returns, so the ticket is drained already: ``status`` is
+    COMPLETED or FAILED_DRAINED, ``drained`` True, ``drain(timeout_ms)``
+    returns True at once."""
+    __slots__ = ("_status", "result")
+
+    def __init__(self, result):
+        self.result = result
+        self._status = (ScatterTransferCompletionStatus.COMPLETED if result == 0
+                        else ScatterTransferCompletionStatus.FAILED_DRAINED)
+
+    @property
+    def status(self):
+        return self._status
+
+    @property
+    def drained(self):
+        return True
+
+    def drain(self, timeout_ms):
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 0:
+            raise TypeError("timeout_ms must be a non-negative int")
+        return True
+
+    def __repr__(self):
+        return "ScatterTransferTicket(status=%s)" % self._status.name
 
 
 class TransferNotify:
@@ -112,10 +150,12 @@ class TransferEngine(_crescent.TransferEngine):
         return super().initialize_ext(local_hostname, metadata_server, protocol, device_name,
                                       *args, **kwargs)
 
-    def register_memory(self, buffer_addr, capacity=None, location="cpu:0",
+    def register_memory(self, buffer_addr, capacity=None, location="*",
                         remote_accessible=True, update_metadata=True):
-        """Registers host memory. location names where it lives; device
-        memory ("cuda:0", "musa:0", ...) is not supported here: -1."""
+        """Registers host memory. location names where it lives ("*", the
+        default, lets the engine find out, as Mooncake's wildcard; "cpu:N"
+        host memory); device memory ("cuda:0", "musa:0", ...) is not
+        supported here: -1."""
         if location is not None and not isinstance(location, str):
             raise TypeError("location must be str, not %s" % type(location).__name__)
         if location and location.split(":")[0].lower() in _DEVICE_LOCATIONS:
@@ -124,7 +164,7 @@ class TransferEngine(_crescent.TransferEngine):
             return super().register_memory(buffer_addr)
         return super().register_memory(buffer_addr, capacity)
 
-    def batch_register_memory(self, buffer_addresses, capacities, location=""):
+    def batch_register_memory(self, buffer_addresses, capacities, location="*"):
         """Registers every range or none. Returns 0, or -1 when the lists
         differ in length (Mooncake's answer), or a negative error. location:
         one str for all ranges (Mooncake's signature) or a list of str;
@@ -141,17 +181,17 @@ class TransferEngine(_crescent.TransferEngine):
         return super().batch_register_memory(buffer_addresses, capacities)
 
     def transfer_submit_write(self, target_hostname, buffer, peer_buffer_address, length,
-                              transport_hint=""):
+                              transport_hint="", nic_hint=""):
         """Submits one write; returns its batch id (> 0). A write to a peer
         that cannot be resolved or reached returns 0, as Mooncake's
         submission does for a segment it cannot open; other failures are
         negative."""
         rc = super().transfer_submit_write(target_hostname, buffer, peer_buffer_address, length,
-                                           transport_hint)
+                                           transport_hint, nic_hint)
         return 0 if rc in _UNREACHABLE else rc
 
     def transfer_sync(self, target_hostname, buffer, peer_buffer_address, length, opcode,
-                      notify=None, transport_hint=""):
+                      notify=None, transport_hint="", nic_hint=""):
         """Synchronous transfer of one range in direction ``opcode``; ``notify``
         (TransferNotify) is delivered once the data landed. Returns 0 or a
         negative status."""
@@ -159,7 +199,7 @@ class TransferEngine(_crescent.TransferEngine):
                                    opcode, _payload(notify))
 
     def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                            opcode, notify=None, transport_hint=""):
+                            opcode, notify=None, transport_hint="", nic_hint=""):
         """Synchronous batch transfer; see transfer_sync()."""
         return self._transfer_sync(target_hostname, buffers, peer_buffer_addresses, lengths,
                                    opcode, _payload(notify))
@@ -254,7 +294,91 @@ class TransferEngine(_crescent.TransferEngine):
         flat = torch.frombuffer(bytearray(raw[n:n + nbytes]), dtype=torch.uint8)
         return flat.view(dt).reshape(shape)
 
+    def get_local_topology(self, device_name=None):
+        """Mooncake's topology JSON: for every NUMA node "cpu:<n>", the
+        [preferred, available] RDMA devices. crescent drives no RDMA device,
+        so both lists are empty; device_name (a filter) is checked (str or
+        None) and selects nothing here."""
+        import json
+        import os
+        if device_name is not None and not isinstance(device_name, str):
+            raise TypeError("device_name must be str or None")
+        nodes = []
+        try:
+            nodes = sorted(int(d[4:]) for d in os.listdir("/sys/devices/system/node")
+                           if d.startswith("node") and d[4:].isdigit())
+        except OSError:
+            pass
+        return json.dumps({"cpu:%d" % n: [[], []] for n in (nodes or [0])})
+
+    def warmup_efa_segment(self, segment_name):
+        """Pre-connects EFA endpoints to a segment; 0, as Mooncake answers
+        when no EFA transport is installed (none is here)."""
+        if not isinstance(segment_name, str):
+            raise TypeError("segment_name must be str")
+        return 0
+
+    def get_engine_ptr(self):
+        """Mooncake returns the address of its C++ TransferEngine for C++
+        integrations to share; crescent has no such object."""
+        raise RuntimeError("UNAVAILABLE_IN_CURRENT_MODE: get_engine_ptr returns Mooncake's C++ "
+                           "TransferEngine pointer; crescent's engine is not that type")
+
+    def _scatter(self, opcode, endpoint, local_base_addresses, local_capacities,
+                 remote_base_addresses, remote_capacities, local_offsets, remote_offsets, lengths):
+        lists = (local_base_addresses, local_capacities, remote_base_addresses,
+                 remote_capacities, local_offsets, remote_offsets, lengths)
+        for v in lists:
+            if not isinstance(v, (list, tuple)):
+                raise TypeError("scatter arguments must be lists of ints")
+            for x in v:
+                if not isinstance(x, int) or isinstance(x, bool):
+                    raise TypeError("scatter arguments must be lists of ints")
+                if x < 0:
+                    raise ValueError("scatter addresses, offsets and lengths must be >= 0")
+        if len({len(v) for v in lists}) != 1:
+            raise ValueError("scatter argument lists differ in length")
+        if not isinstance(endpoint, str):
+            raise TypeError("endpoint must be str")
+        for lc, rc_, lo, ro, n in zip(local_capacities, remote_capacities, local_offsets,
+                                      remote_offsets, lengths):
+            if lo + n > lc or ro + n > rc_:
+                raise ValueError("scatter range exceeds its region's capacity")
+        rc = 0
+        if lengths:
+            rc = self.batch_transfer_sync(
+                endpoint, [b + o for b, o in zip(local_base_addresses, local_offsets)],
+                [b + o for b, o in zip(remote_base_addresses, remote_offsets)], list(lengths),
+                opcode)
+        return ScatterTransferTicket(rc)
+
+    def scatter_transfer_sync_write_with_ticket(self, endpoint, local_base_addresses,
+                                                local_capacities, remote_base_addresses,
+                                                remote_capacities, local_offsets, remote_offsets,
+                                                lengths):
+        """Writes lengths[i] bytes from local_base_addresses[i] +
+        local_offsets[i] to remote_base_addresses[i] + remote_offsets[i] of
+        endpoint, each range checked against its region's capacity
+        (ValueError). Returns a ScatterTransferTicket; crescent's transfer
+        is synchronous, so the ticket is drained on return."""
+        return self._scatter(TransferOpcode.Write, endpoint, local_base_addresses,
+                             local_capacities, remote_base_addresses, remote_capacities,
+                             local_offsets, remote_offsets, lengths)
+
+    def scatter_transfer_sync_read_with_ticket(self, endpoint, local_base_addresses,
+                                               local_capacities, remote_base_addresses,
+                                               remote_capacities, local_offsets, remote_offsets,
+                                               lengths):
+        """The read direction of scatter_transfer_sync_write_with_ticket()."""
+        return self._scatter(TransferOpcode.Read, endpoint, local_base_addresses,
+                             local_capacities, remote_base_addresses, remote_capacities,
+                             local_offsets, remote_offsets, lengths)
+
     def get_engine(self):
         """Mooncake returns its C++ engine for reuse by the store; crescent's
         store runs its own engine, so this returns the engine itself."""
         return self
+
+
+# Mooncake's TransferEngine carries its opcode enum as a class attribute.
+TransferEngine.TransferOpcode = TransferOpcode

@@ -798,10 +798,10 @@ static PyObject *xfer_one_sync(PyEngine *self, PyObject *args, PyObject *kw, cr_
                                const char *fmt)
 {
     static char *kwl[] = {"target_hostname", "buffer", "peer_buffer_address", "length",
-                          "transport_hint", NULL};
+                          "transport_hint", "nic_hint", NULL};
     PyObject *t, *b, *p, *l = Py_None;
-    const char *hint = "";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &t, &b, &p, &l, &hint))
+    const char *hint = "", *nic = "";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &t, &b, &p, &l, &hint, &nic))
         return NULL;
     xfer_args_t a;
     if (parse_one(t, b, p, l, op, &a) < 0)
@@ -811,22 +811,22 @@ static PyObject *xfer_one_sync(PyEngine *self, PyObject *args, PyObject *kw, cr_
 
 static PyObject *engine_transfer_sync_write(PyEngine *self, PyObject *args, PyObject *kw)
 {
-    return xfer_one_sync(self, args, kw, CR_XFER_WRITE, "OOO|Os:transfer_sync_write");
+    return xfer_one_sync(self, args, kw, CR_XFER_WRITE, "OOO|Oss:transfer_sync_write");
 }
 
 static PyObject *engine_transfer_sync_read(PyEngine *self, PyObject *args, PyObject *kw)
 {
-    return xfer_one_sync(self, args, kw, CR_XFER_READ, "OOO|Os:transfer_sync_read");
+    return xfer_one_sync(self, args, kw, CR_XFER_READ, "OOO|Oss:transfer_sync_read");
 }
 
 static PyObject *xfer_batch_sync(PyEngine *self, PyObject *args, PyObject *kw, cr_xfer_opcode_t op,
                                  const char *fmt)
 {
     static char *kwl[] = {"target_hostname", "buffers", "peer_buffer_addresses", "lengths",
-                          "transport_hint", NULL};
+                          "transport_hint", "nic_hint", NULL};
     PyObject *t, *b, *p, *l;
-    const char *hint = "";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &t, &b, &p, &l, &hint))
+    const char *hint = "", *nic = "";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl, &t, &b, &p, &l, &hint, &nic))
         return NULL;
     xfer_args_t a;
     int pr = parse_batch(t, b, p, l, op, &a);
@@ -837,12 +837,12 @@ static PyObject *xfer_batch_sync(PyEngine *self, PyObject *args, PyObject *kw, c
 
 static PyObject *engine_batch_transfer_sync_write(PyEngine *self, PyObject *args, PyObject *kw)
 {
-    return xfer_batch_sync(self, args, kw, CR_XFER_WRITE, "OOOO|s:batch_transfer_sync_write");
+    return xfer_batch_sync(self, args, kw, CR_XFER_WRITE, "OOOO|ss:batch_transfer_sync_write");
 }
 
 static PyObject *engine_batch_transfer_sync_read(PyEngine *self, PyObject *args, PyObject *kw)
 {
-    return xfer_batch_sync(self, args, kw, CR_XFER_READ, "OOOO|s:batch_transfer_sync_read");
+    return xfer_batch_sync(self, args, kw, CR_XFER_READ, "OOOO|ss:batch_transfer_sync_read");
 }
 
 static int parse_opcode(PyObject *o, cr_xfer_opcode_t *op)
@@ -901,14 +901,15 @@ static PyObject *xfer_batch_async(PyEngine *self, PyObject *args, PyObject *kw, 
                                   cr_xfer_opcode_t op, const char *fmt)
 {
     static char *kwl5[] = {"target_hostname", "buffers", "peer_buffer_addresses", "lengths",
-                           "opcode", "transport_hint", NULL};
+                           "opcode", "transport_hint", "nic_hint", NULL};
     static char *kwl4[] = {"target_hostname", "buffers", "peer_buffer_addresses", "lengths",
-                           "transport_hint", NULL};
+                           "transport_hint", "nic_hint", NULL};
     PyObject *t, *b, *p, *l, *opo = NULL;
-    const char *hint = "";
-    int ok = with_opcode
-                 ? PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl5, &t, &b, &p, &l, &opo, &hint)
-                 : PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl4, &t, &b, &p, &l, &hint);
+    const char *hint = "", *nic = "";
+    int ok = with_opcode ? PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl5, &t, &b, &p, &l, &opo,
+                                                       &hint, &nic)
+                         : PyArg_ParseTupleAndKeywords(args, kw, fmt, kwl4, &t, &b, &p, &l,
+                                                       &hint, &nic);
     if (!ok)
         return NULL;
     if (opo && parse_opcode(opo, &op) < 0)
@@ -924,17 +925,17 @@ static PyObject *xfer_batch_async(PyEngine *self, PyObject *args, PyObject *kw, 
 
 static PyObject *engine_batch_transfer_async_write(PyEngine *self, PyObject *args, PyObject *kw)
 {
-    return xfer_batch_async(self, args, kw, 0, CR_XFER_WRITE, "OOOO|s:batch_transfer_async_write");
+    return xfer_batch_async(self, args, kw, 0, CR_XFER_WRITE, "OOOO|ss:batch_transfer_async_write");
 }
 
 static PyObject *engine_batch_transfer_async_read(PyEngine *self, PyObject *args, PyObject *kw)
 {
-    return xfer_batch_async(self, args, kw, 0, CR_XFER_READ, "OOOO|s:batch_transfer_async_read");
+    return xfer_batch_async(self, args, kw, 0, CR_XFER_READ, "OOOO|ss:batch_transfer_async_read");
 }
 
 static PyObject *engine_batch_transfer_async(PyEngine *self, PyObject *args, PyObject *kw)
 {
-    return xfer_batch_async(self, args, kw, 1, CR_XFER_WRITE, "OOOOO|s:batch_transfer_async");
+    return xfer_batch_async(self, args, kw, 1, CR_XFER_WRITE, "OOOOO|ss:batch_transfer_async");
 }
 
 static PyObject *engine_get_batch_transfer_status(PyEngine *self, PyObject *args, PyObject *kw)
@@ -982,11 +983,11 @@ static PyObject *engine_get_batch_transfer_status(PyEngine *self, PyObject *args
 static PyObject *engine_transfer_submit_write(PyEngine *self, PyObject *args, PyObject *kw)
 {
     static char *kwl[] = {"target_hostname", "buffer", "peer_buffer_address", "length",
-                          "transport_hint", NULL};
+                          "transport_hint", "nic_hint", NULL};
     PyObject *t, *b, *p, *l;
-    const char *hint = "";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|s:transfer_submit_write", kwl, &t, &b, &p, &l,
-                                     &hint))
+    const char *hint = "", *nic = "";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|ss:transfer_submit_write", kwl, &t, &b, &p,
+                                     &l, &hint, &nic))
         return NULL;
     xfer_args_t a;
     if (parse_one(t, b, p, l, CR_XFER_WRITE, &a) < 0)
@@ -1321,25 +1322,23 @@ static PyMethodDef engine_methods[] = {
     {"batch_unregister_memory", KW engine_batch_unregister_memory, METH_VARARGS | METH_KEYWORDS,
      "batch_unregister_memory(buffer_addresses) -> int"},
     {"transfer_sync_write", KW engine_transfer_sync_write, METH_VARARGS | METH_KEYWORDS,
-     "transfer_sync_write(target_hostname, buffer, peer_buffer_address, length) -> int"},
+     "transfer_sync_write($self, target_hostname, buffer, peer_buffer_address, length=None, transport_hint='', nic_hint='')\n--\n\nWrites length bytes to the peer: 0 or negative."},
     {"transfer_sync_read", KW engine_transfer_sync_read, METH_VARARGS | METH_KEYWORDS,
-     "transfer_sync_read(target_hostname, buffer, peer_buffer_address, length) -> int"},
+     "transfer_sync_read($self, target_hostname, buffer, peer_buffer_address, length=None, transport_hint='', nic_hint='')\n--\n\nReads length bytes from the peer: 0 or negative."},
     {"batch_transfer_sync_write", KW engine_batch_transfer_sync_write, METH_VARARGS | METH_KEYWORDS,
-     "batch_transfer_sync_write(target_hostname, buffers, peer_buffer_addresses, lengths) -> int"},
+     "batch_transfer_sync_write($self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint='', nic_hint='')\n--\n\n0 or negative."},
     {"batch_transfer_sync_read", KW engine_batch_transfer_sync_read, METH_VARARGS | METH_KEYWORDS,
-     "batch_transfer_sync_read(target_hostname, buffers, peer_buffer_addresses, lengths) -> int"},
+     "batch_transfer_sync_read($self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint='', nic_hint='')\n--\n\n0 or negative."},
     {"_transfer_sync", KW engine__transfer_sync, METH_VARARGS | METH_KEYWORDS,
      "_transfer_sync(target, buffers, peer_addresses, lengths, opcode, notify_payload=None)"},
     {"batch_transfer_async_write", KW engine_batch_transfer_async_write,
      METH_VARARGS | METH_KEYWORDS,
-     "batch_transfer_async_write(target_hostname, buffers, peer_buffer_addresses, lengths) -> "
-     "batch id (0 on failure)"},
+     "batch_transfer_async_write($self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint='', nic_hint='')\n--\n\nBatch id (0 on failure)."},
     {"batch_transfer_async_read", KW engine_batch_transfer_async_read, METH_VARARGS | METH_KEYWORDS,
-     "batch_transfer_async_read(target_hostname, buffers, peer_buffer_addresses, lengths) -> "
-     "batch id (0 on failure)"},
+     "batch_transfer_async_read($self, target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint='', nic_hint='')\n--\n\nBatch id (0 on failure)."},
     {"batch_transfer_async", KW engine_batch_transfer_async, METH_VARARGS | METH_KEYWORDS,
-     "batch_transfer_async(target_hostname, buffers, peer_buffer_addresses, lengths, opcode) -> "
-     "batch id (0 on failure)"},
+     "batch_transfer_async($self, target_hostname, buffers, peer_buffer_addresses, lengths, "
+     "opcode, transport_hint='', nic_hint='')\n--\n\nBatch id (0 on failure)."},
     {"get_batch_transfer_status", KW engine_get_batch_transfer_status, METH_VARARGS | METH_KEYWORDS,
      "get_batch_transfer_status(batch_ids) -> 0 when all completed, else negative"},
     {"transfer_submit_write", KW engine_transfer_submit_write, METH_VARARGS | METH_KEYWORDS,
