@@ -815,3 +815,83 @@ def test_declarative_transfer_remaining_cases_of_mooncakes_test(engine):
         transfer(0x1000, remote_buffer("d:1", 0x2000, 1), engine=engine)
     with pytest.raises(TypeError, match="TransferEndpoint"):
         transfer(local_buffer(0x1000, 1), 0x2000, engine=engine)
+
+
+# ---- mooncake.engine.RpcInterface: messages between two processes ----------
+
+RPC_PEER = r"""
+import sys, time
+from mooncake.engine import create_rpc_client
+import torch
+c = create_rpc_client()
+addr = sys.argv[1]
+print(c.send_data(addr, b"from-peer"), flush=True)
+print(c.send_tensor(addr, torch.arange(6, dtype=torch.int16).reshape(2, 3)), flush=True)
+c.close()
+"""
+
+
+def test_rpc_interface_between_two_processes():
+    import asyncio
+    from mooncake import engine as me
+    torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+    assert me.CoroRPCInterface is me.RpcInterface
+    got, tensors = [], []
+    srv = me.RpcInterface()
+    assert srv.initialize("127.0.0.1:0", thread_count=2) is True
+    assert srv.initialize_server("127.0.0.1:0") is False  # one server per object
+    srv.set_data_receive_callback(lambda d: got.append((d.source_address, d.data_size,
+                                                        d.get_bytes(),
+                                                        bytes(d.get_memory_view()))))
+    srv.set_tensor_receive_callback(lambda t: tensors.append(t))
+    assert srv.start_server_async() is True
+    addr = "127.0.0.1:%d" % srv.listen_port
+    try:
+        out = subprocess.run([sys.executable, "-c", RPC_PEER, addr], capture_output=True,
+                             text=True, timeout=120, env=dict(os.environ))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["0", "0"]
+        assert got[0][1:] == (9, b"from-peer", b"from-peer")
+        assert got[0][0].startswith("127.0.0.1:")
+        t = tensors[0]
+        assert (t.shape, t.dtype, t.total_bytes, t.get_data_size()) == \
+            ([2, 3], "torch.int16", 12, 12)
+        back = torch.frombuffer(bytearray(t.get_data_as_bytes()), dtype=torch.int16)
+        assert back.tolist() == list(range(6))
+        # the same object as a client, sync and async
+        cli = me.create_rpc_client(local_rank=1, world_size=2)
+        assert cli.send_data(addr, bytearray(b"x" * 100000)) == 0
+        assert got[-1][1] == 100000
+        loop = asyncio.new_event_loop()
+        try:
+            assert loop.run_until_complete(cli.send_data_async(addr, b"a1", loop)) == 0
+            assert loop.run_until_complete(
+                cli.send_tensor_async(addr, torch.ones(4), loop)) == 0
+        finally:
+            loop.close()
+        assert got[-1][2] == b"a1" and tensors[-1].shape == [4]
+        # a callback that raises: the sender gets -1, the server keeps serving
+        srv.set_data_receive_callback(lambda d: 1 / 0)
+        assert cli.send_data(addr, b"boom") == -1
+        srv.set_data_receive_callback(lambda d: got.append(d.get_bytes()))
+        assert cli.send_data(addr, b"after") == 0 and got[-1] == b"after"
+        # bad arguments
+        with pytest.raises(TypeError):
+            cli.send_data(5, b"x")
+        with pytest.raises(ValueError):
+            cli.send_data("no-port", b"x")
+        with pytest.raises(TypeError):
+            cli.send_tensor(addr, [1, 2])
+        with pytest.raises(TypeError):
+            srv.set_data_receive_callback(5)
+        cli.close()
+    finally:
+        srv.stop_server()
+    # a stopped server: sends fail with -1, never hang past the timeout
+    c2 = me.RpcInterface()
+    assert c2.initialize_client(pool_size=1, timeout_seconds=5)
+    assert c2.send_data(addr, b"late") == -1
+    assert me.RpcInterface().start_server() is False  # no initialize_server
+    s8080 = me.create_rpc_server()  # Mooncake's fixed 0.0.0.0:8080 (may be taken here)
+    assert isinstance(s8080, me.RpcInterface)
+    s8080.close()

@@ -144,7 +144,7 @@ def test_every_store_name_exists():
 
 def test_unsupported_classes_raise_named_error():
     for cls in (mstore.EngramStore, mstore.EngramStoreConfig,
-                mstore.MooncakeDistributedNoFRegister, mstore.RangedReadSnapshot):
+                mstore.MooncakeDistributedNoFRegister):
         with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
             cls()
 
@@ -1896,3 +1896,193 @@ def test_streaming_reads_and_progressive_put(store):
     assert store.alloc(0) == 0
     with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
         store.progressive_put(K("pp"), 4096, 4)
+
+
+# ---- names of Mooncake's newest bindings (the audit of tests/python/
+# mooncake_api_names.txt): each checked for its behaviour on the cluster ----------
+
+def test_every_mooncake_name_and_parameter_list_is_here():
+    """check_mooncake_api.py: every name of mooncake_api_names.txt exists with
+    Mooncake's parameter names and defaults, and docs/python.md names it."""
+    import check_mooncake_api as chk
+    docs = os.path.join(os.path.dirname(chk.HERE), os.pardir, "docs", "python.md")
+    entries, absent, differ, unins, undoc = chk.check(os.path.normpath(docs))
+    assert len(entries) > 350
+    assert (absent, differ, unins, undoc) == ([], [], [], [])
+
+
+def test_probe_key_grants_no_lease(store):
+    k = K("probe")
+    assert store.put(k, b"abc") == 0
+    assert store.probe_key(k) == 1 and store.probe_key(K("none")) == 0
+    assert store.batch_probe_key([k, K("none")]) == [1, 0]
+    assert store.batch_probe_key([]) == []
+    # no read lease was taken: a plain remove succeeds at once
+    assert store.remove(k) == 0
+    assert store.probe_key(k) == 0
+
+
+def test_get_sessions_and_put_session_revoke(store):
+    k = K("gs")
+    assert store.put(k, bytes(range(200))) == 0
+    assert store.batch_get_session_start([k, K("none")]) == [0, NOT_FOUND]
+    buf = (ctypes.c_ubyte * 64)()
+    p = ctypes.addressof(buf)
+    assert store.register_buffer(p, 64) == 0
+    assert store.batch_get_into_multi_buffer_ranges([k], [[p]], [[10]], [[150]]) == [10]
+    assert bytes(buf[:10]) == bytes(range(150, 160))
+    assert store.batch_get_session_end([k]) == 0
+    # keyword names are Mooncake's
+    assert store.batch_get_into_multi_buffer_ranges(
+        keys=[k], all_buffer_ptrs=[[p]], all_sizes=[[4]], all_src_offsets=[[0]]) == [4]
+    s = K("ps")
+    assert store.batch_put_session_start([s], [16]) == [0]
+    assert store.batch_put_from_multi_buffer_ranges(
+        keys=[s], all_buffer_ptrs=[[p]], all_sizes=[[16]], all_dst_offsets=[[0]]) == [16]
+    assert store.batch_put_session_revoke([s]) == [0]
+    assert store.batch_put_session_revoke([s]) == [NOT_FOUND]
+    assert store.is_exist(s) == 0  # revoked: nothing stored
+    closed = MooncakeDistributedStore()
+    assert closed.batch_get_session_start([k]) == [NOT_READY]
+    assert closed.batch_get_session_end([k]) == NOT_READY
+    assert store.unregister_buffer(p) == 0
+
+
+def test_ranged_reads_through_a_snapshot(store, cluster):
+    k1, k2 = K("s1"), K("s2")
+    assert store.put(k1, bytes(range(40))) == 0
+    assert store.put(k2, bytes(range(100, 140))) == 0
+    snap = store.prepare_get_into_ranges_snapshot([k1, k2, k1])
+    assert isinstance(snap, mstore.RangedReadSnapshot) and snap.keys == (k1, k2)
+    b = (ctypes.c_ubyte * 32)()
+    p = ctypes.addressof(b)
+    assert store.register_buffer(p, 32) == 0
+    res = store.get_into_ranges_from_snapshot(snap, [p], [[k1, k2]], [[[0], [8]]],
+                                              [[[1], [2]]], [[[4], [5]]])
+    assert res == [[[4], [5]]]
+    assert bytes(b[0:4]) == bytes(range(1, 5)) and bytes(b[8:13]) == bytes(range(102, 107))
+    # an upsert after the snapshot is read (crescent locates replicas per read)
+    assert store.upsert(k1, bytes(range(50, 90))) == 0
+    assert store.get_into_ranges_from_snapshot(snap, [p], [[k1]], [[[0]]], [[[0]]],
+                                               [[[3]]]) == [[[3]]]
+    assert bytes(b[0:3]) == bytes(range(50, 53))
+    other = MooncakeDistributedStore()
+    assert other.setup("localhost", cluster["metadata"], 0, "16MB", "tcp", "",
+                       cluster["master"]) == 0
+    try:
+        with pytest.raises(ValueError, match="another Store"):
+            other.get_into_ranges_from_snapshot(snap, [p], [[k1]], [[[0]]], [[[0]]], [[[1]]])
+    finally:
+        other.close()
+    with pytest.raises(TypeError):
+        store.get_into_ranges_from_snapshot(object(), [p], [[k1]], [[[0]]], [[[0]]], [[[1]]])
+    with pytest.raises(TypeError):
+        mstore.RangedReadSnapshot()
+    with pytest.raises(RuntimeError, match="not initialized"):
+        MooncakeDistributedStore().prepare_get_into_ranges_snapshot([k1])
+    assert store.unregister_buffer(p) == 0
+
+
+def test_newest_not_applicable_calls_answer(store, cluster):
+    assert store.unmount_local_disk_segment() == UNAVAILABLE
+    assert store.unmount_local_disk_segment(grace_period_seconds=5) == UNAVAILABLE
+    assert MooncakeDistributedStore().unmount_local_disk_segment() == NOT_READY
+    with pytest.raises(ValueError):
+        store.unmount_local_disk_segment(-1)
+    assert store.get_offload_rpc_read_count() == 0
+    with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+        store.begin_weight_snapshot(object(), object())
+    with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+        store._get_pyclient_capsule()
+    with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+        mstore._get_pyclient_from_wrapper(store)
+    for cls_method in ("real_register", "real_unregister_by_endpoint"):
+        with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+            getattr(mstore.MooncakeDistributedNoFRegister, cls_method)(None)
+    for kw in ({"enable_embedded_master": True}, {"enable_client_http_server": True}):
+        s = MooncakeDistributedStore()
+        with pytest.warns(RuntimeWarning):
+            assert s.setup("localhost", cluster["metadata"], 0, "16MB", "tcp", "",
+                           cluster["master"], **kw) == UNAVAILABLE
+        s.close()
+    s = MooncakeDistributedStore()
+    assert s.setup({"local_hostname": "localhost", "metadata_server": cluster["metadata"],
+                    "global_segment_size": 0, "local_buffer_size": "16MB",
+                    "master_server_addr": cluster["master"], "client_http_port": 9300,
+                    "enable_embedded_master": "false"}) == 0
+    s.close()
+    k = K("ld")
+    assert store.put(k, b"xyz") == 0
+    reps = store.get_replica_desc(k)
+    assert reps and all(r.is_memory_replica() and not r.is_local_disk_replica() for r in reps)
+
+
+def test_private_tensor_serialization_helpers(store):
+    assert mstore._tensor_metadata_size() == H
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    meta, ptr, size, owner = mstore._serialize_tensor(t)
+    assert len(meta) == H and size == 48 and ptr == owner.data_ptr()
+    k = K("ser")
+    assert store.put_tensor(k, t) == 0
+    stored = bytes(store.get_buffer(k))
+    assert stored[:H] == meta and stored[H:] == ctypes.string_at(ptr, size)
+    back = mstore._deserialize_tensor(stored)
+    assert back.dtype == torch.float32 and torch.equal(back, t)
+    with pytest.raises(ValueError):
+        mstore._serialize_tensor([1, 2])
+    with pytest.raises(ValueError):
+        mstore._deserialize_tensor(b"junk")
+
+
+def test_newest_engine_names():
+    assert mengine.Read is mengine.TransferOpcode.Read and mengine.Write == 1
+    assert mengine.TransferEngine.TransferOpcode is mengine.TransferOpcode
+    assert mengine.SUPPORT_MUSA is False and mengine.SUPPORT_MULTI_PROTOCOL is False
+    assert mengine.InnerTransferEngine is mengine.TransferEngine
+    S = mengine.ScatterTransferCompletionStatus
+    assert (int(S.COMPLETED), int(S.FAILED_DRAINED), int(S.COMPLETION_UNKNOWN)) == (0, 1, 2)
+    e = mengine.TransferEngine()
+    assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    try:
+        import json
+        topo = json.loads(e.get_local_topology())
+        assert "cpu:0" in topo and topo["cpu:0"] == [[], []]
+        assert json.loads(e.get_local_topology(device_name="mlx5_0")) == topo
+        assert e.warmup_efa_segment(e.get_local_name()) == 0
+        assert isinstance(e.get_engine(), mengine.InnerTransferEngine)
+        with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+            e.get_engine_ptr()
+        buf = np.zeros(8192, dtype=np.uint8)
+        assert e.register_memory(buf.ctypes.data, buf.nbytes) == 0  # location "*"
+        base = buf.ctypes.data
+        buf[:100] = np.arange(100, dtype=np.uint8)
+        me = e.get_local_name()
+        # nic_hint / transport_hint are accepted as in Mooncake (one NIC here)
+        assert e.transfer_sync_write(me, base, base + 4096, 10, transport_hint="",
+                                     nic_hint="mlx5_0") == 0
+        assert bytes(buf[4096:4106]) == bytes(range(10))
+        assert e.batch_transfer_sync_read(me, [base + 200], [base + 4096], [10],
+                                          nic_hint="") == 0
+        assert bytes(buf[200:210]) == bytes(range(10))
+        # scatter: op i moves lengths[i] bytes at the offsets of its regions
+        t = e.scatter_transfer_sync_write_with_ticket(
+            me, [base, base + 50], [50, 50], [base + 5000, base + 6000], [100, 100],
+            [1, 2], [0, 10], [3, 4])
+        assert t.status is S.COMPLETED and t.drained and t.drain(0) is True
+        assert bytes(buf[5000:5003]) == bytes([1, 2, 3])
+        assert bytes(buf[6010:6014]) == bytes([52, 53, 54, 55])
+        t = e.scatter_transfer_sync_read_with_ticket(
+            me, [base + 300], [16], [base], [100], [0], [90], [10])
+        assert t.status is S.COMPLETED and bytes(buf[300:310]) == bytes(range(90, 100))
+        with pytest.raises(ValueError, match="capacity"):
+            e.scatter_transfer_sync_write_with_ticket(me, [base], [8], [base + 5000], [100],
+                                                      [4], [0], [5])
+        with pytest.raises(ValueError, match="differ"):
+            e.scatter_transfer_sync_write_with_ticket(me, [base], [8], [base], [8], [0], [0],
+                                                      [1, 2])
+        t = e.scatter_transfer_sync_write_with_ticket("127.0.0.1:1", [base], [8], [base], [8],
+                                                      [0], [0], [4])
+        assert t.status is S.FAILED_DRAINED and t.drained
+        assert e.unregister_memory(base) == 0
+    finally:
+        e.close()
