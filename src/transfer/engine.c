@@ -12,6 +12,7 @@
 #include "common/tls/tls.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "transfer/engine_info.h"
 #include "transfer/xfer_internal.h"
 
 
@@ -310,3 +311,5 @@ void cr_xfer_engine_destroy(cr_xfer_engine_t *e)
 const char *cr_xfer_engine_name(const cr_xfer_engine_t *e) { return e ? e->local.name : NULL; }
 
 uint16_t cr_xfer_engine_port(const cr_xfer_engine_t *e) { return e ? e->local.rpc_port : 0; }
+
+unsigned cr__xfer_stall_ms(const cr_xfer_engine_t *e) { return e->cfg.stall_ms; }

@@ -203,6 +203,81 @@ def test_same_host_reads_do_not_go_through_the_node_process(d, tmp_path):
     s.close()
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def test_frozen_node_disk_reads_are_bounded_by_the_stall_time(d, tmp_path, monkeypatch):
+    """Regression (issue 11): a client reading a disk replica of a SIGSTOPped
+    node through its read server (a client on another host; here
+    CRESCENT_TIER_LOCAL=0) waited out the 30 s transfer timeout. The read
+    gives up after the Transfer Engine's stall time now: the frozen node's
+    disk-only objects are clean misses, the other node's disk objects are
+    read with their bytes, and all of it happens while the node is still
+    frozen (a watchdog continues it only after several stall times; the old
+    client got its answers only once the node continued). The master keeps
+    the frozen node (a long client_ttl), so the client itself must give up
+    on it; afterwards the node serves its objects again."""
+    monkeypatch.setenv("CRESCENT_TIER_LOCAL", "0")
+    c = start_master(d, ["--client_ttl=120", "--tier_promote=false"])
+    ports = [free_port(), free_port()]
+    for i in range(2):
+        os.makedirs(str(tmp_path / ("n%d" % i)))
+    nodes = [start_node(d, c, tmp_path / ("n%d" % i), dram="4MB", ssd="64MB",
+                        extra=["--ssd_port", str(ports[i])]) for i in range(2)]
+    s = client(c)
+    n = 24
+    for k in range(n):
+        assert put_retry(s, "f%d" % k, value(k, MiB)) == 0
+
+    def disk_node(key):
+        reps = (query_key(c, key) or {}).get("replicas", [])
+        if [r["tier"] for r in reps] != ["ssd"]:
+            return None
+        return ports.index(int(reps[0]["shards"][0]["segment"].rsplit(":", 1)[1]))
+
+    on = {0: [], 1: []}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        on = {0: [], 1: []}
+        for k in range(n):
+            i = disk_node("f%d" % k)
+            if i is not None:
+                on[i].append(k)
+        if len(on[0]) >= 2 and on[1]:
+            break
+        time.sleep(0.2)
+    assert len(on[0]) >= 2 and on[1], "disk-only keys per node: %s" % on
+    for k in on[0] + on[1]:  # both read servers answer (pooled connections now)
+        assert s.get("f%d" % k) == value(k, MiB)
+
+    stall_s = int(os.environ.get("CRESCENT_XFER_STALL_MS", "1000")) / 1000.0
+    hold_s = max(15.0, 8 * stall_s)
+    nodes[0].send_signal(signal.SIGSTOP)
+    watchdog = subprocess.Popen(["sh", "-c", "sleep %s; kill -CONT %d" % (hold_s, nodes[0].pid)])
+    try:
+        t0 = time.monotonic()
+        frozen = [s.get("f%d" % k) for k in on[0][:2]]
+        t1 = time.monotonic()
+        live = [s.get("f%d" % k) == value(k, MiB) for k in on[1]]
+        still_frozen = watchdog.poll() is None
+        print("frozen node: 2 disk gets took %.2f s, %d live-node disk gets %.2f s"
+              % (t1 - t0, len(on[1]), time.monotonic() - t1))
+    finally:
+        watchdog.wait()
+        nodes[0].send_signal(signal.SIGCONT)
+    assert still_frozen, ("the gets returned only after the frozen node continued "
+                          "(%.0f s): the read server path waited past the stall time" % hold_s)
+    assert all(v in (b"", None) for v in frozen), [v and len(v) for v in frozen]
+    assert all(live), "the live node's disk objects: %s" % live
+    for k in on[0]:  # the node serves them again
+        assert s.get("f%d" % k) == value(k, MiB)
+    s.close()
+
+
 def run_node(c, ssd_path, timeout=30, **kw):
     return subprocess.run(node_argv(c, ssd_path, **kw) + ["--start_timeout_s", "5"],
                           capture_output=True, text=True, timeout=timeout)

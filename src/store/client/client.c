@@ -2,6 +2,7 @@
  * segment handle cache and the master connection pool. */
 #include "store/client/client.h"
 #include "transfer/capability.h"
+#include "transfer/engine_info.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -621,6 +622,7 @@ static int create_engine(cr_store_t *s, const char *transports)
         return rc == -EINVAL ? CR_E_INVALID_PARAMS : rc;
     }
     snprintf(s->seg_name, sizeof s->seg_name, "%s", cr_xfer_engine_name(s->te));
+    s->stall_ms = cr__xfer_stall_ms(s->te);
     /* security on: nothing of ours is served to a remote READ/WRITE until
      * the master gives our segment's capability key (mount_segment) */
     if (s->auth && (rc = cr__xfer_cap_deny_all(s->te)) != 0)

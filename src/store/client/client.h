@@ -80,6 +80,7 @@ struct cr_store {
     uint64_t lbuf_size;
     unsigned rpc_timeout_ms;
     unsigned xfer_timeout_ms;
+    unsigned stall_ms; /* the engine's stall time (disk-tier reads give up after it too) */
     unsigned hb_ms;
     uint16_t te_port;
     cr__store_test_hooks_t test_hooks; /* tests only (test_hooks.h); zero otherwise */
@@ -157,6 +158,7 @@ struct cr_store {
     struct {
         char name[CR_XFER_NAME_MAX];
         int fd;
+        unsigned timeout_ms; /* its SO_RCVTIMEO/SO_SNDTIMEO */
     } tier_conns[CR__SC_TIER_CONNS];
     /* same-host disk tiers (tier_local.c); guarded by tier_mu */
     int tier_local_on; /* CRESCENT_TIER_LOCAL != "0" */
@@ -200,6 +202,8 @@ int cr__sc_segment(cr_store_t *s, const char *name, cr_xfer_segment_t *out);
  * is a node failure (timeout, unreachable, reset); cr__sc_suspect says
  * whether a segment is suspect now. */
 void cr__sc_suspect_mark(cr_store_t *s, cr_xfer_segment_t h, int err);
+/* The same by segment name (a node's disk-tier read server, tier_read.c). */
+void cr__sc_suspect_mark_name(cr_store_t *s, const char *segment, int err);
 int cr__sc_suspect(cr_store_t *s, const char *segment);
 /* 1 if any segment is suspect now (one atomic load). */
 int cr__sc_any_suspect(cr_store_t *s);

@@ -6,9 +6,12 @@
  * time again. The client remembers such segments for CR__SC_SUSPECT_MS and
  * visits their replicas last (ops.c, replica_order): other replicas serve
  * the reads, the suspect one is still tried when nothing else is left.
+ * A node's disk-tier read server that gave up (tier_read.c) is remembered
+ * the same way, by its segment name.
  * Bounded (CR__SC_SUSPECT_MAX entries, the oldest is replaced); lock-free
  * when nothing is suspect (one atomic load per get). */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -35,8 +38,16 @@ void cr__sc_suspect_mark(cr_store_t *s, cr_xfer_segment_t h, int err)
             break;
         }
     pthread_mutex_unlock(&s->seg_mu);
-    if (!name[0])
+    if (name[0])
+        cr__sc_suspect_mark_name(s, name, err);
+}
+
+void cr__sc_suspect_mark_name(cr_store_t *s, const char *segment, int err)
+{
+    if (!is_node_failure(err) || !segment[0])
         return;
+    char name[CR_XFER_NAME_MAX];
+    snprintf(name, sizeof name, "%s", segment);
     uint64_t now = cr__now_ms(), until = now + CR__SC_SUSPECT_MS;
     pthread_mutex_lock(&s->sus_mu);
     size_t slot = 0;
