@@ -96,3 +96,64 @@ def test_metadata_writer_quota():
         c.close()
     finally:
         d.stop()
+
+
+def test_idle_flood_leaves_disk_tier_read_server_usable(monkeypatch):
+    """A node's disk-tier read server (--ssd_path) is a listener like the
+    others: one source's idle connections take at most half of its slots
+    and are closed by the first-frame deadline, so a client on another
+    address still reads disk-resident objects through it (security off:
+    no handshake sorts strangers out). Regression: 64 idle connections
+    from anyone locked every reader out for good."""
+    from secutil import start_master
+    monkeypatch.setenv("CRESCENT_TIER_LOCAL", "0")  # the read server, as from another host
+    d = Daemons()
+    d.dir = tempfile.mkdtemp(prefix="cr-sec-")
+    try:
+        c = start_master(d, None)
+        so = socket.socket()
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+        so.close()
+        os.makedirs(os.path.join(d.dir, "ssd"))
+        p = d.start([exe("crescent-node"), "--master_server_address", c["master"],
+                     "--metadata_server", c["metadata"], "--local_hostname", "127.0.0.1",
+                     "--global_segment_size", "4MB", "--ssd_path", os.path.join(d.dir, "ssd"),
+                     "--ssd_capacity", "64MB", "--ssd_port", str(port)],
+                    stderr=open(os.path.join(d.dir, "node.err"), "w"))
+        wait_line(p, r"ready segment=(\S+)", "crescent-node")
+        s, rc = store_for(c, None)
+        assert rc == 0
+        val = lambda k: bytes([65 + k]) * (1 << 20)
+        for k in range(12):
+            for _ in range(200):
+                if s.put("tier-flood-%d" % k, val(k)) == 0:
+                    break
+                time.sleep(0.05)  # back pressure while the disk takes cold objects
+        on_disk = []
+        deadline = time.monotonic() + 30
+        while not on_disk and time.monotonic() < deadline:
+            for k in range(12):
+                hc = http.client.HTTPConnection("127.0.0.1", c["metrics"], timeout=10)
+                hc.request("GET", "/query_key?key=tier-flood-%d" % k)
+                r = hc.getresponse()
+                body = r.read()
+                hc.close()
+                if r.status == 200 and b'"tier":"ssd"' in body and b'"tier":"dram"' not in body:
+                    on_disk.append(k)
+            time.sleep(0.2)
+        assert on_disk, "no object reached the disk tier"
+        socks = flood(port, 100)
+        try:
+            assert s.get("tier-flood-%d" % on_disk[0]) == val(on_disk[0]), \
+                "a disk-resident object was not served during the flood"
+            assert all(closed_by_peer(x, 30) for x in socks[:10]), \
+                "idle connections were kept past the first-frame deadline"
+        finally:
+            for x in socks:
+                x.close()
+        s.close()
+    finally:
+        d.stop()
+        import shutil
+        shutil.rmtree(d.dir, ignore_errors=True)

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +26,16 @@
 
 #define COMP "tier"
 #define CONN_MAX 64
+/* Listener limits (issue 11, as every crescent listener): half of the
+ * connections per source address (the same-host socket counts as one
+ * source); a connection must send its first request (security off) or
+ * finish the key's handshake (on) within FIRST_FRAME_MS, a request's bytes
+ * within FIRST_FRAME_MS once it started, and an idle one is closed after
+ * IDLE_MS (clients reconnect: tier_read.c retries a pooled connection the
+ * node closed). */
+#define CONN_PER_SOURCE (CONN_MAX / 2)
+#define FIRST_FRAME_MS 5000
+#define IDLE_MS 60000
 #define LOCAL_MAX 256 /* same-host clients holding the data file (watched, no thread) */
 #define CONN_BUDGET (64ull << 20) /* bytes of reads in flight per connection */
 #define VALUE_MAX (1ull << 30)    /* largest object the read server serves */
@@ -51,6 +62,7 @@ struct cr__tier_node {
     pthread_mutex_t mu; /* guards conns, n_conns, locals, n_locals, corrupt */
     pthread_cond_t cv;
     int conns[CONN_MAX];
+    struct sockaddr_storage srcs[CONN_MAX]; /* conns[i]'s peer address */
     int n_conns;
     int locals[LOCAL_MAX]; /* same-host clients served: closed when they hang up */
     int n_locals;
@@ -80,6 +92,32 @@ static void note_corrupt(cr__tier_node_t *t, const char *key, uint32_t kl, uint6
 }
 
 /* ---- read server ----------------------------------------------------------- */
+
+/* 1 if a and b are the same source address (any two Unix peers are). */
+static int same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
+    return 1;
+}
+
+/* Forgets connection fd (t->mu held). */
+static void conn_forget_locked(cr__tier_node_t *t, int fd)
+{
+    for (int i = 0; i < t->n_conns; i++)
+        if (t->conns[i] == fd) {
+            t->n_conns--;
+            t->conns[i] = t->conns[t->n_conns];
+            t->srcs[i] = t->srcs[t->n_conns];
+            break;
+        }
+}
 
 typedef struct rreq {
     char key[CR__RPC_KEY_MAX];
@@ -263,19 +301,26 @@ static void *conn_main(void *arg)
         CR_LOG_RL(CR__LOG_WARN, COMP, "read server: refused a peer without the cluster key");
         goto done;
     }
+    /* a member proved itself in the handshake; a peer of an open node must
+     * send its first request within FIRST_FRAME_MS */
+    unsigned quiet_max = t->cfg.auth ? IDLE_MS : FIRST_FRAME_MS;
+    uint64_t quiet_since = cr__now_ms();
     while (!atomic_load(&t->stop)) {
         /* one request (waits), then whatever else is already queued */
         size_t n = 0;
         uint64_t budget = 0;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         int pr = poll(&p, 1, 500);
-        if (pr == 0)
+        if (pr == 0) {
+            if (cr__now_ms() - quiet_since >= quiet_max)
+                break; /* idle, or never sent a request */
             continue;
+        }
         if (pr < 0 || (p.revents & (POLLERR | POLLNVAL)))
             break;
         for (;;) {
             rreq_t *q = &qs[n];
-            if (read_req(fd, q, 30000))
+            if (read_req(fd, q, FIRST_FRAME_MS))
                 goto done;
             q->buf = NULL;
             uint64_t dl = cr__tier_disk_len(q->key_len, q->size);
@@ -359,6 +404,8 @@ static void *conn_main(void *arg)
             qs[i].buf = NULL;
         if (bad)
             break;
+        quiet_max = IDLE_MS;
+        quiet_since = cr__now_ms();
     }
 done:
     cr__ssd_ring_fini(&ring);
@@ -370,11 +417,7 @@ out:
     free(sendq);
     free(left);
     pthread_mutex_lock(&t->mu);
-    for (int i = 0; i < t->n_conns; i++)
-        if (t->conns[i] == fd) {
-            t->conns[i] = t->conns[--t->n_conns];
-            break;
-        }
+    conn_forget_locked(t, fd);
     close(fd);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
@@ -428,11 +471,7 @@ static void *local_main(void *arg)
     keep = sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof h;
 done:
     pthread_mutex_lock(&t->mu);
-    for (int i = 0; i < t->n_conns; i++)
-        if (t->conns[i] == fd) {
-            t->conns[i] = t->conns[--t->n_conns];
-            break;
-        }
+    conn_forget_locked(t, fd);
     if (keep && t->n_locals < LOCAL_MAX && !atomic_load(&t->stop))
         t->locals[t->n_locals++] = fd; /* watched by acc_main from now on */
     else
@@ -482,18 +521,27 @@ static void *acc_main(void *arg)
         if (!((p[0].revents | p[1].revents) & POLLIN))
             continue;
         int local = !(p[0].revents & POLLIN);
-        int fd = accept4(local ? t->ufd : t->lfd, NULL, NULL, SOCK_CLOEXEC);
+        struct sockaddr_storage src;
+        socklen_t sl = sizeof src;
+        memset(&src, 0, sizeof src);
+        int fd = accept4(local ? t->ufd : t->lfd, (struct sockaddr *)&src, &sl, SOCK_CLOEXEC);
         if (fd < 0)
             continue;
         if (!local)
             cr__net_set_nodelay(fd); /* request/reply: no Nagle wait after a handshake */
+        src.ss_family = local ? AF_UNIX : src.ss_family;
         pthread_mutex_lock(&t->mu);
-        if (t->n_conns >= CONN_MAX || atomic_load(&t->stop)) {
+        int same = 0;
+        for (int i = 0; i < t->n_conns; i++)
+            same += same_source(&t->srcs[i], &src);
+        if (t->n_conns >= CONN_MAX || same >= CONN_PER_SOURCE || atomic_load(&t->stop)) {
             pthread_mutex_unlock(&t->mu);
-            CR_LOG_WARN(COMP, "read server: %d connections, refusing one", CONN_MAX);
+            CR_LOG_RL(CR__LOG_WARN, COMP, "read server: too many connections%s, refusing one",
+                      same >= CONN_PER_SOURCE ? " from one address" : "");
             close(fd);
             continue;
         }
+        t->srcs[t->n_conns] = src;
         t->conns[t->n_conns++] = fd;
         pthread_mutex_unlock(&t->mu);
         conn_arg_t *ca = malloc(sizeof *ca);
@@ -505,11 +553,7 @@ static void *acc_main(void *arg)
                     pthread_create(&th, &at, local ? local_main : conn_main, ca))) {
             free(ca);
             pthread_mutex_lock(&t->mu);
-            for (int i = 0; i < t->n_conns; i++)
-                if (t->conns[i] == fd) {
-                    t->conns[i] = t->conns[--t->n_conns];
-                    break;
-                }
+            conn_forget_locked(t, fd);
             pthread_mutex_unlock(&t->mu);
             close(fd);
         }
@@ -927,6 +971,7 @@ int cr__tier_node_start(const cr__tier_node_cfg_t *c, cr__tier_node_t **out, cha
         goto fail;
     }
     t->lfd = rc;
+    cr__auth_warn_open(c->auth, "disk tier read server", t->host);
     snprintf(t->seg, sizeof t->seg, CR__TIER_SSD_PREFIX "%s:%u", t->host, t->port);
     local_listen(t);
     rc = cr__rpc_client_create(c->master, (int)c->rpc_timeout_ms, (int)c->rpc_timeout_ms, &t->rpc);
