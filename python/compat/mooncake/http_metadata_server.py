@@ -10,16 +10,21 @@ Two forms, same HTTP API (``GET/PUT/DELETE /metadata?key=K``, ``GET /health``):
   ``close()``), crescent's own implementation on the standard library
   (``http.server``; Mooncake's uses aiohttp, which Debian's Python here does
   not have). ``store`` is the key -> bytes dict; keys are stripped of
-  surrounding blanks, a missing or blank key is refused with 400.
+  surrounding blanks, a missing or blank key is refused with 400. It has
+  no credentials: it listens on 0.0.0.0 by default as Mooncake's (peers on
+  other hosts bootstrap through it), warns loudly when it listens beyond
+  loopback, and bounds its connections like every crescent listener
+  (mooncake/_listener.py; docs/security.md).
 """
 import asyncio
 import enum
 import logging
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
+from mooncake._listener import IDLE_S, BoundedHTTPServer, warn_if_open
 from mooncake.cli import http_metadata_server_main as main
 
 __all__ = ["main", "KVBootstrapServer", "KVPoll"]
@@ -92,6 +97,8 @@ class KVBootstrapServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = IDLE_S  # idle, first byte, trickled request: closed after
+
             def _serve(self):
                 url = urlparse(self.path)
                 if url.path == "/health" and self.command == "GET":
@@ -135,12 +142,13 @@ class KVBootstrapServer:
         Mooncake's). A bind failure raises OSError here, and nothing is
         logged as started; self.port is the bound port (port 0: ephemeral)."""
         try:
-            self._httpd = ThreadingHTTPServer((self.host, self.port), self._handler())
+            self._httpd = BoundedHTTPServer((self.host, self.port), self._handler())
         except OSError:
             self._thread = threading.Thread(target=lambda: None, name="mooncake-metadata")
             self._thread.start()  # Mooncake's run() leaves a finished thread behind
             raise
         self.port = self._httpd.server_address[1]
+        warn_if_open("KVBootstrapServer (HTTP metadata)", self.host)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
                                         name="mooncake-metadata")
         self._thread.start()

@@ -20,9 +20,14 @@ JSON answers:
                              {"mode": "prefill"} unmounts them
 
 Bodies are bounded (100 MiB, as Mooncake's). Errors answer 400 (missing or
-invalid fields) or 500 with {"error": ...}. The service listens on
-0.0.0.0 like Mooncake's unless ``host`` / ``--host`` says otherwise: it has
-no authentication, so bind it to a trusted interface.
+invalid fields) or 500 with {"error": ...}. Security (docs/security.md): the
+service listens on 127.0.0.1 unless ``host`` / ``--host`` says otherwise
+(Mooncake's listens on 0.0.0.0) and warns loudly when it listens beyond
+loopback without a cluster key; with a cluster key
+($CRESCENT_CLUSTER_KEY_FILE, what its store client uses too) every request
+must carry a valid ``X-Crescent-Auth`` signature, else 401
+(``mooncake._listener.auth_header`` signs one). Connections are bounded like
+every crescent listener's (mooncake/_listener.py).
 """
 import argparse
 import asyncio
@@ -33,9 +38,11 @@ import logging
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlparse
 
+from mooncake._listener import (IDLE_S, BoundedHTTPServer, HttpAuth, _RateLimited,
+                                warn_if_open)
 from mooncake.http_metadata_server import _Response
 from mooncake.mooncake_config import MooncakeConfig
 
@@ -123,6 +130,8 @@ class MooncakeStoreService:
         self._httpd = None
         self._thread = None
         self.port = None
+        self._auth = None  # HttpAuth when a cluster key is set (start_http_service)
+        self._refusals = _RateLimited()
         self.config = (MooncakeConfig.from_file(config_path) if config_path
                        else MooncakeConfig.load_from_env())
         for k, v in (cli_config or {}).items():
@@ -371,14 +380,26 @@ class MooncakeStoreService:
         service = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = IDLE_S  # idle, first byte, trickled request: closed after
+
             def _serve(self):
                 n = int(self.headers.get("Content-Length") or 0)
-                if n < 0 or n > MAX_BODY:
+                auth = service._auth
+                sig = self.headers.get("X-Crescent-Auth")
+                if auth is not None and not sig:
+                    r = _error(401, "X-Crescent-Auth required (cluster key)")
+                    self.close_connection = True  # the body is never read
+                elif n < 0 or n > MAX_BODY:
                     r = _error(413, "body too large")
                     self.close_connection = True
                 else:
                     body = self.rfile.read(n) if n else b""
-                    r = service._dispatch(self.command, urlparse(self.path).path, body)
+                    if auth is not None and not auth.verify(sig, self.command, self.path, body):
+                        service._refusals.warning("REST API: refused a request with a bad "
+                                                  "signature from %s", self.client_address[0])
+                        r = _error(401, "bad or replayed X-Crescent-Auth")
+                    else:
+                        r = service._dispatch(self.command, urlparse(self.path).path, body)
                 self.send_response(r.status)
                 self.send_header("Content-Type", r.content_type)
                 self.send_header("Content-Length", str(len(r.body)))
@@ -392,11 +413,16 @@ class MooncakeStoreService:
 
         return Handler
 
-    async def start_http_service(self, port=8080, host="0.0.0.0"):
+    async def start_http_service(self, port=8080, host="127.0.0.1"):
         """Serves the REST API in a background thread; self.port is the
-        bound port (port 0 = ephemeral). True once listening."""
-        self._httpd = ThreadingHTTPServer((host, port), self._handler())
-        self._httpd.daemon_threads = True
+        bound port (port 0 = ephemeral). True once listening. With a cluster
+        key ($CRESCENT_CLUSTER_KEY_FILE, security on) every request must be
+        signed (X-Crescent-Auth, mooncake._listener.auth_header), else 401;
+        without one it warns loudly when host is beyond loopback."""
+        self._auth = HttpAuth.from_environment()
+        self._refusals = _RateLimited()
+        self._httpd = BoundedHTTPServer((host, port), self._handler())
+        warn_if_open("mooncake store service REST API", host, self._auth is not None)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
                                         name="mooncake-store-service")
@@ -411,8 +437,8 @@ def parse_arguments(argv=None):
     p.add_argument("-D", "--define", action="append", default=[],
                    help="Override configuration with key=value pairs")
     p.add_argument("--port", type=int, default=8080, help="HTTP API port (default: 8080)")
-    p.add_argument("--host", type=str, default="0.0.0.0",
-                   help="HTTP API address (default: 0.0.0.0, as Mooncake's)")
+    p.add_argument("--host", type=str, default="127.0.0.1",
+                   help="HTTP API address (default: 127.0.0.1; Mooncake's is 0.0.0.0)")
     p.add_argument("--max-wait-time", type=float, default=60,
                    help="Maximum total wait time in seconds (default: 60)")
     return p.parse_args(argv)

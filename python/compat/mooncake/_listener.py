@@ -1,0 +1,176 @@
+"""What every crescent listener does (docs/security.md, issue 11), for the
+HTTP servers of the Python package (the store service's REST API and
+KVBootstrapServer), which run on the standard library's http.server:
+
+* ``BoundedHTTPServer``: at most MAX_CONNS connections, MAX_PER_SOURCE per
+  source address (one source cannot take the slots of others); a connection
+  that sends nothing (first byte, idle keep-alive, a trickled request) for
+  IDLE_S seconds is closed; refused connections are logged rate-limited.
+* ``warn_if_open``: the loud start-up warning of a listener beyond loopback
+  without credentials (the C daemons print the same line).
+* ``HttpAuth``: the cluster key's HTTP signature (``X-Crescent-Auth``,
+  docs/security.md "HTTP signatures"), checked like the C servers do
+  (±60 s of clock skew, nonces remembered for twice that), and
+  ``auth_header`` to sign a request.
+"""
+import collections
+import hashlib
+import hmac
+import logging
+import os
+import stat
+import struct
+import threading
+import time
+from http.server import ThreadingHTTPServer
+
+logger = logging.getLogger("mooncake.security")
+
+MAX_CONNS = 256
+MAX_PER_SOURCE = 64
+IDLE_S = 30
+KEY_ENV = "CRESCENT_CLUSTER_KEY_FILE"
+SKEW_S = 60
+REPLAY_MAX = 8192
+
+
+class _RateLimited:
+    """At most 5 lines per 10 s per call site, then one counting the rest."""
+
+    def __init__(self, n=5, window_s=10.0):
+        self.n, self.window_s = n, window_s
+        self.lock = threading.Lock()
+        self.start, self.count, self.suppressed = 0.0, 0, 0
+
+    def warning(self, msg, *args):
+        now = time.monotonic()
+        with self.lock:
+            if now - self.start >= self.window_s:
+                if self.suppressed:
+                    logger.warning("(%d similar lines suppressed)", self.suppressed)
+                self.start, self.count, self.suppressed = now, 0, 0
+            self.count += 1
+            if self.count > self.n:
+                self.suppressed += 1
+                return
+        logger.warning(msg, *args)
+
+
+def is_loopback(host):
+    return host in ("localhost", "::1") or str(host).startswith("127.")
+
+
+def warn_if_open(what, host, credentials=False):
+    """Logs the loud warning when `what` listens beyond loopback without
+    credentials. Returns True if it warned."""
+    if credentials or is_loopback(host):
+        return False
+    logger.error("WARNING: %s listens on %s WITHOUT CREDENTIALS: anyone who can reach it can "
+                 "read, overwrite or remove cluster data. Bind it to 127.0.0.1 or put it behind "
+                 "an authenticating proxy (docs/security.md)", what,
+                 host if host not in ("", "0.0.0.0", "::") else "all addresses")
+    return True
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with crescent's listener limits (module doc).
+    Handlers must set ``timeout = IDLE_S`` (BaseHTTPRequestHandler applies
+    it to the connection's socket)."""
+    daemon_threads = True
+    max_conns = MAX_CONNS
+    max_per_source = MAX_PER_SOURCE
+
+    def __init__(self, *args, **kw):
+        self._conn_lock = threading.Lock()
+        self._open = {}  # accepted socket -> source address
+        self._by_source = collections.Counter()
+        self._refusals = _RateLimited()
+        super().__init__(*args, **kw)
+
+    def verify_request(self, request, client_address):
+        src = client_address[0] if isinstance(client_address, tuple) else ""
+        with self._conn_lock:
+            full = len(self._open) >= self.max_conns
+            if full or self._by_source[src] >= self.max_per_source:
+                refused = True
+            else:
+                refused = False
+                self._open[request] = src
+                self._by_source[src] += 1
+        if refused:
+            self._refusals.warning("%s: too many connections%s, refusing one",
+                                   type(self).__name__, "" if full else " from " + src)
+        return not refused
+
+    def shutdown_request(self, request):
+        with self._conn_lock:
+            src = self._open.pop(request, None)
+            if src is not None:
+                self._by_source[src] -= 1
+                if not self._by_source[src]:
+                    del self._by_source[src]
+        super().shutdown_request(request)
+
+
+def read_key_file(path):
+    """The cluster key in path, as the C library reads it (trailing blanks
+    stripped, at least 32 bytes, mode 0600 or stricter). Raises ValueError."""
+    st = os.stat(path)
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError("cluster key file %s is readable by others: chmod 600 it" % path)
+    key = open(path, "rb").read().rstrip(b"\r\n\t ")
+    if len(key) < 32:
+        raise ValueError("cluster key file %s: at least 32 bytes of secret" % path)
+    return key
+
+
+def _mac(key, method, target, ts, nonce, body):
+    msg = (b"crescent http v1\0" + method.encode() + b"\0" + target.encode() + b"\0" +
+           struct.pack("<Q", ts) + nonce + hashlib.sha256(body).digest())
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def auth_header(method, target, body=b"", key_file=None):
+    """The X-Crescent-Auth value that signs one request (target: the path
+    and query exactly as sent) with the cluster key of key_file or
+    $CRESCENT_CLUSTER_KEY_FILE."""
+    key = read_key_file(key_file or os.environ[KEY_ENV])
+    ts, nonce = int(time.time()), os.urandom(16)
+    return "v1:%d:%s:%s" % (ts, nonce.hex(), _mac(key, method, target, ts, nonce, body).hex())
+
+
+class HttpAuth:
+    """Checks X-Crescent-Auth signatures with one cluster key."""
+
+    def __init__(self, key):
+        self.key = key
+        self._lock = threading.Lock()
+        self._seen = collections.OrderedDict()  # nonce -> ts
+
+    @classmethod
+    def from_environment(cls):
+        """An HttpAuth for $CRESCENT_CLUSTER_KEY_FILE, or None when it is
+        unset (security off). Raises ValueError for a bad key file."""
+        path = os.environ.get(KEY_ENV)
+        return cls(read_key_file(path)) if path else None
+
+    def verify(self, header, method, target, body):
+        """True if header is a fresh, genuine signature of this request."""
+        try:
+            v, ts, nonce, mac = (header or "").split(":")
+            ts, nonce, mac = int(ts), bytes.fromhex(nonce), bytes.fromhex(mac)
+        except ValueError:
+            return False
+        now = int(time.time())
+        if v != "v1" or len(nonce) != 16 or len(mac) != 32 or abs(now - ts) > SKEW_S:
+            return False
+        if not hmac.compare_digest(mac, _mac(self.key, method, target, ts, nonce, body)):
+            return False
+        with self._lock:
+            while self._seen and (len(self._seen) >= REPLAY_MAX or
+                                  next(iter(self._seen.values())) < now - 2 * SKEW_S):
+                self._seen.popitem(last=False)
+            if nonce in self._seen:
+                return False  # a replay
+            self._seen[nonce] = ts
+        return True
