@@ -62,6 +62,12 @@ def test_idle_rpc_flood_leaves_master_usable(which, request):
     finally:
         for s in socks:
             s.close()
+    # the refusals are logged rate-limited (5 lines per 10 s per call site,
+    # then a count): hundreds of refused connections, a few lines. Regression:
+    # one line per refused connection, 22 MB of log in 75 s.
+    with open(os.path.join(c["dir"], "master.err"), errors="replace") as f:
+        lines = [l for l in f if "refus" in l or "without a first frame" in l]
+    assert len(lines) <= 60, "%d log lines about refused connections" % len(lines)
 
 
 def test_idle_http_flood_leaves_metadata_usable(secure):
@@ -157,3 +163,39 @@ def test_idle_flood_leaves_disk_tier_read_server_usable(monkeypatch):
         d.stop()
         import shutil
         shutil.rmtree(d.dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("cap", ["--max_objects=20", "--max_key_bytes=40000"])
+def test_master_metadata_cap_refuses_new_keys_clearly(cap):
+    """Attack 5: the master's metadata is capped (objects and key bytes):
+    past the cap a put of a new key fails with KEYS_ULTRA_LIMIT (-1203), the
+    master says why in its log and counts it, and what is stored stays
+    readable. Regression: no cap (4 KiB keys cost ~4.4 KB of master RAM per
+    64-byte object, without bound)."""
+    from secutil import start_master, start_node
+    d = Daemons()
+    d.dir = tempfile.mkdtemp(prefix="cr-sec-")
+    try:
+        c = start_master(d, None, [cap])
+        start_node(d, c, None)
+        s, rc = store_for(c, None)
+        assert rc == 0
+        keys = ["cap-%d-" % i + "k" * 1990 for i in range(30)]  # ~2 KB keys
+        rcs = [s.put(k, b"x" * 64) for k in keys]
+        ok = rcs.count(0)
+        assert 0 < ok < 30 and set(rcs[ok:]) == {-1203}, rcs
+        assert all(s.get(k) == b"x" * 64 for k in keys[:ok])
+        hc = http.client.HTTPConnection("127.0.0.1", c["metrics"], timeout=10)
+        hc.request("GET", "/metrics")
+        text = hc.getresponse().read().decode()
+        hc.close()
+        n = [l for l in text.splitlines()
+             if not l.startswith("#") and "puts_refused_metadata_full_total" in l]
+        assert n and int(float(n[0].split()[-1])) == 30 - ok, n
+        s.close()
+    finally:
+        d.stop()
+    with open(os.path.join(d.dir, "master.err"), errors="replace") as f:
+        assert "metadata full" in f.read()
+    import shutil
+    shutil.rmtree(d.dir, ignore_errors=True)
