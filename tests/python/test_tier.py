@@ -255,9 +255,10 @@ def test_frozen_node_disk_reads_are_bounded_by_the_stall_time(d, tmp_path, monke
         assert s.get("f%d" % k) == value(k, MiB)
 
     stall_s = int(os.environ.get("CRESCENT_XFER_STALL_MS", "1000")) / 1000.0
-    hold_s = max(15.0, 8 * stall_s)
+    hold_s = max(15.0, 4 * stall_s + 5)  # the gets below need ~2 stall times
     nodes[0].send_signal(signal.SIGSTOP)
-    watchdog = subprocess.Popen(["sh", "-c", "sleep %s; kill -CONT %d" % (hold_s, nodes[0].pid)])
+    watchdog = subprocess.Popen(["sh", "-c", "sleep %s; kill -CONT %d" % (hold_s, nodes[0].pid)],
+                                start_new_session=True)
     try:
         t0 = time.monotonic()
         frozen = [s.get("f%d" % k) for k in on[0][:2]]
@@ -267,6 +268,8 @@ def test_frozen_node_disk_reads_are_bounded_by_the_stall_time(d, tmp_path, monke
         print("frozen node: 2 disk gets took %.2f s, %d live-node disk gets %.2f s"
               % (t1 - t0, len(on[1]), time.monotonic() - t1))
     finally:
+        if watchdog.poll() is None:  # the answers are in: no need to wait for it
+            os.killpg(watchdog.pid, signal.SIGKILL)
         watchdog.wait()
         nodes[0].send_signal(signal.SIGCONT)
     assert still_frozen, ("the gets returned only after the frozen node continued "

@@ -174,3 +174,19 @@ def test_key_file_readable_by_others_refused(tmp_path):
     r = subprocess.run([exe("crescent-master"), "--rpc_port=0", "--metrics_port=-1",
                         "--cluster_key_file=%s" % kf], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "chmod 600" in r.stderr
+
+
+@pytest.mark.parametrize("daemon", ["crescent-metadata", "crescent-conductor"])
+def test_other_daemons_beyond_loopback_without_credentials_warn(daemon, tmp_path):
+    """Attack 8 for the standalone metadata service and the conductor: bound
+    to all addresses without a key they say so loudly at start (the master's
+    warning is tested above; the Python servers' in test_python_services)."""
+    d = Daemons()
+    try:
+        err = tmp_path / "err"
+        p = d.start([exe(daemon), "--port", "0", "--host", "0.0.0.0"], stderr=open(err, "w"))
+        wait_line(p, r"(serving|listening on) ", daemon)
+    finally:
+        d.stop()
+    text = err.read_text()
+    assert "WITHOUT CREDENTIALS" in text, text
