@@ -81,6 +81,20 @@ class _NativeCfg:
         self._upsert = upsert
 
 
+class _Required:
+    """Default of a setup() parameter Mooncake's binding requires: it may be
+    left out only by Mooncake's other overload, setup(config_dict)."""
+    _mooncake_required = True
+
+    def __repr__(self):
+        return "<required>"
+
+
+_REQUIRED = _Required()
+_SETUP_REQUIRED = ("metadata_server", "global_segment_size", "local_buffer_size", "protocol",
+                   "rdma_devices", "master_server_addr")
+
+
 class _Unavailable(Exception):
     pass
 
@@ -222,16 +236,20 @@ class DistributedStore(_crescent.DistributedStore):
 
     # ---- lifecycle -----------------------------------------------------------
 
-    def setup(self, local_hostname, metadata_server=None, global_segment_size=16 << 20,
-              local_buffer_size=16 << 20, protocol="tcp", rdma_devices="",
-              master_server_addr="127.0.0.1:50051", engine=None, ipc_socket_path="",
-              enable_ssd_offload=False, ssd_offload_path="", tenant_id="default",
-              ssd_prefetch_cooldown_sec=5, ssd_prefetch_dedup_ttl_sec=30, *,
-              enable_client_http_server=False, client_http_port=9300,
-              enable_embedded_master=False):
+    def setup(self, local_hostname, metadata_server=_REQUIRED, global_segment_size=_REQUIRED,
+              local_buffer_size=_REQUIRED, protocol=_REQUIRED, rdma_devices=_REQUIRED,
+              master_server_addr=_REQUIRED, engine=None, enable_ssd_offload=False,
+              ssd_offload_path="", tenant_id="default", enable_client_http_server=False,
+              client_http_port=9300, enable_embedded_master=False, *, ipc_socket_path="",
+              ssd_prefetch_cooldown_sec=5, ssd_prefetch_dedup_ttl_sec=30):
         """Mooncake's setup(): connects to the master, mounts
         global_segment_size bytes of this process and maps the local buffer.
         Also setup(dict) with the same keys. Returns 0 or a negative code.
+        The parameters are those of Mooncake's current binding, in its
+        positional order; the first seven are required (TypeError without
+        them) unless the only argument is a dict (Mooncake's other
+        overload). ipc_socket_path and the two ssd_prefetch_* throttles of
+        Mooncake's earlier versions are keyword-only here.
         Not applicable here, refused with -1011 (UNAVAILABLE_IN_CURRENT_MODE)
         and a RuntimeWarning naming the reason: enable_ssd_offload=True (an
         embedded client has no disk tier; crescent-node --ssd_path has one)
@@ -251,7 +269,9 @@ class DistributedStore(_crescent.DistributedStore):
         The transfer port is chosen in 12300-14300 like Mooncake's
         (MC_LEGACY_RPC_PORT_BINDING=1 binds the port given in local_hostname);
         get_hostname() then returns "<local_hostname>:<port>"."""
-        if isinstance(local_hostname, dict) and metadata_server is None:
+        given = (metadata_server, global_segment_size, local_buffer_size, protocol,
+                 rdma_devices, master_server_addr)
+        if isinstance(local_hostname, dict) and all(v is _REQUIRED for v in given):
             d = dict(local_hostname)
             local_hostname = d.get("local_hostname", "localhost")
             metadata_server = d.get("metadata_server", "")
@@ -270,6 +290,11 @@ class DistributedStore(_crescent.DistributedStore):
             enable_client_http_server = d.get("enable_client_http_server", False)
             client_http_port = _dict_int(d, "client_http_port", 9300)
             enable_embedded_master = d.get("enable_embedded_master", False)
+        else:
+            missing = [n for n, v in zip(_SETUP_REQUIRED, given) if v is _REQUIRED]
+            if missing:
+                raise TypeError("setup() missing required argument(s): %s (or pass one "
+                                "config dict)" % ", ".join(missing))
         if metadata_server is None:
             metadata_server = ""
         if not isinstance(local_hostname, str):
@@ -1241,7 +1266,9 @@ class DistributedStore(_crescent.DistributedStore):
 
     def put_tensor(self, key, tensor):
         """Stores a tensor (Mooncake's header + data). 0 or negative (-600 for
-        a non-tensor, an empty tensor, more than 8 dims)."""
+        a non-tensor, an unknown dtype, more than 8 dims). A tensor with no
+        element is stored as the header alone, as Mooncake does; get_tensor
+        returns an empty tensor of its dtype and shape."""
         return self._write_tensor(key, tensor, None, False)
 
     def pub_tensor(self, key, tensor, config=None):
@@ -1399,7 +1426,7 @@ class DistributedStore(_crescent.DistributedStore):
     def _check_tensor_buf(self, ptr, size):
         a, _ = _addr(ptr)
         _int(size, "size")
-        if size <= tc.MIN_HEADER or not a or not self._registered(a, size):
+        if size < tc.MIN_HEADER or not a or not self._registered(a, size):
             return None  # only registered memory is read (as Mooncake requires)
         return tc.decode_at(a, size)
 
@@ -1551,8 +1578,8 @@ class DistributedStore(_crescent.DistributedStore):
         if not tc.is_tensor(chunk):
             return INVALID_PARAMS
         if not _is_seq(full_shape) or not all(isinstance(d, int) and not isinstance(d, bool)
-                                              and d > 0 for d in full_shape):
-            raise TypeError("full_shape must be a list of positive int")
+                                              and d >= 0 for d in full_shape):
+            raise TypeError("full_shape must be a list of int >= 0")
         nd = len(full_shape)
         code = tc.dtype_code(chunk.dtype)
         if code is None or chunk.dim() != nd or not 0 < nd <= 4 or not 0 <= split_dim < nd or \
@@ -1561,8 +1588,9 @@ class DistributedStore(_crescent.DistributedStore):
         step = -(-full_shape[split_dim] // tp_size)  # torch.chunk's split size
         start = tp_rank * step
         want = max(0, min(step, full_shape[split_dim] - start))
-        if list(chunk.shape) != [want if d == split_dim else full_shape[d] for d in range(nd)] \
-                or want == 0:
+        # a chunk with no element (a 0 dimension, or a rank past the rows
+        # tensor.chunk gives) is stored like any other, as Mooncake does
+        if list(chunk.shape) != [want if d == split_dim else full_shape[d] for d in range(nd)]:
             return INVALID_PARAMS
         shard = tc.tp_key(key, tp_rank)
         rc = self._write_tensor(shard, chunk.contiguous(), None, True)

@@ -18,8 +18,10 @@ by the raw C-contiguous element bytes (little-endian)::
 so a tensor written by crescent reads back with Mooncake's ``get_tensor``
 and the other way round; the checks on read are Mooncake's
 (ValidateTensorMetadata). Mooncake's older 40-byte header (int32 dtype,
-int32 ndim, int64 shape[4]) is still read. Tensors with no element or more
-than 8 dimensions are refused (-600), as Mooncake does.
+int32 ndim, int64 shape[4]) is still read. A tensor with no element (a
+dimension of 0) is stored as the header alone (data_bytes 0) and reads back
+as an empty tensor of its dtype and shape, as in Mooncake's current binding;
+tensors of more than 8 dimensions or an unknown dtype are refused (-600).
 
 safetensors: 8-byte little-endian header length N, N bytes of JSON
 (``{"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]},
@@ -99,14 +101,14 @@ def _dims(shape):
 
 def encode(tensor, global_shape=None, axes=()):
     """(header bytes, data buffer, contiguous tensor) of a tensor, or None
-    when Mooncake refuses it (not a tensor, no element, unknown dtype, more
-    than 8 dims). A shard names the full tensor's global_shape and its axes:
+    when Mooncake refuses it (not a tensor, unknown dtype, more than 8
+    dims). A tensor with no element gives empty data. A shard names the full tensor's global_shape and its axes:
     (kind "tp"/"dp"/"ep"/"pp", shard_rank, shard_count, split_dim or -1)."""
     t = torch()
     if not isinstance(tensor, t.Tensor):
         return None
     code = dtype_code(tensor.dtype)
-    if code is None or tensor.dim() > MAX_DIMS or tensor.numel() == 0:
+    if code is None or tensor.dim() > MAX_DIMS:
         return None
     c = tensor.detach()
     if c.device.type != "cpu":
@@ -127,6 +129,8 @@ def encode(tensor, global_shape=None, axes=()):
         else:
             flat += [0] * 7
     hdr += LAYOUT.pack(*_dims(gshape), *_dims(local), len(axes), 0, *flat)
+    if nbytes == 0:
+        return hdr, memoryview(b""), c
     raw = c.reshape(-1).view(t.uint8)
     return hdr, memoryview(raw.numpy()), c
 
@@ -157,7 +161,9 @@ def parse(buf):
                 n_axes > MAX_AXES or kind > SHARD or not HEADER_SIZE <= off <= n or \
                 nbytes != n - off:
             return None
-        if any(gshape[i] <= 0 or local[i] < 0 for i in range(ndim)) or \
+        # a dimension of 0 is a tensor with no element (Mooncake's current
+        # binding stores and reads those); a negative one is malformed
+        if any(gshape[i] < 0 or local[i] < 0 for i in range(ndim)) or \
                 any(gshape[i] != -1 or local[i] != -1 for i in range(ndim, MAX_DIMS)):
             return None
         for i in range(n_axes):
@@ -176,7 +182,7 @@ def parse(buf):
     if dt is None:
         return None
     esize = torch().empty(0, dtype=dt).element_size()
-    if _count(shape) == 0 or (n - off) != _count(shape) * esize:
+    if (n - off) != _count(shape) * esize:
         return None
     return dt, shape, off
 
@@ -203,6 +209,8 @@ def decode(buf, copy=True):
     if h is None:
         return None
     dt, shape, off = h
+    if _count(shape) == 0:
+        return t.empty(shape, dtype=dt)  # no element: nothing to share or copy
     data = mv[off:]
     if copy or data.readonly:
         data = bytearray(data)
@@ -213,7 +221,7 @@ def decode(buf, copy=True):
 def decode_at(ptr, length):
     """decode() of `length` bytes at address ptr, sharing that memory."""
     import ctypes
-    if length <= MIN_HEADER:
+    if length < MIN_HEADER:
         return None
     arr = (ctypes.c_ubyte * length).from_address(ptr)
     return decode(memoryview(arr).cast("B"), copy=False)

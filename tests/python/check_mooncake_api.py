@@ -99,7 +99,13 @@ def check_params(obj, plist):
     has_varkw = any(p.kind is p.VAR_KEYWORD for p in params)
     diffs = []
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    want_pos = [n for n, _d, var in plist if not var]
+    # Mooncake's positional parameters: those before a variadic one (after
+    # *parts a parameter can only be given by keyword)
+    want_pos = []
+    for n, _d, var in plist:
+        if var:
+            break
+        want_pos.append(n)
     for name, default, var in plist:
         if var:
             if not any(p.kind is p.VAR_POSITIONAL for p in params):
@@ -115,11 +121,21 @@ def check_params(obj, plist):
             diffs.append("%s default %r, Mooncake %r" % (name, p.default, default))
         if default is not _MISSING and p.default is p.empty:
             diffs.append("%s required, Mooncake's defaults to %r" % (name, default))
-    # Mooncake's positional order must be crescent's for its leading parameters
-    mine = [n for n in positional if n in want_pos]
-    ref = [n for n in want_pos if n in positional]
-    if mine != ref:
-        diffs.append("positional order %s, Mooncake %s" % (mine, ref))
+        # a parameter Mooncake requires has no default value here either.
+        # Allowed: None (crescent's extension, e.g. a size taken from the
+        # buffer object given instead of an address) and a marker default
+        # (_mooncake_required) standing for "required unless Mooncake's other
+        # overload is called" (setup(config_dict))
+        if default is _MISSING and p.default is not p.empty and p.default is not None and \
+                not getattr(p.default, "_mooncake_required", False):
+            diffs.append("%s defaults to %r, Mooncake requires it" % (name, p.default))
+    # Mooncake's positional parameters are crescent's first positional ones,
+    # in Mooncake's order: a call with Mooncake's positional arguments binds
+    # every value to the same parameter (an extra of crescent's may follow
+    # them, or be keyword-only)
+    if positional[:len(want_pos)] != want_pos:
+        diffs.append("positional parameters %s, Mooncake %s"
+                     % (positional[:len(want_pos) + 1], want_pos))
     return diffs
 
 

@@ -123,6 +123,7 @@ def test_bad_arguments_get_mooncakes_answers(cluster):
     try:
         buf = np.zeros(8192, dtype=np.uint8)
         p = buf.ctypes.data
+        args7 = ("localhost", cluster["metadata"], 0, "16MB", "tcp", "", cluster["master"])
         # wrong types
         for call in (lambda: s.create_copy_task(b"k", ["seg"]),
                      lambda: s.create_copy_task("k", "seg"),
@@ -131,7 +132,10 @@ def test_bad_arguments_get_mooncakes_answers(cluster):
                      lambda: s.batch_replica_clear(["k"], segment_name=3),
                      lambda: s.batch_replica_clear("k"),
                      lambda: s.setup("localhost", tenant_id=1),
-                     lambda: s.setup("localhost", enable_ssd_offload=[]),
+                     lambda: s.setup(*args7, tenant_id=1),
+                     lambda: s.setup(*args7, None, []),  # enable_ssd_offload, 9th
+                     lambda: s.setup(*args7, None, False, 5),  # ssd_offload_path, 10th
+                     lambda: s.setup(*args7, ipc_socket_path=3),
                      lambda: s.put_from("k", "not a pointer", 10)):
             with pytest.raises(TypeError):
                 call()

@@ -244,13 +244,33 @@ def test_setup_hostname_port_range_health_and_dummy(cluster):
     with pytest.raises(TypeError):
         s.setup(*args, no_such_argument=1)
     assert s.health_check() == NOT_READY  # none of those set it up
-    with pytest.warns(RuntimeWarning, match="ipc_socket_path"):
-        assert s.setup(*args, None, "/tmp/mc.sock", False, "", "default") == 0
+    # Mooncake's current positional order: engine, enable_ssd_offload,
+    # ssd_offload_path, tenant_id, enable_client_http_server, client_http_port,
+    # enable_embedded_master (the 9th is enable_ssd_offload, not ipc_socket_path)
+    assert s.setup(*args, None, False, "", "default", False, 9300, False) == 0
     assert s.close() == 0
-    # Mooncake's SSD-prefetch throttle (13th and 14th arguments): checked ints,
-    # no effect without the embedded SSD offload tier; vLLM finds them in the doc
+    with pytest.warns(RuntimeWarning, match="disk tier"):
+        assert s.setup(*args, None, True) == UNAVAILABLE
+    with pytest.warns(RuntimeWarning, match="multi-tenant"):
+        assert s.setup(*args, None, False, "", "team-a") == UNAVAILABLE
+    with pytest.warns(RuntimeWarning):
+        assert s.setup(*args, None, False, "", "default", True) == UNAVAILABLE
+    with pytest.raises(TypeError):  # 15 positional arguments: one more than Mooncake's
+        s.setup(*args, None, False, "", "default", False, 9300, False, "/tmp/mc.sock")
+    # the first seven are required, as in Mooncake's binding (or one config dict)
+    for n in range(1, 7):
+        with pytest.raises(TypeError, match="missing required"):
+            s.setup(*args[:n])
+    with pytest.raises(TypeError, match="missing required"):
+        s.setup({"local_hostname": "localhost"}, cluster["metadata"])
+    assert s.health_check() == NOT_READY
+    # Mooncake's earlier ipc_socket_path and SSD-prefetch throttle: keyword-only
+    # extras, checked, with no effect (vLLM finds the throttle in the doc)
+    with pytest.warns(RuntimeWarning, match="ipc_socket_path"):
+        assert s.setup(*args, ipc_socket_path="/tmp/mc.sock") == 0
+    assert s.close() == 0
     assert "ssd_prefetch_cooldown_sec" in MooncakeDistributedStore.setup.__doc__
-    assert s.setup(*args, None, "", False, "", "default", 0, -1) == 0
+    assert s.setup(*args, ssd_prefetch_cooldown_sec=0, ssd_prefetch_dedup_ttl_sec=-1) == 0
     assert s.close() == 0
     assert s.setup(*args, ssd_prefetch_cooldown_sec=10, ssd_prefetch_dedup_ttl_sec=60) == 0
     assert s.close() == 0
@@ -373,8 +393,94 @@ def test_tensor_layout_is_mooncakes(store):
     assert store.put_tensor(K("0d"), scalar) == 0
 
 
+def test_zero_element_tensors_round_trip_every_form(store):
+    # Mooncake's current binding: a tensor with no element is stored as the
+    # 304-byte metadata alone (data_bytes 0) and read back as an empty tensor
+    # of its dtype and shape, by every put/get form
+    shapes = [(0,), (2, 0, 3), (0, 4)]
+    for dt in (torch.float32, torch.bfloat16, torch.int64):
+        for shp in shapes:
+            k = K("e")
+            assert store.put_tensor(k, torch.empty(shp, dtype=dt)) == 0
+            raw = store.get(k)
+            assert len(raw) == H
+            _m, _v, _h, _d, ndim, _k, _f, off, nbytes = struct.unpack_from("<IHHiiIIQQ", raw)
+            assert (ndim, off, nbytes) == (len(shp), H, 0)
+            got = store.get_tensor(k)
+            assert got.dtype == dt and tuple(got.shape) == shp and got.numel() == 0
+    full, e = torch.arange(6.0).reshape(2, 3), torch.empty(3, 0, dtype=torch.float16)
+    ks = [K("b0"), K("b1")]
+    assert store.batch_put_tensor(ks, [e, full]) == [0, 0]
+    g = store.batch_get_tensor(ks)
+    assert g[0].shape == (3, 0) and g[0].dtype == torch.float16 and torch.equal(g[1], full)
+    kp2 = [K("p0"), K("p1")]
+    assert store.batch_pub_tensor(kp2, [full, e], ReplicateConfig()) == [0, 0]
+    assert store.get_tensor(kp2[1]).shape == (3, 0)
+    # upsert replaces a tensor with an empty one and back
+    k = K("up")
+    assert store.put_tensor(k, full) == 0
+    assert store.upsert_tensor(k, e) == 0
+    assert store.get_tensor(k).shape == (3, 0)
+    assert store.batch_upsert_tensor([k], [full]) == [0]
+    assert torch.equal(store.get_tensor(k), full)
+    # _into: the metadata alone lands in the buffer; the tensor is empty
+    buf = np.zeros(4096, dtype=np.uint8)
+    assert store.register_buffer(buf) == 0
+    ke = K("into")
+    assert store.put_tensor(ke, torch.empty(0, 5, dtype=torch.int32)) == 0
+    assert store.get_into(ke, buf.ctypes.data, buf.nbytes) == H
+    got = store.get_tensor_into(ke, buf.ctypes.data, buf.nbytes)
+    assert got.shape == (0, 5) and got.dtype == torch.int32
+    res = store.batch_get_tensor_into([ke, ks[1]], [buf.ctypes.data, buf.ctypes.data + 2048],
+                                      [2048, 2048])
+    assert res[0].shape == (0, 5) and torch.equal(res[1], full)
+    # _from: a header-only serialized tensor is stored as is
+    assert store.get_into(ke, buf.ctypes.data, buf.nbytes) == H
+    kf = K("from")
+    assert store.put_tensor_from(kf, buf.ctypes.data, H) == 0
+    assert store.get(kf) == store.get(ke)
+    assert store.batch_put_tensor_from([K("f1"), K("f2")], [buf.ctypes.data] * 2, [H, H]) == [0, 0]
+    assert store.upsert_tensor_from(kf, buf.ctypes.data, H) == 0
+    assert store.get_tensor(kf).shape == (0, 5)
+    # a destination tensor receives 0 bytes
+    assert store.get_tensor_into_cuda(ke, torch.empty(0, 5, dtype=torch.int32)) == 0
+    # tensor parallelism: tensor.chunk's empty shards are stored and read
+    kt = K("tp")
+    assert store.put_tensor_with_tp(kt, torch.empty(4, 0), tp_size=2, split_dim=0) == 0
+    for r in range(2):
+        assert store.get_tensor_with_tp(kt, tp_rank=r, tp_size=2).shape == (2, 0)
+    assert store.batch_get_tensor_with_tp([kt], tp_rank=1, tp_size=2)[0].shape == (2, 0)
+    got = store.get_tensor_with_tp_into(kt, buf.ctypes.data, buf.nbytes, tp_rank=1, tp_size=2)
+    assert got.shape == (2, 0)
+    kt2 = K("tpf")
+    assert store.get_into(ke, buf.ctypes.data, buf.nbytes) == H
+    assert store.put_tensor_with_tp_from(kt2, buf.ctypes.data, H, tp_size=5, split_dim=1) == 0
+    assert store.get_tensor_with_tp(kt2, tp_rank=4, tp_size=5).shape == (0, 1)
+    assert store.batch_put_tensor_with_tp([K("bt")], [torch.empty(0, 2)], tp_size=2,
+                                          split_dim=1) == [0]
+    # parallelism API: a writer partition of an empty tensor
+    kp = K("par")
+    assert store.put_tensor_with_parallelism(kp, torch.empty(0, 4),
+                                             writer_partition=(1, 2, 1)) == 0
+    assert store.get_tensor(kp + "_tp_1").shape == (0, 2)
+    # chunk API: a rank's empty chunk of an empty full tensor
+    kc = K("chunk")
+    assert store.put_tensor_chunk_with_tp(kc, torch.empty(2, 0), tp_rank=0, tp_size=2,
+                                          split_dim=0, full_shape=[4, 0]) == 0
+    assert store.get_tensor(kc + "_tp_0").shape == (2, 0)
+    assert store.put_tensor_chunk_with_tp(kc, torch.empty(3, 0), tp_rank=1, tp_size=2,
+                                          split_dim=0, full_shape=[4, 0]) == INVALID_PARAMS
+    assert store.unregister_buffer(buf) == 0
+    # a stored header whose data length does not match its shape is still refused
+    bad = bytearray(store.get(ke))
+    struct.pack_into("<q", bad, 40 + 64, 1)  # local_shape[0] = 1: 5 elements, no data
+    struct.pack_into("<q", bad, 40, 1)
+    kb = K("badhdr")
+    assert store.put(kb, bytes(bad)) == 0
+    assert store.get_tensor(kb) is None
+
+
 def test_tensor_edge_cases(store):
-    assert store.put_tensor(K("empty"), torch.zeros(0)) == INVALID_PARAMS
     assert store.put_tensor(K("9d"), torch.zeros(*[1] * 8, 2)) == INVALID_PARAMS
     k8 = K("8d")
     assert store.put_tensor(k8, torch.ones(*[1] * 7, 2)) == 0
