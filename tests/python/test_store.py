@@ -101,7 +101,7 @@ def test_setup_errors(cluster):
     with pytest.raises(TypeError):
         s.setup("127.0.0.1", cluster["metadata"], [], "16MB", "tcp", "", cluster["master"])
     with pytest.raises(TypeError):
-        s.setup(42, cluster["metadata"])
+        s.setup(42, cluster["metadata"], 0, "16MB", "tcp", "", cluster["master"])
     # nobody listens there: the master is unreachable
     assert s.setup("127.0.0.1", cluster["metadata"], 0, "16MB", "tcp", "", "127.0.0.1:1") < 0
     assert s.close() == 0
