@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks crescent's mooncake.store / mooncake.engine against the names and
+"""Checks crescent's mooncake.store / mooncake.engine / mooncake._kv_codec against the names and
 parameter lists of Mooncake's Python API in mooncake_api_names.txt.
 
     PYTHONPATH=build/python:python/compat /usr/bin/python3 tests/python/check_mooncake_api.py
@@ -141,7 +141,8 @@ def check_params(obj, plist):
 
 def check(docs=None):
     mods = {"store": importlib.import_module("mooncake.store"),
-            "engine": importlib.import_module("mooncake.engine")}
+            "engine": importlib.import_module("mooncake.engine"),
+            "kv_codec": importlib.import_module("mooncake._kv_codec")}
     entries = parse_names()
     absent, differ, uninspectable = [], [], []
     doc_text = open(docs, encoding="utf-8").read() if docs else None

@@ -2192,3 +2192,164 @@ def test_newest_engine_names():
         assert e.unregister_memory(base) == 0
     finally:
         e.close()
+
+
+# ---- mooncake._kv_codec / mooncake.codec_store -------------------------------------
+
+def _fp8_ref(x, scale):
+    """Scalar E4M3FN code of x / scale: nearest value, ties to the even code."""
+    vals = [i / 512.0 if i < 8 else (8 + (i & 7)) * 2.0 ** ((i >> 3) - 10) for i in range(127)]
+    m = min(abs(float(np.float32(x) / np.float32(scale))), 448.0)
+    best = min(range(127), key=lambda c: (abs(vals[c] - m), c & 1))
+    return best | (0x80 if np.signbit(np.float32(x)) else 0)
+
+
+def test_kv_codec_record_layout_golden_and_errors():
+    from mooncake._kv_codec import Dtype, InvalidRecord, ScaledFp8Codec
+    import zlib
+
+    def reseal(rec):
+        b = bytearray(rec)
+        b[24:28] = bytes(4)
+        struct.pack_into("<I", b, 24, zlib.crc32(b))
+        return bytes(b)
+
+    c = ScaledFp8Codec(4)
+    assert c.format_id == "fp8-e4m3fn-v1-g4" and ScaledFp8Codec().format_id.endswith("g128")
+    src = np.array([448, -448, 1, -0.0], dtype=np.float16)
+    want = reseal(struct.pack("<8sHBBIQIIQf", b"MCKVFP8\0", 1, 1, 1, 4, 4, 0, 0, 4, 1.0)
+                  + bytes([0x7E, 0xFE, 0x38, 0x80]))
+    rec = c.encode(src.view(np.uint8), Dtype.FLOAT16, [4])
+    assert rec == want and c.encoded_size(Dtype.FLOAT16, [4]) == len(want)
+    # 1.0625 / 1.1875 sit halfway between FP8 codes: ties go to the even code
+    rec = c.encode(np.array([448, 1.0625, 1.1875, -1.0625], np.float16).view(np.uint8),
+                   Dtype.FLOAT16, [4])
+    assert rec[-4:] == bytes([0x7E, 0x38, 0x3A, 0xB8])
+    # groups of 7 over 3x11 values: scale = max|x| / 448 per group, codes as the
+    # scalar reference rounds them; decode returns code * scale
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(33) * 5).astype(np.float16)
+    c7 = ScaledFp8Codec(7)
+    rec = c7.encode(x.view(np.uint8), Dtype.FLOAT16, [3, 11])
+    off = 32 + 16
+    scales = np.frombuffer(rec, "<f4", 5, off)
+    for g in range(5):
+        grp = x[g * 7:(g + 1) * 7].astype(np.float32)
+        assert scales[g] == np.float32(np.abs(grp).max()) / np.float32(448)
+        for i, v in enumerate(grp):
+            assert rec[off + 20 + g * 7 + i] == _fp8_ref(v, scales[g]), (g, i, v)
+    out = bytearray(66)
+    c7.decode_into(rec, out, Dtype.FLOAT16, [3, 11])
+    y = np.frombuffer(bytes(out), np.float16).astype(np.float32)
+    assert np.all(np.abs(y - x.astype(np.float32)) <= np.abs(x.astype(np.float32)) / 8 + 1e-3)
+    # bfloat16 (numpy has no bf16: bytes of torch's)
+    bf = torch.tensor([1.5, -3.0, 0.0, 100.0], dtype=torch.bfloat16)
+    raw = bf.view(torch.int16).numpy().view(np.uint8)
+    rec = c.encode(raw, Dtype.BFLOAT16, [4])
+    dst = torch.empty(4, dtype=torch.bfloat16)
+    c.decode_into(rec, dst.view(torch.int16).numpy().view(np.uint8), Dtype.BFLOAT16, [4])
+    assert torch.allclose(dst.float(), bf.float(), rtol=0.07)
+    # bad arguments: ValueError (Mooncake's invalid_argument), InvalidRecord (a
+    # ValueError) for corrupt records, and the destination untouched
+    for shape in ([], [0], [2 ** 63], [2 ** 32, 2 ** 32], [1] * 9):
+        with pytest.raises(ValueError):
+            c.encoded_size(Dtype.FLOAT16, shape)
+    with pytest.raises(ValueError, match="source size"):
+        c.encode(b"\0\0", Dtype.FLOAT16, [2 ** 40])
+    with pytest.raises(ValueError, match="Non-finite"):
+        c.encode(np.array([1, np.inf], np.float16).view(np.uint8), Dtype.FLOAT16, [2])
+    with pytest.raises(ValueError, match="contiguous one-dimensional"):
+        c.encode(np.zeros(4, np.float16), Dtype.FLOAT16, [4])
+    with pytest.raises(TypeError):
+        c.encode(b"\0\0", 1, [1])
+    with pytest.raises(ValueError):
+        ScaledFp8Codec(0)
+    with pytest.raises(TypeError):
+        ScaledFp8Codec(-1)
+    rec = ScaledFp8Codec().encode(b"\0\0", Dtype.FLOAT16, [1])
+    with pytest.raises(ValueError):
+        ScaledFp8Codec().decode_into(rec, bytearray(1), Dtype.FLOAT16, [1])
+    with pytest.raises((ValueError, BufferError)):
+        ScaledFp8Codec().decode_into(rec, bytes(2), Dtype.FLOAT16, [1])
+    for end in range(32):
+        with pytest.raises(InvalidRecord):
+            ScaledFp8Codec().decode_into(rec[:end], bytearray(2), Dtype.FLOAT16, [1])
+    assert issubclass(InvalidRecord, ValueError)
+    good = ScaledFp8Codec().encode(np.ones(16, np.float16).view(np.uint8), Dtype.FLOAT16, [16])
+    for off in (0, 8, 10, 12, 16, 24, 28, 32, 40, 44):
+        bad = bytearray(good)
+        bad[off] ^= 1
+        dst = bytearray(b"\7" * 32)
+        with pytest.raises(InvalidRecord):
+            ScaledFp8Codec().decode_into(bytes(bad), dst, Dtype.FLOAT16, [16])
+        assert dst == bytearray(b"\7" * 32)
+    for mutate in (lambda b: b.__setitem__(8, 2), lambda b: b.__setitem__(28, 1),
+                   lambda b: struct.pack_into("<f", b, 40, -1.0),
+                   lambda b: struct.pack_into("<f", b, 40, float("nan")),
+                   lambda b: struct.pack_into("<f", b, 40, 0.0),
+                   lambda b: b.__setitem__(len(b) - 1, 0xFF), lambda b: b.pop(),
+                   lambda b: b.append(0x78)):
+        bad = bytearray(good)
+        mutate(bad)
+        with pytest.raises(InvalidRecord):
+            ScaledFp8Codec().decode_into(reseal(bad), bytearray(32), Dtype.FLOAT16, [16])
+    with pytest.raises(ValueError, match="mismatch"):
+        ScaledFp8Codec(64).decode_into(good, bytearray(32), Dtype.FLOAT16, [16])
+    with pytest.raises(ValueError, match="mismatch"):
+        ScaledFp8Codec().decode_into(good, bytearray(32), Dtype.FLOAT16, [4, 4])
+
+
+def test_codec_store_client_on_the_store(store):
+    from mooncake.codec_store import CodecStoreClient, StoreReadError
+    from mooncake._kv_codec import InvalidRecord
+    cl = CodecStoreClient(store)
+    src = torch.randn(2, 4096, generator=torch.Generator().manual_seed(5)).bfloat16()
+    k = K("codec")
+    assert cl.put(k, src) == 0
+    skey = cl.storage_key(k)
+    assert skey.startswith("__mc_codec__/fp8-e4m3fn-v1-g128/")
+    assert len(store.get(skey)) < src.numel() * 2  # the store holds the FP8 record
+    dst = torch.empty_like(src)
+    assert cl.get_into(k, dst) is dst
+    assert torch.allclose(dst.float(), src.float(), rtol=0.07, atol=src.float().abs().max() / 400)
+    first = store.get(skey)
+    assert cl.put(k, src * 2) == 0  # put of an existing key: the store's answer,
+    assert store.get(skey) == first  # and the first record stays (insert-only put)
+    with pytest.raises(StoreReadError):
+        cl.get_into(K("missing"), torch.empty(4, dtype=torch.float16))
+    for bad in (torch.ones(3), torch.ones(2, 3, dtype=torch.float16).t(),
+                torch.empty(0, dtype=torch.float16), torch.ones(1, dtype=torch.float16,
+                                                                requires_grad=True)):
+        with pytest.raises(ValueError):
+            cl.put(K("bad"), bad)
+    for g in (0, -1, 2 ** 32, True, 1.5):
+        with pytest.raises(ValueError):
+            CodecStoreClient(store, g)
+    before = torch.full((16,), 7, dtype=torch.float16)
+    with pytest.raises(ValueError, match="mismatch"):
+        cl.get_into(k, before.clone().reshape(4, 4))
+    jk = K("junk")
+    assert store.put(cl.storage_key(jk), b"not a record") == 0
+    t = torch.full((4,), 7, dtype=torch.float16)
+    with pytest.raises(InvalidRecord):
+        cl.get_into(jk, t)
+    assert torch.equal(t, torch.full((4,), 7, dtype=torch.float16))
+
+
+def test_store_rs_backend_functions(store):
+    # Mooncake's Store-RS module functions: tracing accepted, no client metrics
+    # registry or endpoint here (crescent-master serves /metrics)
+    assert mstore.init_tracing() is None and mstore.init_tracing("info") is None
+    with pytest.raises(TypeError):
+        mstore.init_tracing(3)
+    assert mstore.metrics_server_address() is None
+    with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+        mstore.metrics_text()
+    with pytest.raises(RuntimeError, match="UNAVAILABLE_IN_CURRENT_MODE"):
+        mstore.start_metrics_server()
+    assert mstore.metrics_server_address() is None
+    assert mstore.stop_metrics_server() is None
+    for n in ("init_tracing", "metrics_text", "start_metrics_server", "stop_metrics_server",
+              "metrics_server_address"):
+        assert n in mstore.__all__
+    assert store.put(K("still"), b"works") == 0  # the store is unaffected

@@ -60,6 +60,46 @@ def _get_pyclient_from_wrapper(wrapper):
     raise RuntimeError("UNAVAILABLE_IN_CURRENT_MODE: no C++ PyClient in crescent")
 
 
+# ---- the Store-RS backend's module functions (MOONCAKE_STORE_BACKEND=rs in
+# Mooncake: tracing and a per-process Prometheus endpoint of its Rust client).
+# crescent has one client whatever MOONCAKE_STORE_BACKEND says; its metrics are
+# served by crescent-master (--metrics_port), not by client processes.
+
+def init_tracing(filter=None):
+    """Mooncake-RS's tracing setup: accepted (filter: str or None) and
+    without effect; crescent's client logs to stderr as configured by the
+    daemons' --log_level. Returns None."""
+    if filter is not None and not isinstance(filter, str):
+        raise TypeError("filter must be str or None")
+    return None
+
+
+def metrics_text():
+    """Not applicable here: a crescent client process keeps no Prometheus
+    registry (crescent-master serves /metrics). RuntimeError."""
+    raise RuntimeError("UNAVAILABLE_IN_CURRENT_MODE: no client metrics registry in crescent; "
+                       "scrape crescent-master's /metrics")
+
+
+def start_metrics_server(bind_addr="127.0.0.1:0"):
+    """Not applicable here (see metrics_text): RuntimeError."""
+    if not isinstance(bind_addr, str):
+        raise TypeError("bind_addr must be str")
+    raise RuntimeError("UNAVAILABLE_IN_CURRENT_MODE: a crescent client serves no metrics "
+                       "endpoint; crescent-master does (--metrics_port)")
+
+
+def stop_metrics_server():
+    """No client metrics server runs here: nothing to stop, returns None."""
+    return None
+
+
+def metrics_server_address():
+    """None: no client metrics server runs (start_metrics_server is not
+    applicable here)."""
+    return None
+
+
 for _e in (ObjectDataType, ReplicaStatus, TaskType, TaskStatus):
     for _m in _e:
         globals()[_m.name] = _m
@@ -76,4 +116,6 @@ __all__ = sorted([
     "AXIS_TP", "AXIS_EP", "AXIS_PP", "READ_MODE_AS_STORED", "READ_MODE_SHARD", "READ_MODE_FULL",
     "UNKNOWN", "KVCACHE", "TENSOR", "WEIGHT", "SAMPLE", "ACTIVATION", "GRADIENT",
     "OPTIMIZER_STATE", "METADATA", "GENERAL", "UNDEFINED", "INITIALIZED", "PROCESSING",
-    "COMPLETE", "REMOVED", "FAILED", "REPLICA_COPY", "REPLICA_MOVE", "PENDING", "SUCCESS"])
+    "COMPLETE", "REMOVED", "FAILED", "REPLICA_COPY", "REPLICA_MOVE", "PENDING", "SUCCESS",
+    "init_tracing", "metrics_text", "start_metrics_server", "stop_metrics_server",
+    "metrics_server_address"])
