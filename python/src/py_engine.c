@@ -652,16 +652,20 @@ static int do_register(PyEngine *self, uint64_t addr, uint64_t len, Py_buffer *v
 }
 
 /* Parses (buffer_addr, capacity) where buffer_addr may be a buffer object
- * (then held until unregister_memory). Returns 0/-1 (exception). */
+ * (then held until unregister_memory). Returns 0, 1 for a zero capacity
+ * (nothing held; Mooncake's engine answers ERR_INVALID_ARGUMENT, -1, without
+ * raising) or -1 (exception: a null buffer_addr, a bad type). */
 static int parse_region(PyObject *ao, PyObject *co, uint64_t *addr, uint64_t *len,
                         Py_buffer **view)
 {
     if (cr__py_hold_region(ao, co, "buffer_addr", "capacity", addr, len, view) < 0)
         return -1;
-    if (*addr == 0 || *len == 0) {
+    if (*len == 0 || *addr == 0) {
         cr__py_release_view(*view);
         *view = NULL;
-        PyErr_SetString(PyExc_ValueError, "buffer_addr and capacity must be non-zero");
+        if (*len == 0)
+            return 1;
+        PyErr_SetString(PyExc_ValueError, "buffer_addr must be non-zero");
         return -1;
     }
     return 0;
@@ -675,8 +679,11 @@ static PyObject *engine_register_memory(PyEngine *self, PyObject *args, PyObject
         return NULL;
     uint64_t addr, len;
     Py_buffer *view;
-    if (parse_region(ao, co, &addr, &len, &view) < 0)
+    int pr = parse_region(ao, co, &addr, &len, &view);
+    if (pr < 0)
         return NULL;
+    if (pr > 0) /* zero length: Mooncake's ERR_INVALID_ARGUMENT */
+        return PyLong_FromLong(-1);
     int rc = do_register(self, addr, len, view);
     if (rc < 0)
         cr__py_release_view(view);
@@ -743,9 +750,14 @@ static PyObject *engine_batch_register_memory(PyEngine *self, PyObject *args, Py
     for (Py_ssize_t i = 0; i < n && rc == 0; i++) {
         uint64_t addr, len;
         Py_buffer *view;
-        if (parse_region(PySequence_Fast_GET_ITEM(sa, i), PySequence_Fast_GET_ITEM(sc, i), &addr,
-                         &len, &view) < 0) {
+        int pr = parse_region(PySequence_Fast_GET_ITEM(sa, i), PySequence_Fast_GET_ITEM(sc, i),
+                              &addr, &len, &view);
+        if (pr < 0) {
             raised = 1;
+            break;
+        }
+        if (pr > 0) { /* zero length: -1 and nothing registered, as Mooncake */
+            rc = -1;
             break;
         }
         rc = do_register(self, addr, len, view);

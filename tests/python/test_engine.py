@@ -524,6 +524,34 @@ def test_batch_register_and_initialize_ext(peer):
         e.close()
 
 
+def test_zero_length_registration_is_mooncakes_invalid_argument(engine):
+    """Mooncake's engine refuses a zero-length region with ERR_INVALID_ARGUMENT
+    (-1), no exception: a zero-element tensor or an empty buffer registered
+    gives -1; in a batch, -1 and nothing registered. Mooncake's
+    MooncakeTransferEngine.register turns it into its RuntimeError."""
+    import torch
+    from mooncake.transfer_engine.transfer_engine import MooncakeTransferEngine
+    buf = np.zeros(4096, dtype=np.uint8)
+    empty = torch.empty(0, 5)
+    assert engine.register_memory(buf.ctypes.data, 0) == -1
+    assert engine.register_memory(empty.data_ptr() or buf.ctypes.data,
+                                  empty.numel() * empty.element_size()) == -1
+    assert engine.register_memory(np.zeros(0, dtype=np.uint8)) == -1
+    assert engine.register_memory(0, 0) == -1  # the length is checked first, as Mooncake
+    assert engine.batch_register_memory([buf.ctypes.data, buf.ctypes.data + 2048],
+                                        [1024, 0]) == -1
+    assert engine.register_memory(buf.ctypes.data, 4096) == 0  # nothing was left registered
+    assert engine.unregister_memory(buf.ctypes.data) == 0
+    mte = MooncakeTransferEngine("127.0.0.1")
+    try:
+        with pytest.raises(RuntimeError, match="registration failed"):
+            mte.register(buf.ctypes.data, 0)
+        mte.register(buf.ctypes.data, 4096)
+        mte.deregister(buf.ctypes.data)
+    finally:
+        mte.close()
+
+
 def test_peer_registers_memory_after_first_contact(engine, peer):
     """A target registered by the peer after this engine opened its segment is
     reachable (the cached descriptor is refreshed)."""
