@@ -236,15 +236,17 @@ class DistributedStore(_crescent.DistributedStore):
 
     # ---- lifecycle -----------------------------------------------------------
 
-    def setup(self, local_hostname, metadata_server=_REQUIRED, global_segment_size=_REQUIRED,
+    def setup(self, local_hostname=_REQUIRED, metadata_server=_REQUIRED, global_segment_size=_REQUIRED,
               local_buffer_size=_REQUIRED, protocol=_REQUIRED, rdma_devices=_REQUIRED,
               master_server_addr=_REQUIRED, engine=None, enable_ssd_offload=False,
               ssd_offload_path="", tenant_id="default", enable_client_http_server=False,
               client_http_port=9300, enable_embedded_master=False, *, ipc_socket_path="",
-              ssd_prefetch_cooldown_sec=5, ssd_prefetch_dedup_ttl_sec=30):
+              ssd_prefetch_cooldown_sec=5, ssd_prefetch_dedup_ttl_sec=30, config=_REQUIRED):
         """Mooncake's setup(): connects to the master, mounts
         global_segment_size bytes of this process and maps the local buffer.
-        Also setup(dict) with the same keys. Returns 0 or a negative code.
+        Also setup(dict) or setup(config=dict) with the same keys (Mooncake's
+        other overload, whose parameter is named config; it takes no other
+        argument). Returns 0 or a negative code.
         The parameters are those of Mooncake's current binding, in its
         positional order; the first seven are required (TypeError without
         them) unless the only argument is a dict (Mooncake's other
@@ -271,6 +273,22 @@ class DistributedStore(_crescent.DistributedStore):
         get_hostname() then returns "<local_hostname>:<port>"."""
         given = (metadata_server, global_segment_size, local_buffer_size, protocol,
                  rdma_devices, master_server_addr)
+        if config is not _REQUIRED:  # Mooncake's setup(config: dict) overload by keyword
+            if not isinstance(config, dict):
+                raise TypeError("config must be a dict, not %s" % type(config).__name__)
+            others = [local_hostname, *given]
+            defaults = ((engine, None), (enable_ssd_offload, False), (ssd_offload_path, ""),
+                        (tenant_id, "default"), (enable_client_http_server, False),
+                        (client_http_port, 9300), (enable_embedded_master, False),
+                        (ipc_socket_path, ""), (ssd_prefetch_cooldown_sec, 5),
+                        (ssd_prefetch_dedup_ttl_sec, 30))
+            if any(v is not _REQUIRED for v in others) or \
+                    any(type(v) is not type(d) or v != d for v, d in defaults):
+                raise TypeError("setup(config=...) takes no other argument")
+            local_hostname = config
+        elif local_hostname is _REQUIRED:
+            raise TypeError("setup() missing required argument: local_hostname (or pass "
+                            "one config dict)")
         if isinstance(local_hostname, dict) and all(v is _REQUIRED for v in given):
             d = dict(local_hostname)
             local_hostname = d.get("local_hostname", "localhost")
@@ -1327,8 +1345,12 @@ class DistributedStore(_crescent.DistributedStore):
         (a CUDA tensor there; here a contiguous CPU tensor, no GPUs). The
         header and data are read as one version first, then the destination
         is checked and filled, so an upsert in between never mixes versions.
-        Returns the bytes written; -704 missing key, -600 not a tensor, or a
-        destination of another dtype / too small / not contiguous / not CPU."""
+        The destination must be what Mooncake's binding requires: an object
+        whose class name contains "Tensor", contiguous, of the stored dtype
+        and exactly the stored shape (so exactly the stored data size).
+        Returns the bytes written; -704 missing key, -600 not a stored tensor
+        or any other destination (another dtype or shape, a larger one, not
+        contiguous, not CPU, not a tensor)."""
         if not isinstance(key, str):
             raise TypeError("key must be str")
         tc.torch()
@@ -1341,12 +1363,15 @@ class DistributedStore(_crescent.DistributedStore):
             return INVALID_PARAMS
         dt, shape, off = parsed
         n = len(mv) - off
+        if "Tensor" not in type(tensor).__name__:
+            return INVALID_PARAMS  # Mooncake's test of a tensor: its class name
         try:
-            ok = (tensor.is_contiguous() and tensor.device.type == "cpu" and tensor.dtype == dt
-                  and tensor.numel() * tensor.element_size() >= n)
-            dst = tensor.data_ptr()
-        except AttributeError:
-            raise TypeError("tensor must be a torch.Tensor, not %s" % type(tensor).__name__)
+            ok = (bool(tensor.is_contiguous()) and tensor.device.type == "cpu"
+                  and tensor.dtype == dt and list(tensor.shape) == list(shape)
+                  and tensor.numel() * tensor.element_size() == n)
+            dst = tensor.data_ptr() if ok else 0
+        except Exception:  # Mooncake: an error inspecting it is an unsuitable destination
+            return INVALID_PARAMS
         if not ok:
             return INVALID_PARAMS
         if n:
@@ -1449,17 +1474,21 @@ class DistributedStore(_crescent.DistributedStore):
         keys = _keys(keys)
         if not (_is_seq(ptrs) and _is_seq(sizes)) or not len(keys) == len(ptrs) == len(sizes):
             return [INVALID_PARAMS] * len(keys)
-        ok = [self._check_tensor_buf(p, s) is not None for p, s in zip(ptrs, sizes)]
-        idx = [i for i, g in enumerate(ok) if g]
-        out = [INVALID_PARAMS] * len(keys)
-        if idx:
-            sub = [keys[i] for i in idx]
-            fn = self.batch_upsert_from if upsert else self.batch_put_from
-            for i, r in zip(idx, fn(sub, [ptrs[i] for i in idx], [sizes[i] for i in idx])):
-                out[i] = r
-        return out
+        # Mooncake's binding parses every buffer before writing any: one that
+        # is not a serialized tensor (here also: not in registered memory,
+        # the only memory crescent reads) refuses the whole batch, -600 for
+        # every key, nothing stored
+        if not all(self._check_tensor_buf(p, s) is not None for p, s in zip(ptrs, sizes)):
+            return [INVALID_PARAMS] * len(keys)
+        if not keys:
+            return []
+        fn = self.batch_upsert_from if upsert else self.batch_put_from
+        return fn(keys, list(ptrs), list(sizes))
 
     def batch_put_tensor_from(self, keys, buffer_ptrs, sizes):
+        """put_tensor_from() of each buffer, all or none checked first: a
+        buffer that is not a serialized tensor in registered memory makes
+        every result -600 and stores nothing (as Mooncake's binding)."""
         return self._batch_tensor_from(keys, buffer_ptrs, sizes, False)
 
     def batch_upsert_tensor_from(self, keys, buffer_ptrs, sizes):
@@ -1647,6 +1676,9 @@ class DistributedStore(_crescent.DistributedStore):
         return self._tp_from(key, buffer_ptr, size, tp_rank, tp_size, split_dim, True)
 
     def _batch_tp_from(self, keys, ptrs, sizes, tp_rank, tp_size, split_dim, upsert):
+        self._tp_args(tp_rank, tp_size, split_dim)
+        if tp_size <= 1:  # Mooncake: the whole-batch batch_*_tensor_from
+            return self._batch_tensor_from(keys, ptrs, sizes, upsert)
         keys = _keys(keys, "base_keys")
         if not (_is_seq(ptrs) and _is_seq(sizes)) or not len(keys) == len(ptrs) == len(sizes):
             return [INVALID_PARAMS] * len(keys)

@@ -283,6 +283,23 @@ def test_setup_hostname_port_range_health_and_dummy(cluster):
                     "enable_ssd_prefetch": "false", "ssd_prefetch_cooldown_sec": "5",
                     "ssd_prefetch_dedup_ttl_sec": "30"}) == 0
     assert s.close() == 0
+    # Mooncake's dict overload names its parameter config: setup(config=...)
+    # works, takes no other argument, and wants a dict
+    cfg = {"local_hostname": "localhost", "metadata_server": cluster["metadata"],
+           "master_server_addr": cluster["master"], "protocol": "tcp",
+           "global_segment_size": "16MB", "local_buffer_size": "16MB"}
+    assert s.setup(config=cfg) == 0
+    kc = K("cfgkw")
+    assert s.put(kc, b"v") == 0 and s.get(kc) == b"v"
+    assert s.close() == 0
+    for bad in (lambda: s.setup(config="local_hostname=localhost"),
+                lambda: s.setup("localhost", config=cfg),
+                lambda: s.setup(config=cfg, tenant_id="default2"),
+                lambda: s.setup(config=cfg, protocol="tcp"),
+                lambda: s.setup()):
+        with pytest.raises(TypeError):
+            bad()
+    assert s.health_check() == NOT_READY
 
 
 def test_remove_all_force(store):
@@ -444,6 +461,9 @@ def test_zero_element_tensors_round_trip_every_form(store):
     assert store.get_tensor(kf).shape == (0, 5)
     # a destination tensor receives 0 bytes
     assert store.get_tensor_into_cuda(ke, torch.empty(0, 5, dtype=torch.int32)) == 0
+    # ... of exactly the stored shape, as Mooncake's binding checks (also 0 bytes)
+    assert store.get_tensor_into_cuda(ke, torch.empty(0, 4, dtype=torch.int32)) == -600
+    assert store.get_tensor_into_cuda(ke, torch.empty(0, dtype=torch.int32)) == -600
     # tensor parallelism: tensor.chunk's empty shards are stored and read
     kt = K("tp")
     assert store.put_tensor_with_tp(kt, torch.empty(4, 0), tp_size=2, split_dim=0) == 0
@@ -514,8 +534,27 @@ def test_tensor_into_and_from(store):
     assert torch.equal(store.get_tensor(k2), t)
     assert store.upsert_tensor_from(k2, buf.ctypes.data, n) == 0
     assert store.put_tensor_from(K("bad"), buf.ctypes.data + 8, 32) == INVALID_PARAMS
-    assert store.batch_put_tensor_from([K("b1"), K("b2")], [buf.ctypes.data] * 2, [n, 10]) == \
-        [0, INVALID_PARAMS]
+    # one buffer that is not a serialized tensor refuses the whole batch, as
+    # Mooncake's binding does: -600 for every key, the good one not stored
+    # either (the _from/upsert and tp_size=1 _with_tp_from forms alike)
+    for call in (store.batch_put_tensor_from, store.batch_upsert_tensor_from,
+                 lambda ks, ps, ns: store.batch_put_tensor_with_tp_from(ks, ps, ns, tp_size=1),
+                 lambda ks, ps, ns: store.batch_upsert_tensor_with_tp_from(ks, ps, ns)):
+        b1, b2 = K("b1"), K("b2")
+        assert call([b1, b2], [buf.ctypes.data] * 2, [n, 10]) == \
+            [INVALID_PARAMS, INVALID_PARAMS]
+        assert call([b2, b1], [buf.ctypes.data + 8, buf.ctypes.data], [64, n]) == \
+            [INVALID_PARAMS, INVALID_PARAMS]
+        assert store.is_exist(b1) == 0 and store.is_exist(b2) == 0
+        assert call([b1, b2], [buf.ctypes.data] * 2, [n, n]) == [0, 0]
+        assert torch.equal(store.get_tensor(b2), t)
+    assert store.batch_put_tensor_from([], [], []) == []
+    # with tp_size > 1 each buffer is decoded and split on its own (Mooncake's
+    # batch_put_tensor_with_tp_from): a bad one fails alone
+    kb = K("tpb")
+    assert store.batch_put_tensor_with_tp_from([K("tpbad"), kb], [buf.ctypes.data] * 2, [10, n],
+                                               tp_size=2) == [INVALID_PARAMS, 0]
+    assert torch.equal(store.get_tensor_with_tp(kb, 1, 2), t[2:])
     res = store.batch_get_tensor_into([k, K("none")], [buf.ctypes.data, buf.ctypes.data + 2048],
                                       [2048, 2048])
     assert torch.equal(res[0], t) and res[1] is None
@@ -534,6 +573,15 @@ def test_tensor_parallel(store):
     assert lay[18:23] == (1, 0, 1, 2, 1)  # kind TP, axis 0, rank 1 of 2, split_dim 1
     assert torch.equal(store.get_tensor_with_tp(k, tp_rank=1, tp_size=2), t[:, 4:])
     assert store.get_tensor_with_tp(k, tp_rank=3, tp_size=4) is None
+    # Mooncake's get_tensor_with_tp reads the object under key_tp_<rank> as it
+    # is (split_dim and the stored shard metadata are not used to rebuild
+    # anything): a tensor put there directly comes back unchanged
+    kd = K("tpd")
+    other = torch.arange(6, dtype=torch.int16).reshape(3, 2)
+    assert store.put_tensor(kd + "_tp_1", other) == 0
+    assert torch.equal(store.get_tensor_with_tp(kd, tp_rank=1, tp_size=7, split_dim=1), other)
+    assert store.get_tensor_with_tp(kd, tp_rank=0, tp_size=7) is None
+    assert store.get_tensor_with_tp(kd + "_tp_1", tp_rank=5, tp_size=1).dtype == torch.int16
     assert store.put_tensor_with_tp(K("bad"), t, tp_size=3, split_dim=5) == INVALID_PARAMS
     ks = [K("btp1"), K("btp2")]
     c = ReplicateConfig()
@@ -1721,8 +1769,10 @@ def test_partial_read_edges():
 
 # -- Mooncake's test_tensor_read_snapshot.py, case by case (CPU destinations) -----------
 
-class _AfterMetadata:
-    """A destination tensor that runs a callback when the binding inspects it."""
+class _TensorAfterMetadata:
+    """A destination tensor that runs a callback when the binding inspects it
+    (its class name holds "Tensor": Mooncake's binding takes an object for a
+    tensor by its class name, as its own test's proxy is named)."""
 
     def __init__(self, tensor, callback):
         self.tensor, self.callback = tensor, callback
@@ -1746,7 +1796,7 @@ def test_tensor_read_snapshot_cases(store):
         size = dst.numel() * dst.element_size()
         assert store.put_tensor(k, original) == 0
         upserts = []
-        proxy = _AfterMetadata(dst, lambda: upserts.append(store.upsert_tensor(k, replacement)))
+        proxy = _TensorAfterMetadata(dst, lambda: upserts.append(store.upsert_tensor(k, replacement)))
         if batched:
             assert store.batch_get_tensor_into_cuda([k], [proxy]) == [size]
         else:
@@ -1761,15 +1811,24 @@ def test_tensor_read_snapshot_cases(store):
     assert store.put_tensor(k, original) == 0
     assert store.batch_get_tensor_into_cuda([k + "_missing", k], dsts) == [-704, 32]
     assert torch.equal(dsts[1], original)
-    # destinations that cannot take it: -600; not a tensor object: -600
+    # destinations that cannot take it: -600; not a tensor object: -600.
+    # Mooncake's binding wants the stored dtype and exactly the stored shape:
+    # a larger destination, or the same size in another shape, is refused
+    # and left untouched
     assert store.get_tensor_into_cuda(k, torch.empty(8, dtype=torch.int32)) == -600
     assert store.get_tensor_into_cuda(k, torch.empty(4)) == -600
     assert store.get_tensor_into_cuda(k, torch.empty(16)[::2]) == -600
+    for big in (torch.full((16,), -1.0), torch.full((2, 4), -1.0), torch.full((1, 8), -1.0)):
+        assert store.get_tensor_into_cuda(k, big) == -600
+        assert store.batch_get_tensor_into_cuda([k, k], [big, torch.empty(8)]) == [-600, 32]
+        assert bool((big == -1).all())
     assert store.put(k + "raw", b"not a tensor") == 0
     assert store.get_tensor_into_cuda(k + "raw", torch.empty(8)) == -600
     assert store.batch_get_tensor_into_cuda([k], []) == [-600]
-    with pytest.raises(TypeError):
-        store.get_tensor_into_cuda(k, b"x")
+    # not a tensor (Mooncake: a class name without "Tensor"): -600, no exception
+    assert store.get_tensor_into_cuda(k, b"x") == -600
+    assert store.batch_get_tensor_into_cuda([k], [None]) == [-600]
+    assert store.get_tensor_into_cuda(k + "_missing", b"x") == -704
 
 
 # -- Mooncake's scripts/test_local_cache.py (reader role, one process) ------------------
