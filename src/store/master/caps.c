@@ -197,6 +197,10 @@ int cr__m_caps_mint_locked(cr__master_t *m, uint16_t type, cr__rpc_msg_t *reply)
         case CR__RPC_GET_REPLICA_LIST:
             rc = mint_item_locked(m, reply, it, CR__CAP_READ, ttl_of(it->lease_ms), now);
             break;
+        case CR__RPC_RESERVE: /* the whole range, for the reservation's lease */
+            rc = mint_item_locked(m, reply, it, CR__CAP_WRITE, ttl_of((uint32_t)reply->count),
+                                  now);
+            break;
         case CR__RPC_RTASK_START: /* items[0]: the source; then the new replicas */
             rc = mint_item_locked(m, reply, it, i == 0 ? CR__CAP_READ : CR__CAP_WRITE,
                                   CAP_TASK_TTL_MS, now);

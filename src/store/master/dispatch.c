@@ -57,10 +57,11 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
         }
         return;
     }
-    if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type)) {
+    if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type) || CR__RPC_IS_RESV(type)) {
         pthread_mutex_lock(&m->mu);
-        int rc = CR__RPC_IS_TIER(type) ? cr__m_tier_handle_locked(m, req, reply, now)
-                                       : cr__m_rtask_handle_locked(m, req, reply, now);
+        int rc = CR__RPC_IS_TIER(type)    ? cr__m_tier_handle_locked(m, req, reply, now)
+                 : CR__RPC_IS_RESV(type) ? cr__m_resv_handle_locked(m, req, reply, now)
+                                          : cr__m_rtask_handle_locked(m, req, reply, now);
         if (!rc)
             rc = cr__m_caps_mint_locked(m, type, reply);
         if (rc == -ENOMEM)

@@ -57,6 +57,7 @@ int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
      * version << 3 fits in 64 bits until the year 2500 */
     m->master_id = cr__unix_ms() << 16;
     m->next_version = m->master_id;
+    m->resv_on = 1;
     list_init(&m->lru);
     list_init(&m->pending);
     list_init(&m->ssd_lru);
@@ -87,6 +88,7 @@ void cr__master_destroy(cr__master_t *m)
     cr__m_tier_destroy(m);
     cr__m_fs_destroy(m);
     cr__m_rtask_destroy(m);
+    cr__m_resv_destroy(m);
     cr__m_caps_free(m);
     pthread_mutex_destroy(&m->mu);
     free(m);
@@ -110,6 +112,7 @@ void cr__master_tick(cr__master_t *m, uint64_t now)
     }
     cr__m_tier_tick(m, now);
     cr__m_rtask_tick(m, now);
+    cr__m_resv_tick(m, now);
     if (cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes, m->capacity))
         cr__m_evict_locked(m, 0, now);
     pthread_mutex_unlock(&m->mu);

@@ -190,6 +190,9 @@ int cr__master_dump(cr__master_t *m, cr__ha_buf_t *b, void (*at)(void *), void *
  * a wait that covered everything recorded before gen = cr__master_win_gen()
  * was read, cr__master_win_confirm(m, gen) marks those windows known. */
 void cr__master_windows(cr__master_t *m, int on);
+/* Client space reservations (RESERVE / PUT_COMMIT, reserve.c): served
+ * while on (the default); off closes every open one (quarantined). */
+void cr__master_reservations(cr__master_t *m, int on, uint64_t now);
 void cr__master_wait_reset(void);
 int cr__master_wait_needed(void);
 int cr__master_changed(void); /* this thread emitted any record since the reset */
@@ -319,7 +322,18 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(tier_fs_removed_total, counter, "Shared-FS files deleted (object removed or replaced)") \
     X(tier_fs_demotions_total, counter, "DRAM replicas dropped because a shared-FS file holds the object") \
     X(tier_fs_objects, gauge, "Objects with a file on the shared-FS tier")                     \
-    X(tier_fs_only_objects, gauge, "Complete objects held on the shared-FS tier only")
+    X(tier_fs_only_objects, gauge, "Complete objects held on the shared-FS tier only")                       \
+    X(rpc_reserve_total, counter, "Reserve requests")                                          \
+    X(rpc_put_commit_total, counter, "PutCommit keys")                                         \
+    X(reservations_granted_total, counter, "Space reservations handed to clients")             \
+    X(reservations_expired_total, counter, "Reservations closed at their expiry")              \
+    X(reservations_reclaimed_total, counter,                                                    \
+      "Reservations closed early (client gone, memory pressure, per-client bound)")            \
+    X(reservations_refused_total, counter, "Reserve requests refused (bounds, no space)")      \
+    X(put_commits_total, counter, "Objects made visible by PutCommit (one-round-trip put)")    \
+    X(put_commits_refused_total, counter, "PutCommit refused: not in a live reservation")      \
+    X(reservations, gauge, "Client reservations open or waiting out their quarantine")         \
+    X(reserved_bytes, gauge, "Bytes held free in open client reservations")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

@@ -20,6 +20,7 @@
  *   checksum.c   end-to-end value checksums: PutEnd's crc kept with the object
  *   caps.c       per-object capabilities: segment keys, grants in replica lists
  *   fs.c         the shared-file-system tier (--root_fs_dir): the fs replica
+ *   reserve.c    client space reservations: RESERVE, PUT_COMMIT (one-round-trip put)
  *
  * Lock discipline: one mutex, m->mu, guards every field of struct
  * cr__master except cfg, ev and master_id (written once by
@@ -196,6 +197,10 @@ struct cr__master {
      * objects whose only copy is their file (never evicted) */
     struct cr__mfs *fs;
     obj_t fs_lru;
+    /* client space reservations (reserve.c): NULL until the first one;
+     * resv_on: RESERVE is served (on by default) */
+    struct cr__mresv *resv;
+    int resv_on;
 };
 
 #define CNT(m, name) ((m)->counters[CR__MM_##name])
@@ -457,6 +462,30 @@ void cr__m_jr_range(cr__master_t *m, uint8_t type, const seg_t *sg, uint64_t off
 /* Replica tasks and copy targets time out after this (rtask.c); a restored
  * window or hold stays quarantined at least as long. */
 #define CR__M_RTASK_TIMEOUT_MS 60000
+
+/* ---- reserve.c: client space reservations ------------------------------- */
+
+/* RESERVE and PUT_COMMIT (protocol.h). Returns the reply status. */
+int cr__m_resv_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                             uint64_t now);
+int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
+                         cr__rpc_msg_t *reply);
+/* A reservation's lease: min(10 s, put timeout). */
+uint64_t cr__m_resv_lease_ms(const cr__master_t *m);
+/* Periodic: expired reservations closed, quarantined ones ended (WINEND). */
+void cr__m_resv_tick(cr__master_t *m, uint64_t now);
+/* Memory pressure: every open reservation closed (its rest quarantined). */
+void cr__m_resv_reclaim_all(cr__master_t *m, uint64_t now);
+/* Client id's heartbeat lapsed: its open reservations closed. */
+void cr__m_resv_client_gone(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now);
+/* Segment s is being dropped: its reservations end; returns until when
+ * their holders may still write (the name's hold), 0 if none. */
+uint64_t cr__m_resv_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now);
+/* Fills the reservation gauges of the metrics list. */
+void cr__m_resv_stats_locked(cr__master_t *m, uint64_t *counters);
+/* WIN records of every reservation (the snapshot). */
+void cr__m_resv_jr_all(cr__master_t *m);
+void cr__m_resv_destroy(cr__master_t *m);
 
 /* ---- rtask.c: replica copy/move tasks, per-replica clear ----------------- */
 

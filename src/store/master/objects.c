@@ -50,6 +50,9 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
     uint32_t n_rep = cfg && cfg->replica_num ? cfg->replica_num : 1;
     placing_t p;
     if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
+        /* memory pressure: client reservations give their rest up (it
+         * comes back after their quarantine, reserve.c) */
+        cr__m_resv_reclaim_all(m, now);
         cr__m_quarantine_release(m, now, SIZE_MAX);
         /* not while restored segments wait for their owners: the space is
          * there, only not usable yet (the caller retries) */

@@ -26,6 +26,7 @@ void cr__master_stats(cr__master_t *m, cr__master_stats_t *st)
     st->quarantine_bytes = m->quarantine_bytes;
     cr__m_tier_stats_locked(m, st->counters);
     cr__m_fs_stats_locked(m, st->counters);
+    cr__m_resv_stats_locked(m, st->counters);
     pthread_mutex_unlock(&m->mu);
     st->counters[CR__MM_keys] = st->keys;
     st->counters[CR__MM_pending_puts] = st->pending_puts;

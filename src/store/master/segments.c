@@ -269,6 +269,10 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
         cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
     }
     free(dead);
+    /* reservations on it end; their holders may write until their hold */
+    uint64_t rh = cr__m_resv_seg_dropped(m, s, now);
+    if (rh > hold)
+        hold = rh;
     /* quarantine entries of this segment die with it */
     for (size_t i = 0; i < m->q_len; i++) {
         qent_t *e = &m->q[m->q_head + i];
@@ -353,6 +357,7 @@ void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now)
                             awake - cl->last_ms, m->segs[s].name);
                 seg_drop_locked(m, s, now);
             }
+        cr__m_resv_client_gone(m, cl->id, now);
         cl->live = 0;
         m->live_clients--;
         CNT(m, clients_expired_total)++;

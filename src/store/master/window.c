@@ -121,6 +121,7 @@ void cr__m_jr_wins(cr__master_t *m)
         if (m->segs[s].live && m->segs[s].win_end)
             jr_win(m, CR__HA_WIN, &m->segs[s]);
     cr__m_rtask_jr_holds(m); /* copy targets handed out, same record */
+    cr__m_resv_jr_all(m);    /* client reservations, same record */
 }
 
 void cr__master_windows(cr__master_t *m, int on)

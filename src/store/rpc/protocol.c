@@ -109,6 +109,8 @@ static const struct {
     {CR__RPC_RTASK_START, "rtask_start"},
     {CR__RPC_RTASK_END, "rtask_end"},
     {CR__RPC_REPLICA_CLEAR, "replica_clear"},
+    {CR__RPC_RESERVE, "reserve"},
+    {CR__RPC_PUT_COMMIT, "put_commit"},
 };
 
 const char *cr__rpc_type_name(uint16_t type)
@@ -376,7 +378,7 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
         return b->err;
     int rc = 0;
     uint16_t bt = base_type(type);
-    if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type)) {
+    if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type) || CR__RPC_IS_RESV(type)) {
         if (!(reply && m->status != 0))
             rc = w_tier(b, m);
     } else if (reply && m->status != 0 && !(cr__rpc_type_has_items(type) && m->n_items)) {
@@ -775,7 +777,7 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
     uint16_t bt = base_type(type);
     if (reply && h->status != 0 && len == 0) {
         /* error reply without payload */
-    } else if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type)) {
+    } else if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type) || CR__RPC_IS_RESV(type)) {
         rc = r_tier(&r, &m, &nomem);
     } else if (cr__rpc_type_has_items(type)) {
         uint32_t n = r_u32(&r);

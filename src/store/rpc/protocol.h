@@ -141,6 +141,17 @@ enum cr__rpc_type {
                                     copies -> status */
     CR__RPC_REPLICA_CLEAR = 0x75, /* segment ("" = every replica), items[].key ->
                                      items[].status: 0 cleared, -704, -706 */
+    /* One-round-trip put (store/master/reserve.c), same layout as tier:
+     * RESERVE: client_id, size = bytes wanted -> count = lease ms, items[0]:
+     *   version = reservation id, size = length, replica_id = allocation
+     *   granule, replicas[0] = one shard {segment, addr, len, cap (WRITE)}.
+     * PUT_COMMIT: client_id, items[]: key, size, version = reservation id,
+     *   flags (CRC), replica_id = crc32c when CRC, replicas[0] = one shard
+     *   {segment, addr, len = size} -> items[].status, version, size;
+     *   CR_E_INVALID_WRITE: not inside a live reservation of this client
+     *   (nothing visible; the client puts it the two-phase way). */
+    CR__RPC_RESERVE = 0x76,
+    CR__RPC_PUT_COMMIT = 0x77,
 
     /* connection authentication (security on, docs/security.md): the
      * payload is one message of src/common/auth/auth.h. Handled by the
@@ -155,6 +166,8 @@ enum cr__rpc_type {
 #define CR__RPC_IS_TIER(t) (((t) & 0x7fffu) >= CR__RPC_TIER_MOUNT && ((t) & 0x7fffu) <= CR__RPC_FS_SYNC)
 /* 1 if type is one of the replica-task messages (same layout as tier). */
 #define CR__RPC_IS_RTASK(t) (((t) & 0x7fffu) >= CR__RPC_RTASK_CREATE && ((t) & 0x7fffu) <= CR__RPC_REPLICA_CLEAR)
+/* 1 if type is RESERVE or PUT_COMMIT (same layout as tier). */
+#define CR__RPC_IS_RESV(t) (((t) & 0x7fffu) == CR__RPC_RESERVE || ((t) & 0x7fffu) == CR__RPC_PUT_COMMIT)
 #define CR__RPC_REPLY 0x8000u
 #define CR__RPC_BATCH_OFFSET 20 /* CR__RPC_BATCH_X == CR__RPC_X + 20 */
 

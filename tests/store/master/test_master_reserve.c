@@ -1,0 +1,554 @@
+/* Client space reservations (store/master/reserve.c), driven with an
+ * explicit clock through the rpc dispatch: RESERVE grants a range of one
+ * segment; PUT_COMMIT makes a complete object of a range inside the
+ * caller's live reservation and refuses (CR_E_INVALID_WRITE, nothing
+ * visible) a range out of it, overlapping a committed one, of another
+ * client, or of an expired / reclaimed reservation; an existing key gets
+ * OBJECT_ALREADY_EXISTS as from PutStart. Space a reservation held and no
+ * object took is not reused before expiry + put timeout, whatever ended it
+ * (expiry, client expiry, memory pressure, per-client bound); a journal /
+ * new leader restores it quarantined; the per-client bounds hold. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "store/master/master.h"
+
+#define KiB 1024ull
+#define MiB (1024ull * 1024)
+#define SEG_BASE 0x10000000ull
+#define PUT_TIMEOUT 30000ull
+#define LEASE 10000ull /* a reservation's lease: min(10 s, put timeout) */
+
+static const cr__rpc_client_id_t CA = {1, 1}, CB = {2, 2};
+
+static cr__master_t *mk(uint64_t client_ttl_ms)
+{
+    cr__master_cfg_t c;
+    cr__master_cfg_default(&c);
+    c.lease_ttl_ms = 5000;
+    c.client_ttl_ms = client_ttl_ms;
+    c.put_timeout_ms = PUT_TIMEOUT;
+    cr__master_t *m;
+    assert_int_equal(cr__master_create(&c, &m), 0);
+    return m;
+}
+
+static void ping(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now)
+{
+    uint32_t f;
+    assert_int_equal(cr__master_ping(m, id, now, &f), 0);
+}
+
+typedef struct resv {
+    uint64_t id, addr, len, granule, lease;
+    char seg[64];
+    int has_cap;
+} resv_t;
+
+/* Sends msg through the wire codec and the dispatch, decodes the reply. */
+static void roundtrip(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *out, uint64_t now)
+{
+    cr__rpc_buf_t b;
+    cr__rpc_buf_init(&b);
+    assert_int_equal(cr__rpc_encode(req, &b), 0);
+    cr__rpc_hdr_t h;
+    assert_int_equal(cr__rpc_decode_hdr(b.data, &h), 0);
+    cr__rpc_msg_t dreq;
+    assert_int_equal(cr__rpc_decode(&h, b.data + CR__RPC_HDR_SIZE, h.payload_len, &dreq), 0);
+    cr__rpc_msg_t rep = {0};
+    rep.type = (uint16_t)(req->type | CR__RPC_REPLY);
+    cr__master_handle(m, &dreq, &rep, now);
+    cr__rpc_msg_free(&dreq);
+    assert_int_equal(cr__rpc_encode(&rep, &b), 0);
+    assert_int_equal(cr__rpc_decode_hdr(b.data, &h), 0);
+    assert_int_equal(cr__rpc_decode(&h, b.data + CR__RPC_HDR_SIZE, h.payload_len, out), 0);
+    cr__rpc_msg_free(&rep);
+    cr__rpc_buf_free(&b);
+}
+
+static int reserve(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
+                   resv_t *r)
+{
+    cr__rpc_msg_t req = {0}, rep;
+    req.type = CR__RPC_RESERVE;
+    req.client_id = id;
+    req.size = want;
+    roundtrip(m, &req, &rep, now);
+    int rc = rep.status;
+    if (rc == 0) {
+        assert_int_equal(rep.n_items, 1);
+        const cr__rpc_item_t *it = &rep.items[0];
+        assert_int_equal(it->n_replicas, 1);
+        assert_int_equal(it->replicas[0].n_shards, 1);
+        r->id = it->version;
+        r->addr = it->replicas[0].shards[0].addr;
+        r->len = it->replicas[0].shards[0].len;
+        assert_int_equal(r->len, it->size);
+        r->granule = it->replica_id;
+        r->lease = rep.count;
+        r->has_cap = it->replicas[0].shards[0].cap != NULL;
+        snprintf(r->seg, sizeof r->seg, "%s", it->replicas[0].shards[0].segment);
+    }
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+/* One PUT_COMMIT item (crc 0x1234 + the key's first byte). */
+static int commit(cr__master_t *m, cr__rpc_client_id_t id, const char *key, uint64_t resv_id,
+                  const char *seg, uint64_t addr, uint64_t size, uint64_t now, uint64_t *ver)
+{
+    cr__rpc_msg_t req = {0}, rep;
+    cr__rpc_shard_t sh = {.segment = seg, .addr = addr, .len = size};
+    cr__rpc_replica_t rp = {.n_shards = 1, .shards = &sh};
+    cr__rpc_item_t it = {.key = key,
+                         .key_len = (uint32_t)strlen(key),
+                         .size = size,
+                         .version = resv_id,
+                         .flags = CR__RPC_F_CRC,
+                         .replica_id = 0x1234u + (uint8_t)key[0],
+                         .n_replicas = 1,
+                         .replicas = &rp};
+    req.type = CR__RPC_PUT_COMMIT;
+    req.client_id = id;
+    req.n_items = 1;
+    req.items = &it;
+    roundtrip(m, &req, &rep, now);
+    assert_int_equal(rep.status, 0);
+    assert_int_equal(rep.n_items, 1);
+    int rc = rep.items[0].status;
+    if (rc == 0 && ver)
+        *ver = rep.items[0].version;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+/* GetReplicaList: version, address of replica 0, crc. */
+static int get(cr__master_t *m, const char *key, uint64_t now, uint64_t *ver, uint64_t *addr,
+               uint32_t *crc)
+{
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    int rc = cr__master_get_replicas(m, key, strlen(key), now, &msg, &it);
+    if (rc == 0) {
+        if (ver)
+            *ver = it.version;
+        if (addr)
+            *addr = it.replicas[0].shards[0].addr;
+        if (crc)
+            *crc = (it.flags & CR__RPC_F_CRC) ? it.crc : 0;
+    }
+    cr__rpc_msg_free(&msg);
+    return rc;
+}
+
+/* PutStart + PutEnd; *addr of its replica. */
+static int put2(cr__master_t *m, const char *key, uint64_t size, uint64_t now, uint64_t *addr)
+{
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1};
+    int rc = cr__master_put_start(m, key, strlen(key), size, &cfg, now, &msg, &it);
+    if (rc == 0) {
+        if (addr)
+            *addr = it.replicas[0].shards[0].addr;
+        rc = cr__master_put_end(m, key, strlen(key), it.version, now);
+    }
+    cr__rpc_msg_free(&msg);
+    return rc;
+}
+
+static uint64_t counter(cr__master_t *m, int idx)
+{
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    return st.counters[idx];
+}
+
+static cr__master_stats_t stats(cr__master_t *m)
+{
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    return st;
+}
+
+static int exist(cr__master_t *m, const char *key, uint64_t now)
+{
+    return cr__master_exist(m, key, strlen(key), now);
+}
+
+/* A 16 MiB segment: reservations are 1 MiB (1/16 of it). */
+static cr__master_t *mk_mounted(uint64_t client_ttl_ms)
+{
+    cr__master_t *m = mk(client_ttl_ms);
+    ping(m, CA, 0);
+    ping(m, CB, 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 16 * MiB, 0), 0);
+    return m;
+}
+
+static void test_commit_makes_complete_object(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    resv_t r;
+    assert_int_equal(reserve(m, CA, 64 * MiB, 1, &r), 0);
+    assert_string_equal(r.seg, "segA");
+    assert_int_equal(r.len, 1 * MiB); /* bounded: 1/16 of the segment */
+    assert_int_equal(r.lease, LEASE);
+    assert_int_equal(r.granule, 64);
+    assert_true(r.addr >= SEG_BASE && r.addr + r.len <= SEG_BASE + 16 * MiB);
+    assert_int_equal(stats(m).allocated_bytes, 1 * MiB);
+    /* nothing visible before the commit */
+    assert_int_equal(exist(m, "k1", 2), CR_E_OBJECT_NOT_FOUND);
+    uint64_t v1 = 0, v2 = 0, gv = 0, ga = 0;
+    uint32_t crc = 0;
+    assert_int_equal(commit(m, CA, "k1", r.id, r.seg, r.addr, 4096, 2, &v1), 0);
+    assert_int_equal(get(m, "k1", 3, &gv, &ga, &crc), 0);
+    assert_int_equal(gv, v1);
+    assert_int_equal(ga, r.addr);
+    assert_int_equal(crc, 0x1234u + 'k');
+    uint64_t size = 0;
+    assert_int_equal(cr__master_get_size(m, "k1", 2, 3, &size), 0);
+    assert_int_equal(size, 4096);
+    /* the next value further on (a gap of one granule skipped) */
+    assert_int_equal(commit(m, CA, "k2", r.id, r.seg, r.addr + 4096 + 64, 100, 4, &v2), 0);
+    assert_true(v2 > v1);
+    /* a retried commit that landed answers the same object */
+    uint64_t v2b = 0;
+    assert_int_equal(commit(m, CA, "k2", r.id, r.seg, r.addr + 4096 + 64, 100, 5, &v2b), 0);
+    assert_int_equal(v2b, v2);
+    /* an existing key: PutStart's answer, nothing changes */
+    assert_int_equal(commit(m, CA, "k1", r.id, r.seg, r.addr + 8192, 4096, 5, NULL),
+                     CR_E_OBJECT_ALREADY_EXISTS);
+    assert_int_equal(get(m, "k1", 5, &gv, &ga, NULL), 0);
+    assert_int_equal(gv, v1);
+    assert_int_equal(ga, r.addr);
+    /* ... and the range it named is still free to commit */
+    assert_int_equal(commit(m, CA, "k3", r.id, r.seg, r.addr + 8192, 4096, 5, NULL), 0);
+    /* all of it accounted once: still the reservation's megabyte */
+    assert_int_equal(stats(m).allocated_bytes, 1 * MiB);
+    /* objects made by a commit live like others: removed, their space freed */
+    assert_int_equal(cr__master_remove(m, "k3", 2, 1, 6), 0);
+    assert_int_equal(exist(m, "k3", 6), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(stats(m).allocated_bytes, 1 * MiB - 4096);
+    assert_int_equal(counter(m, CR__MM_put_commits_total), 3);
+    assert_int_equal(counter(m, CR__MM_reservations_granted_total), 1);
+    cr__master_destroy(m);
+}
+
+static void test_commit_refused_leaves_nothing(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    resv_t r;
+    assert_int_equal(reserve(m, CA, 1 * MiB, 1, &r), 0);
+    assert_int_equal(commit(m, CA, "a", r.id, r.seg, r.addr + 64 * KiB, 4096, 2, NULL), 0);
+    struct {
+        const char *why;
+        cr__rpc_client_id_t id;
+        uint64_t resv, addr, size;
+        const char *seg;
+    } bad[] = {
+        {"before the reservation", CA, r.id, r.addr - 4096, 4096, r.seg},
+        {"past its end", CA, r.id, r.addr + r.len, 4096, r.seg},
+        {"crossing its end", CA, r.id, r.addr + r.len - 4096, 8192, r.seg},
+        {"overlapping a committed value", CA, r.id, r.addr + 64 * KiB, 4096, r.seg},
+        {"below the commit cursor", CA, r.id, r.addr, 4096, r.seg},
+        {"not granule-aligned", CA, r.id, r.addr + 128 * KiB + 8, 4096, r.seg},
+        {"another client's reservation", CB, r.id, r.addr + 128 * KiB, 4096, r.seg},
+        {"another segment name", CA, r.id, r.addr + 128 * KiB, 4096, "segB"},
+        {"an unknown reservation", CA, r.id + 99, r.addr + 128 * KiB, 4096, r.seg},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = commit(m, bad[i].id, "x", bad[i].resv, bad[i].seg, bad[i].addr, bad[i].size, 3,
+                        NULL);
+        if (rc != CR_E_INVALID_WRITE)
+            fail_msg("commit %s: got %d, want %d", bad[i].why, rc, CR_E_INVALID_WRITE);
+        assert_int_equal(exist(m, "x", 3), CR_E_OBJECT_NOT_FOUND);
+    }
+    /* expired: refused from its expiry on, even before the tick */
+    assert_int_equal(commit(m, CA, "late", r.id, r.seg, r.addr + 256 * KiB, 4096, 1 + LEASE, NULL),
+                     CR_E_INVALID_WRITE);
+    assert_int_equal(exist(m, "late", 1 + LEASE), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(counter(m, CR__MM_put_commits_refused_total), 10);
+    /* a client the master does not know gets no reservation */
+    const cr__rpc_client_id_t stranger = {9, 9};
+    resv_t r2;
+    assert_int_equal(reserve(m, stranger, 1 * MiB, 2, &r2), CR_E_CLIENT_NOT_FOUND);
+    cr__master_destroy(m);
+}
+
+/* Every address a later two-phase put of 64 KiB gets lies outside [lo, hi). */
+static void fill_outside(cr__master_t *m, const char *tag, int n, uint64_t now, uint64_t lo,
+                         uint64_t hi)
+{
+    for (int i = 0; i < n; i++) {
+        char k[32];
+        uint64_t a = 0;
+        snprintf(k, sizeof k, "%s%d", tag, i);
+        int rc = put2(m, k, 64 * KiB, now, &a);
+        if (rc)
+            break; /* the pool is full: fine, nothing landed inside */
+        if (a + 64 * KiB > lo && a < hi)
+            fail_msg("%s landed at %#llx inside the quarantined reservation [%#llx, %#llx)", k,
+                     (unsigned long long)a, (unsigned long long)lo, (unsigned long long)hi);
+    }
+}
+
+static void test_quarantine_after_expiry(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    resv_t r;
+    assert_int_equal(reserve(m, CA, 1 * MiB, 0, &r), 0);
+    assert_int_equal(commit(m, CA, "a", r.id, r.seg, r.addr, 4096, 1, NULL), 0);
+    cr__master_tick(m, LEASE); /* expired: closed, its rest quarantined */
+    assert_int_equal(counter(m, CR__MM_reservations_expired_total), 1);
+    assert_int_equal(stats(m).quarantine_bytes, 1 * MiB - 4096);
+    /* until expiry + put timeout, no other object lands there */
+    fill_outside(m, "f", 200, LEASE + 1, r.addr + 4096, r.addr + r.len);
+    ping(m, CA, LEASE + PUT_TIMEOUT - 1);
+    cr__master_tick(m, LEASE + PUT_TIMEOUT - 1);
+    assert_int_equal(stats(m).quarantine_bytes, 1 * MiB - 4096);
+    ping(m, CA, LEASE + PUT_TIMEOUT);
+    cr__master_tick(m, LEASE + PUT_TIMEOUT);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    assert_int_equal(exist(m, "a", LEASE + PUT_TIMEOUT), 0); /* the committed value stays */
+    cr__master_destroy(m);
+}
+
+static void test_quarantine_after_client_expiry(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(1000);
+    ping(m, CA, 0);
+    ping(m, CB, 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 16 * MiB, 0), 0);
+    resv_t r;
+    assert_int_equal(reserve(m, CB, 1 * MiB, 0, &r), 0); /* B holds part of A's segment */
+    /* B goes silent (A keeps pinging): its reservation is reclaimed... */
+    for (uint64_t t = 500; t <= 2000; t += 500) {
+        ping(m, CA, t);
+        cr__master_tick(m, t);
+    }
+    assert_int_equal(counter(m, CR__MM_reservations_reclaimed_total), 1);
+    /* ...but its space stays quarantined until expiry + put timeout */
+    assert_int_equal(stats(m).quarantine_bytes, 1 * MiB);
+    fill_outside(m, "g", 200, 2001, r.addr, r.addr + r.len);
+    ping(m, CA, LEASE + PUT_TIMEOUT);
+    cr__master_tick(m, LEASE + PUT_TIMEOUT);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    cr__master_destroy(m);
+}
+
+static void test_pool_full_reclaims_reservations(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    resv_t r1, r2;
+    assert_int_equal(reserve(m, CA, 1 * MiB, 0, &r1), 0);
+    assert_int_equal(reserve(m, CB, 1 * MiB, 0, &r2), 0);
+    /* fill the rest with hard-pinned objects (eviction cannot free them) */
+    int n = 0;
+    for (;; n++) {
+        char k[32];
+        snprintf(k, sizeof k, "pin%d", n);
+        cr__rpc_msg_t msg = {0};
+        cr__rpc_item_t it = {0};
+        cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .flags = CR__RPC_CFG_HARD_PIN};
+        int rc = cr__master_put_start(m, k, strlen(k), 512 * KiB, &cfg, 1, &msg, &it);
+        cr__rpc_msg_free(&msg);
+        if (rc)
+            break;
+        assert_int_equal(cr__master_put_end(m, k, strlen(k), it.version, 1), 0);
+    }
+    assert_int_equal(n, 28); /* 16 MiB - 2 reservations */
+    /* that failed placement closed both reservations */
+    assert_int_equal(counter(m, CR__MM_reservations_reclaimed_total), 2);
+    assert_int_equal(commit(m, CA, "c", r1.id, r1.seg, r1.addr, 4096, 2, NULL),
+                     CR_E_INVALID_WRITE);
+    assert_int_equal(stats(m).quarantine_bytes, 2 * MiB);
+    /* the space comes back after expiry + put timeout, and puts work */
+    uint64_t t = LEASE + PUT_TIMEOUT;
+    ping(m, CA, t);
+    ping(m, CB, t);
+    cr__master_tick(m, t);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    assert_int_equal(put2(m, "after", 512 * KiB, t, NULL), 0);
+    resv_t r3;
+    assert_int_equal(reserve(m, CA, 1 * MiB, t, &r3), 0);
+    assert_int_equal(commit(m, CA, "c", r3.id, r3.seg, r3.addr, 4096, t, NULL), 0);
+    cr__master_destroy(m);
+}
+
+static void test_bounds_per_client(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    resv_t r[3];
+    assert_int_equal(reserve(m, CA, 1 * MiB, 0, &r[0]), 0);
+    assert_int_equal(reserve(m, CA, 1 * MiB, 1, &r[1]), 0);
+    /* a third one closes the oldest (two open per client) */
+    assert_int_equal(reserve(m, CA, 1 * MiB, 2, &r[2]), 0);
+    assert_int_equal(commit(m, CA, "o", r[0].id, r[0].seg, r[0].addr, 64, 3, NULL),
+                     CR_E_INVALID_WRITE);
+    assert_int_equal(commit(m, CA, "o", r[1].id, r[1].seg, r[1].addr, 64, 3, NULL), 0);
+    assert_int_equal(commit(m, CA, "p", r[2].id, r[2].seg, r[2].addr, 64, 3, NULL), 0);
+    /* closed ones wait for their quarantine and count: a client churning
+     * reservations is refused before it fills the table */
+    int granted = 3, refused = 0;
+    for (int i = 0; i < 40 && !refused; i++) {
+        resv_t x;
+        int rc = reserve(m, CA, 1 * MiB, 4, &x);
+        if (rc == CR_E_UNAVAILABLE_IN_CURRENT_STATUS)
+            refused = 1;
+        else if (rc == 0)
+            granted++;
+        else
+            break; /* the segment is full of quarantine */
+    }
+    assert_true(refused || stats(m).quarantine_bytes >= 8 * MiB);
+    assert_true(granted <= 2 + 16 + 1);
+    /* another client is not affected by A's bound */
+    resv_t b;
+    ping(m, CB, 5);
+    int rcb = reserve(m, CB, 1 * MiB, 5, &b);
+    assert_true(rcb == 0 || rcb == CR_E_NO_AVAILABLE_HANDLE);
+    cr__master_destroy(m);
+}
+
+static void test_unmount_holds_name(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    resv_t r;
+    assert_int_equal(reserve(m, CB, 1 * MiB, 0, &r), 0);
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 1), 0);
+    assert_int_equal(commit(m, CB, "u", r.id, r.seg, r.addr, 64, 2, NULL), CR_E_INVALID_WRITE);
+    /* the same memory mounted again: nothing placed there before the
+     * reservation's holder can no longer write */
+    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 16 * MiB, 2), 0);
+    assert_int_equal(put2(m, "early", 4096, 3, NULL), CR_E_NO_AVAILABLE_HANDLE);
+    ping(m, CA, LEASE + PUT_TIMEOUT);
+    ping(m, CB, LEASE + PUT_TIMEOUT);
+    assert_int_equal(put2(m, "later", 4096, LEASE + PUT_TIMEOUT, NULL), 0);
+    cr__master_destroy(m);
+}
+
+static void collect(void *u, const uint8_t *frame, size_t len) { cr__ha_buf_append(u, frame, len); }
+
+static cr__master_t *restored(const cr__ha_buf_t *b, uint64_t now, uint64_t *n)
+{
+    cr__ha_shadow_t *sh;
+    assert_int_equal(cr__ha_shadow_create(&sh), 0);
+    assert_int_equal(cr__ha_shadow_load(sh, b->p, b->len), (long)b->len);
+    cr__master_t *m2 = mk(1000000);
+    assert_int_equal(cr__master_restore(m2, sh, now, n), 0);
+    cr__ha_shadow_destroy(sh);
+    return m2;
+}
+
+static int count_win(void *u, const cr__ha_win_t *w)
+{
+    (void)w;
+    (*(int *)u)++;
+    return 0;
+}
+
+static void test_ha_journal_and_restore(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(1000000);
+    cr__ha_buf_t jb = {0};
+    cr__master_set_journal(m, collect, &jb);
+    ping(m, CA, 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 16 * MiB, 0), 0);
+    resv_t r;
+    /* the reservation is a change the standbys must have before the reply */
+    cr__master_wait_reset();
+    assert_int_equal(reserve(m, CA, 1 * MiB, 1, &r), 0);
+    assert_int_equal(cr__master_wait_needed(), 1);
+    cr__master_wait_reset();
+    uint64_t v = 0;
+    assert_int_equal(commit(m, CA, "j", r.id, r.seg, r.addr + 4096, 4096, 2, &v), 0);
+    assert_int_equal(cr__master_wait_needed(), 1); /* like a PutEnd */
+    /* a snapshot carries the open reservation */
+    cr__ha_buf_t snap = {0};
+    assert_int_equal(cr__master_dump(m, &snap, NULL, NULL), 0);
+    cr__ha_shadow_t *sh;
+    assert_int_equal(cr__ha_shadow_create(&sh), 0);
+    assert_int_equal(cr__ha_shadow_load(sh, snap.p, snap.len), (long)snap.len);
+    int wins = 0;
+    assert_int_equal(cr__ha_shadow_foreach_win(sh, count_win, &wins), 0);
+    assert_int_equal(wins, 1);
+    cr__ha_shadow_destroy(sh);
+    cr__ha_buf_free(&snap);
+    /* a new leader: the object with its checksum, the rest quarantined */
+    uint64_t n = 0;
+    cr__master_t *m2 = restored(&jb, 100, &n);
+    assert_int_equal(n, 1);
+    ping(m2, CA, 101);
+    assert_int_equal(cr__master_mount(m2, CA, "segA", SEG_BASE, 16 * MiB, 101), 0);
+    uint64_t gv = 0, ga = 0;
+    uint32_t crc = 0;
+    assert_int_equal(get(m2, "j", 102, &gv, &ga, &crc), 0);
+    assert_int_equal(gv, v);
+    assert_int_equal(ga, r.addr + 4096);
+    assert_int_equal(crc, 0x1234u + 'j');
+    assert_int_equal(stats(m2).quarantine_bytes, 1 * MiB - 4096);
+    fill_outside(m2, "h", 200, 103, r.addr, r.addr + r.len);
+    /* it does not know the reservation: the holder's commits are refused */
+    assert_int_equal(commit(m2, CA, "j2", r.id, r.seg, r.addr + 8192, 4096, 104, NULL),
+                     CR_E_INVALID_WRITE);
+    /* a closed reservation ends (WINEND) once its quarantine is over: a
+     * later restore knows nothing of it */
+    cr__master_tick(m, 1 + LEASE);
+    ping(m, CA, 1 + LEASE + PUT_TIMEOUT);
+    cr__master_tick(m, 1 + LEASE + PUT_TIMEOUT);
+    cr__master_t *m3 = restored(&jb, 1 + LEASE + PUT_TIMEOUT, &n);
+    ping(m3, CA, 2 + LEASE + PUT_TIMEOUT);
+    assert_int_equal(cr__master_mount(m3, CA, "segA", SEG_BASE, 16 * MiB, 2 + LEASE + PUT_TIMEOUT),
+                     0);
+    assert_int_equal(stats(m3).quarantine_bytes, 0);
+    cr__master_destroy(m3);
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb);
+}
+
+static void test_caps_grant_covers_reservation(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    assert_int_equal(cr__master_caps_enable(m), 0);
+    resv_t r;
+    assert_int_equal(reserve(m, CA, 1 * MiB, 1, &r), 0);
+    assert_true(r.has_cap);
+    cr__master_reservations(m, 0, 2);
+    assert_int_equal(reserve(m, CA, 1 * MiB, 2, &r), CR_E_UNAVAILABLE_IN_CURRENT_MODE);
+    cr__master_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_commit_makes_complete_object),
+        cmocka_unit_test(test_commit_refused_leaves_nothing),
+        cmocka_unit_test(test_quarantine_after_expiry),
+        cmocka_unit_test(test_quarantine_after_client_expiry),
+        cmocka_unit_test(test_pool_full_reclaims_reservations),
+        cmocka_unit_test(test_bounds_per_client),
+        cmocka_unit_test(test_unmount_holds_name),
+        cmocka_unit_test(test_ha_journal_and_restore),
+        cmocka_unit_test(test_caps_grant_covers_reservation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
