@@ -485,6 +485,7 @@ static void teardown(cr_store_t *s)
     pthread_rwlock_destroy(&s->reg_lock);
     pthread_mutex_destroy(&s->seg_mu);
     pthread_mutex_destroy(&s->sus_mu);
+    pthread_mutex_destroy(&s->resv_mu);
     pthread_mutex_destroy(&s->hb_mu);
     pthread_mutex_destroy(&s->extra_mu);
     pthread_cond_destroy(&s->hb_cv);
@@ -499,6 +500,7 @@ static void create_sync(cr_store_t *s)
     pthread_rwlock_init(&s->reg_lock, NULL);
     pthread_mutex_init(&s->seg_mu, NULL);
     pthread_mutex_init(&s->sus_mu, NULL);
+    pthread_mutex_init(&s->resv_mu, NULL);
     pthread_mutex_init(&s->tier_mu, NULL);
     pthread_mutex_init(&s->fs_mu, NULL);
     pthread_cond_init(&s->fs_cv, NULL);
@@ -541,6 +543,8 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : CR__SC_DEFAULT_HEARTBEAT_MS;
     const char *ck = getenv("CRESCENT_STORE_CHECKSUM");
     s->crc_on = !(ck && !strcmp(ck, "0"));
+    const char *pr = getenv("CRESCENT_PUT_RESERVE"); /* one-round-trip small puts (ops.c) */
+    s->resv_on = !(pr && !strcmp(pr, "0"));
     const char *tl = getenv("CRESCENT_TIER_LOCAL"); /* same-host disk reads (tier_local.c) */
     s->tier_local_on = !(tl && !strcmp(tl, "0"));
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;

@@ -131,6 +131,21 @@ struct cr_store {
     cr__sc_seg_t segs[CR__SC_SEG_CACHE];
 
     int crc_on;                   /* end-to-end checksums computed and checked */
+    /* one-round-trip puts through a space reservation (ops.c, "reserved
+     * put"; store/master/reserve.c): resv_on = CRESCENT_PUT_RESERVE != "0";
+     * the current reservation, guarded by resv_mu */
+    int resv_on;
+    pthread_mutex_t resv_mu;
+    struct {
+        uint64_t id;             /* 0: none */
+        char seg[CR_XFER_NAME_MAX];
+        uint64_t cur, end;       /* absolute addresses: the next carve, the end */
+        uint64_t granule;
+        uint64_t write_until_ms; /* monotonic: no write starts at or after */
+        uint8_t cap[CR__RPC_CAP_LEN];
+        int has_cap;
+    } resv;
+    uint64_t resv_retry_ms; /* a RESERVE was refused: none before (resv_mu) */
     _Atomic uint64_t crc_errors;  /* replica reads that failed the check */
 
     /* segments that failed a transfer recently (suspect.c) */

@@ -817,6 +817,7 @@ typedef struct put_chunk {
     int *results;
     int staged;
     int avoid_suspects; /* keys placed on a suspect segment are revoked unwritten */
+    int resv; /* a reserved put: carved from a reservation, then PutCommit */
     int rc; /* PutStart failed (results hold why): nothing to end */
     uint64_t deadline;
     cr__rpc_msg_t rep;
@@ -830,13 +831,233 @@ typedef struct put_chunk {
     keyed_t kd;
 } put_chunk_t;
 
+/* ---- reserved put: one master round trip -----------------------------------
+ *
+ * A small value (<= RESV_VALUE_MAX) put with the default config is carved
+ * out of a space reservation this client holds (RESERVE: a range of one
+ * segment, its lease and a WRITE grant over it; store/master/reserve.c),
+ * written with the TE, and made visible by one PUT_COMMIT (key, segment,
+ * address, size, crc32c). No write starts within a margin (a quarter of
+ * the lease) of the reservation's expiry, measured from before the
+ * RESERVE was sent. A commit the master refuses (CR_E_INVALID_WRITE:
+ * reservation expired, reclaimed, unknown to a new leader, out of order)
+ * or a write that failed leaves nothing visible: that key is put again the
+ * two-phase way (PutStart, write, PutEnd). Any other answer is final
+ * (OBJECT_ALREADY_EXISTS exactly as PutStart would say it).
+ * CRESCENT_PUT_RESERVE=0 turns the path off. */
+#define RESV_VALUE_MAX (1u << 20)
+#define RESV_WANT (16ull << 20) /* asked per reservation; the master may give less */
+#define RESV_RETRY_MS 1000      /* after a failed RESERVE, no other before */
+
+static int resv_cfg_ok(const cr_store_replicate_config_t *config)
+{
+    cr_store_replicate_config_t c = cfg_effective(config);
+    return c.replica_num <= 1 && !c.n_preferred && !c.soft_pin && !c.hard_pin && !c.upsert;
+}
+
+/* RESERVE into s->resv. Caller holds resv_mu. Returns 0 or an error. */
+static int resv_get_locked(cr_store_t *s)
+{
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = CR__RPC_RESERVE;
+    req.client_id = s->id;
+    req.size = RESV_WANT;
+    uint64_t t0 = cr__now_ms();
+    s->resv.id = 0;
+    int rc = cr__sc_call(s, &req, &rep);
+    if (!rc) {
+        const cr__rpc_item_t *it = rep.n_items == 1 ? &rep.items[0] : NULL;
+        const cr__rpc_shard_t *sh =
+            it && it->n_replicas == 1 && it->replicas[0].n_shards == 1 ? &it->replicas[0].shards[0]
+                                                                      : NULL;
+        rc = rep.status;
+        if (!rc && (!sh || !sh->segment || strlen(sh->segment) >= sizeof s->resv.seg ||
+                    !sh->len || !it->version || !it->replica_id ||
+                    (it->replica_id & (it->replica_id - 1)) || rep.count < 4 ||
+                    sh->addr + sh->len < sh->addr))
+            rc = CR_E_INVALID_REPLICA;
+        if (!rc) {
+            snprintf(s->resv.seg, sizeof s->resv.seg, "%s", sh->segment);
+            s->resv.cur = sh->addr;
+            s->resv.end = sh->addr + sh->len;
+            s->resv.granule = it->replica_id;
+            s->resv.write_until_ms = t0 + rep.count - rep.count / 4;
+            s->resv.has_cap = sh->cap != NULL;
+            if (sh->cap)
+                memcpy(s->resv.cap, sh->cap, CR__RPC_CAP_LEN);
+            s->resv.id = it->version;
+        }
+        cr__rpc_msg_free(&rep);
+    }
+    if (rc)
+        s->resv_retry_ms = cr__now_ms() + RESV_RETRY_MS;
+    return rc;
+}
+
+/* Forgets reservation id (the master refused a commit into it). */
+static void resv_drop(cr_store_t *s, uint64_t id)
+{
+    pthread_mutex_lock(&s->resv_mu);
+    if (s->resv.id == id)
+        s->resv.id = 0;
+    pthread_mutex_unlock(&s->resv_mu);
+}
+
+/* The chunk's "PutStart": every key carved from a reservation (at most one
+ * RESERVE per call: a client holds few, store/master/reserve.c) gets an
+ * item like a PutStart's (version = the reservation id, lease_ms = until
+ * the last moment a write may start, one replica of one shard with the
+ * reservation's grant); the others CR_E_INVALID_WRITE (put two-phase).
+ * Returns 0 or -ENOMEM. */
+static int resv_start(cr_store_t *s, put_chunk_t *c)
+{
+    size_t n = c->n;
+    cr__rpc_msg_t *rep = &c->rep;
+    rep->items = cr__rpc_msg_alloc(rep, n * sizeof *rep->items);
+    cr__rpc_replica_t *reps = cr__rpc_msg_alloc(rep, n * sizeof *reps);
+    cr__rpc_shard_t *shs = cr__rpc_msg_alloc(rep, n * sizeof *shs);
+    if (!rep->items || !reps || !shs)
+        return -ENOMEM;
+    rep->n_items = (uint32_t)n;
+    const char *seg = NULL;
+    const uint8_t *cap = NULL;
+    uint64_t seg_id = 0;
+    int fetched = 0;
+    pthread_mutex_lock(&s->resv_mu);
+    for (size_t i = 0; i < n; i++) {
+        cr__rpc_item_t *it = &rep->items[i];
+        it->status = CR_E_INVALID_WRITE;
+        if (c->lens[i] > RESV_VALUE_MAX)
+            continue;
+        for (;;) {
+            uint64_t now = cr__now_ms();
+            if (s->resv.id && now < s->resv.write_until_ms) {
+                uint64_t g = s->resv.granule, rl = (c->lens[i] + g - 1) / g * g;
+                if (rl <= s->resv.end - s->resv.cur) {
+                    if (seg_id != s->resv.id) { /* this reservation's name and grant */
+                        char *nm = cr__rpc_msg_strdup(rep, s->resv.seg, strlen(s->resv.seg));
+                        uint8_t *cp = s->resv.has_cap ? cr__rpc_msg_alloc(rep, CR__RPC_CAP_LEN)
+                                                      : NULL;
+                        if (!nm || (s->resv.has_cap && !cp))
+                            break;
+                        if (cp)
+                            memcpy(cp, s->resv.cap, CR__RPC_CAP_LEN);
+                        seg = nm;
+                        cap = cp;
+                        seg_id = s->resv.id;
+                    }
+                    shs[i] = (cr__rpc_shard_t){seg, s->resv.cur, c->lens[i], cap};
+                    reps[i] = (cr__rpc_replica_t){.n_shards = 1, .shards = &shs[i]};
+                    it->status = 0;
+                    it->version = s->resv.id;
+                    uint64_t left = s->resv.write_until_ms - now;
+                    it->lease_ms = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
+                    it->n_replicas = 1;
+                    it->replicas = &reps[i];
+                    s->resv.cur += rl;
+                    break;
+                }
+            }
+            if (fetched || now < s->resv_retry_ms || resv_get_locked(s))
+                break;
+            fetched = 1;
+        }
+    }
+    pthread_mutex_unlock(&s->resv_mu);
+    return 0;
+}
+
+/* The chunk's "PutEnd": one PUT_COMMIT for the keys written (ok[i]);
+ * results[i] = the master's verdict, the item's version set to the
+ * object's. An unanswered commit is reported as the RPC error (the master
+ * may have applied it: a retried put would then see the key). */
+static void resv_commit(cr_store_t *s, put_chunk_t *c, const uint8_t *ok)
+{
+    size_t n = c->n, m = 0;
+    for (size_t i = 0; i < n; i++)
+        m += ok[i] != 0;
+    if (!m)
+        return;
+    cr__rpc_msg_t req = {0}, rep = {0};
+    req.type = CR__RPC_PUT_COMMIT;
+    req.client_id = s->id;
+    req.items = cr__rpc_msg_alloc(&req, m * sizeof *req.items);
+    cr__rpc_replica_t *reps = cr__rpc_msg_alloc(&req, m * sizeof *reps);
+    cr__rpc_shard_t *shs = cr__rpc_msg_alloc(&req, m * sizeof *shs);
+    size_t *idx = cr__rpc_msg_alloc(&req, m * sizeof *idx);
+    int rc = -ENOMEM;
+    if (req.items && reps && shs && idx) {
+        size_t j = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!ok[i])
+                continue;
+            const cr__rpc_item_t *st = &c->rep.items[i];
+            cr__rpc_item_t *it = &req.items[j];
+            idx[j] = i;
+            it->key = c->keys[i];
+            it->key_len = (uint32_t)strlen(c->keys[i]);
+            it->size = c->lens[i];
+            it->version = st->version;
+            if (s->crc_on) {
+                it->flags = CR__RPC_F_CRC;
+                it->replica_id = c->crcs[i];
+            }
+            shs[j] = st->replicas[0].shards[0];
+            shs[j].cap = NULL; /* the grant stays here */
+            reps[j] = (cr__rpc_replica_t){.n_shards = 1, .shards = &shs[j]};
+            it->n_replicas = 1;
+            it->replicas = &reps[j];
+            j++;
+        }
+        req.n_items = (uint32_t)m;
+        rc = cr__sc_call(s, &req, &rep);
+        if (!rc && rep.n_items != m) {
+            rc = rep.status ? rep.status : CR_E_RPC_FAIL;
+            cr__rpc_msg_free(&rep);
+        }
+    }
+    if (rc == 0) {
+        for (size_t j = 0; j < m; j++) {
+            size_t i = idx[j];
+            c->results[i] = rep.items[j].status;
+            if (rep.items[j].status == CR_E_INVALID_WRITE)
+                resv_drop(s, c->rep.items[i].version);
+            else if (rep.items[j].status == 0)
+                c->rep.items[i].version = rep.items[j].version;
+        }
+        cr__rpc_msg_free(&rep);
+    } else {
+        CR_LOG_WARN(COMP, "PutCommit of %zu keys failed: %s", m, cr_strerror(rc));
+        for (size_t j = 0; j < m; j++)
+            c->results[idx[j]] = rc;
+    }
+    cr__rpc_msg_free(&req);
+}
+
+/* A reserved put's key that left nothing visible: put it two-phase. */
+static int resv_fallback(int status)
+{
+    return status == CR_E_INVALID_WRITE || status == CR_E_TRANSFER_FAIL ||
+           status == CR_E_LEASE_EXPIRED;
+}
+
 static void put_chunk_begin(cr_store_t *s, put_chunk_t *c, const cr_store_replicate_config_t *cfg,
                             int first_chunk)
 {
     size_t n = c->n;
     uint64_t t0 = cr__now_ms();
     memset(&c->rep, 0, sizeof c->rep);
-    c->rc = put_start(s, c->keys, c->lens, n, cfg, &c->rep, c->results);
+    if (c->resv) {
+        c->rc = resv_start(s, c);
+        if (c->rc) {
+            cr__rpc_msg_free(&c->rep);
+            for (size_t i = 0; i < n; i++)
+                c->results[i] = c->rc;
+            return;
+        }
+    } else {
+        c->rc = put_start(s, c->keys, c->lens, n, cfg, &c->rep, c->results);
+    }
     if (c->rc)
         return;
     if (first_chunk && s->test_hooks.after_put_start) /* tests: a writer stuck before its writes */
@@ -847,6 +1068,13 @@ static void put_chunk_begin(cr_store_t *s, put_chunk_t *c, const cr_store_replic
         c->started = scratch_take(&c->sc, 2 * n);
         c->first = scratch_take(&c->sc, (n + 1) * sizeof *c->first);
         c->crcs = scratch_take(&c->sc, n * sizeof *c->crcs);
+    }
+    if (!c->started && c->resv) { /* nothing written: nothing to give back */
+        cr__rpc_msg_free(&c->rep);
+        for (size_t i = 0; i < n; i++)
+            c->results[i] = -ENOMEM;
+        c->rc = -ENOMEM;
+        return;
     }
     if (!c->started) {
         /* nothing transferred: revoke whatever was started */
@@ -897,8 +1125,14 @@ static void put_chunk_end(cr_store_t *s, put_chunk_t *c)
     for (size_t i = 0; s->crc_on && c->staged && i < n; i++)
         if (ok[i])
             c->crcs[i] = cr__crc32c(0, c->srcs[i], c->lens[i]);
-    put_finish(s, c->keys, c->rep.items, n, ok, 1, s->crc_on ? c->crcs : NULL, c->results);
-    put_finish(s, c->keys, c->rep.items, n, started, 0, NULL, c->results);
+    if (c->resv) { /* space carved and not committed is the master's to reclaim */
+        resv_commit(s, c, ok);
+        for (size_t i = 0; i < n; i++)
+            ok[i] = ok[i] && c->results[i] == 0;
+    } else {
+        put_finish(s, c->keys, c->rep.items, n, ok, 1, s->crc_on ? c->crcs : NULL, c->results);
+        put_finish(s, c->keys, c->rep.items, n, started, 0, NULL, c->results);
+    }
     if (atomic_load(&s->fs_state) >= 0) /* the shared-FS tier (tier_fs.c) */
         cr__sc_fs_persist(s, c->keys, c->srcs, c->lens, c->rep.items, ok, c->results, n);
     cr__rpc_msg_free(&c->rep);
@@ -944,6 +1178,7 @@ static int put_once(cr_store_t *s, const char *const *keys, const void *const *s
             cj->results = results + k0;
             cj->staged = staged;
             cj->avoid_suspects = avoid_suspects;
+            cj->resv = 0;
             put_chunk_begin(s, cj, cfg, j == 0);
         }
         if (j > 0) /* then end chunk j - 1 while chunk j's data moves */
@@ -1018,6 +1253,65 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
     return rc;
 }
 
+/* do_put, with the small keys of a default-config put first tried through
+ * a reservation (one master round trip, "reserved put" above); the keys
+ * that path left unwritten or uncommitted, and the others, go through
+ * do_put. Same contract as do_put. */
+static int put_any(cr_store_t *s, const char *const *keys, const void *const *srcs,
+                   const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
+                   int *results)
+{
+    if (!s->resv_on || staged || !resv_cfg_ok(cfg))
+        return do_put(s, keys, srcs, lens, n, cfg, staged, results);
+    put_chunk_t c;
+    memset(&c, 0, sizeof c);
+    c.keys = keys;
+    c.srcs = srcs;
+    c.lens = lens;
+    c.n = n;
+    c.results = results;
+    c.resv = 1;
+    put_chunk_begin(s, &c, cfg, 1);
+    put_chunk_end(s, &c);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m += resv_fallback(results[i]);
+    if (m == n)
+        return do_put(s, keys, srcs, lens, n, cfg, 0, results);
+    if (m) {
+        const char **rk = malloc(m * sizeof *rk);
+        const void **rs = malloc(m * sizeof *rs);
+        size_t *rl = malloc(m * sizeof *rl), *ri = malloc(m * sizeof *ri);
+        int *rr = malloc(m * sizeof *rr);
+        if (rk && rs && rl && ri && rr) {
+            size_t j = 0;
+            for (size_t i = 0; i < n; i++)
+                if (resv_fallback(results[i])) {
+                    rk[j] = keys[i];
+                    rs[j] = srcs[i];
+                    rl[j] = lens[i];
+                    ri[j++] = i;
+                }
+            do_put(s, rk, rs, rl, m, cfg, 0, rr);
+            for (size_t k = 0; k < m; k++)
+                results[ri[k]] = rr[k];
+        } else {
+            for (size_t i = 0; i < n; i++)
+                if (resv_fallback(results[i]))
+                    results[i] = -ENOMEM;
+        }
+        free(rk);
+        free(rs);
+        free(rl);
+        free(ri);
+        free(rr);
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = results[i];
+    return rc;
+}
+
 static int check_value(const void *v, size_t len)
 {
     if (!v || len == 0 || len > CR_STORE_VALUE_MAX)
@@ -1040,7 +1334,7 @@ int cr_store_put(cr_store_t *s, const char *key, const void *value, size_t len,
     /* A registered source needs no staging. */
     int staged = !cr__sc_is_registered(s, value, len);
     int res;
-    return do_put(s, &key, &value, &len, 1, config, staged, &res);
+    return put_any(s, &key, &value, &len, 1, config, staged, &res);
 }
 
 int cr_store_put_from(cr_store_t *s, const char *key, const void *buf, size_t len,
@@ -1058,7 +1352,7 @@ int cr_store_put_from(cr_store_t *s, const char *key, const void *buf, size_t le
     if (rc)
         return rc;
     int res;
-    return do_put(s, &key, &buf, &len, 1, config, 0, &res);
+    return put_any(s, &key, &buf, &len, 1, config, 0, &res);
 }
 
 /* Duplicate keys of one batch: an open-addressing set of indices into
@@ -1131,7 +1425,7 @@ int cr_store_batch_put_from(cr_store_t *s, const char *const *keys, const void *
         m++;
     }
     if (m)
-        do_put(s, k2, b2, l2, m, config, 0, r2);
+        put_any(s, k2, b2, l2, m, config, 0, r2);
     for (size_t j = 0; j < m; j++)
         results[idx[j]] = r2[j];
     rc = 0;
