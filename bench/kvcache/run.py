@@ -20,6 +20,9 @@ Every repetition runs TE WRITE, the store save+load, TE READ back to back;
 the ratio (store / raw TE) is the median of the per-repetition ratios, shown
 with its min-max. One unmeasured warm-up of each comes first.
 
+With --base-env VAR=VALUE (e.g. CRESCENT_PUT_RESERVE=0) the base client is
+this build (or --base) run with those variables: an A/B of a switch.
+
 With --base OLD-BUILD-DIR the store client of an older build
 (OLD-BUILD-DIR/tools/crescent-bench/crescent-bench, same cluster, same
 target) runs right after the new one in every repetition: a before/after of
@@ -72,6 +75,9 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--protocols", default="tcp,shm")
     ap.add_argument("--base", default="", help="older build dir: its store client runs too")
+    ap.add_argument("--base-env", default="",
+                    help="VAR=VALUE[,VAR=VALUE]: the base client (--base, or this build) runs "
+                         "with these variables, e.g. CRESCENT_PUT_RESERVE=0")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     if a.objects % a.batch:
@@ -84,6 +90,9 @@ def main():
     for p in protos:
         if p not in ("tcp", "shm"):
             sys.exit("--protocols: tcp and/or shm")
+    base_env = dict(kv.split("=", 1) for kv in a.base_env.split(",") if kv)
+    if base_env and not a.base:
+        a.base = a.build
     bench = os.path.join(a.build, "tools", "crescent-bench", "crescent-bench")
     if not os.access(bench, os.X_OK):
         sys.exit("crescent-bench not found at %s (build first: scripts/build.sh)" % bench)
@@ -128,7 +137,7 @@ def main():
                     store.crescent(a.build, cl.addr, st_args)
                     te_run("read")
                     if a.base:
-                        store.crescent(a.base, cl.addr, st_args)
+                        store.crescent(a.base, cl.addr, st_args, env=base_env)
                     w, r, p, g, bp, bg = [], [], [], [], [], []
                     for k in cpu:
                         cpu[k] = []
@@ -140,7 +149,7 @@ def main():
                         cpu["put"].append(ccpu(res, "batch_put"))
                         cpu["get"].append(ccpu(res, "batch_get"))
                         if a.base:
-                            res = store.crescent(a.base, cl.addr, st_args)
+                            res = store.crescent(a.base, cl.addr, st_args, env=base_env)
                             bp.append(float(res["batch_put"]["gbps"]))
                             bg.append(float(res["batch_get"]["gbps"]))
                             cpu["bput"].append(ccpu(res, "batch_put"))
@@ -154,7 +163,8 @@ def main():
                             ("load: batch_get_into", g, bg, r, "TE READ", "get", "bget", "read")):
                         if base:
                             br = [o / x for o, x in zip(base, ref) if x > 0]
-                            rows.append((size, proto, what + " (before: --base)", refname, med(ref),
+                            rows.append((size, proto, what + " (before: --base %s)" % (a.base_env or a.base),
+                                         refname, med(ref),
                                          med(base), med(br), min(br), max(br),
                                          med(cpu[tk]), med(cpu[bk])))
                         ratios = [o / x for o, x in zip(ours, ref) if x > 0]

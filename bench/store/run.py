@@ -21,7 +21,8 @@ of the per-repetition ratios, after one unmeasured warm-up of each):
      reused and distinct buffers as in a.
   c  batch_is_exist of 128 keys per call: keys/s (no Redis counterpart).
   d  4 KiB put/get latency p50/p99, one client thread, vs redis-benchmark
-     -d 4096 -c 1 p50/p99.
+     -d 4096 -c 1 p50/p99; puts with the one-round-trip reserved put on and
+     off (CRESCENT_PUT_RESERVE=0), interleaved in every repetition.
   e  the same as d across network namespaces (the namespaces of b; tcp):
      Redis and the crescent cluster in B, redis-benchmark and the crescent
      client in A; each repetition runs Redis and then crescent.
@@ -108,10 +109,13 @@ def parse_results(text):
     return out
 
 
-def crescent(build, addr, args, prefix=()):
+def crescent(build, addr, args, prefix=(), env=None):
+    """One crescent-bench store run; env: extra environment variables (e.g.
+    {"CRESCENT_PUT_RESERVE": "0"} for the two-round-trip put)."""
     bench = os.path.join(build, "tools", "crescent-bench", "crescent-bench")
     cmd = list(prefix) + [bench, "store", "--master_server_address", addr] + list(args)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, **env) if env else None)
     res = parse_results(r.stdout)
     if not res:
         raise RuntimeError("crescent-bench store failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
@@ -224,24 +228,34 @@ def case_throughput(t, build, case, addr, host, rport, clients, reps, variants, 
 
 def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rprefix=(), where=""):
     """4 KiB put/get p50/p99 of one client thread vs redis-benchmark -c 1;
-    each repetition runs Redis and then crescent (each protocol) back to
-    back; figures are medians of the repetitions."""
-    ref, res = [], {p: [] for p in protos}
+    each repetition runs Redis and then crescent (each protocol, with the
+    one-round-trip put through a reservation and with it off,
+    CRESCENT_PUT_RESERVE=0) back to back; figures are medians of the
+    repetitions, with the min-max of the crescent figure."""
+    variants = [(p, r) for p in protos for r in ("on", "off")]
+    ref, res = [], {v: [] for v in variants}
     for _ in range(reps):
         ref.append(redis_bench(host, rport, 4096, 1, 20000, rprefix))
-        for proto in protos:
-            res[proto].append(crescent(build, addr, ["--op", "putget", "--value_size", "4KB",
-                                                     "--threads", "1", "--ops", "5000",
-                                                     "--protocol", proto,
-                                                     "--local_hostname", host_of(prefix)],
-                                       prefix))
-    for proto in protos:
+        for proto, rsv in variants:
+            res[(proto, rsv)].append(
+                crescent(build, addr, ["--op", "putget", "--value_size", "4KB",
+                                       "--threads", "1", "--ops", "5000",
+                                       "--protocol", proto,
+                                       "--local_hostname", host_of(prefix)],
+                         prefix, env={"CRESCENT_PUT_RESERVE": "1" if rsv == "on" else "0"}))
+    for proto, rsv in variants:
         for op, rop in (("put", "set"), ("get", "get")):
+            if op == "get" and rsv == "off":
+                continue  # the reservation changes puts only; gets run in both
             for pct in ("p50", "p99"):
-                t.add(case, "%s 4 KiB %s (%s%s)" % (op, pct, proto, where),
-                      "redis %s %s" % (rop.upper(), pct),
-                      med([r[rop][pct + "_ms"] * 1000 for r in ref]),
-                      med([float(x[op][pct + "_us"]) for x in res[proto]]), "us")
+                vals = [float(x[op][pct + "_us"]) for x in res[(proto, rsv)]]
+                rvals = [r[rop][pct + "_ms"] * 1000 for r in ref]
+                label = "%s 4 KiB %s (%s%s%s)" % (
+                    op, pct, proto, where,
+                    ", reserve %s" % rsv if op == "put" else "")
+                t.add(case, label + " [min-max %.0f-%.0f; redis %.0f-%.0f]"
+                      % (min(vals), max(vals), min(rvals), max(rvals)),
+                      "redis %s %s" % (rop.upper(), pct), med(rvals), med(vals), "us")
 
 
 HOSTS = {}

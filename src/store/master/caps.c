@@ -177,6 +177,11 @@ static uint32_t ttl_of(uint32_t lease_ms)
     return t > CR__CAP_TTL_MAX_MS / 2 ? CR__CAP_TTL_MAX_MS / 2 : t;
 }
 
+uint64_t cr__m_caps_ttl_ms(const cr__master_t *m, uint32_t lease_ms)
+{
+    return m->caps ? ttl_of(lease_ms) : 0;
+}
+
 int cr__m_caps_mint_locked(cr__master_t *m, uint16_t type, cr__rpc_msg_t *reply)
 {
     if (!m->caps || reply->status)

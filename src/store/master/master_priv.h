@@ -307,6 +307,8 @@ int cr__m_caps_mount_reply_locked(cr__master_t *m, const char *name, cr__rpc_msg
 /* Grants in every replica list of reply (type: the request's type). */
 int cr__m_caps_mint_locked(cr__master_t *m, uint16_t type, cr__rpc_msg_t *reply);
 void cr__m_caps_free(cr__master_t *m);
+/* How long a grant minted for lease_ms lives (0 while capabilities are off). */
+uint64_t cr__m_caps_ttl_ms(const cr__master_t *m, uint32_t lease_ms);
 /* The operations of master.h's cr__master_ping/mount/unmount. */
 int cr__m_ping_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now, uint32_t *flags);
 int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name, uint64_t base,

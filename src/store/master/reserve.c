@@ -22,7 +22,7 @@
  *
  * Safety rules:
  *  - Space a reservation held and no object took is never reused before
- *    expiry + put timeout: the holder starts no write after expiry (minus a
+ *    expiry + put timeout (nor before the WRITE grant over it expires): the holder starts no write after expiry (minus a
  *    margin, client side) and its transfers time out within a put timeout,
  *    the same reasoning as a pending put's quarantine. This holds however
  *    the reservation ends: expiry, its client's heartbeat lapsing, memory
@@ -65,6 +65,7 @@ typedef struct resv {
     uint32_t blk;             /* the free rest [cur, end); NONE32: none left */
     uint64_t start, cur, end; /* offsets in the segment */
     uint64_t expire_ms;       /* its holder starts no write after this */
+    uint64_t hold_ms;         /* its space is not reused before (see above) */
     uint64_t release_ms;      /* closed: its WINEND and the entry's end */
     int open, gap;            /* gap: some of its space was quarantined */
 } resv_t;
@@ -82,7 +83,8 @@ uint64_t cr__m_resv_lease_ms(const cr__master_t *m)
 
 static uint64_t resv_hold_until(const cr__master_t *m, const resv_t *r)
 {
-    return r->expire_ms + m->cfg.put_timeout_ms;
+    (void)m;
+    return r->hold_ms;
 }
 
 static void jr_resv(cr__master_t *m, uint8_t type, const resv_t *r)
@@ -339,6 +341,12 @@ int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want,
                   .end = off + len,
                   .expire_ms = now + lease,
                   .open = 1};
+    /* expiry + put timeout, and not before the WRITE grant over the range
+     * expires (a grant lives at least 10 s, caps.c) */
+    r->hold_ms = r->expire_ms + m->cfg.put_timeout_ms;
+    uint64_t cap_until = now + cr__m_caps_ttl_ms(m, (uint32_t)lease);
+    if (cap_until > r->hold_ms)
+        r->hold_ms = cap_until;
     jr_resv(m, CR__HA_WIN, r);
     sh->segment = name;
     sh->addr = sg->base + off;
