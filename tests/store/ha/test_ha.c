@@ -1100,14 +1100,24 @@ int main(int argc, char **argv)
             return 1;
         if (!strcmp(scenario, "badetcd")) {
             /* garbage without a lease where the leader key goes */
+            /* a freshly started etcd's first write can take seconds on a
+             * loaded machine (its first fsyncs): retry, then give up */
             cr__meta_t *mt;
             const char junk[] = "\x01not json{{";
-            if (cr__meta_open(g_meta_uri, 2000, &mt) ||
-                cr__meta_put(mt, "/crescent/i10test/master/leader", junk, sizeof junk - 1)) {
-                fprintf(stderr, "cannot write the garbage key\n");
+            if (cr__meta_open(g_meta_uri, 5000, &mt)) {
+                fprintf(stderr, "cannot open etcd for the garbage key\n");
                 return 1;
             }
+            int prc = -1;
+            for (int t = 0; t < 5 && prc; t++)
+                if ((prc = cr__meta_put(mt, "/crescent/i10test/master/leader", junk,
+                                        sizeof junk - 1)))
+                    usleep(200 * 1000);
             cr__meta_close(mt);
+            if (prc) {
+                fprintf(stderr, "cannot write the garbage key: %d\n", prc);
+                return 1;
+            }
         }
         /* sololease: one master alone, the others start later */
         int n_start = !strcmp(scenario, "sololease") ? 1 : N_MASTERS;
