@@ -2,10 +2,11 @@
  * iSCSI, ext4 metadata and RocksDB. Used for on-disk object integrity (SSD and
  * shared-filesystem tiers) and by the security code.
  *
- * The x86-64 SSE4.2 crc32 instruction is used when the CPU has it (checked
- * once, at first call); otherwise a portable slicing-by-8 table. Both give
- * identical results (tests/common/test_crc32c.c checks both against RFC 3720
- * vectors). */
+ * On x86-64 the SSE4.2 crc32 instruction (three interleaved streams) or
+ * PCLMULQDQ folding is used, whichever the CPU has and runs faster (timed
+ * once over 64 KiB at the first call); otherwise a portable slicing-by-8
+ * table. All give identical results (tests/common/test_crc32c.c checks
+ * each against the RFC 3720 vectors and the table). */
 #ifndef CR_COMMON_CRC32C_H
 #define CR_COMMON_CRC32C_H
 
@@ -21,7 +22,14 @@ uint32_t cr__crc32c(uint32_t crc, const void *buf, size_t len);
  * without SSE4.2). */
 uint32_t cr__crc32c_portable(uint32_t crc, const void *buf, size_t len);
 
-/* 1 when cr__crc32c uses the hardware instruction on this CPU. */
+/* One implementation by number, for tests: 0 the table, 1 the crc32
+ * instruction, 2 PCLMULQDQ folding (the instruction below 64 bytes).
+ * Returns 0 for an implementation this CPU lacks
+ * (cr__crc32c_impl_available says which). */
+uint32_t cr__crc32c_impl(int impl, uint32_t crc, const void *buf, size_t len);
+int cr__crc32c_impl_available(int impl);
+
+/* 1 when cr__crc32c uses a hardware path on this CPU. */
 int cr__crc32c_hw(void);
 
 #endif

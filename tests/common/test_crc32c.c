@@ -50,6 +50,16 @@ static void test_paths_agree_and_extend(void **s)
             uint32_t b = cr__crc32c_portable(0, buf + off, len);
             if (a != b)
                 fail_msg("off %zu len %zu: hw %08x table %08x", off, len, a, b);
+            /* each hardware implementation, whichever cr__crc32c picked */
+            for (int impl = 1; impl <= 2; impl++) {
+                if (!cr__crc32c_impl_available(impl))
+                    continue;
+                uint32_t h = cr__crc32c_impl(impl, 0x1234u, buf + off, len);
+                uint32_t t = cr__crc32c_portable(0x1234u, buf + off, len);
+                if (h != t)
+                    fail_msg("off %zu len %zu: implementation %d %08x table %08x", off, len, impl,
+                             h, t);
+            }
             size_t cut = len / 3;
             uint32_t c = cr__crc32c(cr__crc32c(0, buf + off, cut), buf + off + cut, len - cut);
             if (a != c)
@@ -62,11 +72,25 @@ static void test_paths_agree_and_extend(void **s)
     assert_int_not_equal(before, cr__crc32c(0, buf, N));
 }
 
+/* The folding path is the one this machine's hardware offers; say so
+ * instead of passing without having run it. */
+static void test_pclmul_path_runs(void **s)
+{
+    (void)s;
+    if (!cr__crc32c_impl_available(2))
+        skip();
+    assert_int_equal(cr__crc32c_impl(2, 0, "123456789", 9), 0xE3069283u);
+    static unsigned char z[4096];
+    assert_int_equal(cr__crc32c_impl(2, 0, z, 32), 0x8A9136AAu);
+    assert_int_equal(cr__crc32c_impl(2, 0, z, sizeof z), cr__crc32c_portable(0, z, sizeof z));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_vectors),
         cmocka_unit_test(test_paths_agree_and_extend),
+        cmocka_unit_test(test_pclmul_path_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
