@@ -250,7 +250,8 @@ typedef struct cr__sc_tier_rd {
     int result; /* out: 0, CR_E_OBJECT_NOT_FOUND (the node found the copy
                    bad: a miss), CR_E_TRANSFER_FAIL */
     int crc_known;  /* out: 1 when this process computed the crc32c of the
-                       whole value it delivered (same-host path) */
+                       whole value it delivered (same-host path; the read
+                       server path with end-to-end checks on) */
     uint32_t crc;   /* out: that crc (equal to the one stored with the object) */
 } cr__sc_tier_rd_t;
 

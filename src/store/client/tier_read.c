@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <sys/socket.h>
 
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/status.h"
@@ -218,6 +219,14 @@ static int tier_exchange(cr_store_t *s, const char *seg, cr__sc_tier_rd_t *rd, s
                     rc = recv_all(fd, q->dst, len);
                 if (!rc) {
                     q->result = st;
+                    if (s->crc_on && !st && q->roff == 0 && q->rlen == q->size) {
+                        /* the end-to-end crc of what landed in the caller's
+                         * buffer, while it is still in cache and the node
+                         * sends the next reply (the get compares it with
+                         * the put's) */
+                        q->crc = cr__crc32c(0, q->dst, q->size);
+                        q->crc_known = 1;
+                    }
                     continue;
                 }
             }

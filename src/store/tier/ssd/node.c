@@ -37,7 +37,7 @@
 #define FIRST_FRAME_MS 5000
 #define IDLE_MS 60000
 #define LOCAL_MAX 256 /* same-host clients holding the data file (watched, no thread) */
-#define CONN_BUDGET (64ull << 20) /* bytes of reads in flight per connection */
+#define CONN_BUDGET (128ull << 20) /* bytes of objects read or being sent, per connection */
 #define VALUE_MAX (1ull << 30)    /* largest object the read server serves */
 #define CORRUPT_MAX 1024
 
@@ -119,18 +119,71 @@ static void conn_forget_locked(cr__tier_node_t *t, int fd)
         }
 }
 
-typedef struct rreq {
-    char key[CR__RPC_KEY_MAX];
-    uint32_t key_len;
-    uint64_t version, off, size, roff, rlen;
-    int status;
-    uint8_t *buf;
-} rreq_t;
-
 typedef struct conn_arg {
     cr__tier_node_t *t;
     int fd;
 } conn_arg_t;
+
+/* The read server: one thread per connection runs an io_uring event loop
+ * over a window of pipelined requests, answered in request order (tier.h):
+ *
+ *  - requests are taken from the socket whenever the window has room
+ *    (non-blocking, parsed out of a receive buffer), also while earlier
+ *    replies are still being read or sent;
+ *  - each object is read with one read of its whole extent (as fio reads
+ *    one block per I/O), keeping up to --ssd_queue_depth of them in flight;
+ *  - each object is checked as its read completes; the oldest one, once
+ *    checked, is sent with an io_uring sendmsg (reply header + value: the
+ *    one copy, into the socket) while the disk keeps reading the next ones;
+ *  - a slot (and its read buffer, kept for the next request) is free again
+ *    once its reply is sent.
+ *
+ * Bounds: WIN_MAX requests and CONN_BUDGET bytes of objects per connection
+ * (one object of up to VALUE_MAX is always admitted), one send in flight,
+ * a reply the client does not take within SEND_TIMEOUT_MS closes the
+ * connection, and so do a peer that sends no first request (security off)
+ * within FIRST_FRAME_MS, a request whose bytes do not all come within
+ * FIRST_FRAME_MS once it started, and IDLE_MS without requests. */
+
+#define WIN_MAX 256
+#define RBUF_SIZE (64u << 10) /* receive buffer: >= one request of the longest key */
+#define SEND_TIMEOUT_MS 30000
+#define IDLE_FREE_POLLS 10 /* idle waits (500 ms) before the read buffers are freed */
+
+enum { S_QUEUED = 1, S_READING, S_READY };
+enum { U_READ = 1, U_SEND, U_POLL };
+
+typedef struct rslot {
+    char key[CR__RPC_KEY_MAX];
+    uint32_t key_len;
+    uint64_t version, off, size, roff, rlen;
+    int status, state;
+    uint64_t dl, got; /* disk length, bytes read so far */
+    uint8_t *mem;     /* CR__TIER_BLOCK-aligned read buffer (kept) */
+    uint64_t cap;
+} rslot_t;
+
+typedef struct rconn {
+    cr__tier_node_t *t;
+    int fd;
+    struct io_uring ring;
+    int ring_ok;
+    unsigned qd, reading; /* reads allowed / in flight */
+    rslot_t *slots;
+    size_t nslots, head, n; /* window: slots[(head + j) % nslots], j < n */
+    uint64_t bytes;         /* disk bytes of the window's objects */
+    uint8_t *rbuf;
+    size_t rpos, rlen;
+    int eof, bad, polling, sending;
+    int starved;         /* intake stopped for want of bytes from the socket */
+    uint64_t partial_t0; /* when a request began arriving that is not whole yet */
+    uint64_t quiet_t0;   /* when the connection last became idle */
+    unsigned quiet_max;  /* its allowed silence (first request, then idle) */
+    uint64_t send_t0;
+    uint8_t rep[CR__TIER_RD_REP]; /* the reply in flight */
+    struct iovec iov[2];
+    struct msghdr mh;
+} rconn_t;
 
 static uint32_t rd32(const uint8_t *p)
 {
@@ -145,130 +198,224 @@ static uint64_t rd64(const uint8_t *p)
     return v;
 }
 
-/* Reads one request header+key (blocking). 0, or <0 to close. */
-static int read_req(int fd, rreq_t *q, int timeout_ms)
+static struct io_uring_sqe *rc_sqe(rconn_t *c)
 {
-    uint8_t h[CR__TIER_RD_REQ_FIXED];
-    int rc = cr__net_read_full(fd, h, sizeof h, timeout_ms);
-    if (rc)
-        return rc;
-    if (rd32(h) != CR__TIER_RD_MAGIC)
-        return -EPROTO;
-    q->key_len = rd32(h + 4);
-    q->version = rd64(h + 8);
-    q->off = rd64(h + 16);
-    q->size = rd64(h + 24);
-    q->roff = rd64(h + 32);
-    q->rlen = rd64(h + 40);
-    if (q->key_len == 0 || q->key_len > CR__RPC_KEY_MAX)
-        return -EPROTO;
-    rc = cr__net_read_full(fd, q->key, q->key_len, timeout_ms);
-    if (rc)
-        return rc;
-    q->status = 0;
-    if (q->size == 0 || q->size > VALUE_MAX || q->roff > q->size || q->rlen > q->size - q->roff ||
-        (q->off & (CR__TIER_BLOCK - 1)))
-        q->status = CR_E_INVALID_PARAMS;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&c->ring);
+    if (!sqe) { /* cannot happen (the ring holds qd reads + a send + a poll) */
+        io_uring_submit(&c->ring);
+        sqe = io_uring_get_sqe(&c->ring);
+    }
+    return sqe;
+}
+
+static void rc_read_submit(rconn_t *c, size_t si)
+{
+    rslot_t *q = &c->slots[si];
+    struct io_uring_sqe *sqe = rc_sqe(c);
+    if (!sqe) {
+        c->bad = 1;
+        return;
+    }
+    uint64_t left = q->dl - q->got;
+    io_uring_prep_read(sqe, cr__ssd_fd(c->t->ssd), q->mem + q->got,
+                       (unsigned)(left > (1u << 30) ? (1u << 30) : left), q->off + q->got);
+    io_uring_sqe_set_data64(sqe, ((uint64_t)U_READ << 32) | si);
+    q->state = S_READING;
+    c->reading++;
+}
+
+/* Takes the requests already received, while the window has room: 0, or
+ * -1 to close (bad magic or key length, a peer that hung up, an error). */
+static int rc_intake(rconn_t *c)
+{
+    cr__tier_node_t *t = c->t;
+    c->starved = 0;
+    while (c->n < c->nslots) {
+        size_t avail = c->rlen - c->rpos;
+        const uint8_t *h = c->rbuf + c->rpos;
+        if (avail >= CR__TIER_RD_REQ_FIXED) {
+            if (rd32(h) != CR__TIER_RD_MAGIC)
+                return -1;
+            uint32_t kl = rd32(h + 4);
+            if (kl == 0 || kl > CR__RPC_KEY_MAX)
+                return -1;
+            if (avail >= CR__TIER_RD_REQ_FIXED + kl) {
+                uint64_t off = rd64(h + 16), size = rd64(h + 24), roff = rd64(h + 32),
+                         rlen = rd64(h + 40);
+                int st = 0;
+                uint64_t dl = 0;
+                if (size == 0 || size > VALUE_MAX || roff > size || rlen > size - roff ||
+                    (off & (CR__TIER_BLOCK - 1)))
+                    st = CR_E_INVALID_PARAMS;
+                else if ((dl = cr__tier_disk_len(kl, size)) > cr__ssd_capacity(t->ssd) ||
+                         off > cr__ssd_capacity(t->ssd) - dl)
+                    st = CR_E_INVALID_PARAMS;
+                if (st)
+                    dl = 0;
+                if (c->n && c->bytes + dl > CONN_BUDGET)
+                    return 0; /* taken once the oldest replies are out */
+                if (!c->n)
+                    c->head = 0; /* an idle window restarts at slot 0: fewer buffers */
+                size_t si = (c->head + c->n) % c->nslots;
+                rslot_t *q = &c->slots[si];
+                memcpy(q->key, h + CR__TIER_RD_REQ_FIXED, kl);
+                q->key_len = kl;
+                q->version = rd64(h + 8);
+                q->off = off;
+                q->size = size;
+                q->roff = roff;
+                q->rlen = rlen;
+                q->dl = dl;
+                q->got = 0;
+                if (!st && q->cap < dl) {
+                    free(q->mem);
+                    q->cap = 0;
+                    if (posix_memalign((void **)&q->mem, CR__TIER_BLOCK, dl)) {
+                        q->mem = NULL;
+                        st = -ENOMEM;
+                    } else {
+                        q->cap = dl;
+                    }
+                }
+                if (st)
+                    q->dl = 0;
+                q->status = st;
+                q->state = st ? S_READY : S_QUEUED;
+                c->bytes += q->dl;
+                c->n++;
+                c->rpos += CR__TIER_RD_REQ_FIXED + kl;
+                c->quiet_max = IDLE_MS; /* it sent a request */
+                continue;
+            }
+        }
+        if (c->eof)
+            return 0;
+        if (c->rpos) {
+            memmove(c->rbuf, c->rbuf + c->rpos, avail);
+            c->rlen = avail;
+            c->rpos = 0;
+        }
+        ssize_t r = recv(c->fd, c->rbuf + c->rlen, RBUF_SIZE - c->rlen, MSG_DONTWAIT);
+        if (r > 0) {
+            c->rlen += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            c->starved = 1;
+            return 0;
+        }
+        c->eof = 1; /* hung up (or failed): nobody to answer */
+        return -1;
+    }
     return 0;
 }
 
-/* Header + bytes in one sendmsg where the socket takes them (the
- * connection is blocking with SO_SNDTIMEO and a large send buffer: one
- * system call per reply, no poll). */
-static int send_reply(int fd, const rreq_t *q)
+/* Starts the reads of queued objects in request order, up to qd. */
+static void rc_reads(rconn_t *c)
 {
-    uint8_t h[CR__TIER_RD_REP] = {0};
+    for (size_t j = 0; j < c->n && c->reading < c->qd && !c->bad; j++) {
+        size_t si = (c->head + j) % c->nslots;
+        if (c->slots[si].state == S_QUEUED)
+            rc_read_submit(c, si);
+    }
+}
+
+static void rc_send_submit(rconn_t *c)
+{
+    struct io_uring_sqe *sqe = rc_sqe(c);
+    if (!sqe) {
+        c->bad = 1;
+        return;
+    }
+    io_uring_prep_sendmsg(sqe, c->fd, &c->mh, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(sqe, (uint64_t)U_SEND << 32);
+    c->sending = 1;
+}
+
+/* Sends the oldest reply once its object is read and checked. */
+static void rc_send(rconn_t *c)
+{
+    if (c->sending || !c->n || c->bad)
+        return;
+    rslot_t *q = &c->slots[c->head];
+    if (q->state != S_READY)
+        return;
     int32_t st = q->status;
     uint64_t len = q->status ? 0 : q->rlen;
-    memcpy(h, &st, 4);
-    memcpy(h + 8, &len, 8);
-    struct iovec iov[2] = {
-        {.iov_base = h, .iov_len = sizeof h},
-        {.iov_base = len ? q->buf + cr__tier_hdr_len(q->key_len) + q->roff : NULL,
-         .iov_len = len},
-    };
-    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
-    while (mh.msg_iovlen) {
-        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno == EAGAIN ? -ETIMEDOUT : CR__ERRNO();
-        }
-        while (mh.msg_iovlen && (size_t)n >= mh.msg_iov->iov_len) {
-            n -= (ssize_t)mh.msg_iov->iov_len;
-            mh.msg_iov++;
-            mh.msg_iovlen--;
-        }
-        if (mh.msg_iovlen) {
-            mh.msg_iov->iov_base = (uint8_t *)mh.msg_iov->iov_base + n;
-            mh.msg_iov->iov_len -= (size_t)n;
-        }
-    }
-    return 0;
+    memset(c->rep, 0, sizeof c->rep);
+    memcpy(c->rep, &st, 4);
+    memcpy(c->rep + 8, &len, 8);
+    c->iov[0] = (struct iovec){.iov_base = c->rep, .iov_len = sizeof c->rep};
+    c->iov[1] = (struct iovec){.iov_base = len ? q->mem + cr__tier_hdr_len(q->key_len) + q->roff
+                                               : NULL,
+                               .iov_len = len};
+    c->mh = (struct msghdr){.msg_iov = c->iov, .msg_iovlen = len ? 2 : 1};
+    rc_send_submit(c);
+    c->send_t0 = cr__now_ms();
 }
 
-/* Replies of one batch, sent in request order as reads complete. A read
- * is split into chunks of READ_CHUNK bytes submitted in request order, so
- * with the queue depth in flight the objects complete one after the other
- * (the first can be sent while the disk reads the rest) instead of all at
- * the end of the batch. */
-#define READ_CHUNK (512u << 10)
-
-typedef struct stream {
-    cr__tier_node_t *t;
-    int fd;
-    rreq_t *qs;
-    size_t n, next;
-    uint8_t *ready;
-    uint32_t *left;      /* chunks still in flight per request */
-    const size_t *owner; /* chunk -> request */
-    int bad;
-} stream_t;
-
-static void stream_flush(stream_t *st)
+static void rc_read_done(rconn_t *c, size_t si, int res)
 {
-    while (st->next < st->n && st->ready[st->next]) {
-        rreq_t *q = &st->qs[st->next++];
-        if (!st->bad && send_reply(st->fd, q))
-            st->bad = 1;
-        if (!q->status)
-            atomic_fetch_add(&st->t->reads, 1);
-    }
-}
-
-static void stream_chunk_done(void *arg, size_t j, int result)
-{
-    stream_t *st = arg;
-    size_t i = st->owner[j];
-    rreq_t *q = &st->qs[i];
-    if (result && !q->status) {
+    cr__tier_node_t *t = c->t;
+    rslot_t *q = &c->slots[si];
+    c->reading--;
+    if (res <= 0) {
         q->status = CR_E_TRANSFER_FAIL;
-        atomic_fetch_add(&st->t->read_errors, 1);
-    }
-    if (--st->left[i])
+        q->state = S_READY;
+        atomic_fetch_add(&t->read_errors, 1);
+        CR_LOG_RL(CR__LOG_WARN, COMP, "read server: disk read at %" PRIu64 ": %s", q->off,
+                  res ? strerror(-res) : "short read");
         return;
-    int c = q->status ? 0 : cr__ssd_check(q->buf, q->key, q->key_len, q->version, q->size);
-    if (c) {
+    }
+    q->got += (uint64_t)res;
+    if (q->got < q->dl) {
+        rc_read_submit(c, si); /* the rest of a short read */
+        return;
+    }
+    int ck = cr__ssd_check(q->mem, q->key, q->key_len, q->version, q->size);
+    if (ck) {
         q->status = CR_E_OBJECT_NOT_FOUND; /* a miss, never the bytes */
         /* a well-formed object of another key/version is a reader that
          * outlived its lease on a reused extent: not a corrupt disk */
-        if (c == -EBADMSG)
-            note_corrupt(st->t, q->key, q->key_len, q->version, q->off);
+        if (ck == -EBADMSG)
+            note_corrupt(t, q->key, q->key_len, q->version, q->off);
     }
-    st->ready[i] = 1;
-    stream_flush(st);
+    q->state = S_READY;
 }
 
-typedef struct stream_hook {
-    stream_t *st;
-    const cr__ssd_io_t *ios;
-} stream_hook_t;
-
-static void stream_done(void *arg, size_t j)
+static void rc_send_done(rconn_t *c, int res)
 {
-    stream_hook_t *h = arg;
-    stream_chunk_done(h->st, j, h->ios[j].result);
+    c->sending = 0;
+    if (res < 0) {
+        if (res == -EINTR || res == -EAGAIN) {
+            rc_send_submit(c); /* the same bytes again */
+            return;
+        }
+        c->bad = 1;
+        return;
+    }
+    size_t n = (size_t)res;
+    while (c->mh.msg_iovlen && n >= c->mh.msg_iov->iov_len) {
+        n -= c->mh.msg_iov->iov_len;
+        c->mh.msg_iov++;
+        c->mh.msg_iovlen--;
+    }
+    if (c->mh.msg_iovlen) {
+        /* a partial send: the rest, same reply */
+        c->mh.msg_iov->iov_base = (uint8_t *)c->mh.msg_iov->iov_base + n;
+        c->mh.msg_iov->iov_len -= n;
+        rc_send_submit(c);
+        return;
+    }
+    rslot_t *q = &c->slots[c->head];
+    if (!q->status)
+        atomic_fetch_add(&c->t->reads, 1);
+    c->bytes -= q->dl;
+    q->state = 0;
+    c->head = (c->head + 1) % c->nslots;
+    c->n--;
 }
 
 static void *conn_main(void *arg)
@@ -277,145 +424,154 @@ static void *conn_main(void *arg)
     cr__tier_node_t *t = ca->t;
     int fd = ca->fd;
     free(ca);
-    cr__ssd_ring_t ring;
-    uint8_t *arena = NULL; /* read buffers of one batch, kept for the next */
-    uint64_t arena_cap = 0;
-    size_t maxq = t->cfg.qd ? t->cfg.qd : 32;
-    if (maxq > 256)
-        maxq = 256;
-    rreq_t *qs = calloc(maxq, sizeof *qs);
-    size_t ios_cap = CONN_BUDGET / READ_CHUNK + maxq; /* grows for larger objects */
-    cr__ssd_io_t *ios = calloc(ios_cap, sizeof *ios);
-    size_t *owner = calloc(ios_cap, sizeof *owner);
-    uint8_t *sendq = calloc(maxq, 1);
-    uint32_t *left = calloc(maxq, sizeof *left);
-    if (!qs || !ios || !owner || !sendq || !left || cr__ssd_ring_init(&ring, (unsigned)maxq)) {
+    /* on the heap: leaked with the buffers if I/O could not be drained */
+    rconn_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        CR_LOG_ERROR(COMP, "read connection: out of memory");
+        goto gone;
+    }
+    c->t = t;
+    c->fd = fd;
+    unsigned qd = t->cfg.qd ? t->cfg.qd : 32;
+    if (qd > 254)
+        qd = 254;
+    c->qd = qd;
+    c->nslots = 2 * (size_t)qd < WIN_MAX ? 2 * (size_t)qd : WIN_MAX;
+    c->slots = calloc(c->nslots, sizeof *c->slots);
+    c->rbuf = malloc(RBUF_SIZE);
+    if (!c->slots || !c->rbuf || io_uring_queue_init(qd + 2, &c->ring, 0) < 0) {
         CR_LOG_ERROR(COMP, "read connection: out of memory or io_uring unavailable");
         goto out;
     }
+    c->ring_ok = 1;
     int sndbuf = 4 << 20; /* a 1 MiB reply in one call (capped by net.core.wmem_max) */
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     cr__net_set_timeouts(fd, 30000);
     /* security on: nothing is served to a peer without the cluster key */
     if (t->cfg.auth && cr__auth_server_fd(t->cfg.auth, fd, "tier", 5000)) {
         CR_LOG_RL(CR__LOG_WARN, COMP, "read server: refused a peer without the cluster key");
-        goto done;
+        goto out;
     }
+    int idle = 0;
     /* a member proved itself in the handshake; a peer of an open node must
      * send its first request within FIRST_FRAME_MS */
-    unsigned quiet_max = t->cfg.auth ? IDLE_MS : FIRST_FRAME_MS;
-    uint64_t quiet_since = cr__now_ms();
-    while (!atomic_load(&t->stop)) {
-        /* one request (waits), then whatever else is already queued */
-        size_t n = 0;
-        uint64_t budget = 0;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int pr = poll(&p, 1, 500);
-        if (pr == 0) {
-            if (cr__now_ms() - quiet_since >= quiet_max)
+    c->quiet_max = t->cfg.auth ? IDLE_MS : FIRST_FRAME_MS;
+    c->quiet_t0 = cr__now_ms();
+    while (!atomic_load(&t->stop) && !c->bad) {
+        /* requests: when the poll said so, or ones already received that
+         * waited for room */
+        if ((!c->polling || c->rpos < c->rlen) && rc_intake(c))
+            break;
+        /* a request begun must be whole within FIRST_FRAME_MS */
+        if (c->starved && c->rpos < c->rlen) {
+            uint64_t now = cr__now_ms();
+            if (!c->partial_t0)
+                c->partial_t0 = now;
+            else if (now - c->partial_t0 >= FIRST_FRAME_MS)
+                break;
+        } else {
+            c->partial_t0 = 0;
+        }
+        rc_reads(c);
+        rc_send(c);
+        if (c->bad)
+            break;
+        /* wake up for more requests while there is room for them */
+        if (!c->polling && c->starved) {
+            struct io_uring_sqe *sqe = rc_sqe(c);
+            if (!sqe)
+                break;
+            io_uring_prep_poll_add(sqe, fd, POLLIN);
+            io_uring_sqe_set_data64(sqe, (uint64_t)U_POLL << 32);
+            c->polling = 1;
+        }
+        if (io_uring_submit(&c->ring) < 0)
+            break;
+        struct io_uring_cqe *cqe;
+        struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = 500 * 1000000L};
+        int rc = io_uring_wait_cqe_timeout(&c->ring, &cqe, &ts);
+        if (rc == -ETIME) {
+            if (!c->n && !c->partial_t0 && cr__now_ms() - c->quiet_t0 >= c->quiet_max)
                 break; /* idle, or never sent a request */
+            if (c->sending && cr__now_ms() - c->send_t0 > SEND_TIMEOUT_MS) {
+                CR_LOG_RL(CR__LOG_WARN, COMP, "read server: a client took no reply for %d s: "
+                          "closing it", SEND_TIMEOUT_MS / 1000);
+                break;
+            }
+            if (!c->n && ++idle >= IDLE_FREE_POLLS) {
+                for (size_t i = 0; i < c->nslots; i++) {
+                    free(c->slots[i].mem);
+                    c->slots[i].mem = NULL;
+                    c->slots[i].cap = 0;
+                }
+                idle = 0;
+            }
             continue;
         }
-        if (pr < 0 || (p.revents & (POLLERR | POLLNVAL)))
+        if (rc < 0 && rc != -EINTR)
             break;
-        for (;;) {
-            rreq_t *q = &qs[n];
-            if (read_req(fd, q, FIRST_FRAME_MS))
-                goto done;
-            q->buf = NULL;
-            uint64_t dl = cr__tier_disk_len(q->key_len, q->size);
-            if (!q->status && q->off + dl > cr__ssd_capacity(t->ssd))
-                q->status = CR_E_INVALID_PARAMS;
-            if (!q->status) {
-                /* buffers come from this connection's arena (reused: no
-                 * page faults per read); the batch stops when it is full */
-                q->buf = (uint8_t *)(uintptr_t)budget; /* offset, made a pointer below */
-                budget += dl;
+        idle = 0;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&c->ring, head, cqe) {
+            uint64_t u = io_uring_cqe_get_data64(cqe);
+            int kind = (int)(u >> 32);
+            if (kind == U_READ)
+                rc_read_done(c, (size_t)(uint32_t)u, cqe->res);
+            else if (kind == U_SEND) {
+                rc_send_done(c, cqe->res);
+                if (!c->n)
+                    c->quiet_t0 = cr__now_ms(); /* the last reply is out: idle from now */
             }
-            n++;
-            if (n == maxq || budget >= CONN_BUDGET)
-                break;
-            p.revents = 0;
-            if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
-                break;
+            else if (kind == U_POLL)
+                c->polling = 0;
+            seen++;
         }
-        if (budget > arena_cap) {
-            free(arena);
-            arena_cap = 0;
-            if (posix_memalign((void **)&arena, CR__TIER_BLOCK, budget))
-                arena = NULL;
-            else
-                arena_cap = budget;
-        }
-        /* the valid reads, in chunks, in request order; each reply goes
-         * out (in request order) as soon as its object is read and
-         * checked, while the disk works on the next ones */
-        size_t need = 0;
-        for (size_t i = 0; i < n; i++)
-            if (!qs[i].status)
-                need += (cr__tier_disk_len(qs[i].key_len, qs[i].size) + READ_CHUNK - 1) /
-                        READ_CHUNK;
-        if (need > ios_cap) {
-            cr__ssd_io_t *ni = realloc(ios, need * sizeof *ios);
-            if (ni)
-                ios = ni;
-            size_t *no = ni ? realloc(owner, need * sizeof *owner) : NULL;
-            if (no)
-                owner = no;
-            if (!ni || !no) {
-                CR_LOG_ERROR(COMP, "read connection: out of memory");
-                break;
-            }
-            ios_cap = need;
-        }
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-            rreq_t *q = &qs[i];
-            left[i] = 0;
-            if (!q->status && !arena)
-                q->status = -ENOMEM;
-            if (q->status) {
-                q->buf = NULL;
-                continue;
-            }
-            q->buf = arena + (uintptr_t)q->buf;
-            uint64_t dl = cr__tier_disk_len(q->key_len, q->size);
-            for (uint64_t o = 0; o < dl; o += READ_CHUNK) {
-                uint64_t cl = dl - o < READ_CHUNK ? dl - o : READ_CHUNK;
-                ios[k] = (cr__ssd_io_t){.write = 0, .buf = q->buf + o, .off = q->off + o,
-                                        .len = cl};
-                owner[k++] = i;
-                left[i]++;
-            }
-        }
-        for (size_t i = 0; i < n; i++)
-            sendq[i] = qs[i].status != 0; /* ready to answer */
-        stream_t st = {.t = t, .fd = fd, .qs = qs, .n = n, .ready = sendq, .left = left,
-                       .owner = owner};
-        stream_flush(&st);
-        if (k) {
-            stream_hook_t sh = {.st = &st, .ios = ios};
-            cr__ssd_hooks_t h = {.done = stream_done, .arg = &sh};
-            cr__ssd_run_hooked(t->ssd, &ring, ios, k, &h);
-        }
-        stream_flush(&st);
-        int bad = st.bad;
-        for (size_t i = 0; i < n; i++)
-            qs[i].buf = NULL;
-        if (bad)
-            break;
-        quiet_max = IDLE_MS;
-        quiet_since = cr__now_ms();
+        io_uring_cq_advance(&c->ring, seen);
     }
-done:
-    cr__ssd_ring_fini(&ring);
 out:
-    free(arena);
-    free(qs);
-    free(ios);
-    free(owner);
-    free(sendq);
-    free(left);
+    if (c->ring_ok) {
+        /* reads, a send or a poll may still be in flight into/from the
+         * slots' buffers: end the socket's (the send and the poll complete)
+         * and wait for all before freeing anything */
+        shutdown(fd, SHUT_RDWR);
+        io_uring_submit(&c->ring);
+        for (int waits = 0; c->reading || c->sending || c->polling;) {
+            struct io_uring_cqe *cqe;
+            struct __kernel_timespec ts = {.tv_sec = 1, .tv_nsec = 0};
+            int rc = io_uring_wait_cqe_timeout(&c->ring, &cqe, &ts);
+            if (rc == -ETIME && ++waits < 60)
+                continue;
+            if (rc < 0 && rc != -EINTR) {
+                /* the kernel may still write into the buffers: leak them */
+                CR_LOG_ERROR(COMP, "read connection: I/O still in flight at close (%s): its "
+                             "buffers are not freed", strerror(-rc));
+                c = NULL;
+                break;
+            }
+            if (rc < 0)
+                continue;
+            uint64_t u = io_uring_cqe_get_data64(cqe);
+            int kind = (int)(u >> 32);
+            if (kind == U_READ)
+                c->reading--;
+            else if (kind == U_SEND)
+                c->sending = 0;
+            else if (kind == U_POLL)
+                c->polling = 0;
+            io_uring_cqe_seen(&c->ring, cqe);
+        }
+        if (c)
+            io_uring_queue_exit(&c->ring);
+    }
+    if (c) {
+        if (c->slots)
+            for (size_t i = 0; i < c->nslots; i++)
+                free(c->slots[i].mem);
+        free(c->slots);
+        free(c->rbuf);
+        free(c);
+    }
+gone:
     pthread_mutex_lock(&t->mu);
     conn_forget_locked(t, fd);
     close(fd);
