@@ -141,33 +141,44 @@ def get_bench(a, vs, keys, qd, threads, paths):
     issue batches of qd/T keys, so at most qd reads are outstanding, like
     fio's iodepth), then fio on the node's data file right after."""
     d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir)
-    # every get of the timed rounds is a disk read: no promotion to DRAM
-    c = Cluster(a.build, d, 64 * MiB, 2048 * MiB, ["--tier_promote=false"], qd=qd)
+    # paths "ref:local"/"ref:server" read from a second cluster of the
+    # --ref_build binaries (its own data file in the same directory)
+    d2 = tempfile.mkdtemp(prefix="crescent-tierbench-ref-", dir=a.dir) if a.ref_build else None
+    clusters = []
     try:
-        # the puts (and the offloads they cause) before any timed round: an
-        # untimed get run, then until the master's tier tasks are done
-        env = dict(os.environ, CRESCENT_TIER_LOCAL="1")
-        subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address", c.master,
-                        "--metadata_server", c.metadata, "--value_size", str(vs), "--keys",
-                        str(keys), "--qd", str(qd), "--rounds", "1", "--phase", "get"],
-                       capture_output=True, text=True, timeout=600, env=env, check=True)
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            m = c.metrics()
-            if m["tier_tasks_queued"] == 0 and m["tier_tasks_running"] == 0:
-                break
-            time.sleep(0.1)
+        for build, dd in ((a.build, d), (a.ref_build, d2)):
+            if not dd:
+                continue
+            # every get of the timed rounds is a disk read: no promotion to DRAM
+            c = Cluster(build, dd, 64 * MiB, 2048 * MiB, ["--tier_promote=false"], qd=qd)
+            clusters.append(c)
+            # the puts (and the offloads they cause) before any timed round: an
+            # untimed get run, then until the master's tier tasks are done
+            env = dict(os.environ, CRESCENT_TIER_LOCAL="1")
+            subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address", c.master,
+                            "--metadata_server", c.metadata, "--value_size", str(vs), "--keys",
+                            str(keys), "--qd", str(qd), "--rounds", "1", "--phase", "get"],
+                           capture_output=True, text=True, timeout=600, env=env, check=True)
+            end = time.monotonic() + 120
+            while time.monotonic() < end:
+                m = c.metrics()
+                if m["tier_tasks_queued"] == 0 and m["tier_tasks_running"] == 0:
+                    break
+                time.sleep(0.1)
+        c = clusters[0]
         before = c.metrics()
         reps, gets = [], 0
         for rep in range(a.reps):
             rs = {}
-            for path in paths:
-                env = dict(os.environ, CRESCENT_TIER_LOCAL="1" if path == "local" else "0")
+            # every other round in reverse order: no path always runs first
+            for path in (paths if rep % 2 == 0 else paths[::-1]):
+                cc = clusters[1] if path.startswith("ref:") else clusters[0]
+                env = dict(os.environ, CRESCENT_TIER_LOCAL="1" if path.endswith("local") else "0")
                 for th in threads:
-                    cpu0 = [proc_cpu_s(c.procs[1].pid), proc_cpu_s(c.procs[0].pid)]
+                    cpu0 = [proc_cpu_s(cc.procs[1].pid), proc_cpu_s(cc.procs[0].pid)]
                     ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                    out = subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address",
-                                          c.master, "--metadata_server", c.metadata, "--value_size",
+                    out = subprocess.run([cc.exe("crescent-bench"), "tier", "--master_server_address",
+                                          cc.master, "--metadata_server", cc.metadata, "--value_size",
                                           str(vs), "--keys", str(keys), "--qd", str(qd), "--rounds",
                                           str(a.rounds), "--threads", str(th),
                                           "--phase", "read"],
@@ -179,22 +190,26 @@ def get_bench(a, vs, keys, qd, threads, paths):
                     ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     # the whole bench run (its batch and single gets): per GB read by it
                     gb = (int(r["gets"]) + keys // 2) * vs / 1e9
-                    r["node_cpu"] = (proc_cpu_s(c.procs[1].pid) - cpu0[0]) / gb
-                    r["master_cpu"] = (proc_cpu_s(c.procs[0].pid) - cpu0[1]) / gb
+                    r["node_cpu"] = (proc_cpu_s(cc.procs[1].pid) - cpu0[0]) / gb
+                    r["master_cpu"] = (proc_cpu_s(cc.procs[0].pid) - cpu0[1]) / gb
                     r["client_cpu"] = (ch1.ru_utime + ch1.ru_stime - ch0.ru_utime - ch0.ru_stime) / gb
                     r["cpu_s_per_gb"] = r["node_cpu"] + r["master_cpu"] + r["client_cpu"]
-                    gets += int(r["gets"]) + keys // 2
+                    if cc is c:
+                        gets += int(r["gets"]) + keys // 2
             m = c.metrics()
             used = max(m["tier_ssd_used_bytes"], 64 * MiB)
             data = os.path.join(d, "crescent-ssd.data")
             reps.append((rs, fio(data, "randread", vs, qd, used, a.fio_s)))
         m = c.metrics()
-        disk = (m["tier_ssd_hits_total"] - before.get("tier_ssd_hits_total", 0)) / gets
+        disk = (m["tier_ssd_hits_total"] - before.get("tier_ssd_hits_total", 0)) / max(gets, 1)
         f1 = fio(os.path.join(d, "crescent-ssd.data"), "randread", vs, 1, used, a.fio_s)
         return reps, disk, f1
     finally:
-        c.stop()
+        for c in clusters:
+            c.stop()
         shutil.rmtree(d, ignore_errors=True)
+        if d2:
+            shutil.rmtree(d2, ignore_errors=True)
 
 
 def fs_bench(a, vs, keys, qd, threads):
@@ -312,7 +327,11 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="interleaved crescent/fio pairs")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip", default="", help="comma list of get,offload,replay,fs")
-    ap.add_argument("--paths", default="local,server", help="get read paths: local,server")
+    ap.add_argument("--paths", default="local,server",
+                    help="get read paths: local,server (and ref:local,ref:server with --ref_build)")
+    ap.add_argument("--ref_build", default="",
+                    help="a second build (e.g. before a change) read in the same rounds as the "
+                         "ref:* paths, from its own cluster and data file in --dir")
     ap.add_argument("--speedup", type=int, default=40, help="replay: trace time / this")
     ap.add_argument("--requests", type=int, default=0, help="replay: first N requests (0 = all)")
     a = ap.parse_args()
