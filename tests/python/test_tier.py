@@ -375,10 +375,50 @@ def test_bad_ssd_path_and_capacity_give_clear_errors(d, tmp_path):
 
 
 def test_two_nodes_on_one_directory_refused(d, tmp_path):
-    c = start_master(d)
+    """A second node on a directory in use is refused with a clear error
+    and touches nothing: the first node's disk objects stay readable."""
+    c = start_master(d, ["--tier_offload_watermark=0"])  # write-through
     start_node(d, c, tmp_path)
-    r = run_node(c, tmp_path)
+    s = client(c)
+    for k in range(4):
+        assert s.put("n%d" % k, value(k, MiB)) == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and metrics(c)["tier_ssd_offloads_total"] < 4:
+        time.sleep(0.1)
+    assert metrics(c)["tier_ssd_offloads_total"] >= 4
+    size = os.path.getsize(tmp_path / "crescent-ssd.data")
+    r = run_node(c, tmp_path, ssd="512MB")
     assert r.returncode != 0 and "in use by another process" in r.stderr, r.stderr
+    assert os.path.getsize(tmp_path / "crescent-ssd.data") == size
+    # push the DRAM copies out: the gets below read the disk copies
+    for k in range(4, 4 + 40):
+        assert put_retry(s, "n%d" % k, value(k, MiB)) == 0
+    for k in range(4):
+        assert [x["tier"] for x in query_key(c, "n%d" % k)["replicas"]] == ["ssd"], k
+        assert s.get("n%d" % k) == value(k, MiB), "n%d after the refused second node" % k
+    s.close()
+
+
+def test_read_only_ssd_path_is_refused_with_a_clear_error(d, tmp_path):
+    """A directory on a read-only file system (a tmpfs this test mounts
+    read-only; root ignores a directory's mode bits, so a mode-0555
+    directory would not be read-only here) is refused at start, saying so,
+    and nothing is written."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=16m", "crescent-tier-ro", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here: %s" % r.stderr.strip())
+    try:
+        c = start_master(d)
+        r = run_node(c, mnt)
+        assert r.returncode != 0, r.stderr
+        assert "--ssd_path" in r.stderr and "must be writable" in r.stderr, r.stderr
+        assert os.listdir(mnt) == []
+    finally:
+        if subprocess.run(["umount", str(mnt)]).returncode != 0:
+            subprocess.run(["umount", "-l", str(mnt)])
 
 
 def test_foreign_and_truncated_files_are_left_alone(d, tmp_path):
