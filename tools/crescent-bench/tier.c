@@ -6,7 +6,10 @@
  *
  * get: puts --keys values (untimed, retried while the pool pushes back),
  * then reads the oldest half of them (the ones the master moved to disk)
- * with cr_store_batch_get_into, --rounds times, from --threads threads each
+ * with cr_store_batch_get_into, --rounds times (each round in a fresh
+ * random order, --order random: values put one after the other sit at
+ * ascending disk offsets, and fio's randread reads random ones), from
+ * --threads threads each
  * issuing batches of qd/threads keys (so at most --qd reads are outstanding,
  * like fio's iodepth), checking every byte in the first round and samples
  * of every value after it. GB/s = bytes / wall time of the rounds. Prints
@@ -37,6 +40,7 @@ typedef struct tb_cfg {
     char local_hostname[CR__CFG_STR_MAX];
     char phase[CR__CFG_STR_MAX];
     char trace[CR__CFG_STR_MAX];
+    char order[CR__CFG_STR_MAX];
     uint64_t value_size;
     int64_t keys, qd, rounds, threads, requests, speedup;
 } tb_cfg_t;
@@ -63,6 +67,10 @@ static const cr__cfg_opt_t opts[] = {
     OPT(threads, "1",
         "threads issuing batch gets of qd/threads keys each (at most qd reads outstanding)",
         CR__CFG_INT),
+    OPT(order, "random",
+        "read phase: random (a fresh permutation of the keys each round, like fio randread: "
+        "keys put one after the other sit at ascending disk offsets) | put (put order)",
+        CR__CFG_STR),
 };
 
 static uint64_t now_ns(void)
@@ -87,11 +95,13 @@ static int tb_value_ok(const uint8_t *v, size_t vs, uint64_t seed, int full)
     return 1;
 }
 
-/* One get thread: batches of `per` keys, keys first, first+stride, ... */
+/* One get thread: batches of `per` keys, the keys at positions first,
+ * first+stride, ... of each round's order (order[r * n_disk + pos]). */
 typedef struct tb_worker {
     cr_store_t *st;
     uint8_t *buf;
     size_t vs, per;
+    const int64_t *order;
     int64_t first, stride, n_disk, rounds;
     pthread_t th;
     int failed;
@@ -115,9 +125,10 @@ static void *tb_worker(void *arg)
         caps[i] = w->vs;
     }
     for (int64_t r = 0; r < w->rounds; r++) {
-        for (int64_t k = w->first; k < w->n_disk;) {
+        for (int64_t pos = w->first; pos < w->n_disk;) {
             size_t nb = 0;
-            for (; nb < w->per && k < w->n_disk; nb++, k += w->stride) {
+            for (; nb < w->per && pos < w->n_disk; nb++, pos += w->stride) {
+                int64_t k = w->order[r * w->n_disk + pos];
                 ids[nb] = k;
                 snprintf(kb[nb], 64, "tier-%lld", (long long)k);
             }
@@ -283,8 +294,9 @@ int cr_bench_tier_main(int argc, char **argv)
         return 0;
     }
     if (rc || c.keys < 2 || c.qd < 1 || c.qd > 256 || c.value_size == 0 || c.rounds < 1 ||
-        c.threads < 1 || c.threads > c.qd || c.qd % c.threads) {
-        fprintf(stderr, "crescent-bench tier: %s\n", rc ? err : "bad --keys/--qd/--value_size/--threads (must divide --qd)");
+        c.threads < 1 || c.threads > c.qd || c.qd % c.threads ||
+        (strcmp(c.order, "random") && strcmp(c.order, "put"))) {
+        fprintf(stderr, "crescent-bench tier: %s\n", rc ? err : "bad --keys/--qd/--value_size/--threads (must divide --qd)/--order");
         return 2;
     }
     cr_store_params_t p = {0};
@@ -349,11 +361,30 @@ int cr_bench_tier_main(int argc, char **argv)
     cr_bench_lat_t lb, l1;
     cr_bench_lat_init(&lb, 1);
     cr_bench_lat_init(&l1, 2);
-    tb_worker_t *w = calloc(nt, sizeof *w);
-    for (size_t i = 0; i < nt && w; i++)
+    /* each round's key order: fixed seed, so runs are comparable */
+    int64_t *order = malloc((size_t)(c.rounds * n_disk + 1) * sizeof *order);
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int64_t r = 0; order && r < c.rounds; r++) {
+        int64_t *o = order + r * n_disk;
+        for (int64_t k = 0; k < n_disk; k++)
+            o[k] = k;
+        for (int64_t k = n_disk - 1; k > 0 && !strcmp(c.order, "random"); k--) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            int64_t j = (int64_t)(rng % (uint64_t)(k + 1)), t = o[k];
+            o[k] = o[j];
+            o[j] = t;
+        }
+    }
+    tb_worker_t *w = order ? calloc(nt, sizeof *w) : NULL;
+    if (!w) {
+        fprintf(stderr, "crescent-bench tier: out of memory\n");
+        free(order);
+        return 3;
+    }
+    for (size_t i = 0; i < nt; i++)
         w[i] = (tb_worker_t){.st = st, .buf = buf + i * per * vs, .vs = vs, .per = per,
-                             .first = (int64_t)i, .stride = (int64_t)nt, .n_disk = n_disk,
-                             .rounds = c.rounds};
+                             .order = order, .first = (int64_t)i, .stride = (int64_t)nt,
+                             .n_disk = n_disk, .rounds = c.rounds};
     uint64_t g0 = now_ns();
     for (size_t i = 0; i < nt && w; i++)
         if (pthread_create(&w[i].th, NULL, tb_worker, &w[i]))
@@ -371,8 +402,9 @@ int cr_bench_tier_main(int argc, char **argv)
     }
     uint64_t busy_ns = now_ns() - g0;
     free(w);
-    /* single gets at qd 1 */
-    for (int64_t k = 0; k < n_disk; k++) {
+    /* single gets at qd 1, in the first round's order */
+    for (int64_t i = 0; i < n_disk; i++) {
+        int64_t k = order[i];
         snprintf(key, sizeof key, "tier-%lld", (long long)k);
         size_t len;
         uint64_t a = now_ns();
@@ -381,6 +413,7 @@ int cr_bench_tier_main(int argc, char **argv)
         if (rc || cr_bench_pattern_check(buf, 0, vs, (uint64_t)k) != (size_t)-1)
             errors += rc != 0, wrong += rc == 0;
     }
+    free(order);
     printf("RESULT bench=tier phase=%s value_size=%zu qd=%zu threads=%zu gets=%llu errors=%llu wrong=%llu "
            "gbps=%.3f batch_p50_us=%.0f batch_p99_us=%.0f get_p50_us=%.0f get_p99_us=%.0f "
            "put_errors=%llu\n",
