@@ -2,8 +2,11 @@
 """Disk tier benchmark, every figure next to its reference from the same run:
 
 1. gets served from a node's disk tier (crescent-bench tier: batches of QD
-   keys, and single gets) vs fio reading the node's own data file with
-   O_DIRECT, io_uring, the same block size and queue depth;
+   keys in a fresh random order each round, and single gets) vs fio
+   reading the node's own data file with O_DIRECT, io_uring, the same
+   block size and queue depth (randread); with --ref_build, a second
+   build's cluster is read in the same rounds (paths ref:local,
+   ref:server) for before/after figures;
 2. write-through offload rate vs fio sequential O_DIRECT writes of the same
    block size and queue depth in the same directory;
 3. hit rate vs DRAM capacity with and without a disk tier on a replay of the
