@@ -160,19 +160,6 @@ out:
     return NULL;
 }
 
-static int same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return 0;
-    if (a->ss_family == AF_INET)
-        return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
-                       &((const struct sockaddr_in *)b)->sin_addr, sizeof(struct in_addr));
-    if (a->ss_family == AF_INET6)
-        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
-    return 0;
-}
-
 static void *acceptor_main(void *arg)
 {
     cr__httpd_tls_t *f = arg;
@@ -198,7 +185,7 @@ static void *acceptor_main(void *arg)
             if (f->slots[i].fd < 0) {
                 if (!s)
                     s = &f->slots[i];
-            } else if (same_source(&f->slots[i].addr, &ss)) {
+            } else if (cr__net_same_source(&f->slots[i].addr, &ss)) {
                 same++;
             }
         }

@@ -49,4 +49,9 @@ void cr__net_set_nodelay(int fd);
 /* Sets SO_RCVTIMEO/SO_SNDTIMEO (ms, 0 = none). Returns 0 or -errno. */
 int cr__net_set_timeouts(int fd, int timeout_ms);
 
+/* 1 if a and b are the same source for per-source connection caps: the
+ * same IPv4/IPv6 address (ports ignored); any two Unix-socket peers are one
+ * source; different families are not. */
+int cr__net_same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
+
 #endif

@@ -151,7 +151,7 @@ static void accept_one(cr__xfer_ctl_t *ctl, int lfd)
     pthread_mutex_lock(&ctl->mu);
     int same = 0;
     for (ctl_conn_t *o = ctl->conns; o; o = o->next)
-        same += cr__xfer_conn_same_source(&o->src, &src);
+        same += cr__net_same_source(&o->src, &src);
     if (ctl->n_conns >= CR__XFER_CTL_MAX_CONNS ||
         same >= CR__XFER_CTL_MAX_CONNS / CR__XFER_PER_SOURCE_DIV || atomic_load(&ctl->stopping)) {
         pthread_mutex_unlock(&ctl->mu);

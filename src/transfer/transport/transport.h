@@ -215,11 +215,9 @@ int cr__xfer_conn_connected(cr_xfer_engine_t *engine, int fd, int timeout_ms);
 /* Per-source connection caps: a listener serving at most max connections
  * refuses one more from an address that already holds max / 2 of them
  * (CR__XFER_PER_SOURCE_DIV), whatever the security mode. The servers keep
- * each connection's source and compare with this (address only, no port;
- * 1 when equal). */
+ * each connection's source and compare with cr__net_same_source
+ * (common/net.h). */
 #define CR__XFER_PER_SOURCE_DIV 2
-struct sockaddr_storage;
-int cr__xfer_conn_same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 
 /* The engine's cluster key (common/auth), NULL when security is off. */
 struct cr__auth;

@@ -93,20 +93,6 @@ static void note_corrupt(cr__tier_node_t *t, const char *key, uint32_t kl, uint6
 
 /* ---- read server ----------------------------------------------------------- */
 
-/* 1 if a and b are the same source address (any two Unix peers are). */
-static int same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
-{
-    if (a->ss_family != b->ss_family)
-        return 0;
-    if (a->ss_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    if (a->ss_family == AF_INET6)
-        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                       &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
-    return 1;
-}
-
 /* Forgets connection fd (t->mu held). */
 static void conn_forget_locked(cr__tier_node_t *t, int fd)
 {
@@ -689,7 +675,7 @@ static void *acc_main(void *arg)
         pthread_mutex_lock(&t->mu);
         int same = 0;
         for (int i = 0; i < t->n_conns; i++)
-            same += same_source(&t->srcs[i], &src);
+            same += cr__net_same_source(&t->srcs[i], &src);
         if (t->n_conns >= CONN_MAX || same >= CONN_PER_SOURCE || atomic_load(&t->stop)) {
             pthread_mutex_unlock(&t->mu);
             CR_LOG_RL(CR__LOG_WARN, COMP, "read server: too many connections%s, refusing one",

@@ -430,7 +430,7 @@ static void accept_one(tcp_state_t *st, int lfd, int nic)
     pthread_mutex_lock(&st->srv_mu);
     int same = 0; /* connections this source holds (accepts are rare: a scan is fine) */
     for (srv_conn_t *o = st->srv_list; o; o = o->next)
-        same += cr__xfer_conn_same_source(&o->src, &src);
+        same += cr__net_same_source(&o->src, &src);
     if (st->n_srv >= TCP_MAX_SRV_CONNS || same >= TCP_MAX_SRV_CONNS / CR__XFER_PER_SOURCE_DIV ||
         atomic_load(&st->stopping)) {
         pthread_mutex_unlock(&st->srv_mu);
