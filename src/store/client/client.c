@@ -465,6 +465,13 @@ static void teardown(cr_store_t *s)
     }
     if (s->hb_rpc)
         cr__sc_extra_sync(s, s->hb_rpc, 0);
+    if (s->resv.id && s->hb_rpc) { /* our reservations go back (quarantined, ops.c) */
+        cr__rpc_msg_t req = {0}, rep = {0};
+        req.type = CR__RPC_RESERVE;
+        req.client_id = s->id;
+        if (cr__rpc_client_call(s->hb_rpc, &req, &rep) == 0)
+            cr__rpc_msg_free(&rep);
+    }
     for (size_t i = 0; i < CR__SC_RPC_CONNS; i++)
         cr__rpc_client_destroy(s->rpc[i]);
     cr__rpc_client_destroy(s->hb_rpc);

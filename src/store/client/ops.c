@@ -833,7 +833,8 @@ typedef struct put_chunk {
 
 /* ---- reserved put: one master round trip -----------------------------------
  *
- * A small value (<= RESV_VALUE_MAX) put with the default config is carved
+ * A small value (<= RESV_VALUE_MAX; from unregistered memory: a single put,
+ * through one staging copy) put with the default config is carved
  * out of a space reservation this client holds (RESERVE: a range of one
  * segment, its lease and a WRITE grant over it; store/master/reserve.c),
  * written with the TE, and made visible by one PUT_COMMIT (key, segment,
@@ -1261,8 +1262,23 @@ static int put_any(cr_store_t *s, const char *const *keys, const void *const *sr
                    const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
                    int *results)
 {
-    if (!s->resv_on || staged || !resv_cfg_ok(cfg))
+    if (!s->resv_on || !resv_cfg_ok(cfg))
         return do_put(s, keys, srcs, lens, n, cfg, staged, results);
+    if (staged) {
+        /* a small value from unregistered memory (cr_store_put, the Python
+         * put): one staging extent holds the copy the TE writes from (the
+         * two-phase staged put makes the same copy) */
+        void *stg = n == 1 && lens[0] <= RESV_VALUE_MAX && lens[0] <= s->staging.size / 4
+                        ? cr__staging_alloc(&s->staging, lens[0], 0)
+                        : NULL;
+        if (!stg)
+            return do_put(s, keys, srcs, lens, n, cfg, staged, results);
+        memcpy(stg, srcs[0], lens[0]);
+        const void *src = stg;
+        int rc = put_any(s, keys, &src, lens, 1, cfg, 0, results);
+        cr__staging_free(&s->staging, stg, lens[0]);
+        return rc;
+    }
     put_chunk_t c;
     memset(&c, 0, sizeof c);
     c.keys = keys;

@@ -22,7 +22,7 @@ static cr__evict_verdict_t verdict(cr__master_t *m, obj_t *o, uint64_t now)
 
 uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, uint64_t now)
 {
-    uint64_t target = cr__evict_target(&m->ev, m->allocated, m->capacity, need);
+    uint64_t target = cr__evict_target(&m->ev, m->allocated - m->resv_free, m->capacity, need);
     if (!target)
         return 0;
     if (m->futile && m->futile_now == now && m->futile_seq == m->state_seq)

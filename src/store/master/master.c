@@ -113,7 +113,7 @@ void cr__master_tick(cr__master_t *m, uint64_t now)
     cr__m_tier_tick(m, now);
     cr__m_rtask_tick(m, now);
     cr__m_resv_tick(m, now);
-    if (cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes, m->capacity))
+    if (cr__evict_over_watermark(&m->ev, m_used(m), m->capacity))
         cr__m_evict_locked(m, 0, now);
     pthread_mutex_unlock(&m->mu);
 }

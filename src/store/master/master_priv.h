@@ -201,7 +201,16 @@ struct cr__master {
      * resv_on: RESERVE is served (on by default) */
     struct cr__mresv *resv;
     int resv_on;
+    uint64_t resv_free; /* bytes of open reservations not committed yet (allocated) */
 };
+
+/* Bytes the eviction watermark counts: allocated space minus the
+ * quarantine (freed, waiting) and the free part of open client
+ * reservations (space, not data: no object is evicted to keep it). */
+static inline uint64_t m_used(const struct cr__master *m)
+{
+    return m->allocated - m->quarantine_bytes - m->resv_free;
+}
 
 #define CNT(m, name) ((m)->counters[CR__MM_##name])
 

@@ -103,7 +103,7 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
         cr__m_obj_delete(m, o, 0, now);
         return rc;
     }
-    if (cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes, m->capacity))
+    if (cr__evict_over_watermark(&m->ev, m_used(m), m->capacity))
         cr__m_evict_locked(m, 0, now);
     return 0;
 }

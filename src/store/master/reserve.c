@@ -56,7 +56,7 @@
 #define RESV_LEASE_MS 10000ull /* capped at one put timeout (see above) */
 #define RESV_MAX 1024
 #define RESV_PER_CLIENT 2
-#define RESV_CLIENT_CLOSING 16
+#define RESV_CLIENT_CLOSING 64
 
 typedef struct resv {
     uint64_t id;
@@ -66,6 +66,7 @@ typedef struct resv {
     uint64_t start, cur, end; /* offsets in the segment */
     uint64_t expire_ms;       /* its holder starts no write after this */
     uint64_t hold_ms;         /* its space is not reused before (see above) */
+    uint64_t cap_until_ms;    /* its WRITE grant expires (capabilities on), else 0 */
     uint64_t release_ms;      /* closed: its WINEND and the entry's end */
     int open, gap;            /* gap: some of its space was quarantined */
 } resv_t;
@@ -87,6 +88,12 @@ static uint64_t resv_hold_until(const cr__master_t *m, const resv_t *r)
     return r->hold_ms;
 }
 
+/* Bytes of r not committed and still held as its block (m->resv_free). */
+static uint64_t rest_of(const resv_t *r)
+{
+    return r->blk == NONE32 ? 0 : r->end - r->cur;
+}
+
 static void jr_resv(cr__master_t *m, uint8_t type, const resv_t *r)
 {
     cr__m_jr_range(m, type, &m->segs[r->seg], r->start, r->end - r->start);
@@ -97,29 +104,39 @@ static void resv_remove(struct cr__mresv *rv, uint32_t i)
     rv->v[i] = rv->v[--rv->n];
 }
 
-/* Closes open reservation r: its rest is quarantined until the holder can
- * no longer write; the entry (and its WIN) stays until then unless nothing
- * of it is held. Returns 1 if the entry was removed (index i reused). */
-static int resv_close(cr__master_t *m, uint32_t i, uint64_t now)
+/* Closes open reservation i: its rest is not reused before hold (a
+ * writer of the holder may still land there); the entry (and its WIN)
+ * stays until nothing of it is held any more: the rest's hold and the
+ * full hold of any gap a commit skipped. Returns 1 if the entry was
+ * removed (index i reused). */
+static int resv_close_at(cr__master_t *m, uint32_t i, uint64_t now, uint64_t hold)
 {
     struct cr__mresv *rv = m->resv;
     resv_t *r = &rv->v[i];
     seg_t *sg = &m->segs[r->seg];
-    uint64_t hold = resv_hold_until(m, r);
+    int here = sg->live && sg->gen == r->gen;
+    uint64_t until = r->gap ? resv_hold_until(m, r) : 0;
     r->open = 0;
-    if (r->blk != NONE32 && sg->live && sg->gen == r->gen) {
+    m->resv_free -= rest_of(r);
+    if (r->blk != NONE32 && here) {
         cr__m_block_release(m, r->seg, r->blk, hold, now);
-        r->gap = 1;
+        if (hold > until)
+            until = hold;
     }
     r->blk = NONE32;
-    r->release_ms = hold;
-    if (!r->gap || hold <= now || !sg->live || sg->gen != r->gen) {
-        if (sg->live && sg->gen == r->gen)
+    r->release_ms = until;
+    if (until <= now || !here) {
+        if (here)
             jr_resv(m, CR__HA_WINEND, r);
         resv_remove(rv, i);
         return 1;
     }
     return 0;
+}
+
+static int resv_close(cr__master_t *m, uint32_t i, uint64_t now)
+{
+    return resv_close_at(m, i, now, resv_hold_until(m, &m->resv->v[i]));
 }
 
 void cr__m_resv_tick(cr__master_t *m, uint64_t now)
@@ -188,6 +205,7 @@ uint64_t cr__m_resv_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now)
             /* the allocator goes away with the segment: nothing to free;
              * the name is held until the holder can no longer write */
             uint64_t h = r->open ? resv_hold_until(m, r) : r->release_ms;
+            m->resv_free -= rest_of(r);
             if (h > now && h > hold)
                 hold = h;
             jr_resv(m, CR__HA_WINEND, r);
@@ -265,8 +283,20 @@ int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want,
     uint32_t c = cr__m_client_find(m, id);
     if (c == NONE32)
         return CR_E_CLIENT_NOT_FOUND;
-    if (want == 0)
-        return CR_E_INVALID_PARAMS;
+    if (want == 0) {
+        /* the client is done (cr_store_destroy: no write of it in flight):
+         * its reservations' rest is free at once, or once the WRITE grant
+         * over it has expired (a grant cannot be recalled) */
+        struct cr__mresv *rv0 = m->resv;
+        for (uint32_t i = 0; rv0 && i < rv0->n;) {
+            resv_t *r = &rv0->v[i];
+            if (r->open && r->owner.hi == id.hi && r->owner.lo == id.lo &&
+                resv_close_at(m, i, now, r->cap_until_ms > now ? r->cap_until_ms : now))
+                continue;
+            i++;
+        }
+        return 0;
+    }
     if (!m->resv) {
         m->resv = calloc(1, sizeof *m->resv);
         if (!m->resv)
@@ -309,10 +339,8 @@ int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want,
     uint32_t blk;
     uint64_t off;
     uint32_t s = resv_alloc(m, want, now, &blk, &off);
-    if (s == NONE32) {
+    if (s == NONE32) { /* never evicts objects for a reservation: puts go two-phase */
         cr__m_quarantine_release(m, now, SIZE_MAX);
-        if (!cr__m_any_detached(m))
-            cr__m_evict_locked(m, want, now);
         s = resv_alloc(m, want, now, &blk, &off);
     }
     if (s == NONE32) {
@@ -344,9 +372,11 @@ int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want,
     /* expiry + put timeout, and not before the WRITE grant over the range
      * expires (a grant lives at least 10 s, caps.c) */
     r->hold_ms = r->expire_ms + m->cfg.put_timeout_ms;
-    uint64_t cap_until = now + cr__m_caps_ttl_ms(m, (uint32_t)lease);
-    if (cap_until > r->hold_ms)
-        r->hold_ms = cap_until;
+    uint64_t cap_ttl = cr__m_caps_ttl_ms(m, (uint32_t)lease);
+    r->cap_until_ms = cap_ttl ? now + cap_ttl : 0;
+    if (r->cap_until_ms > r->hold_ms)
+        r->hold_ms = r->cap_until_ms;
+    m->resv_free += rest_of(r);
     jr_resv(m, CR__HA_WIN, r);
     sh->segment = name;
     sh->addr = sg->base + off;
@@ -363,8 +393,6 @@ int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want,
     reply->n_items = 1;
     reply->count = lease;
     CNT(m, reservations_granted_total)++;
-    if (cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes, m->capacity))
-        cr__m_evict_locked(m, 0, now);
     return 0;
 }
 
@@ -435,6 +463,7 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
     if (!o)
         return -ENOMEM;
     cr__oalloc_t *al = sg->alloc;
+    m->resv_free -= rest_of(r); /* back below once the rest is reserved again */
     cr__oalloc_free(al, r->blk);
     r->blk = NONE32;
     if (a > r->cur) { /* skipped: a failed or abandoned write of the holder */
@@ -456,6 +485,7 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
             r->cur = r->end;
         }
     }
+    m->resv_free += rest_of(r);
     if (ob == CR__OALLOC_NONE) { /* cannot happen: the range was ours */
         m->allocated -= rl;
         free(o);
@@ -524,8 +554,7 @@ int cr__m_resv_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_
         }
         out->status = rc;
     }
-    if (m->resv_on && cr__evict_over_watermark(&m->ev, m->allocated - m->quarantine_bytes,
-                                               m->capacity))
+    if (m->resv_on && cr__evict_over_watermark(&m->ev, m_used(m), m->capacity))
         cr__m_evict_locked(m, 0, now);
     return 0;
 }

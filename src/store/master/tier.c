@@ -315,7 +315,7 @@ void cr__m_tier_disk_hit(cr__master_t *m, obj_t *o, uint64_t now)
         return;
     /* only into free DRAM: a promotion must not push other objects out */
     double wm = m->cfg.offload_watermark > 0 ? m->cfg.offload_watermark : m->cfg.high_watermark;
-    if ((double)(m->allocated - m->quarantine_bytes + o->size) > wm * (double)m->capacity)
+    if ((double)(m_used(m) + o->size) > wm * (double)m->capacity)
         return;
     uint8_t *nsh = obj_nsh(o);
     shard_t *sh = obj_shards(o);
@@ -444,7 +444,7 @@ static void schedule(cr__master_t *m, uint64_t now)
     double wm = m->cfg.offload_watermark;
     if (m->capacity == 0)
         return;
-    uint64_t used = m->allocated - m->quarantine_bytes;
+    uint64_t used = m_used(m);
     if (wm > 0 && (double)used <= wm * (double)m->capacity)
         return;
     uint32_t visited = 0, fails = 0;
@@ -563,7 +563,7 @@ static void complete_offload(cr__master_t *m, uint32_t s, const cr__rpc_item_t *
     task_remove(m, i);
     m->state_seq++;
     /* under DRAM pressure the DRAM copy goes now (it was chosen as cold) */
-    uint64_t used = m->allocated - m->quarantine_bytes;
+    uint64_t used = m_used(m);
     if (m->cfg.offload_watermark > 0 &&
         (double)used > m->cfg.offload_watermark * (double)m->capacity && n->until_ms <= now &&
         !(n->flags & (OF_HARD_PIN | OF_SOFT_PIN)))

@@ -83,7 +83,9 @@ static int reserve(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint6
     req.size = want;
     roundtrip(m, &req, &rep, now);
     int rc = rep.status;
-    if (rc == 0) {
+    if (rc == 0 && want == 0)
+        assert_int_equal(rep.n_items, 0); /* a release */
+    else if (rc == 0) {
         assert_int_equal(rep.n_items, 1);
         const cr__rpc_item_t *it = &rep.items[0];
         assert_int_equal(it->n_replicas, 1);
@@ -392,36 +394,93 @@ static void test_pool_full_reclaims_reservations(void **s)
 static void test_bounds_per_client(void **s)
 {
     (void)s;
-    cr__master_t *m = mk_mounted(1000000);
+    cr__master_t *m = mk(1000000);
+    ping(m, CA, 0);
+    ping(m, CB, 0);
+    /* 2 GiB: reservations of 16 MiB (the cap), room for the bound */
+    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 2048 * MiB, 0), 0);
     resv_t r[3];
-    assert_int_equal(reserve(m, CA, 1 * MiB, 0, &r[0]), 0);
-    assert_int_equal(reserve(m, CA, 1 * MiB, 1, &r[1]), 0);
+    assert_int_equal(reserve(m, CA, 64 * MiB, 0, &r[0]), 0);
+    assert_int_equal(r[0].len, 16 * MiB);
+    assert_int_equal(reserve(m, CA, 64 * MiB, 1, &r[1]), 0);
     /* a third one closes the oldest (two open per client) */
-    assert_int_equal(reserve(m, CA, 1 * MiB, 2, &r[2]), 0);
+    assert_int_equal(reserve(m, CA, 64 * MiB, 2, &r[2]), 0);
     assert_int_equal(commit(m, CA, "o", r[0].id, r[0].seg, r[0].addr, 64, 3, NULL),
                      CR_E_INVALID_WRITE);
     assert_int_equal(commit(m, CA, "o", r[1].id, r[1].seg, r[1].addr, 64, 3, NULL), 0);
     assert_int_equal(commit(m, CA, "p", r[2].id, r[2].seg, r[2].addr, 64, 3, NULL), 0);
-    /* closed ones wait for their quarantine and count: a client churning
-     * reservations is refused before it fills the table */
+    /* closed ones wait out their quarantine and count: a client churning
+     * reservations is refused (64 closing) before it fills the table */
     int granted = 3, refused = 0;
-    for (int i = 0; i < 40 && !refused; i++) {
+    for (int i = 0; i < 100 && !refused; i++) {
         resv_t x;
-        int rc = reserve(m, CA, 1 * MiB, 4, &x);
+        int rc = reserve(m, CA, 64 * MiB, 4, &x);
         if (rc == CR_E_UNAVAILABLE_IN_CURRENT_STATUS)
             refused = 1;
-        else if (rc == 0)
-            granted++;
         else
-            break; /* the segment is full of quarantine */
+            assert_int_equal(rc, 0);
+        granted += rc == 0;
     }
-    assert_true(refused || stats(m).quarantine_bytes >= 8 * MiB);
-    assert_true(granted <= 2 + 16 + 1);
+    assert_true(refused);
+    assert_int_equal(granted, 2 + 64); /* 2 open + 64 closing */
+    assert_true(counter(m, CR__MM_reservations_refused_total) >= 1);
     /* another client is not affected by A's bound */
     resv_t b;
-    ping(m, CB, 5);
-    int rcb = reserve(m, CB, 1 * MiB, 5, &b);
-    assert_true(rcb == 0 || rcb == CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(reserve(m, CB, 64 * MiB, 5, &b), 0);
+    /* once the quarantines are over, A gets reservations again */
+    uint64_t t = 4 + LEASE + PUT_TIMEOUT;
+    ping(m, CA, t);
+    ping(m, CB, t);
+    cr__master_tick(m, t);
+    assert_int_equal(reserve(m, CA, 64 * MiB, t, &b), 0);
+    cr__master_destroy(m);
+}
+
+/* RESERVE of 0 bytes: the client is done (cr_store_destroy, nothing in
+ * flight): its rest is free at once, or (capabilities on) once the WRITE
+ * grant over it has expired; a reservation never evicts an object. */
+static void test_release_when_done(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    resv_t r;
+    assert_int_equal(reserve(m, CA, 1 * MiB, 0, &r), 0);
+    assert_int_equal(commit(m, CA, "d", r.id, r.seg, r.addr, 4096, 1, NULL), 0);
+    assert_int_equal(stats(m).counters[CR__MM_reserved_bytes], 1 * MiB - 4096);
+    assert_int_equal(reserve(m, CA, 0, 2, &r), 0);
+    assert_int_equal(stats(m).allocated_bytes, 4096);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    assert_int_equal(stats(m).counters[CR__MM_reservations], 0);
+    assert_int_equal(exist(m, "d", 2), 0);
+    /* with capabilities on, the grant keeps the space out of use */
+    assert_int_equal(cr__master_caps_enable(m), 0);
+    assert_int_equal(reserve(m, CA, 1 * MiB, 3, &r), 0);
+    assert_int_equal(reserve(m, CA, 0, 4, &r), 0);
+    assert_int_equal(stats(m).quarantine_bytes, 1 * MiB);
+    ping(m, CA, 3 + LEASE);
+    cr__master_tick(m, 3 + LEASE);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    assert_int_equal(stats(m).counters[CR__MM_reservations], 0);
+    /* a pool full of objects: a reservation is refused, nothing evicted */
+    for (int n = 0; n < 64; n++) { /* hard-pinned: eviction cannot make room */
+        char k[32];
+        snprintf(k, sizeof k, "full%d", n);
+        cr__rpc_msg_t msg = {0};
+        cr__rpc_item_t it = {0};
+        cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .flags = CR__RPC_CFG_HARD_PIN};
+        int rc = cr__master_put_start(m, k, strlen(k), 1 * MiB - 4096, &cfg, 5 + LEASE, &msg, &it);
+        cr__rpc_msg_free(&msg);
+        if (rc)
+            break;
+        assert_int_equal(cr__master_put_end(m, k, strlen(k), it.version, 5 + LEASE), 0);
+    }
+    /* and one object eviction could take */
+    assert_int_equal(put2(m, "evictable", 4096, 5 + LEASE, NULL), 0);
+    uint64_t keys = stats(m).keys;
+    cr__master_stats_t st = stats(m);
+    assert_int_equal(reserve(m, CB, 1 * MiB, 6 + LEASE, &r), CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(stats(m).keys, keys);
+    assert_int_equal(stats(m).counters[CR__MM_evictions_total], st.counters[CR__MM_evictions_total]);
     cr__master_destroy(m);
 }
 
@@ -547,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_pool_full_reclaims_reservations),
         cmocka_unit_test(test_bounds_per_client),
         cmocka_unit_test(test_unmount_holds_name),
+        cmocka_unit_test(test_release_when_done),
         cmocka_unit_test(test_ha_journal_and_restore),
         cmocka_unit_test(test_caps_grant_covers_reservation),
     };
