@@ -334,6 +334,10 @@ void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now);
 int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
                            const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
                            cr__rpc_item_t *it);
+/* The metadata cap (--max_objects, --max_key_bytes) before a new key of
+ * key_len bytes: 0, or CR_E_KEYS_ULTRA_LIMIT counted and logged (rate
+ * limited) naming what was refused. */
+int cr__m_meta_full_locked(cr__master_t *m, size_t key_len, const char *what);
 /* Creates a pending object (placement, index, journal, reply replicas)
  * under key[0..key_len) whose hash is h; the caller checked the key. */
 int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,

@@ -32,21 +32,29 @@ int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uin
     return cr__m_pending_create_locked(m, key, key_len, h, size, cfg, now, msg, it);
 }
 
-int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
-                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, uint64_t now,
-                                cr__rpc_msg_t *msg, cr__rpc_item_t *it)
+int cr__m_meta_full_locked(cr__master_t *m, size_t key_len, const char *what)
 {
     if ((m->cfg.max_objects && m->count >= m->cfg.max_objects) ||
         (m->cfg.max_key_bytes && m->key_bytes + key_len > m->cfg.max_key_bytes)) {
         CNT(m, puts_refused_metadata_full_total)++;
         CR_LOG_RL(CR__LOG_WARN, "master",
                   "metadata full: %llu objects, %llu key bytes (--max_objects %llu, "
-                  "--max_key_bytes %llu): PutStart refused",
+                  "--max_key_bytes %llu): %s refused",
                   (unsigned long long)m->count, (unsigned long long)m->key_bytes,
                   (unsigned long long)m->cfg.max_objects,
-                  (unsigned long long)m->cfg.max_key_bytes);
+                  (unsigned long long)m->cfg.max_key_bytes, what);
         return CR_E_KEYS_ULTRA_LIMIT;
     }
+    return 0;
+}
+
+int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
+                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, uint64_t now,
+                                cr__rpc_msg_t *msg, cr__rpc_item_t *it)
+{
+    int full = cr__m_meta_full_locked(m, key_len, "PutStart");
+    if (full)
+        return full;
     uint32_t n_rep = cfg && cfg->replica_num ? cfg->replica_num : 1;
     placing_t p;
     if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {

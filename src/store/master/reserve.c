@@ -451,11 +451,9 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
         CNT(m, puts_timed_out_total)++;
         cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
     }
-    if ((m->cfg.max_objects && m->count >= m->cfg.max_objects) ||
-        (m->cfg.max_key_bytes && m->key_bytes + in->key_len > m->cfg.max_key_bytes)) {
-        CNT(m, puts_refused_metadata_full_total)++;
-        return CR_E_KEYS_ULTRA_LIMIT;
-    }
+    int full = cr__m_meta_full_locked(m, in->key_len, "PutCommit");
+    if (full)
+        return full;
     /* everything that can fail before the space changes hands */
     if ((m->count + 1) * 10 > m->cap * 7 && cr__m_map_grow(m))
         return -ENOMEM;
