@@ -132,7 +132,7 @@ struct cr_store {
 
     int crc_on;                   /* end-to-end checksums computed and checked */
     /* one-round-trip puts through a space reservation (ops.c, "reserved
-     * put"; store/master/reserve.c): resv_on = CRESCENT_PUT_RESERVE != "0";
+     * put"; store/master/reserve.c): resv_on = CRESCENT_PUT_RESERVE == "1" (opt-in);
      * the current reservation, guarded by resv_mu */
     int resv_on;
     pthread_mutex_t resv_mu;

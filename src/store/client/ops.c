@@ -845,7 +845,7 @@ typedef struct put_chunk {
  * or a write that failed leaves nothing visible: that key is put again the
  * two-phase way (PutStart, write, PutEnd). Any other answer is final
  * (OBJECT_ALREADY_EXISTS exactly as PutStart would say it).
- * CRESCENT_PUT_RESERVE=0 turns the path off. */
+ * Opt-in: CRESCENT_PUT_RESERVE=1 at cr_store_create turns it on. */
 #define RESV_VALUE_MAX (1u << 20)
 #define RESV_WANT (16ull << 20) /* asked per reservation; the master may give less */
 #define RESV_RETRY_MS 1000      /* after a failed RESERVE, no other before */

@@ -208,7 +208,7 @@ static void test_many_puts(cr_store_t *c)
     setenv("CRESCENT_PUT_RESERVE", "0", 1);
     cr_store_t *off;
     CHECK_RC(make_client(&off), 0);
-    unsetenv("CRESCENT_PUT_RESERVE");
+    setenv("CRESCENT_PUT_RESERVE", "1", 1); /* opt-in */
     if (off) {
         int64_t d0 = metric("put_commits_total");
         for (int i = 0; i < 50; i++) {
@@ -353,7 +353,7 @@ int main(int argc, char **argv)
     g_master_bin = argv[1];
     g_node_bin = argv[2];
     signal(SIGPIPE, SIG_IGN);
-    unsetenv("CRESCENT_PUT_RESERVE");
+    setenv("CRESCENT_PUT_RESERVE", "1", 1); /* opt-in */
     snprintf(g_dir, sizeof g_dir, "/tmp/crescent-store-reserve-XXXXXX");
     if (!mkdtemp(g_dir))
         return 1;
