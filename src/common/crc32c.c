@@ -135,6 +135,25 @@ static uint32_t crc_sw(uint32_t c, const unsigned char *p, size_t len)
 }
 
 #if defined(__x86_64__)
+/* The last < 3 lanes (or < 64 bytes) with the crc32 instruction: 8 bytes
+ * at a time, then single bytes. Shared by both hardware paths. */
+__attribute__((target("sse4.2"))) static uint32_t crc_hw_tail(uint64_t c64,
+                                                              const unsigned char *p,
+                                                              size_t len)
+{
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, w);
+        p += 8;
+        len -= 8;
+    }
+    uint32_t c = (uint32_t)c64;
+    while (len--)
+        c = __builtin_ia32_crc32qi(c, *p++);
+    return c;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const unsigned char *p,
                                                           size_t len)
 {
@@ -160,17 +179,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const unsig
         p += 3 * LANE;
         len -= 3 * LANE;
     }
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = __builtin_ia32_crc32di(c64, w);
-        p += 8;
-        len -= 8;
-    }
-    c = (uint32_t)c64;
-    while (len--)
-        c = __builtin_ia32_crc32qi(c, *p++);
-    return c;
+    return crc_hw_tail(c64, p, len);
 }
 #endif
 
@@ -212,17 +221,7 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_pcl(uint32_t c,
 #undef CR_FOLD
     uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x0));
     c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x0, 1));
-    while (len >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c64 = __builtin_ia32_crc32di(c64, w);
-        p += 8;
-        len -= 8;
-    }
-    c = (uint32_t)c64;
-    while (len--)
-        c = __builtin_ia32_crc32qi(c, *p++);
-    return c;
+    return crc_hw_tail(c64, p, len);
 }
 #endif
 
