@@ -138,11 +138,13 @@ def med(xs):
     return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 
 
-def get_bench(a, vs, keys, qd, threads, paths):
+def get_bench(a, vs, keys, qd, shapes, paths):
     """a.reps interleaved rounds: crescent gets for each read path and
-    thread count (--rounds passes over the disk-resident keys; T threads
-    issue batches of qd/T keys, so at most qd reads are outstanding, like
-    fio's iodepth), then fio on the node's data file right after."""
+    shape (threads, batch) (--rounds passes over the disk-resident keys; T
+    threads issue batches of B keys each; B = qd/T keeps at most qd reads
+    outstanding, like fio's iodepth, and drains the node's queue between
+    batches; a larger B keeps the node's queue of qd full across a batch),
+    then fio on the node's data file right after."""
     d = tempfile.mkdtemp(prefix="crescent-tierbench-", dir=a.dir)
     # paths "ref:local"/"ref:server" read from a second cluster of the
     # --ref_build binaries (its own data file in the same directory)
@@ -177,19 +179,19 @@ def get_bench(a, vs, keys, qd, threads, paths):
             for path in (paths if rep % 2 == 0 else paths[::-1]):
                 cc = clusters[1] if path.startswith("ref:") else clusters[0]
                 env = dict(os.environ, CRESCENT_TIER_LOCAL="1" if path.endswith("local") else "0")
-                for th in threads:
+                for th, bt in shapes:
                     cpu0 = [proc_cpu_s(cc.procs[1].pid), proc_cpu_s(cc.procs[0].pid)]
                     ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     out = subprocess.run([cc.exe("crescent-bench"), "tier", "--master_server_address",
                                           cc.master, "--metadata_server", cc.metadata, "--value_size",
                                           str(vs), "--keys", str(keys), "--qd", str(qd), "--rounds",
                                           str(a.rounds), "--threads", str(th),
-                                          "--phase", "read"],
+                                          "--batch", str(bt), "--phase", "read"],
                                          capture_output=True, text=True, timeout=600, env=env)
                     line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
                     if not line:
                         raise RuntimeError(out.stdout + out.stderr)
-                    r = rs[(path, th)] = bench_result(line[0])
+                    r = rs[(path, th, bt)] = bench_result(line[0])
                     ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     # the whole bench run (its batch and single gets): per GB read by it
                     gb = (int(r["gets"]) + keys // 2) * vs / 1e9
@@ -215,7 +217,7 @@ def get_bench(a, vs, keys, qd, threads, paths):
             shutil.rmtree(d2, ignore_errors=True)
 
 
-def fs_bench(a, vs, keys, qd, threads):
+def fs_bench(a, vs, keys, qd, shapes):
     """a.reps interleaved rounds of crescent gets from the shared-FS tier
     (every get a file: the cluster was restarted on the directory, so no
     DRAM copy exists) and fio randread on one file of the same size in the
@@ -238,18 +240,19 @@ def fs_bench(a, vs, keys, qd, threads):
         reps, gets = [], 0
         for rep in range(a.reps):
             rs = {}
-            for th in threads:
+            for th, bt in shapes:
                 ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu0 = proc_cpu_s(c.procs[0].pid)
                 out = subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address",
                                       c.master, "--metadata_server", c.metadata, "--value_size",
                                       str(vs), "--keys", str(keys), "--qd", str(qd), "--rounds",
-                                      str(a.rounds), "--threads", str(th), "--phase", "read"],
+                                      str(a.rounds), "--threads", str(th), "--batch", str(bt),
+                                      "--phase", "read"],
                                      capture_output=True, text=True, timeout=600)
                 line = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
                 if not line:
                     raise RuntimeError(out.stdout + out.stderr)
-                r = rs[th] = bench_result(line[0])
+                r = rs[(th, bt)] = bench_result(line[0])
                 ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 gb = (int(r["gets"]) + keys // 2) * vs / 1e9
                 r["master_cpu"] = (proc_cpu_s(c.procs[0].pid) - cpu0) / gb
@@ -335,26 +338,31 @@ def main():
     ap.add_argument("--ref_build", default="",
                     help="a second build (e.g. before a change) read in the same rounds as the "
                          "ref:* paths, from its own cluster and data file in --dir")
+    ap.add_argument("--shapes", default="1x16,4x4,1x64",
+                    help="get shapes THREADSxBATCH (keys per batch get); the node's and fio's "
+                         "queue depth is 16: 1x16 drains the node's queue between batches, 4x4 "
+                         "keeps ~16 in flight from 4 threads, 1x64 keeps it full across a batch")
     ap.add_argument("--speedup", type=int, default=40, help="replay: trace time / this")
     ap.add_argument("--requests", type=int, default=0, help="replay: first N requests (0 = all)")
     a = ap.parse_args()
     skip = set(a.skip.split(","))
+    shapes = [tuple(int(x) for x in sh.split("x")) for sh in a.shapes.split(",") if sh]
     print("# machine shared by other helpers while this ran; ratios are same-run, same file system")
     if "get" not in skip:
-        qd, threads = 16, (1, 4)
+        qd = 16
         paths = [p for p in a.paths.split(",") if p]
         for vs, keys in ((1 * MiB, 256), (4 * MiB, 96)):
-            reps, disk, f1 = get_bench(a, vs, keys, qd, threads, paths)
+            reps, disk, f1 = get_bench(a, vs, keys, qd, shapes, paths)
             for i, (rs, fq) in enumerate(reps):
                 print("  rep %d value=%dMiB: " % (i, vs // MiB) + "; ".join(
-                    "crescent %s %d thr %.3f GB/s (batch p50 %s us, p99 %s us; errors %s wrong %s)"
-                    % (p, th, float(r["gbps"]), r["batch_p50_us"], r["batch_p99_us"], r["errors"],
-                       r["wrong"]) for (p, th), r in rs.items()) +
+                    "crescent %s %dx%d %.3f GB/s (batch p50 %s us, p99 %s us; errors %s wrong %s)"
+                    % (p, th, bt, float(r["gbps"]), r["batch_p50_us"], r["batch_p99_us"],
+                       r["errors"], r["wrong"]) for (p, th, bt), r in rs.items()) +
                     " | fio qd%d %.3f GB/s (p50 %.0f us p99 %.0f us)" % (qd, fq["gbps"], fq["p50_us"],
                                                                          fq["p99_us"]))
             for path in paths:
-                for th in threads:
-                    rr = [(rs[(path, th)], f) for rs, f in reps]
+                for th, bt in shapes:
+                    rr = [(rs[(path, th, bt)], f) for rs, f in reps]
                     later = [r for r, _ in rr]
                     print("GET value=%dMiB qd=%d path=%s, %d thread(s) x batches of %d, medians of %d "
                           "interleaved rounds: crescent %.2f GB/s (batch p50 %.0f us p99 %.0f us; "
@@ -363,7 +371,7 @@ def main():
                           "ratio %.2f | CPU s per GB read: crescent %.2f (node %.2f, master %.2f, "
                           "bench client incl. its byte checks %.2f), fio %.2f | %.0f%% served from "
                           "disk, errors %d, wrong %d"
-                          % (vs // MiB, qd, path, th, qd // th, len(rr),
+                          % (vs // MiB, qd, path, th, bt, len(rr),
                              med([float(r["gbps"]) for r, _ in rr]),
                              med([float(r["batch_p50_us"]) for r, _ in rr]),
                              med([float(r["batch_p99_us"]) for r, _ in rr]),
@@ -398,24 +406,24 @@ def main():
                      med([f["gbps"] for _, f in ok]),
                      med([r["offload_gbps"] / f["gbps"] for r, f in ok])))
     if "fs" not in skip:
-        qd, threads = 16, (1, 4)
+        qd = 16
         for vs, keys in ((1 * MiB, 256), (4 * MiB, 96)):
-            reps, share = fs_bench(a, vs, keys, qd, threads)
+            reps, share = fs_bench(a, vs, keys, qd, shapes)
             for i, (rs, fq) in enumerate(reps):
                 print("  rep %d FS value=%dMiB: " % (i, vs // MiB) + "; ".join(
-                    "crescent %d thr %.3f GB/s (batch p50 %s us p99 %s us; errors %s wrong %s)"
-                    % (th, float(r["gbps"]), r["batch_p50_us"], r["batch_p99_us"], r["errors"],
-                       r["wrong"]) for th, r in rs.items()) +
+                    "crescent %dx%d %.3f GB/s (batch p50 %s us p99 %s us; errors %s wrong %s)"
+                    % (th, bt, float(r["gbps"]), r["batch_p50_us"], r["batch_p99_us"], r["errors"],
+                       r["wrong"]) for (th, bt), r in rs.items()) +
                     " | fio qd%d %.3f GB/s (p50 %.0f us p99 %.0f us)" % (qd, fq["gbps"], fq["p50_us"],
                                                                          fq["p99_us"]))
-            for th in threads:
-                rr = [(rs[th], f) for rs, f in reps]
+            for th, bt in shapes:
+                rr = [(rs[(th, bt)], f) for rs, f in reps]
                 print("FS GET value=%dMiB qd=%d, %d thread(s) x batches of %d, medians of %d "
                       "interleaved rounds: crescent %.2f GB/s (batch p50 %.0f us p99 %.0f us; single "
                       "get p50 %.0f us p99 %.0f us) | fio randread iodepth=%d %.2f GB/s (p50 %.0f us "
                       "p99 %.0f us per I/O) | median ratio %.2f | CPU s per GB read: client %.2f "
                       "master %.3f, fio %.2f | %.0f%% served from files, errors %d, wrong %d"
-                      % (vs // MiB, qd, th, qd // th, len(rr),
+                      % (vs // MiB, qd, th, bt, len(rr),
                          med([float(r["gbps"]) for r, _ in rr]),
                          med([float(r["batch_p50_us"]) for r, _ in rr]),
                          med([float(r["batch_p99_us"]) for r, _ in rr]),

@@ -282,13 +282,13 @@ def test_frozen_node_disk_reads_are_bounded_by_the_stall_time(d, tmp_path, monke
         assert s.get("f%d" % k) == value(k, MiB)
 
 
-RD_MAGIC = 0x44525443  # tier.h: the read server's request magic "CTRD"
+RD_MAGIC = 0x32525443  # tier.h: the read server's request magic "CTR2"
 
 
-def rd_request(key, version, off, size, roff=0, rlen=None):
+def rd_request(key, version, off, size, roff=0, rlen=None, tag=0):
     k = key.encode()
     rlen = size - roff if rlen is None else rlen
-    return struct.pack("<IIQQQQQ", RD_MAGIC, len(k), version, off, size, roff, rlen) + k
+    return struct.pack("<IIQQQQQII", RD_MAGIC, len(k), version, off, size, roff, rlen, tag, 0) + k
 
 
 def recv_exact(sock, n):
@@ -302,17 +302,18 @@ def recv_exact(sock, n):
 
 
 def rd_reply(sock):
-    st, _, n = struct.unpack("<iIQ", recv_exact(sock, 16))
-    return st, recv_exact(sock, n) if n else b""
+    st, tag, n = struct.unpack("<iIQ", recv_exact(sock, 16))
+    return st, tag, recv_exact(sock, n) if n else b""
 
 
-def test_read_server_answers_pipelined_requests_in_order_and_checks_each(d, tmp_path):
+def test_read_server_answers_each_pipelined_request_once_and_checks_each(d, tmp_path):
     """The node's read server (how a client on another host reads) on the
     wire: a burst of pipelined requests larger than its window (full reads,
     a range, another version, an extent past the disk, a misaligned offset)
-    is answered in request order with the right bytes or the right error,
-    never bytes of another object; a request with a bad magic closes the
-    connection."""
+    gets one reply per request, naming the request's tag (in whatever order
+    the disk finished them), with the right bytes or the right error, never
+    bytes of another object; a request with a bad magic, or the old layout's
+    magic, closes the connection."""
     c = start_master(d)
     start_node(d, c, tmp_path, extra=["--ssd_queue_depth", "4"])  # window of 8 requests
     s = client(c)
@@ -331,29 +332,39 @@ def test_read_server_answers_pipelined_requests_in_order_and_checks_each(d, tmp_
         k, ver, sh = disk[i % len(disk)]
         kind = i % 8
         if kind == 3:    # a range of the value
-            reqs.append(rd_request("w%d" % k, ver, sh["addr"], MiB, 1000, 5000))
+            reqs.append(rd_request("w%d" % k, ver, sh["addr"], MiB, 1000, 5000, tag=1000 + i))
             want.append((0, value(k, MiB)[1000:6000]))
         elif kind == 5:  # a version the disk does not hold: a miss
-            reqs.append(rd_request("w%d" % k, ver + 1, sh["addr"], MiB))
+            reqs.append(rd_request("w%d" % k, ver + 1, sh["addr"], MiB, tag=1000 + i))
             want.append((-704, b""))
         elif kind == 6:  # past the end of the disk
-            reqs.append(rd_request("w%d" % k, ver, 1 << 40, MiB))
+            reqs.append(rd_request("w%d" % k, ver, 1 << 40, MiB, tag=1000 + i))
             want.append((-600, b""))
         elif kind == 7:  # not block-aligned
-            reqs.append(rd_request("w%d" % k, ver, sh["addr"] + 512, MiB))
+            reqs.append(rd_request("w%d" % k, ver, sh["addr"] + 512, MiB, tag=1000 + i))
             want.append((-600, b""))
         else:
-            reqs.append(rd_request("w%d" % k, ver, sh["addr"], MiB))
+            reqs.append(rd_request("w%d" % k, ver, sh["addr"], MiB, tag=1000 + i))
             want.append((0, value(k, MiB)))
     with socket.create_connection((host, int(port)), timeout=30) as so:
         so.sendall(b"".join(reqs))
-        for i, (st, data) in enumerate(want):
-            got_st, got = rd_reply(so)
+        answered = set()
+        for _ in want:
+            got_st, tag, got = rd_reply(so)
+            i = tag - 1000
+            assert 0 <= i < len(want) and i not in answered, "reply with tag %d" % tag
+            answered.add(i)
+            st, data = want[i]
             assert (got_st, len(got)) == (st, len(data)), \
                 "reply %d: status %d, %d bytes; wanted %d, %d" % (i, got_st, len(got), st, len(data))
             assert got == data, "reply %d: wrong bytes" % i
-        so.sendall(struct.pack("<II", 0x12345678, 4) + b"\0" * 40 + b"abcd")
+        so.sendall(struct.pack("<II", 0x12345678, 4) + b"\0" * 48 + b"abcd")
         assert so.recv(16) == b"", "a request with a bad magic was answered"
+    k, ver, sh = disk[0]
+    with socket.create_connection((host, int(port)), timeout=30) as so:
+        old = struct.pack("<IIQQQQQ", 0x44525443, 2, ver, sh["addr"], MiB, 0, MiB)  # "CTRD"
+        so.sendall(old + b"w0" + b"\0" * 16)
+        assert so.recv(16) == b"", "a request in the old layout was answered"
     s.close()
 
 

@@ -11,9 +11,11 @@
  * ascending disk offsets, and fio's randread reads random ones), from
  * --threads threads each
  * issuing batches of qd/threads keys (so at most --qd reads are outstanding,
- * like fio's iodepth), checking every byte in the first round and samples
+ * like fio's iodepth; --batch N sends N keys per batch instead, so the
+ * node's disk queue of --qd stays full across a batch and drains only at
+ * its end), checking every byte in the first round and samples
  * of every value after it. GB/s = bytes / wall time of the rounds. Prints
- *   RESULT bench=tier phase=get value_size=.. qd=.. threads=.. gets=.. errors=.. wrong=..
+ *   RESULT bench=tier phase=get value_size=.. qd=.. threads=.. batch=.. gets=.. errors=.. wrong=..
  *          gbps=.. batch_p50_us=.. batch_p99_us=.. get_p50_us=.. get_p99_us=..
  * (batch latency = one batch get; get_* = single gets at qd 1, run after
  * the batches, over the same keys). read: the same without the puts (keys
@@ -42,7 +44,7 @@ typedef struct tb_cfg {
     char trace[CR__CFG_STR_MAX];
     char order[CR__CFG_STR_MAX];
     uint64_t value_size;
-    int64_t keys, qd, rounds, threads, requests, speedup;
+    int64_t keys, qd, batch, rounds, threads, requests, speedup;
 } tb_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(tb_cfg_t, n)}
@@ -63,6 +65,10 @@ static const cr__cfg_opt_t opts[] = {
     OPT(value_size, "1MB", "bytes per value", CR__CFG_SIZE),
     OPT(keys, "512", "values put", CR__CFG_INT),
     OPT(qd, "16", "keys per batch get (the node's disk queue depth)", CR__CFG_INT),
+    OPT(batch, "0",
+        "keys per batch get of each thread (0 = qd/threads; more than that keeps the node's "
+        "disk queue full across a batch instead of draining it between batches)",
+        CR__CFG_INT),
     OPT(rounds, "2", "passes over the disk-resident keys", CR__CFG_INT),
     OPT(threads, "1",
         "threads issuing batch gets of qd/threads keys each (at most qd reads outstanding)",
@@ -294,9 +300,9 @@ int cr_bench_tier_main(int argc, char **argv)
         return 0;
     }
     if (rc || c.keys < 2 || c.qd < 1 || c.qd > 256 || c.value_size == 0 || c.rounds < 1 ||
-        c.threads < 1 || c.threads > c.qd || c.qd % c.threads ||
+        c.threads < 1 || c.threads > c.qd || c.qd % c.threads || c.batch < 0 || c.batch > 256 ||
         (strcmp(c.order, "random") && strcmp(c.order, "put"))) {
-        fprintf(stderr, "crescent-bench tier: %s\n", rc ? err : "bad --keys/--qd/--value_size/--threads (must divide --qd)/--order");
+        fprintf(stderr, "crescent-bench tier: %s\n", rc ? err : "bad --keys/--qd/--value_size/--threads (must divide --qd)/--batch (<= 256)/--order");
         return 2;
     }
     cr_store_params_t p = {0};
@@ -319,7 +325,8 @@ int cr_bench_tier_main(int argc, char **argv)
         return rc;
     }
     size_t vs = (size_t)c.value_size, qd = (size_t)c.qd;
-    size_t blen = vs * qd;
+    size_t nt = (size_t)c.threads, per = c.batch ? (size_t)c.batch : qd / nt;
+    size_t blen = vs * (nt * per > qd ? nt * per : qd);
     uint8_t *buf = cr_bench_alloc_prefaulted(blen);
     if (!buf || cr_store_register_buffer(st, buf, blen)) {
         fprintf(stderr, "crescent-bench tier: buffer\n");
@@ -355,9 +362,8 @@ int cr_bench_tier_main(int argc, char **argv)
         return put_err ? 1 : 0;
     }
     /* timed batch gets over the oldest half: --threads workers, each
-     * reading its share of every round in batches of qd/threads keys */
+     * reading its share of every round in batches of `per` keys */
     int64_t n_disk = c.keys / 2;
-    size_t nt = (size_t)c.threads, per = qd / nt;
     cr_bench_lat_t lb, l1;
     cr_bench_lat_init(&lb, 1);
     cr_bench_lat_init(&l1, 2);
@@ -414,10 +420,10 @@ int cr_bench_tier_main(int argc, char **argv)
             errors += rc != 0, wrong += rc == 0;
     }
     free(order);
-    printf("RESULT bench=tier phase=%s value_size=%zu qd=%zu threads=%zu gets=%llu errors=%llu wrong=%llu "
+    printf("RESULT bench=tier phase=%s value_size=%zu qd=%zu threads=%zu batch=%zu gets=%llu errors=%llu wrong=%llu "
            "gbps=%.3f batch_p50_us=%.0f batch_p99_us=%.0f get_p50_us=%.0f get_p99_us=%.0f "
            "put_errors=%llu\n",
-           c.phase, vs, qd, nt, (unsigned long long)gets, (unsigned long long)errors,
+           c.phase, vs, qd, nt, per, (unsigned long long)gets, (unsigned long long)errors,
            (unsigned long long)wrong, busy_ns ? (double)bytes / ((double)busy_ns / 1e9) / 1e9 : 0,
            cr_bench_lat_pct_us(&lb, 50), cr_bench_lat_pct_us(&lb, 99),
            cr_bench_lat_pct_us(&l1, 50), cr_bench_lat_pct_us(&l1, 99),

@@ -3,8 +3,10 @@
  * reads and checks the object and sends the bytes, which land straight in
  * the caller's buffer (any memory: nothing is registered for this path).
  * Requests to one node are pipelined on one connection, so the node reads
- * them from disk in parallel (its io_uring queue depth). A node on this
- * host is read without it first (tier_local.c).
+ * them from disk in parallel (its io_uring queue depth); it answers each as
+ * soon as it has it (the reply's tag is the request's index in the batch),
+ * so one slow disk read holds up no other object. A node on this host is
+ * read without it first (tier_local.c).
  *
  * Fault isolation (issue 11): a node that sends nothing for the engine's
  * stall time (plus what its disk may need to read the object waited for)
@@ -146,8 +148,8 @@ void cr__sc_tier_close_all(cr_store_t *s)
 
 /* Sends every request of rd[first..n) to segment seg still to do (result 1)
  * at once (one write: the node sees the whole batch and reads it from
- * disk in parallel), then receives the replies in order and sets each
- * one's result. Returns 0 when every reply came (the connection is kept),
+ * disk in parallel), then receives the replies in the order the node sends
+ * them (each names its request) and sets each one's result. Returns 0 when every reply came (the connection is kept),
  * TIER_STALE when a pooled connection (use_pool) failed before any byte of
  * a reply came (the node had closed it while idle: the requests are left
  * to do, to send again on a new connection), else the connection's first
@@ -159,7 +161,7 @@ static int tier_exchange(cr_store_t *s, const char *seg, cr__sc_tier_rd_t *rd, s
     unsigned tmo = 0;
     int fd = tier_connect(s, seg, use_pool, &pooled, &tmo);
     int rc = fd < 0 ? fd : 0;
-    size_t need = 0;
+    size_t need = 0, sent = 0;
     uint64_t largest = 0;
     for (size_t j = first; j < n; j++)
         if (rd[j].result == 1 && !strcmp(rd[j].segment, seg)) {
@@ -193,53 +195,56 @@ static int tier_exchange(cr_store_t *s, const char *seg, cr__sc_tier_rd_t *rd, s
         memcpy(h + 24, &q->size, 8);
         memcpy(h + 32, &q->roff, 8);
         memcpy(h + 40, &q->rlen, 8);
+        uint32_t tag = (uint32_t)j, zero = 0;
+        memcpy(h + 48, &tag, 4);
+        memcpy(h + 52, &zero, 4);
         memcpy(h + CR__TIER_RD_REQ_FIXED, q->key, kl);
         wl += CR__TIER_RD_REQ_FIXED + kl;
+        sent++;
     }
     if (!rc)
         rc = cr__net_write_full(fd, wb, wl, (int)wait);
     free(wb);
     int answered = 0;
-    for (size_t j = first; j < n; j++) {
-        cr__sc_tier_rd_t *q = &rd[j];
-        if (q->result != 2 || strcmp(q->segment, seg))
-            continue;
-        if (!rc) {
-            uint8_t h[CR__TIER_RD_REP];
-            rc = recv_all(fd, h, sizeof h);
-            if (!rc) {
-                answered = 1;
-                int32_t st;
-                uint64_t len;
-                memcpy(&st, h, 4);
-                memcpy(&len, h + 8, 8);
-                if (st == 0 && len != q->rlen)
-                    rc = -EPROTO;
-                else if (st == 0 && len)
-                    rc = recv_all(fd, q->dst, len);
-                if (!rc) {
-                    q->result = st;
-                    if (s->crc_on && !st && q->roff == 0 && q->rlen == q->size) {
-                        /* the end-to-end crc of what landed in the caller's
-                         * buffer, while it is still in cache and the node
-                         * sends the next reply (the get compares it with
-                         * the put's) */
-                        q->crc = cr__crc32c(0, q->dst, q->size);
-                        q->crc_known = 1;
-                    }
-                    continue;
-                }
-            }
+    for (size_t r = 0; r < sent && !rc; r++) {
+        uint8_t h[CR__TIER_RD_REP];
+        rc = recv_all(fd, h, sizeof h);
+        if (rc)
+            break;
+        answered = 1;
+        int32_t st;
+        uint32_t tag;
+        uint64_t len;
+        memcpy(&st, h, 4);
+        memcpy(&tag, h + 4, 4);
+        memcpy(&len, h + 8, 8);
+        /* a tag of this exchange not answered yet, and the length asked for */
+        cr__sc_tier_rd_t *q = tag >= first && tag < n ? &rd[tag] : NULL;
+        if (!q || q->result != 2 || strcmp(q->segment, seg) || (st == 0 && len != q->rlen)) {
+            rc = -EPROTO;
+            break;
         }
-        if (pooled && !answered && (rc == -ECONNRESET || rc == -EPIPE)) {
-            for (size_t k = first; k < n; k++)
-                if (rd[k].result == 2 && !strcmp(rd[k].segment, seg))
-                    rd[k].result = 1;
-            close(fd);
-            return TIER_STALE;
+        if (st == 0 && len && (rc = recv_all(fd, q->dst, len)) != 0)
+            break;
+        q->result = st;
+        if (s->crc_on && !st && q->roff == 0 && q->rlen == q->size) {
+            /* the end-to-end crc of what landed in the caller's buffer,
+             * while it is still in cache and the node reads and sends the
+             * next replies (the get compares it with the put's) */
+            q->crc = cr__crc32c(0, q->dst, q->size);
+            q->crc_known = 1;
         }
-        q->result = CR_E_TRANSFER_FAIL;
     }
+    if (rc && pooled && !answered && (rc == -ECONNRESET || rc == -EPIPE)) {
+        for (size_t k = first; k < n; k++)
+            if (rd[k].result == 2 && !strcmp(rd[k].segment, seg))
+                rd[k].result = 1;
+        close(fd);
+        return TIER_STALE;
+    }
+    for (size_t k = first; k < n; k++) /* requests the connection's error left unanswered */
+        if (rd[k].result == 2 && !strcmp(rd[k].segment, seg))
+            rd[k].result = CR_E_TRANSFER_FAIL;
     if (fd >= 0 && !rc)
         tier_release(s, seg, fd, tmo);
     else if (fd >= 0)

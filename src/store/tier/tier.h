@@ -89,13 +89,18 @@ enum {
 };
 
 /* ---- node tier read protocol (client -> node, TCP) -----------------------
- * Request (little-endian, 48 + key_len bytes):
+ * Request (little-endian, 56 + key_len bytes):
  *   u32 magic CR__TIER_RD_MAGIC, u32 key_len, u64 version, u64 disk offset,
- *   u64 value size, u64 range offset, u64 range length, key bytes
- * Reply: i32 status, u32 0, u64 length; then length bytes (status 0 only).
- * Requests on one connection are answered in order (pipelining allowed). */
-#define CR__TIER_RD_MAGIC 0x44525443u /* "CTRD" */
-#define CR__TIER_RD_REQ_FIXED 48u
+ *   u64 value size, u64 range offset, u64 range length, u32 tag, u32 0,
+ *   key bytes
+ * Reply: i32 status, u32 tag (the request's), u64 length; then length
+ * bytes (status 0 only). Requests on one connection may be pipelined; each
+ * is answered once, as soon as its object is read and checked, so replies
+ * can come in any order (the tag tells which). The magic changed with the
+ * tag ("CTRD" had neither): a node and a client of different layouts close
+ * the connection instead of misreading each other. */
+#define CR__TIER_RD_MAGIC 0x32525443u /* "CTR2" */
+#define CR__TIER_RD_REQ_FIXED 56u
 #define CR__TIER_RD_REP 16u
 
 /* ---- same-host fast path (docs/architecture/store-tiers.md) -------------

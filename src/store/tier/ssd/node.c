@@ -111,18 +111,22 @@ typedef struct conn_arg {
 } conn_arg_t;
 
 /* The read server: one thread per connection runs an io_uring event loop
- * over a window of pipelined requests, answered in request order (tier.h):
+ * over a window of pipelined requests, each answered as soon as its object
+ * is read and checked, in whatever order that is (the reply names the
+ * request's tag, tier.h), so one slow read holds up no other reply:
  *
  *  - requests are taken from the socket whenever the window has room
  *    (non-blocking, parsed out of a receive buffer), also while earlier
  *    replies are still being read or sent;
  *  - each object is read with one read of its whole extent (as fio reads
  *    one block per I/O), keeping up to --ssd_queue_depth of them in flight;
- *  - each object is checked as its read completes; the oldest one, once
- *    checked, is sent with an io_uring sendmsg (reply header + value: the
- *    one copy, into the socket) while the disk keeps reading the next ones;
+ *  - reads start in request order; each object is checked as its read
+ *    completes; the oldest checked one is sent with an io_uring sendmsg
+ *    (reply header + value: the one copy, into the socket) while the disk
+ *    keeps reading the next ones;
  *  - a slot (and its read buffer, kept for the next request) is free again
- *    once its reply is sent.
+ *    once its reply is sent; a new request takes the lowest free slot, so an
+ *    idle connection's buffers stay few.
  *
  * Bounds: WIN_MAX requests and CONN_BUDGET bytes of objects per connection
  * (one object of up to VALUE_MAX is always admitted), one send in flight,
@@ -145,6 +149,8 @@ typedef struct rslot {
     uint64_t version, off, size, roff, rlen;
     int status, state;
     uint64_t dl, got; /* disk length, bytes read so far */
+    uint64_t seq;     /* arrival order on the connection */
+    uint32_t tag;     /* the client's, echoed in the reply */
     uint8_t *mem;     /* CR__TIER_BLOCK-aligned read buffer (kept) */
     uint64_t cap;
 } rslot_t;
@@ -156,7 +162,8 @@ typedef struct rconn {
     int ring_ok;
     unsigned qd, reading; /* reads allowed / in flight */
     rslot_t *slots;
-    size_t nslots, head, n; /* window: slots[(head + j) % nslots], j < n */
+    size_t nslots, n, sent_si; /* slots, slots in use (state != 0), the one sending */
+    uint64_t seq;              /* requests taken so far */
     uint64_t bytes;         /* disk bytes of the window's objects */
     uint8_t *rbuf;
     size_t rpos, rlen;
@@ -220,7 +227,7 @@ static int rc_intake(rconn_t *c)
         size_t avail = c->rlen - c->rpos;
         const uint8_t *h = c->rbuf + c->rpos;
         if (avail >= CR__TIER_RD_REQ_FIXED) {
-            if (rd32(h) != CR__TIER_RD_MAGIC)
+            if (rd32(h) != CR__TIER_RD_MAGIC || rd32(h + 52) != 0)
                 return -1;
             uint32_t kl = rd32(h + 4);
             if (kl == 0 || kl > CR__RPC_KEY_MAX)
@@ -240,9 +247,9 @@ static int rc_intake(rconn_t *c)
                     dl = 0;
                 if (c->n && c->bytes + dl > CONN_BUDGET)
                     return 0; /* taken once the oldest replies are out */
-                if (!c->n)
-                    c->head = 0; /* an idle window restarts at slot 0: fewer buffers */
-                size_t si = (c->head + c->n) % c->nslots;
+                size_t si = 0;
+                while (c->slots[si].state) /* c->n < c->nslots: one is free */
+                    si++;
                 rslot_t *q = &c->slots[si];
                 memcpy(q->key, h + CR__TIER_RD_REQ_FIXED, kl);
                 q->key_len = kl;
@@ -251,6 +258,8 @@ static int rc_intake(rconn_t *c)
                 q->size = size;
                 q->roff = roff;
                 q->rlen = rlen;
+                q->tag = rd32(h + 48);
+                q->seq = c->seq++;
                 q->dl = dl;
                 q->got = 0;
                 if (!st && q->cap < dl) {
@@ -298,13 +307,25 @@ static int rc_intake(rconn_t *c)
     return 0;
 }
 
+/* The slot in `state` that arrived first, or nslots. */
+static size_t rc_oldest(const rconn_t *c, int state)
+{
+    size_t best = c->nslots;
+    for (size_t si = 0; si < c->nslots; si++)
+        if (c->slots[si].state == state &&
+            (best == c->nslots || c->slots[si].seq < c->slots[best].seq))
+            best = si;
+    return best;
+}
+
 /* Starts the reads of queued objects in request order, up to qd. */
 static void rc_reads(rconn_t *c)
 {
-    for (size_t j = 0; j < c->n && c->reading < c->qd && !c->bad; j++) {
-        size_t si = (c->head + j) % c->nslots;
-        if (c->slots[si].state == S_QUEUED)
-            rc_read_submit(c, si);
+    while (c->reading < c->qd && !c->bad) {
+        size_t si = rc_oldest(c, S_QUEUED);
+        if (si == c->nslots)
+            return;
+        rc_read_submit(c, si);
     }
 }
 
@@ -320,18 +341,20 @@ static void rc_send_submit(rconn_t *c)
     c->sending = 1;
 }
 
-/* Sends the oldest reply once its object is read and checked. */
+/* Sends the reply of the oldest object that is read and checked. */
 static void rc_send(rconn_t *c)
 {
     if (c->sending || !c->n || c->bad)
         return;
-    rslot_t *q = &c->slots[c->head];
-    if (q->state != S_READY)
+    size_t si = rc_oldest(c, S_READY);
+    if (si == c->nslots)
         return;
+    rslot_t *q = &c->slots[si];
+    c->sent_si = si;
     int32_t st = q->status;
     uint64_t len = q->status ? 0 : q->rlen;
-    memset(c->rep, 0, sizeof c->rep);
     memcpy(c->rep, &st, 4);
+    memcpy(c->rep + 4, &q->tag, 4);
     memcpy(c->rep + 8, &len, 8);
     c->iov[0] = (struct iovec){.iov_base = c->rep, .iov_len = sizeof c->rep};
     c->iov[1] = (struct iovec){.iov_base = len ? q->mem + cr__tier_hdr_len(q->key_len) + q->roff
@@ -395,12 +418,11 @@ static void rc_send_done(rconn_t *c, int res)
         rc_send_submit(c);
         return;
     }
-    rslot_t *q = &c->slots[c->head];
+    rslot_t *q = &c->slots[c->sent_si];
     if (!q->status)
         atomic_fetch_add(&c->t->reads, 1);
     c->bytes -= q->dl;
     q->state = 0;
-    c->head = (c->head + 1) % c->nslots;
     c->n--;
 }
 
