@@ -360,7 +360,10 @@ void master_ha_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *
             atomic_fetch_add(&g.unwaited, 1); /* a change, carved from known windows */
     } else {
         uint64_t gen = cr__master_win_gen(m); /* windows opened before the wait's target */
-        failed = cr__ha_repl_wait(g.repl, mark) != 0;
+        /* a retried PutEnd / PUT_COMMIT answered "done" changed nothing
+         * itself: wait for every record so far, the one that made the
+         * change among them (mark 0) */
+        failed = cr__ha_repl_wait(g.repl, cr__master_wait_prior() ? 0 : mark) != 0;
         if (failed)
             fail_reply(reply, CR_E_INTERNAL_ERROR);
         else

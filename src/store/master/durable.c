@@ -14,11 +14,13 @@
 /* Did this thread emit a record that must be replicated before its request
  * is acknowledged (every record but a PutStart carved from a confirmed
  * allocation window, window.c)? */
-static _Thread_local int tl_must_wait, tl_changed;
+static _Thread_local int tl_must_wait, tl_changed, tl_wait_prior;
 
-void cr__master_wait_reset(void) { tl_must_wait = tl_changed = 0; }
+void cr__master_wait_reset(void) { tl_must_wait = tl_changed = tl_wait_prior = 0; }
 int cr__master_wait_needed(void) { return tl_must_wait; }
 int cr__master_changed(void) { return tl_changed; }
+int cr__master_wait_prior(void) { return tl_wait_prior; }
+void cr__m_jr_wait_prior(void) { tl_wait_prior = tl_must_wait = 1; }
 
 void cr__m_jr_emit(cr__master_t *m)
 {

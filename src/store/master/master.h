@@ -196,6 +196,10 @@ void cr__master_reservations(cr__master_t *m, int on, uint64_t now);
 void cr__master_wait_reset(void);
 int cr__master_wait_needed(void);
 int cr__master_changed(void); /* this thread emitted any record since the reset */
+/* The reply confirms a change an earlier request made (a retried PutEnd or
+ * PUT_COMMIT whose first reply was lost): wait for every record produced so
+ * far, not only for this request's (store-ha.md, "Retries wait too"). */
+int cr__master_wait_prior(void);
 uint64_t cr__master_win_gen(cr__master_t *m);
 void cr__master_win_confirm(cr__master_t *m, uint64_t gen);
 

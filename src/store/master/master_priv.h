@@ -386,6 +386,11 @@ int cr__m_validate_locked(cr__master_t *m, const char *key, size_t key_len, uint
 void cr__m_jr_obj(cr__master_t *m, obj_t *o);
 /* Frames m->jrec and hands it to the journal function. */
 void cr__m_jr_emit(cr__master_t *m);
+/* The request is answered "done" for a change an earlier request made (a
+ * PutEnd or a PUT_COMMIT retried after its reply was lost): the reply must
+ * wait for every record produced so far, since that earlier change's record
+ * may not be on the standbys yet (cr__master_wait_prior). */
+void cr__m_jr_wait_prior(void);
 void cr__m_jr_key(cr__master_t *m, uint8_t type, obj_t *o);
 void cr__m_jr_seg(cr__master_t *m, uint8_t type, seg_t *sg);
 /* 1 if a restored segment still waits for its owner. */

@@ -134,8 +134,10 @@ int cr__m_put_end_locked(cr__master_t *m, const char *key, size_t key_len, uint6
     obj_t *o = cr__m_lookup(m, key, key_len);
     if (!o || o->version != version)
         return cr__m_upsert_end_locked(m, key, key_len, version, now);
-    if (o->flags & OF_COMPLETE)
+    if (o->flags & OF_COMPLETE) { /* a retry: its END may still be on its way to the standbys */
+        cr__m_jr_wait_prior();
         return 0;
+    }
     if (o->until_ms <= now) { /* past its deadline: reclaim, refuse */
         CNT(m, puts_timed_out_total)++;
         cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);

@@ -419,6 +419,7 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
             xg->base + cr__oalloc_block_offset(xg->alloc, xs->blk) == sh->addr) {
             out->version = ex->version;
             out->size = size;
+            cr__m_jr_wait_prior(); /* its OBJ may still be on its way to the standbys */
             return 0;
         }
     }

@@ -539,6 +539,24 @@ static void test_ha_journal_and_restore(void **s)
     uint64_t v = 0;
     assert_int_equal(commit(m, CA, "j", r.id, r.seg, r.addr + 4096, 4096, 2, &v), 0);
     assert_int_equal(cr__master_wait_needed(), 1); /* like a PutEnd */
+    assert_int_equal(cr__master_wait_prior(), 0);  /* its own record suffices */
+    /* regression: the same commit retried (its reply lost while the first
+     * one still waited for a slow standby) answered "done" at once, with no
+     * record of its own to wait for: acknowledged before the standbys had
+     * it. It now waits for every record so far. */
+    size_t len = jb.len;
+    uint64_t vr = 0;
+    cr__master_wait_reset();
+    assert_int_equal(commit(m, CA, "j", r.id, r.seg, r.addr + 4096, 4096, 2, &vr), 0);
+    assert_int_equal(vr, v);
+    assert_int_equal(jb.len, len); /* no record of its own */
+    assert_int_equal(cr__master_wait_needed(), 1);
+    assert_int_equal(cr__master_wait_prior(), 1);
+    /* a refused commit confirms nothing: no such wait */
+    cr__master_wait_reset();
+    assert_int_equal(commit(m, CA, "j", r.id, r.seg, r.addr + 8192, 4096, 2, NULL),
+                     CR_E_OBJECT_ALREADY_EXISTS);
+    assert_int_equal(cr__master_wait_prior(), 0);
     /* a snapshot carries the open reservation */
     cr__ha_buf_t snap = {0};
     assert_int_equal(cr__master_dump(m, &snap, NULL, NULL), 0);
