@@ -13,6 +13,9 @@
 #   MASTER_REF=/path/to/another/crescent-master adds a third mode, "ref": HA on
 #   with that binary (e.g. a build of an older commit), interleaved with the
 #   others, so a change's effect is measured in the same run.
+#   HA_MASTERS=N: masters in the HA modes (default 3: a leader, two standbys);
+#   1 measures what HA costs without replication (election, etcd, epochs).
+#   REF_MASTERS=N: the same for the "ref" mode (default HA_MASTERS).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build reps=3 kills=10
@@ -56,8 +59,8 @@ wait_file() { for _ in $(seq 200); do [ -s "$1" ] && return 0; sleep 0.1; done; 
 # starts a cluster; $1 = off|on|ref; sets addr and cpids
 start_cluster() {
   cpids=()
-  local M=$M
-  if [ "$1" = ref ]; then M=$MASTER_REF; fi
+  local M=$M nm=${HA_MASTERS:-3}
+  if [ "$1" = ref ]; then M=$MASTER_REF nm=${REF_MASTERS:-$nm}; fi
   if [ "$1" = off ]; then
     "$M" --rpc_address 127.0.0.1 --rpc_port 0 --metrics_port -1 --port_file "$dir/m.port" ${MASTER_ARGS:-} >"$dir/m-off.log" 2>&1 &
     cpids+=($!)
@@ -66,12 +69,12 @@ start_cluster() {
     rm -f "$dir/m.port"
   else
     etcdctl --endpoints "127.0.0.1:$ep" del --prefix /crescent/bench >/dev/null
-    for i in 0 1 2; do
+    for i in $(seq 0 $((nm - 1))); do
       "$M" --enable_ha --etcd_endpoints "127.0.0.1:$ep" --cluster_id bench --rpc_address 127.0.0.1 \
         --rpc_port 0 --metrics_port -1 --port_file "$dir/m$i.port" ${MASTER_ARGS:-} >"$dir/m-on$i.log" 2>&1 &
       cpids+=($!)
     done
-    for i in 0 1 2; do wait_file "$dir/m$i.port"; rm -f "$dir/m$i.port"; done
+    for i in $(seq 0 $((nm - 1))); do wait_file "$dir/m$i.port"; rm -f "$dir/m$i.port"; done
     addr="etcd://127.0.0.1:$ep/bench"
   fi
   for i in 0 1 2; do
