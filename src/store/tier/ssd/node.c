@@ -265,12 +265,8 @@ static int rc_intake(rconn_t *c)
                 if (!st && q->cap < dl) {
                     free(q->mem);
                     q->cap = 0;
-                    if (posix_memalign((void **)&q->mem, CR__TIER_BLOCK, dl)) {
-                        q->mem = NULL;
+                    if (!(q->mem = cr__ssd_buf_alloc(dl, &q->cap)))
                         st = -ENOMEM;
-                    } else {
-                        q->cap = dl;
-                    }
                 }
                 if (st)
                     q->dl = 0;
@@ -985,12 +981,10 @@ static void *sync_main(void *arg)
                 free(b->buf);
                 b->buf = NULL;
                 b->cap = 0;
-                if (posix_memalign((void **)&b->buf, CR__TIER_BLOCK, dl)) {
-                    b->buf = NULL;
+                if (!(b->buf = cr__ssd_buf_alloc(dl, &b->cap))) {
                     d->status = -ENOMEM;
                     continue;
                 }
-                b->cap = dl;
             }
             /* encoded in off_prep, just before its write is submitted */
             ios[k] = (cr__ssd_io_t){.write = 1, .buf = b->buf, .off = dst->addr, .len = dl};
@@ -1037,12 +1031,10 @@ static void *sync_main(void *arg)
                 free(b->buf);
                 b->buf = NULL;
                 b->cap = 0;
-                if (posix_memalign((void **)&b->buf, CR__TIER_BLOCK, dl)) {
-                    b->buf = NULL;
+                if (!(b->buf = cr__ssd_buf_alloc(dl, &b->cap))) {
                     done.items[i].status = -ENOMEM;
                     continue;
                 }
-                b->cap = dl;
             }
             ios[kp] = (cr__ssd_io_t){.write = 0, .buf = b->buf, .off = src->addr, .len = dl};
             map[kp++] = i;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -464,4 +465,18 @@ int cr__ssd_run_hooked(cr__ssd_t *s, cr__ssd_ring_t *r, cr__ssd_io_t *ios, size_
     if (done != stack_done)
         free(done);
     return first;
+}
+
+void *cr__ssd_buf_alloc(uint64_t len, uint64_t *cap)
+{
+    const uint64_t huge = 2u << 20;
+    uint64_t align = len >= (1u << 20) ? huge : CR__TIER_BLOCK;
+    uint64_t size = (len + align - 1) & ~(align - 1);
+    void *p = NULL;
+    if (!len || size < len || size > SIZE_MAX || posix_memalign(&p, (size_t)align, (size_t)size))
+        return NULL;
+    if (align == huge)
+        madvise(p, (size_t)size, MADV_HUGEPAGE); /* best effort, before the first touch */
+    *cap = size;
+    return p;
 }

@@ -71,6 +71,14 @@ int cr__ssd_hdr_parse(const void *h, size_t avail, uint64_t *version, uint64_t *
 int cr__ssd_check_hdr(const void *hdr, const char *key, uint32_t key_len, uint64_t version,
                       uint64_t size, uint32_t *value_crc);
 
+/* An I/O buffer of at least len bytes for O_DIRECT (free() it); *cap gets
+ * its size. One of 1 MiB or more is 2 MiB-aligned, rounded up to 2 MiB and
+ * advised to use transparent huge pages: a direct read or write into 4 KiB
+ * pages is one DMA segment per page, and a block device allows only so
+ * many per request (254 on virtio-blk), so a 1 MiB object (+ its header
+ * block) would be split into two requests, a 4 MiB one into five. */
+void *cr__ssd_buf_alloc(uint64_t len, uint64_t *cap);
+
 /* One I/O of a batch. */
 typedef struct cr__ssd_io {
     int write;    /* 1 write, 0 read */
