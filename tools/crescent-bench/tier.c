@@ -53,7 +53,8 @@ static const cr__cfg_opt_t opts[] = {
     OPT(metadata_server, "p2p", "TE metadata", CR__CFG_STR),
     OPT(local_hostname, "127.0.0.1", "this client's address", CR__CFG_STR),
     OPT(phase, "get",
-        "get | offload | read (gets only: the keys of an earlier get run) | replay (--trace)",
+        "get | offload | put (the puts of get only) | read (gets only: the keys of an earlier "
+        "get or put run) | replay (--trace)",
         CR__CFG_STR),
     OPT(trace, "data/traces/conversation_trace.jsonl",
         "replay: a Mooncake trace (one JSON request per line with hash_ids); each block is a "
@@ -352,13 +353,15 @@ int cr_bench_tier_main(int argc, char **argv)
         put_err += rc != 0;
     }
     double put_s = (double)(now_ns() - t0) / 1e9;
-    if (!strcmp(c.phase, "offload")) {
-        printf("RESULT bench=tier phase=offload value_size=%zu keys=%lld put_errors=%llu "
+    if (!strcmp(c.phase, "offload") || !strcmp(c.phase, "put")) {
+        printf("RESULT bench=tier phase=%s value_size=%zu keys=%lld put_errors=%llu "
                "put_seconds=%.3f put_gbps=%.3f\n",
-               vs, (long long)c.keys, (unsigned long long)put_err, put_s,
+               c.phase, vs, (long long)c.keys, (unsigned long long)put_err, put_s,
                (double)vs * (double)c.keys / put_s / 1e9);
         fflush(stdout); /* the driver times the offload backlog from here */
+        cr_store_unregister_buffer(st, buf);
         cr_store_destroy(st);
+        cr_bench_free(buf, blen);
         return put_err ? 1 : 0;
     }
     /* timed batch gets over the oldest half: --threads workers, each
