@@ -465,7 +465,7 @@ static void teardown(cr_store_t *s)
     }
     if (s->hb_rpc)
         cr__sc_extra_sync(s, s->hb_rpc, 0);
-    if (s->resv.id && s->hb_rpc) { /* our reservations go back (quarantined, ops.c) */
+    if ((s->resv.id || s->resv_back_id) && s->hb_rpc) { /* our reservations go back (ops.c) */
         cr__rpc_msg_t req = {0}, rep = {0};
         req.type = CR__RPC_RESERVE;
         req.client_id = s->id;
@@ -550,11 +550,9 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : CR__SC_DEFAULT_HEARTBEAT_MS;
     const char *ck = getenv("CRESCENT_STORE_CHECKSUM");
     s->crc_on = !(ck && !strcmp(ck, "0"));
-    /* one-round-trip small puts (ops.c), opt-in: a replaced reservation's
-     * untouched tail stays quarantined like the rest, which can hold a
-     * near-full pool's space from a big put (store-client.md) */
+    /* one-round-trip small puts (ops.c), on unless CRESCENT_PUT_RESERVE=0 */
     const char *pr = getenv("CRESCENT_PUT_RESERVE");
-    s->resv_on = pr && !strcmp(pr, "1");
+    s->resv_on = !(pr && !strcmp(pr, "0"));
     const char *tl = getenv("CRESCENT_TIER_LOCAL"); /* same-host disk reads (tier_local.c) */
     s->tier_local_on = !(tl && !strcmp(tl, "0"));
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;

@@ -132,8 +132,8 @@ struct cr_store {
 
     int crc_on;                   /* end-to-end checksums computed and checked */
     /* one-round-trip puts through a space reservation (ops.c, "reserved
-     * put"; store/master/reserve.c): resv_on = CRESCENT_PUT_RESERVE == "1" (opt-in);
-     * the current reservation, guarded by resv_mu */
+     * put"; store/master/reserve.c): resv_on unless CRESCENT_PUT_RESERVE == "0";
+     * the current reservation and the one to hand back, guarded by resv_mu */
     int resv_on;
     pthread_mutex_t resv_mu;
     struct {
@@ -145,6 +145,7 @@ struct cr_store {
         uint8_t cap[CR__RPC_CAP_LEN];
         int has_cap;
     } resv;
+    uint64_t resv_back_id, resv_back_cur; /* hand back (next RESERVE): its carve cursor */
     uint64_t resv_retry_ms; /* a RESERVE was refused: none before (resv_mu) */
     _Atomic uint64_t crc_errors;  /* replica reads that failed the check */
 

@@ -845,7 +845,12 @@ typedef struct put_chunk {
  * or a write that failed leaves nothing visible: that key is put again the
  * two-phase way (PutStart, write, PutEnd). Any other answer is final
  * (OBJECT_ALREADY_EXISTS exactly as PutStart would say it).
- * Opt-in: CRESCENT_PUT_RESERVE=1 at cr_store_create turns it on. */
+ * A reservation the client leaves (its next value did not fit, it is too
+ * close to expiry, a commit into it was refused) is handed back with the
+ * next RESERVE: its id and the carve cursor, above which nothing of this
+ * client is written (every carve lies below it, made under resv_mu), so
+ * the master frees that tail at once instead of quarantining it.
+ * On by default; CRESCENT_PUT_RESERVE=0 at cr_store_create turns it off. */
 #define RESV_VALUE_MAX (1u << 20)
 #define RESV_WANT (16ull << 20) /* asked per reservation; the master may give less */
 #define RESV_RETRY_MS 1000      /* after a failed RESERVE, no other before */
@@ -863,6 +868,13 @@ static int resv_get_locked(cr_store_t *s)
     req.type = CR__RPC_RESERVE;
     req.client_id = s->id;
     req.size = RESV_WANT;
+    if (s->resv.id) { /* left: its uncarved tail goes back */
+        s->resv_back_id = s->resv.id;
+        s->resv_back_cur = s->resv.cur;
+    }
+    req.count = s->resv_back_id;
+    req.base = s->resv_back_cur;
+    s->resv_back_id = 0; /* once: a lost hand-back only leaves the tail to the quarantine */
     uint64_t t0 = cr__now_ms();
     s->resv.id = 0;
     int rc = cr__sc_call(s, &req, &rep);
@@ -895,12 +907,16 @@ static int resv_get_locked(cr_store_t *s)
     return rc;
 }
 
-/* Forgets reservation id (the master refused a commit into it). */
+/* Leaves reservation id (the master refused a commit into it): handed
+ * back with the next RESERVE. */
 static void resv_drop(cr_store_t *s, uint64_t id)
 {
     pthread_mutex_lock(&s->resv_mu);
-    if (s->resv.id == id)
+    if (s->resv.id == id) {
+        s->resv_back_id = id;
+        s->resv_back_cur = s->resv.cur;
         s->resv.id = 0;
+    }
     pthread_mutex_unlock(&s->resv_mu);
 }
 

@@ -29,7 +29,10 @@
  *    pressure (a placement that failed closes every open reservation),
  *    a newer reservation of the same client past the per-client bound.
  *    A segment unmounted under a reservation holds its name like a pending
- *    put does (segments.c, held[]) until then.
+ *    put does (segments.c, held[]) until then. Exception: a tail the
+ *    holder handed back (resv_hand_back: it writes nothing above its carve
+ *    cursor) is free at once, or, with capabilities on, once the WRITE
+ *    grant over it expires (a grant cannot be recalled).
  *  - HA: a reservation is a WIN record over its range (waited for before
  *    the RESERVE reply, like a window), and its WINEND is emitted only when
  *    the quarantine of the space it held is over (or nothing of it is left
@@ -63,11 +66,13 @@ typedef struct resv {
     cr__rpc_client_id_t owner;
     uint32_t seg, gen;
     uint32_t blk;             /* the free rest [cur, end); NONE32: none left */
-    uint64_t start, cur, end; /* offsets in the segment */
+    uint64_t start, cur, end; /* offsets in the segment; end: lowered by a hand-back */
+    uint64_t jend;            /* the end its WIN record names (never lowered) */
     uint64_t expire_ms;       /* its holder starts no write after this */
     uint64_t hold_ms;         /* its space is not reused before (see above) */
     uint64_t cap_until_ms;    /* its WRITE grant expires (capabilities on), else 0 */
     uint64_t release_ms;      /* closed: its WINEND and the entry's end */
+    uint64_t tail_hold_ms;    /* a handed-back tail is quarantined until (caps on) */
     int open, gap;            /* gap: some of its space was quarantined */
 } resv_t;
 
@@ -96,7 +101,7 @@ static uint64_t rest_of(const resv_t *r)
 
 static void jr_resv(cr__master_t *m, uint8_t type, const resv_t *r)
 {
-    cr__m_jr_range(m, type, &m->segs[r->seg], r->start, r->end - r->start);
+    cr__m_jr_range(m, type, &m->segs[r->seg], r->start, r->jend - r->start);
 }
 
 static void resv_remove(struct cr__mresv *rv, uint32_t i)
@@ -116,6 +121,8 @@ static int resv_close_at(cr__master_t *m, uint32_t i, uint64_t now, uint64_t hol
     seg_t *sg = &m->segs[r->seg];
     int here = sg->live && sg->gen == r->gen;
     uint64_t until = r->gap ? resv_hold_until(m, r) : 0;
+    if (r->tail_hold_ms > until)
+        until = r->tail_hold_ms;
     r->open = 0;
     m->resv_free -= rest_of(r);
     if (r->blk != NONE32 && here) {
@@ -367,6 +374,7 @@ int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want,
                   .start = off,
                   .cur = off,
                   .end = off + len,
+                  .jend = off + len,
                   .expire_ms = now + lease,
                   .open = 1};
     /* expiry + put timeout, and not before the WRITE grant over the range
@@ -514,15 +522,67 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
         cr__m_tier_put_completed(m, o, now);
     if (m->fs) /* its writer persists it now: not evicted before that (fs.c) */
         o->fs_until_s = (uint32_t)((now + CR__M_FS_PERSIST_MS) / 1000);
-    if (r->cur >= r->end && !r->gap) { /* used up, nothing held: done */
-        jr_resv(m, CR__HA_WINEND, r);
-        resv_remove(rv, i);
-    } else if (r->cur >= r->end) {
+    if (r->cur >= r->end) /* used up: done, once nothing of it is held (resv_close_at) */
         resv_close(m, i, now);
-    }
     out->version = o->version;
     out->size = size;
     return 0;
+}
+
+/* A RESERVE hands back the tail of the client's reservation rid: nothing
+ * at or above cursor (an absolute address: its carve cursor) is written
+ * by it any more. The tail above the commit cursor is free at once, or,
+ * with capabilities on, once the WRITE grant over it has expired (a grant
+ * cannot be recalled: the holder could still write there with it). What
+ * lies between the commit cursor and the hand-back stays the
+ * reservation's (values carved and not yet committed). An unknown, closed
+ * or foreign reservation is ignored (it may have expired meanwhile). */
+static void resv_hand_back(cr__master_t *m, cr__rpc_client_id_t id, uint64_t rid,
+                           uint64_t cursor, uint64_t now)
+{
+    struct cr__mresv *rv = m->resv;
+    uint32_t i = 0;
+    while (rv && i < rv->n && rv->v[i].id != rid)
+        i++;
+    if (!rv || i == rv->n)
+        return;
+    resv_t *r = &rv->v[i];
+    seg_t *sg = &m->segs[r->seg];
+    if (!r->open || r->owner.hi != id.hi || r->owner.lo != id.lo || r->blk == NONE32 ||
+        !sg->live || sg->gen != r->gen || cursor < sg->base || cursor - sg->base >= r->end)
+        return;
+    cr__oalloc_t *al = sg->alloc;
+    uint64_t g = cr__oalloc_granule(al);
+    uint64_t a = (cursor - sg->base + g - 1) / g * g; /* below end: no overflow */
+    if (a < r->cur)
+        a = r->cur;
+    if (a >= r->end)
+        return;
+    uint64_t tail = r->end - a;
+    m->resv_free -= rest_of(r);
+    cr__oalloc_free(al, r->blk);
+    r->blk = NONE32;
+    uint32_t tb = r->cap_until_ms > now ? cr__oalloc_reserve(al, a, tail) : CR__OALLOC_NONE;
+    if (tb != CR__OALLOC_NONE) {
+        cr__m_block_release(m, r->seg, tb, r->cap_until_ms, now);
+        r->tail_hold_ms = r->cap_until_ms;
+    } else {
+        m->allocated -= tail;
+        m->state_seq++;
+    }
+    r->end = a;
+    if (a > r->cur) {
+        r->blk = cr__oalloc_reserve(al, r->cur, a - r->cur);
+        if (r->blk == CR__OALLOC_NONE) { /* cannot happen: given back */
+            r->blk = NONE32;
+            m->allocated -= a - r->cur;
+            r->cur = a;
+        }
+    }
+    m->resv_free += rest_of(r);
+    CNT(m, reservation_tail_bytes_returned_total) += tail;
+    if (r->cur >= r->end) /* nothing carved is left to commit */
+        resv_close(m, i, now);
 }
 
 int cr__m_resv_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
@@ -531,6 +591,8 @@ int cr__m_resv_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_
     uint16_t type = req->type & (uint16_t)~CR__RPC_REPLY;
     if (type == CR__RPC_RESERVE) {
         CNT(m, rpc_reserve_total)++;
+        if (req->count) /* first, so that the tail may serve this very RESERVE */
+            resv_hand_back(m, req->client_id, req->count, req->base, now);
         return cr__m_reserve_locked(m, req->client_id, req->size, now, reply);
     }
     if (type != CR__RPC_PUT_COMMIT || !req->n_items)

@@ -74,13 +74,16 @@ static void roundtrip(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *
     cr__rpc_buf_free(&b);
 }
 
-static int reserve(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
-                   resv_t *r)
+/* RESERVE, handing back reservation back_id's tail at back_cur (0: none). */
+static int reserve_back(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
+                        uint64_t back_id, uint64_t back_cur, resv_t *r)
 {
     cr__rpc_msg_t req = {0}, rep;
     req.type = CR__RPC_RESERVE;
     req.client_id = id;
     req.size = want;
+    req.count = back_id;
+    req.base = back_cur;
     roundtrip(m, &req, &rep, now);
     int rc = rep.status;
     if (rc == 0 && want == 0)
@@ -101,6 +104,12 @@ static int reserve(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint6
     }
     cr__rpc_msg_free(&rep);
     return rc;
+}
+
+static int reserve(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
+                   resv_t *r)
+{
+    return reserve_back(m, id, want, now, 0, 0, r);
 }
 
 /* One PUT_COMMIT item (crc 0x1234 + the key's first byte). */
@@ -601,6 +610,52 @@ static void test_ha_journal_and_restore(void **s)
     cr__ha_buf_free(&jb);
 }
 
+/* A client leaving a reservation hands back its tail above its carve
+ * cursor with the next RESERVE: free at once (capabilities on: once the
+ * grant over it expires), nothing above the cursor commits any more, a
+ * value carved below it (in flight) still does; a hand-back of another
+ * client's reservation changes nothing. */
+static void test_hand_back_tail(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    resv_t r, r2, x;
+    assert_int_equal(reserve(m, CA, 1 * MiB, 0, &r), 0);
+    assert_int_equal(commit(m, CA, "t1", r.id, r.seg, r.addr, 4096, 1, NULL), 0);
+    /* [4096, 8192) carved, its write in flight: the cursor is at 8192 */
+    assert_int_equal(reserve_back(m, CB, 1 * MiB, 2, r.id, r.addr + 4096, &x), 0);
+    assert_int_equal(counter(m, CR__MM_reservation_tail_bytes_returned_total), 0);
+    assert_int_equal(reserve_back(m, CA, 1 * MiB, 3, r.id, r.addr + 8192, &r2), 0);
+    assert_int_equal(counter(m, CR__MM_reservation_tail_bytes_returned_total), 1 * MiB - 8192);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    /* the object, the carved value and the two open reservations */
+    assert_int_equal(stats(m).allocated_bytes, 4096 + 4096 + 1 * MiB + 1 * MiB);
+    assert_int_equal(commit(m, CA, "t3", r.id, r.seg, r.addr + 8192, 4096, 4, NULL),
+                     CR_E_INVALID_WRITE);
+    assert_int_equal(commit(m, CA, "t2", r.id, r.seg, r.addr + 4096, 4096, 4, NULL), 0);
+    /* used up: gone without a quarantine */
+    assert_int_equal(stats(m).counters[CR__MM_reservations], 2); /* r2 and B's x */
+    assert_int_equal(stats(m).allocated_bytes, 8192 + 2 * MiB);
+    assert_int_equal(reserve(m, CB, 0, 5, &x), 0);
+    /* a tail handed back with nothing carved: the whole reservation goes */
+    assert_int_equal(reserve_back(m, CA, 1 * MiB, 6, r2.id, r2.addr, &r), 0);
+    assert_int_equal(stats(m).allocated_bytes, 8192 + 1 * MiB);
+    assert_int_equal(stats(m).counters[CR__MM_reservations], 1);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    assert_int_equal(reserve(m, CA, 0, 6, &r), 0); /* done: it does not expire below */
+    /* capabilities on: the grant over the tail keeps it out of use */
+    assert_int_equal(cr__master_caps_enable(m), 0);
+    assert_int_equal(reserve(m, CB, 1 * MiB, 7, &x), 0);
+    assert_int_equal(reserve_back(m, CB, 1 * MiB, 8, x.id, x.addr + 4096, &r2), 0);
+    assert_int_equal(stats(m).quarantine_bytes, 1 * MiB - 4096);
+    assert_int_equal(commit(m, CB, "t4", x.id, x.seg, x.addr, 4096, 9, NULL), 0);
+    ping(m, CA, 7 + LEASE);
+    ping(m, CB, 7 + LEASE);
+    cr__master_tick(m, 7 + LEASE);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    cr__master_destroy(m);
+}
+
 static void test_caps_grant_covers_reservation(void **s)
 {
     (void)s;
@@ -626,6 +681,7 @@ int main(void)
         cmocka_unit_test(test_unmount_holds_name),
         cmocka_unit_test(test_release_when_done),
         cmocka_unit_test(test_ha_journal_and_restore),
+        cmocka_unit_test(test_hand_back_tail),
         cmocka_unit_test(test_caps_grant_covers_reservation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
