@@ -365,6 +365,7 @@ static void *hb_main(void *arg)
             if (failing)
                 CR_LOG_INFO(COMP, "master %s reachable again", s->master_addr);
             failing = 0;
+            cr__sc_resv_idle(s, s->hb_rpc); /* an idle reservation goes back */
             if ((flags & CR__RPC_F_NEED_REMOUNT) || !atomic_load(&s->mounted)) {
                 if (s->seg_base) {
                     republish(s);

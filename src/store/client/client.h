@@ -146,6 +146,8 @@ struct cr_store {
         int has_cap;
     } resv;
     uint64_t resv_back_id, resv_back_cur; /* hand back (next RESERVE): its carve cursor */
+    int resv_used;          /* a value was carved since the last idle check (resv_mu) */
+    atomic_int resv_busy;   /* reserved puts between their carve and their commit */
     uint64_t resv_retry_ms; /* a RESERVE was refused: none before (resv_mu) */
     _Atomic uint64_t crc_errors;  /* replica reads that failed the check */
 
@@ -210,6 +212,10 @@ cr__rpc_client_t *cr__sc_rpc(cr_store_t *s);
 /* One call; maps transport failures to CR_E_RPC_FAIL. On 0, *reply owns
  * an arena. */
 int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
+/* Heartbeat: gives this client's reservations back over c when no value
+ * was carved from them since the previous call and no reserved put is in
+ * flight (ops.c, "reserved put"). */
+void cr__sc_resv_idle(cr_store_t *s, cr__rpc_client_t *c);
 
 /* TE handle of a segment by name (cached). Returns 0 or a negative errno. */
 int cr__sc_segment(cr_store_t *s, const char *name, cr_xfer_segment_t *out);

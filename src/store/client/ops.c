@@ -849,7 +849,10 @@ typedef struct put_chunk {
  * close to expiry, a commit into it was refused) is handed back with the
  * next RESERVE: its id and the carve cursor, above which nothing of this
  * client is written (every carve lies below it, made under resv_mu), so
- * the master frees that tail at once instead of quarantining it.
+ * the master frees that tail at once instead of quarantining it. A client
+ * whose reservation sat idle for a heartbeat (no carve, no reserved put in
+ * flight: resv_busy) gives it back (RESERVE of 0 bytes, cr__sc_resv_idle),
+ * so an idle client holds no space a big put may need.
  * On by default; CRESCENT_PUT_RESERVE=0 at cr_store_create turns it off. */
 #define RESV_VALUE_MAX (1u << 20)
 #define RESV_WANT (16ull << 20) /* asked per reservation; the master may give less */
@@ -907,6 +910,27 @@ static int resv_get_locked(cr_store_t *s)
     return rc;
 }
 
+void cr__sc_resv_idle(cr_store_t *s, cr__rpc_client_t *c)
+{
+    pthread_mutex_lock(&s->resv_mu);
+    if ((s->resv.id || s->resv_back_id) && !s->resv_used && !atomic_load(&s->resv_busy)) {
+        /* nothing of ours in flight (busy counts from before the carve to
+         * after the commit) and none can start: we hold resv_mu */
+        cr__rpc_msg_t req = {0}, rep = {0};
+        req.type = CR__RPC_RESERVE;
+        req.client_id = s->id;
+        if (cr__rpc_client_call(c, &req, &rep) == 0) {
+            if (rep.status == 0) {
+                s->resv.id = 0;
+                s->resv_back_id = 0;
+            }
+            cr__rpc_msg_free(&rep);
+        }
+    }
+    s->resv_used = 0;
+    pthread_mutex_unlock(&s->resv_mu);
+}
+
 /* Leaves reservation id (the master refused a commit into it): handed
  * back with the next RESERVE. */
 static void resv_drop(cr_store_t *s, uint64_t id)
@@ -941,6 +965,7 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
     uint64_t seg_id = 0;
     int fetched = 0;
     pthread_mutex_lock(&s->resv_mu);
+    s->resv_used = 1;
     for (size_t i = 0; i < n; i++) {
         cr__rpc_item_t *it = &rep->items[i];
         it->status = CR_E_INVALID_WRITE;
@@ -1303,8 +1328,10 @@ static int put_any(cr_store_t *s, const char *const *keys, const void *const *sr
     c.n = n;
     c.results = results;
     c.resv = 1;
+    atomic_fetch_add(&s->resv_busy, 1); /* before the carve: cr__sc_resv_idle */
     put_chunk_begin(s, &c, cfg, 1);
     put_chunk_end(s, &c);
+    atomic_fetch_sub(&s->resv_busy, 1);
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
         m += resv_fallback(results[i]);

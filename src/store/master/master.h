@@ -338,6 +338,8 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(put_commits_refused_total, counter, "PutCommit refused: not in a live reservation")      \
     X(reservation_tail_bytes_returned_total, counter,                                           \
       "Uncarved reservation tails handed back by their clients (bytes)")                       \
+    X(reservations_returned_total, counter,                                                     \
+      "Reservations given back by their client (done, or idle for a heartbeat)")               \
     X(reservations, gauge, "Client reservations open or waiting out their quarantine")         \
     X(reserved_bytes, gauge, "Bytes held free in open client reservations")
 

@@ -291,15 +291,18 @@ int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want,
     if (c == NONE32)
         return CR_E_CLIENT_NOT_FOUND;
     if (want == 0) {
-        /* the client is done (cr_store_destroy: no write of it in flight):
+        /* the client is done or idle (cr_store_destroy, its heartbeat
+         * after an idle period: no write of it in flight):
          * its reservations' rest is free at once, or once the WRITE grant
          * over it has expired (a grant cannot be recalled) */
         struct cr__mresv *rv0 = m->resv;
         for (uint32_t i = 0; rv0 && i < rv0->n;) {
             resv_t *r = &rv0->v[i];
-            if (r->open && r->owner.hi == id.hi && r->owner.lo == id.lo &&
-                resv_close_at(m, i, now, r->cap_until_ms > now ? r->cap_until_ms : now))
-                continue;
+            if (r->open && r->owner.hi == id.hi && r->owner.lo == id.lo) {
+                CNT(m, reservations_returned_total)++;
+                if (resv_close_at(m, i, now, r->cap_until_ms > now ? r->cap_until_ms : now))
+                    continue;
+            }
             i++;
         }
         return 0;
