@@ -88,6 +88,25 @@ class Cluster:
                     return m
         raise RuntimeError("no %r in %r" % (pat, buf[-500:]))
 
+    def settle(self):
+        """waits (up to 120 s) until the master's tier tasks are done"""
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            m = self.metrics()
+            if m["tier_tasks_queued"] == 0 and m["tier_tasks_running"] == 0:
+                return
+            time.sleep(0.1)
+
+    def dram_resident(self, n):
+        """how many of tier-0..tier-<n-1> have a replica that is not on disk"""
+        left = 0
+        for k in range(n):
+            r = urllib.request.urlopen("http://127.0.0.1:%d/query_key?key=tier-%d"
+                                       % (self.metrics_port, k), timeout=10)
+            reps = json.loads(r.read()).get("replicas", [])
+            left += any(x.get("tier") != "ssd" for x in reps)
+        return left
+
     def metrics(self):
         t = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port).read()
         out = {}
@@ -195,12 +214,24 @@ def get_bench(a, vs, keys, qd, shapes, paths):
                             "--metadata_server", c.metadata, "--value_size", str(vs), "--keys",
                             str(keys), "--qd", str(qd), "--rounds", "1", "--phase", "put"],
                            capture_output=True, text=True, timeout=600, env=env, check=True)
-            end = time.monotonic() + 120
-            while time.monotonic() < end:
-                m = c.metrics()
-                if m["tier_tasks_queued"] == 0 and m["tier_tasks_running"] == 0:
+            c.settle()
+            # the timed keys (the oldest half) must be on disk only: an old
+            # key whose offload was still running when the pool needed room
+            # keeps its DRAM copy (newer ones were demoted instead), and a
+            # get of it would read memory. Newer keys are put until none is
+            # left (each run a DRAM's worth)
+            for base in range(1, 6):
+                if c.dram_resident(keys // 2) == 0:
                     break
-                time.sleep(0.1)
+                subprocess.run([c.exe("crescent-bench"), "tier", "--master_server_address",
+                                c.master, "--metadata_server", c.metadata, "--value_size",
+                                str(vs), "--keys", str(64 * MiB // vs + 1), "--key_base",
+                                str(base * 100000), "--phase", "put"],
+                               capture_output=True, text=True, timeout=600, env=env, check=True)
+                c.settle()
+            left = c.dram_resident(keys // 2)
+            if left:
+                print("# %d of the %d timed keys still have a DRAM copy" % (left, keys // 2))
         c = clusters[0]
         before = c.metrics()
         reps, gets = [], 0
@@ -224,14 +255,16 @@ def get_bench(a, vs, keys, qd, shapes, paths):
                         raise RuntimeError(out.stdout + out.stderr)
                     r = rs[(path, th, bt)] = bench_result(line[0])
                     ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                    # the whole bench run (its batch and single gets): per GB read by it
-                    gb = (int(r["gets"]) + keys // 2) * vs / 1e9
+                    # the whole bench run (its untimed checking round, timed rounds and
+                    # single gets; each of the first and the last reads keys // 2 values):
+                    # per GB read by it
+                    gb = (int(r["gets"]) + keys) * vs / 1e9
                     r["node_cpu"] = (proc_cpu_s(cc.procs[1].pid) - cpu0[0]) / gb
                     r["master_cpu"] = (proc_cpu_s(cc.procs[0].pid) - cpu0[1]) / gb
                     r["client_cpu"] = (ch1.ru_utime + ch1.ru_stime - ch0.ru_utime - ch0.ru_stime) / gb
                     r["cpu_s_per_gb"] = r["node_cpu"] + r["master_cpu"] + r["client_cpu"]
                     if cc is c:
-                        gets += int(r["gets"]) + keys // 2
+                        gets += int(r["gets"]) + keys
             m = c.metrics()
             used = max(m["tier_ssd_used_bytes"], 64 * MiB)
             data = os.path.join(d, "crescent-ssd.data")
@@ -287,10 +320,10 @@ def fs_bench(a, vs, keys, qd, shapes):
                     raise RuntimeError(out.stdout + out.stderr)
                 r = rs[(th, bt)] = bench_result(line[0])
                 ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                gb = (int(r["gets"]) + keys // 2) * vs / 1e9
+                gb = (int(r["gets"]) + keys) * vs / 1e9
                 r["master_cpu"] = (proc_cpu_s(c.procs[0].pid) - cpu0) / gb
                 r["client_cpu"] = (ch1.ru_utime + ch1.ru_stime - ch0.ru_utime - ch0.ru_stime) / gb
-                gets += int(r["gets"]) + keys // 2
+                gets += int(r["gets"]) + keys
             f = fio(fio_file, "randread", vs, qd, keys // 2 * vs, a.fio_s)
             f["huge"] = fio(fio_file, "randread", vs, qd, keys // 2 * vs, a.fio_s, huge=True)
             reps.append((rs, f))

@@ -13,8 +13,9 @@
  * issuing batches of qd/threads keys (so at most --qd reads are outstanding,
  * like fio's iodepth; --batch N sends N keys per batch instead, so the
  * node's disk queue of --qd stays full across a batch and drains only at
- * its end), checking every byte in the first round and samples
- * of every value after it. GB/s = bytes / wall time of the rounds. Prints
+ * its end). An untimed round first checks every byte of every value; the
+ * timed rounds check samples of each. GB/s = bytes / wall time of the
+ * timed rounds. Prints
  *   RESULT bench=tier phase=get value_size=.. qd=.. threads=.. batch=.. gets=.. errors=.. wrong=..
  *          gbps=.. batch_p50_us=.. batch_p99_us=.. get_p50_us=.. get_p99_us=..
  * (batch latency = one batch get; get_* = single gets at qd 1, run after
@@ -44,7 +45,7 @@ typedef struct tb_cfg {
     char trace[CR__CFG_STR_MAX];
     char order[CR__CFG_STR_MAX];
     uint64_t value_size;
-    int64_t keys, qd, batch, rounds, threads, requests, speedup;
+    int64_t keys, key_base, qd, batch, rounds, threads, requests, speedup;
 } tb_cfg_t;
 
 #define OPT(n, d, h, t) {#n, d, h, t, offsetof(tb_cfg_t, n)}
@@ -65,6 +66,9 @@ static const cr__cfg_opt_t opts[] = {
         CR__CFG_INT),
     OPT(value_size, "1MB", "bytes per value", CR__CFG_SIZE),
     OPT(keys, "512", "values put", CR__CFG_INT),
+    OPT(key_base, "0",
+        "put: the keys are tier-<key_base>.. (a put run with another base adds newer keys "
+        "that push the older ones out of DRAM)", CR__CFG_INT),
     OPT(qd, "16", "keys per batch get (the node's disk queue depth)", CR__CFG_INT),
     OPT(batch, "0",
         "keys per batch get of each thread (0 = qd/threads; more than that keeps the node's "
@@ -87,7 +91,7 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* Every byte in the first round; later rounds check the first, a middle
+/* Every byte in the untimed checking round; timed rounds check the first, a middle
  * and the last 4 KiB (the pattern depends on the key and the offset, so
  * another object's or a shifted value fails), so that checking does not
  * dominate the timed loop (fio checks nothing). */
@@ -110,6 +114,7 @@ typedef struct tb_worker {
     size_t vs, per;
     const int64_t *order;
     int64_t first, stride, n_disk, rounds;
+    uint64_t t0, t1; /* the timed rounds (after the untimed checking round) */
     pthread_t th;
     int failed;
     uint64_t gets, errors, wrong, bytes;
@@ -131,29 +136,36 @@ static void *tb_worker(void *arg)
         bufs[i] = w->buf + i * w->vs;
         caps[i] = w->vs;
     }
-    for (int64_t r = 0; r < w->rounds; r++) {
+    /* round -1 (untimed, in round 0's order) checks every byte of every
+     * value; the timed rounds check samples of each (tb_value_ok), so that
+     * the benchmark's own checking is not timed (fio checks nothing) */
+    for (int64_t r = -1; r < w->rounds; r++) {
+        if (r == 0)
+            w->t0 = now_ns();
         for (int64_t pos = w->first; pos < w->n_disk;) {
             size_t nb = 0;
             for (; nb < w->per && pos < w->n_disk; nb++, pos += w->stride) {
-                int64_t k = w->order[r * w->n_disk + pos];
+                int64_t k = w->order[(r < 0 ? 0 : r) * w->n_disk + pos];
                 ids[nb] = k;
                 snprintf(kb[nb], 64, "tier-%lld", (long long)k);
             }
             uint64_t a = now_ns();
             cr_store_batch_get_into(w->st, keys, bufs, caps, nb, lens, res);
-            cr_bench_lat_add(&w->lat, now_ns() - a);
+            if (r >= 0)
+                cr_bench_lat_add(&w->lat, now_ns() - a);
             for (size_t i = 0; i < nb; i++) {
-                w->gets++;
+                w->gets += r >= 0;
                 if (res[i]) {
                     w->errors++;
                     continue;
                 }
-                w->bytes += lens[i];
-                if (lens[i] != w->vs || !tb_value_ok(bufs[i], w->vs, (uint64_t)ids[i], r == 0))
+                w->bytes += r >= 0 ? lens[i] : 0;
+                if (lens[i] != w->vs || !tb_value_ok(bufs[i], w->vs, (uint64_t)ids[i], r < 0))
                     w->wrong++;
             }
         }
     }
+    w->t1 = now_ns();
     return NULL;
 }
 
@@ -340,7 +352,7 @@ int cr_bench_tier_main(int argc, char **argv)
     int offload = !strcmp(c.phase, "offload");
     if (offload) /* one pattern for all: the puts go as fast as they can */
         cr_bench_pattern_fill(buf, 0, vs, 0);
-    for (int64_t k = 0; k < n_put; k++) {
+    for (int64_t k = c.key_base; k < c.key_base + n_put; k++) {
         snprintf(key, sizeof key, "tier-%lld", (long long)k);
         if (!offload)
             cr_bench_pattern_fill(buf, 0, vs, (uint64_t)k);
@@ -394,11 +406,10 @@ int cr_bench_tier_main(int argc, char **argv)
         w[i] = (tb_worker_t){.st = st, .buf = buf + i * per * vs, .vs = vs, .per = per,
                              .order = order, .first = (int64_t)i, .stride = (int64_t)nt,
                              .n_disk = n_disk, .rounds = c.rounds};
-    uint64_t g0 = now_ns();
     for (size_t i = 0; i < nt && w; i++)
         if (pthread_create(&w[i].th, NULL, tb_worker, &w[i]))
             w[i].failed = 1;
-    uint64_t gets = 0, errors = 0, wrong = 0, bytes = 0;
+    uint64_t gets = 0, errors = 0, wrong = 0, bytes = 0, g0 = 0, g1 = 0;
     for (size_t i = 0; i < nt && w; i++) {
         if (!w[i].failed)
             pthread_join(w[i].th, NULL);
@@ -406,10 +417,15 @@ int cr_bench_tier_main(int argc, char **argv)
         errors += w[i].errors + (uint64_t)w[i].failed;
         wrong += w[i].wrong;
         bytes += w[i].bytes;
+        if (!w[i].failed && (!g0 || w[i].t0 < g0))
+            g0 = w[i].t0;
+        if (!w[i].failed && w[i].t1 > g1)
+            g1 = w[i].t1;
         cr_bench_lat_merge(&lb, &w[i].lat);
         cr_bench_lat_free(&w[i].lat);
     }
-    uint64_t busy_ns = now_ns() - g0;
+    /* from the first thread's first timed batch to the last one's end */
+    uint64_t busy_ns = g1 > g0 ? g1 - g0 : 0;
     free(w);
     /* single gets at qd 1, in the first round's order */
     for (int64_t i = 0; i < n_disk; i++) {
