@@ -259,6 +259,7 @@ def test_frozen_node_disk_reads_are_bounded_by_the_stall_time(d, tmp_path, monke
     stall_s = int(os.environ.get("CRESCENT_XFER_STALL_MS", "1000")) / 1000.0
     hold_s = max(15.0, 4 * stall_s + 5)  # the gets below need ~2 stall times
     nodes[0].send_signal(signal.SIGSTOP)
+    wait_stopped(nodes[0].pid)  # a stop is delivered asynchronously
     watchdog = subprocess.Popen(["sh", "-c", "sleep %s; kill -CONT %d" % (hold_s, nodes[0].pid)],
                                 start_new_session=True)
     try:
@@ -280,6 +281,25 @@ def test_frozen_node_disk_reads_are_bounded_by_the_stall_time(d, tmp_path, monke
     assert all(live), "the live node's disk objects: %s" % live
     for k in on[0]:  # the node serves them again
         assert s.get("f%d" % k) == value(k, MiB)
+
+
+def wait_stopped(pid, timeout=10):
+    """Waits until every thread of pid is stopped (a SIGSTOP takes effect
+    only once each thread runs again, which on a loaded machine can be
+    after the next request has been served)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = []
+        for t in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass
+        if states and all(st in ("T", "t") for st in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError("process %d did not stop within %d s" % (pid, timeout))
 
 
 RD_MAGIC = 0x32525443  # tier.h: the read server's request magic "CTR2"
