@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/tls/tls.h"
@@ -522,6 +523,25 @@ static void create_sync(cr_store_t *s)
     pthread_condattr_destroy(&ca);
 }
 
+/* CRESCENT_TIER_READ_WINDOW: value bytes a batch of same-host or
+ * shared-file-system reads keeps in flight (tier_local.c): a size
+ * ("16MiB", "8388608") of 4 KiB-1 GiB, default 8 MiB. A bad value is
+ * refused loudly and the default used. */
+static uint64_t tier_read_window(void)
+{
+    const uint64_t def = 8ull << 20;
+    const char *e = getenv("CRESCENT_TIER_READ_WINDOW");
+    if (!e || !*e)
+        return def;
+    uint64_t v = 0;
+    if (cr__cfg_parse_size(e, &v) || v < 4096 || v > (1ull << 30)) {
+        CR_LOG_WARN(COMP, "CRESCENT_TIER_READ_WINDOW=%s is not a size in 4KiB..1GiB: using 8MiB",
+                    e);
+        return def;
+    }
+    return v;
+}
+
 /* Step 2: the configuration from p (defaults for fields not in its
  * field_mask), checked; transports gets the TE's transport list. Returns 0
  * or CR_E_INVALID_PARAMS (logged). */
@@ -556,6 +576,7 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     s->resv_on = !(pr && !strcmp(pr, "0"));
     const char *tl = getenv("CRESCENT_TIER_LOCAL"); /* same-host disk reads (tier_local.c) */
     s->tier_local_on = !(tl && !strcmp(tl, "0"));
+    s->tier_read_window = tier_read_window();
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
     copy_str(s->key_file, sizeof s->key_file,
              (m & CR_STORE_PARAM_CLUSTER_KEY_FILE) ? p->cluster_key_file : NULL, "");

@@ -149,6 +149,7 @@ struct cr_store {
     int resv_used;          /* a value was carved since the last idle check (resv_mu) */
     atomic_int resv_busy;   /* reserved puts between their carve and their commit */
     uint64_t resv_retry_ms; /* a RESERVE was refused: none before (resv_mu) */
+    uint64_t resv_grant_len; /* the last reservation's length; 0: none yet (resv_mu) */
     _Atomic uint64_t crc_errors;  /* replica reads that failed the check */
 
     /* segments that failed a transfer recently (suspect.c) */
@@ -180,6 +181,7 @@ struct cr_store {
     } tier_conns[CR__SC_TIER_CONNS];
     /* same-host disk tiers (tier_local.c); guarded by tier_mu */
     int tier_local_on; /* CRESCENT_TIER_LOCAL != "0" */
+    uint64_t tier_read_window; /* value bytes in flight per batch of disk reads */
     int n_tier_local;
     struct {
         char name[CR_XFER_NAME_MAX];

@@ -902,6 +902,7 @@ static int resv_get_locked(cr_store_t *s)
             if (sh->cap)
                 memcpy(s->resv.cap, sh->cap, CR__RPC_CAP_LEN);
             s->resv.id = it->version;
+            s->resv_grant_len = sh->len;
         }
         cr__rpc_msg_free(&rep);
     }
@@ -944,6 +945,15 @@ static void resv_drop(cr_store_t *s, uint64_t id)
     pthread_mutex_unlock(&s->resv_mu);
 }
 
+/* Bytes a value of len takes from a reservation (whole granules; the
+ * current reservation's, or none yet: the value itself). Caller holds
+ * resv_mu. */
+static uint64_t rl_of(const cr_store_t *s, uint64_t len)
+{
+    uint64_t g = s->resv.granule ? s->resv.granule : 1;
+    return (len + g - 1) / g * g;
+}
+
 /* The chunk's "PutStart": every key carved from a reservation (at most one
  * RESERVE per call: a client holds few, store/master/reserve.c) gets an
  * item like a PutStart's (version = the reservation id, lease_ms = until
@@ -974,7 +984,7 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
         for (;;) {
             uint64_t now = cr__now_ms();
             if (s->resv.id && now < s->resv.write_until_ms) {
-                uint64_t g = s->resv.granule, rl = (c->lens[i] + g - 1) / g * g;
+                uint64_t rl = rl_of(s, c->lens[i]);
                 if (rl <= s->resv.end - s->resv.cur) {
                     if (seg_id != s->resv.id) { /* this reservation's name and grant */
                         char *nm = cr__rpc_msg_strdup(rep, s->resv.seg, strlen(s->resv.seg));
@@ -1000,7 +1010,13 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
                     break;
                 }
             }
-            if (fetched || now < s->resv_retry_ms || resv_get_locked(s))
+            /* a value larger than the master grants (a reservation is at
+             * most 1/16 of a segment) goes two-phase without asking: each
+             * RESERVE would take space, and under pressure the master
+             * closes open reservations into the quarantine */
+            if (fetched || now < s->resv_retry_ms ||
+                (s->resv_grant_len && rl_of(s, c->lens[i]) > s->resv_grant_len) ||
+                resv_get_locked(s))
                 break;
             fetched = 1;
         }

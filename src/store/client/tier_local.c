@@ -36,7 +36,7 @@
 #include "store/tier/tier.h"
 
 #define COMP "store-client"
-#define RING_QD 64         /* objects in flight per batch */
+#define RING_QD 64         /* objects in flight per batch, at most */
 #define RETRY_MS 1000      /* after a failed connect, before trying again */
 #define HELLO_TIMEOUT_MS 2000 /* a frozen node costs a local reader this once */
 
@@ -286,6 +286,45 @@ static void lread_finish(lread_t *l, int res, int stale_miss)
     q->result = 0;
 }
 
+/* Queues reads from *next on while the window has room: at most RING_QD
+ * objects and s->tier_read_window value bytes in flight (always at least
+ * one object). */
+static void uring_fill(const cr_store_t *s, struct io_uring *ring, lread_t *ls, cr__sc_tier_rd_t *rd,
+                       const size_t *idx, size_t m, const int *fds, const uint64_t *caps,
+                       size_t *next, size_t *inflight, uint64_t *bytes)
+{
+    while (*next < m && *inflight < RING_QD) {
+        cr__sc_tier_rd_t *q = &rd[idx[*next]];
+        if (*inflight && *bytes + q->size > s->tier_read_window)
+            return;
+        lread_t *l = &ls[*next];
+        int niov = fds[*next] < 0 ? -1 : lread_prep(l, q, caps[*next]);
+        int fd = fds[*next];
+        (*next)++;
+        if (niov < 0)
+            continue; /* left to the caller's other path */
+        struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+        if (!sqe) { /* cannot happen: inflight < the ring's size */
+            free(l->scratch);
+            l->scratch = NULL;
+            return;
+        }
+        io_uring_prep_readv(sqe, fd, l->iov, (unsigned)niov, q->disk_off);
+        io_uring_sqe_set_data(sqe, l);
+        (*inflight)++;
+        *bytes += q->size;
+    }
+}
+
+/* The reads of a batch, a window at a time. The checks (crc32c over every
+ * byte) run on the calling thread while the next reads are in flight:
+ * completions are taken off the ring, their places refilled and submitted
+ * first, and only then checked. With the whole batch in flight at once the
+ * disk serves the reads side by side, they complete together, and every
+ * check came after the last byte had arrived (16 x 1 MiB here: 1.6 ms of
+ * crc behind 5.4 ms of reading); a window of READ_WINDOW bytes keeps the
+ * disk busy (a large read is parallel inside the device) and leaves only
+ * the last window's checks after the last read. */
 int cr__sc_tier_uring_read(cr_store_t *s, cr__sc_tier_rd_t *rd, const size_t *idx, size_t m,
                            const int *fds, const uint64_t *caps, int stale_miss)
 {
@@ -294,26 +333,10 @@ int cr__sc_tier_uring_read(cr_store_t *s, cr__sc_tier_rd_t *rd, const size_t *id
     if (!ls)
         goto out;
     size_t next = 0, inflight = 0;
+    uint64_t bytes = 0;
     int broken = 0;
-    while (next < m || inflight) {
-        /* keep up to RING_QD objects in flight */
-        while (next < m && inflight < RING_QD) {
-            lread_t *l = &ls[next];
-            int niov = fds[next] < 0 ? -1 : lread_prep(l, &rd[idx[next]], caps[next]);
-            int fd = fds[next];
-            next++;
-            if (niov < 0)
-                continue; /* left to the caller's other path */
-            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-            if (!sqe) { /* cannot happen: inflight < the ring's size */
-                free(l->scratch);
-                l->scratch = NULL;
-                break;
-            }
-            io_uring_prep_readv(sqe, fd, l->iov, (unsigned)niov, l->q->disk_off);
-            io_uring_sqe_set_data(sqe, l);
-            inflight++;
-        }
+    for (;;) {
+        uring_fill(s, ring, ls, rd, idx, m, fds, caps, &next, &inflight, &bytes);
         if (!inflight)
             break;
         /* submit what is queued and wait for a completion: one system call.
@@ -324,18 +347,30 @@ int cr__sc_tier_uring_read(cr_store_t *s, cr__sc_tier_rd_t *rd, const size_t *id
             broken = 1;
             break;
         }
+        lread_t *done[RING_QD];
+        int res[RING_QD];
         struct io_uring_cqe *cqe;
         unsigned head, seen = 0;
         io_uring_for_each_cqe(ring, head, cqe)
         {
-            lread_t *l = io_uring_cqe_get_data(cqe);
-            lread_finish(l, cqe->res, stale_miss); /* crc while the others are read */
-            free(l->scratch);
-            l->scratch = NULL;
-            seen++;
-            inflight--;
+            done[seen] = io_uring_cqe_get_data(cqe);
+            res[seen++] = cqe->res;
         }
         io_uring_cq_advance(ring, seen);
+        inflight -= seen;
+        for (unsigned i = 0; i < seen; i++)
+            bytes -= done[i]->q->size;
+        /* refill and submit before checking: the disk works meanwhile */
+        uring_fill(s, ring, ls, rd, idx, m, fds, caps, &next, &inflight, &bytes);
+        if (io_uring_sq_ready(ring) && io_uring_submit(ring) < 0) {
+            broken = 1;
+            break;
+        }
+        for (unsigned i = 0; i < seen; i++) {
+            lread_finish(done[i], res[i], stale_miss);
+            free(done[i]->scratch);
+            done[i]->scratch = NULL;
+        }
     }
     if (broken) {
         /* io_uring failed with reads in flight: the buffers and the ring
