@@ -131,16 +131,16 @@ class Cluster:
 HUGE = "/proc/sys/vm/nr_hugepages"
 
 
-def fio(path, rw, bs, qd, size, runtime, huge=False):
+def fio(path, rw, bs, qd, size, runtime, huge=False, extra=()):
     """fio with its default (malloc, 4 KiB page) buffers, or with huge=True
     its buffers in huge pages (--iomem=shmhuge: a direct I/O into 4 KiB pages
     is one DMA segment per page, and virtio-blk takes 254 per request, so
     on this machine the huge-page fio is 3-5x faster at 1 MiB). The huge
     pages are reserved for the run (root) and given back after it; None if
-    they cannot be."""
+    they cannot be. extra: more fio options (e.g. --verify=crc32c)."""
     cmd = ["fio", "--name=ref", "--filename=" + path, "--rw=" + rw, "--bs=%d" % bs,
            "--iodepth=%d" % qd, "--direct=1", "--ioengine=io_uring", "--size=%d" % size,
-           "--runtime=%d" % runtime, "--time_based", "--output-format=json"]
+           "--runtime=%d" % runtime, "--time_based", "--output-format=json"] + list(extra)
     old = None
     if huge:
         try:
@@ -176,8 +176,8 @@ def proc_cpu_s(pid):
     return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def huge_gbps(f):
-    return f["huge"]["gbps"] if f.get("huge") else float("nan")
+def huge_gbps(f, kind="huge"):
+    return f[kind]["gbps"] if f.get(kind) else float("nan")
 
 
 def med(xs):
@@ -234,6 +234,7 @@ def get_bench(a, vs, keys, qd, shapes, paths):
                 print("# %d of the %d timed keys still have a DRAM copy" % (left, keys // 2))
         c = clusters[0]
         before = c.metrics()
+        vfile = os.path.join(d, "fio-verify.data")
         reps, gets = [], 0
         for rep in range(a.reps):
             rs = {}
@@ -270,6 +271,16 @@ def get_bench(a, vs, keys, qd, shapes, paths):
             data = os.path.join(d, "crescent-ssd.data")
             f = fio(data, "randread", vs, qd, used, a.fio_s)
             f["huge"] = fio(data, "randread", vs, qd, used, a.fio_s, huge=True)
+            # a reader that checks every byte too: fio with huge-page buffers
+            # verifying each block's crc32c (its own header in each block) on
+            # a file of the same size that fio wrote with --verify=crc32c
+            if not os.path.exists(vfile):
+                subprocess.run(["fio", "--name=prep", "--filename=" + vfile, "--rw=write",
+                                "--bs=%d" % vs, "--size=%d" % used, "--direct=1",
+                                "--ioengine=io_uring", "--iodepth=%d" % qd, "--verify=crc32c",
+                                "--do_verify=0"], capture_output=True, check=True)
+            f["verify"] = fio(vfile, "randread", vs, qd, used, a.fio_s, huge=True,
+                              extra=["--verify=crc32c"])
             reps.append((rs, f))
         m = c.metrics()
         disk = (m["tier_ssd_hits_total"] - before.get("tier_ssd_hits_total", 0)) / max(gets, 1)
@@ -428,8 +439,10 @@ def main():
                     "crescent %s %dx%d %.3f GB/s (batch p50 %s us, p99 %s us; errors %s wrong %s)"
                     % (p, th, bt, float(r["gbps"]), r["batch_p50_us"], r["batch_p99_us"],
                        r["errors"], r["wrong"]) for (p, th, bt), r in rs.items()) +
-                    " | fio qd%d %.3f GB/s (p50 %.0f us p99 %.0f us), huge-page buffers %.3f GB/s"
-                    % (qd, fq["gbps"], fq["p50_us"], fq["p99_us"], huge_gbps(fq)))
+                    " | fio qd%d %.3f GB/s (p50 %.0f us p99 %.0f us), huge-page buffers %.3f GB/s, "
+                    "checking crc32c %.3f GB/s"
+                    % (qd, fq["gbps"], fq["p50_us"], fq["p99_us"], huge_gbps(fq),
+                       huge_gbps(fq, "verify")))
             for path in paths:
                 for th, bt in shapes:
                     rr = [(rs[(path, th, bt)], f) for rs, f in reps]
@@ -439,6 +452,7 @@ def main():
                           "single get p50 %.0f us p99 %.0f us) | fio randread iodepth=%d %.2f GB/s "
                           "(p50 %.0f us p99 %.0f us per I/O; qd1 p50 %.0f us p99 %.0f us) | median "
                           "ratio %.2f | fio with huge-page buffers %.2f GB/s, median ratio %.2f | "
+                          "fio with huge-page buffers checking crc32c %.2f GB/s, median ratio %.2f | "
                           "CPU s per GB read: crescent %.2f (node %.2f, master %.2f, "
                           "bench client incl. its byte checks %.2f), fio %.2f | %.0f%% served from "
                           "disk, errors %d, wrong %d"
@@ -453,6 +467,8 @@ def main():
                              med([float(r["gbps"]) / f["gbps"] for r, f in rr]),
                              med([huge_gbps(f) for _, f in rr]),
                              med([float(r["gbps"]) / huge_gbps(f) for r, f in rr]),
+                             med([huge_gbps(f, "verify") for _, f in rr]),
+                             med([float(r["gbps"]) / huge_gbps(f, "verify") for r, f in rr]),
                              med([r["cpu_s_per_gb"] for r in later]),
                              med([r["node_cpu"] for r in later]),
                              med([r["master_cpu"] for r in later]),
