@@ -229,7 +229,9 @@ static uint64_t ssd_evict(cr__master_t *m, uint32_t seg, uint64_t need, uint64_t
 }
 
 /* Queues an OFFLOAD of o (complete, contiguous DRAM replica, its node has a
- * disk segment with room). Returns 0 or -1 (cannot). */
+ * disk segment with room). Returns 0, -EAGAIN (not now: the disk segment
+ * has its bound of offloads in flight, or the task queue is full) or -1
+ * (cannot: no disk tier for it, hard-pinned, disk full of leased data). */
 static int offload(cr__master_t *m, obj_t *o, uint64_t now)
 {
     if ((o->flags & (OF_OFFLOADING | OF_HARD_PIN)) || !(o->flags & OF_COMPLETE))
@@ -254,7 +256,7 @@ static int offload(cr__master_t *m, obj_t *o, uint64_t now)
     uint64_t q_n, q_b;
     inflight(m, ds, &q_n, &q_b);
     if (q_n >= OFFLOAD_INFLIGHT_MAX || q_b + o->size > OFFLOAD_INFLIGHT_BYTES)
-        return -1;
+        return -EAGAIN;
     uint64_t dl = cr__tier_disk_len(o->key_len, o->size);
     cr__oalloc_t *a = m->segs[ds].alloc;
     uint64_t off;
@@ -280,7 +282,7 @@ static int offload(cr__master_t *m, obj_t *o, uint64_t now)
     if (!t.key || task_push(m, &t)) {
         free(t.key);
         cr__oalloc_free(a, blk);
-        return -1;
+        return -EAGAIN;
     }
     memcpy(t.key, obj_key(o), o->key_len);
     o->flags |= OF_OFFLOADING;
@@ -299,7 +301,9 @@ int cr__m_tier_evict_candidate(cr__master_t *m, obj_t *o, uint64_t now, uint64_t
         list_push_front(&m->ssd_lru, o);
         return 2;
     }
-    if ((o->flags & OF_OFFLOADING) || offload(m, o, now) == 0)
+    /* its copy is under way or waits for the disk (a writer that outruns
+     * the disk gets back pressure): skipped, never dropped for that */
+    if ((o->flags & OF_OFFLOADING) || offload(m, o, now) != -1)
         return 2;
     CNT(m, tier_dram_dropped_total)++;
     return 0;
