@@ -22,7 +22,10 @@ of the per-repetition ratios, after one unmeasured warm-up of each):
   c  batch_is_exist of 128 keys per call: keys/s (no Redis counterpart).
   d  4 KiB put/get latency p50/p99, one client thread, vs redis-benchmark
      -d 4096 -c 1 p50/p99; puts with the one-round-trip reserved put on and
-     off (CRESCENT_PUT_RESERVE=0), interleaved in every repetition.
+     off (CRESCENT_PUT_RESERVE=0), interleaved in every repetition; and the
+     CPU the master spends per operation against redis-server's per request
+     (both busy-poll or not as they do by default: crescent-master's
+     --rpc_spin_us, the client's CRESCENT_RPC_SPIN_US).
   e  the same as d across network namespaces (the namespaces of b; tcp):
      Redis and the crescent cluster in B, redis-benchmark and the crescent
      client in A; each repetition runs Redis and then crescent.
@@ -226,23 +229,52 @@ def case_throughput(t, build, case, addr, host, rport, clients, reps, variants, 
                       ratio=med([g / r for g, r in zip(gb, refgb) if r > 0]))
 
 
-def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rprefix=(), where=""):
+def cpu_s(pid):
+    """user + system CPU seconds of process pid so far (None if unreadable)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rprefix=(), where="",
+                 mpid=None, rpid=None):
     """4 KiB put/get p50/p99 of one client thread vs redis-benchmark -c 1;
     each repetition runs Redis and then crescent (each protocol, with the
     one-round-trip put through a reservation and with it off,
     CRESCENT_PUT_RESERVE=0) back to back; figures are medians of the
-    repetitions, with the min-max of the crescent figure."""
+    repetitions, with the min-max of the crescent figure. With mpid / rpid
+    (the master's and redis-server's pids), also the server CPU per
+    operation (user + system, /proc; 10 ms ticks over ~10,000 operations)."""
     variants = [(p, r) for p in protos for r in ("on", "off")]
     ref, res = [], {v: [] for v in variants}
+    rcpu, mcpu = [], {v: [] for v in variants}
     for _ in range(reps):
+        c0 = cpu_s(rpid) if rpid else None
         ref.append(redis_bench(host, rport, 4096, 1, 20000, rprefix))
+        c1 = cpu_s(rpid) if rpid else None
+        if c0 is not None and c1 is not None:
+            rcpu.append((c1 - c0) * 1e6 / 40000)  # -t set,get: 2 x 20000 requests
         for proto, rsv in variants:
+            m0 = cpu_s(mpid) if mpid else None
             res[(proto, rsv)].append(
                 crescent(build, addr, ["--op", "putget", "--value_size", "4KB",
                                        "--threads", "1", "--ops", "5000",
                                        "--protocol", proto,
                                        "--local_hostname", host_of(prefix)],
                          prefix, env={"CRESCENT_PUT_RESERVE": "1" if rsv == "on" else "0"}))
+            m1 = cpu_s(mpid) if mpid else None
+            if m0 is not None and m1 is not None:
+                # the 5000 puts, 5000 gets and the bench's 5000 removes
+                mcpu[(proto, rsv)].append((m1 - m0) * 1e6 / 15000)
+    for proto, rsv in variants:
+        if mcpu[(proto, rsv)] and rcpu:
+            v = mcpu[(proto, rsv)]
+            t.add(case, "master CPU per op: put, get or remove (%s%s, reserve %s) [min-max %.1f-%.1f; redis %.1f-%.1f]"
+                  % (proto, where, rsv, min(v), max(v), min(rcpu), max(rcpu)),
+                  "redis-server CPU per SET or GET", med(rcpu), med(v), "us")
     for proto, rsv in variants:
         for op, rop in (("put", "set"), ("get", "get")):
             if op == "get" and rsv == "off":
@@ -297,7 +329,7 @@ def main():
                 if "d" in a.cases:
                     log("d: 4 KiB put/get latency, 1 client")
                     case_latency(t, a.build, "d", cl.addr, "127.0.0.1", rport, a.reps,
-                                 ("tcp,shm", "tcp"))
+                                 ("tcp,shm", "tcp"), mpid=cl.procs[0].pid, rpid=rp.pid)
             finally:
                 cl.close()
                 stop(rp)

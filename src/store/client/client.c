@@ -574,6 +574,8 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     /* one-round-trip small puts (ops.c), on unless CRESCENT_PUT_RESERVE=0 */
     const char *pr = getenv("CRESCENT_PUT_RESERVE");
     s->resv_on = !(pr && !strcmp(pr, "0"));
+    const char *sp = getenv("CRESCENT_RPC_SPIN_US");
+    s->rpc_spin_us = sp ? (unsigned)strtoul(sp, NULL, 10) : CR__SC_DEFAULT_RPC_SPIN_US;
     const char *tl = getenv("CRESCENT_TIER_LOCAL"); /* same-host disk reads (tier_local.c) */
     s->tier_local_on = !(tl && !strcmp(tl, "0"));
     s->tier_read_window = tier_read_window();
@@ -715,6 +717,8 @@ static int create_rpc(cr_store_t *s)
                                    &s->rpc[i]);
         if (!rc && s->ha)
             cr__rpc_client_set_epoch(s->rpc[i], &s->epoch);
+        if (!rc)
+            cr__rpc_client_set_spin(s->rpc[i], s->rpc_spin_us);
     }
     /* HA: a heartbeat to a stopped leader gives up within two periods, so
      * the node finds the new leader before its segment's grace runs out */

@@ -49,6 +49,7 @@
 #define CR__SC_DEFAULT_MASTER "127.0.0.1:50051"
 #define CR__SC_DEFAULT_LBUF_SIZE (16ull << 20)      /* local staging buffer */
 #define CR__SC_DEFAULT_RPC_TIMEOUT_MS 5000
+#define CR__SC_DEFAULT_RPC_SPIN_US 50 /* busy-poll budget for a master reply (rpc/client.h) */
 #define CR__SC_DEFAULT_XFER_TIMEOUT_MS 30000
 #define CR__SC_DEFAULT_HEARTBEAT_MS 1000
 #define CR__SC_SEG_SIZE_MAX (1ull << 40)           /* contributed segment: 1 TiB */
@@ -182,6 +183,7 @@ struct cr_store {
     /* same-host disk tiers (tier_local.c); guarded by tier_mu */
     int tier_local_on; /* CRESCENT_TIER_LOCAL != "0" */
     uint64_t tier_read_window; /* value bytes in flight per batch of disk reads */
+    unsigned rpc_spin_us; /* busy-poll budget of a master reply (CRESCENT_RPC_SPIN_US) */
     int n_tier_local;
     struct {
         char name[CR_XFER_NAME_MAX];

@@ -67,6 +67,14 @@ int cr__rpc_client_set_addr(cr__rpc_client_t *c, const char *addr);
  * call fails with CR_E_RPC_FAIL and the connection is closed. */
 void cr__rpc_client_set_epoch(cr__rpc_client_t *c, _Atomic uint32_t *epoch);
 
+/* Busy-polls up to us microseconds (from the send) for each reply before
+ * sleeping on the socket, while the calls come back within that budget (a
+ * call slower than it makes the next one sleep at once). Costs the
+ * caller's CPU for up to us per call; saves the wakeup of a sleeping
+ * thread on a short call. 0 = off (the default). Plain TCP only (TLS
+ * replies are always slept on). */
+void cr__rpc_client_set_spin(cr__rpc_client_t *c, unsigned us);
+
 /* Closes and frees; NULL is a no-op. Must not race with a call. */
 void cr__rpc_client_destroy(cr__rpc_client_t *c);
 

@@ -64,6 +64,11 @@ typedef struct cr__rpc_server_params {
      * handshake with a certificate of the CA (bounded like a first frame:
      * first_frame_timeout_ms); combines with auth. NULL = plain TCP. */
     const struct cr__tls *tls;
+    /* Busy-poll: a loop that served something polls on without sleeping
+     * until spin_us microseconds pass without another event (one loop at
+     * a time; up to one core while requests keep coming within spin_us).
+     * 0 or less = off: the loops sleep in epoll_wait. */
+    int spin_us;
     cr__rpc_handler_fn fn;
     void *user;
 } cr__rpc_server_params_t;
