@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -325,8 +326,12 @@ static ssize_t recv_some(cr__tls_conn_t *tc, int fd, uint8_t *p, size_t min, siz
             return done ? -EPROTO : -ECONNRESET;
         if (k < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (spin)
+                if (spin) {
+                    /* a master sharing this CPU gets it (spinning here
+                     * would only delay the reply); free when none waits */
+                    sched_yield();
                     continue;
+                }
                 if (remaining_ms(deadline) == 0)
                     return -ETIMEDOUT;
                 continue;

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -606,8 +607,12 @@ static void *loop_main(void *arg)
             __atomic_store_n(&s->spinner, -1, __ATOMIC_RELAXED);
         }
         int n = epoll_wait(l->ep, evs, 64, timeout);
-        if (n == 0 && timeout == 0)
-            continue; /* spinning */
+        if (n == 0 && timeout == 0) {
+            /* spinning: a client sharing this CPU gets it (its request is
+             * what we wait for); free when nothing else is runnable */
+            sched_yield();
+            continue;
+        }
         uint64_t now = cr__now_ms();
         if (n > 0 && spin_ns) {
             uint64_t t = cr__now_ns();
