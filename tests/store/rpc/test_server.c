@@ -1,8 +1,9 @@
 /* Store RPC server + client over loopback: calls, per-connection bad input
  * (garbage, truncated frames, undecodable payloads, bad headers), the
  * connection bound, frame timeouts, client reconnect after a server
- * restart, calls from several threads, and frames that arrive split at odd
- * byte boundaries or several in one segment (pipelined). */
+ * restart, calls from several threads, frames that arrive split at odd
+ * byte boundaries or several in one segment (pipelined), and all that
+ * again with both ends busy-polling. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -21,6 +22,8 @@
 #include "store/rpc/server.h"
 
 static int g_handled;
+static int g_spin_us; /* the servers' and clients' busy-poll budget (test_busy_poll) */
+#define SLOW_PING 999 /* a PING whose handler takes 3 ms */
 
 static void handler(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *rep)
 {
@@ -28,6 +31,8 @@ static void handler(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *rep)
     __atomic_add_fetch(&g_handled, 1, __ATOMIC_RELAXED);
     switch (req->type) {
     case CR__RPC_PING:
+        if (req->client_id.hi == SLOW_PING)
+            usleep(3000); /* longer than any busy-poll budget of the tests */
         rep->master_id = req->client_id.hi + 1;
         rep->count = req->client_id.lo;
         break;
@@ -57,7 +62,8 @@ static cr__rpc_server_t *start(uint16_t port, int max_conns, int frame_timeout_m
 {
     cr__rpc_server_params_t p = {.host = "127.0.0.1", .port = port, .n_threads = 2,
                                  .max_conns = max_conns, .frame_timeout_ms = frame_timeout_ms,
-                                 .max_buffered_bytes = g_budget, .fn = handler};
+                                 .max_buffered_bytes = g_budget, .spin_us = g_spin_us,
+                                 .fn = handler};
     cr__rpc_server_t *s = NULL;
     int rc = cr__rpc_server_start(&p, &s);
     if (rc)
@@ -71,6 +77,7 @@ static cr__rpc_client_t *client_for(cr__rpc_server_t *s)
     snprintf(addr, sizeof addr, "127.0.0.1:%u", cr__rpc_server_port(s));
     cr__rpc_client_t *c;
     assert_int_equal(cr__rpc_client_create(addr, 2000, 5000, &c), 0);
+    cr__rpc_client_set_spin(c, (unsigned)g_spin_us);
     return c;
 }
 
@@ -447,6 +454,34 @@ static void test_threads(void **s)
     cr__rpc_server_stop(g_srv);
 }
 
+/* Busy-polling on both ends (server spin_us, client set_spin) changes no
+ * answer: the calls of test_calls, calls from 4 threads over both loops
+ * (one spins at a time), a reply slower than the budget (the client falls
+ * back to a blocking recv; the next call sleeps at once, the one after it
+ * spins again), and stopping a server while it spins. */
+static void test_busy_poll(void **s)
+{
+    g_spin_us = 200;
+    test_calls(s);
+    test_threads(s);
+    cr__rpc_server_t *srv = start(0, 0, 0);
+    cr__rpc_client_t *c = client_for(srv);
+    for (int i = 0; i < 6; i++) {
+        uint64_t hi = i % 3 == 1 ? SLOW_PING : (uint64_t)i;
+        cr__rpc_msg_t m = {.type = CR__RPC_PING, .client_id = {hi, (uint64_t)i}}, r;
+        assert_int_equal(cr__rpc_client_call(c, &m, &r), 0);
+        assert_int_equal(r.master_id, hi + 1);
+        assert_int_equal(r.count, (uint64_t)i);
+        cr__rpc_msg_free(&r);
+        assert_int_equal(exist(c, "yes"), 0);
+    }
+    /* the last call just ended: the loop that served it is spinning */
+    cr__rpc_server_stop(srv);
+    assert_int_equal(exist(c, "yes"), CR_E_RPC_FAIL);
+    cr__rpc_client_destroy(c);
+    g_spin_us = 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -457,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_buffer_budget),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_split_and_pipelined_frames),
+        cmocka_unit_test(test_busy_poll),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
