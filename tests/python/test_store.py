@@ -119,6 +119,25 @@ def test_setup_errors(cluster):
 
 # ---- copying API -----------------------------------------------------------------
 
+@pytest.mark.parametrize("spin", ["0", "20", "junk", "99999"])
+def test_rpc_spin_setting(cluster, monkeypatch, capfd, spin):
+    """CRESCENT_RPC_SPIN_US (how long a call busy-polls for the master's
+    reply): off, a small budget, or a bad value (refused with a warning,
+    the default used); puts and gets work the same every way."""
+    monkeypatch.setenv("CRESCENT_RPC_SPIN_US", spin)
+    s = make_store(cluster)
+    try:
+        keys = [K("spin") for _ in range(20)]
+        for i, k in enumerate(keys):
+            assert s.put(k, data(4096, i).tobytes()) == 0
+        assert all(s.get(k) == data(4096, i).tobytes() for i, k in enumerate(keys))
+        warned = "CRESCENT_RPC_SPIN_US=%s is not" % spin in capfd.readouterr().err
+        assert warned == (spin in ("junk", "99999"))
+    finally:
+        s.remove_all()
+        s.close()
+
+
 def test_put_get_roundtrip_and_miss(store):
     k = K("pg")
     assert store.put(k, b"Hello, crescent!") == 0

@@ -542,6 +542,25 @@ static uint64_t tier_read_window(void)
     return v;
 }
 
+/* CRESCENT_RPC_SPIN_US: how long a call busy-polls for the master's reply
+ * (rpc/client.h), 0-10000 µs, default 50. A bad value is refused loudly
+ * and the default used. */
+static unsigned rpc_spin_us(void)
+{
+    const char *e = getenv("CRESCENT_RPC_SPIN_US");
+    if (!e || !*e)
+        return CR__SC_DEFAULT_RPC_SPIN_US;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(e, &end, 10);
+    if (errno || *end || e[0] == '-' || v > 10000) {
+        CR_LOG_WARN(COMP, "CRESCENT_RPC_SPIN_US=%s is not a number of microseconds in 0..10000: "
+                    "using %u", e, CR__SC_DEFAULT_RPC_SPIN_US);
+        return CR__SC_DEFAULT_RPC_SPIN_US;
+    }
+    return (unsigned)v;
+}
+
 /* Step 2: the configuration from p (defaults for fields not in its
  * field_mask), checked; transports gets the TE's transport list. Returns 0
  * or CR_E_INVALID_PARAMS (logged). */
@@ -574,8 +593,7 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     /* one-round-trip small puts (ops.c), on unless CRESCENT_PUT_RESERVE=0 */
     const char *pr = getenv("CRESCENT_PUT_RESERVE");
     s->resv_on = !(pr && !strcmp(pr, "0"));
-    const char *sp = getenv("CRESCENT_RPC_SPIN_US");
-    s->rpc_spin_us = sp ? (unsigned)strtoul(sp, NULL, 10) : CR__SC_DEFAULT_RPC_SPIN_US;
+    s->rpc_spin_us = rpc_spin_us();
     const char *tl = getenv("CRESCENT_TIER_LOCAL"); /* same-host disk reads (tier_local.c) */
     s->tier_local_on = !(tl && !strcmp(tl, "0"));
     s->tier_read_window = tier_read_window();
