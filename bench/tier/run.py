@@ -278,9 +278,10 @@ def get_bench(a, vs, keys, qd, shapes, paths):
                 subprocess.run(["fio", "--name=prep", "--filename=" + vfile, "--rw=write",
                                 "--bs=%d" % vs, "--size=%d" % used, "--direct=1",
                                 "--ioengine=io_uring", "--iodepth=%d" % qd, "--verify=crc32c",
-                                "--do_verify=0"], capture_output=True, check=True)
+                                "--do_verify=0", "--verify_state_save=0"],
+                               capture_output=True, check=True)
             f["verify"] = fio(vfile, "randread", vs, qd, used, a.fio_s, huge=True,
-                              extra=["--verify=crc32c"])
+                              extra=["--verify=crc32c", "--verify_state_save=0"])
             reps.append((rs, f))
         m = c.metrics()
         disk = (m["tier_ssd_hits_total"] - before.get("tier_ssd_hits_total", 0)) / max(gets, 1)
