@@ -523,42 +523,23 @@ static void create_sync(cr_store_t *s)
     pthread_condattr_destroy(&ca);
 }
 
-/* CRESCENT_TIER_READ_WINDOW: value bytes a batch of same-host or
- * shared-file-system reads keeps in flight (tier_local.c): a size
- * ("16MiB", "8388608") of 4 KiB-1 GiB, default 8 MiB. A bad value is
- * refused loudly and the default used. */
-static uint64_t tier_read_window(void)
+/* A numeric setting from the environment (cr__cfg_parse_value's syntax:
+ * CR__CFG_SIZE "8MiB", CR__CFG_INT "50"), within [lo, hi]; def when unset.
+ * A bad value is refused loudly and def used. */
+static uint64_t env_setting(const char *name, cr__cfg_type_t type, int64_t lo, int64_t hi,
+                            int64_t def)
 {
-    const uint64_t def = 8ull << 20;
-    const char *e = getenv("CRESCENT_TIER_READ_WINDOW");
+    const char *e = getenv(name);
     if (!e || !*e)
-        return def;
-    uint64_t v = 0;
-    if (cr__cfg_parse_size(e, &v) || v < 4096 || v > (1ull << 30)) {
-        CR_LOG_WARN(COMP, "CRESCENT_TIER_READ_WINDOW=%s is not a size in 4KiB..1GiB: using 8MiB",
-                    e);
-        return def;
+        return (uint64_t)def;
+    int64_t v = 0; /* CR__CFG_SIZE writes a uint64_t: the bounds below keep it in range */
+    if (cr__cfg_parse_value(type, e, &v) || v < lo || v > hi) {
+        CR_LOG_WARN(COMP, "%s=%s is not a %s in %lld..%lld: using %lld", name, e,
+                    type == CR__CFG_SIZE ? "size in bytes" : "number", (long long)lo,
+                    (long long)hi, (long long)def);
+        return (uint64_t)def;
     }
-    return v;
-}
-
-/* CRESCENT_RPC_SPIN_US: how long a call busy-polls for the master's reply
- * (rpc/client.h), 0-10000 µs, default 50. A bad value is refused loudly
- * and the default used. */
-static unsigned rpc_spin_us(void)
-{
-    const char *e = getenv("CRESCENT_RPC_SPIN_US");
-    if (!e || !*e)
-        return CR__SC_DEFAULT_RPC_SPIN_US;
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(e, &end, 10);
-    if (errno || *end || e[0] == '-' || v > 10000) {
-        CR_LOG_WARN(COMP, "CRESCENT_RPC_SPIN_US=%s is not a number of microseconds in 0..10000: "
-                    "using %u", e, CR__SC_DEFAULT_RPC_SPIN_US);
-        return CR__SC_DEFAULT_RPC_SPIN_US;
-    }
-    return (unsigned)v;
+    return (uint64_t)v;
 }
 
 /* Step 2: the configuration from p (defaults for fields not in its
@@ -593,10 +574,14 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     /* one-round-trip small puts (ops.c), on unless CRESCENT_PUT_RESERVE=0 */
     const char *pr = getenv("CRESCENT_PUT_RESERVE");
     s->resv_on = !(pr && !strcmp(pr, "0"));
-    s->rpc_spin_us = rpc_spin_us();
+    /* busy-poll budget of a master reply, µs (rpc/client.h) */
+    s->rpc_spin_us = (unsigned)env_setting("CRESCENT_RPC_SPIN_US", CR__CFG_INT, 0, 10000,
+                                           CR__SC_DEFAULT_RPC_SPIN_US);
     const char *tl = getenv("CRESCENT_TIER_LOCAL"); /* same-host disk reads (tier_local.c) */
     s->tier_local_on = !(tl && !strcmp(tl, "0"));
-    s->tier_read_window = tier_read_window();
+    /* value bytes a batch of same-host or shared-FS reads keeps in flight */
+    s->tier_read_window = env_setting("CRESCENT_TIER_READ_WINDOW", CR__CFG_SIZE, 4096, 1 << 30,
+                                      8 << 20);
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
     copy_str(s->key_file, sizeof s->key_file,
              (m & CR_STORE_PARAM_CLUSTER_KEY_FILE) ? p->cluster_key_file : NULL, "");
