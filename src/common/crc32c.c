@@ -285,16 +285,66 @@ uint32_t cr__crc32c_portable(uint32_t crc, const void *buf, size_t len)
     return ~crc_sw(~crc, buf, len);
 }
 
+/* The raw register by the fastest implementation here. */
+static uint32_t crc_fast(uint32_t reg, const unsigned char *p, size_t len)
+{
+#if defined(__x86_64__)
+    if (crc_use_pcl)
+        return crc_by(2, reg, p, len);
+    if (crc_have_hw)
+        return crc_hw(reg, p, len);
+#endif
+    return crc_sw(reg, p, len);
+}
+
 uint32_t cr__crc32c(uint32_t crc, const void *buf, size_t len)
 {
     pthread_once(&crc_once, crc_init);
-#if defined(__x86_64__)
-    if (crc_use_pcl)
-        return ~crc_by(2, ~crc, buf, len);
-    if (crc_have_hw)
-        return ~crc_hw(~crc, buf, len);
-#endif
-    return ~crc_sw(~crc, buf, len);
+    return ~crc_fast(~crc, buf, len);
+}
+
+uint32_t cr__crc32c_raw(uint32_t reg, const void *buf, size_t len)
+{
+    pthread_once(&crc_once, crc_init);
+    return crc_fast(reg, buf, len);
+}
+
+/* a * b mod P, both bit-reflected (bit 31 is x^0) */
+static uint32_t gf_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t prod = 0;
+    for (uint32_t m = 1u << 31; m; m >>= 1) {
+        if (a & m)
+            prod ^= b;
+        b = (b & 1) ? (b >> 1) ^ CRC32C_POLY : b >> 1; /* b *= x */
+    }
+    return prod;
+}
+
+/* x^(2^k) mod P for k < 64 (x2k[k]), filled once by squaring: a shift by n
+ * bytes multiplies by x^(8n), the product of x2k[k + 3] over n's set bits */
+static uint32_t x2k[64];
+static pthread_once_t x2k_once = PTHREAD_ONCE_INIT;
+
+static void x2k_init(void)
+{
+    x2k[0] = 1u << 30; /* x */
+    for (int k = 1; k < 64; k++)
+        x2k[k] = gf_mulmod(x2k[k - 1], x2k[k - 1]);
+}
+
+uint32_t cr__crc32c_shift(uint32_t reg, uint64_t nbytes)
+{
+    pthread_once(&x2k_once, x2k_init);
+    for (int k = 3; nbytes && k < 64; k++, nbytes >>= 1)
+        if (nbytes & 1)
+            reg = gf_mulmod(x2k[k], reg);
+    return reg;
+}
+
+uint32_t cr__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+    return cr__crc32c_shift(crc_a, len_b) ^ crc_b;
 }
 
 int cr__crc32c_hw(void)

@@ -18,6 +18,20 @@
  * Thread-safe, no allocation. */
 uint32_t cr__crc32c(uint32_t crc, const void *buf, size_t len);
 
+/* The raw shift register (no pre- or post-inversion) extended over len
+ * bytes: cr__crc32c(c, b, n) == ~cr__crc32c_raw(~c, b, n). With reg 0 it is
+ * linear in the bytes, which lets pieces of one buffer be hashed apart, in
+ * any order (cr__crc32c_shift). Thread-safe, no allocation. */
+uint32_t cr__crc32c_raw(uint32_t reg, const void *buf, size_t len);
+
+/* The raw register reg carried over nbytes zero bytes (multiplied by
+ * x^(8 nbytes) mod P): for a buffer A||B, raw(0, A||B) ==
+ * shift(raw(0, A), |B|) ^ raw(0, B). ~40 carry-less products at most. */
+uint32_t cr__crc32c_shift(uint32_t reg, uint64_t nbytes);
+
+/* The crc32c of A||B from crc32c(A), crc32c(B) and |B|. */
+uint32_t cr__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 /* The same computed by the portable table only (for tests and for CPUs
  * without SSE4.2). */
 uint32_t cr__crc32c_portable(uint32_t crc, const void *buf, size_t len);

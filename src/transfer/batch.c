@@ -12,9 +12,11 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "transfer/capability.h"
+#include "transfer/checksum.h"
 #include "transfer/xfer_internal.h"
 
 int cr_xfer_batch_alloc(cr_xfer_engine_t *e, size_t capacity, cr_xfer_batch_t **out)
@@ -167,10 +169,35 @@ void cr__xfer_task_progress(cr__xfer_task_t *t, uint64_t bytes)
     atomic_fetch_add_explicit(&t->bytes, bytes, memory_order_relaxed);
 }
 
+void cr__xfer_task_crc_range(cr__xfer_task_t *t, uint64_t off, uint64_t len)
+{
+    if (!t->want_crc || !len)
+        return;
+    /* raw registers from 0 are linear in the bytes: each piece's, carried
+     * over the bytes after it, XORs into the whole buffer's (crc32c.h) */
+    uint32_t r = cr__crc32c_shift(cr__crc32c_raw(0, t->local + off, (size_t)len),
+                                  t->length - off - len);
+    atomic_fetch_xor_explicit(&t->crc_acc, r, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->crc_bytes, len, memory_order_relaxed);
+}
+
+/* The crc32c of a task that completed: from the pieces its transport
+ * reported when they cover it exactly, else one pass over the buffer. */
+static void task_crc_finish(cr__xfer_task_t *t)
+{
+    if (atomic_load(&t->crc_bytes) == t->length)
+        t->crc = ~(atomic_load(&t->crc_acc) ^ cr__crc32c_shift(0xFFFFFFFFu, t->length));
+    else
+        t->crc = cr__crc32c(0, t->local, (size_t)t->length);
+    t->crc_valid = 1;
+}
+
 void cr__xfer_task_done(cr__xfer_task_t *t, int err)
 {
     cr_xfer_batch_t *b = t->batch;
     err = cr__status_from_errno(err); /* one meaning per number (common.h) */
+    if (err == 0 && t->want_crc)
+        task_crc_finish(t); /* before the state: a reader that sees COMPLETED sees it */
     if (err == 0)
         atomic_store_explicit(&t->bytes, t->length, memory_order_relaxed);
     else if (t->peer && is_conn_error(err))
@@ -299,6 +326,10 @@ static int batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs,
         t->index = (uint32_t)(base + i);
         t->deadline_ns = deadline;
         t->caller_waits = b->caller_waits;
+        t->want_crc = b->want_crc;
+        atomic_init(&t->crc_acc, 0);
+        atomic_init(&t->crc_bytes, 0);
+        t->crc_valid = 0;
         t->has_cap = caps && caps[i];
         if (t->has_cap)
             memcpy(t->cap, caps[i], CR__CAP_LEN);
@@ -344,6 +375,28 @@ int cr__xfer_batch_submit_caps(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs
                                const uint8_t *const *caps, size_t n)
 {
     return batch_submit(b, reqs, caps, n);
+}
+
+void cr__xfer_batch_want_crc(cr_xfer_batch_t *b)
+{
+    if (b)
+        b->want_crc = 1;
+}
+
+int cr__xfer_batch_crc(cr_xfer_batch_t *b, size_t index, uint32_t *crc)
+{
+    if (!b || !crc)
+        return -EINVAL;
+    pthread_mutex_lock(&b->lock);
+    size_t n = b->n;
+    pthread_mutex_unlock(&b->lock);
+    if (index >= n)
+        return -EINVAL;
+    cr__xfer_task_t *t = &b->tasks[index];
+    if (atomic_load(&t->state) != CR_XFER_STATE_COMPLETED || !t->crc_valid)
+        return -ENODATA;
+    *crc = t->crc;
+    return 0;
 }
 
 int cr_xfer_batch_status(cr_xfer_batch_t *b, size_t index, cr_xfer_status_t *out)

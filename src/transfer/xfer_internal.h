@@ -88,6 +88,7 @@ struct cr_xfer_batch {
     size_t n;                 /* submitted requests; written by submitters only */
     atomic_size_t running;    /* requests not finished */
     atomic_int has_notify;
+    int want_crc;             /* tasks hash their local bytes (checksum.h) */
     int caller_waits;         /* set by cr_xfer_transfer_sync for a lone request: the
                                * submitter blocks on it anyway (task->caller_waits) */
     pthread_mutex_t lock;

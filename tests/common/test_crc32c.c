@@ -85,12 +85,61 @@ static void test_pclmul_path_runs(void **s)
     assert_int_equal(cr__crc32c_impl(2, 0, z, sizeof z), cr__crc32c_portable(0, z, sizeof z));
 }
 
+/* Pieces hashed apart (raw register from 0), shifted by the bytes after
+ * them and XORed in any order give the whole buffer's crc; combine joins
+ * two crcs; a shift by 0 is the identity; a flipped byte is seen. */
+static void test_pieces_in_any_order_and_combine(void **s)
+{
+    (void)s;
+    enum { N = 300000 };
+    static unsigned char buf[N];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < N; i++) {
+        x = x * 1103515245u + 12345u;
+        buf[i] = (unsigned char)(x >> 16);
+    }
+    uint32_t whole = cr__crc32c(0, buf, N);
+    assert_int_equal(cr__crc32c_raw(0xFFFFFFFFu, buf, N), ~whole);
+    assert_int_equal(cr__crc32c_shift(0x12345678u, 0), 0x12345678u);
+    /* cut points, last to first */
+    static const size_t cuts[] = {0, 1, 7, 64, 4096, 65536, 65537, 200000, 299999, N};
+    size_t nc = sizeof cuts / sizeof *cuts;
+    uint32_t acc = 0;
+    for (size_t k = nc - 1; k > 0; k--) {
+        size_t a = cuts[k - 1], b = cuts[k];
+        acc ^= cr__crc32c_shift(cr__crc32c_raw(0, buf + a, b - a), N - b);
+    }
+    assert_int_equal(~(acc ^ cr__crc32c_shift(0xFFFFFFFFu, N)), whole);
+    /* combine, pairwise */
+    uint32_t c = cr__crc32c(0, buf, 0);
+    for (size_t k = 1; k < nc; k++) {
+        size_t a = cuts[k - 1], b = cuts[k];
+        c = cr__crc32c_combine(c, cr__crc32c(0, buf + a, b - a), b - a);
+    }
+    assert_int_equal(c, whole);
+    assert_int_equal(cr__crc32c_combine(cr__crc32c(0, "12345", 5), cr__crc32c(0, "6789", 4), 4),
+                     0xE3069283u);
+    /* long shifts (beyond 2^32 bytes) agree with shifting in two steps */
+    uint64_t big = (5ull << 32) + 12345;
+    assert_int_equal(cr__crc32c_shift(0xDEADBEEFu, big),
+                     cr__crc32c_shift(cr__crc32c_shift(0xDEADBEEFu, 5ull << 32), 12345));
+    /* a changed byte changes the combination */
+    buf[150000] ^= 1;
+    uint32_t acc2 = 0;
+    for (size_t k = nc - 1; k > 0; k--) {
+        size_t a = cuts[k - 1], b = cuts[k];
+        acc2 ^= cr__crc32c_shift(cr__crc32c_raw(0, buf + a, b - a), N - b);
+    }
+    assert_int_not_equal(~(acc2 ^ cr__crc32c_shift(0xFFFFFFFFu, N)), whole);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_vectors),
         cmocka_unit_test(test_paths_agree_and_extend),
         cmocka_unit_test(test_pclmul_path_runs),
+        cmocka_unit_test(test_pieces_in_any_order_and_combine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

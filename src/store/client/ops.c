@@ -22,6 +22,7 @@
 #include "store/client/client.h"
 #include "store/tier/tier.h"
 #include "transfer/capability.h"
+#include "transfer/checksum.h"
 
 #define COMP "store-client"
 #define INLINE_REQS 32
@@ -332,24 +333,33 @@ static int64_t remaining_ms(uint64_t deadline_ms)
     return now >= deadline_ms ? 0 : (int64_t)(deadline_ms - now);
 }
 
+struct keyed;
+
 /* Work done while a keyed batch's transfers run (keyed_start ..
  * keyed_finish), so that on more than one core the end-to-end checksum
- * costs no wall time of its own: fn(arg, k0, k1, st) for keys [k0, k1) of
- * the call, st being the statuses of the batch's requests (indexed like
- * rv). With after_data, fn is called for each part of the batch once that
- * part's transfers finished; without, once for every key right after the
- * transfers started (st then holds nothing yet: do not read it). Never
- * called for keys whose transfers did not start. */
+ * costs no wall time of its own: fn(arg, k0, k1, kd) for keys [k0, k1) of
+ * the call, kd->st being the statuses of the batch's requests (indexed
+ * like rv) and kd_crc(kd, ...) the checksums the TE computed of them. With
+ * after_data, fn is called for each part of the batch once that part's
+ * transfers finished; without, once for every key right after the
+ * transfers started (kd->st then holds nothing yet: do not read it). Never
+ * called for keys whose transfers did not start. A keyed batch with an
+ * overlap asks the TE for the crc32c of every request (transfer/checksum.h):
+ * its transports hash each piece right after moving it, while it is in
+ * cache, instead of the caller reading every byte again. */
 typedef struct overlap {
-    void (*fn)(void *arg, size_t k0, size_t k1, const int *st);
+    void (*fn)(void *arg, size_t k0, size_t k1, const struct keyed *kd);
     void *arg;
     int after_data;
 } overlap_t;
 
 #define OVERLAP_PARTS 4 /* a get batch runs as up to this many TE batches, checked in turn */
 
-/* Waits for batch b (submitted) and writes its requests' statuses to st. */
-static void batch_collect(cr_xfer_batch_t *b, size_t n, int *st)
+#define TE_CRC_KNOWN (1ull << 32) /* keyed_t.crc: the TE's crc32c is in the low bits */
+
+/* Waits for batch b (submitted) and writes its requests' statuses to st
+ * and, when crc is not NULL, their checksums (TE_CRC_KNOWN | crc, or 0). */
+static void batch_collect(cr_xfer_batch_t *b, size_t n, int *st, uint64_t *crc)
 {
     cr_xfer_status_t all;
     while (cr_xfer_batch_wait(b, -1) == -ETIMEDOUT && cr_xfer_batch_status_all(b, &all) == 0 &&
@@ -358,6 +368,9 @@ static void batch_collect(cr_xfer_batch_t *b, size_t n, int *st)
     for (size_t i = 0; i < n; i++) {
         cr_xfer_status_t x;
         st[i] = cr_xfer_batch_status(b, i, &x) ? -EIO : x.error;
+        uint32_t c;
+        if (crc)
+            crc[i] = cr__xfer_batch_crc(b, i, &c) == 0 ? TE_CRC_KNOWN | c : 0;
     }
     cr_xfer_batch_free(b);
 }
@@ -375,6 +388,8 @@ typedef struct keyed {
     int failed_start; /* the batch never started: nothing to collect */
     int *st;
     int stack_st[INLINE_REQS];
+    uint64_t *crc; /* per request: TE_CRC_KNOWN | its crc32c, or 0; NULL without ov */
+    uint64_t stack_crc[INLINE_REQS];
     size_t parts;
     size_t k[OVERLAP_PARTS + 1];
     cr_xfer_batch_t *b[OVERLAP_PARTS];
@@ -401,6 +416,10 @@ static void keyed_start(cr_store_t *s, keyed_t *kd, const reqvec_t *rv, const si
         err = -ENOMEM;
     else if (!err && rv->n && deadline && remaining_ms(deadline) == 0)
         err = CR_E_LEASE_EXPIRED;
+    if (!err && ov && rv->n > 1) /* the TE's checksums of a multi-request batch */
+        kd->crc = rv->n <= INLINE_REQS ? kd->stack_crc : calloc(rv->n, sizeof *kd->crc);
+    if (!err && ov && rv->n > 1 && !kd->crc)
+        err = -ENOMEM;
     if (err) {
         if (kd->st != kd->stack_st)
             free(kd->st);
@@ -430,6 +449,8 @@ static void keyed_start(cr_store_t *s, keyed_t *kd, const reqvec_t *rv, const si
             if (!nq)
                 continue;
             int rc = cr_xfer_batch_alloc(s->te, nq, &kd->b[j]);
+            if (!rc && kd->crc)
+                cr__xfer_batch_want_crc(kd->b[j]);
             if (!rc && (rc = cr__xfer_batch_submit_caps(kd->b[j], rv->v + q0, rv->caps + q0,
                                                         nq)) != 0)
                 cr_xfer_batch_free(kd->b[j]);
@@ -441,7 +462,7 @@ static void keyed_start(cr_store_t *s, keyed_t *kd, const reqvec_t *rv, const si
         }
     }
     if (ov && !ov->after_data)
-        ov->fn(ov->arg, 0, n, kd->st);
+        ov->fn(ov->arg, 0, n, kd);
 }
 
 /* Waits for what keyed_start started; every key still without an error
@@ -456,12 +477,13 @@ static void keyed_finish(cr_store_t *s, keyed_t *kd, int *results)
     for (size_t j = 0; j < kd->parts; j++) {
         size_t q0 = kd->first[kd->k[j]];
         if (kd->b[j])
-            batch_collect(kd->b[j], kd->first[kd->k[j + 1]] - q0, kd->st + q0);
+            batch_collect(kd->b[j], kd->first[kd->k[j + 1]] - q0, kd->st + q0,
+                          kd->crc ? kd->crc + q0 : NULL);
         if (after)
-            ov->fn(ov->arg, kd->k[j], kd->k[j + 1], kd->st);
+            ov->fn(ov->arg, kd->k[j], kd->k[j + 1], kd);
     }
     if (after && !kd->parts) /* a lone request, or every byte copied in place */
-        ov->fn(ov->arg, 0, kd->n, kd->st);
+        ov->fn(ov->arg, 0, kd->n, kd);
     int failed = 0;
     for (size_t i = 0; i < kd->n; i++)
         for (size_t q = kd->first[i]; q < kd->first[i + 1] && !results[i]; q++)
@@ -473,6 +495,42 @@ static void keyed_finish(cr_store_t *s, keyed_t *kd, int *results)
         mark_failed(s, rv->v, kd->st, rv->n);
     if (kd->st != kd->stack_st)
         free(kd->st);
+    if (kd->crc != kd->stack_crc)
+        free(kd->crc);
+}
+
+/* Key i's requests all moved ([first[i], first[i+1]) of kd): 1 if so. */
+static int kd_key_moved(const keyed_t *kd, size_t i)
+{
+    for (size_t q = kd->first[i]; q < kd->first[i + 1]; q++)
+        if (kd->st[q])
+            return 0;
+    return 1;
+}
+
+/* The crc32c of key i's value [base, base + size) from the TE's checksums
+ * of its requests: those whose local ranges tile the value in order from
+ * base (later ones, e.g. another replica's writes of the same bytes, are
+ * not needed). Returns 1 and *out, or 0 when the TE's checksums do not
+ * cover the value (the caller then hashes it itself). */
+static int kd_key_crc(const keyed_t *kd, size_t i, const void *base, uint64_t size, uint32_t *out)
+{
+    if (!kd->crc)
+        return 0;
+    uint64_t pos = 0;
+    uint32_t c = 0;
+    for (size_t q = kd->first[i]; q < kd->first[i + 1] && pos < size; q++) {
+        const cr_xfer_request_t *r = &kd->rv->v[q];
+        if (!(kd->crc[q] & TE_CRC_KNOWN) || (const char *)r->local_addr != (const char *)base + pos ||
+            r->length > size - pos)
+            return 0;
+        c = cr__crc32c_combine(c, (uint32_t)kd->crc[q], r->length);
+        pos += r->length;
+    }
+    if (pos != size)
+        return 0;
+    *out = c;
+    return 1;
 }
 
 /* A read that took elapsed_ms under a lease of lease_ms needs validation
@@ -763,9 +821,10 @@ static void put_write_staged(cr_store_t *s, const cr__rpc_msg_t *rep, const void
     rv_free(&rv);
 }
 
-/* The end-to-end checksums of the values being written (keyed_start's
- * overlap, before the data: the caller owns the sources until the put
- * returns, so these are the bytes sent). */
+/* The end-to-end checksums of the values written (keyed_finish's overlap,
+ * after the data): the TE's checksums of the bytes it sent when they cover
+ * the value, else one pass over the source (the caller owns the sources
+ * until the put returns, so these are the bytes sent). */
 typedef struct put_crc {
     const void *const *srcs;
     const size_t *lens;
@@ -774,12 +833,12 @@ typedef struct put_crc {
     uint32_t *crcs;
 } put_crc_t;
 
-static void put_crc_fn(void *arg, size_t k0, size_t k1, const int *st)
+static void put_crc_fn(void *arg, size_t k0, size_t k1, const keyed_t *kd)
 {
-    (void)st;
     put_crc_t *pc = arg;
     for (size_t i = k0; i < k1; i++)
-        if (pc->started[i] && !pc->results[i])
+        if (pc->started[i] && !pc->results[i] && kd_key_moved(kd, i) &&
+            !kd_key_crc(kd, i, pc->srcs[i], pc->lens[i], &pc->crcs[i]))
             pc->crcs[i] = cr__crc32c(0, pc->srcs[i], pc->lens[i]);
 }
 
@@ -1155,7 +1214,7 @@ static void put_chunk_begin(cr_store_t *s, put_chunk_t *c, const cr_store_replic
     if (c->staged)
         return;
     c->pc = (put_crc_t){c->srcs, c->lens, c->started, c->results, c->crcs};
-    c->ov = (overlap_t){put_crc_fn, &c->pc, 0};
+    c->ov = (overlap_t){put_crc_fn, &c->pc, 1};
     put_direct_build(s, &c->rep, c->srcs, c->lens, n, c->started, c->first, c->deadline, &c->rv,
                      c->results);
     /* a key not started has its PutStart error in results[i] */
@@ -1606,17 +1665,17 @@ typedef struct get_crc {
     uint8_t *checked;
 } get_crc_t;
 
-static void get_crc_fn(void *arg, size_t k0, size_t k1, const int *st)
+static void get_crc_fn(void *arg, size_t k0, size_t k1, const keyed_t *kd)
 {
     get_crc_t *gc = arg;
     for (size_t i = k0; i < k1; i++) {
         const cr__rpc_item_t *it = &gc->rep->items[i];
-        if (gc->results[i] || !(it->flags & CR__RPC_F_CRC))
+        if (gc->results[i] || !(it->flags & CR__RPC_F_CRC) || !kd_key_moved(kd, i))
             continue;
-        int ok = 1;
-        for (size_t q = gc->first[i]; q < gc->first[i + 1] && ok; q++)
-            ok = st[q] == 0;
-        gc->checked[i] = ok && cr__crc32c(0, gc->dsts[i], it->size) == it->crc;
+        uint32_t c;
+        if (!kd_key_crc(kd, i, gc->dsts[i], it->size, &c))
+            c = cr__crc32c(0, gc->dsts[i], it->size);
+        gc->checked[i] = c == it->crc;
     }
 }
 

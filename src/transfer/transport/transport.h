@@ -91,6 +91,15 @@ typedef struct cr__xfer_task {
      * submitting thread (submit then returns after the task completed)
      * instead of handing it to a worker and waking the waiter back. */
     int caller_waits;
+    /* the submitter wants the crc32c of the local bytes (src/transfer/
+     * checksum.h): a transport that moves the task in pieces reports each
+     * piece moved with cr__xfer_task_crc_range while it is in cache; the
+     * engine hashes whatever was not reported when the task completes */
+    int want_crc;
+    atomic_uint crc_acc;            /* engine-owned: XOR of the pieces' shifted raw crcs */
+    atomic_uint_fast64_t crc_bytes; /* engine-owned: bytes reported */
+    uint32_t crc;                   /* engine-owned: valid when crc_valid, set before state */
+    int crc_valid;
     /* engine-owned: */
     struct cr_xfer_batch *batch;
     uint32_t index;
@@ -162,6 +171,14 @@ void cr__xfer_task_done(cr__xfer_task_t *task, int err);
 
 /* Adds confirmed bytes to a task's progress (optional, for status polls). */
 void cr__xfer_task_progress(cr__xfer_task_t *task, uint64_t bytes);
+
+/* For a task with want_crc: hashes the local bytes [off, off + len) of the
+ * task, which were just moved successfully (for a READ they landed, for a
+ * WRITE they were sent), while they are still in this core's cache. Call it
+ * at most once per byte, before the cr__xfer_task_done that ends the task;
+ * a task not wholly covered is hashed by the engine at done. No-op without
+ * want_crc. */
+void cr__xfer_task_crc_range(cr__xfer_task_t *task, uint64_t off, uint64_t len);
 
 /* Serving side: checks that [addr, addr+len) lies inside one registered
  * local buffer and pins it against unregistration. Returns 0 (then call

@@ -58,6 +58,10 @@
 #define SHM_MAX_IOV 64               /* iovecs merged into one syscall */
 #define SHM_INLINE (64ull << 10)     /* a lone task up to this size is copied by its submitter */
 #define SHM_MAX_THREADS 4
+/* a worker's claim when the submitter wants checksums: small enough that
+ * the bytes just copied are still in the core's cache (L2 is 512 KiB per
+ * core here) when the worker hashes them */
+#define SHM_CRC_CLAIM (256ull << 10)
 #define SHM_FREE_ITEMS_MAX 4096      /* cached work items kept for reuse */
 #define SHM_PROBE_BUFFERS 4          /* registered buffers tried by can_reach */
 #define SHM_HUGE (2ull << 20)        /* x86-64 transparent huge page */
@@ -477,6 +481,7 @@ static void *shm_worker(void *arg)
         int ng = 1;
         group[0] = it;
         uint64_t len;
+        uint64_t claim = it->task->want_crc ? SHM_CRC_CLAIM : SHM_CHUNK;
         if (off == 0 && tlen <= SHM_SMALL) {
             /* whole small task: merge followers of the same peer and opcode */
             len = tlen;
@@ -484,7 +489,7 @@ static void *shm_worker(void *arg)
             shm_item_t *nx = it->next;
             while (nx && ng < SHM_MAX_IOV && nx->peer == it->peer &&
                    nx->task->opcode == it->task->opcode && nx->task->length <= SHM_SMALL &&
-                   sum + nx->task->length <= SHM_CHUNK) {
+                   sum + nx->task->length <= claim) {
                 sum += nx->task->length;
                 nx->next_off = nx->task->length;
                 group[ng++] = nx;
@@ -494,8 +499,8 @@ static void *shm_worker(void *arg)
             st->head = nx;
         } else {
             /* a chunk; a task that already failed is drained in one claim */
-            len = SHM_CHUNK;
-            if (atomic_load(&it->err) || tlen - off < SHM_CHUNK)
+            len = claim;
+            if (atomic_load(&it->err) || tlen - off < claim)
                 len = tlen - off;
             it->next_off = off + len;
             if (it->next_off == tlen)
@@ -507,6 +512,7 @@ static void *shm_worker(void *arg)
 
         /* items that fail before copying are finished right away */
         int nc = 0;
+        uint64_t offs[SHM_MAX_IOV];
         for (int g = 0; g < ng; g++) {
             shm_item_t *x = group[g];
             uint64_t xoff = g == 0 ? off : 0;
@@ -517,6 +523,7 @@ static void *shm_worker(void *arg)
                 continue;
             }
             group[nc] = x;
+            offs[nc] = xoff;
             shm_iov_set(&liov[nc], &riov[nc], x->task, xoff, xlen);
             nc++;
         }
@@ -534,6 +541,7 @@ static void *shm_worker(void *arg)
             for (int g = 0; g < nc; g++) {
                 if (moved >= lens[g]) {
                     moved -= lens[g];
+                    cr__xfer_task_crc_range(group[g]->task, offs[g], lens[g]);
                     shm_item_finish(st, group[g], lens[g], 0);
                 } else if (nc == 1 || err == -ECONNRESET || err == -EACCES) {
                     /* the remainder fails too (or there is nothing to isolate) */
@@ -548,6 +556,8 @@ static void *shm_worker(void *arg)
                     shm_iov_set(&l1, &r1, group[g]->task, 0, lens[g]);
                     uint64_t m1 = shm_copy(sp->pid, sp->pidfd, group[g]->task->opcode, &l1,
                                            &r1, 1, &e1);
+                    if (m1 == lens[g])
+                        cr__xfer_task_crc_range(group[g]->task, 0, lens[g]);
                     shm_item_finish(st, group[g], lens[g], m1 == lens[g] ? 0 : (e1 ? e1 : -EFAULT));
                 }
             }
@@ -641,10 +651,12 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
             struct iovec l1, r1;
             shm_iov_set(&l1, &r1, it->task, 0, len);
             uint64_t moved = shm_copy(sp->pid, sp->pidfd, it->task->opcode, &l1, &r1, 1, &e);
-            if (moved == len)
+            if (moved == len) {
                 e = 0;
-            else if (!e)
+                cr__xfer_task_crc_range(it->task, 0, len);
+            } else if (!e) {
                 e = -EFAULT;
+            }
         }
         shm_item_finish(st, it, len, e);
         return 0;

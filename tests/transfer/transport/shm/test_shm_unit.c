@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "transfer/segment_desc.h"
 #include "transfer/transport/transport.h"
 
@@ -69,6 +70,32 @@ int cr__xfer_cap_enforced(cr_xfer_engine_t *e)
 void cr__xfer_task_progress(cr__xfer_task_t *task, uint64_t bytes)
 {
     atomic_fetch_add(&task->bytes, bytes);
+}
+
+/* as the engine does (batch.c); crc_ok() checks the pieces reported cover
+ * the task exactly and hash to the bytes now in its local buffer */
+void cr__xfer_task_crc_range(cr__xfer_task_t *task, uint64_t off, uint64_t len)
+{
+    if (!task->want_crc || !len)
+        return;
+    if (atomic_load(&task->state) != CR_XFER_STATE_WAITING)
+        g_double_done++; /* a piece reported after the task ended */
+    uint32_t r = cr__crc32c_shift(cr__crc32c_raw(0, task->local + off, (size_t)len),
+                                  task->length - off - len);
+    atomic_fetch_xor(&task->crc_acc, r);
+    atomic_fetch_add(&task->crc_bytes, len);
+}
+
+static int crc_ok(cr__xfer_task_t *t)
+{
+    if (atomic_load(&t->crc_bytes) != t->length) {
+        print_message("crc pieces cover %llu of %llu bytes\n",
+                      (unsigned long long)atomic_load(&t->crc_bytes),
+                      (unsigned long long)t->length);
+        return 0;
+    }
+    uint32_t c = ~(atomic_load(&t->crc_acc) ^ cr__crc32c_shift(0xFFFFFFFFu, t->length));
+    return c == cr__crc32c(0, t->local, (size_t)t->length);
 }
 
 /* The transport reads a peer's buffers through this public call when it has
@@ -416,9 +443,11 @@ static void test_read_write_sizes(void **s)
         /* READ: the child's initial pattern (seed 1) lands in local */
         memset(local + loff, 0, len);
         task_init(&t, &r.peer, CR_XFER_READ, local + loff, r.c.addr + roff, len);
+        t.want_crc = 1; /* the crc of the landed bytes, in pieces while in cache */
         run_tasks(&r, &tp, 1);
         assert_int_equal(atomic_load(&t.error), 0);
         assert_int_equal(atomic_load(&t.bytes), len);
+        assert_true(crc_ok(&t));
         long long bad = check(local + loff, len, roff, 1);
         if (bad >= 0)
             print_message("READ len %llu: first wrong byte at %lld\n", (unsigned long long)len, bad);
@@ -427,8 +456,10 @@ static void test_read_write_sizes(void **s)
         /* WRITE: a new pattern; verified through /proc/pid/mem */
         fill(local + loff, len, 0, seed);
         task_init(&t, &r.peer, CR_XFER_WRITE, local + loff, r.c.addr + roff, len);
+        t.want_crc = 1;
         run_tasks(&r, &tp, 1);
         assert_int_equal(atomic_load(&t.error), 0);
+        assert_true(crc_ok(&t));
         assert_int_equal(peer_pread(r.c.pid, back, len, r.c.addr + roff), 0);
         bad = check(back, len, 0, seed);
         if (bad >= 0)
@@ -463,6 +494,7 @@ static void test_many_small_and_out_of_range(void **s)
     for (int i = 0; i < N; i++) {
         uint64_t off = (uint64_t)(N - 1 - i) * 1024 + (i % 7); /* reversed, unaligned */
         task_init(&t[i], &r.peer, CR_XFER_READ, local + (size_t)i * 1024, r.c.addr + off, SZ);
+        t[i].want_crc = i % 2; /* merged groups of tasks with and without */
         tp[i] = &t[i];
     }
     /* out of range: past the end of the only buffer, and straddling it */
@@ -483,6 +515,10 @@ static void test_many_small_and_out_of_range(void **s)
         if (bad >= 0)
             print_message("task %d: first wrong byte at %lld\n", i, bad);
         assert_int_equal(bad, -1);
+        if (t[i].want_crc)
+            assert_true(crc_ok(&t[i]));
+        else
+            assert_int_equal(atomic_load(&t[i].crc_bytes), 0);
     }
 
     /* a range the descriptor claims but the peer does not map: -EFAULT from

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "../../core/xfer_test_util.h"
+#include "common/crc32c.h"
+#include "transfer/checksum.h"
 #include "transfer/transport/tcp/tcp_internal.h"
 #include "transfer/xfer_internal.h"
 
@@ -129,6 +131,62 @@ static void test_big_and_batched_requests_are_queued(void **state)
     assert_int_equal(sync_done(f->a), before);
 }
 
+/* A batch that wants checksums (transfer/checksum.h) gets the crc32c of
+ * every request's local bytes, READ and WRITE, one slice or many; the tcp
+ * transport hashes each slice as it settles it (the pieces cover every
+ * request exactly), so nothing is left to the engine's pass at the end. A
+ * failed request, and a batch that did not ask, have none. */
+static void test_batch_checksums(void **state)
+{
+    fx_t *f = *state;
+    uint64_t b = (uint64_t)(uintptr_t)f->bbuf;
+    size_t lens[] = {1, 4096, (1u << 20) + 3, (3u << 20) + 1};
+    enum { N = 2 * sizeof lens / sizeof lens[0] };
+    cr_xfer_request_t r[N + 1];
+    size_t off = 0;
+    for (int op = 0; op < 2; op++)
+        for (size_t i = 0; i < N / 2; i++) {
+            size_t k = (size_t)op * (N / 2) + i;
+            r[k] = (cr_xfer_request_t){op ? CR_XFER_WRITE : CR_XFER_READ, f->abuf + off + 5,
+                                       f->seg, b + off + 9, lens[i]};
+            off += lens[i] + 4096;
+        }
+    xt_fill(f->abuf, off + 64, 0, 31);
+    xt_fill(f->bbuf, off + 64, 0, 32);
+    /* and one the target refuses: beyond its registered memory */
+    r[N] = (cr_xfer_request_t){CR_XFER_READ, f->abuf, f->seg, b + BUF, 4096};
+    cr_xfer_batch_t *bt;
+    assert_int_equal(cr_xfer_batch_alloc(f->a, N + 1, &bt), 0);
+    cr__xfer_batch_want_crc(bt);
+    assert_int_equal(cr_xfer_batch_submit(bt, r, N + 1), 0);
+    assert_int_not_equal(cr_xfer_batch_wait(bt, 30000), -ETIMEDOUT); /* r[N]'s error */
+    for (size_t k = 0; k < N; k++) {
+        cr_xfer_status_t st;
+        assert_int_equal(cr_xfer_batch_status(bt, k, &st), 0);
+        assert_int_equal(st.error, 0);
+        uint32_t c = 0;
+        assert_int_equal(cr__xfer_batch_crc(bt, k, &c), 0);
+        assert_int_equal(c, cr__crc32c(0, r[k].local_addr, r[k].length));
+        assert_int_equal(atomic_load(&bt->tasks[k].crc_bytes), r[k].length);
+    }
+    /* both ends hold the same bytes (the READs' crcs are of what landed) */
+    for (size_t k = 0; k < N; k++)
+        assert_int_equal(memcmp(r[k].local_addr, f->bbuf + (r[k].target_addr - b), r[k].length), 0);
+    cr_xfer_status_t bad;
+    assert_int_equal(cr_xfer_batch_status(bt, N, &bad), 0);
+    assert_int_not_equal(bad.error, 0);
+    uint32_t c = 0;
+    assert_int_equal(cr__xfer_batch_crc(bt, N, &c), -ENODATA);
+    assert_int_equal(cr__xfer_batch_crc(bt, N + 1, &c), -EINVAL);
+    cr_xfer_batch_free(bt);
+    /* a batch without: none */
+    assert_int_equal(cr_xfer_batch_alloc(f->a, 2, &bt), 0);
+    assert_int_equal(cr_xfer_batch_submit(bt, r, 2), 0);
+    assert_int_equal(cr_xfer_batch_wait(bt, 30000), 0);
+    assert_int_equal(cr__xfer_batch_crc(bt, 0, &c), -ENODATA);
+    cr_xfer_batch_free(bt);
+}
+
 /* the target refuses a range it no longer registers (a's descriptor still
  * lists it): the request fails with the target's status, and the same
  * connection serves the next request */
@@ -229,6 +287,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lone_requests_take_sync_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_big_and_batched_requests_are_queued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_checksums, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_status_is_final_and_connection_survives,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_connection_falls_back_to_queue, setup, teardown),
