@@ -169,16 +169,21 @@ void cr__xfer_task_progress(cr__xfer_task_t *t, uint64_t bytes)
     atomic_fetch_add_explicit(&t->bytes, bytes, memory_order_relaxed);
 }
 
-void cr__xfer_task_crc_range(cr__xfer_task_t *t, uint64_t off, uint64_t len)
+void cr__xfer_task_crc_add(cr__xfer_task_t *t, uint64_t off, uint64_t len, uint32_t raw)
 {
     if (!t->want_crc || !len)
         return;
     /* raw registers from 0 are linear in the bytes: each piece's, carried
      * over the bytes after it, XORs into the whole buffer's (crc32c.h) */
-    uint32_t r = cr__crc32c_shift(cr__crc32c_raw(0, t->local + off, (size_t)len),
-                                  t->length - off - len);
+    uint32_t r = cr__crc32c_shift(raw, t->length - off - len);
     atomic_fetch_xor_explicit(&t->crc_acc, r, memory_order_relaxed);
     atomic_fetch_add_explicit(&t->crc_bytes, len, memory_order_relaxed);
+}
+
+void cr__xfer_task_crc_range(cr__xfer_task_t *t, uint64_t off, uint64_t len)
+{
+    if (t->want_crc && len)
+        cr__xfer_task_crc_add(t, off, len, cr__crc32c_raw(0, t->local + off, (size_t)len));
 }
 
 /* The crc32c of a task that completed: from the pieces its transport

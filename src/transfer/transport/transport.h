@@ -179,6 +179,10 @@ void cr__xfer_task_progress(cr__xfer_task_t *task, uint64_t bytes);
  * a task not wholly covered is hashed by the engine at done. No-op without
  * want_crc. */
 void cr__xfer_task_crc_range(cr__xfer_task_t *task, uint64_t off, uint64_t len);
+/* The same with the piece's raw register from 0 (cr__crc32c_raw(0, local +
+ * off, len)) computed by the transport already, e.g. a WRITE's source
+ * hashed just before its copy so that the copy reads it from cache. */
+void cr__xfer_task_crc_add(cr__xfer_task_t *task, uint64_t off, uint64_t len, uint32_t raw);
 
 /* Serving side: checks that [addr, addr+len) lies inside one registered
  * local buffer and pins it against unregistration. Returns 0 (then call

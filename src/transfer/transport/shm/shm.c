@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "transfer/transport/shm/shm_proof.h"
 #include "transfer/transport/transport.h"
@@ -534,6 +535,13 @@ static void *shm_worker(void *arg)
             uint64_t lens[SHM_MAX_IOV];
             for (int g = 0; g < nc; g++)
                 lens[g] = liov[g].iov_len;
+            /* a WRITE's sources are hashed before the copy, which then
+             * reads them from cache (a READ's bytes after they landed) */
+            uint32_t raws[SHM_MAX_IOV];
+            int pre = group[0]->task->opcode == CR_XFER_WRITE;
+            for (int g = 0; pre && g < nc; g++)
+                if (group[g]->task->want_crc)
+                    raws[g] = cr__crc32c_raw(0, liov[g].iov_base, lens[g]);
             int err;
             shm_peer_t *sp = group[0]->peer;
             uint64_t moved = shm_copy(sp->pid, sp->pidfd, group[0]->task->opcode, liov, riov,
@@ -541,7 +549,10 @@ static void *shm_worker(void *arg)
             for (int g = 0; g < nc; g++) {
                 if (moved >= lens[g]) {
                     moved -= lens[g];
-                    cr__xfer_task_crc_range(group[g]->task, offs[g], lens[g]);
+                    if (pre)
+                        cr__xfer_task_crc_add(group[g]->task, offs[g], lens[g], raws[g]);
+                    else
+                        cr__xfer_task_crc_range(group[g]->task, offs[g], lens[g]);
                     shm_item_finish(st, group[g], lens[g], 0);
                 } else if (nc == 1 || err == -ECONNRESET || err == -EACCES) {
                     /* the remainder fails too (or there is nothing to isolate) */
