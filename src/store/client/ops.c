@@ -524,7 +524,7 @@ static int kd_key_crc(const keyed_t *kd, size_t i, const void *base, uint64_t si
         if (!(kd->crc[q] & TE_CRC_KNOWN) || (const char *)r->local_addr != (const char *)base + pos ||
             r->length > size - pos)
             return 0;
-        c = cr__crc32c_combine(c, (uint32_t)kd->crc[q], r->length);
+        c = pos ? cr__crc32c_combine(c, (uint32_t)kd->crc[q], r->length) : (uint32_t)kd->crc[q];
         pos += r->length;
     }
     if (pos != size)
