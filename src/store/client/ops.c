@@ -1272,19 +1272,47 @@ static size_t pipe_chunks(size_t n)
     return n < 2 * PIPE_KEYS ? 1 : n / PIPE_KEYS;
 }
 
+/* 1 if reserved chunk c (begun) holds a carve outside this client's
+ * current reservation. The master keeps two reservations open per client
+ * and closes the oldest for a third: a RESERVE made by the next chunk
+ * could then close the one c carved from and refuse c's commits (its keys
+ * would go two-phase, their carved space to the quarantine). put_once
+ * commits such a chunk before starting the next. */
+static int resv_chunk_spans(cr_store_t *s, const put_chunk_t *c)
+{
+    if (c->rc || !c->resv)
+        return 0;
+    pthread_mutex_lock(&s->resv_mu);
+    uint64_t cur = s->resv.id;
+    pthread_mutex_unlock(&s->resv_mu);
+    for (size_t i = 0; i < c->n; i++)
+        if (c->rep.items[i].status == 0 && c->rep.items[i].version != cur)
+            return 1;
+    return 0;
+}
+
 /* Core of put / put_from / batch_put_from: PutStart, the writes (direct
  * from registered memory, or staged), then PutEnd for the keys written
  * and PutRevoke for the others; a big direct batch as pipelined chunks
- * (pipe_chunks). srcs[i] is the value of keys[i] (registered memory when
+ * (pipe_chunks). With resv (direct only), each chunk is carved from the
+ * reservation and committed with one PUT_COMMIT instead ("reserved put"):
+ * chunk j's commit then overlaps chunk j + 1's data, and commits stay in
+ * carve order (chunk j's carves lie below chunk j + 1's), as the master
+ * requires. srcs[i] is the value of keys[i] (registered memory when
  * !staged). Every key gets its own result; returns the first error in key
  * order (0 if none). */
 static int put_once(cr_store_t *s, const char *const *keys, const void *const *srcs,
                     const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg,
-                    int staged, int avoid_suspects, int *results)
+                    int staged, int avoid_suspects, int resv, int *results)
 {
     size_t nch = staged ? 1 : pipe_chunks(n);
     put_chunk_t c[2];
     for (size_t j = 0; j <= nch; j++) {
+        int ended = 0;
+        if (j > 0 && j < nch && resv_chunk_spans(s, &c[(j - 1) & 1])) {
+            put_chunk_end(s, &c[(j - 1) & 1]);
+            ended = 1;
+        }
         if (j < nch) { /* start chunk j while chunk j - 1's data moves */
             size_t k0 = n * j / nch, k1 = n * (j + 1) / nch;
             put_chunk_t *cj = &c[j & 1];
@@ -1295,10 +1323,10 @@ static int put_once(cr_store_t *s, const char *const *keys, const void *const *s
             cj->results = results + k0;
             cj->staged = staged;
             cj->avoid_suspects = avoid_suspects;
-            cj->resv = 0;
+            cj->resv = resv;
             put_chunk_begin(s, cj, cfg, j == 0);
         }
-        if (j > 0) /* then end chunk j - 1 while chunk j's data moves */
+        if (j > 0 && !ended) /* then end chunk j - 1 while chunk j's data moves */
             put_chunk_end(s, &c[(j - 1) & 1]);
     }
     int firsterr = 0;
@@ -1319,7 +1347,7 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
                   const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
                   int *results)
 {
-    int rc = put_once(s, keys, srcs, lens, n, cfg, staged, CR__SC_PUT_ATTEMPTS > 1, results);
+    int rc = put_once(s, keys, srcs, lens, n, cfg, staged, CR__SC_PUT_ATTEMPTS > 1, 0, results);
     if (!rc)
         return 0;
     const char *k1;
@@ -1353,7 +1381,7 @@ static int do_put(cr_store_t *s, const char *const *keys, const void *const *src
                 rl[m] = lens[i];
                 ri[m++] = i;
             }
-        put_once(s, rk, rs, rl, m, cfg, staged, attempt + 1 < CR__SC_PUT_ATTEMPTS, rr);
+        put_once(s, rk, rs, rl, m, cfg, staged, attempt + 1 < CR__SC_PUT_ATTEMPTS, 0, rr);
         for (size_t j = 0; j < m; j++)
             results[ri[j]] = rr[j];
     }
@@ -1395,17 +1423,8 @@ static int put_any(cr_store_t *s, const char *const *keys, const void *const *sr
         cr__staging_free(&s->staging, stg, lens[0]);
         return rc;
     }
-    put_chunk_t c;
-    memset(&c, 0, sizeof c);
-    c.keys = keys;
-    c.srcs = srcs;
-    c.lens = lens;
-    c.n = n;
-    c.results = results;
-    c.resv = 1;
     atomic_fetch_add(&s->resv_busy, 1); /* before the carve: cr__sc_resv_idle */
-    put_chunk_begin(s, &c, cfg, 1);
-    put_chunk_end(s, &c);
+    put_once(s, keys, srcs, lens, n, cfg, 0, 0, 1, results);
     atomic_fetch_sub(&s->resv_busy, 1);
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
