@@ -34,6 +34,13 @@ typedef struct reqvec {
     const uint8_t **caps; /* per request: the master's grant (NULL: none) */
     size_t n, cap;
     int err; /* sticky -ENOMEM / over bound */
+    /* the last segment add_range opened and its handle: a batch's keys
+     * mostly share a few segments (a reserved put's: one), so most keys
+     * cost a compare instead of the handle cache's lookup under its lock.
+     * The name points into the replica list the requests are built from,
+     * which outlives the vector. */
+    const char *last_seg;
+    cr_xfer_segment_t last_h;
     cr_xfer_request_t inl[INLINE_REQS];
     const uint8_t *inl_caps[INLINE_REQS];
 } reqvec_t;
@@ -45,6 +52,7 @@ static void rv_init(reqvec_t *r)
     r->n = 0;
     r->cap = INLINE_REQS;
     r->err = 0;
+    r->last_seg = NULL;
 }
 
 static void rv_free(reqvec_t *r)
@@ -199,12 +207,19 @@ static int add_range(cr_store_t *s, reqvec_t *rv, const cr__rpc_replica_t *rep, 
                                        .local_addr = local,
                                        .target_addr = taddr,
                                        .length = n};
-                int rc = cr__sc_segment(s, sh->segment, &q.target);
-                if (rc) {
-                    CR_LOG_WARN(COMP, "segment %s: %s", sh->segment, cr_strerror(rc));
-                    return rc == -ENOMEM ? rc : CR_E_TRANSFER_FAIL;
+                if (rv->last_seg &&
+                    (rv->last_seg == sh->segment || !strcmp(rv->last_seg, sh->segment))) {
+                    q.target = rv->last_h;
+                } else {
+                    int rc = cr__sc_segment(s, sh->segment, &q.target);
+                    if (rc) {
+                        CR_LOG_WARN(COMP, "segment %s: %s", sh->segment, cr_strerror(rc));
+                        return rc == -ENOMEM ? rc : CR_E_TRANSFER_FAIL;
+                    }
+                    rv->last_seg = sh->segment;
+                    rv->last_h = q.target;
                 }
-                rc = rv_push(rv, &q, sh->cap); /* the grant covers the whole shard */
+                int rc = rv_push(rv, &q, sh->cap); /* the grant covers the whole shard */
                 if (rc)
                     return rc;
             }
@@ -1035,13 +1050,18 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
     int fetched = 0;
     pthread_mutex_lock(&s->resv_mu);
     s->resv_used = 1;
+    /* one clock read for the chunk (and one after a RESERVE): a carve
+     * judged a few microseconds early gets a lease that long too generous,
+     * and that cannot matter: its deadline is measured from the chunk's
+     * start (put_chunk_begin's t0, earlier still), so it ends no later
+     * than the reservation's last moment for a write */
+    uint64_t now = cr__now_ms();
     for (size_t i = 0; i < n; i++) {
         cr__rpc_item_t *it = &rep->items[i];
         it->status = CR_E_INVALID_WRITE;
         if (c->lens[i] > RESV_VALUE_MAX)
             continue;
         for (;;) {
-            uint64_t now = cr__now_ms();
             if (s->resv.id && now < s->resv.write_until_ms) {
                 uint64_t rl = rl_of(s, c->lens[i]);
                 if (rl <= s->resv.end - s->resv.cur) {
@@ -1078,6 +1098,7 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
                 resv_get_locked(s))
                 break;
             fetched = 1;
+            now = cr__now_ms();
         }
     }
     pthread_mutex_unlock(&s->resv_mu);
