@@ -420,9 +420,13 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
         in->replicas[0].shards[0].len != size || !in->replicas[0].shards[0].segment)
         return CR_E_INVALID_PARAMS;
     const cr__rpc_shard_t *sh = &in->replicas[0].shards[0];
+    /* one lookup of the key serves the whole commit: nothing below
+     * changes the key index before the object is inserted */
+    uint64_t h = key_hash(in->key, in->key_len);
+    int64_t k = cr__m_map_find(m, in->key, in->key_len, h);
     /* a commit retried after its reply was lost (HA: at the new leader):
      * the key's object is the one this commit made (same place, size) */
-    obj_t *ex = cr__m_lookup_complete(m, in->key, in->key_len);
+    obj_t *ex = k >= 0 && (m->slots[k]->flags & OF_COMPLETE) ? m->slots[k] : NULL;
     if (ex && ex->n_rep == 1 && obj_nsh(ex)[0] == 1 && ex->size == size) {
         const shard_t *xs = obj_shards(ex);
         const seg_t *xg = &m->segs[xs->seg];
@@ -454,8 +458,6 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
      * committed (every committed block lies below cur) */
     if (a % g || a < r->cur || a > r->end || rl > r->end - a || r->blk == NONE32)
         return CR_E_INVALID_WRITE;
-    uint64_t h = key_hash(in->key, in->key_len);
-    int64_t k = cr__m_map_find(m, in->key, in->key_len, h);
     if (k >= 0) {
         obj_t *o = m->slots[k];
         if ((o->flags & OF_COMPLETE) || o->until_ms > now)
