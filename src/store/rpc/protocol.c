@@ -155,7 +155,25 @@ void cr__rpc_buf_free(cr__rpc_buf_t *b)
     memset(b, 0, sizeof *b);
 }
 
-static uint8_t *w_reserve(cr__rpc_buf_t *b, size_t n)
+static uint8_t *w_reserve_slow(cr__rpc_buf_t *b, size_t n);
+
+/* n more bytes at the end of b (NULL, and b->err sticky, if that fails).
+ * Inline for the common case, the room already there: the encoder calls it
+ * for every field. */
+static inline uint8_t *w_reserve(cr__rpc_buf_t *b, size_t n)
+{
+    size_t need = b->len + n;
+    if (__builtin_expect(!b->err && need <= b->cap &&
+                             need <= (size_t)CR__RPC_HDR_SIZE + CR__RPC_PAYLOAD_MAX,
+                         1)) {
+        uint8_t *p = b->data + b->len;
+        b->len = need;
+        return p;
+    }
+    return w_reserve_slow(b, n);
+}
+
+static uint8_t *w_reserve_slow(cr__rpc_buf_t *b, size_t n)
 {
     if (b->err)
         return NULL;
@@ -180,25 +198,25 @@ static uint8_t *w_reserve(cr__rpc_buf_t *b, size_t n)
     return p;
 }
 
-static void w_u16(cr__rpc_buf_t *b, uint16_t v)
+static inline void w_u16(cr__rpc_buf_t *b, uint16_t v)
 {
     uint8_t *p = w_reserve(b, 2);
     if (p)
         cr__put_le(p, v, 2);
 }
-static void w_u32(cr__rpc_buf_t *b, uint32_t v)
+static inline void w_u32(cr__rpc_buf_t *b, uint32_t v)
 {
     uint8_t *p = w_reserve(b, 4);
     if (p)
         cr__put_le(p, v, 4);
 }
-static void w_u64(cr__rpc_buf_t *b, uint64_t v)
+static inline void w_u64(cr__rpc_buf_t *b, uint64_t v)
 {
     uint8_t *p = w_reserve(b, 8);
     if (p)
         cr__put_le(p, v, 8);
 }
-static void w_bytes(cr__rpc_buf_t *b, const void *s, size_t n)
+static inline void w_bytes(cr__rpc_buf_t *b, const void *s, size_t n)
 {
     uint8_t *p = w_reserve(b, n);
     if (p && n)
@@ -497,6 +515,11 @@ typedef struct rd {
     const uint8_t *p;
     size_t left;
     int bad;
+    /* the last segment name decoded (in the message's arena): a batch's
+     * replica lists mostly name the same few segments, so an equal name
+     * shares that string instead of taking a copy per shard */
+    const char *last_seg;
+    uint16_t last_seg_len;
 } rd_t;
 
 static const uint8_t *r_take(rd_t *r, size_t n)
@@ -528,13 +551,21 @@ static const char *r_seg(rd_t *r, cr__rpc_msg_t *m, int *nomem)
         return NULL;
     }
     const uint8_t *p = r_take(r, l);
-    if (!p || memchr(p, 0, l)) {
+    if (!p)
+        return NULL;
+    if (r->last_seg && l == r->last_seg_len && !memcmp(p, r->last_seg, l))
+        return r->last_seg; /* same bytes, so no NUL among them either */
+    if (memchr(p, 0, l)) {
         r->bad = 1;
         return NULL;
     }
     char *s = cr__rpc_msg_strdup(m, (const char *)p, l);
-    if (!s)
+    if (!s) {
         *nomem = 1;
+        return NULL;
+    }
+    r->last_seg = s;
+    r->last_seg_len = l;
     return s;
 }
 
