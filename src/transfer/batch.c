@@ -331,7 +331,7 @@ static int batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs,
         t->index = (uint32_t)(base + i);
         t->deadline_ns = deadline;
         t->caller_waits = b->caller_waits;
-        t->want_crc = b->want_crc;
+        t->want_crc = 0; /* set below for a transport that hashes (crc_pieces) */
         atomic_init(&t->crc_acc, 0);
         atomic_init(&t->crc_bytes, 0);
         t->crc_valid = 0;
@@ -361,6 +361,8 @@ static int batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs,
             ng++;
         void *st;
         const struct cr_xfer_transport_ops *ops = cr__xfer_transport_of(e, &st, gp);
+        for (size_t k = 0; ops && b->want_crc && k < ng; k++)
+            group[i + k]->want_crc = (ops->crc_pieces >> group[i + k]->opcode) & 1u;
         int rc = ops && st ? ops->submit(st, gp, group + i, ng) : -EHOSTUNREACH;
         if (rc)
             for (size_t k = 0; k < ng; k++)
@@ -386,6 +388,12 @@ void cr__xfer_batch_want_crc(cr_xfer_batch_t *b)
 {
     if (b)
         b->want_crc = 1;
+}
+
+int cr__xfer_batch_crc_wanted(const cr_xfer_batch_t *b, size_t index)
+{
+    /* want_crc is written by the submit that returned to the caller */
+    return b && index < b->capacity && b->tasks[index].want_crc;
 }
 
 int cr__xfer_batch_crc(cr_xfer_batch_t *b, size_t index, uint32_t *crc)

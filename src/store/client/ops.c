@@ -352,20 +352,21 @@ struct keyed;
 
 /* Work done while a keyed batch's transfers run (keyed_start ..
  * keyed_finish), so that on more than one core the end-to-end checksum
- * costs no wall time of its own: fn(arg, k0, k1, kd) for keys [k0, k1) of
- * the call, kd->st being the statuses of the batch's requests (indexed
- * like rv) and kd_crc(kd, ...) the checksums the TE computed of them. With
- * after_data, fn is called for each part of the batch once that part's
- * transfers finished; without, once for every key right after the
- * transfers started (kd->st then holds nothing yet: do not read it). Never
- * called for keys whose transfers did not start. A keyed batch with an
- * overlap asks the TE for the crc32c of every request (transfer/checksum.h):
- * its transports hash each piece right after moving it, while it is in
- * cache, instead of the caller reading every byte again. */
+ * costs no wall time of its own. A keyed batch with an overlap asks the TE
+ * for the crc32c of every request (transfer/checksum.h): a transport whose
+ * own threads copy (shm) hashes each piece right after moving it, while it
+ * is in cache, instead of the caller reading every byte again; for the
+ * others (tcp, kd_key_te_hashes() == 0) the caller hashes. start(arg, n,
+ * kd), if set, runs once right after the transfers started (kd->st holds
+ * nothing yet: do not read it); fn(arg, k0, k1, kd) runs for each part of
+ * the batch (keys [k0, k1)) once that part's transfers finished, kd->st
+ * then being the statuses of its requests (indexed like rv) and
+ * kd_key_crc() the TE's checksums. Neither is called for keys whose
+ * transfers did not start. */
 typedef struct overlap {
+    void (*start)(void *arg, size_t n, const struct keyed *kd);
     void (*fn)(void *arg, size_t k0, size_t k1, const struct keyed *kd);
     void *arg;
-    int after_data;
 } overlap_t;
 
 #define OVERLAP_PARTS 4 /* a get batch runs as up to this many TE batches, checked in turn */
@@ -450,7 +451,7 @@ static void keyed_start(cr_store_t *s, keyed_t *kd, const reqvec_t *rv, const si
     if (rv->n == 1) {
         run_batch(s, rv, kd->st); /* a lone request: the TE may run it in this thread */
     } else if (rv->n > 1) {
-        if (!ov || !ov->after_data || parts < 1)
+        if (!ov || parts < 1)
             parts = 1;
         if (parts > OVERLAP_PARTS)
             parts = OVERLAP_PARTS;
@@ -476,8 +477,8 @@ static void keyed_start(cr_store_t *s, keyed_t *kd, const reqvec_t *rv, const si
             }
         }
     }
-    if (ov && !ov->after_data)
-        ov->fn(ov->arg, 0, n, kd);
+    if (ov && ov->start)
+        ov->start(ov->arg, n, kd);
 }
 
 /* Waits for what keyed_start started; every key still without an error
@@ -488,7 +489,7 @@ static void keyed_finish(cr_store_t *s, keyed_t *kd, int *results)
         return;
     const reqvec_t *rv = kd->rv;
     const overlap_t *ov = kd->ov;
-    int after = ov && ov->after_data;
+    int after = ov != NULL;
     for (size_t j = 0; j < kd->parts; j++) {
         size_t q0 = kd->first[kd->k[j]];
         if (kd->b[j])
@@ -520,6 +521,22 @@ static int kd_key_moved(const keyed_t *kd, size_t i)
     for (size_t q = kd->first[i]; q < kd->first[i + 1]; q++)
         if (kd->st[q])
             return 0;
+    return 1;
+}
+
+/* 1 if the TE hashes every request of key i (cr__xfer_batch_crc_wanted:
+ * its transport hashes what it moves); fixed once the batch was submitted. */
+static int kd_key_te_hashes(const keyed_t *kd, size_t i)
+{
+    if (!kd->crc || kd->first[i] == kd->first[i + 1])
+        return 0;
+    for (size_t q = kd->first[i]; q < kd->first[i + 1]; q++) {
+        size_t j = 0;
+        while (j + 1 < kd->parts && kd->first[kd->k[j + 1]] <= q)
+            j++;
+        if (!kd->b[j] || !cr__xfer_batch_crc_wanted(kd->b[j], q - kd->first[kd->k[j]]))
+            return 0;
+    }
     return 1;
 }
 
@@ -836,10 +853,11 @@ static void put_write_staged(cr_store_t *s, const cr__rpc_msg_t *rep, const void
     rv_free(&rv);
 }
 
-/* The end-to-end checksums of the values written (keyed_finish's overlap,
- * after the data): the TE's checksums of the bytes it sent when they cover
- * the value, else one pass over the source (the caller owns the sources
- * until the put returns, so these are the bytes sent). */
+/* The end-to-end checksums of the values written (the caller owns the
+ * sources until the put returns, so these are the bytes sent): a key the
+ * TE does not hash is hashed by put_crc_start while its data moves; the
+ * others get the TE's checksums once their data moved (put_crc_fn), or one
+ * pass over the source if the TE's do not cover the value. */
 typedef struct put_crc {
     const void *const *srcs;
     const size_t *lens;
@@ -848,11 +866,19 @@ typedef struct put_crc {
     uint32_t *crcs;
 } put_crc_t;
 
+static void put_crc_start(void *arg, size_t n, const keyed_t *kd)
+{
+    put_crc_t *pc = arg;
+    for (size_t i = 0; i < n; i++)
+        if (pc->started[i] && !pc->results[i] && !kd_key_te_hashes(kd, i))
+            pc->crcs[i] = cr__crc32c(0, pc->srcs[i], pc->lens[i]);
+}
+
 static void put_crc_fn(void *arg, size_t k0, size_t k1, const keyed_t *kd)
 {
     put_crc_t *pc = arg;
     for (size_t i = k0; i < k1; i++)
-        if (pc->started[i] && !pc->results[i] && kd_key_moved(kd, i) &&
+        if (pc->started[i] && !pc->results[i] && kd_key_te_hashes(kd, i) && kd_key_moved(kd, i) &&
             !kd_key_crc(kd, i, pc->srcs[i], pc->lens[i], &pc->crcs[i]))
             pc->crcs[i] = cr__crc32c(0, pc->srcs[i], pc->lens[i]);
 }
@@ -1235,7 +1261,7 @@ static void put_chunk_begin(cr_store_t *s, put_chunk_t *c, const cr_store_replic
     if (c->staged)
         return;
     c->pc = (put_crc_t){c->srcs, c->lens, c->started, c->results, c->crcs};
-    c->ov = (overlap_t){put_crc_fn, &c->pc, 1};
+    c->ov = (overlap_t){put_crc_start, put_crc_fn, &c->pc};
     put_direct_build(s, &c->rep, c->srcs, c->lens, n, c->started, c->first, c->deadline, &c->rv,
                      c->results);
     /* a key not started has its PutStart error in results[i] */
@@ -2011,7 +2037,7 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
     if (c->staged)
         return;
     c->gc = (get_crc_t){&c->rep, c->dsts, c->first, results, c->checked};
-    c->ov = (overlap_t){get_crc_fn, &c->gc, 1};
+    c->ov = (overlap_t){NULL, get_crc_fn, &c->gc};
     get_direct_build(s, &c->rep, c->dsts, n, c->orders, c->used, c->first, &c->rv, results);
     keyed_start(s, &c->kd, &c->rv, c->first, n, 0, s->crc_on ? &c->ov : NULL, parts, results);
 }

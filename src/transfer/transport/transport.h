@@ -92,9 +92,10 @@ typedef struct cr__xfer_task {
      * instead of handing it to a worker and waking the waiter back. */
     int caller_waits;
     /* the submitter wants the crc32c of the local bytes (src/transfer/
-     * checksum.h): a transport that moves the task in pieces reports each
-     * piece moved with cr__xfer_task_crc_range while it is in cache; the
-     * engine hashes whatever was not reported when the task completes */
+     * checksum.h) and this task's transport hashes its opcode (crc_pieces):
+     * it reports each piece moved with cr__xfer_task_crc_range while it is
+     * in cache; the engine hashes the task if the pieces reported do not
+     * cover it when it completes. Set by the engine before submit. */
     int want_crc;
     atomic_uint crc_acc;            /* engine-owned: XOR of the pieces' shifted raw crcs */
     atomic_uint_fast64_t crc_bytes; /* engine-owned: bytes reported */
@@ -149,6 +150,14 @@ struct cr_xfer_transport_ops {
      * republished), e.g. to advise huge pages. It must not fail the
      * registration. */
     void (*mem_registered)(void *state, void *addr, size_t len);
+    /* Opcodes (bit 1u << CR_XFER_READ / CR_XFER_WRITE) whose tasks this
+     * transport hashes piece by piece (cr__xfer_task_crc_range) when the
+     * submitter wants checksums (src/transfer/checksum.h); want_crc is set
+     * only on those. 0: none; the submitter then hashes on its own, off the
+     * transport's threads (for a transport whose few threads are the
+     * critical path, e.g. one sender and receiver per connection, a hash
+     * there slows every piece behind it). */
+    unsigned crc_pieces;
 };
 
 /* A transport as the engine holds it: its ops and the state create() made. */

@@ -878,4 +878,5 @@ const struct cr_xfer_transport_ops cr__xfer_shm_ops = {
     .notify = NULL, /* notifications travel on the engine's control channel */
     .peer_forget = shm_peer_forget,
     .mem_registered = shm_mem_registered,
+    .crc_pieces = (1u << CR_XFER_READ) | (1u << CR_XFER_WRITE),
 };

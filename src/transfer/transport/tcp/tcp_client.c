@@ -37,16 +37,6 @@ static void settle(tcp_peer_t *p, cr__xfer_task_t *t, uint64_t len, int err)
     }
 }
 
-/* Settles slice sl that moved with status (0 or CR__ERRNO()); a slice that
- * moved is hashed first if its task wants a checksum (a READ's bytes just
- * landed, a WRITE's were just sent: both likely still in this core's cache). */
-static void settle_slice(tcp_peer_t *p, const tcp_slice_t *sl, int status)
-{
-    if (!status)
-        cr__xfer_task_crc_range(sl->task, sl->off, sl->len);
-    settle(p, sl->task, sl->len, status);
-}
-
 /* Fails the uncarved rest of queued task t (caller holds p->mu and has
  * unlinked t). */
 static void fail_rest_locked(tcp_peer_t *p, cr__xfer_task_t *t, int err)
@@ -432,7 +422,7 @@ static int conn_send(tcp_conn_t *c, int fd, const tcp_slice_t *sl, int n)
             continue;
         int a = atomic_exchange(&c->ack[(s + (uint32_t)i) % TCP_RING], TCP_ACK_SENT);
         if (a > 0)
-            settle_slice(c->peer, &sl[i], 1 - a);
+            settle(c->peer, sl[i].task, sl[i].len, 1 - a);
     }
     return rc;
 }
@@ -665,13 +655,13 @@ static void *receiver_main(void *arg)
                 atomic_fetch_add_explicit(&st->nic_bytes[p->paths[c->path].lnic], len,
                                           memory_order_relaxed);
             if (sl->op != CR__TCP_WRITE) {
-                settle_slice(p, sl, status);
+                settle(p, sl->task, len, status);
             } else {
                 atomic_fetch_sub(&c->inflight_writes, 1);
                 /* settled here once its send returned, else by the sender
                  * when it does (conn_send, "ack hand-off") */
                 if (atomic_exchange(&c->ack[h % TCP_RING], 1 - status) == TCP_ACK_SENT)
-                    settle_slice(p, sl, status);
+                    settle(p, sl->task, len, status);
             }
             atomic_fetch_sub(&c->inflight_bytes, len);
             atomic_store_explicit(&c->head, ++h, memory_order_release);

@@ -20,7 +20,9 @@
 
 #include <cmocka.h>
 
+#include "common/crc32c.h"
 #include "crescent/transfer.h"
+#include "transfer/checksum.h"
 
 #define MiB (1ull << 20)
 
@@ -413,6 +415,50 @@ static void test_batch_small(void **state)
     free(res);
 }
 
+/* A batch that wants checksums (transfer/checksum.h) over shm: shm hashes
+ * what it moves, so every request gets the crc32c of its local bytes,
+ * merged small ones and chunked large ones, READ and WRITE; a request
+ * that failed gets none. */
+static void test_batch_checksums(void **state)
+{
+    fx_t *f = *state;
+    enum { N = 10 };
+    static const uint64_t lens[N] = {1, 3000, 16384, 65536, 65537, (1u << 20) + 5, 7, 4096, 300000,
+                                     5000};
+    cr_xfer_request_t r[N + 1];
+    uint64_t off = 0;
+    for (int i = 0; i < N; i++) {
+        fill(f->local + off, lens[i], off, 77);
+        r[i] = (cr_xfer_request_t){.opcode = i % 3 == 1 ? CR_XFER_WRITE : CR_XFER_READ,
+                                   .local_addr = f->local + off, .target = f->seg,
+                                   .target_addr = f->raddr + off + 3, .length = lens[i]};
+        off += lens[i] + 100;
+    }
+    r[N] = (cr_xfer_request_t){.opcode = CR_XFER_READ, .local_addr = f->local, .target = f->seg,
+                               .target_addr = f->raddr + f->rlen - 10, .length = 4096};
+    cr_xfer_batch_t *b;
+    assert_int_equal(cr_xfer_batch_alloc(f->e, N + 1, &b), 0);
+    cr__xfer_batch_want_crc(b);
+    assert_int_equal(cr_xfer_batch_submit(b, r, N + 1), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(cr__xfer_batch_crc_wanted(b, (size_t)i), 1);
+    assert_int_not_equal(cr_xfer_batch_wait(b, 60000), -ETIMEDOUT); /* r[N] fails */
+    for (int i = 0; i < N; i++) {
+        cr_xfer_status_t st;
+        assert_int_equal(cr_xfer_batch_status(b, (size_t)i, &st), 0);
+        assert_int_equal(st.error, 0);
+        uint32_t c = 0;
+        assert_int_equal(cr__xfer_batch_crc(b, (size_t)i, &c), 0);
+        assert_int_equal(c, cr__crc32c(0, r[i].local_addr, r[i].length));
+        if (r[i].opcode == CR_XFER_READ) /* what landed is the child's pattern */
+            assert_int_equal(check(r[i].local_addr, r[i].length, r[i].target_addr - f->raddr, 1),
+                             -1);
+    }
+    uint32_t c;
+    assert_int_equal(cr__xfer_batch_crc(b, N, &c), -ENODATA);
+    cr_xfer_batch_free(b);
+}
+
 /* Four threads submit concurrently to the same shm peer (small merged
  * requests and chunked large ones interleave in the workers' queue); each
  * thread owns a disjoint slice of the local and remote buffers. */
@@ -561,6 +607,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm_only_engine, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_range, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_batch_small, setup_small, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_checksums, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_buffer_registered_later, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_notify, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_read_write_sizes, setup_big, teardown),
