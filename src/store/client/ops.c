@@ -371,10 +371,12 @@ typedef struct overlap {
 
 #define OVERLAP_PARTS 4 /* a get batch runs as up to this many TE batches, checked in turn */
 
-#define TE_CRC_KNOWN (1ull << 32) /* keyed_t.crc: the TE's crc32c is in the low bits */
+#define TE_CRC_KNOWN (1ull << 32)  /* keyed_t.crc: the TE's crc32c is in the low bits */
+#define TE_CRC_WANTED (1ull << 33) /* keyed_t.crc: the TE hashes this request */
 
-/* Waits for batch b (submitted) and writes its requests' statuses to st
- * and, when crc is not NULL, their checksums (TE_CRC_KNOWN | crc, or 0). */
+/* Waits for batch b (submitted) and frees it, writing its requests'
+ * statuses to st and, when crc is not NULL, their checksums (TE_CRC_KNOWN |
+ * crc; TE_CRC_WANTED is kept). */
 static void batch_collect(cr_xfer_batch_t *b, size_t n, int *st, uint64_t *crc)
 {
     cr_xfer_status_t all;
@@ -385,8 +387,8 @@ static void batch_collect(cr_xfer_batch_t *b, size_t n, int *st, uint64_t *crc)
         cr_xfer_status_t x;
         st[i] = cr_xfer_batch_status(b, i, &x) ? -EIO : x.error;
         uint32_t c;
-        if (crc)
-            crc[i] = cr__xfer_batch_crc(b, i, &c) == 0 ? TE_CRC_KNOWN | c : 0;
+        if (crc && cr__xfer_batch_crc(b, i, &c) == 0)
+            crc[i] = (crc[i] & TE_CRC_WANTED) | TE_CRC_KNOWN | c;
     }
     cr_xfer_batch_free(b);
 }
@@ -404,7 +406,7 @@ typedef struct keyed {
     int failed_start; /* the batch never started: nothing to collect */
     int *st;
     int stack_st[INLINE_REQS];
-    uint64_t *crc; /* per request: TE_CRC_KNOWN | its crc32c, or 0; NULL without ov */
+    uint64_t *crc; /* per request: TE_CRC_WANTED, TE_CRC_KNOWN | its crc32c; NULL without ov */
     uint64_t stack_crc[INLINE_REQS];
     size_t parts;
     size_t k[OVERLAP_PARTS + 1];
@@ -475,6 +477,8 @@ static void keyed_start(cr_store_t *s, keyed_t *kd, const reqvec_t *rv, const si
                 for (size_t q = q0; q < q0 + nq; q++)
                     kd->st[q] = rc;
             }
+            for (size_t q = q0; kd->crc && !rc && q < q0 + nq; q++)
+                kd->crc[q] = cr__xfer_batch_crc_wanted(kd->b[j], q - q0) ? TE_CRC_WANTED : 0;
         }
     }
     if (ov && ov->start)
@@ -495,6 +499,7 @@ static void keyed_finish(cr_store_t *s, keyed_t *kd, int *results)
         if (kd->b[j])
             batch_collect(kd->b[j], kd->first[kd->k[j + 1]] - q0, kd->st + q0,
                           kd->crc ? kd->crc + q0 : NULL);
+        kd->b[j] = NULL; /* freed */
         if (after)
             ov->fn(ov->arg, kd->k[j], kd->k[j + 1], kd);
     }
@@ -525,18 +530,14 @@ static int kd_key_moved(const keyed_t *kd, size_t i)
 }
 
 /* 1 if the TE hashes every request of key i (cr__xfer_batch_crc_wanted:
- * its transport hashes what it moves); fixed once the batch was submitted. */
+ * its transport hashes what it moves, noted at submit); fixed from then. */
 static int kd_key_te_hashes(const keyed_t *kd, size_t i)
 {
     if (!kd->crc || kd->first[i] == kd->first[i + 1])
         return 0;
-    for (size_t q = kd->first[i]; q < kd->first[i + 1]; q++) {
-        size_t j = 0;
-        while (j + 1 < kd->parts && kd->first[kd->k[j + 1]] <= q)
-            j++;
-        if (!kd->b[j] || !cr__xfer_batch_crc_wanted(kd->b[j], q - kd->first[kd->k[j]]))
+    for (size_t q = kd->first[i]; q < kd->first[i + 1]; q++)
+        if (!(kd->crc[q] & TE_CRC_WANTED))
             return 0;
-    }
     return 1;
 }
 
