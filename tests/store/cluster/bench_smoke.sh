@@ -22,7 +22,7 @@ pids+=($!)
 for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
 port=$(sed -n 's/.*rpc=\([0-9]*\).*/\1/p' "$tmp/port")
 [ -n "$port" ] || { echo "FAIL: master did not start"; exit 1; }
-"$node" --master_server_address "127.0.0.1:$port" --global_segment_size 128MB --ready_file "$tmp/ready" >"$tmp/node.log" 2>&1 &
+"$node" --master_server_address "127.0.0.1:$port" --global_segment_size 320MB --ready_file "$tmp/ready" >"$tmp/node.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 300); do [ -s "$tmp/ready" ] && break; sleep 0.05; done
 [ -s "$tmp/ready" ] || { echo "FAIL: node did not start"; exit 1; }
@@ -41,6 +41,12 @@ run() {
 run --op putget --value_size 64KB --threads 2 --ops 20 --verify
 run --op putget --value_size 4KB --threads 1 --processes 2 --ops 50 --verify
 run --op batch_putget --value_size 16KB --batch 8 --threads 2 --ops 4 --verify
+# the vLLM-like shape of bench/kvcache: calls of 256 keys (pipelined
+# chunks, reserved puts) over shm, whose workers hash what they move for
+# the end-to-end checksum; every key must come back (a wrong checksum at
+# put is a miss at get, i.e. errors > 0)
+run --op batch_putget --value_size 16KB --batch 256 --threads 1 --ops 24 --slots 6144 --protocol tcp,shm --verify
+run --op batch_putget --value_size 64KB --batch 256 --threads 1 --ops 6 --slots 1536 --protocol tcp,shm --verify
 run --op get --value_size 1MB --threads 2 --keys 4 --ops 8 --verify
 run --op exist --batch 128 --threads 1 --ops 20 --keys 64 --value_size 4KB
 exit $fail
