@@ -398,15 +398,12 @@ int cr__xfer_batch_crc_wanted(const cr_xfer_batch_t *b, size_t index)
 
 int cr__xfer_batch_crc(cr_xfer_batch_t *b, size_t index, uint32_t *crc)
 {
-    if (!b || !crc)
-        return -EINVAL;
-    pthread_mutex_lock(&b->lock);
-    size_t n = b->n;
-    pthread_mutex_unlock(&b->lock);
-    if (index >= n)
-        return -EINVAL;
-    cr__xfer_task_t *t = &b->tasks[index];
-    if (atomic_load(&t->state) != CR_XFER_STATE_COMPLETED || !t->crc_valid)
+    cr_xfer_status_t st; /* checks b and index; its state load orders crc_valid after it */
+    int rc = crc ? cr_xfer_batch_status(b, index, &st) : -EINVAL;
+    if (rc)
+        return rc;
+    const cr__xfer_task_t *t = &b->tasks[index];
+    if (st.state != CR_XFER_STATE_COMPLETED || !t->crc_valid)
         return -ENODATA;
     *crc = t->crc;
     return 0;

@@ -1727,7 +1727,6 @@ static void get_located(cr_store_t *s, cr__rpc_msg_t *rep, const char *const *ke
 typedef struct get_crc {
     const cr__rpc_msg_t *rep;
     void *const *dsts;
-    const size_t *first;
     const int *results;
     uint8_t *checked;
 } get_crc_t;
@@ -2037,7 +2036,7 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
     rv_init(&c->rv);
     if (c->staged)
         return;
-    c->gc = (get_crc_t){&c->rep, c->dsts, c->first, results, c->checked};
+    c->gc = (get_crc_t){&c->rep, c->dsts, results, c->checked};
     c->ov = (overlap_t){NULL, get_crc_fn, &c->gc};
     get_direct_build(s, &c->rep, c->dsts, n, c->orders, c->used, c->first, &c->rv, results);
     keyed_start(s, &c->kd, &c->rv, c->first, n, 0, s->crc_on ? &c->ov : NULL, parts, results);
