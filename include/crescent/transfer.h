@@ -151,6 +151,19 @@ CR_API uint16_t cr_xfer_engine_port(const cr_xfer_engine_t *engine);
 CR_API int cr_xfer_mem_register(cr_xfer_engine_t *engine, void *addr, size_t len,
                                 const char *location);
 
+/* Allocates len bytes (rounded up to 4 KiB, every page allocated now) of
+ * memory that same-host peers move bytes to and from with user-space copies
+ * instead of the kernel's cross-process copy: the shm transport maps it
+ * (docs/architecture/shm.md), which moves large blocks ~1.5x faster and
+ * hashes them for free. Register it with cr_xfer_mem_register like any
+ * memory. It is a sealed memfd mapped shared; children forked later do not
+ * inherit it. Returns NULL with errno set on failure. Thread-safe. */
+CR_API void *cr_xfer_mem_alloc_shared(size_t len);
+
+/* Frees memory from cr_xfer_mem_alloc_shared (unregister it first).
+ * Returns 0, or -ENOENT if addr did not come from there (NULL is a no-op). */
+CR_API int cr_xfer_mem_free_shared(void *addr);
+
 /* Unregisters the range that starts at addr. Waits for in-flight remote
  * accesses to it to finish. Returns 0 or -ENOENT. */
 CR_API int cr_xfer_mem_unregister(cr_xfer_engine_t *engine, void *addr);

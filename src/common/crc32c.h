@@ -34,6 +34,13 @@ uint32_t cr__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 /* The same computed by the portable table only (for tests and for CPUs
  * without SSE4.2). */
+/* Copies len bytes from src to dst (which must not overlap) and returns
+ * the raw register of those bytes continued from reg, as cr__crc32c_raw
+ * would: one pass over the bytes instead of a copy and a hash. Copies of at
+ * least CR__COPY_STREAM_MIN bytes store around the cache, as
+ * cr__copy_stream (common/copy.h) does. */
+uint32_t cr__crc32c_copy_raw(uint32_t reg, void *dst, const void *src, size_t len);
+
 uint32_t cr__crc32c_portable(uint32_t crc, const void *buf, size_t len);
 
 /* One implementation by number, for tests: 0 the table, 1 the crc32

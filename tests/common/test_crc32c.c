@@ -133,6 +133,38 @@ static void test_pieces_in_any_order_and_combine(void **s)
     assert_int_not_equal(~(acc2 ^ cr__crc32c_shift(0xFFFFFFFFu, N)), whole);
 }
 
+/* The fused copy gives the bytes and the register that a copy and a hash
+ * give, for every short length, lengths around the streaming threshold and
+ * the 64-byte fold, every alignment of both buffers, continuing a register,
+ * and never writes outside dst. */
+static void test_copy_raw_equals_copy_then_hash(void **s)
+{
+    (void)s;
+    enum { MAXLEN = 3 * 4096 + 200, PAD = 64 };
+    static unsigned char src[MAXLEN + 32], dst[MAXLEN + 32 + 2 * PAD];
+    uint32_t x = 777;
+    for (size_t i = 0; i < sizeof src; i++) {
+        x = x * 1103515245u + 12345u;
+        src[i] = (unsigned char)(x >> 16);
+    }
+    static const size_t lens[] = {0,    1,    15,   16,   63,   64,   65,   127,  128,
+                                  4095, 4096, 4097, 4160, 4175, 8191, 8192, 12288, MAXLEN};
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
+        for (unsigned sa = 0; sa < 16; sa += 3)
+            for (unsigned da = 0; da < 16; da++) {
+                size_t len = lens[li];
+                memset(dst, 0xA5, sizeof dst);
+                unsigned char *d = dst + PAD + da;
+                uint32_t got = cr__crc32c_copy_raw(0x1234567u, d, src + sa, len);
+                assert_int_equal(got, cr__crc32c_raw(0x1234567u, src + sa, len));
+                assert_memory_equal(d, src + sa, len);
+                for (size_t i = 0; i < PAD + da; i++)
+                    assert_int_equal(dst[i], 0xA5);
+                for (size_t i = PAD + da + len; i < sizeof dst; i++)
+                    assert_int_equal(dst[i], 0xA5);
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +172,7 @@ int main(void)
         cmocka_unit_test(test_paths_agree_and_extend),
         cmocka_unit_test(test_pclmul_path_runs),
         cmocka_unit_test(test_pieces_in_any_order_and_combine),
+        cmocka_unit_test(test_copy_raw_equals_copy_then_hash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

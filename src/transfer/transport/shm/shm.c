@@ -48,8 +48,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/copy.h"
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "transfer/transport/shm/shm_map.h"
 #include "transfer/transport/shm/shm_proof.h"
 #include "transfer/transport/transport.h"
 
@@ -82,6 +84,7 @@ typedef struct shm_peer {
     uint32_t n_ranges;
     struct shm_range {
         uint64_t addr, len;
+        cr__shm_map_t *map; /* the mapped path (shm_map.h), or NULL */
     } *ranges; /* sorted by addr: snapshot of the descriptor's buffers */
     struct shm_peer *reg_prev, *reg_next; /* registry, guarded by shm_state.peers_lock */
 } shm_peer_t;
@@ -109,6 +112,7 @@ typedef struct shm_state {
     int stop;
 
     int thp; /* back registered memory with huge pages (CRESCENT_SHM_THP, default 1) */
+    int map; /* map peers' shared buffers (CRESCENT_SHM_MAP, default 1; shm_map.h) */
 
     unsigned n_threads;
     pthread_t threads[SHM_MAX_THREADS];
@@ -151,6 +155,8 @@ static void shm_peer_unref(shm_peer_t *sp)
     if (sp && atomic_fetch_sub(&sp->refs, 1) == 1) {
         if (sp->pidfd >= 0)
             close(sp->pidfd);
+        for (uint32_t i = 0; i < sp->n_ranges; i++)
+            cr__shm_map_unref(sp->ranges[i].map);
         pthread_mutex_destroy(&sp->ranges_lock);
         free(sp->ranges);
         free(sp);
@@ -163,11 +169,13 @@ static int shm_range_cmp(const void *a, const void *b)
     return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* 1 if [addr, addr+len) lies inside one range of sp (caller holds ranges_lock). */
-static int shm_peer_contains_locked(const shm_peer_t *sp, uint64_t addr, uint64_t len)
+/* The range of sp that holds all of [addr, addr+len), or NULL (caller holds
+ * ranges_lock). */
+static const struct shm_range *shm_peer_find_locked(const shm_peer_t *sp, uint64_t addr,
+                                                    uint64_t len)
 {
     if (len == 0 || addr + len < addr)
-        return 0;
+        return NULL;
     size_t lo = 0, hi = sp->n_ranges;
     while (lo < hi) { /* last range with start <= addr */
         size_t mid = lo + (hi - lo) / 2;
@@ -177,9 +185,49 @@ static int shm_peer_contains_locked(const shm_peer_t *sp, uint64_t addr, uint64_
             hi = mid;
     }
     if (lo == 0)
-        return 0;
+        return NULL;
     const struct shm_range *r = &sp->ranges[lo - 1];
-    return addr - r->addr <= r->len && len <= r->len - (addr - r->addr);
+    return addr - r->addr <= r->len && len <= r->len - (addr - r->addr) ? r : NULL;
+}
+
+static int shm_peer_contains_locked(const shm_peer_t *sp, uint64_t addr, uint64_t len)
+{
+    return shm_peer_find_locked(sp, addr, len) != NULL;
+}
+
+/* Gives the new ranges r[0..n) their mappings: those the old snapshot
+ * already had for the same range are kept, the others are made now. */
+static void shm_peer_map(shm_state_t *st, shm_peer_t *sp, struct shm_range *r, size_t n)
+{
+    if (!n)
+        return;
+    pthread_mutex_lock(&sp->ranges_lock);
+    for (size_t i = 0; i < n; i++) {
+        const struct shm_range *o = shm_peer_find_locked(sp, r[i].addr, r[i].len);
+        r[i].map = o && o->map && o->addr == r[i].addr && o->len == r[i].len ? o->map : NULL;
+        if (r[i].map)
+            cr__shm_map_ref(r[i].map);
+    }
+    pthread_mutex_unlock(&sp->ranges_lock);
+    if (!st->map || sp->pidfd < 0)
+        return;
+    uint64_t *addr = malloc(n * sizeof *addr), *len = malloc(n * sizeof *len);
+    cr__shm_map_t **maps = malloc(n * sizeof *maps);
+    size_t *idx = malloc(n * sizeof *idx);
+    size_t k = 0;
+    for (size_t i = 0; addr && len && maps && idx && i < n; i++)
+        if (!r[i].map) {
+            addr[k] = r[i].addr;
+            len[k] = r[i].len;
+            idx[k++] = i;
+        }
+    if (k && cr__shm_map_ranges(sp->pid, sp->pidfd, addr, len, k, maps))
+        for (size_t j = 0; j < k; j++)
+            r[idx[j]].map = maps[j];
+    free(addr);
+    free(len);
+    free(maps);
+    free(idx);
 }
 
 /* Replaces sp's ranges with the peer's current buffers. With a real engine
@@ -245,6 +293,7 @@ static int shm_peer_snapshot(shm_state_t *st, shm_peer_t *sp, cr__xfer_peer_t *p
             continue;
         r[kept].addr = b[i].addr;
         r[kept].len = b[i].len;
+        r[kept].map = NULL;
         kept++;
     }
     n = kept;
@@ -253,11 +302,16 @@ static int shm_peer_snapshot(shm_state_t *st, shm_peer_t *sp, cr__xfer_peer_t *p
         free(b);
     if (n)
         qsort(r, n, sizeof *r, shm_range_cmp);
+    shm_peer_map(st, sp, r, n);
     pthread_mutex_lock(&sp->ranges_lock);
-    free(sp->ranges);
+    struct shm_range *old = sp->ranges;
+    uint32_t n_old = sp->n_ranges;
     sp->ranges = r;
     sp->n_ranges = (uint32_t)n;
     pthread_mutex_unlock(&sp->ranges_lock);
+    for (uint32_t i = 0; i < n_old; i++)
+        cr__shm_map_unref(old[i].map); /* copies in flight hold their own reference */
+    free(old);
     return 0;
 }
 
@@ -270,14 +324,14 @@ static shm_peer_t *shm_peer_new(shm_state_t *st, cr__xfer_peer_t *peer, pid_t pi
     atomic_init(&sp->dead, 0);
     pthread_mutex_init(&sp->ranges_lock, NULL);
     sp->pid = pid;
-    sp->pidfd = -1;
+    /* pinned before its ranges are proven and mapped */
+    sp->pidfd = shm_pidfd_open(sp->pid);
+    if (sp->pidfd < 0 && errno == ESRCH)
+        atomic_store(&sp->dead, 1);
     if (shm_peer_snapshot(st, sp, peer) != 0) {
         shm_peer_unref(sp);
         return NULL;
     }
-    sp->pidfd = shm_pidfd_open(sp->pid);
-    if (sp->pidfd < 0 && errno == ESRCH)
-        atomic_store(&sp->dead, 1);
     return sp;
 }
 
@@ -402,6 +456,35 @@ static uint64_t shm_copy(pid_t pid, int pidfd, cr_xfer_opcode_t op, struct iovec
         }
     }
     return done;
+}
+
+/* A reference on the mapping of t's remote range, or NULL: the
+ * process_vm path. */
+static cr__shm_map_t *shm_map_take(shm_peer_t *sp, const cr__xfer_task_t *t)
+{
+    pthread_mutex_lock(&sp->ranges_lock);
+    const struct shm_range *r = shm_peer_find_locked(sp, t->remote_addr, t->length);
+    cr__shm_map_t *m = r ? r->map : NULL;
+    if (m)
+        cr__shm_map_ref(m);
+    pthread_mutex_unlock(&sp->ranges_lock);
+    return m;
+}
+
+/* Moves bytes [off, off+len) of t through the mapping m of its remote range
+ * (a user-space copy that cannot fault: the file is sealed against
+ * shrinking) and records their crc when t wants one. */
+static void shm_copy_mapped(const cr__shm_map_t *m, cr__xfer_task_t *t, uint64_t off,
+                            uint64_t len)
+{
+    unsigned char *remote = m->at + (t->remote_addr - m->addr) + off;
+    unsigned char *local = (unsigned char *)t->local + off;
+    void *dst = t->opcode == CR_XFER_READ ? (void *)local : (void *)remote;
+    const void *src = t->opcode == CR_XFER_READ ? (const void *)remote : (const void *)local;
+    if (t->want_crc)
+        cr__xfer_task_crc_add(t, off, len, cr__crc32c_copy_raw(0, dst, src, (size_t)len));
+    else
+        cr__copy_stream(dst, src, (size_t)len);
 }
 
 /* ---- queue --------------------------------------------------------------- */
@@ -530,6 +613,24 @@ static void *shm_worker(void *arg)
         }
         if (!nc)
             continue;
+        shm_peer_t *gsp = group[0]->peer;
+        cr__shm_map_t *maps[SHM_MAX_IOV];
+        int mapped = 1;
+        for (int g = 0; g < nc; g++)
+            mapped &= (maps[g] = shm_map_take(gsp, group[g]->task)) != NULL;
+        if (mapped) {
+            int e = shm_pidfd_exited(gsp->pidfd) ? -ECONNRESET : 0;
+            for (int g = 0; g < nc; g++) {
+                uint64_t glen = liov[g].iov_len;
+                if (!e)
+                    shm_copy_mapped(maps[g], group[g]->task, offs[g], glen);
+                shm_item_finish(st, group[g], glen, e);
+                cr__shm_map_unref(maps[g]);
+            }
+            continue;
+        }
+        for (int g = 0; g < nc; g++)
+            cr__shm_map_unref(maps[g]);
         {
             /* lengths before the copy advances the iovecs */
             uint64_t lens[SHM_MAX_IOV];
@@ -658,7 +759,14 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
         uint64_t len = it->task->length;
         it->next_off = len;
         int e = shm_item_precheck(it);
-        if (!e) {
+        cr__shm_map_t *m = e ? NULL : shm_map_take(sp, it->task);
+        if (m) {
+            if (shm_pidfd_exited(sp->pidfd))
+                e = -ECONNRESET;
+            else
+                shm_copy_mapped(m, it->task, 0, len);
+            cr__shm_map_unref(m);
+        } else if (!e) {
             struct iovec l1, r1;
             shm_iov_set(&l1, &r1, it->task, 0, len);
             uint64_t moved = shm_copy(sp->pid, sp->pidfd, it->task->opcode, &l1, &r1, 1, &e);
@@ -826,6 +934,8 @@ static int shm_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg,
     st->engine = engine;
     const char *thp = getenv("CRESCENT_SHM_THP");
     st->thp = !(thp && !strcmp(thp, "0"));
+    const char *map = getenv("CRESCENT_SHM_MAP");
+    st->map = !(map && !strcmp(map, "0"));
     /* Yama ptrace_scope 1 (Ubuntu's default) lets only ancestors read a
      * process's memory, so peers fall back to the network. Opt-in: declare any
      * process of ours a permitted "tracer" (same uid is still required). */

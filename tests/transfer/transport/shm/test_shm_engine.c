@@ -1,7 +1,9 @@
 /* shm through the real engine: two processes (fork) on the same host with
  * p2p metadata on loopback. The child serves a registered buffer; the parent
  * opens it and must get the shm transport. Writes are verified through
- * /proc/<child>/mem, independently of the transport. */
+ * /proc/<child>/mem, independently of the transport. The tests run twice:
+ * with the child's memory anonymous (process_vm path) and from
+ * cr_xfer_mem_alloc_shared (the mapped path, shm_map.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -65,6 +67,41 @@ static cr_xfer_engine_t *engine_new(const char *transports)
 
 /* ---- the child: a segment serving one buffer ---------------------------- */
 
+/* How the child allocates what it registers (set before child_start). */
+enum { MEM_ANON, MEM_SHARED, MEM_UNSEALED };
+static int child_mem = MEM_ANON;
+
+static uint8_t *child_alloc(uint64_t len)
+{
+    if (child_mem == MEM_SHARED)
+        return cr_xfer_mem_alloc_shared(len);
+    if (child_mem == MEM_UNSEALED) { /* shared file memory a peer must not map */
+        int fd = memfd_create("crescent-unsealed", 0);
+        if (fd < 0 || ftruncate(fd, (off_t)len) != 0)
+            return NULL;
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        return p == MAP_FAILED ? NULL : p; /* fd stays open, as a user's would */
+    }
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* How many mappings of memfd files named name this process has. */
+static int mapped_here(const char *name)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[1024], want[128];
+    snprintf(want, sizeof want, "/memfd:%s ", name);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = ' ';
+        n += strstr(line, want) != NULL;
+    }
+    fclose(f);
+    return n;
+}
+
 typedef struct child {
     pid_t pid;
     int ctl;  /* parent -> child commands; closing it ends the child */
@@ -78,8 +115,8 @@ static void child_main(int ctl, int up, uint64_t len)
     cr_xfer_engine_t *e = engine_new("tcp,shm");
     if (!e)
         _exit(2);
-    uint8_t *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED)
+    uint8_t *buf = child_alloc(len);
+    if (!buf)
         _exit(2);
     fill(buf, len, 0, 1);
     if (cr_xfer_mem_register(e, buf, len, "cpu:0"))
@@ -95,9 +132,10 @@ static void child_main(int ctl, int up, uint64_t len)
             if (c == 'A')
                 dprintf(up, "ADDR %llu\n", (unsigned long long)(uintptr_t)buf);
             if (c == 'R' && !extra) { /* register a second buffer (seed 3) */
-                extra = mmap(NULL, MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-                fill(extra, MiB, 0, 3);
-                int rc = extra == MAP_FAILED ? -ENOMEM : cr_xfer_mem_register(e, extra, MiB, NULL);
+                extra = child_alloc(MiB);
+                if (extra)
+                    fill(extra, MiB, 0, 3);
+                int rc = !extra ? -ENOMEM : cr_xfer_mem_register(e, extra, MiB, NULL);
                 dprintf(up, "EXTRA %d %llu\n", rc, (unsigned long long)(uintptr_t)extra);
             }
         }
@@ -217,10 +255,30 @@ static int fx_setup(void **state, uint64_t peer_len, const char *transports)
     return 0;
 }
 
-static int setup_small(void **state) { return fx_setup(state, 8 * MiB, "tcp,shm"); }
+static int setup_small(void **state)
+{
+    child_mem = MEM_ANON;
+    return fx_setup(state, 8 * MiB, "tcp,shm");
+}
 static int setup_big(void **state)
 {
+    child_mem = MEM_ANON;
     return fx_setup(state, (sanitized() ? 64 : 256) * MiB + 2 * 4096, "tcp,shm");
+}
+static int setup_small_mapped(void **state)
+{
+    child_mem = MEM_SHARED;
+    return fx_setup(state, 8 * MiB, "tcp,shm");
+}
+static int setup_big_mapped(void **state)
+{
+    child_mem = MEM_SHARED;
+    return fx_setup(state, (sanitized() ? 64 : 256) * MiB + 2 * 4096, "tcp,shm");
+}
+static int setup_small_unsealed(void **state)
+{
+    child_mem = MEM_UNSEALED;
+    return fx_setup(state, 8 * MiB, "tcp,shm");
 }
 
 static int teardown(void **state)
@@ -597,6 +655,56 @@ static void test_peer_killed_mid_transfer(void **state)
     print_message("READ after the peer died: %s\n", cr_strerror(rc));
     assert_true(rc < 0);
 }
+/* Memory from cr_xfer_mem_alloc_shared is mapped here on first use and
+ * moved by user-space copies; the mapping goes with the segment state. */
+static void test_mapped_path_used(void **state)
+{
+    fx_t *f = *state;
+    assert_int_equal(xfer(f, CR_XFER_READ, f->local, f->raddr + 1, 70000), 0);
+    assert_int_equal(check(f->local, 70000, 1, 1), -1);
+    assert_int_equal(mapped_here("crescent-shared"), 1);
+    assert_string_equal(cr_xfer_segment_transport(f->e, f->seg), "shm");
+    cr_xfer_segment_close(f->e, f->seg);
+    cr_xfer_engine_destroy(f->e);
+    assert_int_equal(mapped_here("crescent-shared"), 0); /* nothing leaked */
+    f->e = engine_new("tcp,shm");
+    assert_non_null(f->e);
+    assert_int_equal(cr_xfer_mem_register(f->e, f->local, f->llen, NULL), 0);
+    assert_int_equal(cr_xfer_segment_open(f->e, f->c.name, &f->seg), 0);
+}
+
+/* Shared file memory that is not sealed against shrinking could SIGBUS a
+ * mapper: it is never mapped, the process_vm path moves it. */
+static void test_unsealed_not_mapped(void **state)
+{
+    fx_t *f = *state;
+    assert_int_equal(xfer(f, CR_XFER_READ, f->local, f->raddr + 3, 100000), 0);
+    assert_int_equal(check(f->local, 100000, 3, 1), -1);
+    fill(f->local, 5000, 0, 9);
+    assert_int_equal(xfer(f, CR_XFER_WRITE, f->local, f->raddr + 11, 5000), 0);
+    uint8_t back[5000];
+    assert_int_equal(peer_pread(f->c.pid, back, sizeof back, f->raddr + 11), 0);
+    assert_int_equal(check(back, sizeof back, 0, 9), -1);
+    assert_string_equal(cr_xfer_segment_transport(f->e, f->seg), "shm");
+    assert_int_equal(mapped_here("crescent-unsealed"), 0);
+}
+
+/* CRESCENT_SHM_MAP=0 keeps every copy on the process_vm path. */
+static void test_map_disabled(void **state)
+{
+    (void)state;
+    child_mem = MEM_SHARED;
+    setenv("CRESCENT_SHM_MAP", "0", 1);
+    void *f = NULL;
+    fx_setup(&f, 8 * MiB, "tcp,shm");
+    unsetenv("CRESCENT_SHM_MAP");
+    fx_t *fx = f;
+    assert_int_equal(xfer(fx, CR_XFER_READ, fx->local, fx->raddr, 70000), 0);
+    assert_int_equal(check(fx->local, 70000, 0, 1), -1);
+    assert_string_equal(cr_xfer_segment_transport(fx->e, fx->seg), "shm");
+    assert_int_equal(mapped_here("crescent-shared"), 0);
+    teardown(&f);
+}
 
 int main(void)
 {
@@ -613,6 +721,20 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_read_write_sizes, setup_big, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_threads, setup_small, teardown),
         cmocka_unit_test_setup_teardown(test_peer_killed_mid_transfer, setup_big, teardown),
+        /* the same over the mapped path */
+        cmocka_unit_test_setup_teardown(test_mapped_path_used, setup_small_mapped, teardown),
+        cmocka_unit_test_setup_teardown(test_shm_is_chosen, setup_small_mapped, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_range, setup_small_mapped, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_small, setup_small_mapped, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_checksums, setup_small_mapped, teardown),
+        cmocka_unit_test_setup_teardown(test_buffer_registered_later, setup_small_mapped,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_read_write_sizes, setup_big_mapped, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_threads, setup_small_mapped, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_killed_mid_transfer, setup_big_mapped,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unsealed_not_mapped, setup_small_unsealed, teardown),
+        cmocka_unit_test(test_map_disabled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,285 @@
+/* The shm transport's mapped path (shm_map.h) and the shared memory it maps
+ * (cr_xfer_mem_alloc_shared). */
+#include "transfer/transport/shm/shm_map.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "crescent/transfer.h"
+
+#define MAP_LOG "shm"
+#define MAPS_MAX (64u << 20) /* /proc/<pid>/maps larger than this is not read */
+#define PAGE 4096u
+
+void cr__shm_map_ref(cr__shm_map_t *m)
+{
+    atomic_fetch_add(&m->refs, 1);
+}
+
+void cr__shm_map_unref(cr__shm_map_t *m)
+{
+    if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+        munmap(m->base, m->maplen);
+        free(m);
+    }
+}
+
+/* /proc/<pid>/maps, NUL-terminated (malloc'd), or NULL. */
+static char *read_maps(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    size_t cap = 64u << 10, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (cap - n < 2) {
+            char *nb = cap < MAPS_MAX ? realloc(buf, cap * 2) : NULL;
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r < 0) {
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    if (buf)
+        buf[n] = 0;
+    return buf;
+}
+
+typedef struct vma {
+    uint64_t start, end, off;
+    dev_t dev;
+    ino_t ino;
+} vma_t;
+
+/* The shared, read-write, file-backed VMA that holds all of [addr, addr+len)
+ * in maps, or 0. */
+static int find_vma(const char *maps, uint64_t addr, uint64_t len, vma_t *out)
+{
+    for (const char *l = maps; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+        uint64_t s, e, off;
+        unsigned maj, min;
+        unsigned long long ino;
+        char perms[5];
+        if (sscanf(l, "%" SCNx64 "-%" SCNx64 " %4s %" SCNx64 " %x:%x %llu", &s, &e, perms, &off,
+                   &maj, &min, &ino) != 7)
+            continue;
+        if (addr < s || addr >= e)
+            continue;
+        if (len > e - addr || perms[0] != 'r' || perms[1] != 'w' || perms[3] != 's' || !ino)
+            return 0;
+        *out = (vma_t){.start = s, .end = e, .off = off, .dev = makedev(maj, min),
+                       .ino = (ino_t)ino};
+        return 1;
+    }
+    return 0;
+}
+
+/* The number of a descriptor of pid open on (dev, ino), or -1. */
+static int find_fd(pid_t pid, dev_t dev, ino_t ino)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    int found = -1;
+    struct dirent *de;
+    while (found < 0 && (de = readdir(d))) {
+        char *end;
+        long n = strtol(de->d_name, &end, 10);
+        struct stat st;
+        if (*end || n < 0 || n > INT32_MAX)
+            continue;
+        if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISREG(st.st_mode) &&
+            st.st_ino == ino && st.st_dev == dev)
+            found = (int)n;
+    }
+    closedir(d);
+    return found;
+}
+
+static int pidfd_getfd_(int pidfd, int fd)
+{
+#ifdef SYS_pidfd_getfd
+    return (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+#else
+    (void)pidfd;
+    (void)fd;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Maps [addr, addr+len) of pid through its VMA v, or NULL. */
+static cr__shm_map_t *map_one(pid_t pid, int pidfd, const vma_t *v, uint64_t addr, uint64_t len)
+{
+    int pfd = find_fd(pid, v->dev, v->ino);
+    if (pfd < 0)
+        return NULL;
+    int fd = pidfd_getfd_(pidfd, pfd);
+    if (fd < 0) {
+        CR_LOG_DEBUG(MAP_LOG, "pid %d: pidfd_getfd: %s (process_vm path)", (int)pid,
+                     strerror(errno));
+        return NULL;
+    }
+    cr__shm_map_t *m = NULL;
+    struct stat st;
+    uint64_t foff = v->off + (addr - v->start); /* file offset of addr */
+    uint64_t pg = foff & ~(uint64_t)(PAGE - 1);
+    int seals = fcntl(fd, F_GET_SEALS);
+    int acc = fcntl(fd, F_GETFL);
+    /* the descriptor may have been replaced between find_fd and the copy:
+     * it must still be the file that backs the range */
+    if (fstat(fd, &st) != 0 || st.st_ino != v->ino || st.st_dev != v->dev || seals < 0 ||
+        !(seals & F_SEAL_SHRINK) || acc < 0 || (acc & O_ACCMODE) != O_RDWR ||
+        (uint64_t)st.st_size < foff || (uint64_t)st.st_size - foff < len)
+        goto out;
+    size_t maplen = (size_t)(foff - pg + len);
+    void *base = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)pg);
+    if (base == MAP_FAILED) {
+        CR_LOG_DEBUG(MAP_LOG, "pid %d: mmap %zu bytes: %s (process_vm path)", (int)pid, maplen,
+                     strerror(errno));
+        goto out;
+    }
+    madvise(base, maplen, MADV_DONTFORK); /* a child must not write peers' memory */
+    if (!(m = malloc(sizeof *m))) {
+        munmap(base, maplen);
+        goto out;
+    }
+    atomic_init(&m->refs, 1);
+    m->base = base;
+    m->maplen = maplen;
+    m->at = (unsigned char *)base + (foff - pg);
+    m->addr = addr;
+    m->len = len;
+out:
+    close(fd);
+    return m;
+}
+
+size_t cr__shm_map_ranges(pid_t pid, int pidfd, const uint64_t *addr, const uint64_t *len,
+                          size_t n, cr__shm_map_t **out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    if (pidfd < 0 || !n)
+        return 0;
+    char *maps = read_maps(pid);
+    if (!maps)
+        return 0;
+    size_t mapped = 0;
+    for (size_t i = 0; i < n; i++) {
+        vma_t v;
+        if (len[i] && find_vma(maps, addr[i], len[i], &v) &&
+            (out[i] = map_one(pid, pidfd, &v, addr[i], len[i])))
+            mapped++;
+    }
+    free(maps);
+    return mapped;
+}
+
+/* ---- the memory peers can map ------------------------------------------- */
+
+typedef struct shared_alloc {
+    struct shared_alloc *next;
+    void *addr;
+    size_t len;
+    int fd;
+} shared_alloc_t;
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static shared_alloc_t *shared_list; /* guarded by shared_lock */
+
+void *cr_xfer_mem_alloc_shared(size_t len)
+{
+    if (!len || len > SIZE_MAX - 2 * PAGE) {
+        errno = EINVAL;
+        return NULL;
+    }
+    len = (len + PAGE - 1) & ~(size_t)(PAGE - 1);
+    shared_alloc_t *a = malloc(sizeof *a);
+    if (!a)
+        return NULL;
+    int fd = memfd_create("crescent-shared", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        goto fail;
+    if (ftruncate(fd, (off_t)len) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+        goto fail_fd;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        goto fail_fd;
+    madvise(p, len, MADV_DONTFORK);
+    madvise(p, len, MADV_HUGEPAGE); /* honoured where shmem huge pages are enabled */
+    /* every page allocated now, so no transfer faults in fresh memory and a
+     * shortage shows here rather than in a peer's copy */
+    for (size_t off = 0; off < len; off += PAGE)
+        ((volatile unsigned char *)p)[off] = 0;
+    a->addr = p;
+    a->len = len;
+    a->fd = fd; /* stays open: peers find the file among our descriptors */
+    pthread_mutex_lock(&shared_lock);
+    a->next = shared_list;
+    shared_list = a;
+    pthread_mutex_unlock(&shared_lock);
+    return p;
+fail_fd: {
+    int e = errno;
+    close(fd);
+    errno = e;
+}
+fail: {
+    int e = errno;
+    free(a);
+    errno = e;
+}
+    return NULL;
+}
+
+int cr_xfer_mem_free_shared(void *addr)
+{
+    pthread_mutex_lock(&shared_lock);
+    shared_alloc_t **pp = &shared_list;
+    while (*pp && (*pp)->addr != addr)
+        pp = &(*pp)->next;
+    shared_alloc_t *a = *pp;
+    if (a)
+        *pp = a->next;
+    pthread_mutex_unlock(&shared_lock);
+    if (!a)
+        return addr ? -ENOENT : 0;
+    munmap(a->addr, a->len);
+    close(a->fd);
+    free(a);
+    return 0;
+}
