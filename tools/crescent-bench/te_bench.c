@@ -68,6 +68,7 @@ typedef struct te_cfg {
     char nics[CR__CFG_STR_MAX];
     char wait[CR__CFG_STR_MAX];
     char ready_file[CR__CFG_STR_MAX];
+    char target_memory[CR__CFG_STR_MAX];
     uint64_t block_size;
     uint64_t buffer_size;
     uint64_t slice_size;
@@ -108,6 +109,9 @@ static const cr__cfg_opt_t opts[] = {
         CR__CFG_DOUBLE),
     OPT(buffer_size, "256MiB", "target buffer size (registered, pre-faulted, patterned)",
         CR__CFG_SIZE),
+    OPT(target_memory, "shared",
+        "target buffer: shared (cr_xfer_mem_alloc_shared, as the store's segments) or anon",
+        CR__CFG_STR),
     OPT(slice_size, "0", "tcp slice size in bytes (0 = engine default)", CR__CFG_SIZE),
     OPT(io_threads, "0", "engine I/O threads (0 = engine default)", CR__CFG_INT),
     OPT(conns_per_path, "0", "TCP connections per path (0 = engine default)", CR__CFG_INT),
@@ -199,7 +203,8 @@ static int run_target(const te_cfg_t *c)
     if (make_engine(c, &e))
         return 1;
     size_t len = c->buffer_size;
-    void *buf = cr_bench_alloc_prefaulted(len);
+    int shared = !strcmp(c->target_memory, "shared");
+    void *buf = shared ? cr_xfer_mem_alloc_shared(len) : cr_bench_alloc_prefaulted(len);
     if (!buf) {
         fprintf(stderr, "crescent-bench: cannot allocate %zu bytes\n", len);
         cr_xfer_engine_destroy(e);
@@ -209,7 +214,10 @@ static int run_target(const te_cfg_t *c)
     int rc = cr_xfer_mem_register(e, buf, len, "cpu:0");
     if (rc) {
         fprintf(stderr, "crescent-bench: register failed: %s\n", cr_strerror(rc));
-        cr_bench_free(buf, len);
+        if (shared)
+            cr_xfer_mem_free_shared(buf);
+        else
+            cr_bench_free(buf, len);
         cr_xfer_engine_destroy(e);
         return 1;
     }
@@ -231,7 +239,10 @@ static int run_target(const te_cfg_t *c)
         sleep_us(50000);
     cr_xfer_mem_unregister(e, buf);
     cr_xfer_engine_destroy(e);
-    cr_bench_free(buf, len);
+    if (shared)
+        cr_xfer_mem_free_shared(buf);
+    else
+        cr_bench_free(buf, len);
     fprintf(stderr, "crescent-bench: target stopped\n");
     return 0;
 }
@@ -660,6 +671,10 @@ int cr_bench_te_main(int argc, char **argv)
     }
     if (strcmp(c.protocol, "tcp") && strcmp(c.protocol, "shm") && strcmp(c.protocol, "auto")) {
         fprintf(stderr, "crescent-bench: --protocol must be tcp, shm or auto\n");
+        return 2;
+    }
+    if (strcmp(c.target_memory, "shared") && strcmp(c.target_memory, "anon")) {
+        fprintf(stderr, "crescent-bench: --target_memory must be shared or anon\n");
         return 2;
     }
     if (strcmp(c.wait, "poll") && strcmp(c.wait, "block")) {

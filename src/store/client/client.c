@@ -483,7 +483,9 @@ static void teardown(cr_store_t *s)
         cr__staging_fini(&s->staging);
         munmap(s->lbuf, s->lbuf_size);
     }
-    if (s->seg_base)
+    if (s->seg_base && s->seg_shared)
+        cr_xfer_mem_free_shared(s->seg_base);
+    else if (s->seg_base)
         munmap(s->seg_base, s->seg_size);
     cr__sc_tier_close_all(s);
     pthread_mutex_destroy(&s->tier_mu);
@@ -681,7 +683,15 @@ static int create_memory(cr_store_t *s)
     int rc = cr_xfer_mem_register(s->te, s->lbuf, s->lbuf_size, "cpu:0");
     if (rc || !s->seg_size)
         return rc;
-    s->seg_base = map_prefaulted(s->seg_size);
+    /* same-host clients map shared memory and copy it in user space
+     * (docs/architecture/shm.md); anonymous memory is the fallback */
+    s->seg_base = cr_xfer_mem_alloc_shared(s->seg_size);
+    s->seg_shared = s->seg_base != NULL;
+    if (!s->seg_base) {
+        CR_LOG_INFO(COMP, "shared segment memory: %s; anonymous memory instead",
+                    strerror(errno));
+        s->seg_base = map_prefaulted(s->seg_size);
+    }
     if (!s->seg_base) {
         CR_LOG_ERROR(COMP, "cannot map a %llu-byte segment", (unsigned long long)s->seg_size);
         return -ENOMEM;

@@ -94,6 +94,7 @@ struct cr_store {
     cr_xfer_engine_t *te;
     char seg_name[CR_XFER_NAME_MAX];
     uint8_t *seg_base; /* contributed segment (mmap), NULL for a pure client */
+    int seg_shared;    /* seg_base is from cr_xfer_mem_alloc_shared (else mmap) */
     uint8_t *lbuf;     /* staging buffer (mmap) */
     cr__staging_t staging;
     cr__rpc_client_id_t id;

@@ -474,13 +474,14 @@ static cr__shm_map_t *shm_map_take(shm_peer_t *sp, const cr__xfer_task_t *t)
 /* Moves bytes [off, off+len) of t through the mapping m of its remote range
  * (a user-space copy that cannot fault: the file is sealed against
  * shrinking) and records their crc when t wants one. */
-static void shm_copy_mapped(const cr__shm_map_t *m, cr__xfer_task_t *t, uint64_t off,
+static void shm_copy_mapped(cr__shm_map_t *m, cr__xfer_task_t *t, uint64_t off,
                             uint64_t len)
 {
     unsigned char *remote = m->at + (t->remote_addr - m->addr) + off;
     unsigned char *local = (unsigned char *)t->local + off;
     void *dst = t->opcode == CR_XFER_READ ? (void *)local : (void *)remote;
     const void *src = t->opcode == CR_XFER_READ ? (const void *)remote : (const void *)local;
+    cr__shm_map_prepare(m, remote, (size_t)len);
     if (t->want_crc)
         cr__xfer_task_crc_add(t, off, len, cr__crc32c_copy_raw(0, dst, src, (size_t)len));
     else

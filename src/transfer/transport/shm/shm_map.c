@@ -22,6 +22,10 @@
 #define MAP_LOG "shm"
 #define MAPS_MAX (64u << 20) /* /proc/<pid>/maps larger than this is not read */
 #define PAGE 4096u
+#define REGION (2u << 20) /* populated in steps of this */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels fault page by page */
+#endif
 
 void cr__shm_map_ref(cr__shm_map_t *m)
 {
@@ -32,7 +36,25 @@ void cr__shm_map_unref(cr__shm_map_t *m)
 {
     if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
         munmap(m->base, m->maplen);
+        free(m->populated);
         free(m);
+    }
+}
+
+void cr__shm_map_prepare(cr__shm_map_t *m, const unsigned char *p, size_t len)
+{
+    if (!len)
+        return;
+    size_t first = (size_t)(p - (unsigned char *)m->base) / REGION;
+    size_t last = (size_t)(p + len - 1 - (unsigned char *)m->base) / REGION;
+    for (size_t k = first; k <= last; k++) {
+        uint64_t bit = 1ull << (k % 64);
+        if (atomic_load_explicit(&m->populated[k / 64], memory_order_relaxed) & bit)
+            continue;
+        size_t off = k * REGION, n = m->maplen - off < REGION ? m->maplen - off : REGION;
+        /* a shared file's entries are entered writable: no write fault follows */
+        madvise((unsigned char *)m->base + off, n, MADV_POPULATE_READ); /* only speed */
+        atomic_fetch_or(&m->populated[k / 64], bit);
     }
 }
 
@@ -172,7 +194,10 @@ static cr__shm_map_t *map_one(pid_t pid, int pidfd, const vma_t *v, uint64_t add
         goto out;
     }
     madvise(base, maplen, MADV_DONTFORK); /* a child must not write peers' memory */
-    if (!(m = malloc(sizeof *m))) {
+    size_t words = (maplen + 64ull * REGION - 1) / (64ull * REGION);
+    if (!(m = malloc(sizeof *m)) || !(m->populated = calloc(words, sizeof *m->populated))) {
+        free(m);
+        m = NULL;
         munmap(base, maplen);
         goto out;
     }

@@ -34,6 +34,7 @@ typedef struct cr__shm_map {
     size_t maplen;
     unsigned char *at; /* where the range's first byte (addr) is mapped here */
     uint64_t addr, len;
+    _Atomic uint64_t *populated; /* bit k: the k-th 2 MiB of the mmap has page-table entries */
 } cr__shm_map_t;
 
 /* For each i < n, maps [addr[i], addr[i] + len[i]) of process pid (pinned
@@ -41,6 +42,12 @@ typedef struct cr__shm_map {
  * NULL. Returns how many were mapped. Never fails harder than that. */
 size_t cr__shm_map_ranges(pid_t pid, int pidfd, const uint64_t *addr, const uint64_t *len,
                           size_t n, cr__shm_map_t **out);
+
+/* Before a copy touches [p, p+len) of m's mapping: enters the page-table
+ * entries of the 2 MiB regions it spans that were never touched, in one
+ * call each, instead of one page fault per 4 KiB page during the copy
+ * (~5x cheaper here; the file's pages exist already). */
+void cr__shm_map_prepare(cr__shm_map_t *m, const unsigned char *p, size_t len);
 
 void cr__shm_map_ref(cr__shm_map_t *m);
 /* Drops one reference; the last one unmaps. NULL is a no-op. */
