@@ -109,8 +109,10 @@ static const cr__cfg_opt_t opts[] = {
         CR__CFG_DOUBLE),
     OPT(buffer_size, "256MiB", "target buffer size (registered, pre-faulted, patterned)",
         CR__CFG_SIZE),
-    OPT(target_memory, "shared",
-        "target buffer: shared (cr_xfer_mem_alloc_shared, as the store's segments) or anon",
+    OPT(target_memory, "auto",
+        "target buffer: shared (cr_xfer_mem_alloc_shared, as the store's segments: same-host "
+        "peers map it), anon (2 MiB huge pages, best for tcp) or auto (anon for --protocol "
+        "tcp, else shared)",
         CR__CFG_STR),
     OPT(slice_size, "0", "tcp slice size in bytes (0 = engine default)", CR__CFG_SIZE),
     OPT(io_threads, "0", "engine I/O threads (0 = engine default)", CR__CFG_INT),
@@ -203,7 +205,8 @@ static int run_target(const te_cfg_t *c)
     if (make_engine(c, &e))
         return 1;
     size_t len = c->buffer_size;
-    int shared = !strcmp(c->target_memory, "shared");
+    int shared = !strcmp(c->target_memory, "shared") ||
+                 (!strcmp(c->target_memory, "auto") && strcmp(c->protocol, "tcp") != 0);
     void *buf = shared ? cr_xfer_mem_alloc_shared(len) : cr_bench_alloc_prefaulted(len);
     if (!buf) {
         fprintf(stderr, "crescent-bench: cannot allocate %zu bytes\n", len);
@@ -673,8 +676,9 @@ int cr_bench_te_main(int argc, char **argv)
         fprintf(stderr, "crescent-bench: --protocol must be tcp, shm or auto\n");
         return 2;
     }
-    if (strcmp(c.target_memory, "shared") && strcmp(c.target_memory, "anon")) {
-        fprintf(stderr, "crescent-bench: --target_memory must be shared or anon\n");
+    if (strcmp(c.target_memory, "shared") && strcmp(c.target_memory, "anon") &&
+        strcmp(c.target_memory, "auto")) {
+        fprintf(stderr, "crescent-bench: --target_memory must be shared, anon or auto\n");
         return 2;
     }
     if (strcmp(c.wait, "poll") && strcmp(c.wait, "block")) {

@@ -684,14 +684,19 @@ static int create_memory(cr_store_t *s)
     if (rc || !s->seg_size)
         return rc;
     /* same-host clients map shared memory and copy it in user space
-     * (docs/architecture/shm.md); anonymous memory is the fallback */
-    s->seg_base = cr_xfer_mem_alloc_shared(s->seg_size);
-    s->seg_shared = s->seg_base != NULL;
-    if (!s->seg_base) {
-        CR_LOG_INFO(COMP, "shared segment memory: %s; anonymous memory instead",
-                    strerror(errno));
-        s->seg_base = map_prefaulted(s->seg_size);
+     * (docs/architecture/shm.md); anonymous memory (huge pages, a little
+     * better for tcp-only clusters) when CRESCENT_SEGMENT_SHARED=0 or as the
+     * fallback */
+    const char *sh = getenv("CRESCENT_SEGMENT_SHARED");
+    if (!(sh && !strcmp(sh, "0"))) {
+        s->seg_base = cr_xfer_mem_alloc_shared(s->seg_size);
+        s->seg_shared = s->seg_base != NULL;
+        if (!s->seg_base)
+            CR_LOG_INFO(COMP, "shared segment memory: %s; anonymous memory instead",
+                        strerror(errno));
     }
+    if (!s->seg_base)
+        s->seg_base = map_prefaulted(s->seg_size);
     if (!s->seg_base) {
         CR_LOG_ERROR(COMP, "cannot map a %llu-byte segment", (unsigned long long)s->seg_size);
         return -ENOMEM;
