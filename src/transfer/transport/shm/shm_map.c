@@ -23,9 +23,7 @@
 #define MAPS_MAX (64u << 20) /* /proc/<pid>/maps larger than this is not read */
 #define PAGE 4096u
 #define REGION (2u << 20) /* populated in steps of this */
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14; older kernels fault page by page */
-#endif
+#define FAULT_AROUND (64u << 10) /* the kernel's default fault_around_bytes */
 
 void cr__shm_map_ref(cr__shm_map_t *m)
 {
@@ -52,8 +50,15 @@ void cr__shm_map_prepare(cr__shm_map_t *m, const unsigned char *p, size_t len)
         if (atomic_load_explicit(&m->populated[k / 64], memory_order_relaxed) & bit)
             continue;
         size_t off = k * REGION, n = m->maplen - off < REGION ? m->maplen - off : REGION;
-        /* a shared file's entries are entered writable: no write fault follows */
-        madvise((unsigned char *)m->base + off, n, MADV_POPULATE_READ); /* only speed */
+        /* one read per FAULT_AROUND bytes: the kernel maps the file's pages
+         * around each read fault (fault_around_bytes, 64 KiB by default),
+         * writable since a shared file needs no write notification, so the
+         * copy takes no fault at all (17 ms per 512 MiB here, against 23-42
+         * ms for MADV_POPULATE_READ, whose page pinning also contends on the
+         * LRU lock, and ~125 ms of write faults page by page) */
+        const volatile unsigned char *q = (const unsigned char *)m->base + off;
+        for (size_t o = 0; o < n; o += FAULT_AROUND)
+            (void)q[o];
         atomic_fetch_or(&m->populated[k / 64], bit);
     }
 }
