@@ -101,6 +101,7 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
         st->write_window_bytes = cfg->slice_size;
     st->sockbuf = (int)env_u64("CRESCENT_TCP_SOCKBUF", 0, 0, 1u << 30);
     st->sync_path = (int)env_u64("CRESCENT_TCP_SYNC", 1, 0, 1);
+    st->crc_read = (int)env_u64("CRESCENT_TCP_CRC", 1, 0, 1);
     /* congestion control of the data sockets: cubic unless told otherwise
      * ("default" keeps the system's). BBR, the default of some systems,
      * paces every packet with a timer when the qdisc is not fq: measured on
@@ -150,8 +151,9 @@ const struct cr_xfer_transport_ops cr__xfer_tcp_ops = {
     .submit = cr__tcp_submit,
     .notify = NULL, /* notifications travel on the engine's control channel */
     .peer_forget = NULL, /* connections are kept for a reopen; freed at destroy */
-    /* no checksums: a hash in a connection's one sender or receiver thread
+    /* READs only: the receiver hashes each slice right after it landed,
+     * from cache. Not WRITEs: a hash in a connection's one sender thread
      * delays every slice behind it (measured: the store's tcp saves got
      * slower, docs/benchmarks.md "checksums in the Transfer Engine") */
-    .crc_pieces = 0,
+    .crc_pieces = 1u << CR_XFER_READ,
 };

@@ -655,6 +655,10 @@ static void *receiver_main(void *arg)
                 atomic_fetch_add_explicit(&st->nic_bytes[p->paths[c->path].lnic], len,
                                           memory_order_relaxed);
             if (sl->op != CR__TCP_WRITE) {
+                /* a READ's bytes are hashed while this core still holds
+                 * them (the store would read them from memory later) */
+                if (status == 0 && sl->task->want_crc && st->crc_read)
+                    cr__xfer_task_crc_range(sl->task, sl->off, len);
                 settle(p, sl->task, len, status);
             } else {
                 atomic_fetch_sub(&c->inflight_writes, 1);
@@ -847,11 +851,12 @@ static void sync_release(tcp_peer_t *p, struct tcp_sync_slot *sl, int close_fd)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Runs slices [first, first + k) of t on fd; *status gets the first error
+/* Runs slices [first, first + k) of t on fd (with crc, hashing a READ's
+ * slices as they land); *status gets the first error
  * the server returned. Returns 0 or an I/O error (the connection is then
  * unusable). */
 static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first, int k,
-                      int *status)
+                      int crc, int *status)
 {
     cr__tcp_hdr_t h[SYNC_GROUP];
     struct iovec iov[3 * SYNC_GROUP];
@@ -887,6 +892,8 @@ static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first
         }
         if (!write) /* data, or zeros when refused: the layout never depends on status */
             rc = cr__tcp_recv_full(fd, t->local + off, len);
+        if (!write && !rc && !r.status && t->want_crc && crc)
+            cr__xfer_task_crc_range(t, off, len);
         if (r.status && !*status)
             *status = r.status < 0 ? r.status : -EIO;
     }
@@ -977,7 +984,7 @@ static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
             break;
         }
         int k = (int)(n_sl - first < SYNC_GROUP ? n_sl - first : SYNC_GROUP);
-        rc = sync_group(sl->fd, t, slice, first, k, &status);
+        rc = sync_group(sl->fd, t, slice, first, k, st->crc_read, &status);
     }
     if (rc) {
         sync_release(p, sl, 1);

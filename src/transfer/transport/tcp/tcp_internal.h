@@ -140,6 +140,7 @@ typedef struct tcp_state {
     uint64_t window_bytes;  /* in-flight bytes per connection (READ) */
     uint64_t write_window_bytes; /* the same for WRITE slices */
     int sync_path;          /* 0: never run a request in the caller's thread */
+    int crc_read;           /* hash READ slices as they land (CRESCENT_TCP_CRC, default 1) */
     char cc[16];            /* TCP congestion control for data sockets ("" = system default) */
     atomic_int cc_fallback; /* cc was refused: reno (allowed for everyone) is used */
     atomic_uint_fast64_t sync_done; /* requests the sync path completed (tests) */

@@ -131,12 +131,13 @@ static void test_big_and_batched_requests_are_queued(void **state)
     assert_int_equal(sync_done(f->a), before);
 }
 
-/* A batch that wants checksums (transfer/checksum.h) over tcp: tcp does
- * not hash what it moves (its sender and receiver threads are the critical
- * path), so no request is marked and none gets a crc from the engine (the
- * caller hashes); the bytes move as without. (shm, which does hash:
- * test_shm_engine test_batch_checksums.) */
-static void test_batch_checksums_not_hashed(void **state)
+/* A batch that wants checksums (transfer/checksum.h) over tcp: the
+ * receiver hashes each READ slice as it lands, so every READ is marked and
+ * gets the crc32c of what landed (whole slices combined, a request split
+ * over several); WRITEs are not hashed (the sender thread is the critical
+ * path) and get none, nor does a refused READ; the bytes move as without.
+ * (shm hashes both: test_shm_engine test_batch_checksums.) */
+static void test_batch_checksums_reads_hashed(void **state)
 {
     fx_t *f = *state;
     uint64_t b = (uint64_t)(uintptr_t)f->bbuf;
@@ -159,15 +160,21 @@ static void test_batch_checksums_not_hashed(void **state)
     assert_int_equal(cr_xfer_batch_alloc(f->a, N + 1, &bt), 0);
     cr__xfer_batch_want_crc(bt);
     assert_int_equal(cr_xfer_batch_submit(bt, r, N + 1), 0);
-    for (size_t k = 0; k <= N; k++)
-        assert_int_equal(cr__xfer_batch_crc_wanted(bt, k), 0);
+    for (size_t k = 0; k < N; k++)
+        assert_int_equal(cr__xfer_batch_crc_wanted(bt, k), r[k].opcode == CR_XFER_READ);
+    assert_int_equal(cr__xfer_batch_crc_wanted(bt, N), 0); /* refused before any transport */
     assert_int_not_equal(cr_xfer_batch_wait(bt, 30000), -ETIMEDOUT); /* r[N]'s error */
     for (size_t k = 0; k < N; k++) {
         cr_xfer_status_t st;
         assert_int_equal(cr_xfer_batch_status(bt, k, &st), 0);
         assert_int_equal(st.error, 0);
         uint32_t c = 0;
-        assert_int_equal(cr__xfer_batch_crc(bt, k, &c), -ENODATA);
+        if (r[k].opcode == CR_XFER_READ) {
+            assert_int_equal(cr__xfer_batch_crc(bt, k, &c), 0);
+            assert_int_equal(c, cr__crc32c(0, r[k].local_addr, r[k].length));
+        } else {
+            assert_int_equal(cr__xfer_batch_crc(bt, k, &c), -ENODATA);
+        }
     }
     /* both ends hold the same bytes (the READs' crcs are of what landed) */
     for (size_t k = 0; k < N; k++)
@@ -287,7 +294,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lone_requests_take_sync_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_big_and_batched_requests_are_queued, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_batch_checksums_not_hashed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_checksums_reads_hashed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_status_is_final_and_connection_survives,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_connection_falls_back_to_queue, setup, teardown),
