@@ -5,9 +5,9 @@
  * the cache, instead of process_vm_readv/writev.
  *
  * Why: the kernel's cross-process copy pins every remote page and copies
- * with ordinary stores; out of cache it moved a 64 KiB block in ~16 us here
- * where the streamed user-space copy takes ~9.5 us *with* its checksum
- * (docs/architecture/shm.md, docs/benchmarks.md).
+ * with ordinary stores; out of cache it moved a 64 KiB block in ~13.5 us
+ * here where the streamed user-space copy takes ~10 us *with* its checksum
+ * (bench/te/shm_copy_cost.c, docs/architecture/shm.md).
  *
  * Finding the file needs no new protocol and no trust in metadata: the
  * initiator reads /proc/<pid>/maps for the VMA that backs the proven range
