@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/tsan.h"
 #include "crescent/transfer.h"
 
 #define MAP_LOG "shm"
@@ -57,8 +58,13 @@ void cr__shm_map_prepare(cr__shm_map_t *m, const unsigned char *p, size_t len)
          * ms for MADV_POPULATE_READ, whose page pinning also contends on the
          * LRU lock, and ~125 ms of write faults page by page) */
         const volatile unsigned char *q = (const unsigned char *)m->base + off;
+        /* the bytes read do not matter, only the faults: another worker may
+         * be copying into this region already (it found the bit unset as
+         * well), which TSan would report as a race with these reads */
+        CR_TSAN_IGNORE_BEGIN();
         for (size_t o = 0; o < n; o += FAULT_AROUND)
             (void)q[o];
+        CR_TSAN_IGNORE_END();
         atomic_fetch_or(&m->populated[k / 64], bit);
     }
 }
