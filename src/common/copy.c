@@ -4,10 +4,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 void cr__copy_stream(void *dst, const void *src, size_t len)
 {
     unsigned char *d = dst;
@@ -19,16 +15,9 @@ void cr__copy_stream(void *dst, const void *src, size_t len)
         d += head;
         p += head;
         len -= head;
-        for (; len >= 64; d += 64, p += 64, len -= 64) {
-            __m128i y0 = _mm_loadu_si128((const __m128i *)p);
-            __m128i y1 = _mm_loadu_si128((const __m128i *)(p + 16));
-            __m128i y2 = _mm_loadu_si128((const __m128i *)(p + 32));
-            __m128i y3 = _mm_loadu_si128((const __m128i *)(p + 48));
-            _mm_stream_si128((__m128i *)d, y0);
-            _mm_stream_si128((__m128i *)(d + 16), y1);
-            _mm_stream_si128((__m128i *)(d + 32), y2);
-            _mm_stream_si128((__m128i *)(d + 48), y3);
-        }
+        __m128i y[4];
+        for (; len >= 64; d += 64, p += 64, len -= 64)
+            cr__stream64(d, p, y);
         _mm_sfence();
     }
 #endif

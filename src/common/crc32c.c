@@ -320,15 +320,9 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_pcl_copy(uint32_t c
                                                                       const unsigned char *p,
                                                                       size_t len)
 {
-    __m128i x0 = _mm_loadu_si128((const __m128i *)p);
-    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
-    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
-    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 48));
-    _mm_stream_si128((__m128i *)d, x0);
-    _mm_stream_si128((__m128i *)(d + 16), x1);
-    _mm_stream_si128((__m128i *)(d + 32), x2);
-    _mm_stream_si128((__m128i *)(d + 48), x3);
-    x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int)c));
+    __m128i y[4];
+    cr__stream64(d, p, y);
+    __m128i x0 = _mm_xor_si128(y[0], _mm_cvtsi32_si128((int)c)), x1 = y[1], x2 = y[2], x3 = y[3];
     p += 64;
     d += 64;
     len -= 64;
@@ -338,18 +332,11 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_pcl_copy(uint32_t c
                                     _mm_clmulepi64_si128(x, k, 0x11)),                  \
                       y)
     while (len >= 64) {
-        __m128i y0 = _mm_loadu_si128((const __m128i *)p);
-        __m128i y1 = _mm_loadu_si128((const __m128i *)(p + 16));
-        __m128i y2 = _mm_loadu_si128((const __m128i *)(p + 32));
-        __m128i y3 = _mm_loadu_si128((const __m128i *)(p + 48));
-        _mm_stream_si128((__m128i *)d, y0);
-        _mm_stream_si128((__m128i *)(d + 16), y1);
-        _mm_stream_si128((__m128i *)(d + 32), y2);
-        _mm_stream_si128((__m128i *)(d + 48), y3);
-        CR_FOLD(x0, y0);
-        CR_FOLD(x1, y1);
-        CR_FOLD(x2, y2);
-        CR_FOLD(x3, y3);
+        cr__stream64(d, p, y);
+        CR_FOLD(x0, y[0]);
+        CR_FOLD(x1, y[1]);
+        CR_FOLD(x2, y[2]);
+        CR_FOLD(x3, y[3]);
         p += 64;
         d += 64;
         len -= 64;
