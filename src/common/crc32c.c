@@ -185,6 +185,28 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const unsig
 #endif
 
 #if defined(__x86_64__)
+/* One folding step: x carried forward over the distance k encodes, then
+ * the next 16 bytes y added. */
+__attribute__((target("pclmul"))) static inline __m128i pcl_fold(__m128i x, __m128i k, __m128i y)
+{
+    return _mm_xor_si128(
+        _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), y);
+}
+
+/* The end of both folding loops: the four lanes folded into one, its 16
+ * bytes through the crc32 instruction, then the last len (< 64) bytes. */
+__attribute__((target("sse4.2,pclmul"))) static uint32_t pcl_finish(__m128i x0, __m128i x1,
+                                                                    __m128i x2, __m128i x3,
+                                                                    const unsigned char *p,
+                                                                    size_t len)
+{
+    __m128i k = _mm_set_epi64x((long long)fold16[1], (long long)fold16[0]);
+    x0 = pcl_fold(pcl_fold(pcl_fold(x0, k, x1), k, x2), k, x3);
+    uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x0));
+    c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x0, 1));
+    return crc_hw_tail(c64, p, len);
+}
+
 /* PCLMULQDQ folding (the reflected-CRC scheme of Intel's "Fast CRC
  * Computation Using PCLMULQDQ"): four 16-byte lanes are carried forward 64
  * bytes at a time with two carry-less multiplies each, folded into one,
@@ -203,26 +225,15 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_pcl(uint32_t c,
     p += 64;
     len -= 64;
     __m128i k = _mm_set_epi64x((long long)fold64[1], (long long)fold64[0]);
-#define CR_FOLD(x, y)                                                                     \
-    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00),                  \
-                                    _mm_clmulepi64_si128(x, k, 0x11)),                  \
-                      y)
     while (len >= 64) {
-        CR_FOLD(x0, _mm_loadu_si128((const __m128i *)p));
-        CR_FOLD(x1, _mm_loadu_si128((const __m128i *)(p + 16)));
-        CR_FOLD(x2, _mm_loadu_si128((const __m128i *)(p + 32)));
-        CR_FOLD(x3, _mm_loadu_si128((const __m128i *)(p + 48)));
+        x0 = pcl_fold(x0, k, _mm_loadu_si128((const __m128i *)p));
+        x1 = pcl_fold(x1, k, _mm_loadu_si128((const __m128i *)(p + 16)));
+        x2 = pcl_fold(x2, k, _mm_loadu_si128((const __m128i *)(p + 32)));
+        x3 = pcl_fold(x3, k, _mm_loadu_si128((const __m128i *)(p + 48)));
         p += 64;
         len -= 64;
     }
-    k = _mm_set_epi64x((long long)fold16[1], (long long)fold16[0]);
-    CR_FOLD(x0, x1);
-    CR_FOLD(x0, x2);
-    CR_FOLD(x0, x3);
-#undef CR_FOLD
-    uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x0));
-    c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x0, 1));
-    return crc_hw_tail(c64, p, len);
+    return pcl_finish(x0, x1, x2, x3, p, len);
 }
 #endif
 
@@ -327,30 +338,19 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_pcl_copy(uint32_t c
     d += 64;
     len -= 64;
     __m128i k = _mm_set_epi64x((long long)fold64[1], (long long)fold64[0]);
-#define CR_FOLD(x, y)                                                                     \
-    x = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00),                  \
-                                    _mm_clmulepi64_si128(x, k, 0x11)),                  \
-                      y)
     while (len >= 64) {
         cr__stream64(d, p, y);
-        CR_FOLD(x0, y[0]);
-        CR_FOLD(x1, y[1]);
-        CR_FOLD(x2, y[2]);
-        CR_FOLD(x3, y[3]);
+        x0 = pcl_fold(x0, k, y[0]);
+        x1 = pcl_fold(x1, k, y[1]);
+        x2 = pcl_fold(x2, k, y[2]);
+        x3 = pcl_fold(x3, k, y[3]);
         p += 64;
         d += 64;
         len -= 64;
     }
-    k = _mm_set_epi64x((long long)fold16[1], (long long)fold16[0]);
-    CR_FOLD(x0, x1);
-    CR_FOLD(x0, x2);
-    CR_FOLD(x0, x3);
-#undef CR_FOLD
     _mm_sfence(); /* the streamed stores are ordered before what follows */
     memcpy(d, p, len);
-    uint64_t c64 = __builtin_ia32_crc32di(0, (uint64_t)_mm_cvtsi128_si64(x0));
-    c64 = __builtin_ia32_crc32di(c64, (uint64_t)_mm_extract_epi64(x0, 1));
-    return crc_hw_tail(c64, p, len);
+    return pcl_finish(x0, x1, x2, x3, p, len);
 }
 #endif
 
