@@ -102,6 +102,7 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
     st->sockbuf = (int)env_u64("CRESCENT_TCP_SOCKBUF", 0, 0, 1u << 30);
     st->sync_path = (int)env_u64("CRESCENT_TCP_SYNC", 1, 0, 1);
     st->crc_read = (int)env_u64("CRESCENT_TCP_CRC", 1, 0, 1);
+    st->spin_ns = env_u64("CRESCENT_TCP_SPIN_US", TCP_DEFAULT_SPIN_US, 0, 10000) * 1000u;
     /* congestion control of the data sockets: cubic unless told otherwise
      * ("default" keeps the system's). BBR, the default of some systems,
      * paces every packet with a timer when the qdisc is not fq: measured on

@@ -759,6 +759,7 @@ static tcp_peer_t *peer_create(tcp_state_t *st, cr__xfer_peer_t *xp)
     p->xp = xp;
     for (int i = 0; i < TCP_SYNC_SLOTS; i++)
         p->sync[i].fd = -1;
+    atomic_init(&p->sync_fast, 1); /* busy-poll until a reply says it does not pay */
     pthread_mutex_init(&p->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -853,10 +854,12 @@ static void sync_release(tcp_peer_t *p, struct tcp_sync_slot *sl, int close_fd)
 
 /* Runs slices [first, first + k) of t on fd (with crc, hashing a READ's
  * slices as they land); *status gets the first error
- * the server returned. Returns 0 or an I/O error (the connection is then
- * unusable). */
+ * the server returned. With spin_ns, the first reply is busy-polled for up
+ * to spin_ns after the send while *fast says replies come that soon; *fast
+ * is then set from this reply's latency. Returns 0 or an I/O error (the
+ * connection is then unusable). */
 static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first, int k,
-                      int crc, int *status)
+                      int crc, uint64_t spin_ns, atomic_int *fast, int *status)
 {
     cr__tcp_hdr_t h[SYNC_GROUP];
     struct iovec iov[3 * SYNC_GROUP];
@@ -866,6 +869,7 @@ static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first
         uint64_t off = (first + (uint64_t)i) * slice;
         uint64_t len = t->length - off < slice ? t->length - off : slice;
         cr__tcp_hdr_enc(&h[i], op, 0, (uint32_t)i, t->remote_addr + off, len);
+        cr__tcp_hdr_add_flags(&h[i], CR__TCP_F_WAITS);
         iov[cnt].iov_base = &h[i];
         iov[cnt++].iov_len = sizeof h[i];
         if (t->has_cap) {
@@ -879,12 +883,17 @@ static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first
         }
     }
     int rc = cr__tcp_writev_full(fd, iov, cnt);
+    uint64_t sent = spin_ns ? cr__now_ns() : 0;
+    if (!rc && spin_ns && atomic_load_explicit(fast, memory_order_relaxed))
+        cr__tcp_spin_readable(fd, sent + spin_ns);
     for (int i = 0; !rc && i < k; i++) {
         uint64_t off = (first + (uint64_t)i) * slice;
         uint64_t len = t->length - off < slice ? t->length - off : slice;
         cr__tcp_hdr_t r;
         if ((rc = cr__tcp_recv_full(fd, &r, sizeof r)) != 0)
             break;
+        if (i == 0 && spin_ns)
+            atomic_store_explicit(fast, cr__now_ns() - sent <= spin_ns, memory_order_relaxed);
         if (cr__tcp_hdr_dec(&r) || r.opcode != (op | CR__TCP_RESP) || r.seq != (uint32_t)i ||
             r.addr != t->remote_addr + off || r.len != (write ? 0 : len)) {
             rc = -EPROTO;
@@ -984,7 +993,8 @@ static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
             break;
         }
         int k = (int)(n_sl - first < SYNC_GROUP ? n_sl - first : SYNC_GROUP);
-        rc = sync_group(sl->fd, t, slice, first, k, st->crc_read, &status);
+        rc = sync_group(sl->fd, t, slice, first, k, st->crc_read, st->spin_ns, &p->sync_fast,
+                        &status);
     }
     if (rc) {
         sync_release(p, sl, 1);

@@ -38,6 +38,7 @@
 #define TCP_MAX_SRV_CONNS 1024
 #define TCP_SYNC_SLOTS 32                /* caller-run connections per peer */
 #define TCP_SYNC_MAX (4ull << 20)        /* largest request a caller runs itself */
+#define TCP_DEFAULT_SPIN_US 50           /* busy-poll budget (tcp.c, CRESCENT_TCP_SPIN_US) */
 #define TCP_CONNECT_TIMEOUT_MS 5000      /* bound on one connect (and its setup hook) */
 #define TCP_WATCHDOG_MS 100              /* period of the watchdog's scan */
 #define TCP_STALL_MIN_MS 200             /* stall cut-off: timeout / 4, clamped to these */
@@ -117,6 +118,9 @@ typedef struct tcp_peer {
         int fd, path, busy;
     } sync[TCP_SYNC_SLOTS];
     int sync_busy;
+    /* the sync path's last reply came within st->spin_ns of its request:
+     * the next caller busy-polls for its reply (else it sleeps and measures) */
+    atomic_int sync_fast;
 } tcp_peer_t;
 
 typedef struct srv_conn {
@@ -141,6 +145,10 @@ typedef struct tcp_state {
     uint64_t write_window_bytes; /* the same for WRITE slices */
     int sync_path;          /* 0: never run a request in the caller's thread */
     int crc_read;           /* hash READ slices as they land (CRESCENT_TCP_CRC, default 1) */
+    uint64_t spin_ns;       /* busy-poll budget of the sync path's replies and of a
+                             * server serving a waiting caller (CRESCENT_TCP_SPIN_US) */
+    atomic_int spinner;     /* 1 while one server connection busy-polls */
+    atomic_uint_fast64_t spin_hits; /* requests a server's busy-poll found (tests) */
     char cc[16];            /* TCP congestion control for data sockets ("" = system default) */
     atomic_int cc_fallback; /* cc was refused: reno (allowed for everyone) is used */
     atomic_uint_fast64_t sync_done; /* requests the sync path completed (tests) */
@@ -186,6 +194,9 @@ void cr__tcp_watchdog_scan(tcp_state_t *st);
 
 /* writes all iovecs (advancing them); returns 0 or -errno */
 int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt);
+/* Busy-polls fd (poll with no wait, sched_yield between) until it is
+ * readable or has an error (1) or until_ns (CLOCK_MONOTONIC) passed (0). */
+int cr__tcp_spin_readable(int fd, uint64_t until_ns);
 /* Receives exactly len bytes (blocking; SO_RCVTIMEO bounds each wait).
  * Returns 0, -ECONNRESET (EOF), -ETIMEDOUT or -errno. */
 int cr__tcp_recv_full(int fd, void *buf, size_t len);

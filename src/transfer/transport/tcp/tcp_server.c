@@ -10,12 +10,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/status.h"
@@ -87,6 +89,21 @@ int cr__tcp_recv_full(int fd, void *buf, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+int cr__tcp_spin_readable(int fd, uint64_t until_ns)
+{
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, 0);
+        if (r > 0 || (r < 0 && errno != EINTR))
+            return 1; /* data, EOF or an error: the caller's next call sees it */
+        if (cr__now_ns() >= until_ns)
+            return 0;
+        /* the thread we wait for may share this CPU: let it run (free when
+         * nothing else is runnable) */
+        sched_yield();
+    }
 }
 
 /* Receives a WRITE payload of len bytes into dst and, in the same
@@ -319,6 +336,17 @@ static void *srv_main(void *arg)
     acks.n = 0;
     acks.bytes = 0;
     int last_read = 0;
+    /* Busy-poll for the next request (st->spin_ns), so that a caller who
+     * waits for each reply (CR__TCP_F_WAITS) and sends its next request
+     * soon after wakes no sleeping thread: on a VM a cross-CPU wakeup costs
+     * several microseconds on each side. Only while it pays: after a reply
+     * to a waiting caller, and only if the idle gap before the last request
+     * was within the budget (a spin that ran out, or a longer sleep, makes
+     * the next wait sleep at once and measure again); one connection of the
+     * engine at a time (st->spinner). Streams of queued slices never set
+     * the flag, so bulk transfers never spin. */
+    int waits = 0;
+    uint64_t gap = UINT64_MAX;
     /* the engine's connection-setup hook (authentication) runs in this
      * thread, so a slow handshake never holds up the acceptor */
     int rc = cr__xfer_conn_accepted(st->engine, fd, (int)st->cfg.timeout_ms);
@@ -333,6 +361,7 @@ static void *srv_main(void *arg)
                 break;
             }
             if (k > 0) {
+                waits = (run[k - 1].flags & CR__TCP_F_WAITS) != 0;
                 if ((rc = serve_reads(sc, run, run_caps, k, &acks)) != 0)
                     break;
                 continue;
@@ -351,11 +380,20 @@ static void *srv_main(void *arg)
             /* idle: answer what we owe, then wait without a time limit */
             if ((rc = acks_flush(fd, &acks, NULL, 0)) != 0)
                 break;
+            uint64_t idle = cr__now_ns();
+            int ready = 0;
+            if (waits && st->spin_ns && gap <= st->spin_ns && !atomic_exchange(&st->spinner, 1)) {
+                ready = cr__tcp_spin_readable(fd, idle + st->spin_ns);
+                atomic_store(&st->spinner, 0);
+                if (ready)
+                    atomic_fetch_add_explicit(&st->spin_hits, 1, memory_order_relaxed);
+            }
             struct pollfd p = {.fd = fd, .events = POLLIN};
-            if (poll(&p, 1, -1) < 0 && errno != EINTR) {
+            if (!ready && poll(&p, 1, -1) < 0 && errno != EINTR) {
                 rc = CR__ERRNO();
                 break;
             }
+            gap = cr__now_ns() - idle;
             if (atomic_load(&st->stopping)) {
                 rc = -ECANCELED;
                 break;
@@ -382,6 +420,7 @@ static void *srv_main(void *arg)
         if ((h.flags & CR__TCP_F_CAP) && (rc = cr__tcp_recv_full(fd, cap, sizeof cap)))
             break;
         last_read = h.opcode == CR__TCP_READ;
+        waits = (h.flags & CR__TCP_F_WAITS) != 0;
         if ((rc = serve_one(sc, &h, (h.flags & CR__TCP_F_CAP) ? cap : NULL, &acks)) != 0) {
             if (rc == -EPROTO)
                 CR_LOG_RL(CR__LOG_WARN, LOGC,

@@ -10,8 +10,10 @@
  *                     took them); response: request opcode | 0x80
  *   6   2    flags    requests: bit 0 (CR__TCP_F_CAP) = an 80-byte
  *                     capability (common/auth/cap.h) follows this header,
- *                     before any payload; other bits 0 (receivers ignore
- *                     unknown bits); responses: 0
+ *                     before any payload; bit 1 (CR__TCP_F_WAITS) = a
+ *                     caller waits for this reply (the server may
+ *                     busy-poll for the next request, a hint only); other
+ *                     bits 0 (receivers ignore unknown bits); responses: 0
  *   8   4    status   responses: 0 or a negative errno; requests: 0
  *   12  4    seq      request sequence number on this connection, echoed
  *   16  8    addr     WRITE/READ: target address in the server's memory;
@@ -32,7 +34,8 @@
 #define CR__TCP_VERSION 1
 #define CR__TCP_MAX_SLICE (64ull << 20)   /* bound on one WRITE/READ payload */
 
-#define CR__TCP_F_CAP 0x1u /* request flag: a capability follows the header */
+#define CR__TCP_F_CAP 0x1u   /* request flag: a capability follows the header */
+#define CR__TCP_F_WAITS 0x2u /* request flag: a caller waits for the reply (hint) */
 #define CR__TCP_CAP_LEN 80 /* = CR__CAP_LEN */
 
 enum cr__tcp_op {
@@ -68,9 +71,16 @@ static inline void cr__tcp_hdr_enc(cr__tcp_hdr_t *w, uint8_t op, int32_t status,
     w->len = htole64(len);
 }
 
-/* Decodes in place; returns 0 if magic and version are right, else -EPROTO. */
+/* Adds request flags (CR__TCP_F_*) to an encoded header. */
+static inline void cr__tcp_hdr_add_flags(cr__tcp_hdr_t *w, uint16_t f)
+{
+    w->flags = htole16((uint16_t)(le16toh(w->flags) | f));
+}
+
 /* Marks an encoded request as followed by a capability. */
-static inline void cr__tcp_hdr_set_cap(cr__tcp_hdr_t *w) { w->flags = htole16(CR__TCP_F_CAP); }
+static inline void cr__tcp_hdr_set_cap(cr__tcp_hdr_t *w) { cr__tcp_hdr_add_flags(w, CR__TCP_F_CAP); }
+
+/* Decodes in place; returns 0 if magic and version are right, else -EPROTO. */
 
 static inline int cr__tcp_hdr_dec(cr__tcp_hdr_t *h)
 {

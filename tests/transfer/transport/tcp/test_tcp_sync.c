@@ -265,6 +265,54 @@ static void test_unreachable_target_fails_fast(void **state)
         fail_msg("READ from a target that is gone succeeded");
 }
 
+static uint64_t spin_hits(cr_xfer_engine_t *e)
+{
+    return atomic_load(&((tcp_state_t *)cr__xfer_transport_state(e, "tcp"))->spin_hits);
+}
+
+/* The target busy-polls for the next request only on connections whose
+ * caller waits for each reply (the sync path marks its requests
+ * CR__TCP_F_WAITS): queued batches never make it spin, back-to-back lone
+ * requests do (a 10 ms budget, so any gap of a loaded machine fits), and
+ * CRESCENT_TCP_SPIN_US=0 turns it off. Bytes stay right throughout. */
+static void test_server_spins_only_for_waiting_callers(void **state)
+{
+    (void)state;
+    for (int on = 1; on >= 0; on--) {
+        setenv("CRESCENT_TCP_SPIN_US", on ? "10000" : "0", 1);
+        fx_t *f;
+        setup((void **)&f);
+        unsetenv("CRESCENT_TCP_SPIN_US");
+        uint64_t b = (uint64_t)(uintptr_t)f->bbuf;
+        for (int i = 0; i < 50; i++) { /* queued: batches of two */
+            cr_xfer_request_t r[2] = {{CR_XFER_WRITE, f->abuf, f->seg, b, 4096},
+                                      {CR_XFER_WRITE, f->abuf + 4096, f->seg, b + 4096, 4096}};
+            int res[2] = {1, 1};
+            xt_fill(f->abuf, 8192, 0, (uint32_t)i);
+            assert_int_equal(cr_xfer_transfer_sync(f->a, r, 2, res), 0);
+            assert_int_equal(res[0] | res[1], 0);
+            assert_int_equal(xt_check(f->bbuf, 8192, 0, (uint32_t)i, "queued"), -1);
+        }
+        assert_int_equal(spin_hits(f->b), 0);
+        uint64_t before = sync_done(f->a);
+        for (int i = 0; i < 100; i++) { /* lone requests, each waited for */
+            xt_fill(f->abuf, 4096, 0, (uint32_t)(100 + i));
+            assert_int_equal(one(f, CR_XFER_WRITE, 0, b + 4096u * (unsigned)i, 4096), 0);
+            memset(f->abuf + (1u << 20), 0, 4096);
+            assert_int_equal(one(f, CR_XFER_READ, 1u << 20, b + 4096u * (unsigned)i, 4096), 0);
+            assert_int_equal(xt_check(f->abuf + (1u << 20), 4096, 0, (uint32_t)(100 + i), "lone"),
+                             -1);
+        }
+        assert_int_equal(sync_done(f->a), before + 200);
+        if (on && spin_hits(f->b) == 0)
+            fail_msg("200 back-to-back lone requests: the target never found one by busy-polling");
+        if (!on)
+            assert_int_equal(spin_hits(f->b), 0);
+        void *fs = f;
+        teardown(&fs);
+    }
+}
+
 /* congestion control: cubic by default; one the kernel refuses falls back
  * to reno and transfers still work */
 static void test_congestion_control_choice(void **state)
@@ -298,6 +346,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refused_status_is_final_and_connection_survives,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_cut_connection_falls_back_to_queue, setup, teardown),
+        cmocka_unit_test(test_server_spins_only_for_waiting_callers),
         cmocka_unit_test_setup_teardown(test_unreachable_target_fails_fast, setup, teardown),
         cmocka_unit_test(test_congestion_control_choice),
     };

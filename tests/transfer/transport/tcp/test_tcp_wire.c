@@ -113,6 +113,14 @@ static void test_header_layout(void **state)
     assert_int_equal(h.len, 0x0a0b0c0d0e0f1011ull);
     h.magic = 0x12345678;
     assert_int_not_equal(cr__tcp_hdr_dec(&h), 0);
+    /* request flags accumulate, little-endian at offset 6 */
+    cr__tcp_hdr_enc(&h, CR__TCP_WRITE, 0, 1, 2, 3);
+    cr__tcp_hdr_add_flags(&h, CR__TCP_F_WAITS);
+    cr__tcp_hdr_set_cap(&h);
+    assert_int_equal(b[6], CR__TCP_F_CAP | CR__TCP_F_WAITS);
+    assert_int_equal(b[7], 0);
+    assert_int_equal(cr__tcp_hdr_dec(&h), 0);
+    assert_int_equal(h.flags, CR__TCP_F_CAP | CR__TCP_F_WAITS);
 }
 
 /* the data port is the transport's own: not the engine's (control) port */
