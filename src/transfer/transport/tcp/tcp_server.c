@@ -217,7 +217,10 @@ static int serve_one(srv_conn_t *sc, cr__tcp_hdr_t *h, const uint8_t *cap, ack_b
         cr__tcp_hdr_enc(&acks->h[acks->n++], CR__TCP_WRITE | CR__TCP_RESP, status, h->seq,
                         h->addr, 0);
         acks->bytes += h->len;
-        if (acks->n >= ACK_BATCH || acks->bytes >= TCP_ACK_FLUSH_BYTES)
+        /* a waiting caller with nothing more queued gets its ack now, not
+         * after one more recv() finds the socket empty */
+        if (acks->n >= ACK_BATCH || acks->bytes >= TCP_ACK_FLUSH_BYTES ||
+            ((h->flags & CR__TCP_F_WAITS) && !sc->nh_have))
             return acks_flush(fd, acks, NULL, 0);
         return 0;
     }
