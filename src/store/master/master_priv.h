@@ -161,9 +161,9 @@ struct cr__master {
     client_t *clients;
     uint32_t n_clients, cap_clients, live_clients, live_segs;
     held_t held[HELD_MAX];
-    /* space accounting and quarantine FIFO (space.c) */
+    /* space accounting and the quarantine, a min-heap on release_ms (space.c) */
     qent_t *q;
-    size_t q_head, q_len, q_cap;
+    size_t q_len, q_cap;
     uint64_t capacity, allocated, quarantine_bytes;
     uint64_t n_complete, n_pending;
     /* eviction (eviction.c). A step that evicted nothing stays futile

@@ -275,7 +275,7 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
         hold = rh;
     /* quarantine entries of this segment die with it */
     for (size_t i = 0; i < m->q_len; i++) {
-        qent_t *e = &m->q[m->q_head + i];
+        qent_t *e = &m->q[i];
         if (e->seg == s && e->gen == sg->gen) {
             if (e->release_ms > hold)
                 hold = e->release_ms;

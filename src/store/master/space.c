@@ -1,4 +1,4 @@
-/* Master space release: freeing blocks, the quarantine FIFO of space that
+/* Master space release: freeing blocks, the quarantine (a heap by release time) of space that
  * may still be read or written, deleting an object (master_priv.h). */
 #include "store/master/master_priv.h"
 
@@ -9,32 +9,59 @@
 
 #include "common/log.h"
 
+/* The quarantine is a binary min-heap on release_ms (m->q[0] is due
+ * first): entries come with different hold times (a reader's lease, a
+ * pending put's deadline plus a put timeout, a reservation's expiry plus a
+ * put timeout), and a queue in arrival order would keep every due entry
+ * behind one that is not (measured: GBs of due space held while the master
+ * evicted live objects for room, docs/benchmarks.md). */
+static int q_before(const qent_t *a, const qent_t *b) { return a->release_ms < b->release_ms; }
+
 static void q_push(cr__master_t *m, uint32_t seg, uint32_t blk, uint64_t bytes, uint64_t rel)
 {
-    if (m->q_head + m->q_len == m->q_cap) {
-        if (m->q_head > m->q_cap / 2) {
-            memmove(m->q, m->q + m->q_head, m->q_len * sizeof *m->q);
-            m->q_head = 0;
-        } else {
-            size_t nc = m->q_cap ? m->q_cap * 2 : 256;
-            qent_t *nq = realloc(m->q, nc * sizeof *nq);
-            if (!nq) {
-                /* cannot remember it: leak the block (never reuse) rather
-                 * than risk handing out space a reader may still read */
-                CR_LOG_ERROR("master", "quarantine full (ENOMEM): %" PRIu64 " bytes leaked",
-                             bytes);
-                return;
-            }
-            m->q = nq;
-            m->q_cap = nc;
+    if (m->q_len == m->q_cap) {
+        size_t nc = m->q_cap ? m->q_cap * 2 : 256;
+        qent_t *nq = realloc(m->q, nc * sizeof *nq);
+        if (!nq) {
+            /* cannot remember it: leak the block (never reuse) rather
+             * than risk handing out space a reader may still read */
+            CR_LOG_ERROR("master", "quarantine full (ENOMEM): %" PRIu64 " bytes leaked", bytes);
+            return;
         }
+        m->q = nq;
+        m->q_cap = nc;
     }
-    m->q[m->q_head + m->q_len++] =
-        (qent_t){.seg = seg, .gen = m->segs[seg].gen, .blk = blk, .bytes = bytes, .release_ms = rel};
+    qent_t e = {.seg = seg, .gen = m->segs[seg].gen, .blk = blk, .bytes = bytes, .release_ms = rel};
+    size_t i = m->q_len++;
+    while (i > 0 && q_before(&e, &m->q[(i - 1) / 2])) { /* sift up */
+        m->q[i] = m->q[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    m->q[i] = e;
     if (!m->segs[seg].tier) {
         m->quarantine_bytes += bytes;
         CNT(m, quarantined_bytes_total) += bytes;
     }
+}
+
+/* Removes the heap's first entry. */
+static void q_pop(cr__master_t *m)
+{
+    qent_t last = m->q[--m->q_len];
+    size_t i = 0, n = m->q_len;
+    for (;;) { /* sift down */
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && q_before(&m->q[c + 1], &m->q[c]))
+            c++;
+        if (!q_before(&m->q[c], &last))
+            break;
+        m->q[i] = m->q[c];
+        i = c;
+    }
+    if (n)
+        m->q[i] = last;
 }
 
 /* Frees a block without marking the state changed (undoing a placement
@@ -65,11 +92,11 @@ void cr__m_block_release(cr__master_t *m, uint32_t seg, uint32_t blk, uint64_t r
         block_free(m, seg, blk);
 }
 
-/* Releases due quarantine entries; bounded by max entries. */
+/* Releases due quarantine entries, earliest first; bounded by max entries. */
 void cr__m_quarantine_release(cr__master_t *m, uint64_t now, size_t max)
 {
     while (m->q_len && max--) {
-        qent_t *e = &m->q[m->q_head];
+        qent_t *e = &m->q[0];
         if (e->release_ms > now)
             break;
         if (e->seg != NONE32 && m->segs[e->seg].live && m->segs[e->seg].gen == e->gen) {
@@ -77,11 +104,8 @@ void cr__m_quarantine_release(cr__master_t *m, uint64_t now, size_t max)
                 m->quarantine_bytes -= e->bytes;
             block_free(m, e->seg, e->blk);
         }
-        m->q_head++;
-        m->q_len--;
+        q_pop(m);
     }
-    if (!m->q_len)
-        m->q_head = 0;
 }
 
 /* When the space of o may be accessed until: readers up to the lease
