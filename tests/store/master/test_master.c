@@ -431,6 +431,55 @@ static void test_put_timeout_reclaim(void **s)
     cr__master_destroy(m);
 }
 
+/* Quarantine entries are freed when each one is due, whatever the order
+ * they came in: a lapsed put's space (held until deadline + put timeout)
+ * quarantined first does not keep a leased object's space, due much
+ * earlier, out of reuse. (In arrival order the first entry blocked the
+ * rest: the pool looked full and the master evicted live objects.) */
+static void test_quarantine_frees_due_entries_out_of_order(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0, 64 * KiB, 0), 0);
+    assert_int_equal(put(m, "dead", 16 * KiB, 1, 0, 0, NULL, 0), 0); /* writer dies */
+    tick_alive(m, 30000); /* reclaimed: quarantined until 60000 */
+    assert_int_equal(put(m, "k", 32 * KiB, 1, 0, 30001, NULL, 1), 0);
+    assert_int_equal(get(m, "k", 30002, NULL, NULL, NULL), 0); /* lease to 35002 */
+    assert_int_equal(cr__master_remove(m, "k", 1, 1, 30003), 0); /* quarantined to 35002 */
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 48 * KiB);
+    assert_int_equal(put(m, "y", 32 * KiB, 1, 0, 35001, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    /* due: freed by a placement that needs it, before the earlier entry */
+    assert_int_equal(put(m, "y", 32 * KiB, 1, 0, 35003, NULL, 1), 0);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 16 * KiB);
+    assert_int_equal(st.counters[CR__MM_evictions_total], 0);
+    /* and by the tick: entries due in an order unlike their arrival */
+    assert_int_equal(cr__master_remove(m, "y", 1, 1, 35004), 0); /* no lease: freed now */
+    static const int order[12] = {7, 2, 10, 0, 5, 11, 3, 8, 1, 9, 4, 6};
+    char key[12][8];
+    for (int i = 0; i < 12; i++) {
+        snprintf(key[i], sizeof key[i], "q%d", i);
+        assert_int_equal(put(m, key[i], 2 * KiB, 1, 0, 35010 + (uint64_t)i, NULL, 1), 0);
+    }
+    for (int j = 0; j < 12; j++) /* q<order[j]>'s lease ends at 40100 + 300 j */
+        assert_int_equal(get(m, key[order[j]], 35100 + 300 * (uint64_t)j, NULL, NULL, NULL), 0);
+    for (int i = 0; i < 12; i++) /* quarantined in key order */
+        assert_int_equal(cr__master_remove(m, key[i], strlen(key[i]), 1, 39000), 0);
+    tick_alive(m, 41000); /* due: the leases of order[0..3] */
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 16 * KiB + 8 * 2 * KiB);
+    tick_alive(m, 46000); /* every lease has ended; "dead" is still held */
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 16 * KiB);
+    tick_alive(m, 60000);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 0);
+    assert_int_equal(st.allocated_bytes, 0);
+    cr__master_destroy(m);
+}
+
 /* The stale-read defence at the master: space of a force-removed leased
  * object is not reused until the lease expires, and the old version never
  * validates again. */
@@ -1107,6 +1156,7 @@ int main(void)
         cmocka_unit_test(test_window_put_start_unwaited),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),
+        cmocka_unit_test(test_quarantine_frees_due_entries_out_of_order),
         cmocka_unit_test(test_remount_hold),
         cmocka_unit_test(test_eviction_watermark),
         cmocka_unit_test(test_eviction_skips),
