@@ -33,7 +33,12 @@
 
 #define KEY_LABEL "crescent cap key v1"
 #define CAP_MIN_TTL_MS 10000u       /* clock skew and slow transfers: a grant lives this long at least */
-#define CAP_TASK_TTL_MS (5u * 60u * 1000u) /* copy/move tasks move whole objects */
+/* copy/move tasks move whole objects; a task not ended by its deadline
+ * (START + this) fails and its targets are held that long again (rtask.c),
+ * an ended one's object is stamped with it (obj_wcap_until) */
+#define CAP_TASK_TTL_MS CR__M_RTASK_TIMEOUT_MS
+/* an object's grant stamp (master_priv.h) covers any grant a node accepts */
+_Static_assert((uint64_t)WCAP_WINDOW_S * 1000 > CR__CAP_TTL_MAX_MS + 1000, "grant stamp window");
 _Static_assert(CR__RPC_CAP_LEN == CR__CAP_LEN, "the wire carries exactly one capability");
 
 typedef struct capkey {

@@ -12,7 +12,8 @@ static cr__evict_verdict_t verdict(cr__master_t *m, obj_t *o, uint64_t now)
         .complete = (o->flags & OF_COMPLETE) != 0,
         .hard_pinned = (o->flags & OF_HARD_PIN) != 0,
         .soft_pinned = (o->flags & OF_SOFT_PIN) && (uint64_t)o->pin_until_s * 1000 > now,
-        .lease_until_ms = o->until_ms,
+        /* a live WRITE grant holds the space like a lease (space.c) */
+        .lease_until_ms = o->until_ms > obj_wcap_ms(o, now) ? o->until_ms : obj_wcap_ms(o, now),
     };
     (void)m;
     if (o->fs_until_s && (uint64_t)o->fs_until_s * 1000 > now)

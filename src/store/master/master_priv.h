@@ -70,7 +70,10 @@ typedef struct shard {
 typedef struct obj {
     struct obj *prev, *next; /* LRU list (complete) or pending list */
     uint64_t version;
-    uint64_t size;
+    uint64_t size : 40;   /* <= CR__RPC_VALUE_MAX */
+    uint64_t wcap : 24;   /* capabilities on: until when a WRITE grant over its space
+                             (PutStart's, its reservation's, a copy task's) verifies, in
+                             seconds modulo WCAP_MOD, + 1; 0 = none (obj_wcap_until) */
     uint64_t until_ms;    /* complete: lease expiry; pending: put deadline */
     uint32_t pin_until_s; /* soft pin expiry (now_ms / 1000 scale) */
     uint16_t key_len;
@@ -81,6 +84,46 @@ typedef struct obj {
                              1000 scale): not evicted before (fs.c); 0 = none */
 } obj_t;
 _Static_assert(sizeof(obj_t) == 56, "compact object header");
+
+_Static_assert(CR__RPC_VALUE_MAX < (1ull << 40), "an object's size fits its 40 bits");
+
+/* The WRITE grant stamp (a grant cannot be recalled: the object's space is
+ * not reused, nor the object evicted, before the grants over it expire;
+ * space.c). 24 bits hold it as seconds modulo WCAP_MOD (194 days): a
+ * stamp is only ever set less than WCAP_WINDOW_S ahead of the master's
+ * clock, so one WCAP_WINDOW_S or less ahead of now is live, and an expired
+ * stamp reads as live again only for WCAP_WINDOW_S in every 194 days,
+ * which holds its space a little longer, never shorter. */
+#define WCAP_MOD ((1u << 24) - 1u)
+#define WCAP_WINDOW_S 900u /* > the longest grant: CR__CAP_TTL_MAX_MS / 2 (5 min) + 1 s */
+
+/* Records that a WRITE grant over o's space verifies until until_ms (the
+ * grant is minted a moment later in the same locked handler: the stamp is
+ * up to a second past it). Keeps the later of two stamps. */
+static inline void obj_wcap_until(obj_t *o, uint64_t now, uint64_t until_ms)
+{
+    uint64_t s = until_ms / 1000 + 1, now_s = now / 1000;
+    if (s <= now_s)
+        return;
+    if (s - now_s > WCAP_WINDOW_S)
+        s = now_s + WCAP_WINDOW_S; /* cannot happen: grants are shorter */
+    if (o->wcap) {
+        uint64_t cur = (o->wcap - 1 + WCAP_MOD - now_s % WCAP_MOD) % WCAP_MOD;
+        if (cur <= WCAP_WINDOW_S && now_s + cur >= s)
+            return; /* a later stamp is live */
+    }
+    o->wcap = s % WCAP_MOD + 1;
+}
+
+/* Until when (ms) a WRITE grant over o's space may verify, or 0. */
+static inline uint64_t obj_wcap_ms(const obj_t *o, uint64_t now)
+{
+    if (!o->wcap)
+        return 0;
+    uint64_t now_s = now / 1000;
+    uint64_t ahead = (o->wcap - 1 + WCAP_MOD - now_s % WCAP_MOD) % WCAP_MOD;
+    return ahead && ahead <= WCAP_WINDOW_S ? (now_s + ahead) * 1000 : 0;
+}
 
 static inline uint8_t *obj_nsh(obj_t *o) { return (uint8_t *)(o + 1); }
 static inline shard_t *obj_shards(obj_t *o)

@@ -81,6 +81,12 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
     o->version = m->next_version++;
     o->size = size;
     o->until_ms = now + m->cfg.put_timeout_ms;
+    /* the WRITE grant the reply carries (caps.c mints it for lease_ms below) */
+    if (m->caps)
+        obj_wcap_until(o, now,
+                       now + cr__m_caps_ttl_ms(m, (uint32_t)(m->cfg.put_timeout_ms > UINT32_MAX
+                                                                 ? UINT32_MAX
+                                                                 : m->cfg.put_timeout_ms)));
     o->key_len = (uint16_t)key_len;
     o->n_rep = (uint8_t)n_rep;
     if (cfg && (cfg->flags & CR__RPC_CFG_HARD_PIN))

@@ -137,7 +137,7 @@ int cr__master_query_key_json(cr__master_t *m, const char *key, size_t key_len, 
               ",\"state\":\"%s\",\"version\":%" PRIu64 ",\"size\":%" PRIu64
               ",\"lease_remaining_ms\":%" PRIu64 ",\"put_deadline_ms\":%" PRIu64
               ",\"hard_pin\":%s,\"soft_pin\":%s,\"replicas\":[",
-              complete ? "complete" : "pending", o->version, o->size,
+              complete ? "complete" : "pending", o->version, (uint64_t)o->size,
               complete && o->until_ms > now ? o->until_ms - now : 0,
               !complete && o->until_ms > now ? o->until_ms - now : 0,
               (o->flags & OF_HARD_PIN) ? "true" : "false",
@@ -167,7 +167,7 @@ int cr__master_query_key_json(cr__master_t *m, const char *key, size_t key_len, 
     if (o->flags & OF_FS) /* its file on the shared-FS tier (fs.c) */
         sb_printf(&b, "%s{\"replica_id\":%" PRIu64 ",\"tier\":\"fs\",\"shards\":[{"
                       "\"segment\":\"" CR__TIER_FS_SEGMENT "\",\"addr\":0,\"bytes\":%" PRIu64 "}]}",
-                  first ? "" : ",", REPLICA_ID(o->version, FS_REPLICA_IDX), o->size);
+                  first ? "" : ",", REPLICA_ID(o->version, FS_REPLICA_IDX), (uint64_t)o->size);
     sb_printf(&b, "]}\n");
     pthread_mutex_unlock(&m->mu);
     return sb_finish(&b, out, len);

@@ -513,6 +513,8 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
         o->flags |= OF_CRC;
         o->crc = (uint32_t)in->replica_id;
     }
+    if (r->cap_until_ms) /* the reservation's WRITE grant covers this space */
+        obj_wcap_until(o, now, r->cap_until_ms);
     obj_nsh(o)[0] = 1;
     obj_shards(o)[0] = (shard_t){.seg = r->seg, .blk = ob};
     memcpy(obj_key(o), in->key, in->key_len);

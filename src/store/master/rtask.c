@@ -470,6 +470,8 @@ static int end_locked(cr__master_t *m, const cr__rpc_msg_t *req, uint64_t now)
         if (t->blk[i] == NONE32)
             continue;
         obj_t *n = cr__m_obj_add_replica(m, o, t->tgt[i], t->blk[i]);
+        if (n && m->caps) /* the copier's WRITE grant (caps.c) verifies until the deadline */
+            obj_wcap_until(n, now, t->deadline);
         if (!n) {
             finish(m, t, CR_E_INTERNAL_ERROR, "cannot add the replica", now);
             cr__m_jr_obj(m, o);

@@ -110,13 +110,16 @@ void cr__m_quarantine_release(cr__master_t *m, uint64_t now, size_t max)
 
 /* When the space of o may be accessed until: readers up to the lease
  * expiry; for a pending put, its writer until the deadline plus another
- * put timeout. */
+ * put timeout; with capabilities on, never before a WRITE grant over it
+ * expires (a grant cannot be recalled: its holder could still write
+ * there, into whatever object the space went to next). */
 uint64_t cr__m_obj_release_ms(cr__master_t *m, obj_t *o, uint64_t now)
 {
-    if (o->flags & OF_COMPLETE)
-        return o->until_ms;
-    uint64_t d = o->until_ms > now ? o->until_ms : now;
-    return d + m->cfg.put_timeout_ms;
+    uint64_t rel = o->until_ms;
+    if (!(o->flags & OF_COMPLETE))
+        rel = (rel > now ? rel : now) + m->cfg.put_timeout_ms;
+    uint64_t w = obj_wcap_ms(o, now);
+    return w > rel ? w : rel;
 }
 
 /* Frees every live replica's blocks (skipping segment skip_seg, whose

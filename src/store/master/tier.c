@@ -202,7 +202,8 @@ static uint64_t ssd_evict(cr__master_t *m, uint32_t seg, uint64_t need, uint64_t
     obj_t *o = m->ssd_lru.prev;
     while (o != &m->ssd_lru && freed < need && visited++ < m->ev.max_visit) {
         obj_t *prev = o->prev;
-        if (!(o->flags & OF_HARD_PIN) && o->until_ms <= now) {
+        if (!(o->flags & OF_HARD_PIN) && o->until_ms <= now &&
+            obj_wcap_ms(o, now) <= now) {
             uint8_t *nsh = obj_nsh(o);
             shard_t *sh = obj_shards(o);
             uint64_t b = 0;

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "store/master/master.h"
+#include "store/master/master_priv.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * 1024)
@@ -669,6 +670,110 @@ static void test_caps_grant_covers_reservation(void **s)
     cr__master_destroy(m);
 }
 
+/* A WRITE grant cannot be recalled: with capabilities on, an object's
+ * space is not reused, nor the object evicted, before the grant over it
+ * (PutStart's, its reservation's) expires, even once the object is
+ * removed; with capabilities off the space is reused at once. */
+static void test_caps_grant_outlives_object(void **s)
+{
+    (void)s;
+    const uint64_t T = 1000000; /* a PutStart grant lives max(10 s, put timeout) = 30 s */
+    uint64_t a1, a2;
+    /* capabilities off: removed space is reused at once (what the test
+     * below would catch) */
+    cr__master_t *m = mk_mounted(10000000);
+    assert_int_equal(put2(m, "w1", 1 * MiB, T, &a1), 0);
+    assert_int_equal(cr__master_remove(m, "w1", 2, 0, T + 1), 0);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    assert_int_equal(put2(m, "w2", 1 * MiB, T + 2, &a2), 0);
+    assert_int_equal(a2, a1);
+    cr__master_destroy(m);
+
+    m = mk_mounted(10000000);
+    assert_int_equal(cr__master_caps_enable(m), 0);
+    assert_int_equal(put2(m, "w1", 1 * MiB, T, &a1), 0);
+    assert_int_equal(cr__master_remove(m, "w1", 2, 0, T + 1), 0);
+    assert_int_equal(exist(m, "w1", T + 1), CR_E_OBJECT_NOT_FOUND); /* gone for readers */
+    assert_int_equal(stats(m).quarantine_bytes, 1 * MiB);
+    assert_int_equal(put2(m, "w2", 1 * MiB, T + 2, &a2), 0);
+    assert_true(a2 != a1);
+    cr__master_tick(m, T + PUT_TIMEOUT - 1000);
+    assert_int_equal(stats(m).quarantine_bytes, 1 * MiB);
+    cr__master_tick(m, T + PUT_TIMEOUT + 1000);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    /* a value committed into a reservation: held for the reservation's
+     * grant (its lease, 10 s), not for a PutStart's */
+    resv_t r;
+    uint64_t t = T + PUT_TIMEOUT + 2000;
+    ping(m, CA, t);
+    assert_int_equal(reserve(m, CA, 1 * MiB, t, &r), 0);
+    assert_int_equal(commit(m, CA, "c", r.id, r.seg, r.addr, 4096, t + 1, NULL), 0);
+    assert_int_equal(cr__master_remove(m, "c", 1, 0, t + 2), 0);
+    assert_int_equal(stats(m).quarantine_bytes, 4096);
+    assert_int_equal(reserve(m, CA, 0, t + 3, &r), 0); /* done: its rest waits for the grant */
+    ping(m, CA, t + LEASE + 1000);
+    cr__master_tick(m, t + LEASE + 1000);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    cr__master_destroy(m);
+
+    /* eviction leaves objects under a live grant alone, as under a lease */
+    m = mk_mounted(10000000);
+    assert_int_equal(cr__master_caps_enable(m), 0);
+    int n = 0;
+    for (; n < 64; n++) {
+        char k[32];
+        snprintf(k, sizeof k, "e%d", n);
+        if (put2(m, k, 1 * MiB, T, NULL))
+            break;
+    }
+    assert_true(n >= 8);
+    uint64_t ev = counter(m, CR__MM_evictions_total);
+    assert_int_equal(put2(m, "x", 2 * MiB, T + 1, NULL), CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(counter(m, CR__MM_evictions_total), ev);
+    assert_int_equal(exist(m, "e0", T + 1), 0);
+    assert_int_equal(put2(m, "x", 2 * MiB, T + PUT_TIMEOUT + 1000, NULL), 0);
+    assert_true(counter(m, CR__MM_evictions_total) > ev);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    cr__master_destroy(m);
+}
+
+/* The object's 24-bit grant stamp (seconds modulo WCAP_MOD) across the
+ * wrap of its clock and at today's clock: live until the grant's expiry
+ * (rounded up to a second past it), never shorter; the later of two
+ * stamps is kept. */
+static void test_grant_stamp_wraps(void **s)
+{
+    (void)s;
+    const uint64_t bases[] = {1000, (uint64_t)WCAP_MOD * 1000 - 5500, (uint64_t)WCAP_MOD * 1000,
+                              (uint64_t)WCAP_MOD * 1000 * 3 - 1, 1796000000123ull};
+    for (size_t i = 0; i < sizeof bases / sizeof *bases; i++) {
+        uint64_t now = bases[i];
+        obj_t o;
+        memset(&o, 0, sizeof o);
+        o.size = CR__RPC_VALUE_MAX;
+        assert_int_equal(obj_wcap_ms(&o, now), 0);
+        obj_wcap_until(&o, now, now + 30000);
+        assert_int_equal(o.size, CR__RPC_VALUE_MAX); /* the neighbouring bits */
+        uint64_t until = obj_wcap_ms(&o, now);
+        assert_true(until > now + 30000 && until <= now + 31000);
+        assert_int_equal(obj_wcap_ms(&o, now + 29999), until);
+        assert_int_equal(obj_wcap_ms(&o, until - 1), until);
+        assert_int_equal(obj_wcap_ms(&o, until), 0);
+        assert_int_equal(obj_wcap_ms(&o, until + 3600000), 0);
+        /* an earlier stamp does not shorten it; a later one extends it */
+        obj_wcap_until(&o, now + 1000, now + 11000);
+        assert_int_equal(obj_wcap_ms(&o, now + 1000), until);
+        obj_wcap_until(&o, now + 1000, now + 61000);
+        assert_true(obj_wcap_ms(&o, now + 1000) > now + 61000);
+        /* a grant a second past is none; one just past, at most a second */
+        memset(&o, 0, sizeof o);
+        obj_wcap_until(&o, now, now - 1000);
+        assert_int_equal(obj_wcap_ms(&o, now), 0);
+        obj_wcap_until(&o, now, now - 1);
+        assert_true(obj_wcap_ms(&o, now) <= now + 1000);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -683,6 +788,8 @@ int main(void)
         cmocka_unit_test(test_ha_journal_and_restore),
         cmocka_unit_test(test_hand_back_tail),
         cmocka_unit_test(test_caps_grant_covers_reservation),
+        cmocka_unit_test(test_caps_grant_outlives_object),
+        cmocka_unit_test(test_grant_stamp_wraps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

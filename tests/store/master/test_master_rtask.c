@@ -320,6 +320,48 @@ static void test_failed_and_timed_out_tasks_change_nothing(void **s)
     cr__master_destroy(m);
 }
 
+static uint64_t quarantined(cr__master_t *m)
+{
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    return st.quarantine_bytes;
+}
+
+/* With capabilities on, the copier's WRITE grant over a new replica lives
+ * until the task's deadline (START + 60 s): removing the object soon after
+ * its copy holds that space until then; without capabilities, not at all. */
+static void test_copy_grant_holds_new_replica(void **s)
+{
+    (void)s;
+    const uint64_t T = 1000000;
+    for (int caps = 0; caps < 2; caps++) {
+        cr__master_t *m = mk();
+        if (caps)
+            assert_int_equal(cr__master_caps_enable(m), 0);
+        put(m, "k", 100000, "segA", 1);
+        uint64_t hi, lo;
+        uint32_t n;
+        const char *tg[] = {"segB"};
+        assert_int_equal(create(m, CA, 0, "k", "", tg, 1, T, &hi, &lo), 0);
+        assert_int_equal(start(m, CA, hi, lo, T, &n), 0);
+        assert_int_equal(n, 1);
+        assert_int_equal(end(m, CA, hi, lo, 0, T + 1), 0);
+        assert_string_equal(where(m, "k", T + 2), "segA,segB");
+        assert_int_equal(cr__master_remove(m, "k", 1, 0, T + 6000), 0); /* the lease ended */
+        if (!caps) {
+            assert_int_equal(quarantined(m), 0);
+        } else {
+            assert_true(quarantined(m) >= 200000); /* both replicas */
+            cr__master_tick(m, T + 59000);
+            assert_true(quarantined(m) >= 200000);
+            cr__master_tick(m, T + 62000);
+            assert_int_equal(quarantined(m), 0);
+        }
+        assert_int_equal(allocated(m), 0);
+        cr__master_destroy(m);
+    }
+}
+
 static void test_mooncake_error_cases(void **s)
 {
     (void)s;
@@ -425,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_copy_target_held_across_failover),
         cmocka_unit_test(test_move_drops_the_source),
         cmocka_unit_test(test_failed_and_timed_out_tasks_change_nothing),
+        cmocka_unit_test(test_copy_grant_holds_new_replica),
         cmocka_unit_test(test_mooncake_error_cases),
         cmocka_unit_test(test_replica_clear_per_segment),
         cmocka_unit_test(test_wire_roundtrip),
