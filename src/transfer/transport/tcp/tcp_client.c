@@ -1,6 +1,7 @@
 /* tcp transport, initiating side: per-peer work queue, paths, connections,
  * slicing, failover. See tcp_internal.h for the threads and locks. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -293,6 +294,11 @@ static int conn_open(tcp_conn_t *c, const cr__seg_nic_t *remote)
         pthread_mutex_unlock(&p->mu);
         close(fd);
         return -ENOMEM;
+    }
+    {
+        char tname[16];
+        snprintf(tname, sizeof tname, "cr-tcp-rx%u", (unsigned)c->idx % 100u);
+        pthread_setname_np(c->receiver, tname);
     }
     c->receiver_running = 1;
     return 0;
@@ -789,6 +795,7 @@ static tcp_peer_t *peer_create(tcp_state_t *st, cr__xfer_peer_t *xp)
         pthread_mutex_init(&c->tx_mu, NULL);
         c->peer = p;
         c->path = i % p->n_paths;
+        c->idx = i;
         c->fd = -1;
         p->conns[i] = c;
     }
@@ -801,6 +808,9 @@ static tcp_peer_t *peer_create(tcp_state_t *st, cr__xfer_peer_t *xp)
             peer_stop(p);
             goto fail;
         }
+        char tname[16]; /* per connection: cr-tcp-tx<i> sends, cr-tcp-rx<i> receives */
+        snprintf(tname, sizeof tname, "cr-tcp-tx%u", (unsigned)i % 100u);
+        pthread_setname_np(p->conns[i]->sender, tname);
         p->conns[i]->sender_started = 1;
     }
     pthread_attr_destroy(&at);

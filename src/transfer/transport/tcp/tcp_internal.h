@@ -66,6 +66,7 @@ struct tcp_peer;
 typedef struct tcp_conn {
     struct tcp_peer *peer;
     int path;
+    int idx; /* in peer->conns (thread names) */
     int fd; /* changed under peer->mu by the sender only */
     pthread_t sender, receiver;
     int sender_started, receiver_running;

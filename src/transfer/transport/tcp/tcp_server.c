@@ -499,6 +499,8 @@ static void accept_one(tcp_state_t *st, int lfd, int nic)
         st->n_srv--;
         close(fd);
         free(sc);
+    } else {
+        pthread_setname_np(th, "cr-tcp-srv"); /* one per accepted connection */
     }
     pthread_mutex_unlock(&st->srv_mu);
     pthread_attr_destroy(&at);
@@ -568,6 +570,9 @@ int cr__tcp_server_start(tcp_state_t *st, cr__seg_desc_t *local)
         close(st->wake[0]);
         close(st->wake[1]);
         return -ENOMEM;
+    }
+    {
+        pthread_setname_np(st->acceptor, "cr-tcp-accept");
     }
     st->acceptor_started = 1;
     return 0;
