@@ -31,7 +31,8 @@ RPC protocol must be the same).
 
 Usage: bench/kvcache/run.sh [--build build] [--reps 5] [--objects 8192]
                             [--sizes 64KiB,16KiB] [--batch 256]
-                            [--protocols tcp,shm] [--base OLD-BUILD-DIR]
+                            [--protocols tcp,shm] [--shm-memory shared|anon]
+                            [--base OLD-BUILD-DIR]
                             [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
@@ -78,6 +79,10 @@ def main():
     ap.add_argument("--base-env", default="",
                     help="VAR=VALUE[,VAR=VALUE]: the base client (--base, or this build) runs "
                          "with these variables, e.g. CRESCENT_PUT_RESERVE=0")
+    ap.add_argument("--shm-memory", default="shared", choices=("shared", "anon"),
+                    help="memory of the nodes' segments and of the TE target (both alike): "
+                         "shared (a memfd, the default: shm copies through a mapping of it) "
+                         "or anon (CRESCENT_SEGMENT_SHARED=0: shm copies with process_vm_*)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     if a.objects % a.batch:
@@ -102,9 +107,12 @@ def main():
     try:
         # 2 nodes, each able to hold every object (the master may place all on one)
         seg_mib = max(2048, (span >> 20) * 2)
+        if a.shm_memory == "anon":
+            os.environ["CRESCENT_SEGMENT_SHARED"] = "0"  # the nodes' segments
         cl = store.Cluster(a.build, seg="%dMB" % seg_mib)
-        tgt, seg = te.start_target(bench, ["--protocol", "auto", "--buffer_size",
-                                           "%dMiB" % max(64, span >> 20)])
+        tgt, seg = te.start_target(bench, ["--protocol", "auto", "--target_memory",
+                                           "auto" if a.shm_memory == "shared" else "anon",
+                                           "--buffer_size", "%dMiB" % max(64, span >> 20)])
         try:
             for size in sizes:
                 for proto in protos:
@@ -180,12 +188,13 @@ def main():
         cleanup()
     load = os.getloadavg()
     md = ("KV-cache save/load benchmark, %s, %d cores, load average %.1f at the end, median of %d; "
-          "%d objects per save/load, %d keys per batch call, 1 client thread; GB/s = 1e9 bytes/s; "
+          "%d objects per save/load, %d keys per batch call, 1 client thread; shm memory: %s; "
+          "GB/s = 1e9 bytes/s; "
           "ratio = store / raw TE (median of per-repetition ratios, min-max); CPU: user+sys of "
           "the TE initiator process / the store client process in the timed phase (a store "
           "client with --base older than this column prints nan)\n\n"
           % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), load[0], a.reps,
-             a.objects, a.batch))
+             a.objects, a.batch, a.shm_memory))
     md += ("| object | transport | store call | reference | reference GB/s | store GB/s | ratio | "
            "min-max | TE initiator CPU us/block | store client CPU us/key |\n")
     md += "|---|---|---|---|---|---|---|---|---|---|\n"

@@ -1,5 +1,6 @@
-/* CRC-32C: SSE4.2 crc32 instruction or PCLMULQDQ folding (whichever is
- * faster on this CPU), with a portable slicing-by-8 fallback. */
+/* CRC-32C: SSE4.2 crc32 instruction, PCLMULQDQ folding or VPCLMULQDQ
+ * folding on AVX-512 registers (whichever is fastest on this CPU), with a
+ * portable slicing-by-8 fallback. */
 #include "common/crc32c.h"
 #include "common/copy.h"
 
@@ -17,7 +18,8 @@ static uint32_t crc_table[8][256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 static int crc_have_hw;
 static int crc_have_pcl; /* PCLMULQDQ too */
-static int crc_use_pcl;  /* and it beat the crc32 instruction at init */
+static int crc_have_vpcl; /* and VPCLMULQDQ on 512-bit registers (AVX-512) */
+static int crc_use_pcl;  /* the impl (2 or 3) that beat the crc32 instruction at init, or 0 */
 
 /* The hardware path runs three independent crc32 streams over three
  * adjacent LANE-byte blocks (the instruction's latency is 3 cycles, its
@@ -83,7 +85,7 @@ static uint32_t xnmodp(unsigned n)
  * the low half of a lane is multiplied by x^(8d+31), the high half by
  * x^(8d-33) (Intel's crc32c constants 0x740eef02 0x9e4addf8 0xf20c0dfe
  * 0x493c7d27) */
-static uint64_t fold64[2], fold16[2];
+static uint64_t fold64[2], fold16[2], fold256[2];
 
 static void crc_pick(void);
 
@@ -103,12 +105,16 @@ static void crc_init(void)
     fold64[1] = xnmodp(8 * 64 - 33);
     fold16[0] = xnmodp(8 * 16 + 31);
     fold16[1] = xnmodp(8 * 16 - 33);
+    fold256[0] = xnmodp(8 * 256 + 31);
+    fold256[1] = xnmodp(8 * 256 - 33);
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     crc_have_hw = __builtin_cpu_supports("sse4.2");
 #endif
 #if defined(__x86_64__)
     crc_have_pcl = crc_have_hw && __builtin_cpu_supports("pclmul");
+    crc_have_vpcl = crc_have_pcl && __builtin_cpu_supports("avx512f") &&
+                    __builtin_cpu_supports("vpclmulqdq");
 #endif
     crc_pick();
 }
@@ -237,12 +243,61 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_pcl(uint32_t c,
 }
 #endif
 
+#if defined(__x86_64__)
+#define VPCL_TARGET "sse4.2,pclmul,avx512f,vpclmulqdq"
+/* pcl_fold on each of the four 16-byte lanes of a 64-byte register */
+__attribute__((target(VPCL_TARGET))) static inline __m512i vpcl_fold(__m512i x, __m512i k,
+                                                                    __m512i y)
+{
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00),
+                                     _mm512_clmulepi64_epi128(x, k, 0x11), y, 0x96);
+}
+
+/* The same folding with VPCLMULQDQ on 512-bit registers (AVX-512, e.g. AMD
+ * Zen 4/5, Intel Ice Lake on): four 64-byte registers, each four 16-byte
+ * lanes, carried forward 256 bytes at a time, folded into one register by
+ * the 64-byte distance, whose four lanes finish as crc_pcl's do. len >= 256. */
+__attribute__((target(VPCL_TARGET))) static uint32_t crc_vpcl(uint32_t c, const unsigned char *p,
+                                                              size_t len)
+{
+    __m512i z0 = _mm512_loadu_si512((const void *)p);
+    __m512i z1 = _mm512_loadu_si512((const void *)(p + 64));
+    __m512i z2 = _mm512_loadu_si512((const void *)(p + 128));
+    __m512i z3 = _mm512_loadu_si512((const void *)(p + 192));
+    z0 = _mm512_xor_si512(z0, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)c)));
+    p += 256;
+    len -= 256;
+    __m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold256[1], (long long)fold256[0]));
+    while (len >= 256) {
+        z0 = vpcl_fold(z0, k, _mm512_loadu_si512((const void *)p));
+        z1 = vpcl_fold(z1, k, _mm512_loadu_si512((const void *)(p + 64)));
+        z2 = vpcl_fold(z2, k, _mm512_loadu_si512((const void *)(p + 128)));
+        z3 = vpcl_fold(z3, k, _mm512_loadu_si512((const void *)(p + 192)));
+        p += 256;
+        len -= 256;
+    }
+    k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold64[1], (long long)fold64[0]));
+    z0 = vpcl_fold(vpcl_fold(vpcl_fold(z0, k, z1), k, z2), k, z3);
+    while (len >= 64) {
+        z0 = vpcl_fold(z0, k, _mm512_loadu_si512((const void *)p));
+        p += 64;
+        len -= 64;
+    }
+    return pcl_finish(_mm512_extracti32x4_epi32(z0, 0), _mm512_extracti32x4_epi32(z0, 1),
+                      _mm512_extracti32x4_epi32(z0, 2), _mm512_extracti32x4_epi32(z0, 3), p,
+                      len);
+}
+#endif
+
 /* The raw register over len bytes by implementation impl (1 crc32
- * instruction, 2 PCLMULQDQ for len >= 64, else the table). */
+ * instruction, 2 PCLMULQDQ for len >= 64, 3 VPCLMULQDQ for len >= 256 and
+ * PCLMULQDQ from 64, else the table). */
 static uint32_t crc_by(int impl, uint32_t c, const unsigned char *p, size_t len)
 {
 #if defined(__x86_64__)
-    if (impl == 2 && len >= 64)
+    if (impl == 3 && len >= 256)
+        return crc_vpcl(c, p, len);
+    if (impl >= 2 && len >= 64)
         return crc_pcl(c, p, len);
     if (impl >= 1)
         return crc_hw(c, p, len);
@@ -252,18 +307,20 @@ static uint32_t crc_by(int impl, uint32_t c, const unsigned char *p, size_t len)
     return crc_sw(c, p, len);
 }
 
-/* PCLMULQDQ or the crc32 instruction: whichever hashes 64 KiB faster here
- * (best of 5 each; both give the same checksums, only speed differs). */
+/* VPCLMULQDQ, PCLMULQDQ or the crc32 instruction: whichever hashes 64 KiB
+ * fastest here (best of 5 each; all give the same checksums, only speed
+ * differs). */
 static void crc_pick(void)
 {
     if (!crc_have_pcl)
         return;
     static unsigned char buf[64 << 10];
     memset(buf, 0x5a, sizeof buf);
-    uint64_t best[3] = {UINT64_MAX, UINT64_MAX, UINT64_MAX};
+    uint64_t best[4] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
     volatile uint32_t sink = 0;
+    int top = crc_have_vpcl ? 3 : 2;
     for (int r = 0; r < 5; r++)
-        for (int impl = 1; impl <= 2; impl++) {
+        for (int impl = 1; impl <= top; impl++) {
             struct timespec a, b;
             clock_gettime(CLOCK_MONOTONIC, &a);
             sink ^= crc_by(impl, 0, buf, sizeof buf);
@@ -274,13 +331,15 @@ static void crc_pick(void)
                 best[impl] = ns;
         }
     (void)sink;
-    crc_use_pcl = best[2] < best[1];
+    crc_use_pcl = best[2] < best[1] ? 2 : 0;
+    if (top == 3 && best[3] < best[crc_use_pcl ? 2 : 1])
+        crc_use_pcl = 3;
 }
 
 uint32_t cr__crc32c_impl(int impl, uint32_t crc, const void *buf, size_t len)
 {
     pthread_once(&crc_once, crc_init);
-    if ((impl == 1 && !crc_have_hw) || (impl == 2 && !crc_have_pcl) || impl < 0 || impl > 2)
+    if (!cr__crc32c_impl_available(impl))
         return 0;
     return ~crc_by(impl, ~crc, buf, len);
 }
@@ -288,7 +347,8 @@ uint32_t cr__crc32c_impl(int impl, uint32_t crc, const void *buf, size_t len)
 int cr__crc32c_impl_available(int impl)
 {
     pthread_once(&crc_once, crc_init);
-    return impl == 0 || (impl == 1 && crc_have_hw) || (impl == 2 && crc_have_pcl);
+    return impl == 0 || (impl == 1 && crc_have_hw) || (impl == 2 && crc_have_pcl) ||
+           (impl == 3 && crc_have_vpcl);
 }
 
 uint32_t cr__crc32c_portable(uint32_t crc, const void *buf, size_t len)
@@ -302,7 +362,7 @@ static uint32_t crc_fast(uint32_t reg, const unsigned char *p, size_t len)
 {
 #if defined(__x86_64__)
     if (crc_use_pcl)
-        return crc_by(2, reg, p, len);
+        return crc_by(crc_use_pcl, reg, p, len);
     if (crc_have_hw)
         return crc_hw(reg, p, len);
 #endif
@@ -354,13 +414,78 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_pcl_copy(uint32_t c
 }
 #endif
 
+#if defined(__x86_64__)
+/* crc_pcl_copy with crc_vpcl's folding: 64-byte aligned dst, len >= 256. */
+__attribute__((target(VPCL_TARGET))) static uint32_t crc_vpcl_copy(uint32_t c, unsigned char *d,
+                                                                   const unsigned char *p,
+                                                                   size_t len)
+{
+    __m512i z0 = _mm512_loadu_si512((const void *)p);
+    __m512i z1 = _mm512_loadu_si512((const void *)(p + 64));
+    __m512i z2 = _mm512_loadu_si512((const void *)(p + 128));
+    __m512i z3 = _mm512_loadu_si512((const void *)(p + 192));
+    _mm512_stream_si512((void *)d, z0);
+    _mm512_stream_si512((void *)(d + 64), z1);
+    _mm512_stream_si512((void *)(d + 128), z2);
+    _mm512_stream_si512((void *)(d + 192), z3);
+    z0 = _mm512_xor_si512(z0, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)c)));
+    p += 256;
+    d += 256;
+    len -= 256;
+    __m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold256[1], (long long)fold256[0]));
+    while (len >= 256) {
+        __m512i y0 = _mm512_loadu_si512((const void *)p);
+        __m512i y1 = _mm512_loadu_si512((const void *)(p + 64));
+        __m512i y2 = _mm512_loadu_si512((const void *)(p + 128));
+        __m512i y3 = _mm512_loadu_si512((const void *)(p + 192));
+        _mm512_stream_si512((void *)d, y0);
+        _mm512_stream_si512((void *)(d + 64), y1);
+        _mm512_stream_si512((void *)(d + 128), y2);
+        _mm512_stream_si512((void *)(d + 192), y3);
+        z0 = vpcl_fold(z0, k, y0);
+        z1 = vpcl_fold(z1, k, y1);
+        z2 = vpcl_fold(z2, k, y2);
+        z3 = vpcl_fold(z3, k, y3);
+        p += 256;
+        d += 256;
+        len -= 256;
+    }
+    k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold64[1], (long long)fold64[0]));
+    z0 = vpcl_fold(vpcl_fold(vpcl_fold(z0, k, z1), k, z2), k, z3);
+    while (len >= 64) {
+        __m512i y = _mm512_loadu_si512((const void *)p);
+        _mm512_stream_si512((void *)d, y);
+        z0 = vpcl_fold(z0, k, y);
+        p += 64;
+        d += 64;
+        len -= 64;
+    }
+    _mm_sfence(); /* the streamed stores are ordered before what follows */
+    memcpy(d, p, len);
+    return pcl_finish(_mm512_extracti32x4_epi32(z0, 0), _mm512_extracti32x4_epi32(z0, 1),
+                      _mm512_extracti32x4_epi32(z0, 2), _mm512_extracti32x4_epi32(z0, 3), p,
+                      len);
+}
+#endif
+
 uint32_t cr__crc32c_copy_raw(uint32_t reg, void *dst, const void *src, size_t len)
 {
     pthread_once(&crc_once, crc_init);
     unsigned char *d = dst;
     const unsigned char *p = src;
 #if defined(__x86_64__)
-    if (crc_have_pcl && len >= CR__COPY_STREAM_MIN) {
+    if (crc_use_pcl == 3 && len >= CR__COPY_STREAM_MIN) {
+        size_t head = (64 - ((uintptr_t)d & 63)) & 63;
+        if (head) {
+            memcpy(d, p, head);
+            reg = crc_fast(reg, p, head);
+            d += head;
+            p += head;
+            len -= head;
+        }
+        return crc_vpcl_copy(reg, d, p, len);
+    }
+    if (crc_use_pcl == 2 && len >= CR__COPY_STREAM_MIN) {
         size_t head = (16 - ((uintptr_t)d & 15)) & 15;
         if (head) {
             memcpy(d, p, head);

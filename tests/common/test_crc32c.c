@@ -51,7 +51,7 @@ static void test_paths_agree_and_extend(void **s)
             if (a != b)
                 fail_msg("off %zu len %zu: hw %08x table %08x", off, len, a, b);
             /* each hardware implementation, whichever cr__crc32c picked */
-            for (int impl = 1; impl <= 2; impl++) {
+            for (int impl = 1; impl <= 3; impl++) {
                 if (!cr__crc32c_impl_available(impl))
                     continue;
                 uint32_t h = cr__crc32c_impl(impl, 0x1234u, buf + off, len);
@@ -83,6 +83,30 @@ static void test_pclmul_path_runs(void **s)
     static unsigned char z[4096];
     assert_int_equal(cr__crc32c_impl(2, 0, z, 32), 0x8A9136AAu);
     assert_int_equal(cr__crc32c_impl(2, 0, z, sizeof z), cr__crc32c_portable(0, z, sizeof z));
+}
+
+/* The same for VPCLMULQDQ on AVX-512 registers (skipped, and said so, on
+ * a CPU without them); lengths around its 256-byte blocks and its 64-byte
+ * tail steps. */
+static void test_vpclmul_path_runs(void **s)
+{
+    (void)s;
+    if (!cr__crc32c_impl_available(3))
+        skip();
+    assert_int_equal(cr__crc32c_impl(3, 0, "123456789", 9), 0xE3069283u);
+    static unsigned char b[3 * 4096 + 77];
+    uint32_t x = 777;
+    for (size_t i = 0; i < sizeof b; i++) {
+        x = x * 1103515245u + 12345u;
+        b[i] = (unsigned char)(x >> 16);
+    }
+    for (size_t len = 0; len <= sizeof b; len += (len < 1100 ? 1 : 97))
+        for (size_t off = 0; off < 3 && off + len <= sizeof b; off++)
+            if (cr__crc32c_impl(3, 0xabcdu, b + off, len) !=
+                cr__crc32c_portable(0xabcdu, b + off, len))
+                fail_msg("len %zu off %zu: VPCLMULQDQ %08x table %08x", len, off,
+                         cr__crc32c_impl(3, 0xabcdu, b + off, len),
+                         cr__crc32c_portable(0xabcdu, b + off, len));
 }
 
 /* Pieces hashed apart (raw register from 0), shifted by the bytes after
@@ -151,7 +175,7 @@ static void test_copy_raw_equals_copy_then_hash(void **s)
                                   4095, 4096, 4097, 4160, 4175, 8191, 8192, 12288, MAXLEN};
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
         for (unsigned sa = 0; sa < 16; sa += 3)
-            for (unsigned da = 0; da < 16; da++) {
+            for (unsigned da = 0; da < 64; da += (da < 16 ? 1 : 7)) { /* 64-byte stores too */
                 size_t len = lens[li];
                 memset(dst, 0xA5, sizeof dst);
                 unsigned char *d = dst + PAD + da;
@@ -171,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_known_vectors),
         cmocka_unit_test(test_paths_agree_and_extend),
         cmocka_unit_test(test_pclmul_path_runs),
+        cmocka_unit_test(test_vpclmul_path_runs),
         cmocka_unit_test(test_pieces_in_any_order_and_combine),
         cmocka_unit_test(test_copy_raw_equals_copy_then_hash),
     };
