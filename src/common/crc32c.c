@@ -474,8 +474,10 @@ uint32_t cr__crc32c_copy_raw(uint32_t reg, void *dst, const void *src, size_t le
     unsigned char *d = dst;
     const unsigned char *p = src;
 #if defined(__x86_64__)
-    if (crc_use_pcl == 3 && len >= CR__COPY_STREAM_MIN) {
-        size_t head = (64 - ((uintptr_t)d & 63)) & 63;
+    if (crc_use_pcl && len >= CR__COPY_STREAM_MIN) {
+        /* the folded loop's streamed stores want an aligned dst: 64 bytes
+         * for the 512-bit folding, 16 for the 128-bit one */
+        size_t a = crc_use_pcl == 3 ? 64 : 16, head = (a - ((uintptr_t)d & (a - 1))) & (a - 1);
         if (head) {
             memcpy(d, p, head);
             reg = crc_fast(reg, p, head);
@@ -483,18 +485,7 @@ uint32_t cr__crc32c_copy_raw(uint32_t reg, void *dst, const void *src, size_t le
             p += head;
             len -= head;
         }
-        return crc_vpcl_copy(reg, d, p, len);
-    }
-    if (crc_use_pcl == 2 && len >= CR__COPY_STREAM_MIN) {
-        size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-        if (head) {
-            memcpy(d, p, head);
-            reg = crc_fast(reg, p, head);
-            d += head;
-            p += head;
-            len -= head;
-        }
-        return crc_pcl_copy(reg, d, p, len);
+        return crc_use_pcl == 3 ? crc_vpcl_copy(reg, d, p, len) : crc_pcl_copy(reg, d, p, len);
     }
 #endif
     memcpy(d, p, len);
