@@ -157,7 +157,9 @@ CR_API int cr_xfer_mem_register(cr_xfer_engine_t *engine, void *addr, size_t len
  * (docs/architecture/shm.md), which moves large blocks ~1.5x faster and
  * hashes them for free. Register it with cr_xfer_mem_register like any
  * memory. It is a sealed memfd mapped shared; children forked later do not
- * inherit it. Returns NULL with errno set on failure. Thread-safe. */
+ * inherit it. It is mapped at a 2 MiB boundary and made of 2 MiB pages
+ * where the kernel can (Linux >= 6.1; CRESCENT_SHM_THP=0: 4 KiB pages).
+ * Returns NULL with errno set on failure. Thread-safe. */
 CR_API void *cr_xfer_mem_alloc_shared(size_t len);
 
 /* Frees memory from cr_xfer_mem_alloc_shared (unregister it first).
