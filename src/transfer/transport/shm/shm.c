@@ -67,10 +67,6 @@
 #define SHM_CRC_CLAIM (256ull << 10)
 #define SHM_FREE_ITEMS_MAX 4096      /* cached work items kept for reuse */
 #define SHM_PROBE_BUFFERS 4          /* registered buffers tried by can_reach */
-#define SHM_HUGE (2ull << 20)        /* x86-64 transparent huge page */
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25 /* Linux 6.1; older kernels answer EINVAL, which is fine */
-#endif
 
 /* Per-peer state, shared by the peer's queued items (one reference each)
  * and by peer->transport_peer (one reference, dropped by peer_forget or when
@@ -808,8 +804,8 @@ static void shm_mem_registered(void *state, void *addr, size_t len)
     shm_state_t *st = state;
     if (!st || !st->thp)
         return;
-    uintptr_t a = ((uintptr_t)addr + SHM_HUGE - 1) & ~(uintptr_t)(SHM_HUGE - 1);
-    uintptr_t end = ((uintptr_t)addr + len) & ~(uintptr_t)(SHM_HUGE - 1);
+    uintptr_t a = ((uintptr_t)addr + CR__SHM_HUGE - 1) & ~(uintptr_t)(CR__SHM_HUGE - 1);
+    uintptr_t end = ((uintptr_t)addr + len) & ~(uintptr_t)(CR__SHM_HUGE - 1);
     if ((uintptr_t)addr + len < (uintptr_t)addr || end <= a)
         return;
     if (madvise((void *)a, end - a, MADV_HUGEPAGE) != 0) {

@@ -25,10 +25,6 @@
 #define PAGE 4096u
 #define REGION (2u << 20) /* populated in steps of this */
 #define FAULT_AROUND (64u << 10) /* the kernel's default fault_around_bytes */
-#define HUGE (2ull << 20)          /* x86-64 transparent huge page (PMD) */
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25 /* Linux 6.1; older kernels answer EINVAL, which is fine */
-#endif
 
 /* mmap(NULL, len, rw, MAP_SHARED, fd, off), but at an address congruent to
  * off modulo 2 MiB: the only placement where the kernel can map the file's
@@ -40,29 +36,29 @@
  * set on failure. */
 static void *map_shared_aligned(int fd, size_t len, uint64_t off)
 {
-    if (len > SIZE_MAX - HUGE) {
+    if (len > SIZE_MAX - CR__SHM_HUGE) {
         errno = ENOMEM;
         return MAP_FAILED;
     }
-    unsigned char *r = mmap(NULL, len + HUGE, PROT_NONE,
+    unsigned char *r = mmap(NULL, len + CR__SHM_HUGE, PROT_NONE,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED)
         return MAP_FAILED;
-    uintptr_t want = (uintptr_t)(off & (HUGE - 1));
-    uintptr_t a = ((uintptr_t)r & ~(uintptr_t)(HUGE - 1)) + want;
+    uintptr_t want = (uintptr_t)(off & (CR__SHM_HUGE - 1));
+    uintptr_t a = ((uintptr_t)r & ~(uintptr_t)(CR__SHM_HUGE - 1)) + want;
     if (a < (uintptr_t)r)
-        a += HUGE;
+        a += CR__SHM_HUGE;
     void *p = mmap((void *)a, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)off);
     if (p == MAP_FAILED) {
         int e = errno;
-        munmap(r, len + HUGE);
+        munmap(r, len + CR__SHM_HUGE);
         errno = e;
         return MAP_FAILED;
     }
     /* the reservation's slack on either side */
     if (a > (uintptr_t)r)
         munmap(r, a - (uintptr_t)r);
-    size_t tail = (size_t)((uintptr_t)r + len + HUGE - (a + len));
+    size_t tail = (size_t)((uintptr_t)r + len + CR__SHM_HUGE - (a + len));
     if (tail)
         munmap((void *)(a + len), tail);
     return p;
@@ -328,9 +324,9 @@ void *cr_xfer_mem_alloc_shared(size_t len)
      * page and 0.8-1.5 s more to collapse them. CRESCENT_SHM_THP=0 leaves
      * the pages small. Failure only costs speed. */
     const char *thp = getenv("CRESCENT_SHM_THP");
-    if (len >= HUGE && !(thp && !strcmp(thp, "0"))) {
-        size_t hl = len & ~(size_t)(HUGE - 1);
-        for (size_t off = 0; off < hl; off += HUGE)
+    if (len >= CR__SHM_HUGE && !(thp && !strcmp(thp, "0"))) {
+        size_t hl = len & ~(size_t)(CR__SHM_HUGE - 1);
+        for (size_t off = 0; off < hl; off += CR__SHM_HUGE)
             ((volatile unsigned char *)p)[off] = 0;
         if (madvise(p, hl, MADV_COLLAPSE) != 0)
             CR_LOG_DEBUG(MAP_LOG, "madvise(COLLAPSE, %zu MiB): %s", hl >> 20, strerror(errno));

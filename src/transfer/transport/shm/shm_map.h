@@ -24,7 +24,13 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/types.h>
+
+#define CR__SHM_HUGE (2ull << 20) /* x86-64 transparent huge page (one PMD entry) */
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1; older kernels answer EINVAL, which is fine */
+#endif
 
 /* One mapped peer range; refs: one per shm range that holds it, one per
  * copy in flight. */
