@@ -29,6 +29,13 @@ of the per-repetition ratios, after one unmeasured warm-up of each):
   e  the same as d across network namespaces (the namespaces of b; tcp):
      Redis and the crescent cluster in B, redis-benchmark and the crescent
      client in A; each repetition runs Redis and then crescent.
+  In d and e every repetition also measures one bare tcp round trip
+  between two processes on the same path (bench/store/rt_floor.c, built
+  here with cc: 64 bytes out, 4 KiB back, like a get's; both sides
+  busy-polling as crescent's do, and both sleeping as Redis's do). A
+  crescent put or get over tcp is two round trips (master, node), Redis's
+  one: the "bare round trips" rows say how many polling round trips each
+  tcp operation costs.
 
 Usage: bench/store/run.sh [--build build] [--reps 5] [--clients 4] [--cases abcde]
                           [--out results.md]
@@ -36,6 +43,7 @@ Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
 """
 import argparse
+import atexit
 import csv
 import io
 import os
@@ -151,6 +159,48 @@ def redis_start(host, prefix=()):
     raise RuntimeError("redis-server did not start")
 
 
+RT_FLOOR = {}
+
+
+def rt_floor_bin():
+    """bench/store/rt_floor.c built once per run (None without a C compiler)."""
+    if "bin" not in RT_FLOOR:
+        cc = shutil.which("cc") or shutil.which("gcc")
+        d = tempfile.mkdtemp(prefix="crescent-rt-floor-")
+        atexit.register(shutil.rmtree, d, True)
+        out = os.path.join(d, "rt_floor")
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rt_floor.c")
+        ok = cc and subprocess.run([cc, "-O2", "-o", out, src]).returncode == 0
+        RT_FLOOR["bin"] = out if ok else None
+        if not ok:
+            log("rt_floor: no C compiler or build failed: bare round trips not measured")
+    return RT_FLOOR["bin"]
+
+
+def rt_floor_start(host, prefix=()):
+    """The bare round trip's server on host (in prefix's namespace); its port,
+    or None."""
+    b = rt_floor_bin()
+    if not b:
+        return None
+    port = free_port()
+    procs.append(subprocess.Popen(list(prefix) + [b, "serve", host, str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(0.3)
+    return port
+
+
+def rt_floor_ping(host, port, spin, prefix=()):
+    """p50 / p99 (us) of 20,000 round trips, 64 B out and 4 KiB back."""
+    r = subprocess.run(list(prefix) + [rt_floor_bin(), "ping", host, str(port), "20000", "64",
+                                       "4096", str(spin)],
+                       capture_output=True, text=True, timeout=120)
+    kv = dict(x.split("=", 1) for x in r.stdout.split() if "=" in x)
+    if r.returncode != 0 or "p50_us" not in kv:
+        raise RuntimeError("rt_floor ping failed: %s" % r.stderr[-500:])
+    return float(kv["p50_us"]), float(kv["p99_us"])
+
+
 def redis_bench(host, port, size, clients, n, prefix=()):
     r = subprocess.run(list(prefix) + ["redis-benchmark", "-h", host, "-p", str(port), "-t", "set,get",
                                        "-d", str(size), "-c", str(clients), "-n", str(n), "-P", "1",
@@ -240,7 +290,7 @@ def cpu_s(pid):
 
 
 def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rprefix=(), where="",
-                 mpid=None, rpid=None):
+                 mpid=None, rpid=None, fport=None):
     """4 KiB put/get p50/p99 of one client thread vs redis-benchmark -c 1;
     each repetition runs Redis and then crescent (each protocol, with the
     one-round-trip put through a reservation and with it off,
@@ -250,6 +300,7 @@ def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rpr
     operation (user + system, /proc; 10 ms ticks over ~10,000 operations)."""
     variants = [(p, r) for p in protos for r in ("on", "off")]
     ref, res = [], {v: [] for v in variants}
+    floor = {1: [], 0: []}  # bare round trip p50, polling / sleeping (rt_floor.c)
     rcpu, mcpu = [], {v: [] for v in variants}
     for _ in range(reps):
         c0 = cpu_s(rpid) if rpid else None
@@ -257,6 +308,9 @@ def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rpr
         c1 = cpu_s(rpid) if rpid else None
         if c0 is not None and c1 is not None:
             rcpu.append((c1 - c0) * 1e6 / 40000)  # -t set,get: 2 x 20000 requests
+        if fport:
+            for spin in (1, 0):
+                floor[spin].append(rt_floor_ping(host, fport, spin, rprefix)[0])
         for proto, rsv in variants:
             m0 = cpu_s(mpid) if mpid else None
             res[(proto, rsv)].append(
@@ -275,6 +329,19 @@ def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rpr
             t.add(case, "master CPU per op: put, get or remove (%s%s, reserve %s) [min-max %.1f-%.1f; redis %.1f-%.1f]"
                   % (proto, where, rsv, min(v), max(v), min(rcpu), max(rcpu)),
                   "redis-server CPU per SET or GET", med(rcpu), med(v), "us")
+    if floor[1]:
+        for spin, how in ((1, "both sides busy-polling"), (0, "both sides sleeping")):
+            v = floor[spin]
+            t.add(case, "bare tcp round trip p50, %s%s [min-max %.1f-%.1f]"
+                  % (how, where, min(v), max(v)),
+                  "redis GET p50", med([r["get"]["p50_ms"] * 1000 for r in ref]), med(v), "us")
+        for proto, rsv in variants:
+            if proto != "tcp" or rsv != "on":
+                continue
+            for op in ("put", "get"):
+                vals = [float(x[op]["p50_us"]) for x in res[(proto, rsv)]]
+                t.add(case, "%s 4 KiB p50 (tcp%s) in bare polling round trips" % (op, where),
+                      "bare round trip p50", med(floor[1]), med(vals), "us")
     for proto, rsv in variants:
         for op, rop in (("put", "set"), ("get", "get")):
             if op == "get" and rsv == "off":
@@ -313,6 +380,7 @@ def main():
     try:
         if "a" in a.cases or "c" in a.cases or "d" in a.cases:
             rp, rport = redis_start("127.0.0.1")
+            fport = rt_floor_start("127.0.0.1") if "d" in a.cases else None
             cl = Cluster(a.build)
             try:
                 if "a" in a.cases:
@@ -329,7 +397,8 @@ def main():
                 if "d" in a.cases:
                     log("d: 4 KiB put/get latency, 1 client")
                     case_latency(t, a.build, "d", cl.addr, "127.0.0.1", rport, a.reps,
-                                 ("tcp,shm", "tcp"), mpid=cl.procs[0].pid, rpid=rp.pid)
+                                 ("tcp,shm", "tcp"), mpid=cl.procs[0].pid, rpid=rp.pid,
+                                 fport=fport)
             finally:
                 cl.close()
                 stop(rp)
@@ -341,6 +410,7 @@ def main():
                 pa, pb, ipa, ipb = veth_pair("crs", 214)
                 HOSTS[pa] = ipa
                 rp, rport = redis_start(ipb, pb)
+                fport = rt_floor_start(ipb, pb) if "e" in a.cases else None
                 cl = Cluster(a.build, host=ipb, prefix=pb, proto="tcp")
                 try:
                     if "b" in a.cases:
@@ -350,7 +420,8 @@ def main():
                     if "e" in a.cases:
                         log("e: 4 KiB put/get latency across namespaces, 1 client")
                         case_latency(t, a.build, "e", cl.addr, ipb, rport, a.reps, ("tcp",),
-                                     prefix=pa, rprefix=pa, where=", across namespaces")
+                                     prefix=pa, rprefix=pa, where=", across namespaces",
+                                     fport=fport)
                 finally:
                     cl.close()
                     stop(rp)

@@ -120,7 +120,10 @@ static const cr__cfg_opt_t opts[] = {
     OPT(timeout_ms, "0", "per-request timeout in ms (0 = engine default)", CR__CFG_INT),
     OPT(check, "false", "verify every byte (read: against the target pattern; write: read back)",
         CR__CFG_BOOL),
-    OPT(wait, "poll", "poll (per-request latency) or block (cr_xfer_batch_wait)", CR__CFG_STR),
+    OPT(wait, "poll",
+        "poll (per-request latency), block (cr_xfer_batch_wait) or sync (cr_xfer_transfer_sync; "
+        "a lone request may run in the calling thread)",
+        CR__CFG_STR),
     OPT(poll_us, "20", "sleep between status polls in us (0 = yield)", CR__CFG_INT),
     OPT(ready_file, "", "target: write the segment name to this file when ready", CR__CFG_STR),
     OPT(objects, "0", "initiator: move exactly this many blocks per thread (a multiple of "
@@ -283,6 +286,20 @@ static int run_batch(worker_t *w, cr_xfer_opcode_t op, char *slots, const uint64
     for (size_t i = 0; i < n; i++)
         reqs[i] = (cr_xfer_request_t){op, slots + i * c->block_size, w->seg, taddr[i],
                                       c->block_size};
+    if (!strcmp(c->wait, "sync")) { /* cr_xfer_transfer_sync: what the store client calls */
+        int st[n];
+        uint64_t t0 = cr__now_ns();
+        int rc = cr_xfer_transfer_sync(w->e, reqs, n, st);
+        uint64_t dt = cr__now_ns() - t0;
+        for (size_t i = 0; i < n && !rc; i++)
+            rc = st[i];
+        if (record && !rc) {
+            for (size_t i = 0; i < n; i++)
+                cr_bench_lat_add(&w->req_lat, dt);
+            cr_bench_lat_add(&w->batch_lat, dt);
+        }
+        return rc;
+    }
     cr_xfer_batch_t *b;
     int rc = cr_xfer_batch_alloc(w->e, n, &b);
     if (rc)
@@ -681,8 +698,8 @@ int cr_bench_te_main(int argc, char **argv)
         fprintf(stderr, "crescent-bench: --target_memory must be shared, anon or auto\n");
         return 2;
     }
-    if (strcmp(c.wait, "poll") && strcmp(c.wait, "block")) {
-        fprintf(stderr, "crescent-bench: --wait must be poll or block\n");
+    if (strcmp(c.wait, "poll") && strcmp(c.wait, "block") && strcmp(c.wait, "sync")) {
+        fprintf(stderr, "crescent-bench: --wait must be poll, block or sync\n");
         return 2;
     }
     if (c.block_size == 0 || c.block_size > (1ull << 30) || c.batch_size < 1 ||

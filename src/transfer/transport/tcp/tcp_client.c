@@ -1,6 +1,7 @@
 /* tcp transport, initiating side: per-peer work queue, paths, connections,
  * slicing, failover. See tcp_internal.h for the threads and locks. */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -862,6 +863,52 @@ static void sync_release(tcp_peer_t *p, struct tcp_sync_slot *sl, int close_fd)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Receives one reply, its header into *r and (a READ's) its len bytes of
+ * data into data, busy-polling with the receive itself until until_ns
+ * (recvmsg MSG_DONTWAIT, sched_yield between) and blocking after that: the
+ * reply is taken in as few system calls as it arrives in, with no poll()
+ * before it (each call costs over a microsecond on a VM). The layout is
+ * fixed (data, or zeros when refused, always follows), so the bytes can go
+ * to their place before the header is checked; a bad header fails the
+ * request, which is then run again. *hdr_ns gets when the header was in.
+ * Returns 0, -ECONNRESET, -ETIMEDOUT (SO_RCVTIMEO) or -errno. */
+static int spin_recv_reply(int fd, cr__tcp_hdr_t *r, char *data, uint64_t len, uint64_t until_ns,
+                           uint64_t *hdr_ns)
+{
+    size_t hgot = 0;
+    uint64_t dgot = 0;
+    int spin = 1;
+    while (hgot < sizeof *r || dgot < len) {
+        struct iovec iov[2];
+        int n = 0;
+        if (hgot < sizeof *r)
+            iov[n++] = (struct iovec){(char *)r + hgot, sizeof *r - hgot};
+        if (dgot < len)
+            iov[n++] = (struct iovec){data + dgot, (size_t)(len - dgot)};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        spin = spin && cr__now_ns() < until_ns;
+        ssize_t g = recvmsg(fd, &mh, spin ? MSG_DONTWAIT : MSG_WAITALL);
+        if (g > 0) {
+            size_t h = (size_t)g < sizeof *r - hgot ? (size_t)g : sizeof *r - hgot;
+            hgot += h;
+            dgot += (uint64_t)g - h;
+            if (h && hgot == sizeof *r)
+                *hdr_ns = cr__now_ns();
+            continue;
+        }
+        if (g == 0)
+            return -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return CR__ERRNO();
+        if (!spin)
+            return -ETIMEDOUT; /* SO_RCVTIMEO: the peer stalled */
+        sched_yield(); /* the thread we wait for may share this CPU */
+    }
+    return 0;
+}
+
 /* Runs slices [first, first + k) of t on fd (with crc, hashing a READ's
  * slices as they land); *status gets the first error
  * the server returned. With spin_ns, the first reply is busy-polled for up
@@ -894,22 +941,29 @@ static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first
     }
     int rc = cr__tcp_writev_full(fd, iov, cnt);
     uint64_t sent = spin_ns ? cr__now_ns() : 0;
-    if (!rc && spin_ns && atomic_load_explicit(fast, memory_order_relaxed))
-        cr__tcp_spin_readable(fd, sent + spin_ns);
+    int spin = !rc && spin_ns && atomic_load_explicit(fast, memory_order_relaxed);
     for (int i = 0; !rc && i < k; i++) {
         uint64_t off = (first + (uint64_t)i) * slice;
         uint64_t len = t->length - off < slice ? t->length - off : slice;
         cr__tcp_hdr_t r;
-        if ((rc = cr__tcp_recv_full(fd, &r, sizeof r)) != 0)
+        int data_in = i == 0 && spin && !write; /* the first reply's data comes with it */
+        uint64_t hdr_ns = 0;
+        if (i == 0 && spin)
+            rc = spin_recv_reply(fd, &r, data_in ? t->local + off : NULL, data_in ? len : 0,
+                                 sent + spin_ns, &hdr_ns);
+        else
+            rc = cr__tcp_recv_full(fd, &r, sizeof r);
+        if (rc)
             break;
-        if (i == 0 && spin_ns)
-            atomic_store_explicit(fast, cr__now_ns() - sent <= spin_ns, memory_order_relaxed);
+        if (i == 0 && spin_ns) /* the peer's latency: until its reply began */
+            atomic_store_explicit(fast, (hdr_ns ? hdr_ns : cr__now_ns()) - sent <= spin_ns,
+                                  memory_order_relaxed);
         if (cr__tcp_hdr_dec(&r) || r.opcode != (op | CR__TCP_RESP) || r.seq != (uint32_t)i ||
             r.addr != t->remote_addr + off || r.len != (write ? 0 : len)) {
             rc = -EPROTO;
             break;
         }
-        if (!write) /* data, or zeros when refused: the layout never depends on status */
+        if (!write && !data_in) /* data, or zeros when refused: the layout never depends on status */
             rc = cr__tcp_recv_full(fd, t->local + off, len);
         if (!write && !rc && !r.status && t->want_crc && crc)
             cr__xfer_task_crc_range(t, off, len);

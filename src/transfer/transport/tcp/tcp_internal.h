@@ -195,9 +195,6 @@ void cr__tcp_watchdog_scan(tcp_state_t *st);
 
 /* writes all iovecs (advancing them); returns 0 or -errno */
 int cr__tcp_writev_full(int fd, struct iovec *iov, int cnt);
-/* Busy-polls fd (poll with no wait, sched_yield between) until it is
- * readable or has an error (1) or until_ns (CLOCK_MONOTONIC) passed (0). */
-int cr__tcp_spin_readable(int fd, uint64_t until_ns);
 /* Receives exactly len bytes (blocking; SO_RCVTIMEO bounds each wait).
  * Returns 0, -ECONNRESET (EOF), -ETIMEDOUT or -errno. */
 int cr__tcp_recv_full(int fd, void *buf, size_t len);
