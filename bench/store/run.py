@@ -190,10 +190,10 @@ def rt_floor_start(host, prefix=()):
     return port
 
 
-def rt_floor_ping(host, port, spin, prefix=()):
-    """p50 / p99 (us) of 20,000 round trips, 64 B out and 4 KiB back."""
+def rt_floor_ping(host, port, spin, prefix=(), size=4096):
+    """p50 / p99 (us) of 20,000 round trips, 64 B out and size bytes back."""
     r = subprocess.run(list(prefix) + [rt_floor_bin(), "ping", host, str(port), "20000", "64",
-                                       "4096", str(spin)],
+                                       str(size), str(spin)],
                        capture_output=True, text=True, timeout=120)
     kv = dict(x.split("=", 1) for x in r.stdout.split() if "=" in x)
     if r.returncode != 0 or "p50_us" not in kv:

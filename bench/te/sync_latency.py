@@ -8,7 +8,8 @@ it in the calling thread and busy-polls its reply; the target busy-polls for
 the next request), --size bytes (default 4 KiB), READ and WRITE, one
 initiator thread against a crescent-bench target on loopback, --seconds per
 run. Reference: bench/store/rt_floor.c between two processes on the same
-path (64 bytes out, --size back), both sides busy-polling as crescent's do.
+path (64 bytes out, --size bytes back), both sides busy-polling as
+crescent's do.
 With --base OLD-BUILD-DIR the older build's initiator and target run right
 after the new ones in every repetition (a before/after in one run).
 
@@ -65,7 +66,7 @@ def main():
             sys.exit("rt_floor could not be built (needs cc)")
         targets = te.start_targets(benches, ["--protocol", "tcp", "--buffer_size", "64MiB"])
         for rep in range(a.reps + 1):  # the first is an unmeasured warm-up
-            f = store.rt_floor_ping("127.0.0.1", fport, 1)[0]
+            f = store.rt_floor_ping("127.0.0.1", fport, 1, size=a.size)[0]
             row = {}
             for tag, bench, _tgt, seg in targets:
                 for op in ("read", "write"):
