@@ -2,6 +2,7 @@
 bench/store/run.py): logging, background processes and network namespaces
 that are always cleaned up, and the veth pair the cross-namespace cases use.
 """
+import importlib.util
 import os
 import re
 import signal
@@ -13,6 +14,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 procs = []  # background processes to stop on exit
 netns = []  # namespaces to delete on exit
+
+
+def load_module(name, path):
+    """Imports another benchmark's run.py (path) as module name, so that one
+    benchmark can reuse another's helpers."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def emit(md, out=""):
+    """Prints a result table and writes it to out (a path) when given."""
+    print(md)
+    if out:
+        with open(out, "w") as f:
+            f.write(md)
 
 
 def log(*a):

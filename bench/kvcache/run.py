@@ -38,7 +38,6 @@ Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
 """
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
@@ -46,18 +45,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from benchlib import ROOT, cleanup, cleanup_on_signals, log  # noqa: E402
+from benchlib import ROOT, cleanup, cleanup_on_signals, load_module, log  # noqa: E402
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-store = _load("store_run", os.path.join(os.path.dirname(HERE), "store", "run.py"))
-te = _load("te_run", os.path.join(os.path.dirname(HERE), "te", "run.py"))
+store = load_module("store_run", os.path.join(os.path.dirname(HERE), "store", "run.py"))
+te = load_module("te_run", os.path.join(os.path.dirname(HERE), "te", "run.py"))
 
 SIZES = {"64KiB": 64 << 10, "16KiB": 16 << 10, "4KiB": 4 << 10, "256KiB": 256 << 10,
          "1MiB": 1 << 20}

@@ -55,7 +55,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchlib import (ROOT, cleanup, cleanup_on_signals, free_port, log, procs,  # noqa: E402
+from benchlib import (ROOT, cleanup, cleanup_on_signals, emit, free_port, log, procs,  # noqa: E402
                       stop, veth_pair)
 
 
@@ -430,10 +430,7 @@ def main():
     md = ("Store benchmark, %s, %d cores, median of %d; GB/s = 1e9 bytes/s; ratio = crescent / Redis "
           "(cases a, b: median of the per-repetition ratios)\n\n"
           % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), a.reps)) + t.markdown()
-    print(md)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(md)
+    emit(md, a.out)
 
 
 if __name__ == "__main__":

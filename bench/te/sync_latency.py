@@ -21,25 +21,17 @@ Usage: bench/te/sync_latency.sh [--build build] [--base DIR] [--reps 5]
 Prints a markdown table (also written to --out). Never fails on timing.
 """
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from benchlib import ROOT, cleanup, cleanup_on_signals, log, stop  # noqa: E402
+from benchlib import ROOT, cleanup, cleanup_on_signals, emit, load_module, log, stop  # noqa: E402
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-store = _load("store_run", os.path.join(os.path.dirname(HERE), "store", "run.py"))
-te = _load("te_run", os.path.join(HERE, "run.py"))
+store = load_module("store_run", os.path.join(os.path.dirname(HERE), "store", "run.py"))
+te = load_module("te_run", os.path.join(HERE, "run.py"))
 
 
 def main():
@@ -97,10 +89,7 @@ def main():
     for (tag, op), v in res.items():
         m = statistics.median(v)
         md += "| %s | %s | %.1f (%.1f-%.1f) | %.2f |\n" % (tag, op.upper(), m, min(v), max(v), m / fm)
-    print(md)
-    if a.out:
-        with open(a.out, "w") as fh:
-            fh.write(md)
+    emit(md, a.out)
 
 
 if __name__ == "__main__":
