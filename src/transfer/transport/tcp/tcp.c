@@ -100,6 +100,11 @@ static int tcp_create(cr_xfer_engine_t *engine, const cr__xfer_config_t *cfg, cr
     if (st->write_window_bytes < cfg->slice_size)
         st->write_window_bytes = cfg->slice_size;
     st->sockbuf = (int)env_u64("CRESCENT_TCP_SOCKBUF", 0, 0, 1u << 30);
+    st->rcvlowat = (int)env_u64("CRESCENT_TCP_RCVLOWAT", TCP_DEFAULT_RCVLOWAT, 0, 64u << 20);
+    /* a fixed receive buffer does not grow to hold the low-water mark (an
+     * autotuned one does: the kernel raises it to twice the mark) */
+    if (st->sockbuf > 0 && st->rcvlowat > st->sockbuf / 4)
+        st->rcvlowat = st->sockbuf / 4;
     st->sync_path = (int)env_u64("CRESCENT_TCP_SYNC", 1, 0, 1);
     st->crc_read = (int)env_u64("CRESCENT_TCP_CRC", 1, 0, 1);
     st->spin_ns = env_u64("CRESCENT_TCP_SPIN_US", TCP_DEFAULT_SPIN_US, 0, 10000) * 1000u;

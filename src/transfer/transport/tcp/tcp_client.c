@@ -591,6 +591,7 @@ static void *receiver_main(void *arg)
     uint64_t got = 0; /* bytes of reply h received so far */
     int rc = 0;
     uint32_t h = atomic_load(&c->head);
+    int lowat = 1; /* the socket's SO_RCVLOWAT */
     for (;;) {
         uint32_t s = atomic_load_explicit(&c->sent, memory_order_acquire);
         int cnt = 0;
@@ -618,6 +619,14 @@ static void *receiver_main(void *arg)
                 }
                 skip = 0;
             }
+        }
+        if (st->rcvlowat > 1) {
+            uint64_t want = 0;
+            for (int i = 0; i < cnt; i++)
+                want += iov[i].iov_len;
+            int lw = want >= 2 * (uint64_t)st->rcvlowat ? st->rcvlowat : 1;
+            if (lw != lowat && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lw, sizeof lw) == 0)
+                lowat = lw;
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
         ssize_t n = recvmsg(fd, &mh, 0);
@@ -975,8 +984,8 @@ static int sync_group(int fd, cr__xfer_task_t *t, uint64_t slice, uint64_t first
 
 static int sync_try(tcp_state_t *st, tcp_peer_t *p, cr__xfer_task_t *t)
 {
-    /* at most one in-flight window: more on one connection at once thrashes
-     * the cache (the queue keeps a window per connection over several) */
+    /* at most 1 MiB and one in-flight window: more on one connection at
+     * once thrashes the cache (the queue spreads it over its connections) */
     if (!st->sync_path || !t->caller_waits || t->length > TCP_SYNC_MAX ||
         t->length > st->window_bytes)
         return 0;

@@ -37,13 +37,16 @@
 #define TCP_REPROBE_NS 1000000000ull /* a failed path is retried after 1 s */
 #define TCP_MAX_SRV_CONNS 1024
 #define TCP_SYNC_SLOTS 32                /* caller-run connections per peer */
-#define TCP_SYNC_MAX (4ull << 20)        /* largest request a caller runs itself */
+#define TCP_SYNC_MAX (1ull << 20)        /* largest request a caller runs itself (and the READ window) */
 #define TCP_DEFAULT_SPIN_US 50           /* busy-poll budget (tcp.c, CRESCENT_TCP_SPIN_US) */
 #define TCP_CONNECT_TIMEOUT_MS 5000      /* bound on one connect (and its setup hook) */
 #define TCP_WATCHDOG_MS 100              /* period of the watchdog's scan */
 #define TCP_STALL_MIN_MS 200             /* stall cut-off: timeout / 4, clamped to these */
 #define TCP_STALL_MAX_MS 3000
-#define TCP_DEFAULT_WINDOW (1u << 20)    /* in-flight bytes per connection (READ slices) */
+#define TCP_DEFAULT_WINDOW (4u << 20)    /* in-flight bytes per connection (READ slices) */
+/* a receiver expecting at least twice this many reply bytes sleeps until
+ * this many are queued (SO_RCVLOWAT; tcp_client.c, receiver_main) */
+#define TCP_DEFAULT_RCVLOWAT (1u << 20)
 #define TCP_ACK_FLUSH_BYTES (1u << 20)   /* the server acks WRITEs at least every this many bytes */
 /* WRITE slices in flight per connection: more than the server's ack
  * batching, or the connection would stop and wait for every ack (its whole
@@ -154,6 +157,7 @@ typedef struct tcp_state {
     atomic_int cc_fallback; /* cc was refused: reno (allowed for everyone) is used */
     atomic_uint_fast64_t sync_done; /* requests the sync path completed (tests) */
     int sockbuf;            /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
+    int rcvlowat;           /* the receivers' SO_RCVLOWAT while replies stream in (0 = off) */
     atomic_int stopping;
     /* server */
     int n_listen;
