@@ -625,8 +625,11 @@ static void *receiver_main(void *arg)
             for (int i = 0; i < cnt; i++)
                 want += iov[i].iov_len;
             int lw = want >= 2 * (uint64_t)st->rcvlowat ? st->rcvlowat : 1;
-            if (lw != lowat && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lw, sizeof lw) == 0)
+            if (lw != lowat && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lw, sizeof lw) == 0) {
                 lowat = lw;
+                if (lw > 1)
+                    atomic_fetch_add_explicit(&st->lowat_raised, 1, memory_order_relaxed);
+            }
         }
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
         ssize_t n = recvmsg(fd, &mh, 0);

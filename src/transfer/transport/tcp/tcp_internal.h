@@ -158,6 +158,7 @@ typedef struct tcp_state {
     atomic_uint_fast64_t sync_done; /* requests the sync path completed (tests) */
     int sockbuf;            /* SO_SNDBUF/SO_RCVBUF, 0 = kernel autotuning */
     int rcvlowat;           /* the receivers' SO_RCVLOWAT while replies stream in (0 = off) */
+    atomic_uint_fast64_t lowat_raised; /* times a receiver raised it (tests) */
     atomic_int stopping;
     /* server */
     int n_listen;
