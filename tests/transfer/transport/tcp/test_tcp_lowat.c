@@ -19,53 +19,23 @@
 #include "transfer/transport/tcp/tcp_internal.h"
 #include "transfer/xfer_internal.h"
 
+#include "tcp_pair_fx.h"
+
 #define BUF (64u << 20)
 #define MIB (1u << 20)
 
-typedef struct fx {
-    cr_xfer_engine_t *a, *b; /* a initiates, b serves */
-    char *abuf, *bbuf, *bextra;
-    cr_xfer_segment_t seg;
-} fx_t;
-
-static cr_xfer_engine_t *engine_new(void)
-{
-    cr_xfer_params_t p;
-    memset(&p, 0, sizeof p);
-    p.field_mask = CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_NICS | CR_XFER_PARAM_TIMEOUT_MS;
-    p.transports = "tcp";
-    p.nics = "127.0.0.1";
-    p.timeout_ms = 20000;
-    cr_xfer_engine_t *e = NULL;
-    int rc = cr_xfer_engine_create(&p, &e);
-    if (rc)
-        fprintf(stderr, "engine create: %s\n", cr_strerror(rc));
-    return e;
-}
+typedef tcp_fx_t fx_t;
 
 static tcp_state_t *tcp_of(cr_xfer_engine_t *e)
 {
     return cr__xfer_transport_state(e, "tcp");
 }
 
-/* engines made with the environment as the test left it */
+/* engines made with the environment as the test left it; b's memory holds
+ * pattern 41 */
 static int setup(void **state)
 {
-    fx_t *f = calloc(1, sizeof *f);
-    f->a = engine_new();
-    f->b = engine_new();
-    assert_non_null(f->a);
-    assert_non_null(f->b);
-    f->abuf = xt_alloc(BUF);
-    f->bbuf = xt_alloc(BUF);
-    f->bextra = xt_alloc(MIB);
-    assert_non_null(f->abuf);
-    assert_non_null(f->bbuf);
-    assert_non_null(f->bextra);
-    assert_int_equal(cr_xfer_mem_register(f->a, f->abuf, BUF, NULL), 0);
-    assert_int_equal(cr_xfer_mem_register(f->b, f->bbuf, BUF, NULL), 0);
-    assert_int_equal(cr_xfer_mem_register(f->b, f->bextra, MIB, NULL), 0);
-    assert_int_equal(cr_xfer_segment_open(f->a, cr_xfer_engine_name(f->b), &f->seg), 0);
+    fx_t *f = tcp_fx_open(BUF, 0, 20000);
     xt_fill(f->bbuf, BUF, 0, 41);
     *state = f;
     return 0;
@@ -73,13 +43,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    fx_t *f = *state;
-    cr_xfer_engine_destroy(f->a);
-    cr_xfer_engine_destroy(f->b);
-    xt_free(f->abuf, BUF);
-    xt_free(f->bbuf, BUF);
-    xt_free(f->bextra, MIB);
-    free(f);
+    tcp_fx_close(*state);
     unsetenv("CRESCENT_TCP_SOCKBUF");
     unsetenv("CRESCENT_TCP_RCVLOWAT");
     return 0;

@@ -19,30 +19,11 @@
 #include "transfer/transport/tcp/tcp_internal.h"
 #include "transfer/xfer_internal.h"
 
+#include "tcp_pair_fx.h"
+
 #define BUF (32u << 20)
 
-typedef struct fx {
-    cr_xfer_engine_t *a, *b; /* a initiates, b serves */
-    char *abuf, *bbuf, *bextra;
-    cr_xfer_segment_t seg;
-} fx_t;
-
-static cr_xfer_engine_t *engine_new(void)
-{
-    cr_xfer_params_t p;
-    memset(&p, 0, sizeof p);
-    p.field_mask = CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_NICS | CR_XFER_PARAM_TIMEOUT_MS |
-                   CR_XFER_PARAM_SLICE_SIZE;
-    p.transports = "tcp";
-    p.nics = "127.0.0.1";
-    p.timeout_ms = 10000;
-    p.slice_size = 256u << 10; /* a 1 MiB request is 4 slices */
-    cr_xfer_engine_t *e = NULL;
-    int rc = cr_xfer_engine_create(&p, &e);
-    if (rc)
-        fprintf(stderr, "engine create: %s\n", cr_strerror(rc));
-    return e;
-}
+typedef tcp_fx_t fx_t;
 
 static uint64_t sync_done(cr_xfer_engine_t *e)
 {
@@ -51,32 +32,13 @@ static uint64_t sync_done(cr_xfer_engine_t *e)
 
 static int setup(void **state)
 {
-    fx_t *f = calloc(1, sizeof *f);
-    f->a = engine_new();
-    f->b = engine_new();
-    assert_non_null(f->a);
-    assert_non_null(f->b);
-    f->abuf = xt_alloc(BUF);
-    f->bbuf = xt_alloc(BUF);
-    f->bextra = xt_alloc(1u << 20);
-    assert_int_equal(cr_xfer_mem_register(f->a, f->abuf, BUF, NULL), 0);
-    assert_int_equal(cr_xfer_mem_register(f->b, f->bbuf, BUF, NULL), 0);
-    assert_int_equal(cr_xfer_mem_register(f->b, f->bextra, 1u << 20, NULL), 0);
-    assert_int_equal(cr_xfer_segment_open(f->a, cr_xfer_engine_name(f->b), &f->seg), 0);
-    *state = f;
+    *state = tcp_fx_open(BUF, 256u << 10 /* a 1 MiB request is 4 slices */, 10000);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fx_t *f = *state;
-    cr_xfer_engine_destroy(f->a);
-    if (f->b)
-        cr_xfer_engine_destroy(f->b);
-    xt_free(f->abuf, BUF);
-    xt_free(f->bbuf, BUF);
-    xt_free(f->bextra, 1u << 20);
-    free(f);
+    tcp_fx_close(*state);
     return 0;
 }
 
@@ -319,7 +281,7 @@ static void test_congestion_control_choice(void **state)
 {
     (void)state;
     unsetenv("CRESCENT_TCP_CC");
-    cr_xfer_engine_t *e = engine_new();
+    cr_xfer_engine_t *e = tcp_fx_engine(256u << 10, 10000);
     assert_non_null(e);
     assert_string_equal(((tcp_state_t *)cr__xfer_transport_state(e, "tcp"))->cc, "cubic");
     cr_xfer_engine_destroy(e);
