@@ -37,7 +37,7 @@
 #define TCP_REPROBE_NS 1000000000ull /* a failed path is retried after 1 s */
 #define TCP_MAX_SRV_CONNS 1024
 #define TCP_SYNC_SLOTS 32                /* caller-run connections per peer */
-#define TCP_SYNC_MAX (1ull << 20)        /* largest request a caller runs itself (and the READ window) */
+#define TCP_SYNC_MAX (1ull << 20)        /* largest request a caller runs itself */
 #define TCP_DEFAULT_SPIN_US 50           /* busy-poll budget (tcp.c, CRESCENT_TCP_SPIN_US) */
 #define TCP_CONNECT_TIMEOUT_MS 5000      /* bound on one connect (and its setup hook) */
 #define TCP_WATCHDOG_MS 100              /* period of the watchdog's scan */
