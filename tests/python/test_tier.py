@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from conftest import Daemons, exe, wait_line, SANITIZED, STARTUP_S
-from mooncake.store import MooncakeDistributedStore
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
 MiB = 1 << 20
 
@@ -72,11 +72,11 @@ def value(i, size):
     return b + b"x" * (size - len(b))
 
 
-def put_retry(s, key, v, tries=200):
+def put_retry(s, key, v, cfg=None, tries=200):
     """A full pool pushes back (the disk tier is still taking the cold
     objects): a writer retries, like an application would."""
     for _ in range(tries):
-        rc = s.put(key, v)
+        rc = s.put(key, v) if cfg is None else s.put(key, v, cfg)
         if rc == 0:
             return 0
         time.sleep(0.05)
@@ -288,12 +288,19 @@ def test_frozen_node_disk_reads_are_bounded_by_the_stall_time(d, tmp_path, monke
     ports = [free_port(), free_port()]
     for i in range(2):
         os.makedirs(str(tmp_path / ("n%d" % i)))
-    nodes = [start_node(d, c, tmp_path / ("n%d" % i), dram="4MB", ssd="64MB",
-                        extra=["--ssd_port", str(ports[i])]) for i in range(2)]
+    nodes, segs = [], []
+    for i in range(2):
+        p = d.start(node_argv(c, tmp_path / ("n%d" % i), dram="4MB", ssd="64MB",
+                              extra=["--ssd_port", str(ports[i])]), stderr=subprocess.PIPE)
+        segs.append(wait_line(p, r"ready segment=(\S+)", "crescent-node").group(1))
+        nodes.append(p)
     s = client(c)
     n = 24
+    # half of the keys asked on each node (a 4 MB DRAM tier holds 3 of them),
+    # so both nodes move some to disk whatever the placement cursor did
     for k in range(n):
-        assert put_retry(s, "f%d" % k, value(k, MiB)) == 0
+        cfg = ReplicateConfig(preferred_segments=[segs[k % 2]])
+        assert put_retry(s, "f%d" % k, value(k, MiB), cfg) == 0
 
     def disk_node(key):
         reps = (query_key(c, key) or {}).get("replicas", [])
