@@ -470,6 +470,14 @@ int cr_xfer_batch_wait(cr_xfer_batch_t *b, int timeout_ms)
     ts.tv_sec += (time_t)(ms / 1000 + ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
     int timed_out = 0;
+    /* a transport whose threads copy may let this thread copy queued work
+     * of b first (transport.h, help): no handoff to a sleeping worker and
+     * back for work the waiter can do itself. Not for a poll. */
+    for (size_t i = 0; timeout_ms != 0 && i < b->engine->n_transports; i++) {
+        const cr__xfer_transport_t *t = &b->engine->transports[i];
+        if (t->ops->help && atomic_load(&b->running) > 0)
+            t->ops->help(t->state, b);
+    }
     pthread_mutex_lock(&b->lock);
     b->waiters++;
     while (atomic_load(&b->running) > 0 && !timed_out)

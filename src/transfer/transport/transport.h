@@ -150,6 +150,12 @@ struct cr_xfer_transport_ops {
      * republished), e.g. to advise huge pages. It must not fail the
      * registration. */
     void (*mem_registered)(void *state, void *addr, size_t len);
+    /* Optional: a thread is about to wait for batch b (cr_xfer_batch_wait).
+     * A transport whose own threads copy may let it do queued work of b
+     * here, in the waiting thread, and return when none of b's is left to
+     * take (the waiter then sleeps until the rest completes). It must only
+     * take work of b, and no more than a bounded piece at a time. */
+    void (*help)(void *state, struct cr_xfer_batch *b);
     /* Opcodes (bit 1u << CR_XFER_READ / CR_XFER_WRITE) whose tasks this
      * transport hashes piece by piece (cr__xfer_task_crc_range) when the
      * submitter wants checksums (src/transfer/checksum.h); want_crc is set

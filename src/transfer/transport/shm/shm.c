@@ -16,7 +16,9 @@
  * wakeups (to the worker and back to the waiter) that queueing costs. So is
  * a lone task of up to SHM_CHUNK whose submitter waits for it anyway
  * (task->caller_waits, from cr_xfer_transfer_sync): one worker would copy
- * it in one piece, so handing it over only adds the two wakeups.
+ * it in one piece, so handing it over only adds the two wakeups. And a
+ * thread that waits for a batch copies that batch's queued work itself
+ * before it sleeps (shm_help), next to the workers.
  *
  * Safety: every task's target range is checked against the snapshot of the
  * peer's registered buffers taken when the per-peer state was created (the
@@ -542,19 +544,28 @@ static void shm_iov_set(struct iovec *liov, struct iovec *riov, const cr__xfer_t
     riov->iov_len = (size_t)len;
 }
 
-static void *shm_worker(void *arg)
+/* One claim from the queue, copied: a whole small task with the small
+ * tasks after it (same peer and opcode, up to SHM_MAX_IOV), or one chunk
+ * of a large one. A worker (only == NULL) sleeps until there is work and
+ * returns -1 once the transport stops; a waiter that helps (shm_help) takes
+ * only work of the batch it waits for at the head of the queue and returns
+ * 0 when there is none. Returns 1 after a claim. */
+static int shm_work_one(shm_state_t *st, const struct cr_xfer_batch *only)
 {
-    shm_state_t *st = arg;
     shm_item_t *group[SHM_MAX_IOV];
     struct iovec liov[SHM_MAX_IOV], riov[SHM_MAX_IOV];
 
-    for (;;) {
+    {
         pthread_mutex_lock(&st->lock);
+        if (only && (st->stop || !st->head || st->head->task->batch != only)) {
+            pthread_mutex_unlock(&st->lock);
+            return 0;
+        }
         while (!st->stop && !st->head)
             pthread_cond_wait(&st->cond, &st->lock);
         if (st->stop) {
             pthread_mutex_unlock(&st->lock);
-            return NULL;
+            return -1;
         }
         shm_item_t *it = st->head;
         uint64_t tlen = it->task->length;
@@ -609,7 +620,7 @@ static void *shm_worker(void *arg)
             nc++;
         }
         if (!nc)
-            continue;
+            return 1;
         shm_peer_t *gsp = group[0]->peer;
         cr__shm_map_t *maps[SHM_MAX_IOV];
         int mapped = 1;
@@ -624,7 +635,7 @@ static void *shm_worker(void *arg)
                 shm_item_finish(st, group[g], glen, e);
                 cr__shm_map_unref(maps[g]);
             }
-            continue;
+            return 1;
         }
         for (int g = 0; g < nc; g++)
             cr__shm_map_unref(maps[g]);
@@ -672,6 +683,28 @@ static void *shm_worker(void *arg)
             }
         }
     }
+    return 1;
+}
+
+static void *shm_worker(void *arg)
+{
+    shm_state_t *st = arg;
+    while (shm_work_one(st, NULL) >= 0)
+        ;
+    return NULL;
+}
+
+/* The help op (transport.h): copies queued work of batch b in the waiting
+ * thread while it is at the head of the queue, so a waiter starts on its
+ * batch at once instead of sleeping until the workers wake and then being
+ * woken back: for small requests those two wakeups cost more than the
+ * copies (16 KiB WRITEs through cr_xfer_batch_wait, docs/benchmarks.md).
+ * The workers take the rest as they come. */
+static void shm_help(void *state, struct cr_xfer_batch *b)
+{
+    shm_state_t *st = state;
+    while (shm_work_one(st, b) > 0)
+        ;
 }
 
 /* ---- ops ----------------------------------------------------------------- */
@@ -985,5 +1018,6 @@ const struct cr_xfer_transport_ops cr__xfer_shm_ops = {
     .notify = NULL, /* notifications travel on the engine's control channel */
     .peer_forget = shm_peer_forget,
     .mem_registered = shm_mem_registered,
+    .help = shm_help,
     .crc_pieces = (1u << CR_XFER_READ) | (1u << CR_XFER_WRITE),
 };
