@@ -548,8 +548,9 @@ static void shm_iov_set(struct iovec *liov, struct iovec *riov, const cr__xfer_t
  * tasks after it (same peer and opcode, up to SHM_MAX_IOV), or one chunk
  * of a large one. A worker (only == NULL) sleeps until there is work and
  * returns -1 once the transport stops; a waiter that helps (shm_help) takes
- * only work of the batch it waits for at the head of the queue and returns
- * 0 when there is none. Returns 1 after a claim. */
+ * only work of the batch it waits for (at the head of the queue, and only
+ * that batch's tasks merged after it) and returns 0 when there is none.
+ * Returns 1 after a claim. */
 static int shm_work_one(shm_state_t *st, const struct cr_xfer_batch *only)
 {
     shm_item_t *group[SHM_MAX_IOV];
@@ -581,7 +582,7 @@ static int shm_work_one(shm_state_t *st, const struct cr_xfer_batch *only)
             shm_item_t *nx = it->next;
             while (nx && ng < SHM_MAX_IOV && nx->peer == it->peer &&
                    nx->task->opcode == it->task->opcode && nx->task->length <= SHM_SMALL &&
-                   sum + nx->task->length <= claim) {
+                   sum + nx->task->length <= claim && (!only || nx->task->batch == only)) {
                 sum += nx->task->length;
                 nx->next_off = nx->task->length;
                 group[ng++] = nx;
