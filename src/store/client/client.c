@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/tls/tls.h"
@@ -573,6 +574,11 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     s->hb_ms = (m & CR_STORE_PARAM_HEARTBEAT_MS) ? p->heartbeat_ms : CR__SC_DEFAULT_HEARTBEAT_MS;
     const char *ck = getenv("CRESCENT_STORE_CHECKSUM");
     s->crc_on = !(ck && !strcmp(ck, "0"));
+    /* the checksum's one-time set-up (its tables, and timing which
+     * implementation is fastest: 0.4-0.7 ms on the machine of
+     * docs/benchmarks.md) here, not in the first put or get */
+    if (s->crc_on)
+        (void)cr__crc32c_shift(0, (uint64_t)cr__crc32c_hw());
     /* one-round-trip small puts (ops.c), on unless CRESCENT_PUT_RESERVE=0 */
     const char *pr = getenv("CRESCENT_PUT_RESERVE");
     s->resv_on = !(pr && !strcmp(pr, "0"));
