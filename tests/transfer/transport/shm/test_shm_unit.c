@@ -480,6 +480,51 @@ static void test_read_write_sizes(void **s)
     rig_down(&r);
 }
 
+/* A peer that registered more since the transport's snapshot of its
+ * buffers: one submit mixing tasks inside the old snapshot with tasks only
+ * in the new buffers re-reads them once and runs every task; a task
+ * outside both still fails alone. */
+static void test_submit_after_peer_grew(void **s)
+{
+    (void)s;
+    enum { N = 9, SZ = 1000 };
+    size_t peer_len = 256u << 10;
+    rig_t r;
+    rig_up(&r, peer_len);
+    uint8_t *local = calloc(N, 1024);
+    cr__xfer_task_t t[N], *tp[N];
+    assert_non_null(local);
+    g_buf_info.len = peer_len / 2; /* the first half registered */
+    task_init(&t[0], &r.peer, CR_XFER_READ, local, r.c.addr + 100, SZ);
+    tp[0] = &t[0];
+    run_tasks(&r, tp, 1); /* the transport's snapshot: the first half */
+    assert_int_equal(atomic_load(&t[0].error), 0);
+    assert_int_equal(check(local, SZ, 100, 1), -1);
+    g_buf_info.len = peer_len; /* the peer registered the rest */
+    uint64_t offs[N];
+    for (int i = 0; i < N; i++) {
+        /* even: first half; odd: second half; the last: past the peer */
+        offs[i] = i == N - 1 ? peer_len + 4096
+                  : i % 2    ? peer_len / 2 + (uint64_t)i * 4096 + 7
+                             : (uint64_t)i * 4096 + 3;
+        memset(local + (size_t)i * 1024, 0, 1024);
+        task_init(&t[i], &r.peer, CR_XFER_READ, local + (size_t)i * 1024, r.c.addr + offs[i], SZ);
+        tp[i] = &t[i];
+    }
+    run_tasks(&r, tp, N);
+    for (int i = 0; i < N; i++) {
+        int e = atomic_load(&t[i].error);
+        if (e != (i == N - 1 ? -EFAULT : 0))
+            print_message("task %d: error %d\n", i, e);
+        assert_int_equal(e, i == N - 1 ? -EFAULT : 0);
+        if (i != N - 1)
+            assert_int_equal(check(local + (size_t)i * 1024, SZ, offs[i], 1), -1);
+    }
+    g_buf_info.len = peer_len;
+    free(local);
+    rig_down(&r);
+}
+
 /* Many small tasks in one submit (merged into few syscalls): each lands at
  * its own place; an out-of-range one in the middle fails alone. */
 static void test_many_small_and_out_of_range(void **s)
@@ -809,6 +854,7 @@ int main(void)
         cmocka_unit_test(test_can_reach),
         cmocka_unit_test(test_read_write_sizes),
         cmocka_unit_test(test_many_small_and_out_of_range),
+        cmocka_unit_test(test_submit_after_peer_grew),
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_destroy_in_flight),
