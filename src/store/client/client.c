@@ -577,8 +577,10 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     /* the checksum's one-time set-up (its tables, and timing which
      * implementation is fastest: 0.4-0.7 ms on the machine of
      * docs/benchmarks.md) here, not in the first put or get */
-    if (s->crc_on)
-        (void)cr__crc32c_shift(0, (uint64_t)cr__crc32c_hw());
+    if (s->crc_on) {
+        (void)cr__crc32c_hw();
+        (void)cr__crc32c_shift(0, 0); /* its table of powers */
+    }
     /* one-round-trip small puts (ops.c), on unless CRESCENT_PUT_RESERVE=0 */
     const char *pr = getenv("CRESCENT_PUT_RESERVE");
     s->resv_on = !(pr && !strcmp(pr, "0"));

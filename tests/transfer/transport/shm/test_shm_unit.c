@@ -520,7 +520,6 @@ static void test_submit_after_peer_grew(void **s)
         if (i != N - 1)
             assert_int_equal(check(local + (size_t)i * 1024, SZ, offs[i], 1), -1);
     }
-    g_buf_info.len = peer_len;
     free(local);
     rig_down(&r);
 }
