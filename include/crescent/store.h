@@ -69,6 +69,7 @@ enum cr_store_param_field {
     CR_STORE_PARAM_TRANSFER_TIMEOUT_MS = 1u << 8,
     CR_STORE_PARAM_HEARTBEAT_MS = 1u << 9,
     CR_STORE_PARAM_TE_PORT = 1u << 10,
+    CR_STORE_PARAM_FRESH_NAME = 1u << 11,
     CR_STORE_PARAM_CLUSTER_KEY_FILE = 1u << 24,
     CR_STORE_PARAM_TLS = 1u << 25,
 };
@@ -127,6 +128,14 @@ typedef struct cr_store_params {
     const char *tls_cert;
     const char *tls_key;
     const char *tls_ca;
+    /* Nonzero: the segment name must be free to allocate on at once. A
+     * name the master still holds for the readers of a dropped segment of
+     * the same name (a recent client on the same host and port) then fails
+     * cr_store_create with -EADDRINUSE, as a busy port does, so a caller
+     * that picks ports at random tries another. Default 0: the create
+     * succeeds, warns, and nothing is placed on the segment until the hold
+     * ends. */
+    int fresh_name;
 } cr_store_params_t;
 
 /* Creates a client: starts its TE engine, registers its local buffer,

@@ -438,8 +438,9 @@ static PyObject *store_setup(PyStore *self, PyObject *args, PyObject *kw)
         p.te_port = port;
     } else if (te_port > 0 && te_port < 65536) {
         /* the Python layer picks Mooncake's port range (12300-14300) */
-        p.field_mask |= CR_STORE_PARAM_TE_PORT;
+        p.field_mask |= CR_STORE_PARAM_TE_PORT | CR_STORE_PARAM_FRESH_NAME;
         p.te_port = (uint16_t)te_port;
+        p.fresh_name = 1; /* a name still held at the master: another port */
     }
     if (env.timeout_ms) {
         p.field_mask |= CR_STORE_PARAM_TRANSFER_TIMEOUT_MS;

@@ -695,3 +695,45 @@ def test_close_then_setup_again(cluster):
         assert s.put(k, b"second life") == 0 and s.get(k) == b"second life"
     finally:
         s.close()
+
+
+def segments_of(s, key):
+    return [d.get_memory_descriptor().buffer_descriptor.transport_endpoint
+            for d in s.get_replica_desc(key)]
+
+
+def test_setup_takes_another_port_when_the_master_holds_its_name(cluster, monkeypatch):
+    """A client that left while a reader held a lease on its memory: the
+    master holds its segment name (host:port) until the lease ends and
+    places nothing there. setup() picks its port at random; drawing that
+    port again, it takes another one, so a put preferring the new client's
+    own segment lands there at once (before, it went to the node for the
+    rest of the lease: a rare failure of test_close_then_setup_again)."""
+    import crescent.store as cs
+    a = make_store(cluster)
+    a_name = a.get_hostname()
+    k = K("held-name")
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = a_name
+    assert a.put(k, b"x" * 100, cfg) == 0
+    assert segments_of(a, k) == [a_name]
+    reader = make_store(cluster)
+    try:
+        assert reader.get(k) == b"x" * 100  # a read lease on a's memory
+        assert a.close() == 0
+        draws = iter([int(a_name.rpartition(":")[2])] * 2)
+        real = cs.random.randint
+        monkeypatch.setattr(cs.random, "randint", lambda lo, hi: next(draws, None) or real(lo, hi))
+        b = make_store(cluster)
+        try:
+            assert next(draws, None) is None  # the held port was drawn
+            b_name = b.get_hostname()
+            assert b_name != a_name
+            cfg.preferred_segment = b_name
+            km = K("mine")
+            assert b.put(km, b"y" * 100, cfg) == 0
+            assert segments_of(b, km) == [b_name]
+        finally:
+            b.close()
+    finally:
+        reader.close()

@@ -319,7 +319,14 @@ def test_frozen_node_disk_reads_are_bounded_by_the_stall_time(d, tmp_path, monke
         if len(on[0]) >= 2 and on[1]:
             break
         time.sleep(0.2)
-    assert len(on[0]) >= 2 and on[1], "disk-only keys per node: %s" % on
+    if not (len(on[0]) >= 2 and on[1]):
+        # what the master did instead: each key's replicas, its tier counters
+        where = {k: [(r["tier"], r["shards"][0]["segment"])
+                     for r in (query_key(c, "f%d" % k) or {}).get("replicas", [])]
+                 for k in range(n)}
+        tier = {k: v for k, v in metrics(c).items() if k.startswith("tier_")}
+        pytest.fail("disk-only keys per node: %s; segments %s; replicas %s; %s"
+                    % (on, segs, where, tier))
     for k in on[0] + on[1]:  # both read servers answer (pooled connections now)
         assert s.get("f%d" % k) == value(k, MiB)
 

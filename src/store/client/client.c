@@ -5,6 +5,7 @@
 #include "transfer/engine_info.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,7 +247,9 @@ void cr__sc_cap_install(cr_store_t *s, const cr__rpc_msg_t *rep)
     atomic_store(&s->cap_master_id, mid);
 }
 
-static int mount_segment(cr_store_t *s, cr__rpc_client_t *c)
+/* *held_ms (may be NULL): how long the master still holds the name for
+ * the readers of a dropped segment of the same name (0 = none). */
+static int mount_segment(cr_store_t *s, cr__rpc_client_t *c, uint64_t *held_ms)
 {
     cr__rpc_msg_t req = {0}, rep = {0};
     req.type = CR__RPC_MOUNT_SEGMENT;
@@ -260,6 +263,8 @@ static int mount_segment(cr_store_t *s, cr__rpc_client_t *c)
     rc = rep.status;
     if (!rc)
         cr__sc_cap_install(s, &rep);
+    if (held_ms)
+        *held_ms = rc ? 0 : rep.count;
     cr__rpc_msg_free(&rep);
     return rc;
 }
@@ -371,7 +376,7 @@ static void *hb_main(void *arg)
             if ((flags & CR__RPC_F_NEED_REMOUNT) || !atomic_load(&s->mounted)) {
                 if (s->seg_base) {
                     republish(s);
-                    rc = mount_segment(s, s->hb_rpc);
+                    rc = mount_segment(s, s->hb_rpc, NULL);
                     if (rc == 0) {
                         atomic_store(&s->mounted, 1);
                         atomic_fetch_add(&s->remounts, 1);
@@ -593,6 +598,7 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     s->tier_read_window = env_setting("CRESCENT_TIER_READ_WINDOW", CR__CFG_SIZE, 4096, 1 << 30,
                                       8 << 20);
     s->te_port = (m & CR_STORE_PARAM_TE_PORT) ? p->te_port : 0;
+    s->fresh_name = (m & CR_STORE_PARAM_FRESH_NAME) && p->fresh_name;
     copy_str(s->key_file, sizeof s->key_file,
              (m & CR_STORE_PARAM_CLUSTER_KEY_FILE) ? p->cluster_key_file : NULL, "");
     copy_str(s->tls_cert, sizeof s->tls_cert, (m & CR_STORE_PARAM_TLS) ? p->tls_cert : NULL, "");
@@ -786,8 +792,9 @@ static int create_join(cr_store_t *s)
         CR_LOG_ERROR(COMP, "master %s: %s", s->master_addr, cr_strerror(rc));
         return rc;
     }
+    uint64_t held_ms = 0;
     if (s->seg_base) {
-        rc = mount_segment(s, s->hb_rpc);
+        rc = mount_segment(s, s->hb_rpc, &held_ms);
         if (rc) {
             CR_LOG_ERROR(COMP, "mount of %s at %s failed: %s", s->seg_name, s->master_addr,
                          cr_strerror(rc));
@@ -795,6 +802,14 @@ static int create_join(cr_store_t *s)
         }
     }
     atomic_store(&s->mounted, 1);
+    if (held_ms && s->fresh_name)
+        return -EADDRINUSE; /* the teardown unmounts; the caller picks another port */
+    if (held_ms)
+        CR_LOG_WARN(COMP,
+                    "segment %s: the master holds this name for %" PRIu64
+                    " ms more (readers of a dropped segment of the same name); nothing is "
+                    "placed on it until then",
+                    s->seg_name, held_ms);
     if (pthread_create(&s->hb_thread, NULL, hb_main, s))
         return -ENOMEM;
     s->hb_started = 1;

@@ -84,6 +84,7 @@ struct cr_store {
     unsigned stall_ms; /* the engine's stall time (disk-tier reads give up after it too) */
     unsigned hb_ms;
     uint16_t te_port;
+    int fresh_name; /* a held segment name fails the create (cr_store_params_t) */
     cr__store_test_hooks_t test_hooks; /* tests only (test_hooks.h); zero otherwise */
 
     char key_file[CR__SC_STR]; /* "" = environment */

@@ -139,6 +139,11 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
             rc = cr__m_mount_locked(m, req->client_id, req->segment, req->base, req->size, now);
         if (!rc)
             rc = cr__m_caps_mount_reply_locked(m, req->segment, reply);
+        if (!rc) { /* a name still held for a dropped segment's readers */
+            uint32_t s = cr__m_seg_find(m, req->segment);
+            uint64_t after = s != NONE32 ? m->segs[s].alloc_after_ms : 0;
+            reply->count = after > now ? after - now : 0;
+        }
         break;
     case CR__RPC_UNMOUNT_SEGMENT:
         CNT(m, rpc_unmount_segment_total)++;

@@ -433,12 +433,15 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
                     w_u64(b, m->base);
                     w_u64(b, m->size);
                 }
-            } else if (bt == CR__RPC_MOUNT_SEGMENT && m->blob_len) {
-                /* the segment's capability key (caps on) */
-                if (m->blob_len > 256 || !m->blob)
+            } else if (bt == CR__RPC_MOUNT_SEGMENT && (m->blob_len || m->count)) {
+                /* the segment's capability key (caps on; may be empty),
+                 * then the ms the name stays held, when it is */
+                if (m->blob_len > 256 || (m->blob_len && !m->blob))
                     return -EINVAL;
                 w_u32(b, m->blob_len);
                 w_bytes(b, m->blob, m->blob_len);
+                if (m->count)
+                    w_u64(b, m->count);
             }
             break;
         case CR__RPC_REMOVE_ALL:
@@ -867,6 +870,8 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
                     memcpy(copy, p, m.blob_len);
                     m.blob = copy;
                 }
+                if (!rc && r.left)
+                    m.count = r_u64(&r);
             }
             break;
         case CR__RPC_REMOVE_ALL:

@@ -14,7 +14,9 @@
  * usage: test_store_cluster <crescent-master> <crescent-node>
  *        test_store_cluster --writer <master addr> <metadata uri> <key> <size>  (child)
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -144,6 +147,85 @@ static int make_client(cr_store_t **out)
 }
 
 /* ---- scenarios ---------------------------------------------------------------- */
+
+/* A loopback TCP port free a moment ago (0 on error). */
+static uint16_t free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return 0;
+    int ok = !bind(fd, (struct sockaddr *)&a, sizeof a) &&
+             !getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ok ? ntohs(a.sin_port) : 0;
+}
+
+/* A client contributing 4 MiB on a fixed TE port (its segment name is
+ * "127.0.0.1:<port>"); fresh: with CR_STORE_PARAM_FRESH_NAME. */
+static int make_seg_client(uint16_t port, int fresh, cr_store_t **out)
+{
+    cr_store_params_t p = {0};
+    p.field_mask = CR_STORE_PARAM_MASTER_ADDR | CR_STORE_PARAM_LOCAL_BUFFER_SIZE |
+                   CR_STORE_PARAM_HEARTBEAT_MS | CR_STORE_PARAM_METADATA_URI |
+                   CR_STORE_PARAM_GLOBAL_SEGMENT_SIZE | CR_STORE_PARAM_TE_PORT |
+                   (fresh ? CR_STORE_PARAM_FRESH_NAME : 0);
+    p.master_addr = g_addr;
+    p.metadata_uri = g_meta_uri;
+    p.local_buffer_size = 1u << 20;
+    p.heartbeat_ms = 200;
+    p.global_segment_size = 4u << 20;
+    p.te_port = port;
+    p.fresh_name = fresh;
+    return cr_store_create(&p, out);
+}
+
+/* put of 4 KiB (value seed) preferring the client's own segment */
+static int put_here(cr_store_t *c, const char *key, uint64_t seed)
+{
+    uint8_t v[4096];
+    const char *seg = cr_store_segment_name(c);
+    cr_store_replicate_config_t cfg = {.preferred_segments = &seg, .n_preferred = 1};
+    fill(v, sizeof v, seed);
+    return cr_store_put(c, key, v, sizeof v, &cfg);
+}
+
+/* A client that left while a reader held a lease on its segment: the
+ * master holds its name (nothing placed on the same host:port until the
+ * lease ends). The next client on that port is refused with -EADDRINUSE
+ * when it asks for a fresh name (the Python layer then picks another
+ * port); without it, it joins and its puts go elsewhere until the hold
+ * ends, then to its own segment. */
+static void test_held_name(void)
+{
+    uint16_t port = free_port();
+    CHECK(port != 0, "no free port");
+    cr_store_t *a = NULL, *b = NULL, *c = NULL;
+    uint8_t o[4096];
+    size_t got;
+    CHECK_RC(make_seg_client(port, 1, &a), 0);
+    if (!a)
+        return;
+    CHECK_RC(put_here(a, "held-a", 71), 0);
+    CHECK_RC(cr_store_get(g_cli, "held-a", o, sizeof o, &got), 0); /* a lease */
+    cr_store_destroy(a);
+    CHECK_RC(cr_store_exist(g_cli, "held-a"), 0); /* gone with its segment */
+    CHECK_RC(make_seg_client(port, 1, &b), -EADDRINUSE);
+    CHECK(b == NULL, "a refused create returned a client");
+    CHECK_RC(make_seg_client(port, 0, &c), 0);
+    if (!c)
+        return;
+    CHECK_RC(put_here(c, "held-early", 72), 0); /* on a node */
+    usleep((LEASE_MS + 300) * 1000);
+    CHECK_RC(put_here(c, "held-late", 73), 0); /* on c's own segment */
+    cr_store_destroy(c);
+    CHECK_RC(cr_store_get(g_cli, "held-early", o, sizeof o, &got), 0);
+    CHECK(got == sizeof o && same(o, sizeof o, 72), "held-early: wrong bytes");
+    CHECK_RC(cr_store_exist(g_cli, "held-late"), 0);
+    cr_store_remove(g_cli, "held-early", 1);
+    fprintf(stderr, "ok: a held segment name: refused when fresh, no placement until free\n");
+}
 
 static void test_sizes(void)
 {
@@ -602,6 +684,7 @@ int main(int argc, char **argv)
         goto out;
 
     test_bad_input();
+    test_held_name();
     test_sizes();
     test_replicas_distinct();
     test_lease_blocks_remove();

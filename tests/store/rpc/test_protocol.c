@@ -100,6 +100,21 @@ static void test_roundtrip_control(void **s)
     assert_int_equal(d.base, 0x7f0000000000ull);
     assert_int_equal(d.size, 1 << 30);
     cr__rpc_msg_free(&d);
+    /* mount replies: empty, a held name's ms with and without a key */
+    uint8_t key[56];
+    memset(key, 7, sizeof key);
+    for (int v = 0; v < 4; v++) {
+        m = (cr__rpc_msg_t){.type = CR__RPC_MOUNT_SEGMENT | CR__RPC_REPLY,
+                            .count = (v & 1) ? 1500 : 0, .blob = (v & 2) ? key : NULL,
+                            .blob_len = (v & 2) ? sizeof key : 0};
+        assert_int_equal(cr__rpc_encode(&m, &b), 0);
+        assert_int_equal(decode(&b, &d), 0);
+        assert_int_equal(d.count, (v & 1) ? 1500 : 0);
+        assert_int_equal(d.blob_len, (v & 2) ? sizeof key : 0);
+        if (v & 2)
+            assert_memory_equal(d.blob, key, sizeof key);
+        cr__rpc_msg_free(&d);
+    }
     /* unmount, remove_all */
     m = (cr__rpc_msg_t){.type = CR__RPC_UNMOUNT_SEGMENT, .client_id = {1, 2}, .segment = "s"};
     assert_int_equal(cr__rpc_encode(&m, &b), 0);

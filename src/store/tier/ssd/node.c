@@ -58,6 +58,8 @@ struct cr__tier_node {
     cr__rpc_client_t *rpc;
     pthread_t sync_thr, acc_thr;
     int sync_started, acc_started;
+    cr__ssd_ring_t sync_ring; /* the sync thread's, made at start (a failure fails the start) */
+    int sync_ring_ok;
     atomic_int stop;
     pthread_mutex_t mu; /* guards conns, n_conns, locals, n_locals, corrupt */
     pthread_cond_t cv;
@@ -876,12 +878,7 @@ static int off_prep(void *arg, size_t j)
 static void *sync_main(void *arg)
 {
     cr__tier_node_t *t = arg;
-    cr__ssd_ring_t ring;
-    unsigned qd = t->cfg.qd ? t->cfg.qd : 32;
-    if (cr__ssd_ring_init(&ring, qd)) {
-        CR_LOG_ERROR(COMP, "sync thread: io_uring unavailable");
-        return NULL;
-    }
+    cr__ssd_ring_t *ring = &t->sync_ring;
     cr__rpc_msg_t done = {0}; /* completions for the next sync */
     uint32_t n_done = 0;
     task_buf_t *bufs = calloc(CR__RPC_BATCH_MAX, sizeof *bufs);
@@ -923,7 +920,7 @@ static void *sync_main(void *arg)
         if (rc == CR_E_SEGMENT_NOT_FOUND) {
             /* the master restarted or dropped us: mount again, re-report */
             cr__rpc_msg_free(&rep);
-            if (mount_and_report(t, &ring, NULL, 0))
+            if (mount_and_report(t, ring, NULL, 0))
                 usleep(500 * 1000);
             continue;
         }
@@ -952,7 +949,7 @@ static void *sync_main(void *arg)
             if (rep.items[i].flags == CR__TIER_OP_ERASE)
                 offs[ne++] = rep.items[i].replica_id;
         if (ne)
-            erase_at(t, &ring, offs, ne);
+            erase_at(t, ring, offs, ne);
         size_t k = 0;
         for (uint32_t i = 0; i < n; i++) {
             cr__rpc_item_t *it = &rep.items[i];
@@ -994,7 +991,7 @@ static void *sync_main(void *arg)
         if (k) {
             off_ctx_t oc = {.items = rep.items, .ios = ios, .map = map};
             cr__ssd_hooks_t h = {.prep = off_prep, .arg = &oc};
-            cr__ssd_run_hooked(t->ssd, &ring, ios, k, &h);
+            cr__ssd_run_hooked(t->ssd, ring, ios, k, &h);
         }
         for (size_t j = 0; j < k; j++) {
             done.items[map[j]].status = ios[j].result ? CR_E_TRANSFER_FAIL : 0;
@@ -1040,7 +1037,7 @@ static void *sync_main(void *arg)
             map[kp++] = i;
         }
         if (kp)
-            cr__ssd_run(t->ssd, &ring, ios, kp);
+            cr__ssd_run(t->ssd, ring, ios, kp);
         for (size_t j = 0; j < kp; j++) {
             cr__rpc_item_t *it = &rep.items[map[j]];
             cr__rpc_item_t *d = &done.items[map[j]];
@@ -1077,7 +1074,7 @@ static void *sync_main(void *arg)
     free(bufs);
     free(ios);
     free(map);
-    cr__ssd_ring_fini(&ring);
+    cr__ssd_ring_fini(ring);
     return NULL;
 }
 
@@ -1152,6 +1149,11 @@ int cr__tier_node_start(const cr__tier_node_cfg_t *c, cr__tier_node_t **out, cha
         goto fail;
     }
     t->acc_started = 1;
+    if ((rc = cr__ssd_ring_init(&t->sync_ring, c->qd ? c->qd : 32)) != 0) {
+        snprintf(err, errlen, "io_uring (queue depth %u): %s", c->qd ? c->qd : 32, strerror(-rc));
+        goto fail;
+    }
+    t->sync_ring_ok = 1;
     if (pthread_create(&t->sync_thr, NULL, sync_main, t)) {
         snprintf(err, errlen, "cannot start threads");
         rc = -EAGAIN;
@@ -1173,7 +1175,9 @@ void cr__tier_node_stop(cr__tier_node_t *t)
     if (t->acc_started)
         pthread_join(t->acc_thr, NULL);
     if (t->sync_started)
-        pthread_join(t->sync_thr, NULL);
+        pthread_join(t->sync_thr, NULL); /* the thread closed its ring */
+    else if (t->sync_ring_ok)
+        cr__ssd_ring_fini(&t->sync_ring);
     pthread_mutex_lock(&t->mu);
     for (int i = 0; i < t->n_conns; i++)
         shutdown(t->conns[i], SHUT_RDWR);
