@@ -325,8 +325,12 @@ def test_frozen_node_disk_reads_are_bounded_by_the_stall_time(d, tmp_path, monke
                      for r in (query_key(c, "f%d" % k) or {}).get("replicas", [])]
                  for k in range(n)}
         tier = {k: v for k, v in metrics(c).items() if k.startswith("tier_")}
-        pytest.fail("disk-only keys per node: %s; segments %s; replicas %s; %s"
-                    % (on, segs, where, tier))
+        logs = []
+        for p in nodes:
+            os.set_blocking(p.stderr.fileno(), False)
+            logs.append((p.stderr.read() or b"")[-3000:].decode(errors="replace"))
+        pytest.fail("disk-only keys per node: %s; segments %s; replicas %s; %s; node logs %s"
+                    % (on, segs, where, tier, logs))
     for k in on[0] + on[1]:  # both read servers answer (pooled connections now)
         assert s.get("f%d" % k) == value(k, MiB)
 
