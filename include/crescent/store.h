@@ -356,6 +356,21 @@ CR_API int cr_store_get_replica_desc(cr_store_t *store, const char *key,
  * since create (0 for NULL). */
 CR_API uint64_t cr_store_checksum_errors(const cr_store_t *store);
 
+/* Speculative gets: cr_store_get_into of a key this client read before
+ * starts reading from where the key was while it asks the master where it
+ * is now, so a key that has not moved costs one round trip's wait instead
+ * of two. The bytes are kept only when the master's answer names the
+ * same version at the same place and they match the value's checksum;
+ * otherwise the get runs the usual way (a moved key costs one wasted
+ * read). The client remembers up to 8,192 keys (a newer key takes an older
+ * one's slot). Not with capabilities on (security), on disk tiers or for
+ * striped values. On by default with checksums; CRESCENT_LOCATION_CACHE=0
+ * in the environment at cr_store_create turns it off. *kept / *dropped
+ * (either may be NULL) get the number of speculative reads kept and
+ * dropped since create. */
+CR_API void cr_store_location_cache_stats(const cr_store_t *store, uint64_t *kept,
+                                          uint64_t *dropped);
+
 /* cr_store_remove_all() with force: also removes objects under a live read
  * lease (their readers then fail validation, never read other bytes).
  * Returns as cr_store_remove_all(). */

@@ -361,6 +361,20 @@ static double self_cpu_s(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
+/* speculative gets kept / dropped in the phase (cr_store_location_cache_stats) */
+static uint64_t g_spec_kept, g_spec_dropped;
+
+static void spec_stats(const sb_thread_t *th, int n, uint64_t *kept, uint64_t *dropped)
+{
+    *kept = *dropped = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t k, d;
+        cr_store_location_cache_stats(th[i].st, &k, &d);
+        *kept += k;
+        *dropped += d;
+    }
+}
+
 static int print_result(const char *phase, int nthreads, const sb_cfg_t *c, uint64_t calls,
                         uint64_t keys, uint64_t errors, uint64_t vfail, uint64_t ns,
                         cr_bench_lat_t *all)
@@ -374,7 +388,7 @@ static int print_result(const char *phase, int nthreads, const sb_cfg_t *c, uint
            "replica_num=%d calls=%" PRIu64 " keys=%" PRIu64 " seconds=%.3f gbps=%.3f "
            "keys_per_s=%.0f calls_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f "
            "errors=%" PRIu64 " verify=%s host_cpu_s=%.2f cpu_us_per_key=%.1f "
-           "client_cpu_us_per_key=%.2f\n",
+           "client_cpu_us_per_key=%.2f spec_kept=%" PRIu64 " spec_dropped=%" PRIu64 "\n",
            phase, c->value_size, nthreads, (int)c->processes,
            (!strncmp(phase, "batch", 5) || is_exist) ? (int)c->batch : 1, (int)c->replica_num,
            calls, keys, secs, (double)bytes / secs / 1e9, (double)keys / secs,
@@ -382,7 +396,8 @@ static int print_result(const char *phase, int nthreads, const sb_cfg_t *c, uint
            cr_bench_lat_pct_us(all, 99.9), errors,
            (c->verify || is_exist) ? (vfail ? "FAILED" : "ok") : "off", g_host_cpu_s,
            g_host_cpu_s >= 0 && keys ? g_host_cpu_s * 1e6 / (double)keys : -1.0,
-           g_self_cpu_s >= 0 && keys ? g_self_cpu_s * 1e6 / (double)keys : -1.0);
+           g_self_cpu_s >= 0 && keys ? g_self_cpu_s * 1e6 / (double)keys : -1.0, g_spec_kept,
+           g_spec_dropped);
     fflush(stdout);
     return (int)(errors + vfail ? 1 : 0);
 }
@@ -407,6 +422,8 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
             _exit(3);
     }
     double b0 = host_busy_s(), s0 = self_cpu_s();
+    uint64_t k0 = 0, d0 = 0;
+    spec_stats(th, n, &k0, &d0);
     pthread_barrier_wait(&g_bar);
     uint64_t t0 = cr__now_ns();
     pthread_barrier_wait(&g_bar);
@@ -417,6 +434,9 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
     for (int i = 0; i < n; i++)
         pthread_join(th[i].tid, NULL);
     pthread_barrier_destroy(&g_bar);
+    spec_stats(th, n, &g_spec_kept, &g_spec_dropped);
+    g_spec_kept -= k0;
+    g_spec_dropped -= d0;
 
     cr_bench_lat_t all;
     if (cr_bench_lat_init(&all, 7))

@@ -91,6 +91,15 @@ static int call_once(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *rep
     return rc == -EINVAL ? CR_E_INVALID_PARAMS : CR_E_RPC_FAIL;
 }
 
+int cr__sc_call_during(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                       void (*during)(void *), void *arg)
+{
+    int rc = cr__rpc_client_call_during(cr__sc_rpc(s), req, reply, during, arg);
+    if (rc == -ENOMEM || rc == 0)
+        return rc;
+    return rc == -EINVAL ? CR_E_INVALID_PARAMS : CR_E_RPC_FAIL;
+}
+
 int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
 {
     int rc = call_once(s, req, reply);
@@ -502,6 +511,7 @@ static void teardown(cr_store_t *s)
     pthread_rwlock_destroy(&s->reg_lock);
     pthread_mutex_destroy(&s->seg_mu);
     pthread_mutex_destroy(&s->sus_mu);
+    cr__lc_fini(&s->lc);
     pthread_mutex_destroy(&s->resv_mu);
     pthread_mutex_destroy(&s->hb_mu);
     pthread_mutex_destroy(&s->extra_mu);
@@ -517,6 +527,7 @@ static void create_sync(cr_store_t *s)
     pthread_rwlock_init(&s->reg_lock, NULL);
     pthread_mutex_init(&s->seg_mu, NULL);
     pthread_mutex_init(&s->sus_mu, NULL);
+    cr__lc_init(&s->lc, 0);
     pthread_mutex_init(&s->resv_mu, NULL);
     pthread_mutex_init(&s->tier_mu, NULL);
     pthread_mutex_init(&s->fs_mu, NULL);
@@ -586,6 +597,10 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
         (void)cr__crc32c_hw();
         (void)cr__crc32c_shift(0, 0); /* its table of powers */
     }
+    /* gets that read from where a key was last found while they ask the
+     * master (ops.c, "speculative get"), on unless CRESCENT_LOCATION_CACHE=0 */
+    const char *lcv = getenv("CRESCENT_LOCATION_CACHE");
+    s->lc.on = !(lcv && !strcmp(lcv, "0"));
     /* one-round-trip small puts (ops.c), on unless CRESCENT_PUT_RESERVE=0 */
     const char *pr = getenv("CRESCENT_PUT_RESERVE");
     s->resv_on = !(pr && !strcmp(pr, "0"));

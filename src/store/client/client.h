@@ -26,6 +26,7 @@
 #include "common/auth/auth.h"
 #include "crescent/store.h"
 #include "crescent/transfer.h"
+#include "store/client/loccache.h"
 #include "store/client/staging.h"
 #include "store/client/test_hooks.h"
 #include "store/rpc/client.h"
@@ -134,6 +135,10 @@ struct cr_store {
     cr__sc_seg_t segs[CR__SC_SEG_CACHE];
 
     int crc_on;                   /* end-to-end checksums computed and checked */
+    /* where keys were last found (loccache.h; ops.c "speculative get") and
+     * how its reads went: kept, or dropped for the usual get */
+    cr__lc_t lc;
+    _Atomic uint64_t spec_kept, spec_dropped;
     /* one-round-trip puts through a space reservation (ops.c, "reserved
      * put"; store/master/reserve.c): resv_on unless CRESCENT_PUT_RESERVE == "0";
      * the current reservation and the one to hand back, guarded by resv_mu */
@@ -218,6 +223,11 @@ cr__rpc_client_t *cr__sc_rpc(cr_store_t *s);
 /* One call; maps transport failures to CR_E_RPC_FAIL. On 0, *reply owns
  * an arena. */
 int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
+/* One attempt of req at the current master (no HA retry), running
+ * during(arg) once in this thread while the master works on it
+ * (cr__rpc_client_call_during). Same returns as cr__sc_call. */
+int cr__sc_call_during(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                       void (*during)(void *), void *arg);
 /* Heartbeat: gives this client's reservations back over c when no value
  * was carved from them since the previous call and no reserved put is in
  * flight (ops.c, "reserved put"). */

@@ -1132,6 +1132,17 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
     return 0;
 }
 
+/* A reserved put's key committed as version: its item takes the version,
+ * and the location cache (loccache.h) where it lies (replica id 0: the
+ * master names it at the first get). */
+static void resv_remember(cr_store_t *s, const char *key, cr__rpc_item_t *it, uint64_t version)
+{
+    it->version = version;
+    const cr__rpc_shard_t *sh = &it->replicas[0].shards[0];
+    if (s->lc.on && !sh->cap && !cr__sc_is_local(s, sh->segment, sh->addr, sh->len))
+        cr__lc_set(&s->lc, key, version, 0, sh->segment, sh->addr, sh->len);
+}
+
 /* The chunk's "PutEnd": one PUT_COMMIT for the keys written (ok[i]);
  * results[i] = the master's verdict, the item's version set to the
  * object's. An unanswered commit is reported as the RPC error (the master
@@ -1188,7 +1199,7 @@ static void resv_commit(cr_store_t *s, put_chunk_t *c, const uint8_t *ok)
             if (rep.items[j].status == CR_E_INVALID_WRITE)
                 resv_drop(s, c->rep.items[i].version);
             else if (rep.items[j].status == 0)
-                c->rep.items[i].version = rep.items[j].version;
+                resv_remember(s, c->keys[i], &c->rep.items[i], rep.items[j].version);
         }
         cr__rpc_msg_free(&rep);
     } else {
@@ -1454,6 +1465,7 @@ static int put_any(cr_store_t *s, const char *const *keys, const void *const *sr
                    const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
                    int *results)
 {
+    cr__lc_drop_many(&s->lc, keys, n); /* a new version goes elsewhere */
     if (!s->resv_on || !resv_cfg_ok(cfg))
         return do_put(s, keys, srcs, lens, n, cfg, staged, results);
     if (staged) {
@@ -1921,6 +1933,37 @@ static void get_verify(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dst
     }
 }
 
+/* The replica of replica list item it that lc can keep (loccache.h): one
+ * shard, in DRAM (not a disk tier's), no capability. Returns its index or
+ * -1. */
+static int cacheable_replica(const cr__rpc_item_t *it, uint32_t r)
+{
+    const cr__rpc_replica_t *rp = &it->replicas[r];
+    if (rp->n_shards != 1 || rp->shards[0].cap || cr__tier_is_disk(rp->shards[0].segment))
+        return -1;
+    return (int)r;
+}
+
+/* Remembers where each key just read was found (loccache.h), for the next
+ * get of it (spec_get_one). */
+static void get_remember(cr_store_t *s, const cr__rpc_msg_t *rep, size_t n, const uint32_t *used,
+                         const int *results)
+{
+    if (!s->lc.on)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        const cr__rpc_item_t *it = &rep->items[i];
+        if (results[i] || !used[i] || (used[i] & (used[i] - 1)))
+            continue;
+        uint32_t r = (uint32_t)__builtin_ctz(used[i]);
+        if (r >= it->n_replicas || cacheable_replica(it, r) < 0)
+            continue;
+        const cr__rpc_shard_t *sh = &it->replicas[r].shards[0];
+        cr__lc_set(&s->lc, it->key, it->version, it->replicas[r].replica_id, sh->segment, sh->addr,
+                   it->size);
+    }
+}
+
 /* The stale-read contract: Validate the reads that may have outlived
  * their lease (started at t0), then report each good key's length. Uses
  * rep->items, used and which as scratch (compacted). */
@@ -2058,6 +2101,7 @@ static void get_chunk_end(cr_store_t *s, get_chunk_t *c)
         rv_free(&c->rv);
         get_read_disk_done(n, results);
         get_verify(s, &c->rep, c->dsts, n, c->orders, c->used, c->checked, c->staged, results);
+        get_remember(s, &c->rep, n, c->used, results);
         get_validate(s, &c->rep, c->t0, n, c->used, c->which, c->sizes, c->lens, results);
     }
     scratch_fini(&c->sc);
@@ -2109,6 +2153,122 @@ uint64_t cr_store_checksum_errors(const cr_store_t *s)
     return s ? atomic_load(&((cr_store_t *)s)->crc_errors) : 0;
 }
 
+/* ---- speculative get ----------------------------------------------------------
+ *
+ * A direct get of one key this client found before (loccache.h) starts
+ * reading from where it was and asks GetReplicaList while the bytes move:
+ * one round trip's wait instead of two when the key has not moved. The
+ * bytes are kept only when the master's answer names the same version
+ * with the same replica at the same place, and they match the value's
+ * checksum. That proves them that version's: the memory of a live object
+ * is never reused, so if the version was live when it was remembered and
+ * is live at the answer, the read in between saw its bytes; a read that
+ * lands after the answer is under its lease. The checksum guards the one
+ * case left, a replica dropped and placed again at the very same address
+ * with the same id in between. Anything else (moved, replaced, read
+ * failed, no checksum) decides nothing: the usual get runs. Off with
+ * CRESCENT_LOCATION_CACHE=0 or CRESCENT_STORE_CHECKSUM=0.
+ * Returns 1 when decided (*rc: 0 with *len, or the key's error), else 0. */
+typedef struct spec_read {
+    cr_store_t *s;
+    cr_xfer_request_t q;
+    int st;
+} spec_read_t;
+
+/* The speculative read, run while GetReplicaList is out: the TE may move
+ * a lone request in this thread, so nothing is handed to another. */
+static void spec_read_run(void *arg)
+{
+    spec_read_t *sr = arg;
+    sr->st = 0;
+    int rc = cr_xfer_transfer_sync(sr->s->te, &sr->q, 1, &sr->st);
+    if (rc && !sr->st)
+        sr->st = rc;
+}
+
+static int spec_get_one(cr_store_t *s, const char *key, void *buf, size_t cap, size_t *len,
+                        int *rc)
+{
+    cr__lc_entry_t e;
+    if (!s->crc_on || !cr__lc_find(&s->lc, key, &e) || !e.size || e.size > cap ||
+        cr__sc_is_local(s, e.seg, e.addr, e.size) || cr__sc_suspect(s, e.seg))
+        return 0;
+    spec_read_t sr = {.s = s,
+                      .q = {.opcode = CR_XFER_READ,
+                            .local_addr = buf,
+                            .target_addr = e.addr,
+                            .length = e.size}};
+    if (cr__sc_segment(s, e.seg, &sr.q.target))
+        return 0;
+    uint64_t t0 = cr__now_ms();
+    cr__rpc_msg_t req, rep = {0};
+    int r = build_items(&req, CR__RPC_GET_REPLICA_LIST, &key, 1);
+    if (r)
+        return 0;
+    r = cr__sc_call_during(s, &req, &rep, spec_read_run, &sr);
+    cr__rpc_msg_free(&req);
+    if (!r && rep.n_items != 1) {
+        r = rep.status ? rep.status : CR_E_RPC_FAIL;
+        cr__rpc_msg_free(&rep);
+    }
+    if (sr.st)
+        cr__sc_suspect_mark(s, sr.q.target, sr.st);
+    if (r) /* the usual get asks again (and follows a new leader) */
+        return 0;
+    cr__rpc_item_t *it = &rep.items[0];
+    it->key = key;
+    it->key_len = (uint32_t)strlen(key);
+    int decided = 1;
+    if (it->status) {
+        *rc = it->status;
+        cr__lc_drop(&s->lc, key);
+    } else if (it->size > cap) {
+        *rc = CR_E_BUFFER_OVERFLOW;
+    } else if (check_replicas(it)) {
+        CR_LOG_ERROR(COMP, "GetReplicaList(%s): malformed replica list", key);
+        *rc = CR_E_INVALID_REPLICA;
+    } else {
+        int m = -1;
+        for (uint32_t k = 0; k < it->n_replicas && m < 0; k++) {
+            const cr__rpc_shard_t *sh = &it->replicas[k].shards[0];
+            if (cacheable_replica(it, k) >= 0 && it->version == e.version &&
+                (!e.replica_id || it->replicas[k].replica_id == e.replica_id) &&
+                it->size == e.size && sh->addr == e.addr && !strcmp(sh->segment, e.seg))
+                m = (int)k;
+        }
+        if (m < 0 || sr.st || !(it->flags & CR__RPC_F_CRC) ||
+            cr__crc32c(0, buf, it->size) != it->crc) {
+            decided = 0;
+            if (m < 0)
+                cr__lc_drop(&s->lc, key); /* the usual get remembers the new place */
+        } else {
+            *rc = 0;
+            if (needs_validation(cr__now_ms() - t0, it->lease_ms)) {
+                uint32_t used = 1u << m;
+                size_t which = 0;
+                validate(s, it, &used, &which, 1, rc);
+            }
+            if (!*rc) {
+                *len = (size_t)it->size;
+                if (!e.replica_id) /* from a put: the id is known now */
+                    cr__lc_set(&s->lc, key, e.version, it->replicas[m].replica_id, e.seg, e.addr,
+                               e.size);
+            }
+        }
+    }
+    cr__rpc_msg_free(&rep);
+    atomic_fetch_add(decided ? &s->spec_kept : &s->spec_dropped, 1);
+    return decided;
+}
+
+void cr_store_location_cache_stats(const cr_store_t *s, uint64_t *kept, uint64_t *dropped)
+{
+    if (kept)
+        *kept = s ? atomic_load(&((cr_store_t *)s)->spec_kept) : 0;
+    if (dropped)
+        *dropped = s ? atomic_load(&((cr_store_t *)s)->spec_dropped) : 0;
+}
+
 int cr_store_get_into(cr_store_t *s, const char *key, void *buf, size_t cap, size_t *len)
 {
     if (!s)
@@ -2120,6 +2280,11 @@ int cr_store_get_into(cr_store_t *s, const char *key, void *buf, size_t cap, siz
         return CR_E_INVALID_PARAMS;
     int res;
     size_t l = 0;
+    if (spec_get_one(s, key, buf, cap, &l, &rc)) {
+        if (!rc)
+            *len = l;
+        return rc;
+    }
     rc = do_get(s, &key, &buf, &cap, 1, &l, 0, &res, NULL);
     if (!rc)
         *len = l;
@@ -2261,6 +2426,8 @@ int cr_store_remove(cr_store_t *s, const char *key, int force)
     if (!s)
         return CR_E_INVALID_PARAMS;
     cr__rpc_msg_t rep = {0};
+    if (key)
+        cr__lc_drop(&s->lc, key);
     int rc = single_item(s, CR__RPC_REMOVE, key, force ? CR__RPC_F_FORCE : 0, &rep);
     if (rc)
         return rc;

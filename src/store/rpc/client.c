@@ -365,8 +365,24 @@ static int idempotent(uint16_t type)
 
 /* One attempt. Returns 0 with *reply, -EAGAIN (connection broke: retry
  * allowed if idempotent), or CR_E_RPC_FAIL / -ENOMEM. */
+/* during (cr__rpc_client_call_during): *during runs (and is cleared) once
+ * the request is out. */
+typedef struct during {
+    void (*fn)(void *);
+    void *arg;
+} during_t;
+
+static void during_run(during_t *d)
+{
+    if (d && d->fn) {
+        void (*fn)(void *) = d->fn;
+        d->fn = NULL;
+        fn(d->arg);
+    }
+}
+
 static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, uint64_t deadline,
-                          int fresh, cr__rpc_msg_t *reply)
+                          int fresh, during_t *during, cr__rpc_msg_t *reply)
 {
     int crc = connect_locked(c);
     if (crc)
@@ -381,6 +397,8 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
                    ? -EAGAIN
                    : CR_E_RPC_FAIL;
     }
+    int overlapped = during && during->fn;
+    during_run(during);
     /* One recv brings the header and, for most replies, the whole payload.
      * Only one call is outstanding on a connection, so a byte past this
      * reply is a protocol violation. */
@@ -390,12 +408,12 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
      * on each side). Only while the calls are that short: after a call
      * that took longer than the budget, the next one sleeps at once (and
      * measures again). */
-    uint64_t spin_until = c->spin_ns && !c->tc && c->last_rtt_ns <= c->spin_ns
+    uint64_t spin_until = c->spin_ns && !c->tc && !overlapped && c->last_rtt_ns <= c->spin_ns
                               ? t_sent + c->spin_ns
                               : 0;
     ssize_t got = recv_some(c->tc, c->fd, c->in, CR__RPC_HDR_SIZE, sizeof c->in, deadline,
                             spin_until);
-    if (c->spin_ns && got > 0)
+    if (c->spin_ns && got > 0 && !overlapped) /* an overlapped call's time is not the master's */
         c->last_rtt_ns = cr__now_ns() - t_sent;
     if (got < 0) {
         close_locked(c);
@@ -445,8 +463,17 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
 
 int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
 {
-    if (!c || !req || !reply || (req->type & CR__RPC_REPLY))
+    return cr__rpc_client_call_during(c, req, reply, NULL, NULL);
+}
+
+int cr__rpc_client_call_during(cr__rpc_client_t *c, const cr__rpc_msg_t *req,
+                               cr__rpc_msg_t *reply, void (*fn)(void *), void *arg)
+{
+    during_t during = {fn, arg};
+    if (!c || !req || !reply || (req->type & CR__RPC_REPLY)) {
+        during_run(&during);
         return -EINVAL;
+    }
     pthread_mutex_lock(&c->mu);
     cr__rpc_msg_t m = *req;
     m.req_id = c->next_req_id++;
@@ -456,16 +483,17 @@ int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_m
     int rc = cr__rpc_encode(&m, &c->out);
     if (rc) {
         pthread_mutex_unlock(&c->mu);
+        during_run(&during);
         return rc == -E2BIG ? -EINVAL : rc;
     }
     uint64_t deadline = cr__now_ms() + (uint64_t)c->call_timeout_ms;
     cr__rpc_msg_t r;
     memset(&r, 0, sizeof r);
     int fresh = c->fd < 0;
-    rc = attempt_locked(c, req->type, m.req_id, deadline, fresh, &r);
+    rc = attempt_locked(c, req->type, m.req_id, deadline, fresh, &during, &r);
     if (rc == -EAGAIN) {
         if (idempotent(req->type))
-            rc = attempt_locked(c, req->type, m.req_id, deadline, 1, &r);
+            rc = attempt_locked(c, req->type, m.req_id, deadline, 1, &during, &r);
         else
             rc = CR_E_RPC_FAIL;
         if (rc == -EAGAIN)
@@ -483,6 +511,7 @@ int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_m
         }
     }
     pthread_mutex_unlock(&c->mu);
+    during_run(&during); /* the request never went out */
     if (rc == 0)
         *reply = r;
     return rc;

@@ -57,6 +57,13 @@ void cr__rpc_client_set_tls(cr__rpc_client_t *c, const struct cr__tls *tls);
  * CR_E_ILLEGAL_CLIENT (security on: authentication refused either way). */
 int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
 
+/* cr__rpc_client_call that runs during(arg) exactly once in the calling
+ * thread: right after the request went out, while the master works on it
+ * (or before returning, when it never went out). For work that overlaps
+ * the round trip without a thread handoff; it must not call this client. */
+int cr__rpc_client_call_during(cr__rpc_client_t *c, const cr__rpc_msg_t *req,
+                               cr__rpc_msg_t *reply, void (*during)(void *), void *arg);
+
 /* Points the client at another master ("host:port"; HA: the new leader);
  * an open connection to the old one is closed. Returns 0 or -EINVAL. */
 int cr__rpc_client_set_addr(cr__rpc_client_t *c, const char *addr);

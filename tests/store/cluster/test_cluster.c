@@ -427,6 +427,89 @@ static void test_stalled_reader(void)
             cr_strerror(a.rc));
 }
 
+/* Speculative gets (cr_store_location_cache_stats): a client that found a
+ * key, or put it, reads it from there while it asks the master; a key
+ * replaced, removed or moved meanwhile is never returned stale. */
+static void spec_stats(cr_store_t *c, uint64_t *kept, uint64_t *dropped)
+{
+    cr_store_location_cache_stats(c, kept, dropped);
+}
+
+static void test_spec_get(void)
+{
+    const size_t n = 64 << 10;
+    cr_store_t *reader;
+    CHECK_RC(make_client(&reader), 0);
+    uint8_t *buf = malloc(n);
+    CHECK(buf && cr_store_register_buffer(reader, buf, n) == 0, "reader buffer");
+    uint64_t k, d;
+    size_t got = 0;
+    fill(g_reg, n, 41);
+    CHECK_RC(cr_store_put_from(g_cli, "spec", g_reg, n, NULL), 0);
+    CHECK_RC(cr_store_get_into(reader, "spec", buf, n, &got), 0); /* found: remembered */
+    CHECK(got == n && same(buf, n, 41), "first get of spec: wrong bytes");
+    spec_stats(reader, &k, &d);
+    CHECK(k == 0 && d == 0, "a first get read speculatively (%llu kept, %llu dropped)",
+          (unsigned long long)k, (unsigned long long)d);
+    memset(buf, 0, n);
+    CHECK_RC(cr_store_get_into(reader, "spec", buf, n, &got), 0);
+    CHECK(got == n && same(buf, n, 41), "speculative get of spec: wrong bytes");
+    spec_stats(reader, &k, &d);
+    CHECK(k == 1 && d == 0, "second get: %llu kept, %llu dropped (want 1, 0)",
+          (unsigned long long)k, (unsigned long long)d);
+
+    /* replaced by another writer with a value of the same size: the
+     * remembered place is stale, the get must find the new version */
+    usleep((LEASE_MS + 200) * 1000);
+    CHECK_RC(cr_store_remove(g_cli, "spec", 0), 0);
+    fill(g_reg, n, 42);
+    CHECK_RC(cr_store_put_from(g_cli, "spec", g_reg, n, NULL), 0);
+    memset(buf, 0, n);
+    CHECK_RC(cr_store_get_into(reader, "spec", buf, n, &got), 0);
+    CHECK(got == n && same(buf, n, 42), "a replaced key was read stale");
+    spec_stats(reader, &k, &d);
+    CHECK(k == 1 && d == 1, "replaced: %llu kept, %llu dropped (want 1, 1)",
+          (unsigned long long)k, (unsigned long long)d);
+    memset(buf, 0, n);
+    CHECK_RC(cr_store_get_into(reader, "spec", buf, n, &got), 0);
+    CHECK(got == n && same(buf, n, 42), "the replaced key's new place: wrong bytes");
+    spec_stats(reader, &k, &d);
+    CHECK(k == 2 && d == 1, "new place: %llu kept, %llu dropped (want 2, 1)",
+          (unsigned long long)k, (unsigned long long)d);
+
+    /* removed (force: the reader holds a lease): a miss, not the old bytes */
+    CHECK_RC(cr_store_remove(g_cli, "spec", 1), 0);
+    memset(buf, 0, n);
+    CHECK_RC(cr_store_get_into(reader, "spec", buf, n, &got), CR_E_OBJECT_NOT_FOUND);
+
+    /* a buffer too small for the remembered value: refused, nothing read */
+    fill(g_reg, n, 44);
+    CHECK_RC(cr_store_put_from(g_cli, "spec-small", g_reg, n, NULL), 0);
+    CHECK_RC(cr_store_get_into(reader, "spec-small", buf, n, &got), 0);
+    CHECK_RC(cr_store_get_into(reader, "spec-small", buf, n / 2, &got), CR_E_BUFFER_OVERFLOW);
+
+    /* the writer's own put is remembered: its first get is speculative */
+    uint64_t k0, d0;
+    spec_stats(g_cli, &k0, &d0);
+    fill(g_reg, n, 43);
+    CHECK_RC(cr_store_put_from(g_cli, "spec-own", g_reg, n, NULL), 0);
+    memset(g_reg + (32u << 20), 0, n);
+    CHECK_RC(cr_store_get_into(g_cli, "spec-own", g_reg + (32u << 20), n, &got), 0);
+    CHECK(got == n && same(g_reg + (32u << 20), n, 43), "own put, speculative get: wrong bytes");
+    spec_stats(g_cli, &k, &d);
+    CHECK(k == k0 + 1 && d == d0, "own put: %llu kept, %llu dropped (want %llu, %llu)",
+          (unsigned long long)k, (unsigned long long)d, (unsigned long long)(k0 + 1),
+          (unsigned long long)d0);
+
+    cr_store_unregister_buffer(reader, buf);
+    cr_store_destroy(reader);
+    free(buf);
+    cr_store_remove(g_cli, "spec-own", 1);
+    cr_store_remove(g_cli, "spec-small", 1);
+    fprintf(stderr, "ok: speculative gets keep a remembered place's bytes only while the "
+                    "master names that version there\n");
+}
+
 static void test_eviction(void)
 {
     const size_t n = 1 << 20;
@@ -690,6 +773,7 @@ int main(int argc, char **argv)
     test_lease_blocks_remove();
     test_writer_killed();
     test_stalled_reader();
+    test_spec_get();
     test_eviction();
     test_node_killed_under_load();
     test_master_restart();

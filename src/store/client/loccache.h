@@ -1,0 +1,49 @@
+/* Where this client last found each value (a location cache), so a get can
+ * start reading before the master's answer arrives (ops.c, "speculative
+ * get"). An entry is a hint, never an authority: the bytes read from it
+ * are kept only when GetReplicaList, asked at the same time, names the same
+ * version at the same place and the value's checksum matches them.
+ *
+ * Fixed size (CR__LC_SLOTS entries, direct-mapped by a hash of the key;
+ * a newer key takes its slot), allocated at the first entry, thread-safe.
+ * Only DRAM replicas of one shard without a capability are kept: a disk
+ * tier's or a striped value is read the usual way, and with capabilities
+ * on (security) nothing is cached. */
+#ifndef CRESCENT_STORE_CLIENT_LOCCACHE_H
+#define CRESCENT_STORE_CLIENT_LOCCACHE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CR__LC_SLOTS 8192 /* a power of two */
+#define CR__LC_SEG_MAX 64 /* longer segment names are not cached */
+
+typedef struct cr__lc_entry {
+    uint64_t key_hash; /* 0: empty */
+    uint64_t version;
+    uint64_t replica_id;
+    uint64_t addr;
+    uint64_t size;
+    char seg[CR__LC_SEG_MAX];
+} cr__lc_entry_t;
+
+typedef struct cr__lc {
+    pthread_mutex_t mu;
+    cr__lc_entry_t *slots; /* NULL until the first entry (or allocation failed) */
+    int on;
+} cr__lc_t;
+
+void cr__lc_init(cr__lc_t *lc, int on);
+void cr__lc_fini(cr__lc_t *lc);
+/* Records key's location (seg is NUL-terminated). No-op when off, when seg
+ * is too long or without memory. */
+void cr__lc_set(cr__lc_t *lc, const char *key, uint64_t version, uint64_t replica_id,
+                const char *seg, uint64_t addr, uint64_t size);
+/* 1 and *out when key has an entry, else 0. */
+int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_entry_t *out);
+/* Forgets key's entry (if it is key's); _many: keys[0..n), one lock. */
+void cr__lc_drop(cr__lc_t *lc, const char *key);
+void cr__lc_drop_many(cr__lc_t *lc, const char *const *keys, size_t n);
+
+#endif
