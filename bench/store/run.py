@@ -38,6 +38,7 @@ of the per-repetition ratios, after one unmeasured warm-up of each):
   tcp operation costs.
 
 Usage: bench/store/run.sh [--build build] [--reps 5] [--clients 4] [--cases abcde]
+                          [--base-env VAR=VALUE[,...]] (d, e: the client also with these)
                           [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
@@ -298,7 +299,7 @@ def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rpr
     repetitions, with the min-max of the crescent figure. With mpid / rpid
     (the master's and redis-server's pids), also the server CPU per
     operation (user + system, /proc; 10 ms ticks over ~10,000 operations)."""
-    variants = [(p, r) for p in protos for r in ("on", "off")]
+    variants = [(p, r) for p in protos for r in ("on", "off") + (("base",) if BASE_ENV else ())]
     ref, res = [], {v: [] for v in variants}
     floor = {1: [], 0: []}  # bare round trip p50, polling / sleeping (rt_floor.c)
     rcpu, mcpu = [], {v: [] for v in variants}
@@ -318,7 +319,8 @@ def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rpr
                                        "--threads", "1", "--ops", "5000",
                                        "--protocol", proto,
                                        "--local_hostname", host_of(prefix)],
-                         prefix, env={"CRESCENT_PUT_RESERVE": "1" if rsv == "on" else "0"}))
+                         prefix, env=dict({"CRESCENT_PUT_RESERVE": "0" if rsv == "off" else "1"},
+                                          **(BASE_ENV if rsv == "base" else {}))))
             m1 = cpu_s(mpid) if mpid else None
             if m0 is not None and m1 is not None:
                 # the 5000 puts, 5000 gets and the bench's 5000 removes
@@ -327,7 +329,9 @@ def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rpr
         if mcpu[(proto, rsv)] and rcpu:
             v = mcpu[(proto, rsv)]
             t.add(case, "master CPU per op: put, get or remove (%s%s, reserve %s) [min-max %.1f-%.1f; redis %.1f-%.1f]"
-                  % (proto, where, rsv, min(v), max(v), min(rcpu), max(rcpu)),
+                  % (proto, where, rsv if rsv != "base" else "on, " + ",".join(
+                      "%s=%s" % kv for kv in sorted(BASE_ENV.items())), min(v), max(v),
+                     min(rcpu), max(rcpu)),
                   "redis-server CPU per SET or GET", med(rcpu), med(v), "us")
     if floor[1]:
         for spin, how in ((1, "both sides busy-polling"), (0, "both sides sleeping")):
@@ -349,15 +353,18 @@ def case_latency(t, build, case, addr, host, rport, reps, protos, prefix=(), rpr
             for pct in ("p50", "p99"):
                 vals = [float(x[op][pct + "_us"]) for x in res[(proto, rsv)]]
                 rvals = [r[rop][pct + "_ms"] * 1000 for r in ref]
-                label = "%s 4 KiB %s (%s%s%s)" % (
+                label = "%s 4 KiB %s (%s%s%s%s)" % (
                     op, pct, proto, where,
-                    ", reserve %s" % rsv if op == "put" else "")
+                    ", reserve %s" % ("on" if rsv == "base" else rsv) if op == "put" else "",
+                    ", " + ",".join("%s=%s" % kv for kv in sorted(BASE_ENV.items()))
+                    if rsv == "base" else "")
                 t.add(case, label + " [min-max %.0f-%.0f; redis %.0f-%.0f]"
                       % (min(vals), max(vals), min(rvals), max(rvals)),
                       "redis %s %s" % (rop.upper(), pct), med(rvals), med(vals), "us")
 
 
 HOSTS = {}
+BASE_ENV = {}  # --base-env: cases d and e also run the reserve-on client with these variables
 
 
 def host_of(prefix):
@@ -371,7 +378,13 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--cases", default="abcd")
     ap.add_argument("--out", default="")
+    ap.add_argument("--base-env", default="",
+                    help="VAR=VALUE[,VAR=VALUE]: cases d and e also run the client (reserve on) "
+                         "with these variables in every repetition, e.g. CRESCENT_LOCATION_CACHE=0")
     a = ap.parse_args()
+    for kv in filter(None, a.base_env.split(",")):
+        k, _, v = kv.partition("=")
+        BASE_ENV[k] = v
     for tool in ("redis-server", "redis-benchmark", "redis-cli"):
         if not shutil.which(tool):
             sys.exit("%s not installed (scripts/install-deps.sh)" % tool)

@@ -362,8 +362,8 @@ CR_API uint64_t cr_store_checksum_errors(const cr_store_t *store);
  * of two. The bytes are kept only when the master's answer names the
  * same version at the same place and they match the value's checksum;
  * otherwise the get runs the usual way (a moved key costs one wasted
- * read). The client remembers up to 8,192 keys (a newer key takes an older
- * one's slot). Not with capabilities on (security), on disk tiers or for
+ * read). The client remembers up to 16,384 keys (~0.8 MB; the least
+ * recently used gives way). Not with capabilities on (security), on disk tiers or for
  * striped values. On by default with checksums; CRESCENT_LOCATION_CACHE=0
  * in the environment at cr_store_create turns it off. *kept / *dropped
  * (either may be NULL) get the number of speculative reads kept and

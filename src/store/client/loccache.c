@@ -4,32 +4,63 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 64-bit FNV-1a of the key, never 0 (0 marks an empty slot). Two keys with
- * one hash only cost a read the master's answer then refuses. */
-static uint64_t key_hash(const char *key)
+/* 64-bit FNV-1a, never 0 (0 marks an empty entry). Two keys with one hash
+ * only cost a read the master's answer then refuses. */
+static uint64_t hash_of(const char *s)
 {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
         h = (h ^ *p) * 0x100000001b3ull;
     return h ? h : 1;
 }
 
-static size_t slot_of(uint64_t h)
+static cr__lc_entry_t *set_of(cr__lc_t *lc, uint64_t h)
 {
-    return (size_t)((h ^ (h >> 29)) & (CR__LC_SLOTS - 1));
+    return &lc->slots[((h ^ (h >> 29)) & (CR__LC_SETS - 1)) * CR__LC_WAYS];
+}
+
+/* key's entry in its set, or NULL. Caller holds mu and slots is set. */
+static cr__lc_entry_t *lookup_locked(cr__lc_t *lc, uint64_t h)
+{
+    cr__lc_entry_t *set = set_of(lc, h);
+    for (int w = 0; w < CR__LC_WAYS; w++)
+        if (set[w].key_hash == h)
+            return &set[w];
+    return NULL;
+}
+
+/* The index of seg in names (added if new), or -1 when the table is full.
+ * Caller holds mu and names is set. */
+static int name_index_locked(cr__lc_t *lc, const char *seg, size_t len)
+{
+    uint64_t h = hash_of(seg);
+    for (int k = 0; k < CR__LC_NAMES; k++) {
+        int i = (int)((h + (uint64_t)k) & (CR__LC_NAMES - 1));
+        if (!lc->names[i][0]) {
+            memcpy(lc->names[i], seg, len + 1);
+            return i;
+        }
+        if (!strcmp(lc->names[i], seg))
+            return i;
+    }
+    return -1;
 }
 
 void cr__lc_init(cr__lc_t *lc, int on)
 {
     pthread_mutex_init(&lc->mu, NULL);
     lc->slots = NULL;
+    lc->names = NULL;
+    lc->clock = 0;
     lc->on = on;
 }
 
 void cr__lc_fini(cr__lc_t *lc)
 {
     free(lc->slots);
+    free(lc->names);
     lc->slots = NULL;
+    lc->names = NULL;
     pthread_mutex_destroy(&lc->mu);
 }
 
@@ -37,33 +68,56 @@ void cr__lc_set(cr__lc_t *lc, const char *key, uint64_t version, uint64_t replic
                 const char *seg, uint64_t addr, uint64_t size)
 {
     size_t sl = strlen(seg);
-    if (!lc->on || sl >= CR__LC_SEG_MAX)
+    if (!lc->on || !sl || sl >= CR__LC_SEG_MAX)
         return;
-    uint64_t h = key_hash(key);
+    uint64_t h = hash_of(key);
     pthread_mutex_lock(&lc->mu);
-    if (!lc->slots)
-        lc->slots = calloc(CR__LC_SLOTS, sizeof *lc->slots);
-    if (lc->slots) {
-        cr__lc_entry_t *e = &lc->slots[slot_of(h)];
-        e->key_hash = h;
-        e->version = version;
-        e->replica_id = replica_id;
-        e->addr = addr;
-        e->size = size;
-        memcpy(e->seg, seg, sl + 1);
+    if (!lc->slots) {
+        lc->slots = calloc((size_t)CR__LC_SETS * CR__LC_WAYS, sizeof *lc->slots);
+        lc->names = calloc(CR__LC_NAMES, sizeof *lc->names);
+        if (!lc->slots || !lc->names) {
+            free(lc->slots);
+            free(lc->names);
+            lc->slots = NULL;
+            lc->names = NULL;
+        }
+    }
+    int ni = lc->slots ? name_index_locked(lc, seg, sl) : -1;
+    if (ni >= 0) {
+        cr__lc_entry_t *e = lookup_locked(lc, h);
+        if (!e) { /* an empty way, else the least recently used */
+            cr__lc_entry_t *set = set_of(lc, h);
+            e = &set[0];
+            for (int w = 0; w < CR__LC_WAYS && e->key_hash; w++)
+                if (!set[w].key_hash || lc->clock - set[w].stamp > lc->clock - e->stamp)
+                    e = &set[w];
+        }
+        *e = (cr__lc_entry_t){.key_hash = h,
+                              .version = version,
+                              .replica_id = replica_id,
+                              .addr = addr,
+                              .size = size,
+                              .stamp = ++lc->clock,
+                              .seg = (uint16_t)ni};
     }
     pthread_mutex_unlock(&lc->mu);
 }
 
-int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_entry_t *out)
+int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_hit_t *out)
 {
     if (!lc->on)
         return 0;
-    uint64_t h = key_hash(key);
+    uint64_t h = hash_of(key);
     int found = 0;
     pthread_mutex_lock(&lc->mu);
-    if (lc->slots && lc->slots[slot_of(h)].key_hash == h) {
-        *out = lc->slots[slot_of(h)];
+    cr__lc_entry_t *e = lc->slots ? lookup_locked(lc, h) : NULL;
+    if (e) {
+        e->stamp = ++lc->clock;
+        out->version = e->version;
+        out->replica_id = e->replica_id;
+        out->addr = e->addr;
+        out->size = e->size;
+        memcpy(out->seg, lc->names[e->seg], CR__LC_SEG_MAX);
         found = 1;
     }
     pthread_mutex_unlock(&lc->mu);
@@ -76,9 +130,9 @@ void cr__lc_drop_many(cr__lc_t *lc, const char *const *keys, size_t n)
         return;
     pthread_mutex_lock(&lc->mu);
     for (size_t i = 0; lc->slots && i < n; i++) {
-        uint64_t h = key_hash(keys[i]);
-        if (lc->slots[slot_of(h)].key_hash == h)
-            lc->slots[slot_of(h)].key_hash = 0;
+        cr__lc_entry_t *e = lookup_locked(lc, hash_of(keys[i]));
+        if (e)
+            e->key_hash = 0;
     }
     pthread_mutex_unlock(&lc->mu);
 }

@@ -4,11 +4,13 @@
  * are kept only when GetReplicaList, asked at the same time, names the same
  * version at the same place and the value's checksum matches them.
  *
- * Fixed size (CR__LC_SLOTS entries, direct-mapped by a hash of the key;
- * a newer key takes its slot), allocated at the first entry, thread-safe.
- * Only DRAM replicas of one shard without a capability are kept: a disk
- * tier's or a striped value is read the usual way, and with capabilities
- * on (security) nothing is cached. */
+ * Fixed size: CR__LC_SETS sets of CR__LC_WAYS entries (a key's set from a
+ * hash of it; the least recently used entry of the set gives way), and up
+ * to CR__LC_NAMES segment names (a key on a segment beyond them is not
+ * kept). Allocated at the first entry (~0.8 MB), thread-safe. Only DRAM
+ * replicas of one shard without a capability are kept: a disk tier's or a
+ * striped value is read the usual way, and with capabilities on
+ * (security) nothing is cached. */
 #ifndef CRESCENT_STORE_CLIENT_LOCCACHE_H
 #define CRESCENT_STORE_CLIENT_LOCCACHE_H
 
@@ -16,32 +18,43 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CR__LC_SLOTS 8192 /* a power of two */
-#define CR__LC_SEG_MAX 64 /* longer segment names are not cached */
+#define CR__LC_SETS 4096  /* a power of two */
+#define CR__LC_WAYS 4
+#define CR__LC_NAMES 256  /* a power of two */
+#define CR__LC_SEG_MAX 64 /* longer segment names are not kept */
 
 typedef struct cr__lc_entry {
     uint64_t key_hash; /* 0: empty */
     uint64_t version;
-    uint64_t replica_id;
+    uint64_t replica_id; /* 0: not known yet */
     uint64_t addr;
     uint64_t size;
-    char seg[CR__LC_SEG_MAX];
+    uint32_t stamp; /* last use */
+    uint16_t seg;   /* index into names */
 } cr__lc_entry_t;
+
+/* What cr__lc_find returns. */
+typedef struct cr__lc_hit {
+    uint64_t version, replica_id, addr, size;
+    char seg[CR__LC_SEG_MAX];
+} cr__lc_hit_t;
 
 typedef struct cr__lc {
     pthread_mutex_t mu;
-    cr__lc_entry_t *slots; /* NULL until the first entry (or allocation failed) */
+    cr__lc_entry_t *slots; /* CR__LC_SETS * CR__LC_WAYS; NULL until the first entry */
+    char (*names)[CR__LC_SEG_MAX]; /* CR__LC_NAMES, open addressing; "" = free */
+    uint32_t clock;
     int on;
 } cr__lc_t;
 
 void cr__lc_init(cr__lc_t *lc, int on);
 void cr__lc_fini(cr__lc_t *lc);
 /* Records key's location (seg is NUL-terminated). No-op when off, when seg
- * is too long or without memory. */
+ * is too long, the name table is full or without memory. */
 void cr__lc_set(cr__lc_t *lc, const char *key, uint64_t version, uint64_t replica_id,
                 const char *seg, uint64_t addr, uint64_t size);
 /* 1 and *out when key has an entry, else 0. */
-int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_entry_t *out);
+int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_hit_t *out);
 /* Forgets key's entry (if it is key's); _many: keys[0..n), one lock. */
 void cr__lc_drop(cr__lc_t *lc, const char *key);
 void cr__lc_drop_many(cr__lc_t *lc, const char *const *keys, size_t n);

@@ -2189,7 +2189,7 @@ static void spec_read_run(void *arg)
 static int spec_get_one(cr_store_t *s, const char *key, void *buf, size_t cap, size_t *len,
                         int *rc)
 {
-    cr__lc_entry_t e;
+    cr__lc_hit_t e;
     if (!s->crc_on || !cr__lc_find(&s->lc, key, &e) || !e.size || e.size > cap ||
         cr__sc_is_local(s, e.seg, e.addr, e.size) || cr__sc_suspect(s, e.seg))
         return 0;

@@ -408,7 +408,7 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
      * on each side). Only while the calls are that short: after a call
      * that took longer than the budget, the next one sleeps at once (and
      * measures again). */
-    uint64_t spin_until = c->spin_ns && !c->tc && !overlapped && c->last_rtt_ns <= c->spin_ns
+    uint64_t spin_until = c->spin_ns && !c->tc && c->last_rtt_ns <= c->spin_ns
                               ? t_sent + c->spin_ns
                               : 0;
     ssize_t got = recv_some(c->tc, c->fd, c->in, CR__RPC_HDR_SIZE, sizeof c->in, deadline,
