@@ -357,14 +357,14 @@ CR_API int cr_store_get_replica_desc(cr_store_t *store, const char *key,
 CR_API uint64_t cr_store_checksum_errors(const cr_store_t *store);
 
 /* Speculative gets: cr_store_get_into of a key this client read before
- * starts reading from where the key was while it asks the master where it
+ * with a single get, or put with a single put, starts reading from where the key was while it asks the master where it
  * is now, so a key that has not moved costs one round trip's wait instead
  * of two. The bytes are kept only when the master's answer names the
  * same version at the same place and they match the value's checksum;
  * otherwise the get runs the usual way (a moved key costs one wasted
  * read). The client remembers up to 16,384 keys (~0.8 MB; the least
- * recently used gives way). Not with capabilities on (security), on disk tiers or for
- * striped values. On by default with checksums; CRESCENT_LOCATION_CACHE=0
+ * recently used gives way). Batch calls neither use nor fill it. Not with
+ * capabilities on (security), on disk tiers or for striped values. On by default with checksums; CRESCENT_LOCATION_CACHE=0
  * in the environment at cr_store_create turns it off. *kept / *dropped
  * (either may be NULL) get the number of speculative reads kept and
  * dropped since create. */

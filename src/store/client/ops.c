@@ -1133,13 +1133,14 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
 }
 
 /* A reserved put's key committed as version: its item takes the version,
- * and the location cache (loccache.h) where it lies (replica id 0: the
- * master names it at the first get). */
-static void resv_remember(cr_store_t *s, const char *key, cr__rpc_item_t *it, uint64_t version)
+ * and, for a single put, the location cache (loccache.h) where it lies
+ * (replica id 0: the master names it at the first get). */
+static void resv_remember(cr_store_t *s, const char *key, cr__rpc_item_t *it, uint64_t version,
+                          int single)
 {
     it->version = version;
     const cr__rpc_shard_t *sh = &it->replicas[0].shards[0];
-    if (s->lc.on && !sh->cap && !cr__sc_is_local(s, sh->segment, sh->addr, sh->len))
+    if (single && s->lc.on && !sh->cap && !cr__sc_is_local(s, sh->segment, sh->addr, sh->len))
         cr__lc_set(&s->lc, key, version, 0, sh->segment, sh->addr, sh->len);
 }
 
@@ -1199,7 +1200,7 @@ static void resv_commit(cr_store_t *s, put_chunk_t *c, const uint8_t *ok)
             if (rep.items[j].status == CR_E_INVALID_WRITE)
                 resv_drop(s, c->rep.items[i].version);
             else if (rep.items[j].status == 0)
-                resv_remember(s, c->keys[i], &c->rep.items[i], rep.items[j].version);
+                resv_remember(s, c->keys[i], &c->rep.items[i], rep.items[j].version, n == 1);
         }
         cr__rpc_msg_free(&rep);
     } else {
@@ -1465,7 +1466,8 @@ static int put_any(cr_store_t *s, const char *const *keys, const void *const *sr
                    const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
                    int *results)
 {
-    cr__lc_drop_many(&s->lc, keys, n); /* a new version goes elsewhere */
+    if (n == 1) /* a new version goes elsewhere (batches: see get_remember) */
+        cr__lc_drop(&s->lc, keys[0]);
     if (!s->resv_on || !resv_cfg_ok(cfg))
         return do_put(s, keys, srcs, lens, n, cfg, staged, results);
     if (staged) {
@@ -1944,12 +1946,16 @@ static int cacheable_replica(const cr__rpc_item_t *it, uint32_t r)
     return (int)r;
 }
 
-/* Remembers where each key just read was found (loccache.h), for the next
- * get of it (spec_get_one). */
+/* Remembers where the key of a single get was found (loccache.h), for the
+ * next get of it (spec_get_one). Batches neither fill nor read the cache:
+ * remembering 8,192 keys of a KV-cache save cost ~1 us of client CPU per
+ * 16 KiB key (3.6 against 4.4 GB/s), and a speculative batch get, whose
+ * locate overlaps the reads like the pipelined chunks' do, was no faster
+ * (docs/benchmarks.md, issue 16, session of 2026-11-30 02:08). */
 static void get_remember(cr_store_t *s, const cr__rpc_msg_t *rep, size_t n, const uint32_t *used,
                          const int *results)
 {
-    if (!s->lc.on)
+    if (!s->lc.on || n != 1)
         return;
     for (size_t i = 0; i < n; i++) {
         const cr__rpc_item_t *it = &rep->items[i];

@@ -440,8 +440,8 @@ static void test_spec_get(void)
     const size_t n = 64 << 10;
     cr_store_t *reader;
     CHECK_RC(make_client(&reader), 0);
-    uint8_t *buf = malloc(n);
-    CHECK(buf && cr_store_register_buffer(reader, buf, n) == 0, "reader buffer");
+    uint8_t *buf = malloc(2 * n);
+    CHECK(buf && cr_store_register_buffer(reader, buf, 2 * n) == 0, "reader buffer");
     uint64_t k, d;
     size_t got = 0;
     fill(g_reg, n, 41);
@@ -487,6 +487,18 @@ static void test_spec_get(void)
     CHECK_RC(cr_store_put_from(g_cli, "spec-small", g_reg, n, NULL), 0);
     CHECK_RC(cr_store_get_into(reader, "spec-small", buf, n, &got), 0);
     CHECK_RC(cr_store_get_into(reader, "spec-small", buf, n / 2, &got), CR_E_BUFFER_OVERFLOW);
+
+    /* batches never read speculatively (nor remember) */
+    uint64_t kb, db;
+    spec_stats(reader, &kb, &db);
+    const char *bk[2] = {"spec-small", "spec-small"};
+    void *bd[2] = {buf, buf + n};
+    size_t bc[2] = {n, n}, bl[2];
+    int br[2];
+    CHECK_RC(cr_store_batch_get_into(reader, bk, bd, bc, 2, bl, br), 0);
+    CHECK(same(buf, n, 44) && same(buf + n, n, 44), "batch get of spec-small: wrong bytes");
+    spec_stats(reader, &k, &d);
+    CHECK(k == kb && d == db, "a batch get read speculatively");
 
     /* the writer's own put is remembered: its first get is speculative */
     uint64_t k0, d0;
