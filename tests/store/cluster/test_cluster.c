@@ -435,6 +435,22 @@ static void spec_stats(cr_store_t *c, uint64_t *kept, uint64_t *dropped)
     cr_store_location_cache_stats(c, kept, dropped);
 }
 
+/* c's get_into of key into buf (registered, n bytes) returns the value of
+ * seed, after which c's counters are kept / dropped. */
+static void spec_get_check(cr_store_t *c, const char *key, uint8_t *buf, size_t n, uint64_t seed,
+                           uint64_t kept, uint64_t dropped, const char *what)
+{
+    size_t got = 0;
+    uint64_t k, d;
+    memset(buf, 0, n);
+    CHECK_RC(cr_store_get_into(c, key, buf, n, &got), 0);
+    CHECK(got == n && same(buf, n, seed), "%s: wrong bytes", what);
+    spec_stats(c, &k, &d);
+    CHECK(k == kept && d == dropped, "%s: %llu kept, %llu dropped (want %llu, %llu)", what,
+          (unsigned long long)k, (unsigned long long)d, (unsigned long long)kept,
+          (unsigned long long)dropped);
+}
+
 static void test_spec_get(void)
 {
     const size_t n = 64 << 10;
@@ -446,17 +462,8 @@ static void test_spec_get(void)
     size_t got = 0;
     fill(g_reg, n, 41);
     CHECK_RC(cr_store_put_from(g_cli, "spec", g_reg, n, NULL), 0);
-    CHECK_RC(cr_store_get_into(reader, "spec", buf, n, &got), 0); /* found: remembered */
-    CHECK(got == n && same(buf, n, 41), "first get of spec: wrong bytes");
-    spec_stats(reader, &k, &d);
-    CHECK(k == 0 && d == 0, "a first get read speculatively (%llu kept, %llu dropped)",
-          (unsigned long long)k, (unsigned long long)d);
-    memset(buf, 0, n);
-    CHECK_RC(cr_store_get_into(reader, "spec", buf, n, &got), 0);
-    CHECK(got == n && same(buf, n, 41), "speculative get of spec: wrong bytes");
-    spec_stats(reader, &k, &d);
-    CHECK(k == 1 && d == 0, "second get: %llu kept, %llu dropped (want 1, 0)",
-          (unsigned long long)k, (unsigned long long)d);
+    spec_get_check(reader, "spec", buf, n, 41, 0, 0, "first get (found, remembered)");
+    spec_get_check(reader, "spec", buf, n, 41, 1, 0, "second get (speculative)");
 
     /* replaced by another writer with a value of the same size: the
      * remembered place is stale, the get must find the new version */
@@ -464,18 +471,8 @@ static void test_spec_get(void)
     CHECK_RC(cr_store_remove(g_cli, "spec", 0), 0);
     fill(g_reg, n, 42);
     CHECK_RC(cr_store_put_from(g_cli, "spec", g_reg, n, NULL), 0);
-    memset(buf, 0, n);
-    CHECK_RC(cr_store_get_into(reader, "spec", buf, n, &got), 0);
-    CHECK(got == n && same(buf, n, 42), "a replaced key was read stale");
-    spec_stats(reader, &k, &d);
-    CHECK(k == 1 && d == 1, "replaced: %llu kept, %llu dropped (want 1, 1)",
-          (unsigned long long)k, (unsigned long long)d);
-    memset(buf, 0, n);
-    CHECK_RC(cr_store_get_into(reader, "spec", buf, n, &got), 0);
-    CHECK(got == n && same(buf, n, 42), "the replaced key's new place: wrong bytes");
-    spec_stats(reader, &k, &d);
-    CHECK(k == 2 && d == 1, "new place: %llu kept, %llu dropped (want 2, 1)",
-          (unsigned long long)k, (unsigned long long)d);
+    spec_get_check(reader, "spec", buf, n, 42, 1, 1, "replaced key (never stale)");
+    spec_get_check(reader, "spec", buf, n, 42, 2, 1, "replaced key's new place");
 
     /* removed (force: the reader holds a lease): a miss, not the old bytes */
     CHECK_RC(cr_store_remove(g_cli, "spec", 1), 0);
@@ -501,17 +498,10 @@ static void test_spec_get(void)
     CHECK(k == kb && d == db, "a batch get read speculatively");
 
     /* the writer's own put is remembered: its first get is speculative */
-    uint64_t k0, d0;
-    spec_stats(g_cli, &k0, &d0);
+    spec_stats(g_cli, &k, &d);
     fill(g_reg, n, 43);
     CHECK_RC(cr_store_put_from(g_cli, "spec-own", g_reg, n, NULL), 0);
-    memset(g_reg + (32u << 20), 0, n);
-    CHECK_RC(cr_store_get_into(g_cli, "spec-own", g_reg + (32u << 20), n, &got), 0);
-    CHECK(got == n && same(g_reg + (32u << 20), n, 43), "own put, speculative get: wrong bytes");
-    spec_stats(g_cli, &k, &d);
-    CHECK(k == k0 + 1 && d == d0, "own put: %llu kept, %llu dropped (want %llu, %llu)",
-          (unsigned long long)k, (unsigned long long)d, (unsigned long long)(k0 + 1),
-          (unsigned long long)d0);
+    spec_get_check(g_cli, "spec-own", g_reg + (32u << 20), n, 43, k + 1, d, "own put's first get");
 
     cr_store_unregister_buffer(reader, buf);
     cr_store_destroy(reader);
