@@ -365,9 +365,10 @@ CR_API uint64_t cr_store_checksum_errors(const cr_store_t *store);
  * read). The client remembers up to 16,384 keys (~0.8 MB; the least
  * recently used gives way). Batch calls neither use nor fill it. Not with
  * capabilities on (security), on disk tiers or for striped values. On by default with checksums; CRESCENT_LOCATION_CACHE=0
- * in the environment at cr_store_create turns it off. *kept / *dropped
- * (either may be NULL) get the number of speculative reads kept and
- * dropped since create. */
+ * in the environment at cr_store_create turns it off. Since create,
+ * *kept (may be NULL) counts the speculative gets that needed no usual get
+ * (they returned the bytes read, or the master's answer such as a miss),
+ * *dropped (may be NULL) those whose read was dropped for the usual get. */
 CR_API void cr_store_location_cache_stats(const cr_store_t *store, uint64_t *kept,
                                           uint64_t *dropped);
 
