@@ -124,20 +124,14 @@ int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_hit_t *out)
     return found;
 }
 
-void cr__lc_drop_many(cr__lc_t *lc, const char *const *keys, size_t n)
+void cr__lc_drop(cr__lc_t *lc, const char *key)
 {
     if (!lc->on)
         return;
+    uint64_t h = hash_of(key);
     pthread_mutex_lock(&lc->mu);
-    for (size_t i = 0; lc->slots && i < n; i++) {
-        cr__lc_entry_t *e = lookup_locked(lc, hash_of(keys[i]));
-        if (e)
-            e->key_hash = 0;
-    }
+    cr__lc_entry_t *e = lc->slots ? lookup_locked(lc, h) : NULL;
+    if (e)
+        e->key_hash = 0;
     pthread_mutex_unlock(&lc->mu);
-}
-
-void cr__lc_drop(cr__lc_t *lc, const char *key)
-{
-    cr__lc_drop_many(lc, &key, 1);
 }

@@ -55,8 +55,7 @@ void cr__lc_set(cr__lc_t *lc, const char *key, uint64_t version, uint64_t replic
                 const char *seg, uint64_t addr, uint64_t size);
 /* 1 and *out when key has an entry, else 0. */
 int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_hit_t *out);
-/* Forgets key's entry (if it is key's); _many: keys[0..n), one lock. */
+/* Forgets key's entry (if it has one). */
 void cr__lc_drop(cr__lc_t *lc, const char *key);
-void cr__lc_drop_many(cr__lc_t *lc, const char *const *keys, size_t n);
 
 #endif
