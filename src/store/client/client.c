@@ -83,14 +83,6 @@ int cr__sc_resolve(cr_store_t *s)
     return rc;
 }
 
-static int call_once(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
-{
-    int rc = cr__rpc_client_call(cr__sc_rpc(s), req, reply);
-    if (rc == -ENOMEM || rc == 0)
-        return rc;
-    return rc == -EINVAL ? CR_E_INVALID_PARAMS : CR_E_RPC_FAIL;
-}
-
 int cr__sc_call_during(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
                        void (*during)(void *), void *arg)
 {
@@ -98,6 +90,11 @@ int cr__sc_call_during(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *r
     if (rc == -ENOMEM || rc == 0)
         return rc;
     return rc == -EINVAL ? CR_E_INVALID_PARAMS : CR_E_RPC_FAIL;
+}
+
+static int call_once(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
+{
+    return cr__sc_call_during(s, req, reply, NULL, NULL);
 }
 
 int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)

@@ -363,8 +363,6 @@ static int idempotent(uint16_t type)
     }
 }
 
-/* One attempt. Returns 0 with *reply, -EAGAIN (connection broke: retry
- * allowed if idempotent), or CR_E_RPC_FAIL / -ENOMEM. */
 /* during (cr__rpc_client_call_during): *during runs (and is cleared) once
  * the request is out. */
 typedef struct during {
@@ -381,6 +379,8 @@ static void during_run(during_t *d)
     }
 }
 
+/* One attempt. Returns 0 with *reply, -EAGAIN (connection broke: retry
+ * allowed if idempotent), or CR_E_RPC_FAIL / -ENOMEM. */
 static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, uint64_t deadline,
                           int fresh, during_t *during, cr__rpc_msg_t *reply)
 {
