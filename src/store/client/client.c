@@ -41,15 +41,50 @@ int cr__sc_check_key(const char *key)
 /* Each calling thread keeps one connection (threads are numbered on their
  * first call, round-robin), so up to CR__SC_RPC_CONNS threads never queue
  * behind each other's calls; a per-call round-robin would let two threads
- * pick the same connection while others sit idle. */
-cr__rpc_client_t *cr__sc_rpc(cr_store_t *s)
+ * pick the same connection while others sit idle. slot_users counts the
+ * live threads numbered onto each connection slot (the same slot in every
+ * client of the process); a thread's exit gives its slot back (slot_exit,
+ * a thread-specific key's destructor). */
+static atomic_uint slot_users[CR__SC_RPC_CONNS];
+static pthread_key_t slot_key;
+static int slot_key_ok;
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+static __thread unsigned tid_plus1;
+
+static void slot_exit(void *v)
 {
-    static __thread unsigned tid_plus1;
+    atomic_fetch_sub(&slot_users[(uintptr_t)v - 1], 1);
+}
+
+static void slot_key_init(void)
+{
+    slot_key_ok = pthread_key_create(&slot_key, slot_exit) == 0; /* never deleted */
+}
+
+static unsigned rpc_slot(void)
+{
     if (!tid_plus1) {
         static atomic_uint next_tid;
         tid_plus1 = atomic_fetch_add_explicit(&next_tid, 1, memory_order_relaxed) + 1;
+        unsigned slot = (tid_plus1 - 1) % CR__SC_RPC_CONNS;
+        atomic_fetch_add(&slot_users[slot], 1);
+        pthread_once(&slot_once, slot_key_init);
+        /* without the key the count is never given back: the slot stays
+         * "shared", which only costs speculation (cr__sc_rpc_shared) */
+        if (slot_key_ok)
+            pthread_setspecific(slot_key, (void *)(uintptr_t)(slot + 1));
     }
-    return s->rpc[(tid_plus1 - 1) % CR__SC_RPC_CONNS];
+    return (tid_plus1 - 1) % CR__SC_RPC_CONNS;
+}
+
+cr__rpc_client_t *cr__sc_rpc(cr_store_t *s)
+{
+    return s->rpc[rpc_slot()];
+}
+
+int cr__sc_rpc_shared(void)
+{
+    return atomic_load_explicit(&slot_users[rpc_slot()], memory_order_relaxed) > 1;
 }
 
 #define HA_RETRY_MS 10000 /* a failover (lease expiry + election + takeover) fits in it */

@@ -217,8 +217,12 @@ struct cr_store {
     uint64_t fs_q_bytes;
 };
 
-/* An RPC connection for one call (round robin over the pool). */
+/* The calling thread's master connection for requests (client.c). */
 cr__rpc_client_t *cr__sc_rpc(cr_store_t *s);
+/* 1 if another live thread of the process is numbered onto the calling
+ * thread's connection slot (cr__sc_rpc): a call of this thread may then
+ * hold up that thread's calls (the speculative get reads only when not). */
+int cr__sc_rpc_shared(void);
 
 /* One call; maps transport failures to CR_E_RPC_FAIL. On 0, *reply owns
  * an arena. */

@@ -2172,8 +2172,12 @@ uint64_t cr_store_checksum_errors(const cr_store_t *s)
  * lands after the answer is under its lease. The checksum guards the one
  * case left, a replica dropped and placed again at the very same address
  * with the same id in between. Anything else (moved, replaced, read
- * failed, no checksum) decides nothing: the usual get runs. Off with
- * CRESCENT_LOCATION_CACHE=0 or CRESCENT_STORE_CHECKSUM=0.
+ * failed, no checksum) decides nothing: the usual get runs. The read
+ * holds this thread's master connection while it runs, so a thread that
+ * shares its connection with another live thread (cr__sc_rpc_shared: more
+ * threads than connections) does not speculate: a read of a node that
+ * froze would stall that thread's calls too, for up to the TE's stall
+ * time. Off with CRESCENT_LOCATION_CACHE=0 or CRESCENT_STORE_CHECKSUM=0.
  * Returns 1 when decided (*rc: 0 with *len, or the key's error), else 0. */
 typedef struct spec_read {
     cr_store_t *s;
@@ -2196,8 +2200,8 @@ static int spec_get_one(cr_store_t *s, const char *key, void *buf, size_t cap, s
                         int *rc)
 {
     cr__lc_hit_t e;
-    if (!s->crc_on || !cr__lc_find(&s->lc, key, &e) || !e.size || e.size > cap ||
-        cr__sc_is_local(s, e.seg, e.addr, e.size) || cr__sc_suspect(s, e.seg))
+    if (!s->crc_on || cr__sc_rpc_shared() || !cr__lc_find(&s->lc, key, &e) || !e.size ||
+        e.size > cap || cr__sc_is_local(s, e.seg, e.addr, e.size) || cr__sc_suspect(s, e.seg))
         return 0;
     spec_read_t sr = {.s = s,
                       .q = {.opcode = CR_XFER_READ,

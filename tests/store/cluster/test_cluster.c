@@ -430,6 +430,22 @@ static void test_stalled_reader(void)
 /* Speculative gets (cr_store_location_cache_stats): a client that found a
  * key, or put it, reads it from there while it asks the master; a key
  * replaced, removed or moved meanwhile is never returned stale. */
+
+/* A thread that calls the store once (numbered onto a master connection
+ * slot), then stays alive until released. */
+typedef struct {
+    cr_store_t *c;
+    pthread_barrier_t *numbered, *release;
+} sharer_t;
+
+static void *sharer_main(void *arg)
+{
+    sharer_t *a = arg;
+    cr_store_exist(a->c, "spec-small");
+    pthread_barrier_wait(a->numbered);
+    pthread_barrier_wait(a->release);
+    return NULL;
+}
 static void spec_stats(cr_store_t *c, uint64_t *kept, uint64_t *dropped)
 {
     cr_store_location_cache_stats(c, kept, dropped);
@@ -496,6 +512,29 @@ static void test_spec_get(void)
     CHECK(same(buf, n, 44) && same(buf + n, n, 44), "batch get of spec-small: wrong bytes");
     spec_stats(reader, &k, &d);
     CHECK(k == kb && d == db, "a batch get read speculatively");
+
+    /* a thread whose master connection another live thread shares does not
+     * read speculatively (a frozen node would stall that thread's calls
+     * too); once the sharers are gone it does again. Eight more threads
+     * numbered one after the other cover every slot, this thread's too. */
+    enum { SHARERS = 8 };
+    pthread_barrier_t numbered, release;
+    pthread_barrier_init(&numbered, NULL, SHARERS + 1);
+    pthread_barrier_init(&release, NULL, SHARERS + 1);
+    pthread_t sh[SHARERS];
+    sharer_t sa = {reader, &numbered, &release};
+    for (int i = 0; i < SHARERS; i++)
+        CHECK(pthread_create(&sh[i], NULL, sharer_main, &sa) == 0, "sharer thread");
+    pthread_barrier_wait(&numbered);
+    spec_stats(reader, &k, &d);
+    spec_get_check(reader, "spec-small", buf, n, 44, k, d, "a shared connection: not speculative");
+    pthread_barrier_wait(&release);
+    for (int i = 0; i < SHARERS; i++)
+        pthread_join(sh[i], NULL);
+    pthread_barrier_destroy(&numbered);
+    pthread_barrier_destroy(&release);
+    spec_get_check(reader, "spec-small", buf, n, 44, k + 1, d,
+                   "the connection its own again: speculative");
 
     /* the writer's own put is remembered: its first get is speculative */
     spec_stats(g_cli, &k, &d);
