@@ -161,11 +161,18 @@ typedef struct seg {
 
 /* A segment name dropped while its space could still be read (live
  * leases) or written (pending puts): if the same memory is mounted again
- * under that name, nothing is allocated there before `until`. */
+ * under that name (the same client, or a range overlapping the dropped
+ * one), nothing is allocated there before `until`. */
 #define HELD_MAX 64
 typedef struct held {
     char name[CR__RPC_SEGMENT_NAME_MAX];
     uint64_t until;
+    /* the dropped segment's owner and memory: only the same memory coming
+     * back (the same client, or a range that overlaps it) waits for
+     * `until`; another client's memory that merely got the same name (its
+     * Transfer Engine reused the host:port) is usable at once */
+    cr__rpc_client_id_t owner;
+    uint64_t base, size;
 } held_t;
 
 typedef struct client {

@@ -182,9 +182,13 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
     sg->live = 1;
     m->live_segs++;
     sg->alloc_after_ms = 0;
-    for (int h = 0; h < HELD_MAX; h++)
-        if (m->held[h].until > now && !strcmp(m->held[h].name, name))
-            sg->alloc_after_ms = m->held[h].until;
+    for (int h = 0; h < HELD_MAX; h++) {
+        const held_t *hd = &m->held[h];
+        if (hd->until > now && !strcmp(hd->name, name) &&
+            ((hd->owner.hi == id.hi && hd->owner.lo == id.lo) ||
+             (base < hd->base + hd->size && hd->base < base + size)))
+            sg->alloc_after_ms = hd->until;
+    }
     sg->tier = cr__tier_is_ssd(name) ? 1 : 0;
     if (!sg->tier)
         m->capacity += cr__oalloc_capacity(a);
@@ -287,11 +291,17 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
     if (hold > now) {
         /* remember the name: the same memory may come back (a client that
          * was only partitioned remounts), and must not be reused while a
-         * reader or writer of the dropped replicas may still touch it */
+         * reader or writer of the dropped replicas may still touch it. One
+         * entry per name, owner and range: another client's memory that
+         * later gets the same name does not wait (cr__m_mount_locked) */
+        cr__rpc_client_id_t owner = sg->client != NONE32 ? m->clients[sg->client].id : sg->owner;
         int slot = -1, victim = 0;
-        for (int h = 0; h < HELD_MAX && slot < 0; h++)
-            if (!strcmp(m->held[h].name, sg->name))
-                slot = h;
+        for (int h = 0; h < HELD_MAX && slot < 0; h++) {
+            const held_t *hd = &m->held[h];
+            if (!strcmp(hd->name, sg->name) && hd->owner.hi == owner.hi &&
+                hd->owner.lo == owner.lo && hd->base == sg->base && hd->size == sg->size)
+                slot = h; /* the same memory dropped again */
+        }
         for (int h = 0; h < HELD_MAX && slot < 0; h++) {
             if (m->held[h].until <= now) {
                 slot = h;
@@ -304,9 +314,13 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
             slot = victim;
             m->held[slot].until = 0;
         }
-        snprintf(m->held[slot].name, sizeof m->held[slot].name, "%s", sg->name);
-        if (hold > m->held[slot].until)
-            m->held[slot].until = hold;
+        held_t *hd = &m->held[slot];
+        snprintf(hd->name, sizeof hd->name, "%s", sg->name);
+        if (hold > hd->until)
+            hd->until = hold;
+        hd->owner = owner;
+        hd->base = sg->base;
+        hd->size = sg->size;
     }
     cr__m_jr_seg(m, CR__HA_SEGDROP, sg);
     if (sg->tier) {

@@ -546,6 +546,29 @@ static void test_remount_hold(void **s)
     cr__master_destroy(m);
 }
 
+/* The held name of a dropped segment keeps only the same memory waiting:
+ * another client whose segment merely got the same name (its Transfer
+ * Engine reused the host:port) and lies elsewhere allocates at once; one
+ * whose range overlaps the dropped one waits like the owner. */
+static void test_remount_hold_other_client(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 0), 0);
+    assert_int_equal(put(m, "k", 1000, 1, 0, 0, NULL, 1), 0);
+    assert_int_equal(get(m, "k", 100, NULL, NULL, NULL), 0); /* lease until 5100 */
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 200), 0);
+    /* another client, disjoint memory: usable at once */
+    assert_int_equal(cr__master_mount(m, CB, "segA", 0x40000000, 1 * MiB, 300), 0);
+    assert_int_equal(put(m, "x", 1000, 1, 0, 400, NULL, 1), 0);
+    assert_int_equal(cr__master_unmount(m, CB, "segA", 500), 0); /* x had no lease */
+    /* another client over part of the dropped range: waits for the lease */
+    assert_int_equal(cr__master_mount(m, CC, "segA", 0x10000 + 512 * KiB, 1 * MiB, 600), 0);
+    assert_int_equal(put(m, "y", 1000, 1, 0, 700, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(put(m, "y", 1000, 1, 0, 5100, NULL, 1), 0);
+    cr__master_destroy(m);
+}
+
 static void wm_tweak(cr__master_cfg_t *c)
 {
     c->high_watermark = 0.90;
@@ -1158,6 +1181,7 @@ int main(void)
         cmocka_unit_test(test_quarantine_and_validate),
         cmocka_unit_test(test_quarantine_frees_due_entries_out_of_order),
         cmocka_unit_test(test_remount_hold),
+        cmocka_unit_test(test_remount_hold_other_client),
         cmocka_unit_test(test_eviction_watermark),
         cmocka_unit_test(test_eviction_skips),
         cmocka_unit_test(test_eviction_on_alloc_failure),
