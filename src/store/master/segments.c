@@ -185,7 +185,7 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
     for (int h = 0; h < HELD_MAX; h++) {
         const held_t *hd = &m->held[h];
         if (hd->until > now && !strcmp(hd->name, name) &&
-            ((hd->owner.hi == id.hi && hd->owner.lo == id.lo) ||
+            (id_eq(hd->owner, id) ||
              (base < hd->base + hd->size && hd->base < base + size)))
             sg->alloc_after_ms = hd->until;
     }
@@ -298,8 +298,8 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
         int slot = -1, victim = 0;
         for (int h = 0; h < HELD_MAX && slot < 0; h++) {
             const held_t *hd = &m->held[h];
-            if (!strcmp(hd->name, sg->name) && hd->owner.hi == owner.hi &&
-                hd->owner.lo == owner.lo && hd->base == sg->base && hd->size == sg->size)
+            if (!strcmp(hd->name, sg->name) && id_eq(hd->owner, owner) && hd->base == sg->base &&
+                hd->size == sg->size)
                 slot = h; /* the same memory dropped again */
         }
         for (int h = 0; h < HELD_MAX && slot < 0; h++) {
