@@ -306,6 +306,10 @@ int cr__m_map_grow(cr__master_t *m);
 /* Inserts o (hash h), growing past load 0.7. Returns 0 or -ENOMEM. */
 int cr__m_map_insert(cr__master_t *m, obj_t *o, uint64_t h);
 void cr__m_map_erase(cr__master_t *m, uint64_t i);
+/* Starts loading the index slots of items[0..n)'s keys, then the records
+ * they hold, into cache: a batch's lookups then overlap their cache
+ * misses instead of taking them one after the other. Only a hint. */
+void cr__m_map_prefetch(const cr__master_t *m, const cr__rpc_item_t *items, uint32_t n);
 /* The record of key (any state), or NULL. */
 obj_t *cr__m_lookup(cr__master_t *m, const char *key, size_t len);
 /* The record of key if complete, or NULL. */

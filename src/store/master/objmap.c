@@ -23,6 +23,32 @@ int64_t cr__m_map_find(cr__master_t *m, const char *k, size_t l, uint64_t h)
     }
 }
 
+void cr__m_map_prefetch(const cr__master_t *m, const cr__rpc_item_t *items, uint32_t n)
+{
+    if (!m->cap)
+        return;
+    uint64_t mask = m->cap - 1;
+    enum { WIN = 64 }; /* slots remembered between the passes */
+    uint64_t at[WIN];
+    for (uint32_t b = 0; b < n; b += WIN) {
+        uint32_t e = n - b < WIN ? n - b : WIN;
+        /* first the slots and tags of every key (independent misses), ... */
+        for (uint32_t j = 0; j < e; j++) {
+            const cr__rpc_item_t *it = &items[b + j];
+            at[j] = key_ok(it->key, it->key_len) ? key_hash(it->key, it->key_len) & mask
+                                                 : UINT64_MAX;
+            if (at[j] != UINT64_MAX) {
+                __builtin_prefetch(&m->slots[at[j]]);
+                __builtin_prefetch(&m->tags[at[j]]);
+            }
+        }
+        /* ... then the record each home slot holds (a hit's first probe) */
+        for (uint32_t j = 0; j < e; j++)
+            if (at[j] != UINT64_MAX && m->slots[at[j]])
+                __builtin_prefetch(m->slots[at[j]]);
+    }
+}
+
 int cr__m_map_grow(cr__master_t *m)
 {
     uint64_t ncap = m->cap ? m->cap * 2 : MAP_INITIAL_SLOTS;

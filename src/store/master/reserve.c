@@ -608,6 +608,7 @@ int cr__m_resv_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_
     if (!reply->items)
         return -ENOMEM;
     reply->n_items = req->n_items;
+    cr__m_map_prefetch(m, req->items, req->n_items);
     for (uint32_t i = 0; i < req->n_items; i++) {
         cr__rpc_item_t *out = &reply->items[i];
         CNT(m, rpc_put_commit_total)++;

@@ -876,6 +876,66 @@ static void test_dispatch_batch(void **s)
     cr__master_destroy(m);
 }
 
+/* A batch longer than the key index's prefetch window (objmap.c), with
+ * invalid keys among valid ones: every item gets its own result. */
+static void test_dispatch_batch_many(void **s)
+{
+    (void)s;
+    enum { N = 150 };
+    cr__master_t *m = mk(NULL);
+    cr__rpc_msg_t req = {.type = CR__RPC_MOUNT_SEGMENT, .client_id = CA, .segment = "segA",
+                         .base = 0x1000, .size = 4 * MiB};
+    cr__rpc_msg_t rep = {.type = CR__RPC_MOUNT_SEGMENT | CR__RPC_REPLY};
+    cr__master_handle(m, &req, &rep, 0);
+    assert_int_equal(rep.status, 0);
+    cr__rpc_msg_free(&rep);
+    static char names[N][16];
+    cr__rpc_item_t in[N], q[N];
+    memset(in, 0, sizeof in);
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "key-%d", i);
+        in[i] = (cr__rpc_item_t){.key = names[i], .key_len = strlen(names[i]),
+                                 .size = 64 + (uint64_t)i, .cfg = {.replica_num = 1}};
+    }
+    in[7].key_len = 0;                    /* empty */
+    in[70].key = NULL;                    /* no key at all */
+    in[130].key_len = CR__RPC_KEY_MAX + 1; /* too long (the bytes past it are never read) */
+    req = (cr__rpc_msg_t){.type = CR__RPC_BATCH_PUT_START, .n_items = N, .items = in};
+    rep = (cr__rpc_msg_t){.type = CR__RPC_BATCH_PUT_START | CR__RPC_REPLY};
+    cr__master_handle(m, &req, &rep, 1);
+    assert_int_equal(rep.n_items, N);
+    cr__rpc_item_t ends[N];
+    uint32_t ne = 0;
+    for (int i = 0; i < N; i++) {
+        int bad = i == 7 || i == 70 || i == 130;
+        assert_int_equal(rep.items[i].status, bad ? CR_E_INVALID_KEY : 0);
+        if (!bad)
+            ends[ne++] = (cr__rpc_item_t){.key = names[i], .key_len = strlen(names[i]),
+                                          .version = rep.items[i].version};
+    }
+    cr__rpc_msg_free(&rep);
+    req = (cr__rpc_msg_t){.type = CR__RPC_BATCH_PUT_END, .n_items = ne, .items = ends};
+    rep = (cr__rpc_msg_t){.type = CR__RPC_BATCH_PUT_END | CR__RPC_REPLY};
+    cr__master_handle(m, &req, &rep, 2);
+    for (uint32_t i = 0; i < ne; i++)
+        assert_int_equal(rep.items[i].status, 0);
+    cr__rpc_msg_free(&rep);
+    /* sizes in reverse order: every key finds its own object */
+    for (int i = 0; i < N; i++)
+        q[i] = (cr__rpc_item_t){.key = names[N - 1 - i], .key_len = strlen(names[N - 1 - i])};
+    req = (cr__rpc_msg_t){.type = CR__RPC_BATCH_GET_SIZE, .n_items = N, .items = q};
+    rep = (cr__rpc_msg_t){0};
+    cr__master_handle(m, &req, &rep, 3);
+    for (int i = 0; i < N; i++) {
+        int k = N - 1 - i, bad = k == 7 || k == 70 || k == 130;
+        assert_int_equal(rep.items[i].status, bad ? CR_E_OBJECT_NOT_FOUND : 0);
+        if (!bad)
+            assert_int_equal(rep.items[i].size, 64 + (uint64_t)k);
+    }
+    cr__rpc_msg_free(&rep);
+    cr__master_destroy(m);
+}
+
 /* ---- journal records and restore (ha/) ------------------------------------ */
 
 static void collect(void *u, const uint8_t *frame, size_t len) { cr__ha_buf_append(u, frame, len); }
@@ -1189,6 +1249,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_dispatch_batch),
+        cmocka_unit_test(test_dispatch_batch_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
