@@ -797,16 +797,23 @@ static void test_limits(void **s)
     cr__master_destroy(m);
 }
 
-static void test_dispatch_batch(void **s)
+/* Mounts client CA's 4 MiB segment "segA" through the RPC dispatch. */
+static void dispatch_mount_a(cr__master_t *m)
 {
-    (void)s;
-    cr__master_t *m = mk(NULL);
     cr__rpc_msg_t req = {.type = CR__RPC_MOUNT_SEGMENT, .client_id = CA, .segment = "segA",
                          .base = 0x1000, .size = 4 * MiB};
     cr__rpc_msg_t rep = {.type = CR__RPC_MOUNT_SEGMENT | CR__RPC_REPLY};
     cr__master_handle(m, &req, &rep, 0);
     assert_int_equal(rep.status, 0);
     cr__rpc_msg_free(&rep);
+}
+
+static void test_dispatch_batch(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    dispatch_mount_a(m);
+    cr__rpc_msg_t req, rep;
     /* batch put start: 3 keys, the middle one invalid */
     cr__rpc_item_t in[3] = {{.key = "a", .key_len = 1, .size = 100, .cfg = {.replica_num = 1}},
                             {.key = "", .key_len = 0, .size = 100},
@@ -883,12 +890,8 @@ static void test_dispatch_batch_many(void **s)
     (void)s;
     enum { N = 150 };
     cr__master_t *m = mk(NULL);
-    cr__rpc_msg_t req = {.type = CR__RPC_MOUNT_SEGMENT, .client_id = CA, .segment = "segA",
-                         .base = 0x1000, .size = 4 * MiB};
-    cr__rpc_msg_t rep = {.type = CR__RPC_MOUNT_SEGMENT | CR__RPC_REPLY};
-    cr__master_handle(m, &req, &rep, 0);
-    assert_int_equal(rep.status, 0);
-    cr__rpc_msg_free(&rep);
+    dispatch_mount_a(m);
+    cr__rpc_msg_t req, rep;
     static char names[N][16];
     cr__rpc_item_t in[N], q[N];
     memset(in, 0, sizeof in);
