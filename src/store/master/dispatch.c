@@ -85,8 +85,7 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
         pthread_mutex_lock(&m->mu);
         if (type != bt)
             CNT(m, rpc_batch_requests_total)++;
-        if (req->n_items > 1)
-            cr__m_map_prefetch(m, req->items, req->n_items);
+        cr__m_map_prefetch(m, req->items, req->n_items);
         for (uint32_t i = 0; i < req->n_items; i++) {
             cr__rpc_item_t *out = &reply->items[i];
             int rc = item_locked(m, bt, &req->items[i], out, reply, now);

@@ -25,7 +25,7 @@ int64_t cr__m_map_find(cr__master_t *m, const char *k, size_t l, uint64_t h)
 
 void cr__m_map_prefetch(const cr__master_t *m, const cr__rpc_item_t *items, uint32_t n)
 {
-    if (!m->cap)
+    if (!m->cap || n < 2) /* a lone lookup has nothing to overlap with */
         return;
     uint64_t mask = m->cap - 1;
     enum { WIN = 64 }; /* slots remembered between the passes */
