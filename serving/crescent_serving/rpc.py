@@ -58,6 +58,11 @@ def call(endpoint, method, timeout_s=60.0, **args):
                 if e["event"] == zmq.EVENT_CONNECTED:
                     connected = True
                 elif e["event"] == zmq.EVENT_DISCONNECTED and connected:
+                    if method == "shutdown":
+                        # serve() returns as soon as the answer is queued and
+                        # the worker exits, which may drop it: the worker
+                        # going away is what the call asked for
+                        return "bye"
                     # the worker went away with our request (killed, crashed)
                     raise WorkerGone(endpoint, method)
     finally:
