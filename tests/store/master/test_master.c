@@ -894,7 +894,6 @@ static void test_dispatch_batch_many(void **s)
     cr__rpc_msg_t req, rep;
     static char names[N][16];
     cr__rpc_item_t in[N], q[N];
-    memset(in, 0, sizeof in);
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof names[i], "key-%d", i);
         in[i] = (cr__rpc_item_t){.key = names[i], .key_len = strlen(names[i]),
