@@ -14,6 +14,11 @@
  * putget / batch_putget: the put phase (timed) then the get phase over the
  * keys just put. exist: batch_is_exist of --batch keys per call, half of
  * them present. Keys are removed at the end unless --keep.
+ * With --ab_env VAR=VALUE a second client is made with that variable set
+ * (e.g. CRESCENT_PUT_PIPE=0) and every thread's calls alternate between
+ * the two clients in blocks of --ab_block calls; an AB line gives the mean
+ * call time of each: an A/B of a client switch that drifts of the machine
+ * cannot bias (both halves see the same moments).
  * With --processes P > 1, P child processes each run the same with their
  * own client; the parent starts every timed phase in all of them at once
  * (pipes), collects their counters and latency samples and prints one
@@ -62,6 +67,8 @@ typedef struct sb_cfg {
     int64_t slots;
     int verify;
     int keep;
+    char ab_env[CR__CFG_STR_MAX];
+    int64_t ab_block;
     CR__AUTH_CFG_FIELDS;
 } sb_cfg_t;
 
@@ -90,6 +97,12 @@ static const cr__cfg_opt_t sb_opts[] = {
         CR__CFG_INT),
     OPT(verify, "false", "check every byte read against the written pattern", CR__CFG_BOOL),
     OPT(keep, "false", "do not remove the keys at the end", CR__CFG_BOOL),
+    OPT(ab_env, "",
+        "A/B in one process: a second client made with this VAR=VALUE in its environment; "
+        "each thread's calls alternate between the two in blocks of --ab_block, and an AB line "
+        "gives both mean call times (one process)",
+        CR__CFG_STR),
+    OPT(ab_block, "4", "calls per block of --ab_env", CR__CFG_INT),
     CR__AUTH_CFG_OPTS(sb_cfg_t),
 };
 
@@ -105,6 +118,8 @@ typedef struct sb_thread {
     uint64_t n_put; /* keys this thread has put (0..n_put-1) */
     char (*ktab)[96]; /* names of keys 0..nk-1, made before a batch phase (key_of) */
     uint64_t nk;
+    cr_store_t *ab_st[2]; /* --ab_env: the two clients (ab_st[1] NULL without) */
+    uint64_t ab_ns[2], ab_calls[2];
 } sb_thread_t;
 
 static pthread_barrier_t g_bar;
@@ -277,8 +292,16 @@ static void *thread_main(void *a)
     sb_thread_t *th = a;
     pthread_barrier_wait(&g_bar); /* phase start */
     for (uint64_t call = 0; call < (uint64_t)th->cfg->ops; call++) {
+        /* --ab_env: blocks of calls alternate between the clients, so both
+         * see the same moments of the machine */
+        int v = th->ab_st[1] ? (int)((call / (uint64_t)th->cfg->ab_block) & 1) : 0;
+        if (th->ab_st[1])
+            th->st = th->ab_st[v];
+        uint64_t t = cr__now_ns();
         th->calls++;
         th->keys_done += one_call(th, call);
+        th->ab_ns[v] += cr__now_ns() - t;
+        th->ab_calls[v]++;
     }
     pthread_barrier_wait(&g_bar); /* phase end */
     return NULL;
@@ -407,6 +430,7 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
     g_phase = phase;
     for (int i = 0; i < n; i++) {
         th[i].calls = th[i].keys_done = th[i].errors = th[i].verify_fail = 0;
+        th[i].ab_ns[0] = th[i].ab_ns[1] = th[i].ab_calls[0] = th[i].ab_calls[1] = 0;
         th[i].lat.n_seen = 0;
         if (!strcmp(phase, "batch_put"))
             ktab_fill(&th[i], th[i].n_put + (uint64_t)c->ops * (uint64_t)c->batch);
@@ -461,6 +485,20 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
         rc = (int)(errors + vfail ? 1 : 0);
     } else {
         rc = print_result(phase, n, c, calls, keys, errors, vfail, t1 - t0, &all);
+        if (th[0].ab_st[1]) {
+            uint64_t ns[2] = {0, 0}, nc[2] = {0, 0};
+            for (int i = 0; i < n; i++)
+                for (int v = 0; v < 2; v++) {
+                    ns[v] += th[i].ab_ns[v];
+                    nc[v] += th[i].ab_calls[v];
+                }
+            double a = nc[0] ? (double)ns[0] / 1e3 / (double)nc[0] : -1;
+            double b = nc[1] ? (double)ns[1] / 1e3 / (double)nc[1] : -1;
+            printf("AB op=%s env_b=%s block=%d a_calls=%" PRIu64 " b_calls=%" PRIu64
+                   " a_us_per_call=%.1f b_us_per_call=%.1f b_over_a=%.3f\n",
+                   phase, c->ab_env, (int)c->ab_block, nc[0], nc[1], a, b, a > 0 ? b / a : -1.0);
+            fflush(stdout);
+        }
     }
     cr_bench_lat_free(&all);
     return rc;
@@ -613,6 +651,12 @@ int cr_bench_store_main(int argc, char **argv)
                         "--ops/--keys/--batch/--replica_num (see --help)\n");
         return 2;
     }
+    if (c.ab_env[0] && (!strchr(c.ab_env, '=') || c.ab_env[0] == '=' || c.processes > 1 ||
+                        c.ab_block < 1)) {
+        fprintf(stderr, "crescent-bench store: --ab_env wants VAR=VALUE, one process and "
+                        "--ab_block >= 1\n");
+        return 2;
+    }
     if (!c.key_prefix[0])
         snprintf(c.key_prefix, sizeof c.key_prefix, "bench-%d", (int)getpid());
     if (c.processes > 1)
@@ -665,11 +709,31 @@ static int store_run(sb_cfg_t *cp)
         p.tls_key = c.tls_key;
         p.tls_ca = c.tls_ca;
     }
-    cr_store_t *st = NULL;
+    cr_store_t *st = NULL, *st_b = NULL;
     rc = cr_store_create(&p, &st);
     if (rc) {
         fprintf(stderr, "crescent-bench store: client: %s (%d)\n", cr_strerror(rc), rc);
         return 3;
+    }
+    if (c.ab_env[0]) { /* the B client: made with VAR=VALUE set, then the old value back */
+        char var[CR__CFG_STR_MAX];
+        snprintf(var, sizeof var, "%s", c.ab_env);
+        char *eq = strchr(var, '=');
+        *eq = 0;
+        const char *old = getenv(var);
+        char *saved = old ? strdup(old) : NULL;
+        setenv(var, eq + 1, 1);
+        rc = cr_store_create(&p, &st_b);
+        if (saved)
+            setenv(var, saved, 1);
+        else
+            unsetenv(var);
+        free(saved);
+        if (rc) {
+            fprintf(stderr, "crescent-bench store: B client: %s (%d)\n", cr_strerror(rc), rc);
+            cr_store_destroy(st);
+            return 3;
+        }
     }
     int n = (int)c.threads;
     sb_thread_t *th = calloc((size_t)n, sizeof *th);
@@ -680,10 +744,13 @@ static int store_run(sb_cfg_t *cp)
         th[i].idx = i;
         th[i].cfg = &c;
         th[i].st = st;
+        th[i].ab_st[0] = st;
+        th[i].ab_st[1] = st_b;
         th[i].slots = (size_t)slots;
         th[i].buf = cr_bench_alloc_prefaulted((size_t)(slots * c.value_size));
         if (!th[i].buf || cr_bench_lat_init(&th[i].lat, (uint64_t)i + 1) ||
-            cr_store_register_buffer(st, th[i].buf, (size_t)(slots * c.value_size))) {
+            cr_store_register_buffer(st, th[i].buf, (size_t)(slots * c.value_size)) ||
+            (st_b && cr_store_register_buffer(st_b, th[i].buf, (size_t)(slots * c.value_size)))) {
             fprintf(stderr, "crescent-bench store: cannot allocate/register buffers\n");
             goto out;
         }
@@ -736,6 +803,8 @@ out:
         for (int i = 0; i < n; i++) {
             if (th[i].buf) {
                 cr_store_unregister_buffer(st, th[i].buf);
+                if (st_b)
+                    cr_store_unregister_buffer(st_b, th[i].buf);
                 cr_bench_free(th[i].buf, (size_t)(slots * c.value_size));
             }
             cr_bench_lat_free(&th[i].lat);
@@ -743,6 +812,7 @@ out:
         }
         free(th);
     }
+    cr_store_destroy(st_b);
     cr_store_destroy(st);
     return ret;
 }

@@ -118,10 +118,13 @@ int cr__sc_resolve(cr_store_t *s)
     return rc;
 }
 
+__thread unsigned cr__sc_te_busy;
+
 int cr__sc_call_during(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
                        void (*during)(void *), void *arg)
 {
-    int rc = cr__rpc_client_call_during(cr__sc_rpc(s), req, reply, during, arg);
+    int rc = cr__rpc_client_call_flags(cr__sc_rpc(s), req, reply, during, arg,
+                                       cr__sc_te_busy ? CR__RPC_CALL_NOSPIN : 0);
     if (rc == -ENOMEM || rc == 0)
         return rc;
     return rc == -EINVAL ? CR_E_INVALID_PARAMS : CR_E_RPC_FAIL;
@@ -636,6 +639,9 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     /* one-round-trip small puts (ops.c), on unless CRESCENT_PUT_RESERVE=0 */
     const char *pr = getenv("CRESCENT_PUT_RESERVE");
     s->resv_on = !(pr && !strcmp(pr, "0"));
+    /* a reserved batch's commits pipelined (ops.c), on unless CRESCENT_PUT_PIPE=0 */
+    const char *pp = getenv("CRESCENT_PUT_PIPE");
+    s->pipe_on = !(pp && !strcmp(pp, "0"));
     /* busy-poll budget of a master reply, µs (rpc/client.h) */
     s->rpc_spin_us = (unsigned)env_setting("CRESCENT_RPC_SPIN_US", CR__CFG_INT, 0, 10000,
                                            CR__SC_DEFAULT_RPC_SPIN_US);

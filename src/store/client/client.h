@@ -143,6 +143,7 @@ struct cr_store {
      * put"; store/master/reserve.c): resv_on unless CRESCENT_PUT_RESERVE == "0";
      * the current reservation and the one to hand back, guarded by resv_mu */
     int resv_on;
+    int pipe_on; /* a reserved batch's commits pipelined (ops.c; CRESCENT_PUT_PIPE=0: off) */
     pthread_mutex_t resv_mu;
     struct {
         uint64_t id;             /* 0: none */
@@ -232,6 +233,13 @@ int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
  * (cr__rpc_client_call_during). Same returns as cr__sc_call. */
 int cr__sc_call_during(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
                        void (*during)(void *), void *arg);
+/* This thread's Transfer Engine batches in flight (ops.c, keyed_start to
+ * keyed_done). A master call made while any is in flight sleeps on its
+ * reply instead of busy-polling (CRESCENT_RPC_SPIN_US): the copies it
+ * overlaps need the CPU the spin would take (on 2 vCPUs a spinning client
+ * slowed a 16 KiB save by a fifth, docs/benchmarks.md). */
+extern __thread unsigned cr__sc_te_busy;
+
 /* Heartbeat: gives this client's reservations back over c when no value
  * was carved from them since the previous call and no reserved put is in
  * flight (ops.c, "reserved put"). */

@@ -404,6 +404,7 @@ typedef struct keyed {
     size_t n;
     const overlap_t *ov;
     int failed_start; /* the batch never started: nothing to collect */
+    int busy;         /* counted in cr__sc_te_busy until keyed_finish */
     int *st;
     int stack_st[INLINE_REQS];
     uint64_t *crc; /* per request: TE_CRC_WANTED, TE_CRC_KNOWN | its crc32c; NULL without ov */
@@ -453,6 +454,8 @@ static void keyed_start(cr_store_t *s, keyed_t *kd, const reqvec_t *rv, const si
     if (rv->n == 1) {
         run_batch(s, rv, kd->st); /* a lone request: the TE may run it in this thread */
     } else if (rv->n > 1) {
+        kd->busy = 1; /* copies in flight until keyed_finish */
+        cr__sc_te_busy++;
         if (!ov || parts < 1)
             parts = 1;
         if (parts > OVERLAP_PARTS)
@@ -491,6 +494,10 @@ static void keyed_finish(cr_store_t *s, keyed_t *kd, int *results)
 {
     if (kd->failed_start)
         return;
+    if (kd->busy) {
+        kd->busy = 0;
+        cr__sc_te_busy--;
+    }
     const reqvec_t *rv = kd->rv;
     const overlap_t *ov = kd->ov;
     int after = ov != NULL;
@@ -903,6 +910,17 @@ static void skip_suspect_placements(cr_store_t *s, const cr__rpc_msg_t *rep, siz
     }
 }
 
+/* One PUT_COMMIT of a reserved chunk: the keys [k0, k1) written (ok[i]).
+ * idx[j] is the chunk index of the request's item j. */
+typedef struct resv_cmt {
+    cr__rpc_msg_t req;
+    size_t *idx;
+    size_t m;
+    const uint8_t *ok; /* the keys [k0, k1) with ok[i] */
+    size_t k0, k1;
+} resv_cmt_t;
+
+
 /* One chunk of a put: keys [0, n) of the arrays it points at (a view into
  * the call's). put_chunk_begin sends PutStart and starts the writes (a
  * direct put's writes run in the background, their checksums computed
@@ -930,6 +948,11 @@ typedef struct put_chunk {
     put_crc_t pc;
     overlap_t ov;
     keyed_t kd;
+    /* a reserved chunk's commit, pipelined (resv_chunk_send) */
+    resv_cmt_t q;
+    cr__rpc_msg_t qrep;
+    int qrc;  /* building it failed (-ENOMEM), or the call's result */
+    int qans; /* -1 outstanding in the pipe, 1 answered, 0 not */
 } put_chunk_t;
 
 /* ---- reserved put: one master round trip -----------------------------------
@@ -1144,71 +1167,101 @@ static void resv_remember(cr_store_t *s, const char *key, cr__rpc_item_t *it, ui
         cr__lc_set(&s->lc, key, version, 0, sh->segment, sh->addr, sh->len);
 }
 
-/* The chunk's "PutEnd": one PUT_COMMIT for the keys written (ok[i]);
- * results[i] = the master's verdict, the item's version set to the
- * object's. An unanswered commit is reported as the RPC error (the master
- * may have applied it: a retried put would then see the key). */
-static void resv_commit(cr_store_t *s, put_chunk_t *c, const uint8_t *ok)
+/* Builds q for the keys of [k0, k1) with ok[i]. Returns 0 (q->m = 0:
+ * nothing to commit) or -ENOMEM (q->m keys, nothing to send). */
+static int resv_cmt_build(cr_store_t *s, const put_chunk_t *c, const uint8_t *ok, size_t k0,
+                          size_t k1, resv_cmt_t *q)
 {
-    size_t n = c->n, m = 0;
-    for (size_t i = 0; i < n; i++)
-        m += ok[i] != 0;
-    if (!m)
+    memset(q, 0, sizeof *q);
+    q->ok = ok;
+    q->k0 = k0;
+    q->k1 = k1;
+    for (size_t i = k0; i < k1; i++)
+        q->m += ok[i] != 0;
+    if (!q->m)
+        return 0;
+    size_t m = q->m;
+    cr__rpc_msg_t *req = &q->req;
+    req->type = CR__RPC_PUT_COMMIT;
+    req->client_id = s->id;
+    req->items = cr__rpc_msg_alloc(req, m * sizeof *req->items);
+    cr__rpc_replica_t *reps = cr__rpc_msg_alloc(req, m * sizeof *reps);
+    cr__rpc_shard_t *shs = cr__rpc_msg_alloc(req, m * sizeof *shs);
+    q->idx = cr__rpc_msg_alloc(req, m * sizeof *q->idx);
+    if (!req->items || !reps || !shs || !q->idx)
+        return -ENOMEM;
+    size_t j = 0;
+    for (size_t i = k0; i < k1; i++) {
+        if (!ok[i])
+            continue;
+        const cr__rpc_item_t *st = &c->rep.items[i];
+        cr__rpc_item_t *it = &req->items[j];
+        q->idx[j] = i;
+        it->key = c->keys[i];
+        it->key_len = (uint32_t)strlen(c->keys[i]);
+        it->size = c->lens[i];
+        it->version = st->version;
+        if (s->crc_on) {
+            it->flags = CR__RPC_F_CRC;
+            it->replica_id = c->crcs[i];
+        }
+        shs[j] = st->replicas[0].shards[0];
+        shs[j].cap = NULL; /* the grant stays here */
+        reps[j] = (cr__rpc_replica_t){.n_shards = 1, .shards = &shs[j]};
+        it->n_replicas = 1;
+        it->replicas = &reps[j];
+        j++;
+    }
+    req->n_items = (uint32_t)m;
+    return 0;
+}
+
+/* The master's answer to q (rc: the call's result; rep: its reply when rc
+ * is 0, freed here): results[i] = the master's verdict, the item's version
+ * set to the object's. An unanswered commit is reported as the RPC error
+ * (the master may have applied it: a retried put would then see the key).
+ * Frees q. */
+static void resv_cmt_apply(cr_store_t *s, put_chunk_t *c, resv_cmt_t *q, int rc,
+                           cr__rpc_msg_t *rep)
+{
+    size_t m = q->m;
+    if (!m) { /* nothing was to be committed */
+        cr__rpc_msg_free(&q->req);
         return;
-    cr__rpc_msg_t req = {0}, rep = {0};
-    req.type = CR__RPC_PUT_COMMIT;
-    req.client_id = s->id;
-    req.items = cr__rpc_msg_alloc(&req, m * sizeof *req.items);
-    cr__rpc_replica_t *reps = cr__rpc_msg_alloc(&req, m * sizeof *reps);
-    cr__rpc_shard_t *shs = cr__rpc_msg_alloc(&req, m * sizeof *shs);
-    size_t *idx = cr__rpc_msg_alloc(&req, m * sizeof *idx);
-    int rc = -ENOMEM;
-    if (req.items && reps && shs && idx) {
-        size_t j = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (!ok[i])
-                continue;
-            const cr__rpc_item_t *st = &c->rep.items[i];
-            cr__rpc_item_t *it = &req.items[j];
-            idx[j] = i;
-            it->key = c->keys[i];
-            it->key_len = (uint32_t)strlen(c->keys[i]);
-            it->size = c->lens[i];
-            it->version = st->version;
-            if (s->crc_on) {
-                it->flags = CR__RPC_F_CRC;
-                it->replica_id = c->crcs[i];
-            }
-            shs[j] = st->replicas[0].shards[0];
-            shs[j].cap = NULL; /* the grant stays here */
-            reps[j] = (cr__rpc_replica_t){.n_shards = 1, .shards = &shs[j]};
-            it->n_replicas = 1;
-            it->replicas = &reps[j];
-            j++;
-        }
-        req.n_items = (uint32_t)m;
-        rc = cr__sc_call(s, &req, &rep);
-        if (!rc && rep.n_items != m) {
-            rc = rep.status ? rep.status : CR_E_RPC_FAIL;
-            cr__rpc_msg_free(&rep);
-        }
+    }
+    if (rc == 0 && rep->n_items != m) {
+        rc = rep->status ? rep->status : CR_E_RPC_FAIL;
+        cr__rpc_msg_free(rep);
     }
     if (rc == 0) {
         for (size_t j = 0; j < m; j++) {
-            size_t i = idx[j];
-            c->results[i] = rep.items[j].status;
-            if (rep.items[j].status == CR_E_INVALID_WRITE)
+            size_t i = q->idx[j];
+            c->results[i] = rep->items[j].status;
+            if (rep->items[j].status == CR_E_INVALID_WRITE)
                 resv_drop(s, c->rep.items[i].version);
-            else if (rep.items[j].status == 0)
-                resv_remember(s, c->keys[i], &c->rep.items[i], rep.items[j].version, n == 1);
+            else if (rep->items[j].status == 0)
+                resv_remember(s, c->keys[i], &c->rep.items[i], rep->items[j].version,
+                              c->n == 1);
         }
-        cr__rpc_msg_free(&rep);
+        cr__rpc_msg_free(rep);
     } else {
         CR_LOG_WARN(COMP, "PutCommit of %zu keys failed: %s", m, cr_strerror(rc));
-        for (size_t j = 0; j < m; j++)
-            c->results[idx[j]] = rc;
+        for (size_t i = q->k0; i < q->k1; i++)
+            if (q->ok[i])
+                c->results[i] = rc;
     }
-    cr__rpc_msg_free(&req);
+    cr__rpc_msg_free(&q->req);
+}
+
+/* The chunk's "PutEnd": one PUT_COMMIT for the keys written (ok[i]). */
+static void resv_commit(cr_store_t *s, put_chunk_t *c, const uint8_t *ok)
+{
+    resv_cmt_t q;
+    int rc = resv_cmt_build(s, c, ok, 0, c->n, &q);
+    cr__rpc_msg_t rep = {0};
+    if (q.m && !rc)
+        rc = cr__sc_call(s, &q.req, &rep);
+    resv_cmt_apply(s, c, &q, rc, &rep);
 }
 
 /* A reserved put's key that left nothing visible: put it two-phase. */
@@ -1282,6 +1335,80 @@ static void put_chunk_begin(cr_store_t *s, put_chunk_t *c, const cr_store_replic
                 c->results);
 }
 
+/* The end of every chunk: the keys stored (ok[i]) to the shared-FS tier,
+ * then the chunk's memory. */
+static void put_chunk_release(cr_store_t *s, put_chunk_t *c, const uint8_t *ok)
+{
+    if (atomic_load(&s->fs_state) >= 0) /* the shared-FS tier (tier_fs.c) */
+        cr__sc_fs_persist(s, c->keys, c->srcs, c->lens, c->rep.items, ok, c->results, c->n);
+    cr__rpc_msg_free(&c->rep);
+    scratch_fini(&c->sc);
+}
+
+/* ---- a reserved batch's commits, pipelined ----------------------------------
+ *
+ * A reserved direct batch of several chunks (put_once) sends its commits
+ * over one master connection without waiting for each answer
+ * (cr__rpc_pipe_t, store/rpc/client.h), in carve order, as the master
+ * requires. Chunk j's commit goes out once its writes are done, while
+ * chunk j + 1's move, and is received before chunk j + 2 begins (which
+ * reuses its state); the last two chunks' commits are received together at
+ * the end, so the master answers them back to back instead of waiting for
+ * this thread between them. Nothing else goes over the connection while
+ * commits are in flight (a chunk's RESERVE is made only after every
+ * earlier commit was received). A commit the pipe got no answer to (the
+ * connection failed, or an HA master is not the leader) is sent again the
+ * ordinary way, in order, once the pipe is closed: a commit the master
+ * already applied is recognised (reserve.c, commit_one), one it refuses
+ * leaves its keys to the two-phase put. */
+
+/* Waits for chunk c's writes, then sends its commit. */
+static void resv_chunk_send(cr_store_t *s, put_chunk_t *c, cr__rpc_pipe_t *p)
+{
+    if (c->rc)
+        return;
+    uint8_t *ok = c->started + c->n;
+    keyed_finish(s, &c->kd, c->results); /* the crcs too (put_crc_fn) */
+    rv_free(&c->rv);
+    for (size_t i = 0; i < c->n; i++)
+        ok[i] = c->started[i] && c->results[i] == 0;
+    memset(&c->qrep, 0, sizeof c->qrep);
+    c->qrc = resv_cmt_build(s, c, ok, 0, c->n, &c->q);
+    c->qans = !c->qrc && c->q.m && cr__rpc_pipe_send(p, &c->q.req) == 0 ? -1 /* outstanding */
+                                                                         : 0;
+}
+
+/* Receives chunk c's outstanding answer (busy-polled for unless copies
+ * of this thread are in flight). */
+static void resv_chunk_collect(cr_store_t *s, put_chunk_t *c, cr__rpc_pipe_t *p)
+{
+    if (c->rc || c->qans != -1)
+        return;
+    int r = cr__rpc_pipe_recv(p, &c->qrep, cr__sc_te_busy ? CR__RPC_CALL_NOSPIN : 0);
+    if (!r && ((s->ha && c->qrep.status == CR_E_UNAVAILABLE_IN_CURRENT_MODE) ||
+               (s->test_hooks.commit_answer_lost &&
+                s->test_hooks.commit_answer_lost(s->test_hooks.user)))) {
+        cr__rpc_msg_free(&c->qrep);
+        r = CR_E_RPC_FAIL;
+    }
+    c->qans = r == 0;
+}
+
+/* After the pipe is closed: the commit again if unanswered (cr__sc_call),
+ * its verdicts into results, then what put_chunk_end does after PutEnd. */
+static void resv_chunk_finish(cr_store_t *s, put_chunk_t *c)
+{
+    if (c->rc)
+        return;
+    uint8_t *ok = c->started + c->n;
+    if (!c->qrc && c->q.m && !c->qans)
+        c->qrc = cr__sc_call(s, &c->q.req, &c->qrep);
+    resv_cmt_apply(s, c, &c->q, c->qrc, &c->qrep);
+    for (size_t i = 0; i < c->n; i++)
+        ok[i] = ok[i] && c->results[i] == 0;
+    put_chunk_release(s, c, ok);
+}
+
 static void put_chunk_end(cr_store_t *s, put_chunk_t *c)
 {
     if (c->rc)
@@ -1310,10 +1437,7 @@ static void put_chunk_end(cr_store_t *s, put_chunk_t *c)
         put_finish(s, c->keys, c->rep.items, n, ok, 1, s->crc_on ? c->crcs : NULL, c->results);
         put_finish(s, c->keys, c->rep.items, n, started, 0, NULL, c->results);
     }
-    if (atomic_load(&s->fs_state) >= 0) /* the shared-FS tier (tier_fs.c) */
-        cr__sc_fs_persist(s, c->keys, c->srcs, c->lens, c->rep.items, ok, c->results, n);
-    cr__rpc_msg_free(&c->rep);
-    scratch_fini(&c->sc);
+    put_chunk_release(s, c, ok);
 }
 
 /* Chunks of a pipelined batch (put or get) of n keys: a batch of at least
@@ -1351,6 +1475,21 @@ static int resv_chunk_spans(cr_store_t *s, const put_chunk_t *c)
     return 0;
 }
 
+/* put_once: receives the answers of the pending chunks (pend[], oldest
+ * first), closes the pipe, then finishes them in order. */
+static void put_drain(cr_store_t *s, put_chunk_t *c, size_t *pend, size_t *npend,
+                      cr__rpc_pipe_t *pipe, int *pipe_open)
+{
+    for (size_t k = 0; k < *npend; k++)
+        resv_chunk_collect(s, &c[pend[k] & 1], pipe);
+    if (*pipe_open)
+        cr__rpc_pipe_end(pipe);
+    *pipe_open = 0;
+    for (size_t k = 0; k < *npend; k++)
+        resv_chunk_finish(s, &c[pend[k] & 1]);
+    *npend = 0;
+}
+
 /* Core of put / put_from / batch_put_from: PutStart, the writes (direct
  * from registered memory, or staged), then PutEnd for the keys written
  * and PutRevoke for the others; a big direct batch as pipelined chunks
@@ -1366,11 +1505,27 @@ static int put_once(cr_store_t *s, const char *const *keys, const void *const *s
                     int staged, int avoid_suspects, int resv, int *results)
 {
     size_t nch = staged ? 1 : pipe_chunks(n);
+    /* a reserved direct batch of several chunks commits through a pipe
+     * (above) */
+    int piped = s->pipe_on && resv && !staged && nch > 1;
     put_chunk_t c[2];
+    cr__rpc_pipe_t pipe;
+    int pipe_open = 0;
+    size_t pend[2], npend = 0; /* chunks whose commits were sent, oldest first */
     for (size_t j = 0; j <= nch; j++) {
+        if (npend && j < nch) /* chunk j reuses chunk j - 2's state: finish it */
+            put_drain(s, c, pend, &npend, &pipe, &pipe_open);
         int ended = 0;
         if (j > 0 && j < nch && resv_chunk_spans(s, &c[(j - 1) & 1])) {
-            put_chunk_end(s, &c[(j - 1) & 1]);
+            if (piped) {
+                pend[npend++] = j - 1;
+                cr__rpc_pipe_begin(cr__sc_rpc(s), &pipe);
+                pipe_open = 1;
+                resv_chunk_send(s, &c[(j - 1) & 1], &pipe);
+                put_drain(s, c, pend, &npend, &pipe, &pipe_open);
+            } else {
+                put_chunk_end(s, &c[(j - 1) & 1]);
+            }
             ended = 1;
         }
         if (j < nch) { /* start chunk j while chunk j - 1's data moves */
@@ -1386,9 +1541,21 @@ static int put_once(cr_store_t *s, const char *const *keys, const void *const *s
             cj->resv = resv;
             put_chunk_begin(s, cj, cfg, j == 0);
         }
-        if (j > 0 && !ended) /* then end chunk j - 1 while chunk j's data moves */
-            put_chunk_end(s, &c[(j - 1) & 1]);
+        if (j > 0 && !ended) { /* then end chunk j - 1 while chunk j's data moves */
+            if (piped) {
+                if (!pipe_open) {
+                    cr__rpc_pipe_begin(cr__sc_rpc(s), &pipe);
+                    pipe_open = 1;
+                }
+                resv_chunk_send(s, &c[(j - 1) & 1], &pipe);
+                pend[npend++] = j - 1;
+            } else {
+                put_chunk_end(s, &c[(j - 1) & 1]);
+            }
+        }
     }
+    if (npend)
+        put_drain(s, c, pend, &npend, &pipe, &pipe_open);
     int firsterr = 0;
     for (size_t i = 0; i < n && !firsterr; i++)
         firsterr = results[i];

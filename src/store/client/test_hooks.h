@@ -1,6 +1,7 @@
 /* Test-only interface of the store client: hooks that let a test stop a
  * client at the points where the stale-read and put-deadline contracts
- * matter (between the master's answer and the data transfer). Production
+ * matter (between the master's answer and the data transfer), or lose a
+ * master's answer after it acted (a commit sent again). Production
  * code never sets them, and the library reads no environment variable
  * for them: a test calls cr__store_set_test_hooks() on its own client.
  */
@@ -15,6 +16,11 @@ typedef struct cr__store_test_hooks {
     void (*after_put_start)(void *user, int status);
     /* After GetReplicaList's reply, before any read (it may sleep). */
     void (*after_get_replicas)(void *user);
+    /* After a pipelined PUT_COMMIT's answer came (ops.c, a reserved
+     * batch's commits): nonzero drops the answer, as if the connection had
+     * failed after the master applied the commit; the client then sends it
+     * again the ordinary way. */
+    int (*commit_answer_lost)(void *user);
     void *user;
 } cr__store_test_hooks_t;
 

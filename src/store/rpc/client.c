@@ -379,10 +379,14 @@ static void during_run(during_t *d)
     }
 }
 
+static int recv_reply_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id,
+                             uint64_t deadline, uint64_t spin_until, size_t first_max,
+                             cr__rpc_msg_t *reply);
+
 /* One attempt. Returns 0 with *reply, -EAGAIN (connection broke: retry
  * allowed if idempotent), or CR_E_RPC_FAIL / -ENOMEM. */
 static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, uint64_t deadline,
-                          int fresh, during_t *during, cr__rpc_msg_t *reply)
+                          int fresh, int nospin, during_t *during, cr__rpc_msg_t *reply)
 {
     int crc = connect_locked(c);
     if (crc)
@@ -408,16 +412,32 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
      * on each side). Only while the calls are that short: after a call
      * that took longer than the budget, the next one sleeps at once (and
      * measures again). */
-    uint64_t spin_until = c->spin_ns && !c->tc && c->last_rtt_ns <= c->spin_ns
+    uint64_t spin_until = c->spin_ns && !nospin && !c->tc && c->last_rtt_ns <= c->spin_ns
                               ? t_sent + c->spin_ns
                               : 0;
-    ssize_t got = recv_some(c->tc, c->fd, c->in, CR__RPC_HDR_SIZE, sizeof c->in, deadline,
-                            spin_until);
-    if (c->spin_ns && got > 0 && !overlapped) /* an overlapped call's time is not the master's */
+    rc = recv_reply_locked(c, type, req_id, deadline, spin_until, sizeof c->in, reply);
+    if (c->spin_ns && rc == 0 && !overlapped) /* an overlapped call's time is not the master's */
         c->last_rtt_ns = cr__now_ns() - t_sent;
+    if (rc == -ECONNRESET)
+        return fresh ? CR_E_RPC_FAIL : -EAGAIN;
+    return rc;
+}
+
+/* Receives the reply of type to request req_id into *reply. The first
+ * recv asks for up to first_max bytes (a reply's header and small payload
+ * in one recv when nothing else can follow it; exactly the header when
+ * further replies may be queued behind it: pipelined calls). Returns 0,
+ * -ECONNRESET (the connection ended before any byte), CR_E_RPC_FAIL or
+ * -ENOMEM; the connection is closed on any failure. */
+static int recv_reply_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id,
+                             uint64_t deadline, uint64_t spin_until, size_t first_max,
+                             cr__rpc_msg_t *reply)
+{
+    ssize_t got = recv_some(c->tc, c->fd, c->in, CR__RPC_HDR_SIZE, first_max, deadline,
+                            spin_until);
     if (got < 0) {
         close_locked(c);
-        return got == -ECONNRESET && !fresh ? -EAGAIN : CR_E_RPC_FAIL;
+        return got == -ECONNRESET ? -ECONNRESET : CR_E_RPC_FAIL;
     }
     cr__rpc_hdr_t h;
     if (cr__rpc_decode_hdr(c->in, &h) || h.req_id != req_id ||
@@ -448,7 +468,7 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
             return CR_E_RPC_FAIL;
         }
     }
-    rc = cr__rpc_decode(&h, payload, h.payload_len, reply);
+    int rc = cr__rpc_decode(&h, payload, h.payload_len, reply);
     free(big);
     if (rc == 0)
         c->last_ok_ms = cr__now_ms();
@@ -461,6 +481,24 @@ static int attempt_locked(cr__rpc_client_t *c, uint16_t type, uint64_t req_id, u
     return 0;
 }
 
+/* HA fencing of reply r (set_epoch): raises the shared floor to its epoch,
+ * or refuses a reply of a deposed leader (older than the floor): frees r,
+ * closes the connection and returns CR_E_RPC_FAIL. Else 0. */
+static int epoch_check_locked(cr__rpc_client_t *c, cr__rpc_msg_t *r)
+{
+    if (!c->epoch || !r->epoch)
+        return 0;
+    uint32_t seen = atomic_load(c->epoch);
+    while (r->epoch > seen && !atomic_compare_exchange_weak(c->epoch, &seen, r->epoch))
+        ;
+    if (r->epoch < seen) {
+        cr__rpc_msg_free(r);
+        close_locked(c);
+        return CR_E_RPC_FAIL;
+    }
+    return 0;
+}
+
 int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
 {
     return cr__rpc_client_call_during(c, req, reply, NULL, NULL);
@@ -469,6 +507,14 @@ int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_m
 int cr__rpc_client_call_during(cr__rpc_client_t *c, const cr__rpc_msg_t *req,
                                cr__rpc_msg_t *reply, void (*fn)(void *), void *arg)
 {
+    return cr__rpc_client_call_flags(c, req, reply, fn, arg, 0);
+}
+
+int cr__rpc_client_call_flags(cr__rpc_client_t *c, const cr__rpc_msg_t *req,
+                              cr__rpc_msg_t *reply, void (*fn)(void *), void *arg,
+                              unsigned flags)
+{
+    int nospin = (flags & CR__RPC_CALL_NOSPIN) != 0;
     during_t during = {fn, arg};
     if (!c || !req || !reply || (req->type & CR__RPC_REPLY)) {
         during_run(&during);
@@ -490,26 +536,17 @@ int cr__rpc_client_call_during(cr__rpc_client_t *c, const cr__rpc_msg_t *req,
     cr__rpc_msg_t r;
     memset(&r, 0, sizeof r);
     int fresh = c->fd < 0;
-    rc = attempt_locked(c, req->type, m.req_id, deadline, fresh, &during, &r);
+    rc = attempt_locked(c, req->type, m.req_id, deadline, fresh, nospin, &during, &r);
     if (rc == -EAGAIN) {
         if (idempotent(req->type))
-            rc = attempt_locked(c, req->type, m.req_id, deadline, 1, &during, &r);
+            rc = attempt_locked(c, req->type, m.req_id, deadline, 1, nospin, &during, &r);
         else
             rc = CR_E_RPC_FAIL;
         if (rc == -EAGAIN)
             rc = CR_E_RPC_FAIL;
     }
-    if (rc == 0 && c->epoch && r.epoch) {
-        /* a reply from a leader older than one already seen: deposed */
-        uint32_t seen = atomic_load(c->epoch);
-        while (r.epoch > seen && !atomic_compare_exchange_weak(c->epoch, &seen, r.epoch))
-            ;
-        if (r.epoch < seen) {
-            cr__rpc_msg_free(&r);
-            close_locked(c);
-            rc = CR_E_RPC_FAIL;
-        }
-    }
+    if (rc == 0)
+        rc = epoch_check_locked(c, &r); /* a reply of a deposed leader is refused */
     pthread_mutex_unlock(&c->mu);
     during_run(&during); /* the request never went out */
     if (rc == 0)
@@ -546,4 +583,98 @@ void cr__rpc_client_set_epoch(cr__rpc_client_t *c, _Atomic uint32_t *epoch)
     pthread_mutex_lock(&c->mu);
     c->epoch = epoch;
     pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- pipelined calls (client.h) ------------------------------------------ */
+
+void cr__rpc_pipe_begin(cr__rpc_client_t *c, cr__rpc_pipe_t *p)
+{
+    memset(p, 0, sizeof *p);
+    p->c = c;
+    pthread_mutex_lock(&c->mu);
+}
+
+int cr__rpc_pipe_send(cr__rpc_pipe_t *p, const cr__rpc_msg_t *req)
+{
+    cr__rpc_client_t *c = p->c;
+    if (!req || (req->type & CR__RPC_REPLY))
+        return -EINVAL;
+    if (p->err)
+        return p->err;
+    if (p->sent - p->got >= CR__RPC_PIPE_MAX)
+        return -ENOSPC;
+    cr__rpc_msg_t m = *req;
+    m.req_id = c->next_req_id++;
+    m.status = 0;
+    if (c->epoch)
+        m.epoch = atomic_load(c->epoch);
+    int rc = cr__rpc_encode(&m, &c->out);
+    if (rc)
+        return rc == -E2BIG ? -EINVAL : rc;
+    /* a connection opened for a pipe that already sent is never opened
+     * here: a request must not follow on another connection than the
+     * earlier ones, or the master could apply it before them */
+    if (p->sent == p->got && !p->opened) {
+        rc = connect_locked(c);
+        if (rc)
+            return p->err = rc;
+        p->opened = 1;
+    } else if (c->fd < 0) {
+        return p->err = CR_E_RPC_FAIL;
+    }
+    uint64_t deadline = cr__now_ms() + (uint64_t)c->call_timeout_ms;
+    size_t sent = 0;
+    rc = send_full(c->tc, c->fd, c->out.data, c->out.len, deadline, &sent);
+    if (rc) {
+        close_locked(c);
+        return p->err = CR_E_RPC_FAIL;
+    }
+    size_t k = p->sent % CR__RPC_PIPE_MAX;
+    p->ids[k] = m.req_id;
+    p->types[k] = req->type;
+    p->deadlines[k] = deadline;
+    p->sent++;
+    return 0;
+}
+
+int cr__rpc_pipe_recv(cr__rpc_pipe_t *p, cr__rpc_msg_t *reply, unsigned flags)
+{
+    cr__rpc_client_t *c = p->c;
+    if (p->got == p->sent)
+        return -ENOENT;
+    size_t k = p->got % CR__RPC_PIPE_MAX;
+    p->got++;
+    if (p->err)
+        return p->err;
+    if (c->fd < 0)
+        return p->err = CR_E_RPC_FAIL;
+    cr__rpc_msg_t r;
+    memset(&r, 0, sizeof r);
+    /* busy-polled for like an ordinary call's reply (set_spin), from now:
+     * a pipelined request's own round trip is not measured (it overlapped
+     * the caller's work) */
+    uint64_t spin_until = c->spin_ns && !(flags & CR__RPC_CALL_NOSPIN) && !c->tc &&
+                                  c->last_rtt_ns <= c->spin_ns
+                              ? cr__now_ns() + c->spin_ns
+                              : 0;
+    /* exactly this reply's header first: the next reply may follow it */
+    int rc = recv_reply_locked(c, p->types[k], p->ids[k], p->deadlines[k], spin_until,
+                               CR__RPC_HDR_SIZE, &r);
+    if (rc == 0)
+        rc = epoch_check_locked(c, &r);
+    if (rc) {
+        close_locked(c);
+        return p->err = rc == -ENOMEM ? -ENOMEM : CR_E_RPC_FAIL;
+    }
+    *reply = r;
+    return 0;
+}
+
+void cr__rpc_pipe_end(cr__rpc_pipe_t *p)
+{
+    cr__rpc_client_t *c = p->c;
+    if (p->got != p->sent) /* replies left unread must never be taken for later ones */
+        close_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    p->c = NULL;
 }

@@ -64,6 +64,14 @@ int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_m
 int cr__rpc_client_call_during(cr__rpc_client_t *c, const cr__rpc_msg_t *req,
                                cr__rpc_msg_t *reply, void (*during)(void *), void *arg);
 
+/* cr__rpc_client_call_during with flags: CR__RPC_CALL_NOSPIN sleeps on the
+ * reply at once whatever set_spin says (the caller has work of its own in
+ * flight that needs the CPU the spin would take). */
+#define CR__RPC_CALL_NOSPIN 1u
+int cr__rpc_client_call_flags(cr__rpc_client_t *c, const cr__rpc_msg_t *req,
+                              cr__rpc_msg_t *reply, void (*during)(void *), void *arg,
+                              unsigned flags);
+
 /* Points the client at another master ("host:port"; HA: the new leader);
  * an open connection to the old one is closed. Returns 0 or -EINVAL. */
 int cr__rpc_client_set_addr(cr__rpc_client_t *c, const char *addr);
@@ -81,6 +89,46 @@ void cr__rpc_client_set_epoch(cr__rpc_client_t *c, _Atomic uint32_t *epoch);
  * thread on a short call. 0 = off (the default). Plain TCP only (TLS
  * replies are always slept on). */
 void cr__rpc_client_set_spin(cr__rpc_client_t *c, unsigned us);
+
+/* Pipelined calls: several requests in flight on one connection, their
+ * replies received in the order the requests were sent (the master serves
+ * a connection's requests in order, one at a time). For requests whose
+ * order matters and whose round trips should overlap the caller's work
+ * (a reserved put's commits, store/client/ops.c).
+ *
+ * cr__rpc_pipe_begin holds c (no other call of any thread runs on it)
+ * until cr__rpc_pipe_end. A send goes out at once (nothing is retried:
+ * the caller repeats what failed with cr__rpc_client_call if the request
+ * allows it); at most CR__RPC_PIPE_MAX replies may be outstanding
+ * (-ENOSPC beyond). Each reply has the call timeout from its send.
+ * After any failure the connection is closed and every later send and
+ * receive of the pipe fails with the same error (a request must not go
+ * out on a new connection after ones whose fate is unknown). Unreceived
+ * replies at cr__rpc_pipe_end close the connection. */
+#define CR__RPC_PIPE_MAX 8
+typedef struct cr__rpc_pipe {
+    cr__rpc_client_t *c;
+    int err;    /* sticky: the first failure */
+    int opened; /* connected (or checked) for this pipe */
+    size_t sent, got;
+    uint64_t ids[CR__RPC_PIPE_MAX];
+    uint16_t types[CR__RPC_PIPE_MAX];
+    uint64_t deadlines[CR__RPC_PIPE_MAX];
+} cr__rpc_pipe_t;
+
+void cr__rpc_pipe_begin(cr__rpc_client_t *c, cr__rpc_pipe_t *p);
+/* Sends req (its req_id is assigned here). Returns 0, -EINVAL (does not
+ * encode), -ENOMEM, -ENOSPC (CR__RPC_PIPE_MAX replies outstanding; the
+ * pipe stays usable), CR_E_RPC_FAIL or CR_E_ILLEGAL_CLIENT (cannot
+ * connect, connection lost: sticky). */
+int cr__rpc_pipe_send(cr__rpc_pipe_t *p, const cr__rpc_msg_t *req);
+/* The reply to the oldest request not yet received, into *reply (caller
+ * frees with cr__rpc_msg_free), busy-polled for as set_spin says unless
+ * flags has CR__RPC_CALL_NOSPIN. Returns 0, -ENOENT (none outstanding),
+ * CR_E_RPC_FAIL (lost, timed out, malformed, a deposed leader's: sticky)
+ * or -ENOMEM. A failed receive still counts that request as received. */
+int cr__rpc_pipe_recv(cr__rpc_pipe_t *p, cr__rpc_msg_t *reply, unsigned flags);
+void cr__rpc_pipe_end(cr__rpc_pipe_t *p);
 
 /* Closes and frees; NULL is a no-op. Must not race with a call. */
 void cr__rpc_client_destroy(cr__rpc_client_t *c);

@@ -10,7 +10,9 @@
  * (free at once); a client SIGKILLed holding a reservation: its space comes
  * back, but not before the reservation's expiry plus the put timeout; a
  * pool full of pinned objects closes the reservations and puts still work
- * (after the quarantine) once space is freed.
+ * (after the quarantine) once space is freed; a batch whose pipelined
+ * commits lose their answers after the master applied them (a test hook)
+ * sends them again: recognised, every key stored once, bytes intact.
  *
  * usage: test_store_reserve <crescent-master> <crescent-node>
  *        test_store_reserve --holder <master addr> <metadata uri>  (child)
@@ -28,6 +30,7 @@
 #include "cluster_util.h"
 #include "common/clock.h"
 #include "crescent/store.h"
+#include "store/client/test_hooks.h"
 #include "test_check.h"
 
 #define N_NODES 2
@@ -230,6 +233,64 @@ static void test_many_puts(cr_store_t *c)
     }
     CHECK_RC(cr_store_remove_all_force(c, 1, NULL), 0);
     fprintf(stderr, "ok: %d single + %d batch puts through reservations, read back\n", n, NB);
+}
+
+/* A reserved batch commits its chunks pipelined (ops.c): answers that
+ * are lost after the master applied the commit (every other one here,
+ * through a test hook) make the client send those commits again the
+ * ordinary way. The master recognises each (same key, place, size):
+ * nothing is refused, no key goes two-phase, every value reads back. */
+static int g_answers, g_dropped;
+static int drop_every_other(void *user)
+{
+    (void)user;
+    if (g_answers++ % 2)
+        return 0;
+    g_dropped++;
+    return 1;
+}
+
+static void test_commit_answer_lost(cr_store_t *c)
+{
+    /* two chunks (two pipelined commits), 1.2 MiB (reservations are 2 MiB
+     * here: each chunk fetches one at most, so all fit) */
+    enum { NB = 300, VB = 4 << 10 };
+    const char *keys[NB];
+    const void *bufs[NB];
+    void *outs[NB];
+    size_t lens[NB], caps[NB], glens[NB];
+    int res[NB];
+    char names[NB][32];
+    for (int i = 0; i < NB; i++) {
+        snprintf(names[i], sizeof names[i], "lost-%d", i);
+        keys[i] = names[i];
+        bufs[i] = g_reg + (size_t)i * VB;
+        outs[i] = g_reg + (16u << 20) + (size_t)i * VB;
+        lens[i] = caps[i] = VB;
+        fill(g_reg + (size_t)i * VB, VB, 7000 + (uint64_t)i);
+    }
+    int64_t refused0 = metric("put_commits_refused_total"), starts0 = metric("rpc_put_start_total");
+    g_answers = g_dropped = 0;
+    cr__store_set_test_hooks(c, &(cr__store_test_hooks_t){.commit_answer_lost = drop_every_other});
+    CHECK_RC(cr_store_batch_put_from(c, keys, bufs, lens, NB, NULL, res), 0);
+    cr__store_set_test_hooks(c, NULL);
+    for (int i = 0; i < NB; i++)
+        CHECK(res[i] == 0, "lost-%d: %d", i, res[i]);
+    CHECK(g_answers >= 2 && g_dropped >= 1, "%d answers seen, %d dropped: nothing pipelined",
+          g_answers, g_dropped);
+    CHECK(metric("put_commits_refused_total") == refused0, "a commit sent again was refused");
+    CHECK(metric("rpc_put_start_total") == starts0, "%" PRId64 " keys went two-phase",
+          metric("rpc_put_start_total") - starts0);
+    memset(g_reg + (16u << 20), 0, (size_t)NB * VB);
+    CHECK_RC(cr_store_batch_get_into(c, keys, outs, caps, NB, glens, res), 0);
+    for (int i = 0; i < NB; i++)
+        CHECK(res[i] == 0 && glens[i] == VB && same(outs[i], VB, 7000 + (uint64_t)i),
+              "lost-%d read back: %d", i, res[i]);
+    /* a second put of the same keys: each exists once, as before */
+    CHECK_RC(cr_store_put_from(c, "lost-0", g_reg, VB, NULL), CR_E_OBJECT_ALREADY_EXISTS);
+    CHECK_RC(cr_store_remove_all_force(c, 1, NULL), 0);
+    fprintf(stderr, "ok: %d of %d commit answers lost, sent again, recognised\n", g_dropped,
+            g_answers);
 }
 
 /* A reservation the client leaves because its next value does not fit
@@ -442,6 +503,7 @@ int main(int argc, char **argv)
     if (g_reg == MAP_FAILED || cr_store_register_buffer(c, g_reg, REG_SIZE))
         goto out;
     test_many_puts(c);
+    test_commit_answer_lost(c);
     test_tail_handed_back(c);
     test_holder_killed();
     test_pool_full(c);

@@ -2,8 +2,8 @@
  * (garbage, truncated frames, undecodable payloads, bad headers), the
  * connection bound, frame timeouts, client reconnect after a server
  * restart, calls from several threads, frames that arrive split at odd
- * byte boundaries or several in one segment (pipelined), and all that
- * again with both ends busy-polling. */
+ * byte boundaries or several in one segment (pipelined), the client's
+ * pipelined calls, and all that again with both ends busy-polling. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -454,6 +454,89 @@ static void test_threads(void **s)
     cr__rpc_server_stop(g_srv);
 }
 
+static void pipe_ping(cr__rpc_pipe_t *p, uint64_t hi, uint64_t lo)
+{
+    cr__rpc_msg_t m = {.type = CR__RPC_PING, .client_id = {hi, lo}};
+    assert_int_equal(cr__rpc_pipe_send(p, &m), 0);
+}
+
+static void pipe_pong(cr__rpc_pipe_t *p, uint64_t hi, uint64_t lo)
+{
+    cr__rpc_msg_t r;
+    assert_int_equal(cr__rpc_pipe_recv(p, &r, 0), 0);
+    assert_int_equal(r.master_id, hi + 1);
+    assert_int_equal(r.count, lo);
+    cr__rpc_msg_free(&r);
+}
+
+/* Pipelined calls (cr__rpc_pipe_t): replies come back in the order sent,
+ * a slow request holds back the ones behind it (never overtaken), a big
+ * reply between small ones is read exactly (no byte of the next taken);
+ * the in-flight bound answers -ENOSPC and the pipe stays usable; replies
+ * left unread at the end close the connection, so the next ordinary call
+ * gets its own answer; a server gone mid-pipe fails that receive and every
+ * later send (sticky), and the client then reconnects for ordinary calls. */
+static void test_pipe(void **s)
+{
+    (void)s;
+    cr__rpc_server_t *srv = start(0, 0, 0);
+    uint16_t port = cr__rpc_server_port(srv);
+    cr__rpc_client_t *c = client_for(srv);
+    cr__rpc_pipe_t p;
+    cr__rpc_msg_t r;
+    cr__rpc_pipe_begin(c, &p);
+    assert_int_equal(cr__rpc_pipe_recv(&p, &r, 0), -ENOENT);
+    pipe_ping(&p, SLOW_PING, 1);
+    pipe_ping(&p, 10, 2);
+    uint32_t n = 2000;
+    cr__rpc_item_t *big = calloc(n, sizeof *big);
+    for (uint32_t i = 0; i < n; i++)
+        big[i] = (cr__rpc_item_t){.key = i % 3 ? "x" : "yes", .key_len = i % 3 ? 1 : 3};
+    cr__rpc_msg_t bm = {.type = CR__RPC_BATCH_EXIST, .n_items = n, .items = big};
+    assert_int_equal(cr__rpc_pipe_send(&p, &bm), 0);
+    pipe_ping(&p, 20, 3);
+    pipe_pong(&p, SLOW_PING, 1);
+    pipe_pong(&p, 10, 2);
+    assert_int_equal(cr__rpc_pipe_recv(&p, &r, 0), 0);
+    assert_int_equal(r.n_items, n);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(r.items[i].status, i % 3 ? CR_E_OBJECT_NOT_FOUND : 0);
+    cr__rpc_msg_free(&r);
+    free(big);
+    pipe_pong(&p, 20, 3);
+    /* the bound */
+    for (uint64_t i = 0; i < CR__RPC_PIPE_MAX; i++)
+        pipe_ping(&p, 100 + i, i);
+    cr__rpc_msg_t m = {.type = CR__RPC_PING, .client_id = {1, 1}};
+    assert_int_equal(cr__rpc_pipe_send(&p, &m), -ENOSPC);
+    for (uint64_t i = 0; i < CR__RPC_PIPE_MAX; i++)
+        pipe_pong(&p, 100 + i, i);
+    /* one left unread */
+    pipe_ping(&p, 30, 4);
+    pipe_ping(&p, SLOW_PING, 5);
+    pipe_pong(&p, 30, 4);
+    cr__rpc_pipe_end(&p);
+    assert_int_equal(exist(c, "yes"), 0);
+    assert_int_equal(exist(c, "no"), CR_E_OBJECT_NOT_FOUND);
+    /* the server goes away mid-pipe (a stopping server still answers what
+     * it is handling, so it stops between two requests) */
+    cr__rpc_pipe_begin(c, &p);
+    pipe_ping(&p, 40, 6);
+    pipe_pong(&p, 40, 6);
+    cr__rpc_server_stop(srv);
+    int sent = cr__rpc_pipe_send(&p, &m); /* out before the reset arrived, or not */
+    if (sent == 0)
+        assert_int_equal(cr__rpc_pipe_recv(&p, &r, 0), CR_E_RPC_FAIL);
+    else
+        assert_int_equal(sent, CR_E_RPC_FAIL);
+    assert_int_equal(cr__rpc_pipe_send(&p, &m), CR_E_RPC_FAIL);
+    cr__rpc_pipe_end(&p);
+    srv = start(port, 0, 0);
+    assert_int_equal(exist(c, "yes"), 0);
+    cr__rpc_client_destroy(c);
+    cr__rpc_server_stop(srv);
+}
+
 /* Busy-polling on both ends (server spin_us, client set_spin) changes no
  * answer: the calls of test_calls, calls from 4 threads over both loops
  * (one spins at a time), a reply slower than the budget (the client falls
@@ -464,6 +547,7 @@ static void test_busy_poll(void **s)
     g_spin_us = 200;
     test_calls(s);
     test_threads(s);
+    test_pipe(s);
     cr__rpc_server_t *srv = start(0, 0, 0);
     cr__rpc_client_t *c = client_for(srv);
     for (int i = 0; i < 6; i++) {
@@ -492,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_buffer_budget),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_split_and_pipelined_frames),
+        cmocka_unit_test(test_pipe),
         cmocka_unit_test(test_busy_poll),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
