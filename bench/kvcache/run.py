@@ -29,10 +29,20 @@ target) runs right after the new one in every repetition: a before/after of
 the client in one run, each against the same raw TE figures (the cluster's
 RPC protocol must be the same).
 
+With --warmup N the store client first makes N untimed batch_put +
+batch_get calls of its own keys in the thread that is then timed (its
+master connection, the nodes' connections and segment mappings, its
+reservations), as the TE initiator makes an untimed warm-up batch after
+opening its segment: the figures are then those of a long-lived client (a
+vLLM worker's), not of a client's first calls. 8 calls (32 MiB of 16 KiB
+values) reach both nodes of the local cluster (reservations of 16 MiB
+alternate between them). The --base client gets the same flag (a build
+older than the flag rejects it).
+
 Usage: bench/kvcache/run.sh [--build build] [--reps 5] [--objects 8192]
                             [--sizes 64KiB,16KiB] [--batch 256]
                             [--protocols tcp,shm] [--shm-memory shared|anon]
-                            [--base OLD-BUILD-DIR]
+                            [--base OLD-BUILD-DIR] [--warmup N]
                             [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
 non-zero only if a tool fails to run.
@@ -75,6 +85,8 @@ def main():
                     help="memory of the nodes' segments and of the TE target (both alike): "
                          "shared (a memfd, the default: shm copies through a mapping of it) "
                          "or anon (CRESCENT_SEGMENT_SHARED=0: shm copies with process_vm_*)")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="untimed warm-up calls of the store client (crescent-bench store --warmup)")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     if a.objects % a.batch:
@@ -118,6 +130,8 @@ def main():
                                "--threads", "1", "--batch", str(a.batch),
                                "--ops", str(a.objects // a.batch), "--slots", str(a.objects),
                                "--protocol", "tcp" if proto == "tcp" else "tcp,shm"]
+                    if a.warmup:
+                        st_args += ["--warmup", str(a.warmup)]
 
                     def te_run(op):
                         r = te.run_initiator(bench, te_args + ["--operation", op], 600)
@@ -181,12 +195,12 @@ def main():
     load = os.getloadavg()
     md = ("KV-cache save/load benchmark, %s, %d cores, load average %.1f at the end, median of %d; "
           "%d objects per save/load, %d keys per batch call, 1 client thread; shm memory: %s; "
-          "GB/s = 1e9 bytes/s; "
+          "store client warm-up calls: %d; GB/s = 1e9 bytes/s; "
           "ratio = store / raw TE (median of per-repetition ratios, min-max); CPU: user+sys of "
           "the TE initiator process / the store client process in the timed phase (a store "
           "client with --base older than this column prints nan)\n\n"
           % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), load[0], a.reps,
-             a.objects, a.batch, a.shm_memory))
+             a.objects, a.batch, a.shm_memory, a.warmup))
     md += ("| object | transport | store call | reference | reference GB/s | store GB/s | ratio | "
            "min-max | TE initiator CPU us/block | store client CPU us/key |\n")
     md += "|---|---|---|---|---|---|---|---|---|---|\n"

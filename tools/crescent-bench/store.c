@@ -69,6 +69,7 @@ typedef struct sb_cfg {
     int keep;
     char ab_env[CR__CFG_STR_MAX];
     int64_t ab_block;
+    int64_t warmup;
     CR__AUTH_CFG_FIELDS;
 } sb_cfg_t;
 
@@ -103,6 +104,11 @@ static const cr__cfg_opt_t sb_opts[] = {
         "gives both mean call times (one process)",
         CR__CFG_STR),
     OPT(ab_block, "4", "calls per block of --ab_env", CR__CFG_INT),
+    OPT(warmup, "0",
+        "batch ops: untimed batch_put + batch_get calls of --batch warm-up keys per thread "
+        "first (each client's node connections, segment mappings, first reservation), as the "
+        "raw TE benchmark warms up before its clock starts",
+        CR__CFG_INT),
     CR__AUTH_CFG_OPTS(sb_cfg_t),
 };
 
@@ -287,9 +293,60 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
     return (uint64_t)batch;
 }
 
+/* Warm-up key b of call w of thread t's client v in phase ph (0 put, 1 get). */
+#define WARM_KEY_MAX 128
+static void warm_key(char *k, size_t cap, const sb_cfg_t *c, int t, int ph, int v, int64_t w,
+                     int64_t b)
+{
+    snprintf(k, cap, "%.40s-warm-%d-%d-%d-%" PRId64 "-%" PRId64, c->key_prefix, t, ph, v, w, b);
+}
+
+/* --warmup, in the phase's own thread before its clock starts (a thread's
+ * first master call opens its own connection): --warmup batch_put +
+ * batch_get calls of --batch keys of its own through each client, so the
+ * timed calls find the node connections and segment mappings, the
+ * reservations and the thread's master connection made. Untimed, not
+ * counted; failures are reported. */
+static void warm_thread(sb_thread_t *th)
+{
+    const sb_cfg_t *c = th->cfg;
+    size_t nb = (size_t)c->batch, vs = c->value_size;
+    int ph = !strcmp(g_phase, "batch_get");
+    char(*names)[WARM_KEY_MAX] = calloc(nb, sizeof *names);
+    const char **keys = calloc(nb, sizeof *keys);
+    const void **cb = calloc(nb, sizeof *cb);
+    void **bufs = calloc(nb, sizeof *bufs);
+    size_t *lens = calloc(nb, sizeof *lens), *caps = calloc(nb, sizeof *caps);
+    int *res = calloc(nb, sizeof *res);
+    for (int v = 0; names && keys && cb && bufs && lens && caps && res && v < 2; v++)
+        for (int64_t w = 0; th->ab_st[v] && w < c->warmup; w++) {
+            for (size_t b = 0; b < nb; b++) {
+                warm_key(names[b], sizeof names[b], c, th->idx, ph, v, w, (int64_t)b);
+                keys[b] = names[b];
+                cb[b] = bufs[b] = th->buf + (b % th->slots) * vs;
+                lens[b] = caps[b] = vs;
+            }
+            int rc = cr_store_batch_put_from(th->ab_st[v], keys, cb, lens, nb, NULL, res);
+            if (!rc)
+                rc = cr_store_batch_get_into(th->ab_st[v], keys, bufs, caps, nb, lens, res);
+            if (rc)
+                fprintf(stderr, "crescent-bench store: warm-up: %s\n", cr_strerror(rc));
+        }
+    free(names);
+    free(keys);
+    free(cb);
+    free(bufs);
+    free(lens);
+    free(caps);
+    free(res);
+}
+
 static void *thread_main(void *a)
 {
     sb_thread_t *th = a;
+    if (th->cfg->warmup > 0 && !strncmp(g_phase, "batch_", 6))
+        warm_thread(th);
+    pthread_barrier_wait(&g_bar); /* warmed up: the CPU counters are read */
     pthread_barrier_wait(&g_bar); /* phase start */
     for (uint64_t call = 0; call < (uint64_t)th->cfg->ops; call++) {
         /* --ab_env: blocks of calls alternate between the clients, so both
@@ -440,6 +497,7 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
     pthread_barrier_init(&g_bar, NULL, (unsigned)n + 1);
     for (int i = 0; i < n; i++)
         pthread_create(&th[i].tid, NULL, thread_main, &th[i]);
+    pthread_barrier_wait(&g_bar); /* every thread warmed up (--warmup) */
     if (g_ready_wr >= 0) { /* child: wait for the parent's start signal */
         char ch = 'R';
         if (write_all(g_ready_wr, &ch, 1) || read_all(g_go_rd, &ch, 1))
@@ -651,6 +709,10 @@ int cr_bench_store_main(int argc, char **argv)
                         "--ops/--keys/--batch/--replica_num (see --help)\n");
         return 2;
     }
+    if (c.warmup < 0 || c.warmup > 1000) {
+        fprintf(stderr, "crescent-bench store: --warmup wants 0..1000\n");
+        return 2;
+    }
     if (c.ab_env[0] && (!strchr(c.ab_env, '=') || c.ab_env[0] == '=' || c.processes > 1 ||
                         c.ab_block < 1)) {
         fprintf(stderr, "crescent-bench store: --ab_env wants VAR=VALUE, one process and "
@@ -797,6 +859,15 @@ static int store_run(sb_cfg_t *cp)
                 key_name(key, sizeof key, &c, i, k);
                 cr_store_remove(st, key, 1);
             }
+        for (int i = 0; batched && i < n; i++)
+            for (int ph = 0; ph < 2; ph++)
+                for (int v = 0; v < 2; v++)
+                    for (int64_t w = 0; w < c.warmup; w++)
+                        for (int64_t b = 0; b < c.batch; b++) {
+                            char key[WARM_KEY_MAX];
+                            warm_key(key, sizeof key, &c, i, ph, v, w, b);
+                            cr_store_remove(st, key, 1);
+                        }
     }
 out:
     if (th) {

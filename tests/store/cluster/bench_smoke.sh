@@ -47,6 +47,16 @@ run --op batch_putget --value_size 16KB --batch 8 --threads 2 --ops 4 --verify
 # put is a miss at get, i.e. errors > 0)
 run --op batch_putget --value_size 16KB --batch 256 --threads 1 --ops 24 --slots 6144 --protocol tcp,shm --verify
 run --op batch_putget --value_size 64KB --batch 256 --threads 1 --ops 6 --slots 1536 --protocol tcp,shm --verify
+# an in-process A/B (two clients, calls alternating between them) after
+# warm-up calls: both clients' calls must succeed, and the AB line appear
+out=$("$bench" store --master_server_address "127.0.0.1:$port" --op batch_putget --value_size 16KB \
+  --batch 256 --threads 1 --ops 8 --slots 2048 --protocol tcp,shm --verify --warmup 2 \
+  --ab_env CRESCENT_PUT_PIPE=0 --ab_block 2 2>"$tmp/bench.log")
+echo "$out"
+if [ "$(echo "$out" | grep -c '^RESULT .*errors=0 verify=ok ')" -ne 2 ] ||
+   [ "$(echo "$out" | grep -c '^AB .*a_calls=4 b_calls=4 ')" -ne 2 ]; then
+  echo "FAIL: crescent-bench store --ab_env --warmup"; cat "$tmp/bench.log"; fail=1
+fi
 run --op get --value_size 1MB --threads 2 --keys 4 --ops 8 --verify
 run --op exist --batch 128 --threads 1 --ops 20 --keys 64 --value_size 4KB
 exit $fail
