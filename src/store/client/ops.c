@@ -1475,19 +1475,37 @@ static int resv_chunk_spans(cr_store_t *s, const put_chunk_t *c)
     return 0;
 }
 
-/* put_once: receives the answers of the pending chunks (pend[], oldest
- * first), closes the pipe, then finishes them in order. */
-static void put_drain(cr_store_t *s, put_chunk_t *c, size_t *pend, size_t *npend,
-                      cr__rpc_pipe_t *pipe, int *pipe_open)
+/* put_once's pipe: open or not, and the chunks whose commits it sent
+ * (oldest first) and which are not finished yet. */
+typedef struct put_pipe {
+    cr__rpc_pipe_t p;
+    int open;
+    size_t pend[2], n;
+} put_pipe_t;
+
+/* Sends chunk k's commit through pp (opened first if need be). */
+static void put_send(cr_store_t *s, put_chunk_t *c, size_t k, put_pipe_t *pp)
 {
-    for (size_t k = 0; k < *npend; k++)
-        resv_chunk_collect(s, &c[pend[k] & 1], pipe);
-    if (*pipe_open)
-        cr__rpc_pipe_end(pipe);
-    *pipe_open = 0;
-    for (size_t k = 0; k < *npend; k++)
-        resv_chunk_finish(s, &c[pend[k] & 1]);
-    *npend = 0;
+    if (!pp->open) {
+        cr__rpc_pipe_begin(cr__sc_rpc(s), &pp->p);
+        pp->open = 1;
+    }
+    resv_chunk_send(s, &c[k & 1], &pp->p);
+    pp->pend[pp->n++] = k;
+}
+
+/* Receives the pending chunks' answers, closes the pipe, then finishes
+ * them in order. */
+static void put_drain(cr_store_t *s, put_chunk_t *c, put_pipe_t *pp)
+{
+    for (size_t k = 0; k < pp->n; k++)
+        resv_chunk_collect(s, &c[pp->pend[k] & 1], &pp->p);
+    if (pp->open)
+        cr__rpc_pipe_end(&pp->p);
+    pp->open = 0;
+    for (size_t k = 0; k < pp->n; k++)
+        resv_chunk_finish(s, &c[pp->pend[k] & 1]);
+    pp->n = 0;
 }
 
 /* Core of put / put_from / batch_put_from: PutStart, the writes (direct
@@ -1509,20 +1527,15 @@ static int put_once(cr_store_t *s, const char *const *keys, const void *const *s
      * (above) */
     int piped = s->pipe_on && resv && !staged && nch > 1;
     put_chunk_t c[2];
-    cr__rpc_pipe_t pipe;
-    int pipe_open = 0;
-    size_t pend[2], npend = 0; /* chunks whose commits were sent, oldest first */
+    put_pipe_t pp = {.open = 0, .n = 0};
     for (size_t j = 0; j <= nch; j++) {
-        if (npend && j < nch) /* chunk j reuses chunk j - 2's state: finish it */
-            put_drain(s, c, pend, &npend, &pipe, &pipe_open);
+        if (pp.n && j < nch) /* chunk j reuses chunk j - 2's state: finish it */
+            put_drain(s, c, &pp);
         int ended = 0;
         if (j > 0 && j < nch && resv_chunk_spans(s, &c[(j - 1) & 1])) {
             if (piped) {
-                pend[npend++] = j - 1;
-                cr__rpc_pipe_begin(cr__sc_rpc(s), &pipe);
-                pipe_open = 1;
-                resv_chunk_send(s, &c[(j - 1) & 1], &pipe);
-                put_drain(s, c, pend, &npend, &pipe, &pipe_open);
+                put_send(s, c, j - 1, &pp);
+                put_drain(s, c, &pp);
             } else {
                 put_chunk_end(s, &c[(j - 1) & 1]);
             }
@@ -1542,20 +1555,14 @@ static int put_once(cr_store_t *s, const char *const *keys, const void *const *s
             put_chunk_begin(s, cj, cfg, j == 0);
         }
         if (j > 0 && !ended) { /* then end chunk j - 1 while chunk j's data moves */
-            if (piped) {
-                if (!pipe_open) {
-                    cr__rpc_pipe_begin(cr__sc_rpc(s), &pipe);
-                    pipe_open = 1;
-                }
-                resv_chunk_send(s, &c[(j - 1) & 1], &pipe);
-                pend[npend++] = j - 1;
-            } else {
+            if (piped)
+                put_send(s, c, j - 1, &pp);
+            else
                 put_chunk_end(s, &c[(j - 1) & 1]);
-            }
         }
     }
-    if (npend)
-        put_drain(s, c, pend, &npend, &pipe, &pipe_open);
+    if (pp.n)
+        put_drain(s, c, &pp);
     int firsterr = 0;
     for (size_t i = 0; i < n && !firsterr; i++)
         firsterr = results[i];

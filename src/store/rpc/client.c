@@ -499,6 +499,20 @@ static int epoch_check_locked(cr__rpc_client_t *c, cr__rpc_msg_t *r)
     return 0;
 }
 
+/* req into c->out with the next request id (*req_id) and the epoch floor.
+ * Returns 0, -EINVAL (does not encode: a bound exceeded) or -ENOMEM.
+ * Caller holds mu. */
+static int encode_locked(cr__rpc_client_t *c, const cr__rpc_msg_t *req, uint64_t *req_id)
+{
+    cr__rpc_msg_t m = *req;
+    m.req_id = *req_id = c->next_req_id++;
+    m.status = 0;
+    if (c->epoch)
+        m.epoch = atomic_load(c->epoch);
+    int rc = cr__rpc_encode(&m, &c->out);
+    return rc == -E2BIG ? -EINVAL : rc;
+}
+
 int cr__rpc_client_call(cr__rpc_client_t *c, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
 {
     return cr__rpc_client_call_during(c, req, reply, NULL, NULL);
@@ -521,25 +535,21 @@ int cr__rpc_client_call_flags(cr__rpc_client_t *c, const cr__rpc_msg_t *req,
         return -EINVAL;
     }
     pthread_mutex_lock(&c->mu);
-    cr__rpc_msg_t m = *req;
-    m.req_id = c->next_req_id++;
-    m.status = 0;
-    if (c->epoch)
-        m.epoch = atomic_load(c->epoch);
-    int rc = cr__rpc_encode(&m, &c->out);
+    uint64_t req_id;
+    int rc = encode_locked(c, req, &req_id);
     if (rc) {
         pthread_mutex_unlock(&c->mu);
         during_run(&during);
-        return rc == -E2BIG ? -EINVAL : rc;
+        return rc;
     }
     uint64_t deadline = cr__now_ms() + (uint64_t)c->call_timeout_ms;
     cr__rpc_msg_t r;
     memset(&r, 0, sizeof r);
     int fresh = c->fd < 0;
-    rc = attempt_locked(c, req->type, m.req_id, deadline, fresh, nospin, &during, &r);
+    rc = attempt_locked(c, req->type, req_id, deadline, fresh, nospin, &during, &r);
     if (rc == -EAGAIN) {
         if (idempotent(req->type))
-            rc = attempt_locked(c, req->type, m.req_id, deadline, 1, nospin, &during, &r);
+            rc = attempt_locked(c, req->type, req_id, deadline, 1, nospin, &during, &r);
         else
             rc = CR_E_RPC_FAIL;
         if (rc == -EAGAIN)
@@ -603,14 +613,10 @@ int cr__rpc_pipe_send(cr__rpc_pipe_t *p, const cr__rpc_msg_t *req)
         return p->err;
     if (p->sent - p->got >= CR__RPC_PIPE_MAX)
         return -ENOSPC;
-    cr__rpc_msg_t m = *req;
-    m.req_id = c->next_req_id++;
-    m.status = 0;
-    if (c->epoch)
-        m.epoch = atomic_load(c->epoch);
-    int rc = cr__rpc_encode(&m, &c->out);
+    uint64_t req_id;
+    int rc = encode_locked(c, req, &req_id);
     if (rc)
-        return rc == -E2BIG ? -EINVAL : rc;
+        return rc;
     /* a connection opened for a pipe that already sent is never opened
      * here: a request must not follow on another connection than the
      * earlier ones, or the master could apply it before them */
@@ -630,7 +636,7 @@ int cr__rpc_pipe_send(cr__rpc_pipe_t *p, const cr__rpc_msg_t *req)
         return p->err = CR_E_RPC_FAIL;
     }
     size_t k = p->sent % CR__RPC_PIPE_MAX;
-    p->ids[k] = m.req_id;
+    p->ids[k] = req_id;
     p->types[k] = req->type;
     p->deadlines[k] = deadline;
     p->sent++;

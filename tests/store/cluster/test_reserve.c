@@ -139,6 +139,30 @@ static int64_t metric(const char *name)
     return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
 }
 
+/* A batch of n keys "<prefix>-<i>" of vb bytes each: values at g_reg
+ * (filled with seed + i), read back into g_reg + 16 MiB. */
+#define BATCH_MAX 512
+typedef struct batch {
+    const char *keys[BATCH_MAX];
+    const void *bufs[BATCH_MAX];
+    void *outs[BATCH_MAX];
+    size_t lens[BATCH_MAX], caps[BATCH_MAX], glens[BATCH_MAX];
+    int res[BATCH_MAX];
+    char names[BATCH_MAX][32];
+} batch_t;
+
+static void batch_make(batch_t *b, const char *prefix, int n, size_t vb, uint64_t seed)
+{
+    for (int i = 0; i < n && i < BATCH_MAX; i++) {
+        snprintf(b->names[i], sizeof b->names[i], "%s-%d", prefix, i);
+        b->keys[i] = b->names[i];
+        b->bufs[i] = g_reg + (size_t)i * vb;
+        b->outs[i] = g_reg + (16u << 20) + (size_t)i * vb;
+        b->lens[i] = b->caps[i] = vb;
+        fill(g_reg + (size_t)i * vb, vb, seed + (uint64_t)i);
+    }
+}
+
 /* ---- scenarios ---------------------------------------------------------------- */
 
 static void test_many_puts(cr_store_t *c)
@@ -179,20 +203,13 @@ static void test_many_puts(cr_store_t *c)
     }
     /* a batch of 512 x 16 KiB (the vLLM-like layout) */
     enum { NB = 512, VB = 16 << 10 };
-    const char *keys[NB];
-    const void *bufs[NB];
-    void *outs[NB];
-    size_t lens[NB], caps[NB], glens[NB];
-    int res[NB];
-    char names[NB][32];
-    for (int i = 0; i < NB; i++) {
-        snprintf(names[i], sizeof names[i], "batch-%d", i);
-        keys[i] = names[i];
-        bufs[i] = g_reg + (size_t)i * VB;
-        outs[i] = g_reg + (16u << 20) + (size_t)i * VB;
-        lens[i] = caps[i] = VB;
-        fill(g_reg + (size_t)i * VB, VB, 1000 + (uint64_t)i);
-    }
+    static batch_t bt;
+    batch_make(&bt, "batch", NB, VB, 1000);
+    const char **keys = bt.keys;
+    const void **bufs = bt.bufs;
+    void **outs = bt.outs;
+    size_t *lens = bt.lens, *caps = bt.caps, *glens = bt.glens;
+    int *res = bt.res;
     int64_t b0 = metric("put_commits_total");
     CHECK_RC(cr_store_batch_put_from(c, keys, bufs, lens, NB, NULL, res), 0);
     /* the batch runs as pipelined chunks of 128 keys (2 MiB), each of
@@ -255,20 +272,13 @@ static void test_commit_answer_lost(cr_store_t *c)
     /* two chunks (two pipelined commits), 1.2 MiB (reservations are 2 MiB
      * here: each chunk fetches one at most, so all fit) */
     enum { NB = 300, VB = 4 << 10 };
-    const char *keys[NB];
-    const void *bufs[NB];
-    void *outs[NB];
-    size_t lens[NB], caps[NB], glens[NB];
-    int res[NB];
-    char names[NB][32];
-    for (int i = 0; i < NB; i++) {
-        snprintf(names[i], sizeof names[i], "lost-%d", i);
-        keys[i] = names[i];
-        bufs[i] = g_reg + (size_t)i * VB;
-        outs[i] = g_reg + (16u << 20) + (size_t)i * VB;
-        lens[i] = caps[i] = VB;
-        fill(g_reg + (size_t)i * VB, VB, 7000 + (uint64_t)i);
-    }
+    static batch_t bt;
+    batch_make(&bt, "lost", NB, VB, 7000);
+    const char **keys = bt.keys;
+    const void **bufs = bt.bufs;
+    void **outs = bt.outs;
+    size_t *lens = bt.lens, *caps = bt.caps, *glens = bt.glens;
+    int *res = bt.res;
     int64_t refused0 = metric("put_commits_refused_total"), starts0 = metric("rpc_put_start_total");
     g_answers = g_dropped = 0;
     cr__store_set_test_hooks(c, &(cr__store_test_hooks_t){.commit_answer_lost = drop_every_other});
