@@ -861,7 +861,7 @@ static int store_run(sb_cfg_t *cp)
             }
         for (int i = 0; batched && i < n; i++)
             for (int ph = 0; ph < 2; ph++)
-                for (int v = 0; v < 2; v++)
+                for (int v = 0; v < (st_b ? 2 : 1); v++)
                     for (int64_t w = 0; w < c.warmup; w++)
                         for (int64_t b = 0; b < c.batch; b++) {
                             char key[WARM_KEY_MAX];
