@@ -639,6 +639,9 @@ static int create_config(cr_store_t *s, const cr_store_params_t *p, char *transp
     /* one-round-trip small puts (ops.c), on unless CRESCENT_PUT_RESERVE=0 */
     const char *pr = getenv("CRESCENT_PUT_RESERVE");
     s->resv_on = !(pr && !strcmp(pr, "0"));
+    /* keys per chunk of a pipelined get batch (ops.c, pipe_chunks) */
+    s->get_chunk_keys = (size_t)env_setting("CRESCENT_GET_CHUNK_KEYS", CR__CFG_INT, 16, 4096,
+                                            CR__SC_DEFAULT_GET_CHUNK_KEYS);
     /* a reserved batch's commits pipelined (ops.c), on unless CRESCENT_PUT_PIPE=0 */
     const char *pp = getenv("CRESCENT_PUT_PIPE");
     s->pipe_on = !(pp && !strcmp(pp, "0"));

@@ -51,6 +51,11 @@
 #define CR__SC_DEFAULT_LBUF_SIZE (16ull << 20)      /* local staging buffer */
 #define CR__SC_DEFAULT_RPC_TIMEOUT_MS 5000
 #define CR__SC_DEFAULT_RPC_SPIN_US 50 /* busy-poll budget for a master reply (rpc/client.h) */
+/* keys per chunk of a pipelined get (ops.c): a 256-key call is one chunk,
+ * whose reads run as 4 TE batches checked in turn; two chunks of 128 took
+ * 6-15 % longer per call over shm on the 2-vCPU machine (docs/benchmarks.md,
+ * issue 16, session of 2026-11-30 12:08) */
+#define CR__SC_DEFAULT_GET_CHUNK_KEYS 256
 #define CR__SC_DEFAULT_XFER_TIMEOUT_MS 30000
 #define CR__SC_DEFAULT_HEARTBEAT_MS 1000
 #define CR__SC_SEG_SIZE_MAX (1ull << 40)           /* contributed segment: 1 TiB */
@@ -144,6 +149,7 @@ struct cr_store {
      * the current reservation and the one to hand back, guarded by resv_mu */
     int resv_on;
     int pipe_on; /* a reserved batch's commits pipelined (ops.c; CRESCENT_PUT_PIPE=0: off) */
+    size_t get_chunk_keys; /* keys per chunk of a pipelined get (CRESCENT_GET_CHUNK_KEYS) */
     pthread_mutex_t resv_mu;
     struct {
         uint64_t id;             /* 0: none */

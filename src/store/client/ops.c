@@ -1451,9 +1451,9 @@ static void put_chunk_end(cr_store_t *s, put_chunk_t *c)
  * ~12 against ~7-8 us per key over tcp), 128-key chunks did not
  * (docs/benchmarks.md, issue 16, session of 03:51). */
 #define PIPE_KEYS 128
-static size_t pipe_chunks(size_t n)
+static size_t pipe_chunks(size_t n, size_t keys)
 {
-    return n < 2 * PIPE_KEYS ? 1 : n / PIPE_KEYS;
+    return n < 2 * keys ? 1 : n / keys;
 }
 
 /* 1 if reserved chunk c (begun) holds a carve outside this client's
@@ -1522,7 +1522,7 @@ static int put_once(cr_store_t *s, const char *const *keys, const void *const *s
                     const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg,
                     int staged, int avoid_suspects, int resv, int *results)
 {
-    size_t nch = staged ? 1 : pipe_chunks(n);
+    size_t nch = staged ? 1 : pipe_chunks(n, PIPE_KEYS);
     /* a reserved direct batch of several chunks commits through a pipe
      * (above) */
     int piped = s->pipe_on && resv && !staged && nch > 1;
@@ -2301,7 +2301,7 @@ static void get_chunk_end(cr_store_t *s, get_chunk_t *c)
 static int do_get(cr_store_t *s, const char *const *keys, void *const *dsts, const size_t *caps,
                   size_t n, size_t *lens, int staged, int *results, void **alloc)
 {
-    size_t nch = staged || alloc ? 1 : pipe_chunks(n);
+    size_t nch = staged || alloc ? 1 : pipe_chunks(n, s->get_chunk_keys);
     get_chunk_t c[2];
     for (size_t j = 0; j <= nch; j++) {
         if (j < nch) { /* locate chunk j and start its reads while chunk j - 1's move */

@@ -404,7 +404,7 @@ static void test_batch(void **state)
 static void test_batch_pipelined(void **state)
 {
     (void)state;
-    enum { N = 520 }; /* 4 chunks: both chunk slots are reused */
+    enum { N = 1040 }; /* 8 put and 4 get chunks: both chunk slots are reused */
     static char names[N][32];
     static const char *keys[N];
     static const void *bufs[N];
@@ -415,7 +415,7 @@ static void test_batch_pipelined(void **state)
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof names[i], "pipe-%d", i);
         keys[i] = names[i];
-        lens[i] = 1000 + (size_t)i * 37;
+        lens[i] = 1000 + (size_t)(i % 520) * 37;
         caps[i] = lens[i];
         bufs[i] = g_reg + off;
         outs[i] = g_reg + (20u << 20) + off;

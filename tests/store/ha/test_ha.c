@@ -383,36 +383,49 @@ static uint16_t free_port(void)
     return port;
 }
 
+/* Starts etcd (in g_etcd_ns when set). Its ports come from free_port(),
+ * which another process may take before etcd binds them: an etcd that
+ * exits at once is started again on fresh ports (its client port too,
+ * unless a scenario chose it before: etcdlate), up to 3 times. */
 static int start_etcd(void)
 {
     const char *bin = access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : NULL;
     if (!bin)
         return 77;
-    if (!g_etcd_port)
-        g_etcd_port = free_port();
-    uint16_t peer = free_port();
-    char curl[64], purl[64], cluster[96], dd[300], log[300];
-    snprintf(curl, sizeof curl, "http://%s:%u", g_etcd_host, g_etcd_port);
-    snprintf(purl, sizeof purl, "http://%s:%u", g_etcd_host, peer);
-    snprintf(cluster, sizeof cluster, "i10-ha=%s", purl);
-    snprintf(dd, sizeof dd, "%s/etcd", g_dir);
+    int chosen = g_etcd_port != 0;
+    char log[300];
     snprintf(log, sizeof log, "%s/etcd.log", g_dir);
-    char *argv[] = {ip_bin(), "netns", "exec", (char *)g_etcd_ns, (char *)bin, "--name", "i10-ha",
-                    "--data-dir", dd, "--listen-client-urls", curl, "--advertise-client-urls", curl,
-                    "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
-                    "--initial-cluster", cluster, NULL};
-    g_etcd_pid = cu_spawn(g_etcd_ns ? argv : argv + 4, log, NULL);
-    snprintf(g_addr, sizeof g_addr, "etcd://%s:%u/i10test", g_etcd_host, g_etcd_port);
-    snprintf(g_meta_uri, sizeof g_meta_uri, "etcd://%s:%u", g_etcd_host, g_etcd_port);
-    for (int t = 0; t < 300; t++) {
-        char body[256];
-        int fd = cr__net_connect(g_etcd_host, g_etcd_port, NULL, 200);
-        if (fd >= 0) {
-            close(fd);
-            (void)body;
-            return 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (!chosen || !g_etcd_port)
+            g_etcd_port = free_port();
+        uint16_t peer = free_port();
+        char curl[64], purl[64], cluster[96], dd[300];
+        snprintf(curl, sizeof curl, "http://%s:%u", g_etcd_host, g_etcd_port);
+        snprintf(purl, sizeof purl, "http://%s:%u", g_etcd_host, peer);
+        snprintf(cluster, sizeof cluster, "i10-ha=%s", purl);
+        snprintf(dd, sizeof dd, "%s/etcd", g_dir);
+        char *argv[] = {ip_bin(), "netns", "exec", (char *)g_etcd_ns, (char *)bin, "--name",
+                        "i10-ha", "--data-dir", dd, "--listen-client-urls", curl,
+                        "--advertise-client-urls", curl, "--listen-peer-urls", purl,
+                        "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster, NULL};
+        g_etcd_pid = cu_spawn(g_etcd_ns ? argv : argv + 4, log, NULL);
+        snprintf(g_addr, sizeof g_addr, "etcd://%s:%u/i10test", g_etcd_host, g_etcd_port);
+        snprintf(g_meta_uri, sizeof g_meta_uri, "etcd://%s:%u", g_etcd_host, g_etcd_port);
+        for (int t = 0; t < 300; t++) {
+            int fd = cr__net_connect(g_etcd_host, g_etcd_port, NULL, 200);
+            if (fd >= 0) {
+                close(fd);
+                return 0;
+            }
+            if (g_etcd_pid > 0 && waitpid(g_etcd_pid, NULL, WNOHANG) == g_etcd_pid) {
+                fprintf(stderr, "etcd exited at start (a port taken?), again on fresh ports\n");
+                g_etcd_pid = -1;
+                break;
+            }
+            usleep(100000);
         }
-        usleep(100000);
+        if (g_etcd_pid > 0)
+            break; /* running but not answering: starting it again would not help */
     }
     fprintf(stderr, "etcd did not start (see %s)\n", log);
     return -1;
