@@ -52,8 +52,8 @@
 #define CR__SC_DEFAULT_RPC_TIMEOUT_MS 5000
 #define CR__SC_DEFAULT_RPC_SPIN_US 50 /* busy-poll budget for a master reply (rpc/client.h) */
 /* keys per chunk of a pipelined get (ops.c): a 256-key call is one chunk,
- * whose reads run as 4 TE batches checked in turn; two chunks of 128 took
- * 6-15 % longer per call over shm on the 2-vCPU machine (docs/benchmarks.md,
+ * whose reads run as 4 TE batches checked in turn; it took 6-14 % less
+ * time per call than two chunks of 128 over shm on the 2-vCPU machine (docs/benchmarks.md,
  * issue 16, session of 2026-11-30 12:08) */
 #define CR__SC_DEFAULT_GET_CHUNK_KEYS 256
 #define CR__SC_DEFAULT_XFER_TIMEOUT_MS 30000
