@@ -205,13 +205,8 @@ static void test_many_puts(cr_store_t *c)
     enum { NB = 512, VB = 16 << 10 };
     static batch_t bt;
     batch_make(&bt, "batch", NB, VB, 1000);
-    const char **keys = bt.keys;
-    const void **bufs = bt.bufs;
-    void **outs = bt.outs;
-    size_t *lens = bt.lens, *caps = bt.caps, *glens = bt.glens;
-    int *res = bt.res;
     int64_t b0 = metric("put_commits_total");
-    CHECK_RC(cr_store_batch_put_from(c, keys, bufs, lens, NB, NULL, res), 0);
+    CHECK_RC(cr_store_batch_put_from(c, bt.keys, bt.bufs, bt.lens, NB, NULL, bt.res), 0);
     /* the batch runs as pipelined chunks of 128 keys (2 MiB), each of
      * which may fetch a reservation (2 MiB here): more than half of it
      * goes through them, where one call fetching one reservation at most
@@ -220,10 +215,10 @@ static void test_many_puts(cr_store_t *c)
     CHECK(b1 - b0 > NB / 2, "batch: only %" PRId64 " of %d keys through reservations", b1 - b0,
           NB);
     memset(g_reg + (16u << 20), 0, (size_t)NB * VB);
-    CHECK_RC(cr_store_batch_get_into(c, keys, outs, caps, NB, glens, res), 0);
+    CHECK_RC(cr_store_batch_get_into(c, bt.keys, bt.outs, bt.caps, NB, bt.glens, bt.res), 0);
     for (int i = 0; i < NB; i++)
-        CHECK(res[i] == 0 && glens[i] == VB && same(outs[i], VB, 1000 + (uint64_t)i),
-              "batch key %d: %d", i, res[i]);
+        CHECK(bt.res[i] == 0 && bt.glens[i] == VB && same(bt.outs[i], VB, 1000 + (uint64_t)i),
+              "batch key %d: %d", i, bt.res[i]);
     int64_t c1 = metric("put_commits_total");
     /* most went through reservations (a batch fetches one more at most) */
     CHECK(c1 - c0 >= 600, "only %" PRId64 " commits for %d puts", c1 - c0, 600 + NB);
@@ -274,28 +269,23 @@ static void test_commit_answer_lost(cr_store_t *c)
     enum { NB = 300, VB = 4 << 10 };
     static batch_t bt;
     batch_make(&bt, "lost", NB, VB, 7000);
-    const char **keys = bt.keys;
-    const void **bufs = bt.bufs;
-    void **outs = bt.outs;
-    size_t *lens = bt.lens, *caps = bt.caps, *glens = bt.glens;
-    int *res = bt.res;
     int64_t refused0 = metric("put_commits_refused_total"), starts0 = metric("rpc_put_start_total");
     g_answers = g_dropped = 0;
     cr__store_set_test_hooks(c, &(cr__store_test_hooks_t){.commit_answer_lost = drop_every_other});
-    CHECK_RC(cr_store_batch_put_from(c, keys, bufs, lens, NB, NULL, res), 0);
+    CHECK_RC(cr_store_batch_put_from(c, bt.keys, bt.bufs, bt.lens, NB, NULL, bt.res), 0);
     cr__store_set_test_hooks(c, NULL);
     for (int i = 0; i < NB; i++)
-        CHECK(res[i] == 0, "lost-%d: %d", i, res[i]);
+        CHECK(bt.res[i] == 0, "lost-%d: %d", i, bt.res[i]);
     CHECK(g_answers >= 2 && g_dropped >= 1, "%d answers seen, %d dropped: nothing pipelined",
           g_answers, g_dropped);
     CHECK(metric("put_commits_refused_total") == refused0, "a commit sent again was refused");
     CHECK(metric("rpc_put_start_total") == starts0, "%" PRId64 " keys went two-phase",
           metric("rpc_put_start_total") - starts0);
     memset(g_reg + (16u << 20), 0, (size_t)NB * VB);
-    CHECK_RC(cr_store_batch_get_into(c, keys, outs, caps, NB, glens, res), 0);
+    CHECK_RC(cr_store_batch_get_into(c, bt.keys, bt.outs, bt.caps, NB, bt.glens, bt.res), 0);
     for (int i = 0; i < NB; i++)
-        CHECK(res[i] == 0 && glens[i] == VB && same(outs[i], VB, 7000 + (uint64_t)i),
-              "lost-%d read back: %d", i, res[i]);
+        CHECK(bt.res[i] == 0 && bt.glens[i] == VB && same(bt.outs[i], VB, 7000 + (uint64_t)i),
+              "lost-%d read back: %d", i, bt.res[i]);
     /* a second put of the same keys: each exists once, as before */
     CHECK_RC(cr_store_put_from(c, "lost-0", g_reg, VB, NULL), CR_E_OBJECT_ALREADY_EXISTS);
     CHECK_RC(cr_store_remove_all_force(c, 1, NULL), 0);
