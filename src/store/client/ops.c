@@ -1440,8 +1440,9 @@ static void put_chunk_end(cr_store_t *s, put_chunk_t *c)
     put_chunk_release(s, c, ok);
 }
 
-/* Chunks of a pipelined batch (put or get) of n keys: a batch of at least
- * 2 * PIPE_KEYS keys runs as chunks of about PIPE_KEYS keys, two in flight,
+/* Chunks of a pipelined batch of n keys: a batch of at least 2 * keys
+ * runs as chunks of about `keys` keys (PIPE_KEYS for puts,
+ * s->get_chunk_keys for gets: CR__SC_DEFAULT_GET_CHUNK_KEYS), two in flight,
  * so that each chunk's master round trips (PutStart of the next chunk and
  * PutEnd of the previous one; GetReplicaList of the next) overlap another
  * chunk's data. Only the first chunk's PutStart / GetReplicaList and the
@@ -1449,7 +1450,8 @@ static void put_chunk_end(cr_store_t *s, put_chunk_t *c)
  * calls and TE batch (thread wakeups): 64-key chunks cost more client CPU
  * per key than they saved on this 2-core machine (a 256 x 16 KiB batch:
  * ~12 against ~7-8 us per key over tcp), 128-key chunks did not
- * (docs/benchmarks.md, issue 16, session of 03:51). */
+ * (docs/benchmarks.md, issue 16, session of 03:51). A 256-key get is one
+ * chunk since the session of 2026-11-30 12:08 (client.h). */
 #define PIPE_KEYS 128
 static size_t pipe_chunks(size_t n, size_t keys)
 {
