@@ -4,7 +4,8 @@
 layer) of 64 KiB and of 16 KiB, saved with cr_store_batch_put_from and loaded
 with cr_store_batch_get_into in calls of --batch keys (default 256: one
 layer's pages), each object from/into its own registered buffer, one client
-thread, against a local cluster (crescent-master + 2 crescent-node).
+thread, against a local cluster (crescent-master + --nodes crescent-node,
+default 2).
 
 Reference, measured in the same run: the raw Transfer Engine moving the same
 bytes in the same shape -- the same number of blocks of the same size, in
@@ -29,6 +30,11 @@ target) runs right after the new one in every repetition: a before/after of
 the client in one run, each against the same raw TE figures (the cluster's
 RPC protocol must be the same).
 
+With --nodes 1 the cluster has one node: every object lands on it, as the
+raw TE's blocks land on its one target (with 2, the client's reservations
+alternate between two target processes; measured in docs/benchmarks.md,
+session of 2026-11-30 15:17 UTC).
+
 With --warmup N the store client first makes N untimed batch_put +
 batch_get calls of its own keys in the thread that is then timed (its
 master connection, the nodes' connections and segment mappings, its
@@ -41,7 +47,7 @@ older than the flag rejects it).
 
 Usage: bench/kvcache/run.sh [--build build] [--reps 5] [--objects 8192]
                             [--sizes 64KiB,16KiB] [--batch 256]
-                            [--protocols tcp,shm] [--shm-memory shared|anon]
+                            [--protocols tcp,shm] [--shm-memory shared|anon] [--nodes 2]
                             [--base OLD-BUILD-DIR] [--warmup N]
                             [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
@@ -87,8 +93,11 @@ def main():
                          "or anon (CRESCENT_SEGMENT_SHARED=0: shm copies with process_vm_*)")
     ap.add_argument("--warmup", type=int, default=0,
                     help="untimed warm-up calls of the store client (crescent-bench store --warmup)")
+    ap.add_argument("--nodes", type=int, default=2, help="crescent-node processes in the cluster")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
+    if not 1 <= a.nodes <= 8:
+        sys.exit("--nodes: 1 to 8")
     if a.objects % a.batch:
         sys.exit("--objects must be a multiple of --batch")
     sizes = [s for s in a.sizes.split(",") if s]
@@ -109,11 +118,11 @@ def main():
     cleanup_on_signals()
     rows = []
     try:
-        # 2 nodes, each able to hold every object (the master may place all on one)
+        # every node able to hold every object (the master may place all on one)
         seg_mib = max(2048, (span >> 20) * 2)
         if a.shm_memory == "anon":
             os.environ["CRESCENT_SEGMENT_SHARED"] = "0"  # the nodes' segments
-        cl = store.Cluster(a.build, seg="%dMB" % seg_mib)
+        cl = store.Cluster(a.build, seg="%dMB" % seg_mib, nodes=a.nodes)
         tgt, seg = te.start_target(bench, ["--protocol", "auto", "--target_memory",
                                            "auto" if a.shm_memory == "shared" else "anon",
                                            "--buffer_size", "%dMiB" % max(64, span >> 20)])
@@ -194,13 +203,13 @@ def main():
         cleanup()
     load = os.getloadavg()
     md = ("KV-cache save/load benchmark, %s, %d cores, load average %.1f at the end, median of %d; "
-          "%d objects per save/load, %d keys per batch call, 1 client thread; shm memory: %s; "
+          "%d objects per save/load, %d keys per batch call, 1 client thread, %d node(s); shm memory: %s; "
           "store client warm-up calls: %d; GB/s = 1e9 bytes/s; "
           "ratio = store / raw TE (median of per-repetition ratios, min-max); CPU: user+sys of "
           "the TE initiator process / the store client process in the timed phase (a store "
           "client with --base older than this column prints nan)\n\n"
           % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), load[0], a.reps,
-             a.objects, a.batch, a.shm_memory, a.warmup))
+             a.objects, a.batch, a.nodes, a.shm_memory, a.warmup))
     md += ("| object | transport | store call | reference | reference GB/s | store GB/s | ratio | "
            "min-max | TE initiator CPU us/block | store client CPU us/key |\n")
     md += "|---|---|---|---|---|---|---|---|---|---|\n"
