@@ -35,6 +35,14 @@ raw TE's blocks land on its one target (with 2, the client's reservations
 alternate between two target processes; measured in docs/benchmarks.md,
 session of 2026-11-30 15:17 UTC).
 
+With --passes P every repetition saves (and loads) the --objects P times,
+timed as one, on both sides: the raw TE moves the same local blocks P times
+(crescent-bench --passes), the store client saves P x --objects distinct keys
+from the same --objects buffers (its --ops). One pass of 64 KiB objects
+takes ~0.1 s here, shorter than many of this machine's hiccups; P passes
+average over them (the repetitions stay interleaved, TE and store back to
+back).
+
 With --warmup N the store client first makes N untimed batch_put +
 batch_get calls of its own keys in the thread that is then timed (its
 master connection, the nodes' connections and segment mappings, its
@@ -48,6 +56,7 @@ older than the flag rejects it).
 Usage: bench/kvcache/run.sh [--build build] [--reps 5] [--objects 8192]
                             [--sizes 64KiB,16KiB] [--batch 256]
                             [--protocols tcp,shm] [--shm-memory shared|anon] [--nodes 2]
+                            [--passes 1]
                             [--base OLD-BUILD-DIR] [--warmup N]
                             [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
@@ -94,12 +103,17 @@ def main():
     ap.add_argument("--warmup", type=int, default=0,
                     help="untimed warm-up calls of the store client (crescent-bench store --warmup)")
     ap.add_argument("--nodes", type=int, default=2, help="crescent-node processes in the cluster")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="saves/loads of --objects per repetition, timed as one (TE --passes; "
+                         "the store client's --ops): a longer measurement of the same shape")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     if not 1 <= a.nodes <= 8:
         sys.exit("--nodes: 1 to 8")
     if a.objects % a.batch:
         sys.exit("--objects must be a multiple of --batch")
+    if not 1 <= a.passes <= 16:
+        sys.exit("--passes: 1 to 16")
     sizes = [s for s in a.sizes.split(",") if s]
     for s in sizes:
         if s not in SIZES:
@@ -119,7 +133,7 @@ def main():
     rows = []
     try:
         # every node able to hold every object (the master may place all on one)
-        seg_mib = max(2048, (span >> 20) * 2)
+        seg_mib = max(2048, (span >> 20) * a.passes * 2)
         if a.shm_memory == "anon":
             os.environ["CRESCENT_SEGMENT_SHARED"] = "0"  # the nodes' segments
         cl = store.Cluster(a.build, seg="%dMB" % seg_mib, nodes=a.nodes)
@@ -133,11 +147,13 @@ def main():
                     # waits for its own (cr_xfer_transfer_sync), not polled
                     te_args = ["--segment", seg, "--protocol", proto, "--block_size", size,
                                "--batch_size", str(a.batch), "--threads", "1",
-                               "--objects", str(a.objects), "--duration", "600",
+                               "--objects", str(a.objects), "--passes", str(a.passes),
+                               "--duration", "600",
                                "--wait", "block"]
                     st_args = ["--op", "batch_putget", "--value_size", str(SIZES[size]),
                                "--threads", "1", "--batch", str(a.batch),
-                               "--ops", str(a.objects // a.batch), "--slots", str(a.objects),
+                               "--ops", str(a.objects // a.batch * a.passes),
+                               "--slots", str(a.objects),
                                "--protocol", "tcp" if proto == "tcp" else "tcp,shm"]
                     if a.warmup:
                         st_args += ["--warmup", str(a.warmup)]
@@ -148,7 +164,7 @@ def main():
                             raise RuntimeError("TE used %s, not %s" % (r.get("transport"), proto))
                         # initiator CPU per block (us): the client side's cost, which the
                         # machine's load barely moves
-                        cpu[op].append(float(r.get("cpu_s", "nan")) * 1e6 / a.objects)
+                        cpu[op].append(float(r.get("cpu_s", "nan")) * 1e6 / (a.objects * a.passes))
                         return float(r["gbps"])
 
                     def ccpu(res, phase):
@@ -203,13 +219,14 @@ def main():
         cleanup()
     load = os.getloadavg()
     md = ("KV-cache save/load benchmark, %s, %d cores, load average %.1f at the end, median of %d; "
-          "%d objects per save/load, %d keys per batch call, 1 client thread, %d node(s); shm memory: %s; "
+          "%d objects per save/load, %d save(s)/load(s) per repetition, %d keys per batch call, "
+          "1 client thread, %d node(s); shm memory: %s; "
           "store client warm-up calls: %d; GB/s = 1e9 bytes/s; "
           "ratio = store / raw TE (median of per-repetition ratios, min-max); CPU: user+sys of "
           "the TE initiator process / the store client process in the timed phase (a store "
           "client with --base older than this column prints nan)\n\n"
           % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), load[0], a.reps,
-             a.objects, a.batch, a.nodes, a.shm_memory, a.warmup))
+             a.objects, a.passes, a.batch, a.nodes, a.shm_memory, a.warmup))
     md += ("| object | transport | store call | reference | reference GB/s | store GB/s | ratio | "
            "min-max | TE initiator CPU us/block | store client CPU us/key |\n")
     md += "|---|---|---|---|---|---|---|---|---|---|\n"

@@ -5,7 +5,7 @@
  *              [--metadata URI] [--buffer_size 1GiB]
  *   initiator: crescent-bench --mode initiator --segment NAME --operation read|write
  *              --block_size 4MiB --batch_size 8 --threads 2 --duration 10 [--check]
- *              [--objects N]
+ *              [--objects N [--passes P]]
  *
  * The target registers one buffer of buffer_size bytes, pre-faulted and
  * filled with a known pattern, prints
@@ -15,7 +15,8 @@
  * of batch_size requests of block_size bytes at consecutive offsets of its
  * region (wrapping), from its own registered local slots (with --objects N:
  * exactly N blocks per thread, each batch from its own distinct local blocks,
- * as a KV-cache save or load moves N distinct pages). With --check every
+ * as a KV-cache save or load moves N distinct pages; --passes P moves them P
+ * times over in one timed run). With --check every
  * byte read is compared with the target's pattern, and every write (of
  * content unique to its batch) is read back and compared, then the target's
  * pattern is restored. A write run WITHOUT --check leaves the initiator's
@@ -83,6 +84,7 @@ typedef struct te_cfg {
     int64_t poll_us;
     uint64_t pattern_seed;
     int64_t objects;
+    int64_t passes;
     double open_seconds;
     int check;
     CR__AUTH_CFG_FIELDS;
@@ -130,6 +132,9 @@ static const cr__cfg_opt_t opts[] = {
         "--batch_size), each batch from its own part of a local buffer of that many distinct "
         "blocks, then stop (--duration is only an upper bound); 0 = run for --duration reusing "
         "one batch of local slots", CR__CFG_INT),
+    OPT(passes, "1", "initiator with --objects: move the objects this many times in one timed "
+        "run, each pass from the same local blocks (a longer measurement of the same shape)",
+        CR__CFG_INT),
     OPT(open_seconds, "15", "initiator: keep retrying to open the segment this long (target "
         "may still be starting)", CR__CFG_DOUBLE),
     OPT(pattern_seed, "0", "seed of the target's data pattern (0 = built-in; tests use a "
@@ -418,13 +423,14 @@ static void *worker_main(void *arg)
         sleep_us(100);
     /* at least one measured batch, even if the window closed before this
      * thread was scheduled (a loaded machine): results are never empty */
-    uint64_t max_batches = c->objects ? (uint64_t)c->objects / n : UINT64_MAX;
+    uint64_t per_pass = c->objects ? (uint64_t)c->objects / n : 0;
+    uint64_t max_batches = c->objects ? per_pass * (uint64_t)c->passes : UINT64_MAX;
     for (int first = 1; !w->first_error && w->batches < max_batches &&
                         (first || !atomic_load(&stop_flag));
          first = 0) {
         next_offsets(w, taddr, n);
         /* --objects: every batch from its own distinct local blocks */
-        char *slots = w->slots + (c->objects ? w->batches * n * c->block_size : 0);
+        char *slots = w->slots + (c->objects ? (w->batches % per_pass) * n * c->block_size : 0);
         uint64_t wseed = target_seed ^ 0x5752495445000000ull ^ (w->batches + 1) ^
                          ((uint64_t)w->id << 40);
         if (c->check && w->op == CR_XFER_READ)
@@ -706,12 +712,14 @@ int cr_bench_te_main(int argc, char **argv)
         c.batch_size > 4096 || c.threads < 1 || c.threads > 64 || c.duration <= 0 ||
         c.port < 0 || c.port > 65535 || c.buffer_size == 0 || c.poll_us < 0 ||
         c.io_threads < 0 || c.conns_per_path < 0 || c.timeout_ms < 0 ||
-        c.objects < 0 || (c.objects && c.objects % c.batch_size) ||
+        c.objects < 0 || (c.objects && c.objects % c.batch_size) || c.passes < 1 ||
+        c.passes > 1000 || (c.passes > 1 && !c.objects) ||
         (uint64_t)(c.objects ? c.objects : c.batch_size) * c.block_size * (uint64_t)c.threads >
             (64ull << 30)) {
         fprintf(stderr, "crescent-bench: parameter out of range (block_size 1..1GiB, "
                         "batch_size 1..4096, threads 1..64, duration > 0, objects a multiple "
-                        "of batch_size, local memory threads*batch*block <= 64GiB)\n");
+                        "of batch_size, passes 1..1000 (above 1 only with objects), local "
+                        "memory threads*batch*block <= 64GiB)\n");
         return 2;
     }
     if (c.pattern_seed)

@@ -195,6 +195,17 @@ def main():
         check(res is not None and res["requests"] == "128" and res["batches"] == "16",
               "--objects 64 x 2 threads moves exactly 128 blocks in 16 batches (%s)" % op,
               ("128", "16"), res and (res["requests"], res["batches"]))
+    # --passes: the same objects moved that many times in one run, every byte
+    # checked; without --objects it is rejected
+    rc, res, err = initiator("--segment", seg, "--protocol", "tcp", "--operation", "write",
+                             "--block_size", "16KiB", "--batch_size", "8", "--threads", "1",
+                             "--objects", "32", "--passes", "3", "--duration", "600", "--check")
+    check(rc == 0 and res is not None and res["errors"] == "0" and res["check"] == "ok" and
+          res["requests"] == "96" and res["batches"] == "12",
+          "--objects 32 --passes 3 moves exactly 96 blocks in 12 batches, checked",
+          ("96", "12", "ok"), (rc, res and (res["requests"], res["batches"], res["check"]), err[-300:]))
+    rc, _, err = initiator("--segment", seg, "--passes", "2")
+    check(rc == 2, "--passes without --objects exits 2", 2, rc)
     rc, _, err = initiator("--segment", seg, "--objects", "10", "--batch_size", "8")
     check(rc == 2, "--objects not a multiple of --batch_size exits 2", 2, rc)
     # a different pattern on the verifying side must be detected
