@@ -43,6 +43,15 @@ takes ~0.1 s here, shorter than many of this machine's hiccups; P passes
 average over them (the repetitions stay interleaved, TE and store back to
 back).
 
+With --interleave the raw TE runs inside the store client's process
+(crescent-bench store --te_ref, the target above): in every repetition
+blocks of 2 store calls alternate with 2 TE batches of the same shape from
+the same buffers, and both sides are the mean times of their calls; no
+separate TE runs, no CPU columns. Both then see the same moments of the
+machine, whose fast and slow phases last seconds (docs/benchmarks.md,
+session of 2026-11-30 17:20 UTC); but the two engines share the process,
+so one's idle threads sit next to the other's work.
+
 With --warmup N the store client first makes N untimed batch_put +
 batch_get calls of its own keys in the thread that is then timed (its
 master connection, the nodes' connections and segment mappings, its
@@ -56,7 +65,7 @@ older than the flag rejects it).
 Usage: bench/kvcache/run.sh [--build build] [--reps 5] [--objects 8192]
                             [--sizes 64KiB,16KiB] [--batch 256]
                             [--protocols tcp,shm] [--shm-memory shared|anon] [--nodes 2]
-                            [--passes 1]
+                            [--passes 1] [--interleave]
                             [--base OLD-BUILD-DIR] [--warmup N]
                             [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
@@ -103,6 +112,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=0,
                     help="untimed warm-up calls of the store client (crescent-bench store --warmup)")
     ap.add_argument("--nodes", type=int, default=2, help="crescent-node processes in the cluster")
+    ap.add_argument("--interleave", action="store_true",
+                    help="the raw TE inside the store client's process (crescent-bench store "
+                         "--te_ref): blocks of 2 store calls alternate with 2 TE batches of the "
+                         "same shape; no separate TE runs")
     ap.add_argument("--passes", type=int, default=1,
                     help="saves/loads of --objects per repetition, timed as one (TE --passes; "
                          "the store client's --ops): a longer measurement of the same shape")
@@ -112,6 +125,8 @@ def main():
         sys.exit("--nodes: 1 to 8")
     if a.objects % a.batch:
         sys.exit("--objects must be a multiple of --batch")
+    if a.interleave and (a.base or a.base_env):
+        sys.exit("--interleave runs no --base client")
     if not 1 <= a.passes <= 16:
         sys.exit("--passes: 1 to 16")
     sizes = [s for s in a.sizes.split(",") if s]
@@ -157,6 +172,9 @@ def main():
                                "--protocol", "tcp" if proto == "tcp" else "tcp,shm"]
                     if a.warmup:
                         st_args += ["--warmup", str(a.warmup)]
+                    if a.interleave:
+                        st_args += ["--te_ref", seg, "--te_ref_protocol", proto, "--ab_block", "2"]
+                    call_bytes = SIZES[size] * a.batch
 
                     def te_run(op):
                         r = te.run_initiator(bench, te_args + ["--operation", op], 600)
@@ -172,15 +190,30 @@ def main():
 
                     cpu = {"write": [], "read": [], "put": [], "get": [], "bput": [], "bget": []}
                     log("%s %s: warm-up" % (size, proto))
-                    te_run("write")
+                    if not a.interleave:
+                        te_run("write")
                     store.crescent(a.build, cl.addr, st_args)
-                    te_run("read")
+                    if not a.interleave:
+                        te_run("read")
                     if a.base:
                         store.crescent(a.base, cl.addr, st_args, env=base_env)
                     w, r, p, g, bp, bg = [], [], [], [], [], []
                     for k in cpu:
                         cpu[k] = []
                     for i in range(a.reps):
+                        if a.interleave:
+                            # both sides from the TEREF lines: mean call times of the
+                            # store calls and of the TE batches between them
+                            res = store.crescent(a.build, cl.addr, st_args)
+                            for ph, lst_s, lst_t in (("batch_put", p, w), ("batch_get", g, r)):
+                                x = res["teref:" + ph]
+                                lst_s.append(call_bytes / float(x["store_us_per_call"]) / 1e3)
+                                lst_t.append(call_bytes / float(x["te_us_per_call"]) / 1e3)
+                            for k in ("put", "get", "write", "read"):
+                                cpu[k].append(float("nan"))
+                            log("  rep %d: save %.3f vs TE WRITE %.3f GB/s; load %.3f vs TE READ "
+                                "%.3f GB/s (interleaved)" % (i + 1, p[-1], w[-1], g[-1], r[-1]))
+                            continue
                         w.append(te_run("write"))
                         res = store.crescent(a.build, cl.addr, st_args)
                         p.append(float(res["batch_put"]["gbps"]))
@@ -221,12 +254,14 @@ def main():
     md = ("KV-cache save/load benchmark, %s, %d cores, load average %.1f at the end, median of %d; "
           "%d objects per save/load, %d save(s)/load(s) per repetition, %d keys per batch call, "
           "1 client thread, %d node(s); shm memory: %s; "
-          "store client warm-up calls: %d; GB/s = 1e9 bytes/s; "
+          "store client warm-up calls: %d; raw TE: %s; GB/s = 1e9 bytes/s; "
           "ratio = store / raw TE (median of per-repetition ratios, min-max); CPU: user+sys of "
           "the TE initiator process / the store client process in the timed phase (a store "
           "client with --base older than this column prints nan)\n\n"
           % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.cpu_count(), load[0], a.reps,
-             a.objects, a.passes, a.batch, a.nodes, a.shm_memory, a.warmup))
+             a.objects, a.passes, a.batch, a.nodes, a.shm_memory, a.warmup,
+             "in the store client's process, interleaved (--te_ref)" if a.interleave
+             else "its own process (crescent-bench --objects)"))
     md += ("| object | transport | store call | reference | reference GB/s | store GB/s | ratio | "
            "min-max | TE initiator CPU us/block | store client CPU us/key |\n")
     md += "|---|---|---|---|---|---|---|---|---|---|\n"

@@ -118,6 +118,10 @@ def parse_results(text):
     for line in text.splitlines():
         if line.startswith("RESULT "):
             out.append(dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv))
+        elif line.startswith("TEREF "):  # --te_ref: under "teref:<op>"
+            d = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+            d["op"] = "teref:" + d.get("op", "")
+            out.append(d)
     return out
 
 

@@ -19,6 +19,13 @@
  * the two clients in blocks of --ab_block calls; an AB line gives the mean
  * call time of each: an A/B of a client switch that drifts of the machine
  * cannot bias (both halves see the same moments).
+ * With --te_ref SEGMENT (a crescent-bench target) the raw Transfer Engine
+ * is the reference in the same process and the same moments: blocks of
+ * --ab_block store calls alternate with as many TE batches of the same
+ * shape from the same buffers to the target (WRITE for batch_put, READ for
+ * batch_get); a TEREF line gives the mean call time of each and their
+ * ratio (store_over_te: the store's throughput over the TE's). The RESULT
+ * line then times the store calls only and reports no CPU figures.
  * With --processes P > 1, P child processes each run the same with their
  * own client; the parent starts every timed phase in all of them at once
  * (pipes), collects their counters and latency samples and prints one
@@ -48,6 +55,7 @@
 #include "common/auth/auth_opts.h"
 #include "common/config.h"
 #include "crescent/store.h"
+#include "crescent/transfer.h"
 
 typedef struct sb_cfg {
     char master_server_address[CR__CFG_STR_MAX];
@@ -68,6 +76,8 @@ typedef struct sb_cfg {
     int verify;
     int keep;
     char ab_env[CR__CFG_STR_MAX];
+    char te_ref[CR__CFG_STR_MAX];
+    char te_ref_protocol[CR__CFG_STR_MAX];
     int64_t ab_block;
     int64_t warmup;
     CR__AUTH_CFG_FIELDS;
@@ -103,7 +113,16 @@ static const cr__cfg_opt_t sb_opts[] = {
         "each thread's calls alternate between the two in blocks of --ab_block, and an AB line "
         "gives both mean call times (one process)",
         CR__CFG_STR),
-    OPT(ab_block, "4", "calls per block of --ab_env", CR__CFG_INT),
+    OPT(ab_block, "4", "calls per block of --ab_env or --te_ref", CR__CFG_INT),
+    OPT(te_ref, "",
+        "batch ops, one thread: the raw Transfer Engine as the reference, in the same process "
+        "and moments: blocks of --ab_block store calls alternate with as many TE batches of the "
+        "same shape (--batch blocks of --value_size from the same buffers; WRITE in batch_put, "
+        "READ in batch_get) to this crescent-bench target segment, waited for as the store "
+        "waits; a TEREF line gives both mean call times",
+        CR__CFG_STR),
+    OPT(te_ref_protocol, "", "--te_ref's transport: tcp or shm (default: tcp for --protocol tcp, "
+        "else shm)", CR__CFG_STR),
     OPT(warmup, "0",
         "batch ops: untimed batch_put + batch_get calls of --batch warm-up keys per thread "
         "first (each client's node connections, segment mappings, first reservation), as the "
@@ -126,6 +145,13 @@ typedef struct sb_thread {
     uint64_t nk;
     cr_store_t *ab_st[2]; /* --ab_env: the two clients (ab_st[1] NULL without) */
     uint64_t ab_ns[2], ab_calls[2];
+    /* --te_ref: the raw TE's engine, the target segment and the range of
+     * its buffer the reference batches use (wrapping), the next offset */
+    cr_xfer_engine_t *te;
+    cr_xfer_segment_t te_seg;
+    uint64_t te_base, te_len, te_off, te_n;
+    uint64_t te_errors;
+    uint64_t last_ns; /* the store call one_call made last, timed as its latency */
 } sb_thread_t;
 
 static pthread_barrier_t g_bar;
@@ -234,7 +260,8 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
         }
         t0 = cr__now_ns();
         cr_store_batch_put_from(th->st, keys, cbufs, lens, (size_t)batch, &rc_, res);
-        cr_bench_lat_add(&th->lat, cr__now_ns() - t0);
+        th->last_ns = cr__now_ns() - t0;
+        cr_bench_lat_add(&th->lat, th->last_ns);
         for (int b = 0; b < batch; b++)
             if (res[b]) {
                 th->errors++;
@@ -257,7 +284,8 @@ static uint64_t one_call(sb_thread_t *th, uint64_t call)
         }
         t0 = cr__now_ns();
         cr_store_batch_get_into(th->st, keys, bufs, caps, (size_t)nb, lens, res);
-        cr_bench_lat_add(&th->lat, cr__now_ns() - t0);
+        th->last_ns = cr__now_ns() - t0;
+        cr_bench_lat_add(&th->lat, th->last_ns);
         for (int b = 0; b < nb; b++) {
             uint64_t i = th->n_put ? (base + (uint64_t)b) % th->n_put : 0;
             if (res[b]) {
@@ -341,6 +369,130 @@ static void warm_thread(sb_thread_t *th)
     free(res);
 }
 
+/* --te_ref: one raw TE batch of the store call's shape (the n blocks of
+ * value_size from the buffers the store's call k uses) to the target, as
+ * the store waits for its own: submit, then cr_xfer_batch_wait (*ns: from
+ * submit to the end of the wait, as crescent-bench --wait block times a
+ * batch). Returns 0 or the first error. */
+static int te_ref_batch(sb_thread_t *th, uint64_t k, uint64_t *ns)
+{
+    const sb_cfg_t *c = th->cfg;
+    size_t vs = c->value_size, n = (size_t)c->batch;
+    int put = !strcmp(g_phase, "batch_put");
+    if (!put && n > th->slots)
+        n = th->slots;
+    cr_xfer_request_t reqs[CR_STORE_BATCH_MAX];
+    for (size_t b = 0; b < n; b++) {
+        uint64_t i = k * (uint64_t)c->batch + b; /* the store's key index of this slot */
+        if (th->te_off + vs > th->te_len)
+            th->te_off = 0;
+        reqs[b] = (cr_xfer_request_t){put ? CR_XFER_WRITE : CR_XFER_READ,
+                                      th->buf + (i % th->slots) * vs, th->te_seg,
+                                      th->te_base + th->te_off, vs};
+        th->te_off += vs;
+    }
+    cr_xfer_batch_t *bt;
+    int rc = cr_xfer_batch_alloc(th->te, n, &bt);
+    if (rc)
+        return rc;
+    uint64_t t0 = cr__now_ns();
+    rc = cr_xfer_batch_submit(bt, reqs, n);
+    if (!rc)
+        rc = cr_xfer_batch_wait(bt, -1);
+    *ns = cr__now_ns() - t0;
+    for (size_t b = 0; b < n && !rc; b++) {
+        cr_xfer_status_t x;
+        rc = cr_xfer_batch_status(bt, b, &x);
+        if (!rc && x.state != CR_XFER_STATE_COMPLETED)
+            rc = x.error ? x.error : -EIO;
+    }
+    cr_xfer_batch_free(bt);
+    return rc;
+}
+
+/* The phase with --te_ref: blocks of --ab_block store calls (ab_ns[0]:
+ * each call's own time, as its latency, without the key names and --verify
+ * patterns made around it) alternate with as many TE batches (ab_ns[1],
+ * submit to completion) until --ops of each ran. */
+static void te_ref_loop(sb_thread_t *th)
+{
+    const sb_cfg_t *c = th->cfg;
+    uint64_t ops = (uint64_t)c->ops, blk = (uint64_t)c->ab_block, done[2] = {0, 0};
+    for (uint64_t j = 0; done[0] < ops || done[1] < ops; j++) {
+        int v = (int)((j / blk) & 1);
+        if (done[v] >= ops)
+            v ^= 1;
+        if (v == 0) {
+            th->calls++;
+            th->keys_done += one_call(th, done[0]);
+            th->ab_ns[0] += th->last_ns;
+        } else {
+            uint64_t ns = 0;
+            if (te_ref_batch(th, done[1], &ns))
+                th->te_errors++;
+            th->ab_ns[1] += ns;
+        }
+        th->ab_calls[v]++;
+        done[v]++;
+    }
+}
+
+/* --te_ref: the reference engine of thread th (its transport: tcp, or
+ * tcp,shm for shm), th->buf registered, the target segment open and the
+ * largest of its buffers chosen. Returns 0 or prints why and returns -1. */
+static int te_ref_open(sb_thread_t *th, const sb_cfg_t *c, size_t buf_len)
+{
+    const char *proto = c->te_ref_protocol[0] ? c->te_ref_protocol
+                                              : !strcmp(c->protocol, "tcp") ? "tcp" : "shm";
+    cr_xfer_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = CR_XFER_PARAM_METADATA_URI | CR_XFER_PARAM_TRANSPORTS | CR_XFER_PARAM_NICS;
+    p.metadata_uri = "p2p";
+    p.transports = !strcmp(proto, "tcp") ? "tcp" : "tcp,shm";
+    p.nics = c->local_hostname;
+    if (c->cluster_key_file[0]) {
+        p.field_mask |= CR_XFER_PARAM_CLUSTER_KEY_FILE;
+        p.cluster_key_file = c->cluster_key_file;
+    }
+    if (c->tls_cert[0] || c->tls_key[0] || c->tls_ca[0]) {
+        p.field_mask |= CR_XFER_PARAM_TLS;
+        p.tls_cert = c->tls_cert;
+        p.tls_key = c->tls_key;
+        p.tls_ca = c->tls_ca;
+    }
+    int rc = cr_xfer_engine_create(&p, &th->te);
+    if (!rc)
+        rc = cr_xfer_mem_register(th->te, th->buf, buf_len, "cpu:0");
+    if (!rc)
+        rc = cr_xfer_segment_open(th->te, c->te_ref, &th->te_seg);
+    const char *tr = rc ? NULL : cr_xfer_segment_transport(th->te, th->te_seg);
+    if (!rc && (!tr || strcmp(tr, proto))) {
+        fprintf(stderr, "crescent-bench store: --te_ref: the engine uses %s, not %s, for '%s'\n",
+                tr ? tr : "?", proto, c->te_ref);
+        return -1;
+    }
+    cr_xfer_buffer_info_t bi[64];
+    size_t nb = 0;
+    if (!rc)
+        rc = cr_xfer_segment_buffers(th->te, th->te_seg, bi, 64, &nb);
+    if (rc || !nb) {
+        fprintf(stderr, "crescent-bench store: --te_ref '%s': %s\n", c->te_ref,
+                rc ? cr_strerror(rc) : "no registered buffer");
+        return -1;
+    }
+    size_t best = 0;
+    for (size_t i = 1; i < nb && i < 64; i++)
+        if (bi[i].len > bi[best].len)
+            best = i;
+    th->te_base = bi[best].addr;
+    th->te_len = bi[best].len;
+    if (th->te_len < (uint64_t)c->batch * c->value_size) {
+        fprintf(stderr, "crescent-bench store: --te_ref: target buffer too small for a batch\n");
+        return -1;
+    }
+    return 0;
+}
+
 static void *thread_main(void *a)
 {
     sb_thread_t *th = a;
@@ -348,6 +500,11 @@ static void *thread_main(void *a)
         warm_thread(th);
     pthread_barrier_wait(&g_bar); /* warmed up: the CPU counters are read */
     pthread_barrier_wait(&g_bar); /* phase start */
+    if (th->te) {
+        te_ref_loop(th);
+        pthread_barrier_wait(&g_bar); /* phase end */
+        return NULL;
+    }
     for (uint64_t call = 0; call < (uint64_t)th->cfg->ops; call++) {
         /* --ab_env: blocks of calls alternate between the clients, so both
          * see the same moments of the machine */
@@ -488,6 +645,7 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
     for (int i = 0; i < n; i++) {
         th[i].calls = th[i].keys_done = th[i].errors = th[i].verify_fail = 0;
         th[i].ab_ns[0] = th[i].ab_ns[1] = th[i].ab_calls[0] = th[i].ab_calls[1] = 0;
+        th[i].te_errors = 0;
         th[i].lat.n_seen = 0;
         if (!strcmp(phase, "batch_put"))
             ktab_fill(&th[i], th[i].n_put + (uint64_t)c->ops * (uint64_t)c->batch);
@@ -542,7 +700,26 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
             _exit(3);
         rc = (int)(errors + vfail ? 1 : 0);
     } else {
-        rc = print_result(phase, n, c, calls, keys, errors, vfail, t1 - t0, &all);
+        if (th[0].te) {
+            /* the store's own time, not the TE batches between its calls;
+             * the CPU figures would count both: not reported */
+            g_host_cpu_s = g_self_cpu_s = -1;
+            rc = print_result(phase, n, c, calls, keys, errors, vfail, th[0].ab_ns[0], &all);
+            double a = th[0].ab_calls[0] ? (double)th[0].ab_ns[0] / 1e3 / (double)th[0].ab_calls[0]
+                                         : -1;
+            double b = th[0].ab_calls[1] ? (double)th[0].ab_ns[1] / 1e3 / (double)th[0].ab_calls[1]
+                                         : -1;
+            printf("TEREF op=%s block=%d store_calls=%" PRIu64 " te_calls=%" PRIu64
+                   " te_errors=%" PRIu64 " store_us_per_call=%.1f te_us_per_call=%.1f"
+                   " store_over_te=%.3f\n",
+                   phase, (int)c->ab_block, th[0].ab_calls[0], th[0].ab_calls[1],
+                   th[0].te_errors, a, b, a > 0 ? b / a : -1.0);
+            fflush(stdout);
+            if (th[0].te_errors)
+                rc = 1;
+        } else {
+            rc = print_result(phase, n, c, calls, keys, errors, vfail, t1 - t0, &all);
+        }
         if (th[0].ab_st[1]) {
             uint64_t ns[2] = {0, 0}, nc[2] = {0, 0};
             for (int i = 0; i < n; i++)
@@ -719,6 +896,14 @@ int cr_bench_store_main(int argc, char **argv)
                         "--ab_block >= 1\n");
         return 2;
     }
+    if (c.te_ref[0] && (strncmp(c.op, "batch_", 6) || c.threads != 1 || c.processes != 1 ||
+                        c.ab_env[0] || c.ab_block < 1 ||
+                        (c.te_ref_protocol[0] && strcmp(c.te_ref_protocol, "tcp") &&
+                         strcmp(c.te_ref_protocol, "shm")))) {
+        fprintf(stderr, "crescent-bench store: --te_ref wants a batch op, one thread, one "
+                        "process, no --ab_env, --ab_block >= 1 and --te_ref_protocol tcp or shm\n");
+        return 2;
+    }
     if (!c.key_prefix[0])
         snprintf(c.key_prefix, sizeof c.key_prefix, "bench-%d", (int)getpid());
     if (c.processes > 1)
@@ -809,6 +994,7 @@ static int store_run(sb_cfg_t *cp)
         th[i].ab_st[0] = st;
         th[i].ab_st[1] = st_b;
         th[i].slots = (size_t)slots;
+        th[i].te_seg = -1;
         th[i].buf = cr_bench_alloc_prefaulted((size_t)(slots * c.value_size));
         if (!th[i].buf || cr_bench_lat_init(&th[i].lat, (uint64_t)i + 1) ||
             cr_store_register_buffer(st, th[i].buf, (size_t)(slots * c.value_size)) ||
@@ -818,6 +1004,8 @@ static int store_run(sb_cfg_t *cp)
         }
         if (!c.verify)
             memset(th[i].buf, 0x5a, (size_t)(slots * c.value_size));
+        if (c.te_ref[0] && te_ref_open(&th[i], &c, (size_t)(slots * c.value_size)))
+            goto out;
     }
 
     ret = 0;
@@ -872,6 +1060,11 @@ static int store_run(sb_cfg_t *cp)
 out:
     if (th) {
         for (int i = 0; i < n; i++) {
+            if (th[i].te) {
+                if (th[i].te_seg >= 0)
+                    cr_xfer_segment_close(th[i].te, th[i].te_seg);
+                cr_xfer_engine_destroy(th[i].te); /* its registrations go with it */
+            }
             if (th[i].buf) {
                 cr_store_unregister_buffer(st, th[i].buf);
                 if (st_b)

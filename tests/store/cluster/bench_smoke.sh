@@ -57,6 +57,26 @@ if [ "$(echo "$out" | grep -c '^RESULT .*errors=0 verify=ok ')" -ne 2 ] ||
    [ "$(echo "$out" | grep -c '^AB .*a_calls=4 b_calls=4 ')" -ne 2 ]; then
   echo "FAIL: crescent-bench store --ab_env --warmup"; cat "$tmp/bench.log"; fail=1
 fi
+# --te_ref: raw TE batches to a crescent-bench target interleaved with the
+# store calls (tcp, then shm): both sides' calls must all run, every key
+# verified, and a TEREF line per phase name both counts
+"$bench" --mode target --protocol auto --buffer_size 64MiB --ready_file "$tmp/tgt" >"$tmp/target.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 300); do [ -s "$tmp/tgt" ] && break; sleep 0.05; done
+seg=$(cat "$tmp/tgt" 2>/dev/null)
+[ -n "$seg" ] || { echo "FAIL: crescent-bench target did not start"; fail=1; }
+for proto in tcp tcp,shm; do
+  out=$("$bench" store --master_server_address "127.0.0.1:$port" --op batch_putget --value_size 16KB \
+    --batch 64 --threads 1 --ops 6 --slots 256 --protocol "$proto" --verify --te_ref "$seg" \
+    --ab_block 2 2>"$tmp/bench.log")
+  echo "$out"
+  if [ "$(echo "$out" | grep -c '^RESULT .*errors=0 verify=ok ')" -ne 2 ] ||
+     [ "$(echo "$out" | grep -c '^TEREF .*store_calls=6 te_calls=6 te_errors=0 ')" -ne 2 ]; then
+    echo "FAIL: crescent-bench store --te_ref ($proto)"; cat "$tmp/bench.log"; fail=1
+  fi
+done
+"$bench" store --master_server_address "127.0.0.1:$port" --op put --te_ref "$seg" >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "FAIL: --te_ref with a non-batch op must exit 2"; fail=1; }
 run --op get --value_size 1MB --threads 2 --keys 4 --ops 8 --verify
 run --op exist --batch 128 --threads 1 --ops 20 --keys 64 --value_size 4KB
 exit $fail
