@@ -47,4 +47,10 @@ size_t cr_bench_pattern_check(const void *buf, uint64_t off, size_t len, uint64_
 void *cr_bench_alloc_prefaulted(size_t len);
 void cr_bench_free(void *p, size_t len);
 
+/* The security options (--cluster_key_file, --tls_*) onto TE engine
+ * parameters: the fields set when given, empty strings left off. */
+struct cr_xfer_params;
+void cr_bench_xfer_security(struct cr_xfer_params *p, const char *cluster_key_file,
+                            const char *tls_cert, const char *tls_key, const char *tls_ca);
+
 #endif

@@ -450,16 +450,7 @@ static int te_ref_open(sb_thread_t *th, const sb_cfg_t *c, size_t buf_len)
     p.metadata_uri = "p2p";
     p.transports = !strcmp(proto, "tcp") ? "tcp" : "tcp,shm";
     p.nics = c->local_hostname;
-    if (c->cluster_key_file[0]) {
-        p.field_mask |= CR_XFER_PARAM_CLUSTER_KEY_FILE;
-        p.cluster_key_file = c->cluster_key_file;
-    }
-    if (c->tls_cert[0] || c->tls_key[0] || c->tls_ca[0]) {
-        p.field_mask |= CR_XFER_PARAM_TLS;
-        p.tls_cert = c->tls_cert;
-        p.tls_key = c->tls_key;
-        p.tls_ca = c->tls_ca;
-    }
+    cr_bench_xfer_security(&p, c->cluster_key_file, c->tls_cert, c->tls_key, c->tls_ca);
     int rc = cr_xfer_engine_create(&p, &th->te);
     if (!rc)
         rc = cr_xfer_mem_register(th->te, th->buf, buf_len, "cpu:0");

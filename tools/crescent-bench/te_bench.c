@@ -189,16 +189,7 @@ static int make_engine(const te_cfg_t *c, cr_xfer_engine_t **out)
         p.field_mask |= CR_XFER_PARAM_TIMEOUT_MS;
         p.timeout_ms = (unsigned)c->timeout_ms;
     }
-    if (c->cluster_key_file[0]) {
-        p.field_mask |= CR_XFER_PARAM_CLUSTER_KEY_FILE;
-        p.cluster_key_file = c->cluster_key_file;
-    }
-    if (c->tls_cert[0] || c->tls_key[0] || c->tls_ca[0]) {
-        p.field_mask |= CR_XFER_PARAM_TLS;
-        p.tls_cert = c->tls_cert;
-        p.tls_key = c->tls_key;
-        p.tls_ca = c->tls_ca;
-    }
+    cr_bench_xfer_security(&p, c->cluster_key_file, c->tls_cert, c->tls_key, c->tls_ca);
     int rc = cr_xfer_engine_create(&p, out);
     if (rc)
         fprintf(stderr, "crescent-bench: engine create failed: %s (%d)\n", cr_strerror(rc), rc);

@@ -4,6 +4,22 @@
 #include <sys/mman.h>
 
 #include "bench.h"
+#include "crescent/transfer.h"
+
+void cr_bench_xfer_security(struct cr_xfer_params *p, const char *cluster_key_file,
+                            const char *tls_cert, const char *tls_key, const char *tls_ca)
+{
+    if (cluster_key_file[0]) {
+        p->field_mask |= CR_XFER_PARAM_CLUSTER_KEY_FILE;
+        p->cluster_key_file = cluster_key_file;
+    }
+    if (tls_cert[0] || tls_key[0] || tls_ca[0]) {
+        p->field_mask |= CR_XFER_PARAM_TLS;
+        p->tls_cert = tls_cert;
+        p->tls_key = tls_key;
+        p->tls_ca = tls_ca;
+    }
+}
 
 int cr_bench_lat_init(cr_bench_lat_t *l, uint64_t seed)
 {
