@@ -149,7 +149,7 @@ typedef struct sb_thread {
      * its buffer the reference batches use (wrapping), the next offset */
     cr_xfer_engine_t *te;
     cr_xfer_segment_t te_seg;
-    uint64_t te_base, te_len, te_off, te_n;
+    uint64_t te_base, te_len, te_off;
     uint64_t te_errors;
     uint64_t last_ns; /* the store call one_call made last, timed as its latency */
 } sb_thread_t;
