@@ -136,6 +136,9 @@ def crescent(build, addr, args, prefix=(), env=None):
     if not res:
         raise RuntimeError("crescent-bench store failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
     for x in res:
+        if x.get("te_errors", "0") != "0":  # --te_ref: the reference's batches failed
+            raise RuntimeError("crescent-bench store: %s raw TE batches failed: %s"
+                               % (x["te_errors"], " ".join(cmd)))
         if x.get("errors", "0") != "0":
             # a failed op is cheap, so a run with errors would flatter the figure:
             # it is not a measurement
