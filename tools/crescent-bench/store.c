@@ -78,6 +78,7 @@ typedef struct sb_cfg {
     char ab_env[CR__CFG_STR_MAX];
     char te_ref[CR__CFG_STR_MAX];
     char te_ref_protocol[CR__CFG_STR_MAX];
+    int64_t te_ref_rpc;
     int64_t ab_block;
     int64_t warmup;
     CR__AUTH_CFG_FIELDS;
@@ -123,6 +124,12 @@ static const cr__cfg_opt_t sb_opts[] = {
         CR__CFG_STR),
     OPT(te_ref_protocol, "", "--te_ref's transport: tcp or shm (default: tcp for --protocol tcp, "
         "else shm)", CR__CFG_STR),
+    OPT(te_ref_rpc, "0",
+        "with --te_ref: a third arm, the same TE batch followed by one master call "
+        "(batch_is_exist of this many of the call's keys, 1..--batch), timed with it: the raw "
+        "TE plus one metadata round trip after its last byte, the least a store's save must add "
+        "(0 = off); a TERPC line gives its mean time",
+        CR__CFG_INT),
     OPT(warmup, "0",
         "batch ops: untimed batch_put + batch_get calls of --batch warm-up keys per thread "
         "first (each client's node connections, segment mappings, first reservation), as the "
@@ -144,7 +151,7 @@ typedef struct sb_thread {
     char (*ktab)[96]; /* names of keys 0..nk-1, made before a batch phase (key_of) */
     uint64_t nk;
     cr_store_t *ab_st[2]; /* --ab_env: the two clients (ab_st[1] NULL without) */
-    uint64_t ab_ns[2], ab_calls[2];
+    uint64_t ab_ns[3], ab_calls[3]; /* [2]: --te_ref_rpc */
     /* --te_ref: the raw TE's engine, the target segment and the range of
      * its buffer the reference batches use (wrapping), the next offset */
     cr_xfer_engine_t *te;
@@ -374,7 +381,7 @@ static void warm_thread(sb_thread_t *th)
  * the store waits for its own: submit, then cr_xfer_batch_wait (*ns: from
  * submit to the end of the wait, as crescent-bench --wait block times a
  * batch). Returns 0 or the first error. */
-static int te_ref_batch(sb_thread_t *th, uint64_t k, uint64_t *ns)
+static int te_ref_batch(sb_thread_t *th, uint64_t k, int rpc, uint64_t *ns)
 {
     const sb_cfg_t *c = th->cfg;
     size_t vs = c->value_size, n = (size_t)c->batch;
@@ -391,6 +398,15 @@ static int te_ref_batch(sb_thread_t *th, uint64_t k, uint64_t *ns)
                                       th->te_base + th->te_off, vs};
         th->te_off += vs;
     }
+    /* --te_ref_rpc: the names of the call's first keys, made before the clock */
+    size_t nr = rpc ? (size_t)c->te_ref_rpc : 0;
+    if (nr > n)
+        nr = n;
+    char kbuf[CR_STORE_BATCH_MAX][96];
+    const char *keys[CR_STORE_BATCH_MAX];
+    int res[CR_STORE_BATCH_MAX];
+    for (size_t b = 0; b < nr; b++)
+        keys[b] = key_of(th, k * (uint64_t)c->batch + b, kbuf[b]);
     cr_xfer_batch_t *bt;
     int rc = cr_xfer_batch_alloc(th->te, n, &bt);
     if (rc)
@@ -399,6 +415,8 @@ static int te_ref_batch(sb_thread_t *th, uint64_t k, uint64_t *ns)
     rc = cr_xfer_batch_submit(bt, reqs, n);
     if (!rc)
         rc = cr_xfer_batch_wait(bt, -1);
+    if (!rc && nr)
+        rc = cr_store_batch_is_exist(th->st, keys, nr, res);
     *ns = cr__now_ns() - t0;
     for (size_t b = 0; b < n && !rc; b++) {
         cr_xfer_status_t x;
@@ -413,24 +431,26 @@ static int te_ref_batch(sb_thread_t *th, uint64_t k, uint64_t *ns)
 /* The phase with --te_ref: blocks of --ab_block store calls (ab_ns[0]:
  * each call's own time, as its latency, without the key names and --verify
  * patterns made around it) alternate with as many TE batches (ab_ns[1],
- * submit to completion) until --ops of each ran. */
+ * submit to completion) and, with --te_ref_rpc, as many TE batches each
+ * followed by one master call (ab_ns[2]), until --ops of each ran. */
 static void te_ref_loop(sb_thread_t *th)
 {
     const sb_cfg_t *c = th->cfg;
-    uint64_t ops = (uint64_t)c->ops, blk = (uint64_t)c->ab_block, done[2] = {0, 0};
-    for (uint64_t j = 0; done[0] < ops || done[1] < ops; j++) {
-        int v = (int)((j / blk) & 1);
-        if (done[v] >= ops)
-            v ^= 1;
+    int arms = c->te_ref_rpc > 0 ? 3 : 2;
+    uint64_t ops = (uint64_t)c->ops, blk = (uint64_t)c->ab_block, done[3] = {0, 0, 0};
+    for (uint64_t j = 0; done[0] < ops || done[1] < ops || (arms == 3 && done[2] < ops); j++) {
+        int v = (int)((j / blk) % (uint64_t)arms);
+        while (done[v] >= ops)
+            v = (v + 1) % arms;
         if (v == 0) {
             th->calls++;
             th->keys_done += one_call(th, done[0]);
             th->ab_ns[0] += th->last_ns;
         } else {
             uint64_t ns = 0;
-            if (te_ref_batch(th, done[1], &ns))
+            if (te_ref_batch(th, done[v], v == 2, &ns))
                 th->te_errors++;
-            th->ab_ns[1] += ns;
+            th->ab_ns[v] += ns;
         }
         th->ab_calls[v]++;
         done[v]++;
@@ -635,7 +655,8 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
     g_phase = phase;
     for (int i = 0; i < n; i++) {
         th[i].calls = th[i].keys_done = th[i].errors = th[i].verify_fail = 0;
-        th[i].ab_ns[0] = th[i].ab_ns[1] = th[i].ab_calls[0] = th[i].ab_calls[1] = 0;
+        memset(th[i].ab_ns, 0, sizeof th[i].ab_ns);
+        memset(th[i].ab_calls, 0, sizeof th[i].ab_calls);
         th[i].te_errors = 0;
         th[i].lat.n_seen = 0;
         if (!strcmp(phase, "batch_put"))
@@ -705,6 +726,15 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
                    " store_over_te=%.3f\n",
                    phase, (int)c->ab_block, th[0].ab_calls[0], th[0].ab_calls[1],
                    th[0].te_errors, a, b, a > 0 ? b / a : -1.0);
+            if (c->te_ref_rpc > 0) {
+                double r = th[0].ab_calls[2]
+                               ? (double)th[0].ab_ns[2] / 1e3 / (double)th[0].ab_calls[2]
+                               : -1;
+                printf("TERPC op=%s keys=%d calls=%" PRIu64 " te_rpc_us_per_call=%.1f"
+                       " te_rpc_over_te=%.3f store_over_te_rpc=%.3f\n",
+                       phase, (int)c->te_ref_rpc, th[0].ab_calls[2], r, r > 0 ? b / r : -1.0,
+                       a > 0 ? r / a : -1.0);
+            }
             fflush(stdout);
             if (th[0].te_errors)
                 rc = 1;
@@ -893,6 +923,11 @@ int cr_bench_store_main(int argc, char **argv)
                          strcmp(c.te_ref_protocol, "shm")))) {
         fprintf(stderr, "crescent-bench store: --te_ref wants a batch op, one thread, one "
                         "process, no --ab_env, --ab_block >= 1 and --te_ref_protocol tcp or shm\n");
+        return 2;
+    }
+    if (c.te_ref_rpc && (!c.te_ref[0] || c.te_ref_rpc < 0 || c.te_ref_rpc > c.batch ||
+                         c.te_ref_rpc > CR_STORE_BATCH_MAX)) {
+        fprintf(stderr, "crescent-bench store: --te_ref_rpc wants --te_ref and 0..--batch keys\n");
         return 2;
     }
     if (!c.key_prefix[0])

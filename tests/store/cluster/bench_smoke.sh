@@ -77,6 +77,25 @@ for proto in tcp tcp,shm; do
 done
 "$bench" store --master_server_address "127.0.0.1:$port" --op put --te_ref "$seg" >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "FAIL: --te_ref with a non-batch op must exit 2"; fail=1; }
+# --te_ref_rpc: a third arm, each TE batch followed by one master call; all
+# three arms run their calls, and a TERPC line per phase counts them
+out=$("$bench" store --master_server_address "127.0.0.1:$port" --op batch_put --value_size 16KB \
+  --batch 64 --threads 1 --ops 5 --slots 256 --protocol tcp,shm --verify --te_ref "$seg" \
+  --te_ref_rpc 64 --ab_block 2 2>"$tmp/bench.log")
+echo "$out"
+if [ "$(echo "$out" | grep -c '^RESULT .*errors=0 ')" -ne 1 ] ||
+   [ "$(echo "$out" | grep -c '^TEREF .*store_calls=5 te_calls=5 te_errors=0 ')" -ne 1 ] ||
+   [ "$(echo "$out" | grep -c '^TERPC .*keys=64 calls=5 te_rpc_us_per_call=[0-9]')" -ne 1 ]; then
+  echo "FAIL: crescent-bench store --te_ref_rpc"; cat "$tmp/bench.log"; fail=1
+fi
+for bad in "--te_ref_rpc 65" "--te_ref_rpc -1"; do
+  # shellcheck disable=SC2086
+  "$bench" store --master_server_address "127.0.0.1:$port" --op batch_put --batch 64 \
+    --te_ref "$seg" $bad >/dev/null 2>&1
+  [ $? -eq 2 ] || { echo "FAIL: $bad must exit 2"; fail=1; }
+done
+"$bench" store --master_server_address "127.0.0.1:$port" --op batch_put --te_ref_rpc 1 >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "FAIL: --te_ref_rpc without --te_ref must exit 2"; fail=1; }
 run --op get --value_size 1MB --threads 2 --keys 4 --ops 8 --verify
 run --op exist --batch 128 --threads 1 --ops 20 --keys 64 --value_size 4KB
 exit $fail
