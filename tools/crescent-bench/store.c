@@ -54,6 +54,8 @@
 #include "common/clock.h"
 #include "common/auth/auth_opts.h"
 #include "common/config.h"
+#include "common/crc32c.h"
+#include "transfer/checksum.h"
 #include "crescent/store.h"
 #include "crescent/transfer.h"
 
@@ -79,6 +81,7 @@ typedef struct sb_cfg {
     char te_ref[CR__CFG_STR_MAX];
     char te_ref_protocol[CR__CFG_STR_MAX];
     int64_t te_ref_rpc;
+    int te_ref_crc;
     int64_t ab_block;
     int64_t warmup;
     CR__AUTH_CFG_FIELDS;
@@ -130,6 +133,11 @@ static const cr__cfg_opt_t sb_opts[] = {
         "TE plus one metadata round trip after its last byte, the least a store's save must add "
         "(0 = off); a TERPC line gives its mean time",
         CR__CFG_INT),
+    OPT(te_ref_crc, "false",
+        "with --te_ref_rpc: that arm's batches also hash every byte they move (crc32c) as the "
+        "store's end-to-end check does: in the transport where it hashes the opcode, else in "
+        "this thread while the batch runs",
+        CR__CFG_BOOL),
     OPT(warmup, "0",
         "batch ops: untimed batch_put + batch_get calls of --batch warm-up keys per thread "
         "first (each client's node connections, segment mappings, first reservation), as the "
@@ -162,6 +170,7 @@ typedef struct sb_thread {
 } sb_thread_t;
 
 static pthread_barrier_t g_bar;
+static volatile uint32_t g_crc_sink; /* --te_ref_crc: keeps the hashing */
 static const char *g_phase;
 
 static void key_name(char *k, size_t cap, const sb_cfg_t *c, int t, uint64_t i)
@@ -411,10 +420,27 @@ static int te_ref_batch(sb_thread_t *th, uint64_t k, int rpc, uint64_t *ns)
     int rc = cr_xfer_batch_alloc(th->te, n, &bt);
     if (rc)
         return rc;
+    int crc = rpc && c->te_ref_crc;
+    if (crc)
+        cr__xfer_batch_want_crc(bt);
     uint64_t t0 = cr__now_ns();
     rc = cr_xfer_batch_submit(bt, reqs, n);
+    if (!rc && crc) {
+        /* what the transport does not hash, this thread does while the
+         * batch runs, as the store's put does with its values */
+        uint32_t h = 0;
+        for (size_t b = 0; b < n; b++)
+            if (!cr__xfer_batch_crc_wanted(bt, b))
+                h ^= cr__crc32c(0, reqs[b].local_addr, (size_t)reqs[b].length);
+        g_crc_sink ^= h;
+    }
     if (!rc)
         rc = cr_xfer_batch_wait(bt, -1);
+    for (size_t b = 0; b < n && !rc && crc; b++) {
+        uint32_t x;
+        if (cr__xfer_batch_crc_wanted(bt, b) && cr__xfer_batch_crc(bt, b, &x))
+            rc = -EIO; /* the transport promised a crc and gave none */
+    }
     if (!rc && nr)
         rc = cr_store_batch_is_exist(th->st, keys, nr, res);
     *ns = cr__now_ns() - t0;
@@ -730,9 +756,10 @@ static int run_phase(const char *phase, sb_thread_t *th, int n, const sb_cfg_t *
                 double r = th[0].ab_calls[2]
                                ? (double)th[0].ab_ns[2] / 1e3 / (double)th[0].ab_calls[2]
                                : -1;
-                printf("TERPC op=%s keys=%d calls=%" PRIu64 " te_rpc_us_per_call=%.1f"
+                printf("TERPC op=%s keys=%d crc=%d calls=%" PRIu64 " te_rpc_us_per_call=%.1f"
                        " te_rpc_over_te=%.3f store_over_te_rpc=%.3f\n",
-                       phase, (int)c->te_ref_rpc, th[0].ab_calls[2], r, r > 0 ? b / r : -1.0,
+                       phase, (int)c->te_ref_rpc, c->te_ref_crc, th[0].ab_calls[2], r,
+                       r > 0 ? b / r : -1.0,
                        a > 0 ? r / a : -1.0);
             }
             fflush(stdout);
@@ -923,6 +950,10 @@ int cr_bench_store_main(int argc, char **argv)
                          strcmp(c.te_ref_protocol, "shm")))) {
         fprintf(stderr, "crescent-bench store: --te_ref wants a batch op, one thread, one "
                         "process, no --ab_env, --ab_block >= 1 and --te_ref_protocol tcp or shm\n");
+        return 2;
+    }
+    if (c.te_ref_crc && !c.te_ref_rpc) {
+        fprintf(stderr, "crescent-bench store: --te_ref_crc wants --te_ref_rpc\n");
         return 2;
     }
     if (c.te_ref_rpc && (!c.te_ref[0] || c.te_ref_rpc < 0 || c.te_ref_rpc > c.batch ||

@@ -85,9 +85,22 @@ out=$("$bench" store --master_server_address "127.0.0.1:$port" --op batch_put --
 echo "$out"
 if [ "$(echo "$out" | grep -c '^RESULT .*errors=0 ')" -ne 1 ] ||
    [ "$(echo "$out" | grep -c '^TEREF .*store_calls=5 te_calls=5 te_errors=0 ')" -ne 1 ] ||
-   [ "$(echo "$out" | grep -c '^TERPC .*keys=64 calls=5 te_rpc_us_per_call=[0-9]')" -ne 1 ]; then
+   [ "$(echo "$out" | grep -c '^TERPC .*keys=64 crc=0 calls=5 te_rpc_us_per_call=[0-9]')" -ne 1 ]; then
   echo "FAIL: crescent-bench store --te_ref_rpc"; cat "$tmp/bench.log"; fail=1
 fi
+# --te_ref_crc: that arm also hashes its bytes (tcp: READs in the
+# transport, WRITEs in the calling thread), in both phases
+out=$("$bench" store --master_server_address "127.0.0.1:$port" --op batch_putget --value_size 16KB \
+  --batch 64 --threads 1 --ops 4 --slots 256 --protocol tcp --te_ref "$seg" \
+  --te_ref_rpc 1 --te_ref_crc --ab_block 2 2>"$tmp/bench.log")
+echo "$out"
+if [ "$(echo "$out" | grep -c '^TERPC .*keys=1 crc=1 calls=4 te_rpc_us_per_call=[0-9]')" -ne 2 ] ||
+   [ "$(echo "$out" | grep -c '^TEREF .*te_errors=0 ')" -ne 2 ]; then
+  echo "FAIL: crescent-bench store --te_ref_crc"; cat "$tmp/bench.log"; fail=1
+fi
+"$bench" store --master_server_address "127.0.0.1:$port" --op batch_put --te_ref "$seg" \
+  --te_ref_crc >/dev/null 2>&1
+[ $? -eq 2 ] || { echo "FAIL: --te_ref_crc without --te_ref_rpc must exit 2"; fail=1; }
 for bad in "--te_ref_rpc 65" "--te_ref_rpc -1"; do
   # shellcheck disable=SC2086
   "$bench" store --master_server_address "127.0.0.1:$port" --op batch_put --batch 64 \
