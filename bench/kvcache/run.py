@@ -52,6 +52,14 @@ machine, whose fast and slow phases last seconds (docs/benchmarks.md,
 session of 2026-11-30 17:20 UTC); but the two engines share the process,
 so one's idle threads sit next to the other's work.
 
+With --floor (and --interleave) a third arm joins the rotation
+(crescent-bench store --te_ref_rpc --te_ref_crc): the same TE batch, its
+bytes hashed as the store's end-to-end check hashes them, followed by one
+master lookup of the call's --batch keys -- the least a store that checks
+its bytes and tells its master about every call must add to the raw TE.
+Extra rows give the store against that floor (docs/benchmarks.md, session
+of 2026-11-30 22:09 UTC).
+
 With --warmup N the store client first makes N untimed batch_put +
 batch_get calls of its own keys in the thread that is then timed (its
 master connection, the nodes' connections and segment mappings, its
@@ -65,7 +73,7 @@ older than the flag rejects it).
 Usage: bench/kvcache/run.sh [--build build] [--reps 5] [--objects 8192]
                             [--sizes 64KiB,16KiB] [--batch 256]
                             [--protocols tcp,shm] [--shm-memory shared|anon] [--nodes 2]
-                            [--passes 1] [--interleave]
+                            [--passes 1] [--interleave [--floor]]
                             [--base OLD-BUILD-DIR] [--warmup N]
                             [--out results.md]
 Prints a markdown table (also written to --out). Never fails on timing; exits
@@ -116,6 +124,10 @@ def main():
                     help="the raw TE inside the store client's process (crescent-bench store "
                          "--te_ref): blocks of 2 store calls alternate with 2 TE batches of the "
                          "same shape; no separate TE runs")
+    ap.add_argument("--floor", action="store_true",
+                    help="with --interleave: a third arm, the TE batch hashed as the store's "
+                         "check does plus one master lookup of its keys (--te_ref_rpc "
+                         "--te_ref_crc); extra rows compare the store with it")
     ap.add_argument("--passes", type=int, default=1,
                     help="saves/loads of --objects per repetition, timed as one (TE --passes; "
                          "the store client's --ops): a longer measurement of the same shape")
@@ -127,6 +139,8 @@ def main():
         sys.exit("--objects must be a multiple of --batch")
     if a.interleave and (a.base or a.base_env):
         sys.exit("--interleave runs no --base client")
+    if a.floor and not a.interleave:
+        sys.exit("--floor needs --interleave")
     if not 1 <= a.passes <= 16:
         sys.exit("--passes: 1 to 16")
     sizes = [s for s in a.sizes.split(",") if s]
@@ -174,6 +188,8 @@ def main():
                         st_args += ["--warmup", str(a.warmup)]
                     if a.interleave:
                         st_args += ["--te_ref", seg, "--te_ref_protocol", proto, "--ab_block", "2"]
+                    if a.floor:
+                        st_args += ["--te_ref_rpc", str(a.batch), "--te_ref_crc"]
                     call_bytes = SIZES[size] * a.batch
 
                     def te_run(op):
@@ -198,6 +214,7 @@ def main():
                     if a.base:
                         store.crescent(a.base, cl.addr, st_args, env=base_env)
                     w, r, p, g, bp, bg = [], [], [], [], [], []
+                    fw, fr = [], []  # --floor: the floor's GB/s, save and load shape
                     for k in cpu:
                         cpu[k] = []
                     for i in range(a.reps):
@@ -205,10 +222,14 @@ def main():
                             # both sides from the TEREF lines: mean call times of the
                             # store calls and of the TE batches between them
                             res = store.crescent(a.build, cl.addr, st_args)
-                            for ph, lst_s, lst_t in (("batch_put", p, w), ("batch_get", g, r)):
+                            for ph, lst_s, lst_t, lst_f in (("batch_put", p, w, fw),
+                                                            ("batch_get", g, r, fr)):
                                 x = res["teref:" + ph]
                                 lst_s.append(call_bytes / float(x["store_us_per_call"]) / 1e3)
                                 lst_t.append(call_bytes / float(x["te_us_per_call"]) / 1e3)
+                                if a.floor:
+                                    y = res["terpc:" + ph]
+                                    lst_f.append(call_bytes / float(y["te_rpc_us_per_call"]) / 1e3)
                             for k in ("put", "get", "write", "read"):
                                 cpu[k].append(float("nan"))
                             log("  rep %d: save %.3f vs TE WRITE %.3f GB/s; load %.3f vs TE READ "
@@ -230,9 +251,20 @@ def main():
                         log("  rep %d: save %.3f vs TE WRITE %.3f GB/s; load %.3f vs TE READ %.3f GB/s%s"
                             % (i + 1, p[-1], w[-1], g[-1], r[-1],
                                "; before: save %.3f load %.3f" % (bp[-1], bg[-1]) if a.base else ""))
-                    for what, ours, base, ref, refname, ck, bk, tk in (
-                            ("save: batch_put_from", p, bp, w, "TE WRITE", "put", "bput", "write"),
-                            ("load: batch_get_into", g, bg, r, "TE READ", "get", "bget", "read")):
+                    for what, ours, base, ref, refname, ck, bk, tk, flo in (
+                            ("save: batch_put_from", p, bp, w, "TE WRITE", "put", "bput", "write", fw),
+                            ("load: batch_get_into", g, bg, r, "TE READ", "get", "bget", "read", fr)):
+                        if flo:
+                            # the floor against the raw TE, then the store against the floor
+                            fr_te = [f / x for f, x in zip(flo, ref) if x > 0]
+                            rows.append((size, proto, "floor: %s, checked, + one %d-key lookup"
+                                         % (refname, a.batch), refname, med(ref), med(flo),
+                                         med(fr_te), min(fr_te), max(fr_te), float("nan"),
+                                         float("nan")))
+                            st_f = [o / f for o, f in zip(ours, flo) if f > 0]
+                            rows.append((size, proto, what + " against the floor", "the floor",
+                                         med(flo), med(ours), med(st_f), min(st_f), max(st_f),
+                                         float("nan"), float("nan")))
                         if base:
                             br = [o / x for o, x in zip(base, ref) if x > 0]
                             rows.append((size, proto, what + " (before: --base %s)" % (a.base_env or a.base),

@@ -118,9 +118,9 @@ def parse_results(text):
     for line in text.splitlines():
         if line.startswith("RESULT "):
             out.append(dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv))
-        elif line.startswith("TEREF "):  # --te_ref: under "teref:<op>"
+        elif line.startswith(("TEREF ", "TERPC ")):  # --te_ref(_rpc): "teref:<op>", "terpc:<op>"
             d = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
-            d["op"] = "teref:" + d.get("op", "")
+            d["op"] = line[:5].lower() + ":" + d.get("op", "")
             out.append(d)
     return out
 
