@@ -130,6 +130,16 @@ int cr__sc_call_during(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *r
     return rc == -EINVAL ? CR_E_INVALID_PARAMS : CR_E_RPC_FAIL;
 }
 
+int cr__sc_call_copying(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                        void (*start)(void *), void *arg)
+{
+    int rc = cr__rpc_client_call_flags(cr__sc_rpc(s), req, reply, start, arg,
+                                       CR__RPC_CALL_NOSPIN);
+    if (rc == -ENOMEM || rc == 0)
+        return rc;
+    return rc == -EINVAL ? CR_E_INVALID_PARAMS : CR_E_RPC_FAIL;
+}
+
 static int call_once(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
 {
     return cr__sc_call_during(s, req, reply, NULL, NULL);

@@ -239,6 +239,11 @@ int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply);
  * (cr__rpc_client_call_during). Same returns as cr__sc_call. */
 int cr__sc_call_during(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
                        void (*during)(void *), void *arg);
+/* cr__sc_call_during for a start(arg) that sets copies going (TE batches
+ * left in flight): the reply is slept on, never busy-polled, so that the
+ * copies get the CPU. */
+int cr__sc_call_copying(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
+                        void (*start)(void *), void *arg);
 /* This thread's Transfer Engine batches in flight (ops.c, keyed_start to
  * keyed_done). A master call made while any is in flight sleeps on its
  * reply instead of busy-polling (CRESCENT_RPC_SPIN_US): the copies it

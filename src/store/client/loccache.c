@@ -3,14 +3,13 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
-/* 64-bit FNV-1a, never 0 (0 marks an empty entry). Two keys with one hash
- * only cost a read the master's answer then refuses. */
+/* XXH3 (as the master's key index), never 0 (0 marks an empty entry). Two
+ * keys with one hash only cost a read the master's answer then refuses. */
 static uint64_t hash_of(const char *s)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ull;
+    uint64_t h = XXH3_64bits(s, strlen(s));
     return h ? h : 1;
 }
 
@@ -64,6 +63,45 @@ void cr__lc_fini(cr__lc_t *lc)
     pthread_mutex_destroy(&lc->mu);
 }
 
+/* The tables, allocated at the first entry. Caller holds mu. Returns 0 or
+ * -1 without memory. */
+static int tables_locked(cr__lc_t *lc)
+{
+    if (lc->slots)
+        return 0;
+    lc->slots = calloc((size_t)CR__LC_SETS * CR__LC_WAYS, sizeof *lc->slots);
+    lc->names = calloc(CR__LC_NAMES, sizeof *lc->names);
+    if (!lc->slots || !lc->names) {
+        free(lc->slots);
+        free(lc->names);
+        lc->slots = NULL;
+        lc->names = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Key hash h's entry, segment name index ni. Caller holds mu. */
+static void set_locked(cr__lc_t *lc, uint64_t h, uint64_t version, uint64_t replica_id, int ni,
+                       uint64_t addr, uint64_t size)
+{
+    cr__lc_entry_t *e = lookup_locked(lc, h);
+    if (!e) { /* an empty way, else the least recently used */
+        cr__lc_entry_t *set = set_of(lc, h);
+        e = &set[0];
+        for (int w = 0; w < CR__LC_WAYS && e->key_hash; w++)
+            if (!set[w].key_hash || lc->clock - set[w].stamp > lc->clock - e->stamp)
+                e = &set[w];
+    }
+    *e = (cr__lc_entry_t){.key_hash = h,
+                          .version = version,
+                          .replica_id = replica_id,
+                          .addr = addr,
+                          .size = size,
+                          .stamp = ++lc->clock,
+                          .seg = (uint16_t)ni};
+}
+
 void cr__lc_set(cr__lc_t *lc, const char *key, uint64_t version, uint64_t replica_id,
                 const char *seg, uint64_t addr, uint64_t size)
 {
@@ -72,35 +110,36 @@ void cr__lc_set(cr__lc_t *lc, const char *key, uint64_t version, uint64_t replic
         return;
     uint64_t h = hash_of(key);
     pthread_mutex_lock(&lc->mu);
-    if (!lc->slots) {
-        lc->slots = calloc((size_t)CR__LC_SETS * CR__LC_WAYS, sizeof *lc->slots);
-        lc->names = calloc(CR__LC_NAMES, sizeof *lc->names);
-        if (!lc->slots || !lc->names) {
-            free(lc->slots);
-            free(lc->names);
-            lc->slots = NULL;
-            lc->names = NULL;
+    int ni = tables_locked(lc) ? -1 : name_index_locked(lc, seg, sl);
+    if (ni >= 0)
+        set_locked(lc, h, version, replica_id, ni, addr, size);
+    pthread_mutex_unlock(&lc->mu);
+}
+
+void cr__lc_set_many(cr__lc_t *lc, const cr__lc_put_t *v, size_t n)
+{
+    if (!lc->on || !n)
+        return;
+    uint64_t stack_h[64], *h = n <= 64 ? stack_h : malloc(n * sizeof *h);
+    if (!h)
+        return;
+    for (size_t i = 0; i < n; i++) /* outside the lock */
+        h[i] = hash_of(v[i].key);
+    pthread_mutex_lock(&lc->mu);
+    const char *last = NULL;
+    int ni = -1;
+    for (size_t i = 0; !tables_locked(lc) && i < n; i++) {
+        if (v[i].seg != last && (!last || strcmp(v[i].seg, last))) {
+            size_t sl = strlen(v[i].seg);
+            ni = sl && sl < CR__LC_SEG_MAX ? name_index_locked(lc, v[i].seg, sl) : -1;
+            last = v[i].seg;
         }
-    }
-    int ni = lc->slots ? name_index_locked(lc, seg, sl) : -1;
-    if (ni >= 0) {
-        cr__lc_entry_t *e = lookup_locked(lc, h);
-        if (!e) { /* an empty way, else the least recently used */
-            cr__lc_entry_t *set = set_of(lc, h);
-            e = &set[0];
-            for (int w = 0; w < CR__LC_WAYS && e->key_hash; w++)
-                if (!set[w].key_hash || lc->clock - set[w].stamp > lc->clock - e->stamp)
-                    e = &set[w];
-        }
-        *e = (cr__lc_entry_t){.key_hash = h,
-                              .version = version,
-                              .replica_id = replica_id,
-                              .addr = addr,
-                              .size = size,
-                              .stamp = ++lc->clock,
-                              .seg = (uint16_t)ni};
+        if (ni >= 0)
+            set_locked(lc, h[i], v[i].version, v[i].replica_id, ni, v[i].addr, v[i].size);
     }
     pthread_mutex_unlock(&lc->mu);
+    if (h != stack_h)
+        free(h);
 }
 
 int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_hit_t *out)
@@ -121,6 +160,38 @@ int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_hit_t *out)
         found = 1;
     }
     pthread_mutex_unlock(&lc->mu);
+    return found;
+}
+
+size_t cr__lc_find_many(cr__lc_t *lc, const char *const *keys, size_t n, cr__lc_hit_t *out)
+{
+    uint64_t stack_h[64], *h = !lc->on ? NULL : n <= 64 ? stack_h : malloc(n * sizeof *h);
+    if (!h) { /* off (or no memory): no entry */
+        for (size_t i = 0; i < n; i++)
+            out[i].size = 0;
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = hash_of(keys[i]);
+    size_t found = 0;
+    pthread_mutex_lock(&lc->mu);
+    for (size_t i = 0; i < n; i++) {
+        cr__lc_entry_t *e = lc->slots ? lookup_locked(lc, h[i]) : NULL;
+        if (!e) {
+            out[i].size = 0;
+            continue;
+        }
+        e->stamp = ++lc->clock;
+        out[i].version = e->version;
+        out[i].replica_id = e->replica_id;
+        out[i].addr = e->addr;
+        out[i].size = e->size;
+        memcpy(out[i].seg, lc->names[e->seg], CR__LC_SEG_MAX);
+        found++;
+    }
+    pthread_mutex_unlock(&lc->mu);
+    if (h != stack_h)
+        free(h);
     return found;
 }
 

@@ -7,7 +7,7 @@
  * Fixed size: CR__LC_SETS sets of CR__LC_WAYS entries (a key's set from a
  * hash of it; the least recently used entry of the set gives way), and up
  * to CR__LC_NAMES segment names (a key on a segment beyond them is not
- * kept). Allocated at the first entry (~0.8 MB), thread-safe. Only DRAM
+ * kept). Allocated at the first entry (~1.6 MB), thread-safe. Only DRAM
  * replicas of one shard without a capability are kept: a disk tier's or a
  * striped value is read the usual way, and with capabilities on
  * (security) nothing is cached. */
@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CR__LC_SETS 4096  /* a power of two */
-#define CR__LC_WAYS 4
+#define CR__LC_WAYS 8
 #define CR__LC_NAMES 256  /* a power of two */
 #define CR__LC_SEG_MAX 64 /* longer segment names are not kept */
 
@@ -55,6 +55,18 @@ void cr__lc_set(cr__lc_t *lc, const char *key, uint64_t version, uint64_t replic
                 const char *seg, uint64_t addr, uint64_t size);
 /* 1 and *out when key has an entry, else 0. */
 int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_hit_t *out);
+/* cr__lc_find of keys[0..n) under one lock: out[i] for each, out[i].size
+ * = 0 for a key without an entry (a value is never empty). Returns how
+ * many have one. */
+size_t cr__lc_find_many(cr__lc_t *lc, const char *const *keys, size_t n, cr__lc_hit_t *out);
+/* One entry of cr__lc_set_many (replica id 0: not known yet). */
+typedef struct cr__lc_put {
+    const char *key, *seg;
+    uint64_t version, replica_id, addr, size;
+} cr__lc_put_t;
+/* cr__lc_set of each of v[0..n) under one lock (a run of entries on one
+ * segment names it once). */
+void cr__lc_set_many(cr__lc_t *lc, const cr__lc_put_t *v, size_t n);
 /* Forgets key's entry (if it has one). */
 void cr__lc_drop(cr__lc_t *lc, const char *key);
 

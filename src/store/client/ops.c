@@ -600,12 +600,10 @@ static int build_items(cr__rpc_msg_t *req, uint16_t single_type, const char *con
     return 0;
 }
 
-/* Calls and checks the reply has n items; on an RPC-level failure fills
- * results[] with the error and returns it. On 0 the caller frees *rep. */
-static int call_items(cr_store_t *s, cr__rpc_msg_t *req, cr__rpc_msg_t *rep, size_t n)
+/* A call's result rc and its reply rep: 0 when rep has n items (the
+ * caller frees it), else the error (rep freed). */
+static int items_answered(int rc, cr__rpc_msg_t *rep, size_t n)
 {
-    int rc = cr__sc_call(s, req, rep);
-    cr__rpc_msg_free(req);
     if (rc)
         return rc;
     if (rep->n_items != n) {
@@ -614,6 +612,15 @@ static int call_items(cr_store_t *s, cr__rpc_msg_t *req, cr__rpc_msg_t *rep, siz
         return rc;
     }
     return 0;
+}
+
+/* Calls (req freed) and checks the reply has n items: 0 (the caller frees
+ * *rep) or the error. */
+static int call_items(cr_store_t *s, cr__rpc_msg_t *req, cr__rpc_msg_t *rep, size_t n)
+{
+    int rc = cr__sc_call(s, req, rep);
+    cr__rpc_msg_free(req);
+    return items_answered(rc, rep, n);
 }
 
 /* The fields of c that its field_mask selects (store.h), defaults for the
@@ -1155,16 +1162,33 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
     return 0;
 }
 
-/* A reserved put's key committed as version: its item takes the version,
- * and, for a single put, the location cache (loccache.h) where it lies
- * (replica id 0: the master names it at the first get). */
-static void resv_remember(cr_store_t *s, const char *key, cr__rpc_item_t *it, uint64_t version,
-                          int single)
+/* The keys of reserved chunk c that its commit q stored (rep: the
+ * master's answer, versions in order) into the location cache
+ * (loccache.h), for a later get of them to read before the master answers
+ * (spec_get_one, spec_batch_t): one lock for the commit. Replica id 0: the
+ * master names it at the first get. Keys with a grant (security on) or in
+ * this client's own segment are not kept. */
+static void resv_remember(cr_store_t *s, const put_chunk_t *c, const resv_cmt_t *q,
+                          const cr__rpc_msg_t *rep)
 {
-    it->version = version;
-    const cr__rpc_shard_t *sh = &it->replicas[0].shards[0];
-    if (single && s->lc.on && !sh->cap && !cr__sc_is_local(s, sh->segment, sh->addr, sh->len))
-        cr__lc_set(&s->lc, key, version, 0, sh->segment, sh->addr, sh->len);
+    if (!s->lc.on)
+        return;
+    cr__lc_put_t stack_v[64], *v = q->m <= 64 ? stack_v : malloc(q->m * sizeof *v);
+    if (!v)
+        return;
+    size_t k = 0;
+    for (size_t j = 0; j < q->m; j++) {
+        size_t i = q->idx[j];
+        const cr__rpc_shard_t *sh = &c->rep.items[i].replicas[0].shards[0];
+        if (rep->items[j].status || sh->cap || cr__sc_is_local(s, sh->segment, sh->addr, sh->len))
+            continue;
+        v[k++] = (cr__lc_put_t){c->keys[i], sh->segment, rep->items[j].version, 0, sh->addr,
+                                sh->len};
+    }
+    if (k)
+        cr__lc_set_many(&s->lc, v, k);
+    if (v != stack_v)
+        free(v);
 }
 
 /* Builds q for the keys of [k0, k1) with ok[i]. Returns 0 (q->m = 0:
@@ -1240,9 +1264,9 @@ static void resv_cmt_apply(cr_store_t *s, put_chunk_t *c, resv_cmt_t *q, int rc,
             if (rep->items[j].status == CR_E_INVALID_WRITE)
                 resv_drop(s, c->rep.items[i].version);
             else if (rep->items[j].status == 0)
-                resv_remember(s, c->keys[i], &c->rep.items[i], rep->items[j].version,
-                              c->n == 1);
+                c->rep.items[i].version = rep->items[j].version;
         }
+        resv_remember(s, c, q, rep);
         cr__rpc_msg_free(rep);
     } else {
         CR_LOG_WARN(COMP, "PutCommit of %zu keys failed: %s", m, cr_strerror(rc));
@@ -1642,7 +1666,7 @@ static int put_any(cr_store_t *s, const char *const *keys, const void *const *sr
                    const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
                    int *results)
 {
-    if (n == 1) /* a new version goes elsewhere (batches: see get_remember) */
+    if (n == 1) /* a new version goes elsewhere (a batch's old entries: spec_batch_end) */
         cr__lc_drop(&s->lc, keys[0]);
     if (!s->resv_on || !resv_cfg_ok(cfg))
         return do_put(s, keys, srcs, lens, n, cfg, staged, results);
@@ -2122,17 +2146,19 @@ static int cacheable_replica(const cr__rpc_item_t *it, uint32_t r)
     return (int)r;
 }
 
-/* Remembers where the key of a single get was found (loccache.h), for the
- * next get of it (spec_get_one). Batches neither fill nor read the cache:
- * remembering 8,192 keys of a KV-cache save cost ~1 us of client CPU per
- * 16 KiB key (3.6 against 4.4 GB/s), and a speculative batch get, whose
- * locate overlaps the reads like the pipelined chunks' do, was no faster
- * (docs/benchmarks.md, issue 16, session of 2026-11-30 02:08). */
+/* Remembers where each key read was found (loccache.h), for the next get
+ * of it to read before the master answers (spec_get_one, spec_batch_t):
+ * one lock for the call. A batch whose keys were all read speculatively
+ * (n_spec == n) has nothing new to remember. */
 static void get_remember(cr_store_t *s, const cr__rpc_msg_t *rep, size_t n, const uint32_t *used,
-                         const int *results)
+                         const int *results, size_t n_spec)
 {
-    if (!s->lc.on || n != 1)
+    if (!s->lc.on || n_spec >= n)
         return;
+    cr__lc_put_t stack_v[64], *v = n <= 64 ? stack_v : malloc(n * sizeof *v);
+    if (!v)
+        return;
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         const cr__rpc_item_t *it = &rep->items[i];
         if (results[i] || !used[i] || (used[i] & (used[i] - 1)))
@@ -2141,9 +2167,13 @@ static void get_remember(cr_store_t *s, const cr__rpc_msg_t *rep, size_t n, cons
         if (r >= it->n_replicas || cacheable_replica(it, r) < 0)
             continue;
         const cr__rpc_shard_t *sh = &it->replicas[r].shards[0];
-        cr__lc_set(&s->lc, it->key, it->version, it->replicas[r].replica_id, sh->segment, sh->addr,
-                   it->size);
+        v[k++] = (cr__lc_put_t){it->key, sh->segment, it->version, it->replicas[r].replica_id,
+                                sh->addr, it->size};
     }
+    if (k)
+        cr__lc_set_many(&s->lc, v, k);
+    if (v != stack_v)
+        free(v);
 }
 
 /* The stale-read contract: Validate the reads that may have outlived
@@ -2169,6 +2199,199 @@ static void get_validate(cr_store_t *s, cr__rpc_msg_t *rep, uint64_t t0, size_t 
     for (size_t i = 0; i < n; i++)
         if (!results[i])
             lens[i] = (size_t)sizes[i];
+}
+
+/* ---- speculative batch get ----------------------------------------------------
+ *
+ * The batch form of spec_get_one (below): a direct get of several keys
+ * sends GetReplicaList, then, while the master works on it, starts
+ * reading every key this client knows a place of (loccache.h: its
+ * reserved puts and single gets fill it), so that the master's round trip
+ * overlaps the bytes instead of preceding them. A key's bytes are kept on
+ * spec_get_one's terms: the answer names the same version at the same
+ * place, the read moved every byte and they match the value's checksum
+ * (hashed by the TE as it copies, where it can). Every other key, and one
+ * whose read failed or whose bytes do not match, is read the usual way
+ * from the same answer: speculation never costs a second round trip. Same
+ * conditions as spec_get_one (checksums and the cache on; neither this
+ * client's own segment nor a suspect one is read), and the same Validate
+ * after a read that may have outlived its lease (get_validate). */
+typedef struct spec_batch {
+    cr_store_t *s;
+    const char *const *keys;
+    void *const *dsts;
+    const size_t *caps;
+    size_t n;
+    int started; /* spec_batch_run ran: kd holds batches (or none: hits == 0) */
+    size_t hits;
+    cr__lc_hit_t *hit; /* per key; hit[i].size == 0: not read speculatively */
+    uint8_t *good;     /* per key: its read moved every byte, crc[i] is theirs */
+    uint32_t *crc;
+    size_t *first;
+    int *st;
+    reqvec_t rv;
+    overlap_t ov;
+    keyed_t kd;
+} spec_batch_t;
+
+static void spec_batch_free(spec_batch_t *sb)
+{
+    if (!sb)
+        return;
+    free(sb->hit);
+    free(sb->good);
+    free(sb->crc);
+    free(sb->first);
+    free(sb->st);
+    free(sb);
+}
+
+/* A direct get of keys [0, n) into dsts (registered; caps: their sizes)
+ * that may read speculatively, or NULL. */
+static spec_batch_t *spec_batch_new(cr_store_t *s, const char *const *keys, void *const *dsts,
+                                    const size_t *caps, size_t n)
+{
+    if (!s->crc_on || !s->lc.on || n < 2)
+        return NULL;
+    spec_batch_t *sb = calloc(1, sizeof *sb);
+    if (!sb)
+        return NULL;
+    *sb = (spec_batch_t){.s = s, .keys = keys, .dsts = dsts, .caps = caps, .n = n};
+    sb->hit = malloc(n * sizeof *sb->hit);
+    sb->good = calloc(n, 1);
+    sb->crc = malloc(n * sizeof *sb->crc);
+    sb->first = malloc((n + 1) * sizeof *sb->first);
+    sb->st = calloc(n, sizeof *sb->st);
+    if (!sb->hit || !sb->good || !sb->crc || !sb->first || !sb->st) {
+        spec_batch_free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+static void spec_batch_crc_fn(void *arg, size_t k0, size_t k1, const keyed_t *kd)
+{
+    spec_batch_t *sb = arg;
+    for (size_t i = k0; i < k1; i++) {
+        if (!sb->hit[i].size || !kd_key_moved(kd, i))
+            continue;
+        uint32_t c;
+        if (!kd_key_crc(kd, i, sb->dsts[i], sb->hit[i].size, &c))
+            c = cr__crc32c(0, sb->dsts[i], sb->hit[i].size);
+        sb->crc[i] = c;
+        sb->good[i] = 1;
+    }
+}
+
+/* Starts the speculative reads (run while GetReplicaList is out). */
+static void spec_batch_run(void *arg)
+{
+    spec_batch_t *sb = arg;
+    cr_store_t *s = sb->s;
+    size_t n = sb->n;
+    sb->started = 1;
+    rv_init(&sb->rv);
+    if (!cr__lc_find_many(&s->lc, sb->keys, n, sb->hit))
+        return; /* hits == 0: nothing started */
+    const char *seg = NULL; /* the last segment judged, and whether it may be read */
+    int seg_ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        cr__lc_hit_t *e = &sb->hit[i];
+        sb->first[i] = sb->rv.n;
+        if (!e->size)
+            continue;
+        if (!seg || strcmp(seg, e->seg)) {
+            seg = e->seg;
+            seg_ok = !cr__sc_suspect(s, seg);
+        }
+        if (!seg_ok || e->size > sb->caps[i] || cr__sc_is_local(s, e->seg, e->addr, e->size)) {
+            e->size = 0;
+            continue;
+        }
+        cr__rpc_shard_t sh = {e->seg, e->addr, e->size, NULL};
+        cr__rpc_replica_t rp = {.n_shards = 1, .shards = &sh};
+        if (add_range(s, &sb->rv, &rp, 0, e->size, sb->dsts[i], CR_XFER_READ) ||
+            sb->rv.n != sb->first[i] + 1) {
+            sb->rv.n = sb->first[i]; /* not this key: it is read the usual way */
+            sb->rv.err = 0;
+            e->size = 0;
+            continue;
+        }
+        sb->hits++;
+    }
+    sb->first[n] = sb->rv.n;
+    if (!sb->hits)
+        return;
+    sb->ov = (overlap_t){NULL, spec_batch_crc_fn, sb};
+    keyed_start(s, &sb->kd, &sb->rv, sb->first, n, 0, &sb->ov, OVERLAP_PARTS, sb->st);
+}
+
+/* Waits for the speculative reads. With rep (GetReplicaList's answer,
+ * after get_located: results[i] == 0 for each key to read), keeps the keys
+ * whose bytes it proves: results[i] = DISK_DONE, used[i] = the replica
+ * (the usual reads skip them, get_read_disk_done clears the mark) and
+ * checked[i] (set by spec_batch_checked: get_read_disk clears it first). */
+static size_t spec_batch_end(cr_store_t *s, spec_batch_t *sb, const cr__rpc_msg_t *rep,
+                             uint32_t *used, int *results)
+{
+    if (!sb->started)
+        return 0;
+    if (sb->hits)
+        keyed_finish(s, &sb->kd, sb->st);
+    rv_free(&sb->rv);
+    uint64_t kept = 0, dropped = 0;
+    for (size_t i = 0; rep && i < sb->n; i++) {
+        const cr__lc_hit_t *e = &sb->hit[i];
+        if (!e->size)
+            continue;
+        const cr__rpc_item_t *it = &rep->items[i];
+        int m = -1;
+        for (uint32_t k = 0; !results[i] && k < it->n_replicas && m < 0; k++) {
+            const cr__rpc_shard_t *sh = &it->replicas[k].shards[0];
+            if (cacheable_replica(it, k) >= 0 && it->version == e->version &&
+                (!e->replica_id || it->replicas[k].replica_id == e->replica_id) &&
+                it->size == e->size && sh->addr == e->addr && !strcmp(sh->segment, e->seg))
+                m = (int)k;
+        }
+        if (m < 0 && (!results[i] || it->status == CR_E_OBJECT_NOT_FOUND))
+            cr__lc_drop(&s->lc, sb->keys[i]); /* moved or gone */
+        if (m < 0 || !sb->good[i] || sb->st[i] || !(it->flags & CR__RPC_F_CRC) ||
+            sb->crc[i] != it->crc) {
+            dropped++;
+            sb->good[i] = 0;
+            continue;
+        }
+        results[i] = DISK_DONE;
+        used[i] = 1u << m;
+        kept++;
+    }
+    atomic_fetch_add(&s->spec_kept, kept);
+    atomic_fetch_add(&s->spec_dropped, dropped);
+    return (size_t)kept;
+}
+
+static void spec_batch_checked(const spec_batch_t *sb, const int *results, uint8_t *checked)
+{
+    for (size_t i = 0; sb->started && i < sb->n; i++)
+        if (sb->good[i] && results[i] == DISK_DONE)
+            checked[i] = 1;
+}
+
+/* call_items, with start(arg) run once while the master works on the
+ * request (cr__sc_call_copying). An HA master that failed or is not the
+ * leader gets the request again the usual way (call_items). */
+static int call_items_copying(cr_store_t *s, cr__rpc_msg_t *req, cr__rpc_msg_t *rep, size_t n,
+                              void (*start)(void *), void *arg)
+{
+    int rc = cr__sc_call_copying(s, req, rep, start, arg);
+    if (s->ha &&
+        (rc == CR_E_RPC_FAIL || (rc == 0 && rep->status == CR_E_UNAVAILABLE_IN_CURRENT_MODE))) {
+        if (rc == 0)
+            cr__rpc_msg_free(rep);
+        return call_items(s, req, rep, n);
+    }
+    cr__rpc_msg_free(req);
+    return items_answered(rc, rep, n);
 }
 
 /* One chunk of a get: keys [0, n) of the arrays it points at (a view into
@@ -2199,6 +2422,7 @@ typedef struct get_chunk {
     size_t *first, *which;
     uint64_t *sizes;
     uint8_t *checked;
+    size_t n_spec; /* keys read speculatively (spec_batch_t) */
     reqvec_t rv;
     get_crc_t gc;
     overlap_t ov;
@@ -2211,12 +2435,20 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
     int *results = c->results;
     c->t0 = cr__now_ms();
     c->orders = NULL;
+    c->n_spec = 0;
     memset(&c->rep, 0, sizeof c->rep);
     cr__rpc_msg_t req;
+    /* a direct batch's known keys start moving while the master answers */
+    spec_batch_t *sb = c->staged || c->alloc ? NULL : spec_batch_new(s, c->keys, c->dsts,
+                                                                     c->caps, n);
     int rc = build_items(&req, CR__RPC_GET_REPLICA_LIST, c->keys, n);
     if (!rc)
-        rc = call_items(s, &req, &c->rep, n);
+        rc = sb ? call_items_copying(s, &req, &c->rep, n, spec_batch_run, sb)
+                : call_items(s, &req, &c->rep, n);
     if (rc) {
+        if (sb)
+            spec_batch_end(s, sb, NULL, NULL, NULL);
+        spec_batch_free(sb);
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
         c->rc = rc;
@@ -2252,12 +2484,19 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
         c->checked = scratch_take(&c->sc, n);
     }
     if (!c->orders) {
+        if (sb)
+            spec_batch_end(s, sb, NULL, NULL, NULL);
+        spec_batch_free(sb);
         for (size_t i = 0; i < n; i++)
             results[i] = -ENOMEM;
         return;
     }
     get_located(s, &c->rep, c->keys, c->caps, n, c->orders, results);
+    c->n_spec = sb ? spec_batch_end(s, sb, &c->rep, c->used, results) : 0;
     get_read_disk(s, &c->rep, c->dsts, n, c->orders, c->used, c->checked, results);
+    if (sb)
+        spec_batch_checked(sb, results, c->checked);
+    spec_batch_free(sb);
     rv_init(&c->rv);
     if (c->staged)
         return;
@@ -2283,7 +2522,7 @@ static void get_chunk_end(cr_store_t *s, get_chunk_t *c)
         rv_free(&c->rv);
         get_read_disk_done(n, results);
         get_verify(s, &c->rep, c->dsts, n, c->orders, c->used, c->checked, c->staged, results);
-        get_remember(s, &c->rep, n, c->used, results);
+        get_remember(s, &c->rep, n, c->used, results, c->n_spec);
         get_validate(s, &c->rep, c->t0, n, c->used, c->which, c->sizes, c->lens, results);
     }
     scratch_fini(&c->sc);

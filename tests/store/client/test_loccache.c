@@ -79,12 +79,12 @@ static void test_replacement(void **state)
             kept++;
         }
     }
-    /* hashing into 4-way sets keeps most of a full load (a direct-mapped
-     * table of the same size would keep ~63%) */
+    /* hashing into CR__LC_WAYS-way sets keeps most of a full load (a
+     * direct-mapped table of the same size would keep ~63%) */
     assert_true(kept > total * 8 / 10);
     /* a second pass of as many new keys takes the place of the old ones:
      * only sets that got fewer than CR__LC_WAYS new keys keep old ones
-     * (Poisson(4) per set: ~20% of the old keys expected) */
+     * (Poisson(CR__LC_WAYS) per set: 8 ways keep ~14% of the old keys) */
     for (int i = 0; i < total; i++) {
         snprintf(k, sizeof k, "new-%d", i);
         cr__lc_set(&lc, k, 1, 0, "seg", 0, 1);
@@ -120,6 +120,55 @@ static void test_names_full(void **state)
     cr__lc_fini(&lc);
 }
 
+/* The batch forms: one call sets or finds many keys (more than the
+ * functions' on-stack hashes: 64), on runs of segment names. */
+static void test_many(void **state)
+{
+    (void)state;
+    enum { N = 200 };
+    cr__lc_t lc;
+    cr__lc_init(&lc, 1);
+    static char keys[N][16];
+    const char *kp[N];
+    cr__lc_put_t v[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "m-%d", i);
+        kp[i] = keys[i];
+        v[i] = (cr__lc_put_t){keys[i], i < N / 2 ? "node-a:1" : "node-b:2", (uint64_t)i + 1,
+                              (uint64_t)i % 3, 4096 * (uint64_t)i, 100 + (uint64_t)i};
+    }
+    static cr__lc_hit_t hits[2 * N];
+    assert_int_equal(cr__lc_find_many(&lc, kp, N, hits), 0); /* nothing allocated yet */
+    cr__lc_set_many(&lc, v, N / 2); /* the even half of the second run is set alone */
+    for (int i = N / 2; i < N; i += 2)
+        cr__lc_set_many(&lc, &v[i], 1);
+    assert_int_equal(cr__lc_find_many(&lc, kp, N, hits), N / 2 + N / 4);
+    for (int i = 0; i < N; i++) {
+        if (i >= N / 2 && i % 2) {
+            assert_int_equal(hits[i].size, 0);
+            continue;
+        }
+        assert_int_equal(hits[i].version, (uint64_t)i + 1);
+        assert_int_equal(hits[i].replica_id, (uint64_t)i % 3);
+        assert_int_equal(hits[i].addr, 4096 * (uint64_t)i);
+        assert_int_equal(hits[i].size, 100 + (uint64_t)i);
+        assert_string_equal(hits[i].seg, i < N / 2 ? "node-a:1" : "node-b:2");
+    }
+    cr__lc_hit_t one;
+    assert_int_equal(cr__lc_find(&lc, "m-7", &one), 1); /* the single form agrees */
+    assert_int_equal(one.version, 8);
+    cr__lc_drop(&lc, "m-7");
+    assert_int_equal(cr__lc_find_many(&lc, kp, 8, hits), 7);
+    assert_int_equal(hits[7].size, 0);
+    cr__lc_fini(&lc);
+    cr__lc_init(&lc, 0); /* off: nothing kept, nothing found */
+    cr__lc_set_many(&lc, v, N);
+    hits[0].size = 1;
+    assert_int_equal(cr__lc_find_many(&lc, kp, N, hits), 0);
+    assert_int_equal(hits[0].size, 0);
+    cr__lc_fini(&lc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -127,6 +176,7 @@ int main(void)
         cmocka_unit_test(test_off_and_long_names),
         cmocka_unit_test(test_replacement),
         cmocka_unit_test(test_names_full),
+        cmocka_unit_test(test_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

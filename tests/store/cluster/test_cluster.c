@@ -467,13 +467,92 @@ static void spec_get_check(cr_store_t *c, const char *key, uint8_t *buf, size_t 
           (unsigned long long)dropped);
 }
 
+/* c's batch_get_into of keys[0..m) into buf (registered, m * n bytes)
+ * gets each key's value of seeds[i] (0: CR_E_OBJECT_NOT_FOUND), after
+ * which c's counters moved by kept / dropped. */
+static void spec_batch_check(cr_store_t *c, const char *const *keys, size_t m, uint8_t *buf,
+                             size_t n, const uint64_t *seeds, uint64_t kept, uint64_t dropped,
+                             const char *what)
+{
+    void *d[4];
+    size_t caps[4], lens[4];
+    int res[4];
+    uint64_t k0, d0, k1, d1;
+    for (size_t i = 0; i < m; i++) {
+        d[i] = buf + i * n;
+        caps[i] = n;
+        lens[i] = 0;
+    }
+    memset(buf, 0, m * n);
+    spec_stats(c, &k0, &d0);
+    cr_store_batch_get_into(c, keys, d, caps, m, lens, res);
+    spec_stats(c, &k1, &d1);
+    for (size_t i = 0; i < m; i++) {
+        if (!seeds[i]) {
+            CHECK(res[i] == CR_E_OBJECT_NOT_FOUND, "%s: key %zu got %d, not a miss", what, i,
+                  res[i]);
+            continue;
+        }
+        CHECK(res[i] == 0 && lens[i] == n, "%s: key %zu got %d (%zu bytes)", what, i, res[i],
+              lens[i]);
+        CHECK(same(buf + i * n, n, seeds[i]), "%s: key %zu: wrong bytes", what, i);
+    }
+    CHECK(k1 - k0 == kept && d1 - d0 == dropped,
+          "%s: %llu kept, %llu dropped (want %llu, %llu)", what, (unsigned long long)(k1 - k0),
+          (unsigned long long)(d1 - d0), (unsigned long long)kept, (unsigned long long)dropped);
+}
+
+/* Batches (spec_batch_t in ops.c): the keys a client knows are read while
+ * the master answers; an unknown key is read the usual way in the same
+ * call; a replaced or removed key is never returned stale; a client's own
+ * batch put is remembered. buf: 4 * n registered bytes of reader. */
+static void spec_batch_checks(cr_store_t *reader, uint8_t *buf, size_t n)
+{
+    const char *known[2] = {"spec-small", "spec-small"};
+    uint64_t s44[2] = {44, 44};
+    spec_batch_check(reader, known, 2, buf, n, s44, 2, 0, "batch of known keys");
+
+    fill(g_reg, n, 45);
+    CHECK_RC(cr_store_put_from(g_cli, "spec-b-new", g_reg, n, NULL), 0);
+    const char *mixed[3] = {"spec-small", "spec-b-new", "spec-b-absent"};
+    uint64_t smixed[3] = {44, 45, 0};
+    spec_batch_check(reader, mixed, 3, buf, n, smixed, 1, 0, "known, unknown and absent keys");
+
+    /* replaced with a value of the same size, then removed: never stale */
+    usleep((LEASE_MS + 200) * 1000);
+    CHECK_RC(cr_store_remove(g_cli, "spec-small", 1), 0);
+    fill(g_reg, n, 46);
+    CHECK_RC(cr_store_put_from(g_cli, "spec-small", g_reg, n, NULL), 0);
+    uint64_t s46[2] = {46, 46};
+    spec_batch_check(reader, known, 2, buf, n, s46, 0, 2, "replaced key in a batch");
+    /* a batch remembers what it read the usual way: the next is speculative */
+    spec_batch_check(reader, known, 2, buf, n, s46, 2, 0, "replaced key's new place");
+    CHECK_RC(cr_store_remove(g_cli, "spec-b-new", 1), 0);
+    const char *gone[2] = {"spec-b-new", "spec-small"};
+    uint64_t sgone[2] = {0, 46};
+    spec_batch_check(reader, gone, 2, buf, n, sgone, 1, 1, "removed key in a batch");
+
+    /* the writer's own batch put is remembered: its batch get reads at once */
+    const char *own[2] = {"spec-b-own0", "spec-b-own1"};
+    fill(g_reg, n, 47);
+    fill(g_reg + n, n, 48);
+    const void *src[2] = {g_reg, g_reg + n};
+    size_t lens[2] = {n, n};
+    int res[2];
+    CHECK_RC(cr_store_batch_put_from(g_cli, own, src, lens, 2, NULL, res), 0);
+    uint64_t sown[2] = {47, 48};
+    spec_batch_check(g_cli, own, 2, g_reg + (32u << 20), n, sown, 2, 0, "own batch put's get");
+    cr_store_remove(g_cli, "spec-b-own0", 1);
+    cr_store_remove(g_cli, "spec-b-own1", 1);
+}
+
 static void test_spec_get(void)
 {
     const size_t n = 64 << 10;
     cr_store_t *reader;
     CHECK_RC(make_client(&reader), 0);
-    uint8_t *buf = malloc(2 * n);
-    CHECK(buf && cr_store_register_buffer(reader, buf, 2 * n) == 0, "reader buffer");
+    uint8_t *buf = malloc(4 * n);
+    CHECK(buf && cr_store_register_buffer(reader, buf, 4 * n) == 0, "reader buffer");
     uint64_t k, d;
     size_t got = 0;
     fill(g_reg, n, 41);
@@ -501,17 +580,6 @@ static void test_spec_get(void)
     CHECK_RC(cr_store_get_into(reader, "spec-small", buf, n, &got), 0);
     CHECK_RC(cr_store_get_into(reader, "spec-small", buf, n / 2, &got), CR_E_BUFFER_OVERFLOW);
 
-    /* batches never read speculatively (nor remember) */
-    uint64_t kb, db;
-    spec_stats(reader, &kb, &db);
-    const char *bk[2] = {"spec-small", "spec-small"};
-    void *bd[2] = {buf, buf + n};
-    size_t bc[2] = {n, n}, bl[2];
-    int br[2];
-    CHECK_RC(cr_store_batch_get_into(reader, bk, bd, bc, 2, bl, br), 0);
-    CHECK(same(buf, n, 44) && same(buf + n, n, 44), "batch get of spec-small: wrong bytes");
-    spec_stats(reader, &k, &d);
-    CHECK(k == kb && d == db, "a batch get read speculatively");
 
     /* a thread whose master connection another live thread shares does not
      * read speculatively (a frozen node would stall that thread's calls
@@ -541,6 +609,8 @@ static void test_spec_get(void)
     fill(g_reg, n, 43);
     CHECK_RC(cr_store_put_from(g_cli, "spec-own", g_reg, n, NULL), 0);
     spec_get_check(g_cli, "spec-own", g_reg + (32u << 20), n, 43, k + 1, d, "own put's first get");
+
+    spec_batch_checks(reader, buf, n);
 
     cr_store_unregister_buffer(reader, buf);
     cr_store_destroy(reader);

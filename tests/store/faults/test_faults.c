@@ -364,7 +364,7 @@ static int flip_byte(cr_xfer_engine_t *te, uint8_t *scratch, const char *seg, ui
 
 static void scenario_crc(void)
 {
-    cr_store_t *st, *plain;
+    cr_store_t *st, *plain, *nolc;
     if (make_client(&st)) {
         FAIL("client did not start");
         return;
@@ -372,6 +372,11 @@ static void scenario_crc(void)
     setenv("CRESCENT_STORE_CHECKSUM", "0", 1);
     int prc = make_client(&plain);
     unsetenv("CRESCENT_STORE_CHECKSUM");
+    /* a client that reads every key where the master says first (no
+     * location cache: st remembers where it found a key, the good replica) */
+    setenv("CRESCENT_LOCATION_CACHE", "0", 1);
+    prc = prc ? prc : make_client(&nolc);
+    unsetenv("CRESCENT_LOCATION_CACHE");
     if (prc) {
         FAIL("client did not start");
         cr_store_destroy(st);
@@ -453,23 +458,36 @@ static void scenario_crc(void)
         for (int i = 0; i < NB; i++)
             if (i != 2 && res[i])
                 FAIL("batch put %s: %s", bkeys[i], cr_strerror(res[i]));
-        memset(breg, 0, (size_t)NB * LEN);
-        uint64_t e0 = cr_store_checksum_errors(st);
-        rc = cr_store_batch_get_into(st, bkeys, dst, caps, NB, gl, res);
-        for (int i = 0; i < NB; i++) {
-            uint8_t *want = i == 2 ? val : NULL;
-            if (!want) {
-                want = buf;
-                fill(want, LEN, 5000 + i);
+        /* nolc reads the flipped replica first (the master's order, as
+         * above); st reads crc-key speculatively where its direct get found
+         * it (the good replica) and the others from the master's answer */
+        if (cr_store_register_buffer(nolc, breg, (size_t)NB * LEN))
+            FAIL("register_buffer (batch, no cache)");
+        cr_store_t *who[2] = {nolc, st};
+        for (int w = 0; w < 2; w++) {
+            memset(breg, 0, (size_t)NB * LEN);
+            uint64_t e0 = cr_store_checksum_errors(who[w]), k0, k1;
+            cr_store_location_cache_stats(who[w], &k0, NULL);
+            rc = cr_store_batch_get_into(who[w], bkeys, dst, caps, NB, gl, res);
+            for (int i = 0; i < NB; i++) {
+                uint8_t *want = i == 2 ? val : NULL;
+                if (!want) {
+                    want = buf;
+                    fill(want, LEN, 5000 + i);
+                }
+                if (res[i] || gl[i] != LEN || memcmp(breg + (size_t)i * LEN, want, LEN))
+                    FAIL("batch get %s (%s): %s, %s bytes", bkeys[i], w ? "cache" : "no cache",
+                         cr_strerror(res[i]),
+                         res[i] ? "no" : memcmp(breg + (size_t)i * LEN, want, LEN) ? "WRONG" : "right");
             }
-            if (res[i] || gl[i] != LEN || memcmp(breg + (size_t)i * LEN, want, LEN))
-                FAIL("batch get %s: %s, %s bytes", bkeys[i], cr_strerror(res[i]),
-                     res[i] ? "no" : memcmp(breg + (size_t)i * LEN, want, LEN) ? "WRONG" : "right");
+            cr_store_location_cache_stats(who[w], &k1, NULL);
+            if (cr_store_checksum_errors(who[w]) != e0 + (w ? 0 : 1) || k1 - k0 != (w ? 1u : 0u))
+                FAIL("batch get (%s): checksum errors +%llu, speculative reads kept %llu "
+                     "(want %d, %d)", w ? "cache" : "no cache",
+                     (unsigned long long)(cr_store_checksum_errors(who[w]) - e0),
+                     (unsigned long long)(k1 - k0), w ? 0 : 1, w ? 1 : 0);
         }
-        /* the flipped replica is read first (the master's order, as above) */
-        if (cr_store_checksum_errors(st) != e0 + 1)
-            FAIL("batch get: checksum errors +%llu, want +1",
-                 (unsigned long long)(cr_store_checksum_errors(st) - e0));
+        cr_store_unregister_buffer(nolc, breg);
         cr_store_unregister_buffer(st, breg);
     } else {
         FAIL("register_buffer (batch)");
@@ -506,6 +524,7 @@ out2:
 out:
     cr_xfer_engine_destroy(te);
     cr_store_destroy(plain);
+    cr_store_destroy(nolc);
     cr_store_destroy(st);
 }
 
