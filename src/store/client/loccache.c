@@ -114,20 +114,6 @@ static void set_locked(cr__lc_t *lc, uint64_t h, uint64_t version, uint64_t repl
                           .seg = (uint16_t)ni};
 }
 
-void cr__lc_set(cr__lc_t *lc, const char *key, uint64_t version, uint64_t replica_id,
-                const char *seg, uint64_t addr, uint64_t size)
-{
-    size_t sl = strlen(seg);
-    if (!lc->on || !sl || sl >= CR__LC_SEG_MAX)
-        return;
-    uint64_t h = hash_of(key);
-    pthread_mutex_lock(&lc->mu);
-    int ni = tables_locked(lc) ? -1 : name_index_locked(lc, seg, sl);
-    if (ni >= 0)
-        set_locked(lc, h, version, replica_id, ni, addr, size);
-    pthread_mutex_unlock(&lc->mu);
-}
-
 void cr__lc_set_many(cr__lc_t *lc, const cr__lc_put_t *v, size_t n)
 {
     if (!lc->on || !n)
@@ -156,27 +142,6 @@ void cr__lc_set_many(cr__lc_t *lc, const cr__lc_put_t *v, size_t n)
     pthread_mutex_unlock(&lc->mu);
     if (h != stack_h)
         free(h);
-}
-
-int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_hit_t *out)
-{
-    if (!lc->on)
-        return 0;
-    uint64_t h = hash_of(key);
-    int found = 0;
-    pthread_mutex_lock(&lc->mu);
-    cr__lc_entry_t *e = lc->slots ? lookup_locked(lc, h) : NULL;
-    if (e) {
-        e->stamp = ++lc->clock;
-        out->version = e->version;
-        out->replica_id = e->replica_id;
-        out->addr = e->addr;
-        out->size = e->size;
-        memcpy(out->seg, lc->names[e->seg], CR__LC_SEG_MAX);
-        found = 1;
-    }
-    pthread_mutex_unlock(&lc->mu);
-    return found;
 }
 
 size_t cr__lc_find_many(cr__lc_t *lc, const char *const *keys, size_t n, cr__lc_hit_t *out)
@@ -225,4 +190,16 @@ void cr__lc_drop(cr__lc_t *lc, const char *key)
     if (e)
         e->key_hash = 0;
     pthread_mutex_unlock(&lc->mu);
+}
+
+void cr__lc_set(cr__lc_t *lc, const char *key, uint64_t version, uint64_t replica_id,
+                const char *seg, uint64_t addr, uint64_t size)
+{
+    cr__lc_put_t v = {key, seg, version, replica_id, addr, size};
+    cr__lc_set_many(lc, &v, 1);
+}
+
+int cr__lc_find(cr__lc_t *lc, const char *key, cr__lc_hit_t *out)
+{
+    return cr__lc_find_many(lc, &key, 1, out) == 1;
 }
