@@ -2332,7 +2332,7 @@ static void spec_batch_run(void *arg)
  * (the usual reads skip them, get_read_disk_done clears the mark) and
  * checked[i] (set by spec_batch_checked: get_read_disk clears it first). */
 static size_t spec_batch_end(cr_store_t *s, spec_batch_t *sb, const cr__rpc_msg_t *rep,
-                             uint32_t *used, int *results)
+                             const uint32_t *orders, uint32_t *used, int *results)
 {
     if (!sb->started)
         return 0;
@@ -2359,6 +2359,11 @@ static size_t spec_batch_end(cr_store_t *s, spec_batch_t *sb, const cr__rpc_msg_
             sb->crc[i] != it->crc) {
             dropped++;
             sb->good[i] = 0;
+            /* the first-choice replica's read already failed (a frozen or
+             * dead node): straight to the others, as the usual read's
+             * failure goes (get_direct_failover), not a second wait on it */
+            if (m >= 0 && sb->st[i] && (uint32_t)m == orders[i * CR__RPC_REPLICA_MAX])
+                results[i] = CR_E_TRANSFER_FAIL;
             continue;
         }
         results[i] = DISK_DONE;
@@ -2447,7 +2452,7 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
                 : call_items(s, &req, &c->rep, n);
     if (rc) {
         if (sb)
-            spec_batch_end(s, sb, NULL, NULL, NULL);
+            spec_batch_end(s, sb, NULL, NULL, NULL, NULL);
         spec_batch_free(sb);
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
@@ -2485,14 +2490,14 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
     }
     if (!c->orders) {
         if (sb)
-            spec_batch_end(s, sb, NULL, NULL, NULL);
+            spec_batch_end(s, sb, NULL, NULL, NULL, NULL);
         spec_batch_free(sb);
         for (size_t i = 0; i < n; i++)
             results[i] = -ENOMEM;
         return;
     }
     get_located(s, &c->rep, c->keys, c->caps, n, c->orders, results);
-    c->n_spec = sb ? spec_batch_end(s, sb, &c->rep, c->used, results) : 0;
+    c->n_spec = sb ? spec_batch_end(s, sb, &c->rep, c->orders, c->used, results) : 0;
     get_read_disk(s, &c->rep, c->dsts, n, c->orders, c->used, c->checked, results);
     if (sb)
         spec_batch_checked(sb, results, c->checked);
