@@ -157,6 +157,7 @@ struct cr_store {
         uint64_t cur, end;       /* absolute addresses: the next carve, the end */
         uint64_t granule;
         uint64_t write_until_ms; /* monotonic: no write starts at or after */
+        uint64_t granted_ms;     /* monotonic: when it was asked for */
         uint8_t cap[CR__RPC_CAP_LEN];
         int has_cap;
     } resv;
@@ -165,6 +166,7 @@ struct cr_store {
     atomic_int resv_busy;   /* reserved puts between their carve and their commit */
     uint64_t resv_retry_ms; /* a RESERVE was refused: none before (resv_mu) */
     uint64_t resv_grant_len; /* the last reservation's length; 0: none yet (resv_mu) */
+    uint64_t resv_want;      /* bytes the next RESERVE asks for; 0: the least (ops.c, resv_mu) */
     _Atomic uint64_t crc_errors;  /* replica reads that failed the check */
 
     /* segments that failed a transfer recently (suspect.c) */

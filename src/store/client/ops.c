@@ -925,6 +925,10 @@ typedef struct resv_cmt {
     size_t m;
     const uint8_t *ok; /* the keys [k0, k1) with ok[i] */
     size_t k0, k1;
+    /* resv_remember_warm: the location cache's entries of the m keys
+     * (versions unknown, key NULL: not to be kept) and their hashes */
+    cr__lc_put_t *lv;
+    uint64_t *lh;
 } resv_cmt_t;
 
 
@@ -986,7 +990,15 @@ typedef struct put_chunk {
  * so an idle client holds no space a big put may need.
  * On by default; CRESCENT_PUT_RESERVE=0 at cr_store_create turns it off. */
 #define RESV_VALUE_MAX (1u << 20)
-#define RESV_WANT (16ull << 20) /* asked per reservation; the master may give less */
+/* Asked per reservation (the master may give less): RESV_WANT_MIN, doubled
+ * up to RESV_WANT_MAX each time a client fills a reservation within
+ * RESV_GROW_MS of its grant (a streaming writer: a 256 x 16 KiB batch fills
+ * 16 MiB every fourth call, and each RESERVE stalls that call's data behind
+ * its earlier commits and one more round trip), back to RESV_WANT_MIN when
+ * its reservations go back idle (cr__sc_resv_idle). */
+#define RESV_WANT_MIN (16ull << 20)
+#define RESV_WANT_MAX (64ull << 20)
+#define RESV_GROW_MS 1000
 #define RESV_RETRY_MS 1000      /* after a failed RESERVE, no other before */
 
 static int resv_cfg_ok(const cr_store_replicate_config_t *config)
@@ -1001,7 +1013,14 @@ static int resv_get_locked(cr_store_t *s)
     cr__rpc_msg_t req = {0}, rep = {0};
     req.type = CR__RPC_RESERVE;
     req.client_id = s->id;
-    req.size = RESV_WANT;
+    uint64_t now = cr__now_ms();
+    if (!s->resv_want)
+        s->resv_want = RESV_WANT_MIN;
+    if (s->resv.id && s->resv_grant_len >= s->resv_want &&
+        (s->resv.cur - (s->resv.end - s->resv_grant_len)) / 4 * 5 >= s->resv_grant_len &&
+        now - s->resv.granted_ms < RESV_GROW_MS && s->resv_want < RESV_WANT_MAX)
+        s->resv_want *= 2; /* a full one (4/5 carved), given what was asked, filled quickly */
+    req.size = s->resv_want;
     if (s->resv.id) { /* left: its uncarved tail goes back */
         s->resv_back_id = s->resv.id;
         s->resv_back_cur = s->resv.cur;
@@ -1009,7 +1028,7 @@ static int resv_get_locked(cr_store_t *s)
     req.count = s->resv_back_id;
     req.base = s->resv_back_cur;
     s->resv_back_id = 0; /* once: a lost hand-back only leaves the tail to the quarantine */
-    uint64_t t0 = cr__now_ms();
+    uint64_t t0 = now;
     s->resv.id = 0;
     int rc = cr__sc_call(s, &req, &rep);
     if (!rc) {
@@ -1034,6 +1053,7 @@ static int resv_get_locked(cr_store_t *s)
                 memcpy(s->resv.cap, sh->cap, CR__RPC_CAP_LEN);
             s->resv.id = it->version;
             s->resv_grant_len = sh->len;
+            s->resv.granted_ms = t0;
         }
         cr__rpc_msg_free(&rep);
     }
@@ -1055,6 +1075,7 @@ void cr__sc_resv_idle(cr_store_t *s, cr__rpc_client_t *c)
             if (rep.status == 0) {
                 s->resv.id = 0;
                 s->resv_back_id = 0;
+                s->resv_want = RESV_WANT_MIN; /* a writer that paused starts small again */
             }
             cr__rpc_msg_free(&rep);
         }
@@ -1173,6 +1194,15 @@ static void resv_remember(cr_store_t *s, const put_chunk_t *c, const resv_cmt_t 
 {
     if (!s->lc.on)
         return;
+    if (q->lv) { /* warmed: the entries are built, their lines loaded */
+        for (size_t j = 0; j < q->m; j++)
+            if (rep->items[j].status)
+                q->lv[j].key = NULL;
+            else
+                q->lv[j].version = rep->items[j].version;
+        cr__lc_set_hashed(&s->lc, q->lv, q->lh, q->m);
+        return;
+    }
     cr__lc_put_t stack_v[64], *v = q->m <= 64 ? stack_v : malloc(q->m * sizeof *v);
     if (!v)
         return;
@@ -1189,6 +1219,29 @@ static void resv_remember(cr_store_t *s, const put_chunk_t *c, const resv_cmt_t 
         cr__lc_set_many(&s->lc, v, k);
     if (v != stack_v)
         free(v);
+}
+
+/* What resv_remember will do for commit q, started before its answer is
+ * waited for: the entries built and hashed, the cache lines they go to
+ * loading (cr__lc_warm) while the master works. Without memory, nothing:
+ * resv_remember then does it all. */
+static void resv_remember_warm(cr_store_t *s, const put_chunk_t *c, resv_cmt_t *q)
+{
+    if (!s->lc.on || !q->m || q->lv)
+        return;
+    cr__lc_put_t *v = cr__rpc_msg_alloc(&q->req, q->m * sizeof *v);
+    uint64_t *h = cr__rpc_msg_alloc(&q->req, q->m * sizeof *h);
+    if (!v || !h)
+        return;
+    for (size_t j = 0; j < q->m; j++) {
+        const cr__rpc_shard_t *sh = &c->rep.items[q->idx[j]].replicas[0].shards[0];
+        int keep = !sh->cap && !cr__sc_is_local(s, sh->segment, sh->addr, sh->len);
+        v[j] = (cr__lc_put_t){keep ? c->keys[q->idx[j]] : NULL, sh->segment, 0, 0, sh->addr,
+                              sh->len};
+    }
+    cr__lc_warm(&s->lc, v, q->m, h);
+    q->lv = v;
+    q->lh = h;
 }
 
 /* Builds q for the keys of [k0, k1) with ok[i]. Returns 0 (q->m = 0:
@@ -1524,6 +1577,11 @@ static void put_send(cr_store_t *s, put_chunk_t *c, size_t k, put_pipe_t *pp)
  * them in order. */
 static void put_drain(cr_store_t *s, put_chunk_t *c, put_pipe_t *pp)
 {
+    for (size_t k = 0; k < pp->n; k++) { /* the wait for the answers loads the cache's lines */
+        put_chunk_t *ck = &c[pp->pend[k] & 1];
+        if (!ck->rc && ck->qans == -1)
+            resv_remember_warm(s, ck, &ck->q);
+    }
     for (size_t k = 0; k < pp->n; k++)
         resv_chunk_collect(s, &c[pp->pend[k] & 1], &pp->p);
     if (pp->open)

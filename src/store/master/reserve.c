@@ -2,7 +2,7 @@
  * (docs/architecture/store-master.md, "One round trip: reservations").
  *
  * RESERVE hands a client a range of one DRAM segment (a reservation: at
- * most 1/16 of the segment and 16 MiB) with an expiry, and a WRITE
+ * most 1/16 of the segment and 64 MiB) with an expiry, and a WRITE
  * capability over it. The client carves small values out of it itself,
  * writes them with the Transfer Engine, and sends one PUT_COMMIT per value
  * (or a batch of them): key, segment, address, size, crc32c. The commit
@@ -54,7 +54,7 @@
 
 #include "common/log.h"
 
-#define RESV_LEN_MAX (16ull << 20)
+#define RESV_LEN_MAX (64ull << 20)
 #define RESV_SEG_FRACTION 16
 #define RESV_LEASE_MS 10000ull /* capped at one put timeout (see above) */
 #define RESV_MAX 1024

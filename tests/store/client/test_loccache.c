@@ -169,6 +169,59 @@ static void test_many(void **state)
     cr__lc_fini(&lc);
 }
 
+/* cr__lc_warm before the versions are known, then cr__lc_set_hashed: the
+ * same entries as cr__lc_set_many; an entry with key NULL (a key the
+ * master refused) is skipped and leaves an older entry of it alone; a
+ * value of 2^56 bytes or more is not kept. */
+static void test_warm_then_set(void **state)
+{
+    (void)state;
+    enum { N = 100 };
+    cr__lc_t lc;
+    cr__lc_init(&lc, 1);
+    static char keys[N][16];
+    const char *kp[N];
+    cr__lc_put_t v[N];
+    uint64_t h[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "w-%d", i);
+        kp[i] = keys[i];
+        v[i] = (cr__lc_put_t){keys[i], "node-w:9", 0, 0, 8192 * (uint64_t)i, 64 + (uint64_t)i};
+    }
+    cr__lc_set(&lc, "w-3", 77, 5, "node-old:1", 12, 34); /* an older entry of a refused key */
+    cr__lc_warm(&lc, v, N, h); /* nothing recorded yet */
+    static cr__lc_hit_t hits[N];
+    assert_int_equal(cr__lc_find_many(&lc, kp, N, hits), 1);
+    for (int i = 0; i < N; i++)
+        v[i].version = 1000 + (uint64_t)i; /* the answer's versions */
+    v[3].key = NULL;                    /* refused */
+    v[4].size = 1ull << 56;             /* too big to keep */
+    cr__lc_set_hashed(&lc, v, h, N);
+    assert_int_equal(cr__lc_find_many(&lc, kp, N, hits), N - 1);
+    for (int i = 0; i < N; i++) {
+        if (i == 4) {
+            assert_int_equal(hits[i].size, 0);
+            continue;
+        }
+        if (i == 3) { /* untouched */
+            assert_int_equal(hits[i].version, 77);
+            assert_string_equal(hits[i].seg, "node-old:1");
+            continue;
+        }
+        assert_int_equal(hits[i].version, 1000 + (uint64_t)i);
+        assert_int_equal(hits[i].addr, 8192 * (uint64_t)i);
+        assert_int_equal(hits[i].size, 64 + (uint64_t)i);
+        assert_string_equal(hits[i].seg, "node-w:9");
+    }
+    cr__lc_fini(&lc);
+    cr__lc_init(&lc, 0); /* off: warm and set do nothing */
+    v[3].key = keys[3];
+    cr__lc_warm(&lc, v, N, h);
+    cr__lc_set_hashed(&lc, v, h, N);
+    assert_int_equal(cr__lc_find_many(&lc, kp, N, hits), 0);
+    cr__lc_fini(&lc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -177,6 +230,7 @@ int main(void)
         cmocka_unit_test(test_replacement),
         cmocka_unit_test(test_names_full),
         cmocka_unit_test(test_many),
+        cmocka_unit_test(test_warm_then_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

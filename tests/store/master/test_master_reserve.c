@@ -407,14 +407,14 @@ static void test_bounds_per_client(void **s)
     cr__master_t *m = mk(1000000);
     ping(m, CA, 0);
     ping(m, CB, 0);
-    /* 2 GiB: reservations of 16 MiB (the cap), room for the bound */
-    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 2048 * MiB, 0), 0);
+    /* 8 GiB: reservations of 64 MiB (the cap), room for the bound */
+    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 8192 * MiB, 0), 0);
     resv_t r[3];
-    assert_int_equal(reserve(m, CA, 64 * MiB, 0, &r[0]), 0);
-    assert_int_equal(r[0].len, 16 * MiB);
-    assert_int_equal(reserve(m, CA, 64 * MiB, 1, &r[1]), 0);
+    assert_int_equal(reserve(m, CA, 256 * MiB, 0, &r[0]), 0);
+    assert_int_equal(r[0].len, 64 * MiB);
+    assert_int_equal(reserve(m, CA, 256 * MiB, 1, &r[1]), 0);
     /* a third one closes the oldest (two open per client) */
-    assert_int_equal(reserve(m, CA, 64 * MiB, 2, &r[2]), 0);
+    assert_int_equal(reserve(m, CA, 256 * MiB, 2, &r[2]), 0);
     assert_int_equal(commit(m, CA, "o", r[0].id, r[0].seg, r[0].addr, 64, 3, NULL),
                      CR_E_INVALID_WRITE);
     assert_int_equal(commit(m, CA, "o", r[1].id, r[1].seg, r[1].addr, 64, 3, NULL), 0);
@@ -424,7 +424,7 @@ static void test_bounds_per_client(void **s)
     int granted = 3, refused = 0;
     for (int i = 0; i < 100 && !refused; i++) {
         resv_t x;
-        int rc = reserve(m, CA, 64 * MiB, 4, &x);
+        int rc = reserve(m, CA, 256 * MiB, 4, &x);
         if (rc == CR_E_UNAVAILABLE_IN_CURRENT_STATUS)
             refused = 1;
         else
