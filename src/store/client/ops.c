@@ -995,7 +995,10 @@ typedef struct put_chunk {
  * RESV_GROW_MS of its grant (a streaming writer: a 256 x 16 KiB batch fills
  * 16 MiB every fourth call, and each RESERVE stalls that call's data behind
  * its earlier commits and one more round trip), back to RESV_WANT_MIN when
- * its reservations go back idle (cr__sc_resv_idle). */
+ * its reservations go back idle (cr__sc_resv_idle), and when the master
+ * refused a RESERVE or a commit into one (memory pressure closes every
+ * open reservation, and their rest waits out a quarantine: a big one
+ * would hold more of a full pool). */
 #define RESV_WANT_MIN (16ull << 20)
 #define RESV_WANT_MAX (64ull << 20)
 #define RESV_GROW_MS 1000
@@ -1057,8 +1060,10 @@ static int resv_get_locked(cr_store_t *s)
         }
         cr__rpc_msg_free(&rep);
     }
-    if (rc)
+    if (rc) {
         s->resv_retry_ms = cr__now_ms() + RESV_RETRY_MS;
+        s->resv_want = RESV_WANT_MIN;
+    }
     return rc;
 }
 
@@ -1094,6 +1099,9 @@ static void resv_drop(cr_store_t *s, uint64_t id)
         s->resv_back_cur = s->resv.cur;
         s->resv.id = 0;
     }
+    /* a reservation the master closed (pressure: it reclaims them all, its
+     * rest waits out a quarantine) or forgot: ask for little again */
+    s->resv_want = RESV_WANT_MIN;
     pthread_mutex_unlock(&s->resv_mu);
 }
 
