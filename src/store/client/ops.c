@@ -1191,48 +1191,12 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
     return 0;
 }
 
-/* The keys of reserved chunk c that its commit q stored (rep: the
- * master's answer, versions in order) into the location cache
- * (loccache.h), for a later get of them to read before the master answers
- * (spec_get_one, spec_batch_t): one lock for the commit. Replica id 0: the
- * master names it at the first get. Keys with a grant (security on) or in
- * this client's own segment are not kept. */
-static void resv_remember(cr_store_t *s, const put_chunk_t *c, const resv_cmt_t *q,
-                          const cr__rpc_msg_t *rep)
-{
-    if (!s->lc.on)
-        return;
-    if (q->lv) { /* warmed: the entries are built, their lines loaded */
-        for (size_t j = 0; j < q->m; j++)
-            if (rep->items[j].status)
-                q->lv[j].key = NULL;
-            else
-                q->lv[j].version = rep->items[j].version;
-        cr__lc_set_hashed(&s->lc, q->lv, q->lh, q->m);
-        return;
-    }
-    cr__lc_put_t stack_v[64], *v = q->m <= 64 ? stack_v : malloc(q->m * sizeof *v);
-    if (!v)
-        return;
-    size_t k = 0;
-    for (size_t j = 0; j < q->m; j++) {
-        size_t i = q->idx[j];
-        const cr__rpc_shard_t *sh = &c->rep.items[i].replicas[0].shards[0];
-        if (rep->items[j].status || sh->cap || cr__sc_is_local(s, sh->segment, sh->addr, sh->len))
-            continue;
-        v[k++] = (cr__lc_put_t){c->keys[i], sh->segment, rep->items[j].version, 0, sh->addr,
-                                sh->len};
-    }
-    if (k)
-        cr__lc_set_many(&s->lc, v, k);
-    if (v != stack_v)
-        free(v);
-}
-
-/* What resv_remember will do for commit q, started before its answer is
- * waited for: the entries built and hashed, the cache lines they go to
- * loading (cr__lc_warm) while the master works. Without memory, nothing:
- * resv_remember then does it all. */
+/* What resv_remember does for commit q, started before its answer is
+ * waited for (put_drain): the location cache's entries of its keys built
+ * (versions still unknown) and hashed, and the cache lines they go to
+ * loading (cr__lc_warm) while the master works. Keys with a grant
+ * (security on) or in this client's own segment are not kept. Without
+ * memory, nothing: the keys are then not remembered. */
 static void resv_remember_warm(cr_store_t *s, const put_chunk_t *c, resv_cmt_t *q)
 {
     if (!s->lc.on || !q->m || q->lv)
@@ -1250,6 +1214,25 @@ static void resv_remember_warm(cr_store_t *s, const put_chunk_t *c, resv_cmt_t *
     cr__lc_warm(&s->lc, v, q->m, h);
     q->lv = v;
     q->lh = h;
+}
+
+/* The keys of reserved chunk c that its commit q stored (rep: the
+ * master's answer, versions in order) into the location cache
+ * (loccache.h), for a later get of them to read before the master answers
+ * (spec_get_one, spec_batch_t): one lock for the commit. Replica id 0: the
+ * master names it at the first get. */
+static void resv_remember(cr_store_t *s, const put_chunk_t *c, resv_cmt_t *q,
+                          const cr__rpc_msg_t *rep)
+{
+    resv_remember_warm(s, c, q); /* unless put_drain did, while it waited */
+    if (!q->lv)
+        return;
+    for (size_t j = 0; j < q->m; j++)
+        if (rep->items[j].status)
+            q->lv[j].key = NULL;
+        else
+            q->lv[j].version = rep->items[j].version;
+    cr__lc_set_hashed(&s->lc, q->lv, q->lh, q->m);
 }
 
 /* Builds q for the keys of [k0, k1) with ok[i]. Returns 0 (q->m = 0:
