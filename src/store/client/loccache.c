@@ -7,7 +7,6 @@
 
 #define LC_AHEAD 8 /* keys whose tag lines load ahead of the one looked at */
 
-
 /* XXH3, as the master's key index. */
 static uint64_t hash_of(const char *s)
 {
