@@ -105,7 +105,9 @@ typedef struct shm_state {
     pthread_mutex_t lock; /* guards head, tail, free_items, n_free, stop */
     pthread_cond_t cond;
     shm_item_t *head, *tail;
-    shm_item_t *free_items;
+    /* cached items as a stack: taking n of them reads only this array,
+     * not a linked list whose nodes other CPUs wrote last */
+    shm_item_t *free_items[SHM_FREE_ITEMS_MAX];
     size_t n_free;
     int stop;
 
@@ -458,13 +460,19 @@ static uint64_t shm_copy(pid_t pid, int pidfd, cr_xfer_opcode_t op, struct iovec
 
 /* A reference on the mapping of t's remote range, or NULL: the
  * process_vm path. */
-static cr__shm_map_t *shm_map_take(shm_peer_t *sp, const cr__xfer_task_t *t)
+static cr__shm_map_t *shm_map_take_locked(shm_peer_t *sp, const cr__xfer_task_t *t)
 {
-    pthread_mutex_lock(&sp->ranges_lock);
     const struct shm_range *r = shm_peer_find_locked(sp, t->remote_addr, t->length);
     cr__shm_map_t *m = r ? r->map : NULL;
     if (m)
         cr__shm_map_ref(m);
+    return m;
+}
+
+static cr__shm_map_t *shm_map_take(shm_peer_t *sp, const cr__xfer_task_t *t)
+{
+    pthread_mutex_lock(&sp->ranges_lock);
+    cr__shm_map_t *m = shm_map_take_locked(sp, t);
     pthread_mutex_unlock(&sp->ranges_lock);
     return m;
 }
@@ -490,18 +498,16 @@ static void shm_copy_mapped(cr__shm_map_t *m, cr__xfer_task_t *t, uint64_t off,
 
 static void shm_item_release_locked(shm_state_t *st, shm_item_t *it)
 {
-    if (st->n_free < SHM_FREE_ITEMS_MAX) {
-        it->next = st->free_items;
-        st->free_items = it;
-        st->n_free++;
-    } else {
+    if (st->n_free < SHM_FREE_ITEMS_MAX)
+        st->free_items[st->n_free++] = it;
+    else
         free(it);
-    }
 }
 
-/* Records that len bytes of it finished (err 0 or -errno); the call that
- * finishes the last byte completes the task and recycles the item. */
-static void shm_item_finish(shm_state_t *st, shm_item_t *it, uint64_t len, int err)
+/* Records that len bytes of it finished (err 0 or -errno). Returns 1 when
+ * this call finished its last byte: the caller then owes the item to
+ * shm_items_complete. */
+static int shm_item_account(shm_item_t *it, uint64_t len, int err)
 {
     if (err) {
         int zero = 0;
@@ -511,15 +517,36 @@ static void shm_item_finish(shm_state_t *st, shm_item_t *it, uint64_t len, int e
     } else if (len) {
         cr__xfer_task_progress(it->task, len);
     }
-    if (atomic_fetch_sub(&it->pending, len) != len)
+    return atomic_fetch_sub(&it->pending, len) == len;
+}
+
+/* Completes the tasks of n finished items and recycles the items under one
+ * hold of the queue lock (a claim's items finish together). */
+static void shm_items_complete(shm_state_t *st, shm_item_t **its, int n)
+{
+    if (!n)
         return;
-    cr__xfer_task_t *task = it->task;
-    int e = atomic_load(&it->err);
-    shm_peer_unref(it->peer);
+    cr__xfer_task_t *tasks[SHM_MAX_IOV];
+    int errs[SHM_MAX_IOV];
+    for (int i = 0; i < n; i++) {
+        tasks[i] = its[i]->task;
+        errs[i] = atomic_load(&its[i]->err);
+        shm_peer_unref(its[i]->peer);
+    }
     pthread_mutex_lock(&st->lock);
-    shm_item_release_locked(st, it);
+    for (int i = 0; i < n; i++)
+        shm_item_release_locked(st, its[i]);
     pthread_mutex_unlock(&st->lock);
-    cr__xfer_task_done(task, e);
+    for (int i = 0; i < n; i++)
+        cr__xfer_task_done(tasks[i], errs[i]);
+}
+
+/* Records that len bytes of it finished (err 0 or -errno); the call that
+ * finishes the last byte completes the task and recycles the item. */
+static void shm_item_finish(shm_state_t *st, shm_item_t *it, uint64_t len, int err)
+{
+    if (shm_item_account(it, len, err))
+        shm_items_complete(st, &it, 1);
 }
 
 /* A status that fails the item before any copy, or 0. */
@@ -625,17 +652,23 @@ static int shm_work_one(shm_state_t *st, const struct cr_xfer_batch *only)
         shm_peer_t *gsp = group[0]->peer;
         cr__shm_map_t *maps[SHM_MAX_IOV];
         int mapped = 1;
+        pthread_mutex_lock(&gsp->ranges_lock);
         for (int g = 0; g < nc; g++)
-            mapped &= (maps[g] = shm_map_take(gsp, group[g]->task)) != NULL;
+            mapped &= (maps[g] = shm_map_take_locked(gsp, group[g]->task)) != NULL;
+        pthread_mutex_unlock(&gsp->ranges_lock);
         if (mapped) {
             int e = shm_pidfd_exited(gsp->pidfd) ? -ECONNRESET : 0;
+            shm_item_t *done[SHM_MAX_IOV];
+            int nd = 0;
             for (int g = 0; g < nc; g++) {
                 uint64_t glen = liov[g].iov_len;
                 if (!e)
                     shm_copy_mapped(maps[g], group[g]->task, offs[g], glen);
-                shm_item_finish(st, group[g], glen, e);
+                if (shm_item_account(group[g], glen, e))
+                    done[nd++] = group[g];
                 cr__shm_map_unref(maps[g]);
             }
+            shm_items_complete(st, done, nd);
             return 1;
         }
         for (int g = 0; g < nc; g++)
@@ -723,10 +756,8 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
     shm_item_t *list = NULL;
     size_t got = 0;
     pthread_mutex_lock(&st->lock);
-    while (got < n && st->free_items) {
-        shm_item_t *it = st->free_items;
-        st->free_items = it->next;
-        st->n_free--;
+    while (got < n && st->n_free) {
+        shm_item_t *it = st->free_items[--st->n_free];
         it->next = list;
         list = it;
         got++;
@@ -751,6 +782,8 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
 
     shm_item_t *first = NULL, *last = NULL;
     int resnapped = 0;
+    /* held across the range checks, released only around a resnapshot */
+    pthread_mutex_lock(&sp->ranges_lock);
     for (size_t i = 0; i < n; i++) {
         shm_item_t *it = list;
         list = it->next;
@@ -763,15 +796,13 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
         /* the engine validated too; this guards against engine bugs: never
          * touch the peer outside what it registered. A miss re-reads the
          * peer's buffers once per submit (it may have registered more). */
-        pthread_mutex_lock(&sp->ranges_lock);
         int ok = shm_peer_contains_locked(sp, t->remote_addr, t->length);
-        pthread_mutex_unlock(&sp->ranges_lock);
         if (!ok && !resnapped) {
             resnapped = 1;
+            pthread_mutex_unlock(&sp->ranges_lock);
             shm_peer_snapshot(st, sp, peer);
             pthread_mutex_lock(&sp->ranges_lock);
             ok = shm_peer_contains_locked(sp, t->remote_addr, t->length);
-            pthread_mutex_unlock(&sp->ranges_lock);
         }
         atomic_init(&it->err, ok ? 0 : -EFAULT);
         if (i)
@@ -782,6 +813,7 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
             first = it;
         last = it;
     }
+    pthread_mutex_unlock(&sp->ranges_lock);
 
     if (n == 1 && (first->task->length <= SHM_INLINE ||
                    (first->task->caller_waits && first->task->length <= SHM_CHUNK))) {
@@ -936,11 +968,8 @@ static void shm_destroy(void *state)
         shm_item_finish(st, it, rest, -ECANCELED);
         it = nx;
     }
-    while (st->free_items) {
-        shm_item_t *x = st->free_items;
-        st->free_items = x->next;
-        free(x);
-    }
+    while (st->n_free)
+        free(st->free_items[--st->n_free]);
     pthread_mutex_lock(&st->peers_lock);
     while (st->peers) {
         shm_peer_t *sp = st->peers;
