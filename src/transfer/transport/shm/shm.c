@@ -65,7 +65,10 @@
 #define SHM_MAX_THREADS 4
 /* a worker's claim when the submitter wants checksums: small enough that
  * the bytes just copied are still in the core's cache (L2 is 512 KiB per
- * core here) when the worker hashes them */
+ * core here) when a process_vm_* copy hashes them; a mapped copy hashes as
+ * it copies, but there too the smaller claim spreads a batch of small tasks
+ * over the workers and the helping waiter better (SHM_CHUNK claims for
+ * mapped peers measured no faster: docs/benchmarks.md, 2026-12-02) */
 #define SHM_CRC_CLAIM (256ull << 10)
 #define SHM_FREE_ITEMS_MAX 4096      /* cached work items kept for reuse */
 #define SHM_PROBE_BUFFERS 4          /* registered buffers tried by can_reach */
