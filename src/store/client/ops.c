@@ -2275,6 +2275,7 @@ typedef struct spec_batch {
     size_t hits;
     cr__lc_hit_t *hit; /* per key; hit[i].size == 0: not read speculatively */
     uint8_t *good;     /* per key: its read moved every byte, crc[i] is theirs */
+    uint8_t *fate;     /* per key, from the answer (spec_batch_match): SPEC_* */
     uint32_t *crc;
     size_t *first;
     int *st;
@@ -2289,6 +2290,7 @@ static void spec_batch_free(spec_batch_t *sb)
         return;
     free(sb->hit);
     free(sb->good);
+    free(sb->fate);
     free(sb->crc);
     free(sb->first);
     free(sb->st);
@@ -2308,10 +2310,11 @@ static spec_batch_t *spec_batch_new(cr_store_t *s, const char *const *keys, void
     *sb = (spec_batch_t){.s = s, .keys = keys, .dsts = dsts, .caps = caps, .n = n};
     sb->hit = malloc(n * sizeof *sb->hit);
     sb->good = calloc(n, 1);
+    sb->fate = calloc(n, 1);
     sb->crc = malloc(n * sizeof *sb->crc);
     sb->first = malloc((n + 1) * sizeof *sb->first);
     sb->st = calloc(n, sizeof *sb->st);
-    if (!sb->hit || !sb->good || !sb->crc || !sb->first || !sb->st) {
+    if (!sb->hit || !sb->good || !sb->fate || !sb->crc || !sb->first || !sb->st) {
         spec_batch_free(sb);
         return NULL;
     }
@@ -2375,21 +2378,41 @@ static void spec_batch_run(void *arg)
     keyed_start(s, &sb->kd, &sb->rv, sb->first, n, 0, &sb->ov, OVERLAP_PARTS, sb->st);
 }
 
-/* Waits for the speculative reads. With rep (GetReplicaList's answer,
- * after get_located: results[i] == 0 for each key to read), keeps the keys
- * whose bytes it proves: results[i] = DISK_DONE, used[i] = the replica
- * (the usual reads skip them, get_read_disk_done clears the mark) and
- * checked[i] (set by spec_batch_checked: get_read_disk clears it first). */
-static size_t spec_batch_end(cr_store_t *s, spec_batch_t *sb, const cr__rpc_msg_t *rep,
-                             const uint32_t *orders, uint32_t *used, int *results)
+/* What the master's answer makes of a key read speculatively (fate). */
+enum {
+    SPEC_NONE = 0, /* not read speculatively: the usual read, at once */
+    SPEC_MATCH,    /* the answer names the place read: kept if the bytes prove it */
+    SPEC_REREAD,   /* the usual read, once the speculative one into the same
+                    * destination has ended (it must not land after) */
+    SPEC_GONE,     /* nothing to read (not found, too large, ...): dropped */
+};
+
+/* Waits for the speculative reads without judging them (the call failed
+ * before an answer, or while handling one). */
+static void spec_batch_abort(cr_store_t *s, spec_batch_t *sb)
 {
     if (!sb->started)
-        return 0;
+        return;
     if (sb->hits)
         keyed_finish(s, &sb->kd, sb->st);
     rv_free(&sb->rv);
-    uint64_t kept = 0, dropped = 0;
-    for (size_t i = 0; rep && i < sb->n; i++) {
+}
+
+/* Judges the speculative reads by rep (GetReplicaList's answer, after
+ * get_located: results[i] == 0 for each key to read) while they may still
+ * move: a key whose answer names the place read gets results[i] =
+ * DISK_DONE and used[i] = that replica (the usual reads skip it) until
+ * spec_batch_finish proves its bytes; a key read speculatively from
+ * anywhere else is held back the same way, to be read the usual way after
+ * its speculative read ended. The other keys' usual reads thus start at
+ * once, and a pipelined get's next chunk does not wait for this one's
+ * speculative bytes (do_get). */
+static void spec_batch_match(cr_store_t *s, spec_batch_t *sb, const cr__rpc_msg_t *rep,
+                             uint32_t *used, int *results)
+{
+    if (!sb->started)
+        return;
+    for (size_t i = 0; i < sb->n; i++) {
         const cr__lc_hit_t *e = &sb->hit[i];
         if (!e->size)
             continue;
@@ -2404,31 +2427,94 @@ static size_t spec_batch_end(cr_store_t *s, spec_batch_t *sb, const cr__rpc_msg_
         }
         if (m < 0 && (!results[i] || it->status == CR_E_OBJECT_NOT_FOUND))
             cr__lc_drop(&s->lc, sb->keys[i]); /* moved or gone */
-        if (m < 0 || !sb->good[i] || sb->st[i] || !(it->flags & CR__RPC_F_CRC) ||
-            sb->crc[i] != it->crc) {
-            dropped++;
-            sb->good[i] = 0;
-            /* the first-choice replica's read already failed (a frozen or
-             * dead node): straight to the others, as the usual read's
-             * failure goes (get_direct_failover), not a second wait on it */
-            if (m >= 0 && sb->st[i] && (uint32_t)m == orders[i * CR__RPC_REPLICA_MAX])
-                results[i] = CR_E_TRANSFER_FAIL;
+        if (results[i]) { /* not found, too large, ...: nothing to read */
+            sb->fate[i] = SPEC_GONE;
             continue;
         }
         results[i] = DISK_DONE;
+        if (m < 0 || !(it->flags & CR__RPC_F_CRC)) {
+            sb->fate[i] = SPEC_REREAD;
+            continue;
+        }
+        sb->fate[i] = SPEC_MATCH;
         used[i] = 1u << m;
-        kept++;
+    }
+}
+
+/* Waits for the speculative reads and keeps each SPEC_MATCH key whose read
+ * moved every byte and whose bytes match the value's checksum (checked[i]
+ * = 1; results[i] stays DISK_DONE); the others are read the usual way from
+ * the same answer now (speculation never costs a second round trip), except
+ * a key whose read of the first-choice replica failed (a frozen or dead
+ * node): it gets CR_E_TRANSFER_FAIL, straight to the other replicas
+ * (get_direct_failover), not a second wait on it. Run after the usual
+ * reads ended and before their failover. Returns the keys kept. */
+static size_t spec_batch_finish(cr_store_t *s, spec_batch_t *sb, const cr__rpc_msg_t *rep,
+                                void *const *dsts, const uint32_t *orders, uint32_t *used,
+                                uint8_t *checked, int *results)
+{
+    if (!sb || !sb->started)
+        return 0;
+    spec_batch_abort(s, sb);
+    size_t n = sb->n, rereads = 0;
+    uint64_t kept = 0, dropped = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sb->fate[i] == SPEC_MATCH) {
+            const cr__rpc_item_t *it = &rep->items[i];
+            if (sb->good[i] && !sb->st[i] && sb->crc[i] == it->crc) {
+                checked[i] = 1;
+                kept++;
+                continue;
+            }
+            if (sb->st[i] && used[i] == 1u << orders[i * CR__RPC_REPLICA_MAX]) {
+                results[i] = CR_E_TRANSFER_FAIL;
+                dropped++;
+                continue;
+            }
+            sb->fate[i] = SPEC_REREAD;
+        }
+        if (sb->fate[i] == SPEC_REREAD)
+            rereads++;
+        if (sb->fate[i] == SPEC_REREAD || sb->fate[i] == SPEC_GONE)
+            dropped++;
     }
     atomic_fetch_add(&s->spec_kept, kept);
     atomic_fetch_add(&s->spec_dropped, dropped);
+    if (!rereads)
+        return (size_t)kept;
+    /* the usual reads of the keys held back: every other key marked done */
+    int *res = malloc(n * sizeof *res);
+    size_t *first = malloc((n + 1) * sizeof *first);
+    uint8_t *chk = malloc(n);
+    if (!res || !first || !chk) {
+        for (size_t i = 0; i < n; i++)
+            if (sb->fate[i] == SPEC_REREAD)
+                results[i] = -ENOMEM;
+        free(res);
+        free(first);
+        free(chk);
+        return (size_t)kept;
+    }
+    for (size_t i = 0; i < n; i++)
+        res[i] = sb->fate[i] == SPEC_REREAD ? 0 : DISK_DONE;
+    get_read_disk(s, rep, dsts, n, orders, used, chk, res);
+    reqvec_t rv;
+    rv_init(&rv);
+    get_direct_build(s, rep, dsts, n, orders, used, first, &rv, res);
+    keyed_t kd;
+    keyed_start(s, &kd, &rv, first, n, 0, NULL, 1, res);
+    keyed_finish(s, &kd, res);
+    rv_free(&rv);
+    for (size_t i = 0; i < n; i++) {
+        if (sb->fate[i] != SPEC_REREAD)
+            continue;
+        results[i] = res[i]; /* DISK_DONE from a disk tier: turned into 0 later */
+        checked[i] = chk[i];
+    }
+    free(res);
+    free(first);
+    free(chk);
     return (size_t)kept;
-}
-
-static void spec_batch_checked(const spec_batch_t *sb, const int *results, uint8_t *checked)
-{
-    for (size_t i = 0; sb->started && i < sb->n; i++)
-        if (sb->good[i] && results[i] == DISK_DONE)
-            checked[i] = 1;
 }
 
 /* call_items, with start(arg) run once while the master works on the
@@ -2477,6 +2563,7 @@ typedef struct get_chunk {
     uint64_t *sizes;
     uint8_t *checked;
     size_t n_spec; /* keys read speculatively (spec_batch_t) */
+    spec_batch_t *sb; /* its speculative reads, judged by get_chunk_end */
     reqvec_t rv;
     get_crc_t gc;
     overlap_t ov;
@@ -2490,6 +2577,7 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
     c->t0 = cr__now_ms();
     c->orders = NULL;
     c->n_spec = 0;
+    c->sb = NULL;
     memset(&c->rep, 0, sizeof c->rep);
     cr__rpc_msg_t req;
     /* a direct batch's known keys start moving while the master answers */
@@ -2501,7 +2589,7 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
                 : call_items(s, &req, &c->rep, n);
     if (rc) {
         if (sb)
-            spec_batch_end(s, sb, NULL, NULL, NULL, NULL);
+            spec_batch_abort(s, sb);
         spec_batch_free(sb);
         for (size_t i = 0; i < n; i++)
             results[i] = rc;
@@ -2539,18 +2627,17 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
     }
     if (!c->orders) {
         if (sb)
-            spec_batch_end(s, sb, NULL, NULL, NULL, NULL);
+            spec_batch_abort(s, sb);
         spec_batch_free(sb);
         for (size_t i = 0; i < n; i++)
             results[i] = -ENOMEM;
         return;
     }
     get_located(s, &c->rep, c->keys, c->caps, n, c->orders, results);
-    c->n_spec = sb ? spec_batch_end(s, sb, &c->rep, c->orders, c->used, results) : 0;
-    get_read_disk(s, &c->rep, c->dsts, n, c->orders, c->used, c->checked, results);
     if (sb)
-        spec_batch_checked(sb, results, c->checked);
-    spec_batch_free(sb);
+        spec_batch_match(s, sb, &c->rep, c->used, results);
+    c->sb = sb; /* judged once its reads ended (get_chunk_end) */
+    get_read_disk(s, &c->rep, c->dsts, n, c->orders, c->used, c->checked, results);
     rv_init(&c->rv);
     if (c->staged)
         return;
@@ -2569,6 +2656,10 @@ static void get_chunk_end(cr_store_t *s, get_chunk_t *c)
     if (c->orders) {
         if (!c->staged) {
             keyed_finish(s, &c->kd, results);
+            c->n_spec = spec_batch_finish(s, c->sb, &c->rep, c->dsts, c->orders, c->used,
+                                          c->checked, results);
+            spec_batch_free(c->sb);
+            c->sb = NULL;
             get_direct_failover(s, &c->rep, c->dsts, n, c->orders, c->used, results);
         } else {
             get_read_staged(s, &c->rep, c->dsts, n, c->orders, c->used, results);
