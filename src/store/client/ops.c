@@ -1715,7 +1715,7 @@ static int put_any(cr_store_t *s, const char *const *keys, const void *const *sr
                    const size_t *lens, size_t n, const cr_store_replicate_config_t *cfg, int staged,
                    int *results)
 {
-    if (n == 1) /* a new version goes elsewhere (a batch's old entries: spec_batch_end) */
+    if (n == 1) /* a new version goes elsewhere (a batch's old entries: spec_batch_match) */
         cr__lc_drop(&s->lc, keys[0]);
     if (!s->resv_on || !resv_cfg_ok(cfg))
         return do_put(s, keys, srcs, lens, n, cfg, staged, results);
