@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/auth/auth.h"
@@ -246,6 +247,16 @@ int cr_xfer_engine_create(const cr_xfer_params_t *params, cr_xfer_engine_t **out
     cr__seg_desc_t *d = &e->local;
     cr__seg_host_id(d->host_id);
     d->pid = (int32_t)getpid();
+    /* versions start at the wall clock's microseconds, not 0: an engine
+     * re-created under the same name in the same process (same pid and
+     * host) must not publish the versions its predecessor did, or peers
+     * would keep per-peer transport state (a snapshot of its buffers) built
+     * from the old descriptor */
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        atomic_store(&e->version, (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u);
+    }
     d->n_nics = e->cfg.n_nics;
     for (uint32_t i = 0; i < e->cfg.n_nics; i++)
         strcpy(d->nics[i].addr, e->cfg.nics[i]);

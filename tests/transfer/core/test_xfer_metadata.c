@@ -95,10 +95,19 @@ static void test_publish_lifecycle(void **state)
     assert_int_equal(cr_xfer_mem_unregister(e, buf), 0);
     assert_int_equal(stored("node-a", &d), 0);
     assert_int_equal(d.n_buffers, 0);
+    uint64_t last = d.version;
     cr__seg_desc_clear(&d);
 
     cr_xfer_engine_destroy(e);
     assert_int_equal(stored("node-a", &d), -ENOENT);
+
+    /* re-created in the same process (same pid and host): its versions are
+     * not its predecessor's, so peers see another descriptor */
+    assert_int_equal(engine("node-a", &e), 0);
+    assert_int_equal(stored("node-a", &d), 0);
+    assert_true(d.version > last);
+    cr__seg_desc_clear(&d);
+    cr_xfer_engine_destroy(e);
 }
 
 static void test_open_by_name_and_restart(void **state)

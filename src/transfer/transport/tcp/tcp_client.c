@@ -359,6 +359,19 @@ static void conn_fail(tcp_conn_t *c, int err)
  * unreachable) and return 1. */
 static int path_failed(tcp_peer_t *p, int path, const cr__seg_nic_t *remote, int err)
 {
+    /* the descriptor was refreshed while this dial was under way (a target
+     * restarted on another port): the address that failed is no longer the
+     * path's, so nothing is set aside or failed; the next dial uses the new
+     * one. Read before p->mu: the descriptor has its own lock. */
+    cr__seg_nic_t now_remote;
+    memset(&now_remote, 0, sizeof now_remote);
+    if (!path_remote(p, &p->paths[path], &now_remote) &&
+        (strcmp(now_remote.addr, remote->addr) || now_remote.port != remote->port)) {
+        pthread_mutex_lock(&p->mu);
+        wake_peer_locked(p);
+        pthread_mutex_unlock(&p->mu);
+        return 0;
+    }
     uint64_t now = cr__now_ns();
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->paths[path].down_until_ns, now + TCP_REPROBE_NS);
