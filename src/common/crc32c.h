@@ -3,9 +3,11 @@
  * shared-filesystem tiers) and by the security code.
  *
  * On x86-64 the SSE4.2 crc32 instruction (three interleaved streams),
- * PCLMULQDQ folding or VPCLMULQDQ folding on 512-bit registers is used,
- * whichever the CPU has and runs fastest (timed once over 64 KiB at the
- * first call); otherwise a portable slicing-by-8 table. All give identical results (tests/common/test_crc32c.c checks
+ * PCLMULQDQ folding or VPCLMULQDQ folding on 512-bit (AVX-512) or 256-bit
+ * (AVX2) registers is used, whichever the CPU has and runs fastest (timed
+ * once over 64 KiB in pieces of 64, 16 and 4 KiB at the first call);
+ * otherwise a portable slicing-by-8 table. All give identical results
+ * (tests/common/test_crc32c.c checks
  * each against the RFC 3720 vectors and the table). */
 #ifndef CR_COMMON_CRC32C_H
 #define CR_COMMON_CRC32C_H
@@ -45,7 +47,8 @@ uint32_t cr__crc32c_portable(uint32_t crc, const void *buf, size_t len);
 
 /* One implementation by number, for tests: 0 the table, 1 the crc32
  * instruction, 2 PCLMULQDQ folding (the instruction below 64 bytes), 3
- * VPCLMULQDQ folding with AVX-512 (PCLMULQDQ below 256 bytes).
+ * VPCLMULQDQ folding with AVX-512 (PCLMULQDQ below 256 bytes), 4
+ * VPCLMULQDQ folding with AVX2 (PCLMULQDQ below 128 bytes).
  * Returns 0 for an implementation this CPU lacks
  * (cr__crc32c_impl_available says which). */
 uint32_t cr__crc32c_impl(int impl, uint32_t crc, const void *buf, size_t len);

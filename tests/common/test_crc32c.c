@@ -51,7 +51,7 @@ static void test_paths_agree_and_extend(void **s)
             if (a != b)
                 fail_msg("off %zu len %zu: hw %08x table %08x", off, len, a, b);
             /* each hardware implementation, whichever cr__crc32c picked */
-            for (int impl = 1; impl <= 3; impl++) {
+            for (int impl = 1; impl <= 4; impl++) {
                 if (!cr__crc32c_impl_available(impl))
                     continue;
                 uint32_t h = cr__crc32c_impl(impl, 0x1234u, buf + off, len);
@@ -85,15 +85,14 @@ static void test_pclmul_path_runs(void **s)
     assert_int_equal(cr__crc32c_impl(2, 0, z, sizeof z), cr__crc32c_portable(0, z, sizeof z));
 }
 
-/* The same for VPCLMULQDQ on AVX-512 registers (skipped, and said so, on
- * a CPU without them); lengths around its 256-byte blocks and its 64-byte
- * tail steps. */
-static void test_vpclmul_path_runs(void **s)
+/* The same for VPCLMULQDQ on AVX-512 (impl 3) and on AVX2 registers
+ * (impl 4), each skipped, and said so, on a CPU without them; lengths
+ * around their 256- and 128-byte blocks and their 64-byte tail steps. */
+static void vpclmul_path_runs(int impl)
 {
-    (void)s;
-    if (!cr__crc32c_impl_available(3))
+    if (!cr__crc32c_impl_available(impl))
         skip();
-    assert_int_equal(cr__crc32c_impl(3, 0, "123456789", 9), 0xE3069283u);
+    assert_int_equal(cr__crc32c_impl(impl, 0, "123456789", 9), 0xE3069283u);
     static unsigned char b[3 * 4096 + 77];
     uint32_t x = 777;
     for (size_t i = 0; i < sizeof b; i++) {
@@ -102,11 +101,23 @@ static void test_vpclmul_path_runs(void **s)
     }
     for (size_t len = 0; len <= sizeof b; len += (len < 1100 ? 1 : 97))
         for (size_t off = 0; off < 3 && off + len <= sizeof b; off++)
-            if (cr__crc32c_impl(3, 0xabcdu, b + off, len) !=
+            if (cr__crc32c_impl(impl, 0xabcdu, b + off, len) !=
                 cr__crc32c_portable(0xabcdu, b + off, len))
-                fail_msg("len %zu off %zu: VPCLMULQDQ %08x table %08x", len, off,
-                         cr__crc32c_impl(3, 0xabcdu, b + off, len),
+                fail_msg("len %zu off %zu: VPCLMULQDQ (impl %d) %08x table %08x", len, off,
+                         impl, cr__crc32c_impl(impl, 0xabcdu, b + off, len),
                          cr__crc32c_portable(0xabcdu, b + off, len));
+}
+
+static void test_vpclmul_path_runs(void **s)
+{
+    (void)s;
+    vpclmul_path_runs(3);
+}
+
+static void test_vpclmul256_path_runs(void **s)
+{
+    (void)s;
+    vpclmul_path_runs(4);
 }
 
 /* Pieces hashed apart (raw register from 0), shifted by the bytes after
@@ -196,6 +207,7 @@ int main(void)
         cmocka_unit_test(test_paths_agree_and_extend),
         cmocka_unit_test(test_pclmul_path_runs),
         cmocka_unit_test(test_vpclmul_path_runs),
+        cmocka_unit_test(test_vpclmul256_path_runs),
         cmocka_unit_test(test_pieces_in_any_order_and_combine),
         cmocka_unit_test(test_copy_raw_equals_copy_then_hash),
     };
