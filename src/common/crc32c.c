@@ -218,6 +218,25 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t pcl_finish(__m128i x0, 
     return crc_hw_tail(c64, p, len);
 }
 
+/* The four lanes carried over the rest of the buffer 64 bytes at a time,
+ * then pcl_finish: the end of crc_pcl and of crc_vpcl256. */
+__attribute__((target("sse4.2,pclmul"))) static uint32_t pcl_rest(__m128i x0, __m128i x1,
+                                                                  __m128i x2, __m128i x3,
+                                                                  const unsigned char *p,
+                                                                  size_t len)
+{
+    __m128i k = _mm_set_epi64x((long long)fold64[1], (long long)fold64[0]);
+    while (len >= 64) {
+        x0 = pcl_fold(x0, k, _mm_loadu_si128((const __m128i *)p));
+        x1 = pcl_fold(x1, k, _mm_loadu_si128((const __m128i *)(p + 16)));
+        x2 = pcl_fold(x2, k, _mm_loadu_si128((const __m128i *)(p + 32)));
+        x3 = pcl_fold(x3, k, _mm_loadu_si128((const __m128i *)(p + 48)));
+        p += 64;
+        len -= 64;
+    }
+    return pcl_finish(x0, x1, x2, x3, p, len);
+}
+
 /* PCLMULQDQ folding (the reflected-CRC scheme of Intel's "Fast CRC
  * Computation Using PCLMULQDQ"): four 16-byte lanes are carried forward 64
  * bytes at a time with two carry-less multiplies each, folded into one,
@@ -235,16 +254,7 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_pcl(uint32_t c,
     x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int)c));
     p += 64;
     len -= 64;
-    __m128i k = _mm_set_epi64x((long long)fold64[1], (long long)fold64[0]);
-    while (len >= 64) {
-        x0 = pcl_fold(x0, k, _mm_loadu_si128((const __m128i *)p));
-        x1 = pcl_fold(x1, k, _mm_loadu_si128((const __m128i *)(p + 16)));
-        x2 = pcl_fold(x2, k, _mm_loadu_si128((const __m128i *)(p + 32)));
-        x3 = pcl_fold(x3, k, _mm_loadu_si128((const __m128i *)(p + 48)));
-        p += 64;
-        len -= 64;
-    }
-    return pcl_finish(x0, x1, x2, x3, p, len);
+    return pcl_rest(x0, x1, x2, x3, p, len);
 }
 #endif
 
@@ -252,10 +262,30 @@ __attribute__((target("sse4.2,pclmul"))) static uint32_t crc_pcl(uint32_t c,
 #define VPCL256_TARGET "sse4.2,pclmul,avx2,vpclmulqdq"
 /* pcl_fold on each of the two 16-byte lanes of a 32-byte register */
 __attribute__((target(VPCL256_TARGET))) static inline __m256i vpcl256_fold(__m256i x, __m256i k,
-                                                                      __m256i y)
+                                                                          __m256i y)
 {
-    return _mm256_xor_si256(
-        _mm256_xor_si256(_mm256_clmulepi64_epi128(x, k, 0x00), _mm256_clmulepi64_epi128(x, k, 0x11)), y);
+    return _mm256_xor_si256(_mm256_xor_si256(_mm256_clmulepi64_epi128(x, k, 0x00),
+                                             _mm256_clmulepi64_epi128(x, k, 0x11)),
+                            y);
+}
+
+/* a folding constant pair in both lanes of a 32-byte register */
+__attribute__((target(VPCL256_TARGET))) static inline __m256i vpcl256_k(const uint64_t f[2])
+{
+    return _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)f[1], (long long)f[0]));
+}
+
+/* Four 32-byte registers (128 consecutive bytes) folded pairwise by 64
+ * bytes into the four 16-byte lanes of the last 64 (x[0..4)). */
+__attribute__((target(VPCL256_TARGET))) static inline void vpcl256_lanes(const __m256i z[4],
+                                                                         __m128i x[4])
+{
+    __m256i k = vpcl256_k(fold64);
+    __m256i lo = vpcl256_fold(z[0], k, z[2]), hi = vpcl256_fold(z[1], k, z[3]);
+    x[0] = _mm256_extracti128_si256(lo, 0);
+    x[1] = _mm256_extracti128_si256(lo, 1);
+    x[2] = _mm256_extracti128_si256(hi, 0);
+    x[3] = _mm256_extracti128_si256(hi, 1);
 }
 
 /* The folding with VPCLMULQDQ on 256-bit registers (AVX2 without AVX-512,
@@ -266,40 +296,26 @@ __attribute__((target(VPCL256_TARGET))) static inline __m256i vpcl256_fold(__m25
  * work, so it runs at ~2x crc_pcl where the instruction's throughput is the
  * same for both widths (Zen 3: ~1.2-1.9x the three crc32 streams, 4-64 KiB
  * in cache). len >= 128. */
-__attribute__((target(VPCL256_TARGET))) static uint32_t crc_vpcl256(uint32_t c, const unsigned char *p,
-                                                               size_t len)
+__attribute__((target(VPCL256_TARGET))) static uint32_t crc_vpcl256(uint32_t c,
+                                                                    const unsigned char *p,
+                                                                    size_t len)
 {
-    __m256i z0 = _mm256_loadu_si256((const void *)p);
-    __m256i z1 = _mm256_loadu_si256((const void *)(p + 32));
-    __m256i z2 = _mm256_loadu_si256((const void *)(p + 64));
-    __m256i z3 = _mm256_loadu_si256((const void *)(p + 96));
-    z0 = _mm256_xor_si256(z0, _mm256_castsi128_si256(_mm_cvtsi32_si128((int)c)));
+    __m256i z[4];
+    for (int i = 0; i < 4; i++)
+        z[i] = _mm256_loadu_si256((const void *)(p + 32 * i));
+    z[0] = _mm256_xor_si256(z[0], _mm256_castsi128_si256(_mm_cvtsi32_si128((int)c)));
     p += 128;
     len -= 128;
-    __m256i k = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)fold128[1], (long long)fold128[0]));
+    __m256i k = vpcl256_k(fold128);
     while (len >= 128) {
-        z0 = vpcl256_fold(z0, k, _mm256_loadu_si256((const void *)p));
-        z1 = vpcl256_fold(z1, k, _mm256_loadu_si256((const void *)(p + 32)));
-        z2 = vpcl256_fold(z2, k, _mm256_loadu_si256((const void *)(p + 64)));
-        z3 = vpcl256_fold(z3, k, _mm256_loadu_si256((const void *)(p + 96)));
+        for (int i = 0; i < 4; i++)
+            z[i] = vpcl256_fold(z[i], k, _mm256_loadu_si256((const void *)(p + 32 * i)));
         p += 128;
         len -= 128;
     }
-    k = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)fold64[1], (long long)fold64[0]));
-    z0 = vpcl256_fold(z0, k, z2);
-    z1 = vpcl256_fold(z1, k, z3);
-    __m128i x0 = _mm256_extracti128_si256(z0, 0), x1 = _mm256_extracti128_si256(z0, 1),
-            x2 = _mm256_extracti128_si256(z1, 0), x3 = _mm256_extracti128_si256(z1, 1);
-    __m128i k4 = _mm_set_epi64x((long long)fold64[1], (long long)fold64[0]);
-    while (len >= 64) {
-        x0 = pcl_fold(x0, k4, _mm_loadu_si128((const __m128i *)p));
-        x1 = pcl_fold(x1, k4, _mm_loadu_si128((const __m128i *)(p + 16)));
-        x2 = pcl_fold(x2, k4, _mm_loadu_si128((const __m128i *)(p + 32)));
-        x3 = pcl_fold(x3, k4, _mm_loadu_si128((const __m128i *)(p + 48)));
-        p += 64;
-        len -= 64;
-    }
-    return pcl_finish(x0, x1, x2, x3, p, len);
+    __m128i x[4];
+    vpcl256_lanes(z, x);
+    return pcl_rest(x[0], x[1], x[2], x[3], p, len);
 }
 #endif
 
@@ -554,7 +570,7 @@ __attribute__((target(VPCL256_TARGET))) static uint32_t crc_vpcl256_copy(uint32_
     p += 128;
     d += 128;
     len -= 128;
-    __m256i k = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)fold128[1], (long long)fold128[0]));
+    __m256i k = vpcl256_k(fold128);
     while (len >= 128) {
         for (int i = 0; i < 4; i++) {
             __m256i y = _mm256_loadu_si256((const void *)(p + 32 * i));
@@ -565,25 +581,20 @@ __attribute__((target(VPCL256_TARGET))) static uint32_t crc_vpcl256_copy(uint32_
         d += 128;
         len -= 128;
     }
-    k = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)fold64[1], (long long)fold64[0]));
-    __m256i lo = vpcl256_fold(z[0], k, z[2]), hi = vpcl256_fold(z[1], k, z[3]);
-    __m128i x0 = _mm256_extracti128_si256(lo, 0), x1 = _mm256_extracti128_si256(lo, 1),
-            x2 = _mm256_extracti128_si256(hi, 0), x3 = _mm256_extracti128_si256(hi, 1);
+    __m128i x[4], y[4];
+    vpcl256_lanes(z, x);
     __m128i k4 = _mm_set_epi64x((long long)fold64[1], (long long)fold64[0]);
-    __m128i y[4];
     while (len >= 64) {
         cr__stream64(d, p, y);
-        x0 = pcl_fold(x0, k4, y[0]);
-        x1 = pcl_fold(x1, k4, y[1]);
-        x2 = pcl_fold(x2, k4, y[2]);
-        x3 = pcl_fold(x3, k4, y[3]);
+        for (int i = 0; i < 4; i++)
+            x[i] = pcl_fold(x[i], k4, y[i]);
         p += 64;
         d += 64;
         len -= 64;
     }
     _mm_sfence(); /* the streamed stores are ordered before what follows */
     memcpy(d, p, len);
-    return pcl_finish(x0, x1, x2, x3, p, len);
+    return pcl_finish(x[0], x[1], x[2], x[3], p, len);
 }
 #endif
 
