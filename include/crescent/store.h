@@ -290,6 +290,15 @@ CR_API int cr_store_exist(cr_store_t *store, const char *key);
  * CR_E_OBJECT_HAS_LEASE, CR_E_INVALID_KEY, CR_E_RPC_FAIL. */
 CR_API int cr_store_remove(cr_store_t *store, const char *key, int force);
 
+/* Removes n keys (1..CR_STORE_BATCH_MAX) in one master round trip, each as
+ * cr_store_remove(key, force) would: results[i] gets that key's status
+ * (an invalid key CR_E_INVALID_KEY, alone). Returns 0 if every key was
+ * removed, else the first failing key's status (a call the master did not
+ * answer: CR_E_RPC_FAIL in each sent key's result); CR_E_INVALID_PARAMS
+ * (NULL arrays, n out of range) with results untouched. */
+CR_API int cr_store_batch_remove(cr_store_t *store, const char *const *keys, size_t n,
+                                 int force, int *results);
+
 /* Removes every key without a live lease; *removed (optional) gets the
  * count. Returns 0 or CR_E_RPC_FAIL. */
 CR_API int cr_store_remove_all(cr_store_t *store, uint64_t *removed);

@@ -1543,8 +1543,16 @@ static PyObject *store_batch_remove(PyStore *self, PyObject *args, PyObject *kw)
     }
     Py_BEGIN_ALLOW_THREADS
     cr_store_t *s = st_acquire(self);
-    for (Py_ssize_t i = 0; i < kb.n; i++)
-        out[i] = s ? cr_store_remove(s, kb.k[i], force) : NOT_READY;
+    /* one master round trip per CR_STORE_BATCH_MAX keys, a status per key */
+    int res[CR_STORE_BATCH_MAX];
+    for (Py_ssize_t i = 0; i < kb.n; i += CR_STORE_BATCH_MAX) {
+        size_t m = (size_t)(kb.n - i) < CR_STORE_BATCH_MAX ? (size_t)(kb.n - i)
+                                                           : CR_STORE_BATCH_MAX;
+        if (s)
+            cr_store_batch_remove(s, kb.k + i, m, force, res);
+        for (size_t j = 0; j < m; j++)
+            out[i + (Py_ssize_t)j] = s ? res[j] : NOT_READY;
+    }
     if (s)
         st_release(self);
     Py_END_ALLOW_THREADS

@@ -224,6 +224,15 @@ def test_remove_force_and_remove_all(cluster):
         assert n >= 3, "remove_all removed %d" % n
         assert s.batch_is_exist(ks) == [0, 0, 0]
         assert s.batch_remove([K("none")], force=False) == [NOT_FOUND]
+        # more keys than one master call takes (4096): a status per key, in
+        # order
+        many = [K("many") for _ in range(4100)]
+        for i in (0, 4097, 4099):
+            assert s.put(many[i], b"v") == 0
+        want = [NOT_FOUND] * 4100
+        want[0] = want[4097] = want[4099] = 0
+        assert s.batch_remove(many) == want
+        assert s.batch_is_exist([many[0], many[4097], many[4099]]) == [0, 0, 0]
     finally:
         s.close()
 

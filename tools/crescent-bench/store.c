@@ -345,6 +345,31 @@ static void warm_key(char *k, size_t cap, const sb_cfg_t *c, int t, int ph, int 
     snprintf(k, cap, "%.40s-warm-%d-%d-%d-%" PRId64 "-%" PRId64, c->key_prefix, t, ph, v, w, b);
 }
 
+/* The keys a run removes at its end, CR_STORE_BATCH_MAX at a time. */
+typedef struct rm_batch {
+    char keys[CR_STORE_BATCH_MAX][WARM_KEY_MAX];
+    size_t n;
+} rm_batch_t;
+
+static void rm_flush(cr_store_t *st, rm_batch_t *rb)
+{
+    const char *k[CR_STORE_BATCH_MAX];
+    int res[CR_STORE_BATCH_MAX];
+    for (size_t i = 0; i < rb->n; i++)
+        k[i] = rb->keys[i];
+    if (rb->n)
+        cr_store_batch_remove(st, k, rb->n, 1, res); /* a miss is fine: evicted */
+    rb->n = 0;
+}
+
+/* The next key's buffer (WARM_KEY_MAX bytes), the batch removed when full. */
+static char *rm_slot(cr_store_t *st, rm_batch_t *rb)
+{
+    if (rb->n == CR_STORE_BATCH_MAX)
+        rm_flush(st, rb);
+    return rb->keys[rb->n++];
+}
+
 /* --warmup, in the phase's own thread before its clock starts (a thread's
  * first master call opens its own connection): --warmup batch_put +
  * batch_get calls of --batch keys of its own through each client, so the
@@ -1098,21 +1123,20 @@ static int store_run(sb_cfg_t *cp)
         ret |= run_phase(batched ? "batch_get" : "get", th, n, &c);
     }
     if (!c.keep) {
-        for (int i = 0; i < n; i++)
-            for (uint64_t k = 0; k < th[i].n_put; k++) {
-                char key[96];
-                key_name(key, sizeof key, &c, i, k);
-                cr_store_remove(st, key, 1);
-            }
-        for (int i = 0; batched && i < n; i++)
+        /* batches of removes, one master round trip each */
+        rm_batch_t *rb = calloc(1, sizeof *rb);
+        for (int i = 0; rb && i < n; i++)
+            for (uint64_t k = 0; k < th[i].n_put; k++)
+                key_name(rm_slot(st, rb), WARM_KEY_MAX, &c, i, k);
+        for (int i = 0; rb && batched && i < n; i++)
             for (int ph = 0; ph < 2; ph++)
                 for (int v = 0; v < (st_b ? 2 : 1); v++)
                     for (int64_t w = 0; w < c.warmup; w++)
-                        for (int64_t b = 0; b < c.batch; b++) {
-                            char key[WARM_KEY_MAX];
-                            warm_key(key, sizeof key, &c, i, ph, v, w, b);
-                            cr_store_remove(st, key, 1);
-                        }
+                        for (int64_t b = 0; b < c.batch; b++)
+                            warm_key(rm_slot(st, rb), WARM_KEY_MAX, &c, i, ph, v, w, b);
+        if (rb)
+            rm_flush(st, rb);
+        free(rb);
     }
 out:
     if (th) {

@@ -3006,6 +3006,47 @@ int cr_store_remove(cr_store_t *s, const char *key, int force)
     return rc;
 }
 
+/* One BATCH_REMOVE of the valid keys among keys[0..n); an invalid key gets
+ * CR_E_INVALID_KEY in its result and is not sent, so that it fails alone. */
+int cr_store_batch_remove(cr_store_t *s, const char *const *keys, size_t n, int force,
+                          int *results)
+{
+    if (!s || !keys || !results || n == 0 || n > CR_STORE_BATCH_MAX)
+        return CR_E_INVALID_PARAMS;
+    const char **ok = malloc(n * sizeof *ok);
+    size_t *at = malloc(n * sizeof *at);
+    size_t m = 0;
+    int rc = ok && at ? 0 : CR_E_INTERNAL_ERROR;
+    for (size_t i = 0; i < n; i++) {
+        results[i] = rc ? rc : cr__sc_check_key(keys[i]) ? CR_E_INVALID_KEY : 0;
+        if (results[i])
+            continue;
+        cr__lc_drop(&s->lc, keys[i]);
+        at[m] = i;
+        ok[m++] = keys[i];
+    }
+    cr__rpc_msg_t req, rep = {0};
+    if (m) {
+        rc = build_items(&req, CR__RPC_REMOVE, ok, m);
+        for (size_t j = 0; !rc && j < m; j++)
+            req.items[j].flags = force ? CR__RPC_F_FORCE : 0;
+        if (!rc)
+            rc = call_items(s, &req, &rep, m);
+        if (rc == -ENOMEM)
+            rc = CR_E_INTERNAL_ERROR;
+        for (size_t j = 0; j < m; j++) /* a call that failed fails each key */
+            results[at[j]] = rc ? rc : rep.items[j].status;
+        if (!rc)
+            cr__rpc_msg_free(&rep);
+    }
+    free(ok);
+    free(at);
+    for (size_t i = 0; i < n; i++)
+        if (results[i])
+            return results[i];
+    return 0;
+}
+
 int cr_store_remove_all(cr_store_t *s, uint64_t *removed)
 {
     return cr_store_remove_all_force(s, 0, removed); /* desc.c */

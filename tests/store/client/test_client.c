@@ -477,6 +477,40 @@ static void test_lease_blocks_remove(void **state)
     assert_int_equal(cr_store_exist(g_cli, "leased2"), 0);
 }
 
+/* One batch remove: each key's status on its own (removed, missing, under
+ * a lease, invalid), none poisoning the others, and force past the lease. */
+static void test_batch_remove(void **state)
+{
+    (void)state;
+    uint8_t b[4096], o[4096];
+    size_t got;
+    fill(b, sizeof b, 9);
+    const char *keys[5] = {"brm-a", "brm-missing", "brm-leased", "", "brm-b"};
+    assert_int_equal(cr_store_put(g_cli, "brm-a", b, sizeof b, NULL), 0);
+    assert_int_equal(cr_store_put(g_cli, "brm-leased", b, sizeof b, NULL), 0);
+    assert_int_equal(cr_store_put(g_cli, "brm-b", b, sizeof b, NULL), 0);
+    assert_int_equal(cr_store_get(g_cli, "brm-leased", o, sizeof o, &got), 0);
+    int res[5];
+    assert_int_equal(cr_store_batch_remove(g_cli, keys, 5, 0, res), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(res[1], CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(res[2], CR_E_OBJECT_HAS_LEASE);
+    assert_int_equal(res[3], CR_E_INVALID_KEY);
+    assert_int_equal(res[4], 0);
+    assert_int_equal(cr_store_exist(g_cli, "brm-a"), 0);
+    assert_int_equal(cr_store_exist(g_cli, "brm-b"), 0);
+    assert_int_equal(cr_store_exist(g_cli, "brm-leased"), 1);
+    /* a miss after a cached location: the removed key is not read */
+    assert_int_equal(cr_store_get(g_cli, "brm-a", o, sizeof o, &got), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr_store_batch_remove(g_cli, keys + 2, 1, 1, res), 0);
+    assert_int_equal(res[0], 0);
+    assert_int_equal(cr_store_exist(g_cli, "brm-leased"), 0);
+    assert_int_equal(cr_store_batch_remove(g_cli, keys, 0, 0, res), CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_batch_remove(g_cli, keys, CR_STORE_BATCH_MAX + 1, 0, res),
+                     CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_batch_remove(g_cli, NULL, 1, 0, res), CR_E_INVALID_PARAMS);
+}
+
 struct stall_arg {
     cr_store_t *reader;
     uint8_t *buf;
@@ -910,6 +944,7 @@ int main(void)
         cmocka_unit_test(test_replicas_distinct),
         cmocka_unit_test(test_replicate_config_field_mask),
         cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_batch_remove),
         cmocka_unit_test(test_batch_pipelined),
         cmocka_unit_test(test_lease_blocks_remove),
         cmocka_unit_test(test_stalled_reader),
