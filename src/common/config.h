@@ -43,9 +43,9 @@ int cr__cfg_parse_size(const char *text, uint64_t *out);
 /* Fills *dst (the config struct) as described above. argv[first..argc) are
  * the arguments to parse. Non-flag arguments are an error unless positional is
  * non-NULL, in which case they are collected there (pointers into argv, at
- * most positional_cap; *n_positional set). --help prints usage to stdout and
- * returns 1. Returns 0 on success, 1 for --help, -EINVAL with a message in
- * err on error (unknown flag, bad value). */
+ * most positional_cap; *n_positional set). Returns 0 on success, 1 for
+ * --help or -h (the caller then prints cr__cfg_usage to stdout and exits 0),
+ * -EINVAL with a message in err on error (unknown flag, bad value). */
 int cr__cfg_parse(const cr__cfg_opt_t *table, size_t n, void *dst, int argc, char **argv,
                   int first, const char *env_prefix, const char **positional,
                   size_t positional_cap, size_t *n_positional, char *err, size_t errlen);

@@ -601,10 +601,17 @@ int main(int argc, char **argv)
     char err[512];
     int rc = cr__cfg_parse(table, NOPT, &o, argc, argv, 1, "CRESCENT_SIM_", NULL, 0, NULL, err,
                            sizeof err);
-    if (rc == 1)
+    if (rc == 1) {
+        cr__cfg_usage(stdout, "crescent-sim",
+                      "replays a Mooncake trace (JSONL) through the conductor's policies on a\n"
+                      "simulated cluster; modes: run (a table per policy), capacity, hitrate,\n"
+                      "all, margin. Progress goes to stderr, results to stdout.\n"
+                      "Environment: CRESCENT_SIM_<OPTION>.",
+                      table, NOPT);
         return 0;
+    }
     if (rc) {
-        fprintf(stderr, "crescent-sim: %s (see --help)\n", err);
+        fprintf(stderr, "crescent-sim: %s\n", err);
         return 2;
     }
     if (o.n_prefill < 1 || o.n_prefill > CR_COND_MAX_INSTANCES || o.n_decode < 1 ||
