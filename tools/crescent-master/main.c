@@ -1,7 +1,7 @@
 /* crescent-master: the store master service (metadata + allocation only;
  * data moves client-to-client through the Transfer Engine).
  *
- *   crescent-master [--rpc_port 50051] [--rpc_address 0.0.0.0]
+ *   crescent-master [--rpc_port 50051] [--rpc_address 127.0.0.1]
  *                   [--enable_http_metadata_server] [--http_metadata_server_port 8080]
  *                   [--metrics_port 9003] [--port_file FILE] ...   (--help lists all)
  *
