@@ -26,9 +26,15 @@ static int item_locked(cr__master_t *m, uint16_t bt, const cr__rpc_item_t *in,
     case CR__RPC_EXIST:
         CNT(m, rpc_exist_total)++;
         return cr__m_exist_locked(m, in->key, in->key_len);
-    case CR__RPC_GET_SIZE:
+    case CR__RPC_GET_SIZE: {
         CNT(m, rpc_get_size_total)++;
-        return cr__m_get_size_locked(m, in->key, in->key_len, &out->size);
+        /* a client's get() asks the size first: its not-found is the read's
+         * miss (the GetReplicaList that would count it is never sent) */
+        int rc = cr__m_get_size_locked(m, in->key, in->key_len, &out->size);
+        if (rc == CR_E_OBJECT_NOT_FOUND)
+            CNT(m, misses_total)++;
+        return rc;
+    }
     case CR__RPC_REMOVE:
         CNT(m, rpc_remove_total)++;
         return cr__m_remove_locked(m, in->key, in->key_len, (in->flags & CR__RPC_F_FORCE) != 0,
@@ -94,7 +100,11 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
             if (rc) {
                 /* a failed item carries no data */
                 memset(out, 0, sizeof *out);
-                CNT(m, rpc_errors_total)++;
+                /* a lookup's not-found is an answer (misses_total), not an error */
+                if (!(rc == CR_E_OBJECT_NOT_FOUND &&
+                      (bt == CR__RPC_EXIST || bt == CR__RPC_GET_SIZE ||
+                       bt == CR__RPC_GET_REPLICA_LIST)))
+                    CNT(m, rpc_errors_total)++;
             }
             out->status = rc;
         }

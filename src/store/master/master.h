@@ -267,9 +267,9 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(rpc_remove_total, counter, "Remove keys")                                                \
     X(rpc_validate_total, counter, "Validate keys")                                            \
     X(rpc_batch_requests_total, counter, "Batch requests (any batch type)")                    \
-    X(rpc_errors_total, counter, "Keys or requests answered with an error status")             \
+    X(rpc_errors_total, counter, "Keys or requests failed (a lookup's not-found is none)")     \
     X(hits_total, counter, "GetReplicaList that found a complete object")                      \
-    X(misses_total, counter, "GetReplicaList that found nothing")                              \
+    X(misses_total, counter, "GetReplicaList or GetSize that found nothing")                   \
     X(validate_failures_total, counter, "Validate that reported stale bytes")                  \
     X(puts_completed_total, counter, "Objects made visible by PutEnd")                         \
     X(puts_revoked_total, counter, "Puts revoked by the writer")                               \

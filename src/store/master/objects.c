@@ -58,6 +58,16 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
     uint32_t n_rep = cfg && cfg->replica_num ? cfg->replica_num : 1;
     placing_t p;
     if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
+        /* more than the cluster could ever hold (too few segments, too
+         * little capacity): refused without evicting anything for it */
+        if (!cr__m_place_possible(m, size, n_rep, cfg, now)) {
+            CNT(m, alloc_failures_total)++;
+            CR_LOG_RL(CR__LOG_WARN, "master",
+                      "put of %llu bytes x %u replicas refused: more than the mounted "
+                      "segments could hold even empty (nothing evicted)",
+                      (unsigned long long)size, n_rep);
+            return CR_E_NO_AVAILABLE_HANDLE;
+        }
         /* memory pressure: client reservations give their rest up (it
          * comes back after their quarantine, reserve.c) */
         cr__m_resv_reclaim_all(m, now);

@@ -140,6 +140,22 @@ int cr__m_place_all(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep
     return 0;
 }
 
+int cr__m_place_possible(cr__master_t *m, uint64_t size, uint32_t n_rep,
+                         const cr__rpc_repl_cfg_t *cfg, uint64_t now)
+{
+    uint32_t n_cand = candidates(m, cfg, now);
+    if (n_cand < n_rep)
+        return 0;
+    /* every replica on segments of its own: the n_rep replicas need
+     * size * n_rep bytes of the candidates' whole capacity */
+    uint64_t cap = 0;
+    for (uint32_t k = 0; k < n_cand; k++) {
+        uint64_t c = cr__oalloc_capacity(m->segs[m->order[k]].alloc);
+        cap = cap > UINT64_MAX - c ? UINT64_MAX : cap + c;
+    }
+    return size <= cap / n_rep;
+}
+
 /* Fills it->replicas with the live replicas of o (names copied into the
  * arena of msg). Returns 0 or -ENOMEM. */
 int cr__m_fill_replicas(cr__master_t *m, obj_t *o, cr__rpc_msg_t *msg, cr__rpc_item_t *it)

@@ -664,6 +664,41 @@ static void test_eviction_soft_pin_protected(void **s)
 
 static void full_tweak(cr__master_cfg_t *c) { c->high_watermark = 1.0; }
 
+/* A put no empty cluster could hold (bigger than every segment together,
+ * or more replicas than segments) is refused without evicting anything; a
+ * put that fits once space is freed still evicts. */
+static void test_impossible_put_evicts_nothing(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(full_tweak);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    assert_int_equal(cr__master_mount(m, CB, "segB", 0x20000000, 1 * MiB, 0), 0);
+    for (int i = 0; i < 64; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "o%02d", i);
+        assert_int_equal(put(m, key, 32 * KiB, 1, 0, (uint64_t)i, NULL, 1), 0);
+    }
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    uint64_t ev0 = st.counters[CR__MM_evictions_total];
+    assert_int_equal(put(m, "huge", 2 * MiB + 1, 1, 0, 100, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(put(m, "three", 1000, 3, 0, 100, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    /* two replicas of more than one segment: 2 x 1.5 MiB > 2 MiB */
+    assert_int_equal(put(m, "pair", 1536 * KiB, 2, 0, 100, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.counters[CR__MM_evictions_total], ev0);
+    for (int i = 0; i < 64; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "o%02d", i);
+        assert_int_equal(exist(m, key, 101), 0);
+    }
+    /* possible: the whole pool in one striped object evicts what it needs */
+    assert_int_equal(put(m, "all", 2 * MiB, 1, 0, 102, NULL, 1), 0);
+    cr__master_stats(m, &st);
+    assert_true(st.counters[CR__MM_evictions_total] > ev0);
+    cr__master_destroy(m);
+}
+
 static void test_eviction_on_alloc_failure(void **s)
 {
     (void)s;
@@ -845,6 +880,8 @@ static void test_dispatch_batch(void **s)
     /* batch exist + get size, single exist header status */
     cr__rpc_item_t q[3] = {{.key = "a", .key_len = 1}, {.key = "b", .key_len = 1},
                            {.key = "c", .key_len = 1}};
+    cr__master_stats_t st0, st1;
+    cr__master_stats(m, &st0);
     req = (cr__rpc_msg_t){.type = CR__RPC_BATCH_GET_SIZE, .n_items = 3, .items = q};
     rep = (cr__rpc_msg_t){0};
     cr__master_handle(m, &req, &rep, 3);
@@ -856,6 +893,11 @@ static void test_dispatch_batch(void **s)
     cr__master_handle(m, &req, &rep, 4);
     assert_int_equal(rep.status, CR_E_OBJECT_NOT_FOUND);
     cr__rpc_msg_free(&rep);
+    /* GetSize's not-found is a read's miss (a client's get() asks it first);
+     * neither it nor Exist's is counted as an error */
+    cr__master_stats(m, &st1);
+    assert_int_equal(st1.counters[CR__MM_misses_total] - st0.counters[CR__MM_misses_total], 1);
+    assert_int_equal(st1.counters[CR__MM_rpc_errors_total], st0.counters[CR__MM_rpc_errors_total]);
     /* ping */
     req = (cr__rpc_msg_t){.type = CR__RPC_PING, .client_id = CA};
     cr__master_handle(m, &req, &rep, 5);
@@ -1246,6 +1288,7 @@ int main(void)
         cmocka_unit_test(test_remount_hold_other_client),
         cmocka_unit_test(test_eviction_watermark),
         cmocka_unit_test(test_eviction_skips),
+        cmocka_unit_test(test_impossible_put_evicts_nothing),
         cmocka_unit_test(test_eviction_on_alloc_failure),
         cmocka_unit_test(test_eviction_soft_pin_protected),
         cmocka_unit_test(test_bad_input),
