@@ -238,8 +238,13 @@ const char *cr__http_req_arg(const cr__http_req_t *req, const char *name)
 {
     if (!req || !req->impl || !name)
         return NULL;
-    return MHD_lookup_connection_value((struct MHD_Connection *)req->impl,
-                                       MHD_GET_ARGUMENT_KIND, name);
+    const char *v = NULL;
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n((struct MHD_Connection *)req->impl, MHD_GET_ARGUMENT_KIND,
+                                      name, strlen(name), &v, &len) != MHD_YES ||
+        !v || memchr(v, 0, len))
+        return NULL;
+    return v;
 }
 
 void cr__http_req_peer(const cr__http_req_t *req, char *buf, size_t len)

@@ -30,7 +30,9 @@ typedef struct cr__http_resp {
 
 typedef void (*cr__http_handler_fn)(void *user, const cr__http_req_t *req, cr__http_resp_t *resp);
 
-/* Value of query argument `name` (URL-decoded), or NULL. Valid during the handler. */
+/* Value of query argument `name` (URL-decoded), or NULL: also when the
+ * decoded value holds a NUL byte ("%00"), which a C string would silently
+ * cut short (k%00x must not alias the key k). Valid during the handler. */
 const char *cr__http_req_arg(const cr__http_req_t *req, const char *name);
 
 /* The caller's address as text ("127.0.0.1", "::1"; "?" if unknown) into

@@ -177,6 +177,12 @@ static void test_get_with_query(void **state)
     assert_int_equal(st, 200);
     assert_string_equal(b.p, "GET /echo x=(null) len=0\n");
     free(b.p);
+    /* a decoded NUL inside a value: no argument, not a shorter one */
+    b = (struct buf){0};
+    st = request(port, "GET", "/echo?x=k%00y", NULL, 0, 0, &b, NULL, 0);
+    assert_int_equal(st, 200);
+    assert_string_equal(b.p, "GET /echo x=(null) len=0\n");
+    free(b.p);
 }
 
 static void test_put_body_and_status(void **state)

@@ -70,5 +70,8 @@ grep -Eq '^0.100,[0-9.]+,[0-9.]+$' "$dir/cap/capacity.csv" || { cat "$dir/cap/ca
 [ "$(wc -l < "$dir/mg/margin.csv")" -eq 5 ] || { cat "$dir/mg/margin.csv"; fail "margin.csv: header + 4 rows"; }
 "$SIM" --trace="$dir/ok.jsonl" --err_sigma=-1 >/dev/null 2>&1 && fail "negative err_sigma accepted"
 "$SIM" --trace="$dir/ok.jsonl" --err_bias=0 >/dev/null 2>&1 && fail "zero err_bias accepted"
-"$SIM" --help >/dev/null || fail "--help"
+"$SIM" --trace="$dir/ok.jsonl" --cache_blocks=-1 >/dev/null 2>&1 && fail "negative cache_blocks accepted"
+"$SIM" --trace="$dir/ok.jsonl" --policies=, >/dev/null 2>"$dir/err" && fail "--policies naming none accepted"
+grep -q 'names no policy' "$dir/err" || { cat "$dir/err"; fail "--policies naming none: no message"; }
+"$SIM" --help | grep -q -- '--cache_blocks' || fail "--help lists no options"
 echo "PASS"

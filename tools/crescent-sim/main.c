@@ -38,7 +38,7 @@ typedef struct opts {
     char base[CR__CFG_STR_MAX];
     char ours[CR__CFG_STR_MAX];
     int64_t pipe_max, pipe_reserve, n_prefill, n_decode, block_tokens, chunk_tokens, max_batch, first, count, seed;
-    uint64_t cache_blocks;
+    int64_t cache_blocks; /* parsed as an int: checked >= 0 */
     double rate_scale, threshold, min_gain, pipe_min_s, pipe_idle_s, ttft_slo, tbt_slo, slo_target;
     double net_gbps, prefill_mfu;
     double err_sigma, err_bias, err_decode_bias, late_aging;
@@ -143,6 +143,8 @@ static int parse_policies(const char *s, cr_cond_policy_t *p, int cap)
         }
         n++;
     }
+    if (n == 0)
+        fprintf(stderr, "crescent-sim: --policies \"%s\" names no policy\n", s);
     return n;
 }
 
@@ -163,7 +165,7 @@ static void base_cfg(const opts_t *o, cr__cond_sim_cfg_t *c)
     c->block_tokens = (uint32_t)o->block_tokens;
     c->chunk_tokens = (uint32_t)o->chunk_tokens;
     c->max_batch = (uint32_t)o->max_batch;
-    c->cache_blocks = o->cache_blocks;
+    c->cache_blocks = (uint64_t)o->cache_blocks;
     c->rate_scale = o->rate_scale;
     c->threshold = o->threshold;
     c->min_gain = o->min_gain;
@@ -616,13 +618,13 @@ int main(int argc, char **argv)
     }
     if (o.n_prefill < 1 || o.n_prefill > CR_COND_MAX_INSTANCES || o.n_decode < 1 ||
         o.n_decode > 4096 || o.block_tokens < 1 || o.block_tokens > CR_COND_MAX_BLOCK_TOKENS ||
-        o.chunk_tokens < 0 || o.max_batch < 1 || o.first < 0 || o.count < 0 ||
+        o.chunk_tokens < 0 || o.cache_blocks < 0 || o.max_batch < 1 || o.first < 0 || o.count < 0 ||
         !(o.rate_scale > 0) || o.pipe_max < 1 || o.pipe_max > 64 || o.pipe_reserve < 0 || o.pipe_reserve > 64 || !(o.net_gbps > 0) || !(o.prefill_mfu > 0 && o.prefill_mfu <= 1) ||
         !(o.err_sigma >= 0 && o.err_sigma <= 3) || !(o.err_bias > 0) || !(o.err_decode_bias > 0) ||
         !(o.late_aging >= 0) || o.late_window < 1 || o.late_window > 100000 || o.late_pipe_max > 64 ||
         o.late_pipe_reserve > 64) {
         fprintf(stderr, "crescent-sim: parameter out of range (n_prefill 1..64, n_decode "
-                        "1..4096, rate_scale > 0, ...)\n");
+                        "1..4096, cache_blocks >= 0, rate_scale > 0, ...)\n");
         return 2;
     }
     cr_cond_policy_t pol[16];
