@@ -352,11 +352,10 @@ typedef struct placing {
  * uses. Returns 0, or -1 with nothing allocated. */
 int cr__m_place_all(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep,
                     const cr__rpc_repl_cfg_t *cfg, uint64_t now);
-/* 1 if n_rep replicas of size bytes could be placed were every candidate
- * segment empty (enough distinct segments, enough capacity in all); 0 if
- * not, when evicting would free space for nothing. */
-int cr__m_place_possible(cr__master_t *m, uint64_t size, uint32_t n_rep,
-                         const cr__rpc_repl_cfg_t *cfg, uint64_t now);
+/* 1 if n_rep replicas of size bytes could be placed were every live DRAM
+ * segment empty and allocatable (enough distinct segments, enough capacity
+ * in all); 0 if not, when evicting would free space for nothing. */
+int cr__m_place_possible(const cr__master_t *m, uint64_t size, uint32_t n_rep);
 /* Frees every block of p (a placement not turned into an object). */
 void cr__m_placing_rollback(cr__master_t *m, placing_t *p);
 /* Fills it->replicas with the live replicas of o (names copied into the

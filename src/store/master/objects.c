@@ -60,10 +60,10 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
     if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
         /* more than the cluster could ever hold (too few segments, too
          * little capacity): refused without evicting anything for it */
-        if (!cr__m_place_possible(m, size, n_rep, cfg, now)) {
+        if (!cr__m_place_possible(m, size, n_rep)) {
             CNT(m, alloc_failures_total)++;
             CR_LOG_RL(CR__LOG_WARN, "master",
-                      "put of %llu bytes x %u replicas refused: more than the mounted "
+                      "put of %llu bytes x %u replicas refused: more than all mounted "
                       "segments could hold even empty (nothing evicted)",
                       (unsigned long long)size, n_rep);
             return CR_E_NO_AVAILABLE_HANDLE;

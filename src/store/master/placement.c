@@ -140,20 +140,22 @@ int cr__m_place_all(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep
     return 0;
 }
 
-int cr__m_place_possible(cr__master_t *m, uint64_t size, uint32_t n_rep,
-                         const cr__rpc_repl_cfg_t *cfg, uint64_t now)
+int cr__m_place_possible(const cr__master_t *m, uint64_t size, uint32_t n_rep)
 {
-    uint32_t n_cand = candidates(m, cfg, now);
-    if (n_cand < n_rep)
-        return 0;
-    /* every replica on segments of its own: the n_rep replicas need
-     * size * n_rep bytes of the candidates' whole capacity */
+    /* every live DRAM segment counts, also one not allocatable yet (a name
+     * held after a drop, one restored after a failover that waits for its
+     * owner): its space comes back. Every replica on segments of its own:
+     * n_rep segments and size * n_rep bytes of their whole capacity. */
+    uint32_t n = 0;
     uint64_t cap = 0;
-    for (uint32_t k = 0; k < n_cand; k++) {
-        uint64_t c = cr__oalloc_capacity(m->segs[m->order[k]].alloc);
+    for (uint32_t s = 0; s < m->n_segs; s++) {
+        if (!m->segs[s].live || m->segs[s].tier)
+            continue;
+        uint64_t c = cr__oalloc_capacity(m->segs[s].alloc);
         cap = cap > UINT64_MAX - c ? UINT64_MAX : cap + c;
+        n++;
     }
-    return size <= cap / n_rep;
+    return n >= n_rep && size <= cap / n_rep;
 }
 
 /* Fills it->replicas with the live replicas of o (names copied into the
