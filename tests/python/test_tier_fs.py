@@ -207,6 +207,34 @@ def test_corrupted_truncated_and_foreign_files_are_misses_and_counted(d, tmp_pat
     s.close()
 
 
+def test_a_file_deleted_behind_the_store_is_a_miss_and_unlisted(d, tmp_path):
+    """A file removed by someone else while the master lists it (the only
+    copy): the read is a miss, the master checks, drops the listing, and the
+    key can be written again (it stayed listed and unwritable before)."""
+    cl = Cluster(d, str(tmp_path)).start()
+    s = client(cl.c)
+    for k in range(3):
+        assert s.put("g%d" % k, value(k, MiB)) == 0
+    wait_attached(cl, 3)
+    s.close()
+    cl.kill()
+    cl.start(node=False)  # the files are the only copies now
+    s = client(cl.c)
+    assert metrics(cl.c)["tier_fs_adopted_total"] == 3
+    d2 = os.path.join(str(tmp_path), "t1")
+    for f in cl.files():
+        with open(os.path.join(d2, f), "rb") as fh:
+            h = fh.read(4096)
+        klen = int.from_bytes(h[28:32], "little")
+        if h[64:64 + klen] == b"g1":
+            os.unlink(os.path.join(d2, f))
+    got = batch_get(s, ["g0", "g1", "g2"], MiB)
+    assert got[1] is None and got[0] == value(0, MiB) and got[2] == value(2, MiB)
+    assert metrics(cl.c)["tier_fs_corrupt_total"] == 1
+    assert s.is_exist("g1") == 0 and s.get("g1") == b""
+    s.close()
+
+
 def test_remove_deletes_the_file_and_the_key_stays_gone(d, tmp_path):
     """A remove deletes the object's file: after a whole-cluster restart the
     key does not come back; a replaced key keeps only its newest file."""

@@ -328,14 +328,20 @@ void cr__sc_fs_read(cr_store_t *s, cr__sc_tier_rd_t *rd, const size_t *idx, size
             fds[j] = -1;
         }
         caps[j] = fds[j] >= 0 ? (uint64_t)st.st_size : 0;
-        /* no file: removed or replaced meanwhile (a miss, not an error);
-         * a short one is truncated (checked by the reader: left unsettled) */
-        if (fds[j] < 0)
+        /* no file: a miss. Removed or replaced meanwhile, or deleted
+         * behind the store's back: reported like a bad file, the master
+         * checks for itself and drops a listing whose file is gone (else
+         * the key would stay listed, never readable nor writable again).
+         * A short file is truncated (checked by the reader: left unsettled) */
+        if (fds[j] < 0) {
             q->result = CR_E_OBJECT_NOT_FOUND;
+            bad[j] = !q->disk_off && errno == ENOENT;
+        }
     }
     int urc = cr__sc_tier_uring_read(s, rd, idx, m, fds, caps, 0);
-    size_t nbad = 0;
+    size_t nbad = 0, nmissing = 0;
     for (size_t j = 0; j < m; j++) {
+        nmissing += bad[j];
         if (fds[j] >= 0)
             close(fds[j]);
         cr__sc_tier_rd_t *q = &rd[idx[j]];
@@ -353,8 +359,9 @@ void cr__sc_fs_read(cr_store_t *s, cr__sc_tier_rd_t *rd, const size_t *idx, size
         atomic_fetch_add(&s->fs_errors, nbad);
         CR_LOG_RL(CR__LOG_WARN, COMP, "shared-FS tier: %zu files failed their checks (a miss)",
                   nbad);
-        report_bad(s, rd, idx, bad, m, nbad);
     }
+    if (nbad + nmissing)
+        report_bad(s, rd, idx, bad, m, nbad + nmissing);
 out:
     free(fds);
     free(caps);
