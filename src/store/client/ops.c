@@ -213,7 +213,10 @@ static int add_range(cr_store_t *s, reqvec_t *rv, const cr__rpc_replica_t *rep, 
                 } else {
                     int rc = cr__sc_segment(s, sh->segment, &q.target);
                     if (rc) {
-                        CR_LOG_WARN(COMP, "segment %s: %s", sh->segment, cr_strerror(rc));
+                        /* rate-limited: with a node gone, every read of
+                         * its objects lands here */
+                        CR_LOG_RL(CR__LOG_WARN, COMP, "segment %s: %s", sh->segment,
+                                  cr_strerror(rc));
                         return rc == -ENOMEM ? rc : CR_E_TRANSFER_FAIL;
                     }
                     rv->last_seg = sh->segment;

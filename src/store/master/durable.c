@@ -406,6 +406,35 @@ static void rs_fixup(cr__master_t *m, uint64_t now)
     }
 }
 
+static int ver_cmp(const void *a, const void *b)
+{
+    uint64_t x = (*(obj_t *const *)a)->version, y = (*(obj_t *const *)b)->version;
+    return x < y ? -1 : x > y;
+}
+
+/* A restore inserts objects in the order of the shadow's hash buckets, and
+ * eviction would then take them in that order: recent objects before old
+ * ones. The list is rebuilt in put order instead (versions grow with every
+ * PutStart): the oldest evicted first, as the leader before would have,
+ * except for its reads (not journaled). Only an order: on ENOMEM it stays. */
+static void lru_by_version(obj_t *head)
+{
+    size_t n = 0;
+    for (obj_t *o = head->next; o != head; o = o->next)
+        n++;
+    obj_t **v = n > 1 ? malloc(n * sizeof *v) : NULL;
+    if (!v)
+        return;
+    size_t i = 0;
+    for (obj_t *o = head->next; o != head; o = o->next)
+        v[i++] = o;
+    qsort(v, n, sizeof *v, ver_cmp);
+    list_init(head);
+    for (i = 0; i < n; i++)
+        list_push_front(head, v[i]); /* the newest ends at the front */
+    free(v);
+}
+
 int cr__master_restore(cr__master_t *m, const cr__ha_shadow_t *sh, uint64_t now,
                        uint64_t *n_objects)
 {
@@ -433,6 +462,8 @@ int cr__master_restore(cr__master_t *m, const cr__ha_shadow_t *sh, uint64_t now,
     free(x.cap_rg);
     if (!rc) {
         rs_fixup(m, now);
+        lru_by_version(&m->lru);
+        lru_by_version(&m->fs_lru);
         if (cr__ha_shadow_next_version(sh) > m->next_version)
             m->next_version = cr__ha_shadow_next_version(sh);
         if (n_objects)

@@ -995,6 +995,39 @@ static cr__master_t *restored(const cr__ha_buf_t *b, uint64_t now, uint64_t *n)
     return m2;
 }
 
+/* A master restored from its records (HA takeover, journal) evicts in put
+ * order: the shadow hands objects over in hash-bucket order, and the LRU
+ * built in that order evicted recent objects before old ones. */
+static void test_restore_evicts_oldest_first(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    cr__ha_buf_t jb = {0};
+    cr__master_set_journal(m, collect, &jb);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    for (int i = 0; i < 48; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "o%02d", i);
+        assert_int_equal(put(m, key, 16 * KiB, 1, 0, (uint64_t)i, NULL, 1), 0);
+    }
+    uint64_t n = 0;
+    cr__master_t *m2 = restored(&jb, 100, &n);
+    assert_int_equal(n, 48);
+    assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000000, 1 * MiB, 101), 0);
+    uint64_t late = 31 * 60 * 1000;
+    uint64_t ev = cr__master_evict(m2, 16 * 16 * KiB, late);
+    assert_true(ev >= 16 && ev < 48);
+    for (int i = 0; i < 48; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "o%02d", i);
+        /* the ev oldest are gone, every newer one is there */
+        assert_int_equal(exist(m2, key, late + 1), i < (int)ev ? CR_E_OBJECT_NOT_FOUND : 0);
+    }
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb);
+}
+
 static int count_win(void *u, const cr__ha_win_t *w)
 {
     (void)w;
@@ -1280,6 +1313,7 @@ int main(void)
         cmocka_unit_test(test_master_stall_expires_nobody),
         cmocka_unit_test(test_restore_from_journal),
         cmocka_unit_test(test_crc_journaled),
+        cmocka_unit_test(test_restore_evicts_oldest_first),
         cmocka_unit_test(test_window_put_start_unwaited),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),
