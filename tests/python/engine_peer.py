@@ -8,6 +8,8 @@ first registered buffer, its managed-buffer pool) and then answers commands:
     hex OFF LEN      -> hex of buffer[OFF:OFF+LEN]
     fill OFF LEN B   -> buffer[OFF:OFF+LEN] = B
     reg LEN B        -> registers one more buffer of LEN bytes B; JSON {"rc", "addr"}
+    unreg            -> unregisters the first buffer (it stays allocated); prints the rc
+    rereg            -> registers it again; prints the rc
     notifies         -> JSON [[name, msg], ...] of received notifications
     quit             -> exits 0
 """
@@ -53,6 +55,10 @@ def main():
             keep.append(extra)
             rc = eng.register_memory(extra)
             print(json.dumps({"rc": rc, "addr": extra.ctypes.data}), flush=True)
+        elif cmd[0] == "unreg":
+            print(eng.unregister_memory(addr), flush=True)
+        elif cmd[0] == "rereg":
+            print(eng.register_memory(addr, size), flush=True)
         elif cmd[0] == "notifies":
             print(json.dumps([[n.name, n.msg] for n in eng.get_notifies()]), flush=True)
         elif cmd[0] == "quit":

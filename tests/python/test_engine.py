@@ -564,6 +564,45 @@ def test_peer_registers_memory_after_first_contact(engine, peer):
     assert (dst == 77).all()
 
 
+@pytest.mark.parametrize("metadata", ["p2p", "http"])
+@pytest.mark.parametrize("transports", ["default", "tcp"])
+def test_write_after_peer_unregistered_fails(daemons, monkeypatch, metadata, transports):
+    """Regression (audit): over shm (the default between processes of one
+    host) writes into a buffer the peer had unregistered kept succeeding and
+    changing its bytes, seconds later and with HTTP metadata too, where tcp
+    refused them. After unregister_memory returns in the peer, READ and
+    WRITE fail with -14 (EFAULT) over either transport and the peer's bytes
+    stay as they were; registered again, the buffer is reachable again."""
+    if transports == "tcp":
+        monkeypatch.setenv("CRESCENT_TRANSPORTS", "tcp")
+    meta = start_metadata(daemons) if metadata == "http" else "P2PHANDSHAKE"
+    p = Peer(meta)
+    e = TransferEngine()
+    try:
+        assert e.initialize("127.0.0.1", meta, "tcp", "") == 0
+        src = registered(e, 8192, fill=0xAB)
+        assert e.transfer_sync_write(p.name, src.ctypes.data, p.addr, 4096) == 0
+        assert p.cmd("unreg") == "0"
+        before = p.read(0, 8192)
+        src[:] = 0xCD
+        for delay in (0, 0.5):  # not a matter of time: nothing ever lands
+            time.sleep(delay)
+            rc = e.transfer_sync_write(p.name, src.ctypes.data, p.addr, 4096)
+            assert rc == -14, "write after unregister: %d, want -14" % rc
+            rc = e.transfer_sync_read(p.name, src.ctypes.data + 4096, p.addr, 4096)
+            assert rc == -14, "read after unregister: %d, want -14" % rc
+            after = p.read(0, 8192)
+            assert after == before, "peer bytes changed after unregister (first at %d)" % next(
+                i for i in range(8192) if after[i] != before[i])
+        assert p.cmd("rereg") == "0"
+        rc = e.transfer_sync_write(p.name, src.ctypes.data, p.addr, 4096)
+        assert rc == 0, "write after registering again: %d" % rc
+        assert p.read(0, 4096) == bytes([0xCD]) * 4096
+    finally:
+        e.close()
+        p.close()
+
+
 def test_send_probe(engine, peer):
     assert engine.send_probe(peer.name) == 0
     assert engine.send_probe("127.0.0.1:1") < 0  # nobody there

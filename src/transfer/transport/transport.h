@@ -150,6 +150,13 @@ struct cr_xfer_transport_ops {
      * republished), e.g. to advise huge pages. It must not fail the
      * registration. */
     void (*mem_registered)(void *state, void *addr, size_t len);
+    /* Optional: the engine calls it for each transport that has it after
+     * [addr, addr+len) was removed from the registrations (no new request
+     * validates against it) and before cr_xfer_mem_unregister returns. A
+     * transport whose initiators reach local memory without the serving
+     * side's pins (shm: they copy by themselves) revokes their access here
+     * and returns once none of their copies is in flight in the range. */
+    void (*mem_unregistered)(void *state, void *addr, size_t len);
     /* Optional: a thread is about to wait for batch b (cr_xfer_batch_wait).
      * A transport whose own threads copy may let it do queued work of b
      * here, in the waiting thread, and return when none of b's is left to

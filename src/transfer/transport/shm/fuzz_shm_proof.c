@@ -1,5 +1,6 @@
 /* libFuzzer target for the shm proof reply parser: any input is refused
- * with -EBADMSG or yields non-empty, non-wrapping ranges sorted by addr. */
+ * with -EBADMSG or yields non-empty, non-wrapping ranges sorted by addr,
+ * each with a slot inside the fence table and an odd generation. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -18,7 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     for (uint32_t i = 0; i < n; i++)
-        if (!r[i].len || r[i].addr + r[i].len < r[i].addr || (i && r[i].addr < r[i - 1].addr))
+        if (!r[i].len || r[i].addr + r[i].len < r[i].addr || (i && r[i].addr < r[i - 1].addr) ||
+            r[i].slot >= CR__SHM_FENCE_SLOTS || !(r[i].gen & 1))
             abort();
     free(r);
     return 0;

@@ -53,6 +53,7 @@
 #include "common/copy.h"
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "transfer/transport/shm/shm_fence.h"
 #include "transfer/transport/shm/shm_map.h"
 #include "transfer/transport/shm/shm_proof.h"
 #include "transfer/transport/transport.h"
@@ -81,12 +82,18 @@ typedef struct shm_peer {
     pid_t pid;
     int pidfd;       /* -1 when pidfd_open is unavailable */
     atomic_int dead; /* the process is gone: fail fast */
-    pthread_mutex_t ranges_lock; /* guards n_ranges, ranges */
+    pthread_mutex_t ranges_lock; /* guards n_ranges, ranges, fence, fence_dev, fence_ino */
     uint32_t n_ranges;
     struct shm_range {
         uint64_t addr, len;
         cr__shm_map_t *map; /* the mapped path (shm_map.h), or NULL */
+        uint32_t slot, gen; /* its fence slot and generation (shm_fence.h) */
     } *ranges; /* sorted by addr: snapshot of the descriptor's buffers */
+    /* the peer's revocation table, mapped here (shm_fence.h); set once by
+     * the first snapshot with a proof, unmapped with the last reference.
+     * NULL without an engine (unit tests: no proof, no checks). */
+    cr__shm_fence_slot_t *fence;
+    uint64_t fence_dev, fence_ino;
     struct shm_peer *reg_prev, *reg_next; /* registry, guarded by shm_state.peers_lock */
 } shm_peer_t;
 
@@ -95,6 +102,10 @@ typedef struct shm_item {
     struct shm_item *next;
     cr__xfer_task_t *task;
     shm_peer_t *peer;
+    /* the target range's fence (NULL: none to check) and its slot and
+     * generation when the submit checked it; every copy enters it */
+    cr__shm_fence_slot_t *fence;
+    uint32_t slot, gen;
     uint64_t next_off;           /* first byte not yet claimed by a worker */
     atomic_uint_fast64_t pending; /* bytes not yet finished (claimed or not) */
     atomic_int err;              /* first error, 0 if none */
@@ -160,6 +171,7 @@ static void shm_peer_unref(shm_peer_t *sp)
             close(sp->pidfd);
         for (uint32_t i = 0; i < sp->n_ranges; i++)
             cr__shm_map_unref(sp->ranges[i].map);
+        cr__shm_fence_unmap(sp->fence);
         pthread_mutex_destroy(&sp->ranges_lock);
         free(sp->ranges);
         free(sp);
@@ -193,9 +205,13 @@ static const struct shm_range *shm_peer_find_locked(const shm_peer_t *sp, uint64
     return addr - r->addr <= r->len && len <= r->len - (addr - r->addr) ? r : NULL;
 }
 
-static int shm_peer_contains_locked(const shm_peer_t *sp, uint64_t addr, uint64_t len)
+/* The range of sp that holds all of [addr, addr+len) if the peer has not
+ * unregistered it since the snapshot, or NULL (caller holds ranges_lock). */
+static const struct shm_range *shm_peer_live_locked(const shm_peer_t *sp, uint64_t addr,
+                                                    uint64_t len)
 {
-    return shm_peer_find_locked(sp, addr, len) != NULL;
+    const struct shm_range *r = shm_peer_find_locked(sp, addr, len);
+    return r && (!sp->fence || cr__shm_fence_current(sp->fence, r->slot, r->gen)) ? r : NULL;
 }
 
 /* Gives the new ranges r[0..n) their mappings: those the old snapshot
@@ -206,8 +222,13 @@ static void shm_peer_map(shm_state_t *st, shm_peer_t *sp, struct shm_range *r, s
         return;
     pthread_mutex_lock(&sp->ranges_lock);
     for (size_t i = 0; i < n; i++) {
+        /* the same registration, not only the same addresses: memory
+         * unregistered and registered again may be another file */
         const struct shm_range *o = shm_peer_find_locked(sp, r[i].addr, r[i].len);
-        r[i].map = o && o->map && o->addr == r[i].addr && o->len == r[i].len ? o->map : NULL;
+        r[i].map = o && o->map && o->addr == r[i].addr && o->len == r[i].len &&
+                           o->slot == r[i].slot && o->gen == r[i].gen
+                       ? o->map
+                       : NULL;
         if (r[i].map)
             cr__shm_map_ref(r[i].map);
     }
@@ -231,6 +252,37 @@ static void shm_peer_map(shm_state_t *st, shm_peer_t *sp, struct shm_range *r, s
     free(len);
     free(maps);
     free(idx);
+}
+
+/* Maps the peer's fence table from fd (from its proof) on the first
+ * snapshot; later ones must name the same table (a process keeps its
+ * table for life). Returns 0 or -1. */
+static int shm_peer_fence_set(shm_peer_t *sp, int fd)
+{
+    struct stat fs;
+    if (fd < 0 || fstat(fd, &fs) != 0)
+        return -1;
+    pthread_mutex_lock(&sp->ranges_lock);
+    int have = sp->fence != NULL;
+    int same = have && sp->fence_dev == (uint64_t)fs.st_dev && sp->fence_ino == (uint64_t)fs.st_ino;
+    pthread_mutex_unlock(&sp->ranges_lock);
+    if (have)
+        return same ? 0 : -1;
+    uint64_t dev, ino;
+    cr__shm_fence_slot_t *f = cr__shm_fence_map(fd, &dev, &ino);
+    if (!f)
+        return -1;
+    pthread_mutex_lock(&sp->ranges_lock);
+    if (!sp->fence) { /* snapshots of one peer may race: the first one wins */
+        sp->fence = f;
+        sp->fence_dev = dev;
+        sp->fence_ino = ino;
+        f = NULL;
+    }
+    same = sp->fence_dev == dev && sp->fence_ino == ino;
+    pthread_mutex_unlock(&sp->ranges_lock);
+    cr__shm_fence_unmap(f);
+    return same ? 0 : -1;
 }
 
 /* Replaces sp's ranges with the peer's current buffers. With a real engine
@@ -267,12 +319,18 @@ static int shm_peer_snapshot(shm_state_t *st, shm_peer_t *sp, cr__xfer_peer_t *p
         b = peer->desc.buffers;
         n = peer->desc.n_buffers;
     }
-    /* with an engine, only what the peer process proves it owns */
+    /* with an engine, only what the peer process proves it owns, each
+     * range with its fence slot in the peer's table (mapped once) */
     cr__shm_range_t *proven = NULL;
     uint32_t n_proven = 0;
     if (st->engine && n) {
+        int table = -1;
         int prc = cr__shm_proof_fetch(sp->pid, cr__xfer_engine_auth(st->engine), &proven,
-                                      &n_proven);
+                                      &n_proven, &table);
+        if (!prc && shm_peer_fence_set(sp, table))
+            prc = -EACCES;
+        if (table >= 0)
+            close(table);
         if (prc) {
             CR_LOG_INFO(SHM_LOG, "pid %d: ownership not proven (%s): no shm access", (int)sp->pid,
                         strerror(-prc));
@@ -289,7 +347,8 @@ static int shm_peer_snapshot(shm_state_t *st, shm_peer_t *sp, cr__xfer_peer_t *p
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
         int ok = !st->engine;
-        for (uint32_t k = 0; k < n_proven && !ok; k++)
+        uint32_t k = 0;
+        for (; k < n_proven && !ok; k++)
             ok = b[i].addr >= proven[k].addr && b[i].len <= proven[k].len &&
                  b[i].addr - proven[k].addr <= proven[k].len - b[i].len;
         if (!ok)
@@ -297,6 +356,8 @@ static int shm_peer_snapshot(shm_state_t *st, shm_peer_t *sp, cr__xfer_peer_t *p
         r[kept].addr = b[i].addr;
         r[kept].len = b[i].len;
         r[kept].map = NULL;
+        r[kept].slot = st->engine ? proven[k - 1].slot : 0;
+        r[kept].gen = st->engine ? proven[k - 1].gen : 0;
         kept++;
     }
     n = kept;
@@ -461,23 +522,39 @@ static uint64_t shm_copy(pid_t pid, int pidfd, cr_xfer_opcode_t op, struct iovec
     return done;
 }
 
-/* A reference on the mapping of t's remote range, or NULL: the
- * process_vm path. */
-static cr__shm_map_t *shm_map_take_locked(shm_peer_t *sp, const cr__xfer_task_t *t)
+/* A reference on the mapping of the remote range of item it, or NULL: the
+ * process_vm path. Only a mapping of the registration the item was checked
+ * against: the snapshot may hold a newer one by now. */
+static cr__shm_map_t *shm_map_take_locked(shm_peer_t *sp, const shm_item_t *it)
 {
+    const cr__xfer_task_t *t = it->task;
     const struct shm_range *r = shm_peer_find_locked(sp, t->remote_addr, t->length);
-    cr__shm_map_t *m = r ? r->map : NULL;
+    cr__shm_map_t *m = r && r->slot == it->slot && r->gen == it->gen ? r->map : NULL;
     if (m)
         cr__shm_map_ref(m);
     return m;
 }
 
-static cr__shm_map_t *shm_map_take(shm_peer_t *sp, const cr__xfer_task_t *t)
+static cr__shm_map_t *shm_map_take(shm_peer_t *sp, const shm_item_t *it)
 {
     pthread_mutex_lock(&sp->ranges_lock);
-    cr__shm_map_t *m = shm_map_take_locked(sp, t);
+    cr__shm_map_t *m = shm_map_take_locked(sp, it);
     pthread_mutex_unlock(&sp->ranges_lock);
     return m;
+}
+
+/* Admits a copy for item it into its target range: 0 (call shm_item_exit
+ * after the copy) or -EFAULT (the peer unregistered the range since the
+ * submit checked it; shm_fence.h). */
+static int shm_item_enter(const shm_item_t *it)
+{
+    return it->fence ? cr__shm_fence_enter(it->fence, it->slot, it->gen) : 0;
+}
+
+static void shm_item_exit(cr__shm_fence_slot_t *fence, uint32_t slot)
+{
+    if (fence)
+        cr__shm_fence_exit(fence, slot);
 }
 
 /* Moves bytes [off, off+len) of t through the mapping m of its remote range
@@ -633,14 +710,27 @@ static int shm_work_one(shm_state_t *st, const struct cr_xfer_batch *only)
             st->tail = NULL;
         pthread_mutex_unlock(&st->lock);
 
-        /* items that fail before copying are finished right away */
-        int nc = 0;
+        /* items that fail before copying are finished right away; the
+         * others enter their range's fence (once per run of items in the
+         * same range) and exit it after the whole claim was copied */
+        int nc = 0, nfx = 0;
         uint64_t offs[SHM_MAX_IOV];
+        cr__shm_fence_slot_t *fx[SHM_MAX_IOV];
+        uint32_t fxslot[SHM_MAX_IOV];
         for (int g = 0; g < ng; g++) {
             shm_item_t *x = group[g];
             uint64_t xoff = g == 0 ? off : 0;
             uint64_t xlen = g == 0 ? len : x->task->length;
             int e = shm_item_precheck(x);
+            if (!e && x->fence &&
+                !(nc && group[nc - 1]->fence == x->fence && group[nc - 1]->slot == x->slot &&
+                  group[nc - 1]->gen == x->gen)) {
+                e = shm_item_enter(x);
+                if (!e) {
+                    fx[nfx] = x->fence;
+                    fxslot[nfx++] = x->slot;
+                }
+            }
             if (e) {
                 shm_item_finish(st, x, xlen, e);
                 continue;
@@ -657,17 +747,21 @@ static int shm_work_one(shm_state_t *st, const struct cr_xfer_batch *only)
         int mapped = 1;
         pthread_mutex_lock(&gsp->ranges_lock);
         for (int g = 0; g < nc; g++)
-            mapped &= (maps[g] = shm_map_take_locked(gsp, group[g]->task)) != NULL;
+            mapped &= (maps[g] = shm_map_take_locked(gsp, group[g])) != NULL;
         pthread_mutex_unlock(&gsp->ranges_lock);
         if (mapped) {
             int e = shm_pidfd_exited(gsp->pidfd) ? -ECONNRESET : 0;
             shm_item_t *done[SHM_MAX_IOV];
             int nd = 0;
+            for (int g = 0; e == 0 && g < nc; g++)
+                shm_copy_mapped(maps[g], group[g]->task, offs[g], liov[g].iov_len);
+            /* out of the fences before accounting: once the items are
+             * accounted, another claim may finish them, and the last one
+             * may drop the peer state with its table mapping */
+            for (int k = 0; k < nfx; k++)
+                shm_item_exit(fx[k], fxslot[k]);
             for (int g = 0; g < nc; g++) {
-                uint64_t glen = liov[g].iov_len;
-                if (!e)
-                    shm_copy_mapped(maps[g], group[g]->task, offs[g], glen);
-                if (shm_item_account(group[g], glen, e))
+                if (shm_item_account(group[g], liov[g].iov_len, e))
                     done[nd++] = group[g];
                 cr__shm_map_unref(maps[g]);
             }
@@ -684,6 +778,7 @@ static int shm_work_one(shm_state_t *st, const struct cr_xfer_batch *only)
             /* a WRITE's sources are hashed before the copy, which then
              * reads them from cache (a READ's bytes after they landed) */
             uint32_t raws[SHM_MAX_IOV];
+            int errs[SHM_MAX_IOV];
             int pre = group[0]->task->opcode == CR_XFER_WRITE;
             for (int g = 0; pre && g < nc; g++)
                 if (group[g]->task->want_crc)
@@ -699,10 +794,10 @@ static int shm_work_one(shm_state_t *st, const struct cr_xfer_batch *only)
                         cr__xfer_task_crc_add(group[g]->task, offs[g], lens[g], raws[g]);
                     else
                         cr__xfer_task_crc_range(group[g]->task, offs[g], lens[g]);
-                    shm_item_finish(st, group[g], lens[g], 0);
+                    errs[g] = 0;
                 } else if (nc == 1 || err == -ECONNRESET || err == -EACCES) {
                     /* the remainder fails too (or there is nothing to isolate) */
-                    shm_item_finish(st, group[g], lens[g], err ? err : -EFAULT);
+                    errs[g] = err ? err : -EFAULT;
                     moved = 0;
                 } else {
                     /* a merged syscall stopped in this item: retry it (and the
@@ -715,9 +810,14 @@ static int shm_work_one(shm_state_t *st, const struct cr_xfer_batch *only)
                                            &r1, 1, &e1);
                     if (m1 == lens[g])
                         cr__xfer_task_crc_range(group[g]->task, 0, lens[g]);
-                    shm_item_finish(st, group[g], lens[g], m1 == lens[g] ? 0 : (e1 ? e1 : -EFAULT));
+                    errs[g] = m1 == lens[g] ? 0 : (e1 ? e1 : -EFAULT);
                 }
             }
+            /* out of the fences before the items finish (see above) */
+            for (int k = 0; k < nfx; k++)
+                shm_item_exit(fx[k], fxslot[k]);
+            for (int g = 0; g < nc; g++)
+                shm_item_finish(st, group[g], lens[g], errs[g]);
         }
     }
     return 1;
@@ -797,17 +897,22 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
         it->next_off = 0;
         atomic_init(&it->pending, t->length);
         /* the engine validated too; this guards against engine bugs: never
-         * touch the peer outside what it registered. A miss re-reads the
-         * peer's buffers once per submit (it may have registered more). */
-        int ok = shm_peer_contains_locked(sp, t->remote_addr, t->length);
-        if (!ok && !resnapped) {
+         * touch the peer outside what it registered, nor a range it
+         * unregistered since the snapshot (its fence generation moved on).
+         * A miss re-reads the peer's buffers once per submit (it may have
+         * registered more, or registered a range again). */
+        const struct shm_range *r = shm_peer_live_locked(sp, t->remote_addr, t->length);
+        if (!r && !resnapped) {
             resnapped = 1;
             pthread_mutex_unlock(&sp->ranges_lock);
             shm_peer_snapshot(st, sp, peer);
             pthread_mutex_lock(&sp->ranges_lock);
-            ok = shm_peer_contains_locked(sp, t->remote_addr, t->length);
+            r = shm_peer_live_locked(sp, t->remote_addr, t->length);
         }
-        atomic_init(&it->err, ok ? 0 : -EFAULT);
+        it->fence = r ? sp->fence : NULL;
+        it->slot = r ? r->slot : 0;
+        it->gen = r ? r->gen : 0;
+        atomic_init(&it->err, r ? 0 : -EFAULT);
         if (i)
             atomic_fetch_add(&sp->refs, 1); /* one reference per item */
         if (last)
@@ -825,7 +930,11 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
         uint64_t len = it->task->length;
         it->next_off = len;
         int e = shm_item_precheck(it);
-        cr__shm_map_t *m = e ? NULL : shm_map_take(sp, it->task);
+        if (!e)
+            e = shm_item_enter(it);
+        cr__shm_fence_slot_t *fence = e ? NULL : it->fence; /* it is recycled by finish */
+        uint32_t slot = it->slot;
+        cr__shm_map_t *m = e ? NULL : shm_map_take(sp, it);
         if (m) {
             if (shm_pidfd_exited(sp->pidfd))
                 e = -ECONNRESET;
@@ -843,6 +952,7 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
                 e = -EFAULT;
             }
         }
+        shm_item_exit(fence, slot);
         shm_item_finish(st, it, len, e);
         return 0;
     }
@@ -867,10 +977,15 @@ static int shm_submit(void *state, cr__xfer_peer_t *peer, cr__xfer_task_t **task
  * populated; it never populates untouched memory. process_vm_readv/writev
  * pin the remote pages one by one and copy page by page, which with 4 KiB
  * pages runs at ~0.4x memcpy on this class of machine and with 2 MiB pages
- * at ~0.9x (docs/architecture/shm.md). Failures only cost speed. */
+ * at ~0.9x (docs/architecture/shm.md). Failures only cost speed.
+ * With an engine the range also gets its fence slot (shm_fence.h), which is
+ * what the ownership proof offers peers: a range without one (table full)
+ * is not reached over shm. */
 static void shm_mem_registered(void *state, void *addr, size_t len)
 {
     shm_state_t *st = state;
+    if (st && st->proof_attached)
+        cr__shm_fence_add(st, (uint64_t)(uintptr_t)addr, len);
     if (!st || !st->thp)
         return;
     uintptr_t a = ((uintptr_t)addr + CR__SHM_HUGE - 1) & ~(uintptr_t)(CR__SHM_HUGE - 1);
@@ -886,6 +1001,16 @@ static void shm_mem_registered(void *state, void *addr, size_t len)
     if (madvise((void *)a, end - a, MADV_COLLAPSE) != 0)
         CR_LOG_DEBUG(SHM_LOG, "madvise(COLLAPSE, %zu MiB): %s", (size_t)((end - a) >> 20),
                      strerror(errno));
+}
+
+/* The engine unregistered [addr, addr+len): revoke peers' access and wait
+ * for their copies in flight (shm_fence.h), so that once
+ * cr_xfer_mem_unregister returns no initiator touches the range. */
+static void shm_mem_unregistered(void *state, void *addr, size_t len)
+{
+    shm_state_t *st = state;
+    if (st && st->proof_attached)
+        cr__shm_fence_revoke(st, (uint64_t)(uintptr_t)addr, len);
 }
 
 static int shm_can_reach(void *state, const cr__seg_desc_t *d)
@@ -910,9 +1035,12 @@ static int shm_can_reach(void *state, const cr__seg_desc_t *d)
          * (and a member) before anything touches its memory */
         cr__shm_range_t *proven = NULL;
         uint32_t n_proven = 0;
+        int table = -1;
         int prc = cr__shm_proof_fetch(d->pid, cr__xfer_engine_auth(st->engine), &proven,
-                                      &n_proven);
+                                      &n_proven, &table);
         free(proven);
+        if (table >= 0)
+            close(table);
         if (prc) {
             CR_LOG_INFO(SHM_LOG, "peer %s pid %d: ownership not proven (%s), no shm", d->name,
                         (int)d->pid, strerror(-prc));
@@ -983,8 +1111,11 @@ static void shm_destroy(void *state)
     pthread_mutex_destroy(&st->peers_lock);
     pthread_cond_destroy(&st->cond);
     pthread_mutex_destroy(&st->lock);
-    if (st->proof_attached)
+    if (st->proof_attached) {
+        /* what is still registered is unregistered with the engine */
+        cr__shm_fence_revoke_owner(st);
         cr__shm_proof_detach(st->engine);
+    }
     free(st);
 }
 
@@ -1051,6 +1182,7 @@ const struct cr_xfer_transport_ops cr__xfer_shm_ops = {
     .notify = NULL, /* notifications travel on the engine's control channel */
     .peer_forget = shm_peer_forget,
     .mem_registered = shm_mem_registered,
+    .mem_unregistered = shm_mem_unregistered,
     .help = shm_help,
     .crc_pieces = (1u << CR_XFER_READ) | (1u << CR_XFER_WRITE),
 };

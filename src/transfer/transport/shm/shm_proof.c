@@ -16,11 +16,10 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/net.h"
-#include "transfer/segment_desc.h"
-#include "transfer/xfer_internal.h" /* cr__xfer_local_desc_json */
 
 #define PROOF_MAX_RANGES (1u << 20)
 #define PROOF_MAX_ENGINES 64
+#define PROOF_ENTRY 24 /* u64 addr, u64 len, u32 fence slot, u32 generation */
 
 /* The one listener of this process (shm_proof.h says why it is global). */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -37,7 +36,7 @@ static socklen_t proof_addr(pid_t pid, struct sockaddr_un *sa)
     memset(sa, 0, sizeof *sa);
     sa->sun_family = AF_UNIX;
     /* abstract name: sun_path[0] = 0, no file to clean up */
-    int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "crescent-shm-v1-%d", (int)pid);
+    int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "crescent-shm-v2-%d", (int)pid);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
@@ -47,49 +46,61 @@ static int range_cmp(const void *a, const void *b)
     return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* The ranges of every engine of this process, encoded. */
+/* The ranges registered by the engines of this process (their fence
+ * slots, shm_fence.h), encoded. */
 static int encode_ranges(uint8_t **out, size_t *len)
 {
-    size_t cap = 4096, used = 4;
-    uint8_t *b = malloc(cap);
-    if (!b)
+    cr__shm_range_t *r = NULL;
+    uint32_t n = 0;
+    int rc = cr__shm_fence_live(&r, &n);
+    if (rc)
+        return rc;
+    if (n > PROOF_MAX_RANGES)
+        n = PROOF_MAX_RANGES;
+    size_t used = 4 + (size_t)n * PROOF_ENTRY;
+    uint8_t *b = malloc(used);
+    if (!b) {
+        free(r);
         return -ENOMEM;
-    uint32_t count = 0;
-    pthread_mutex_lock(&g_mu);
-    for (int i = 0; i < g.n_engines; i++) {
-        char *json = NULL;
-        size_t jl = 0;
-        cr__seg_desc_t d;
-        if (cr__xfer_local_desc_json(g.engines[i], &json, &jl))
-            continue;
-        int rc = cr__seg_desc_decode(json, jl, &d);
-        free(json);
-        if (rc)
-            continue;
-        for (uint32_t k = 0; k < d.n_buffers && count < PROOF_MAX_RANGES; k++) {
-            if (used + 16 > cap) {
-                uint8_t *nb = realloc(b, cap * 2);
-                if (!nb) {
-                    cr__seg_desc_clear(&d);
-                    pthread_mutex_unlock(&g_mu);
-                    free(b);
-                    return -ENOMEM;
-                }
-                b = nb;
-                cap *= 2;
-            }
-            cr__put_le(b + used, d.buffers[k].addr, 8);
-            cr__put_le(b + used + 8, d.buffers[k].len, 8);
-            used += 16;
-            count++;
-        }
-        cr__seg_desc_clear(&d);
     }
-    pthread_mutex_unlock(&g_mu);
-    cr__put_le(b, count, 4);
+    cr__put_le(b, n, 4);
+    for (uint32_t k = 0; k < n; k++) {
+        uint8_t *p = b + 4 + (size_t)k * PROOF_ENTRY;
+        cr__put_le(p, r[k].addr, 8);
+        cr__put_le(p + 8, r[k].len, 8);
+        cr__put_le(p + 16, r[k].slot, 4);
+        cr__put_le(p + 20, r[k].gen, 4);
+    }
+    free(r);
     *out = b;
     *len = used;
     return 0;
+}
+
+/* Sends the first bytes of buf with the fence table's fd attached
+ * (SCM_RIGHTS), then the rest. Returns 0 or -errno. */
+static int send_with_fd(int fd, const uint8_t *buf, size_t len, int pass)
+{
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+                       .msg_controllen = sizeof ctl.b};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &pass, sizeof pass);
+    ssize_t k;
+    do
+        k = sendmsg(fd, &m, MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    if (k < 0)
+        return CR__ERRNO();
+    return cr__net_write_full(fd, buf + k, len - (size_t)k, CR__SHM_PROOF_TIMEOUT_MS);
 }
 
 static void serve_one(int fd)
@@ -119,11 +130,13 @@ static void serve_one(int fd)
                   (int)cr.pid);
         return;
     }
+    /* without the table nobody could check a copy: no shm at all */
+    int table = cr__shm_fence_fd();
     uint8_t *b;
     size_t len;
-    if (encode_ranges(&b, &len))
+    if (table < 0 || encode_ranges(&b, &len))
         return;
-    cr__net_write_full(fd, b, len, CR__SHM_PROOF_TIMEOUT_MS);
+    send_with_fd(fd, b, len, table);
     free(b);
 }
 
@@ -180,7 +193,7 @@ int cr__shm_proof_attach(cr_xfer_engine_t *e, const cr__auth_t *auth)
     int rc = 0;
     if (g.n_engines == PROOF_MAX_ENGINES)
         rc = -ENOSPC;
-    else if (g.n_engines == 0)
+    else if (g.n_engines == 0 && !(rc = cr__shm_fence_init()))
         rc = start_locked(auth);
     if (!rc)
         g.engines[g.n_engines++] = e;
@@ -220,15 +233,20 @@ int cr__shm_proof_parse(const uint8_t *buf, size_t len, cr__shm_range_t **out, u
     if (len < 4)
         return -EBADMSG;
     uint64_t count = cr__get_le(buf, 4);
-    if (count > PROOF_MAX_RANGES || len != 4 + 16 * count)
+    if (count > PROOF_MAX_RANGES || len != 4 + PROOF_ENTRY * count)
         return -EBADMSG;
     cr__shm_range_t *r = NULL;
     if (count && !(r = malloc(count * sizeof *r)))
         return -ENOMEM;
     for (uint64_t i = 0; i < count; i++) {
-        r[i].addr = cr__get_le(buf + 4 + 16 * i, 8);
-        r[i].len = cr__get_le(buf + 12 + 16 * i, 8);
-        if (r[i].len == 0 || r[i].addr + r[i].len < r[i].addr) {
+        const uint8_t *p = buf + 4 + PROOF_ENTRY * i;
+        r[i].addr = cr__get_le(p, 8);
+        r[i].len = cr__get_le(p + 8, 8);
+        r[i].slot = (uint32_t)cr__get_le(p + 16, 4);
+        r[i].gen = (uint32_t)cr__get_le(p + 20, 4);
+        /* a registered range has an odd generation (shm_fence.h) */
+        if (r[i].len == 0 || r[i].addr + r[i].len < r[i].addr ||
+            r[i].slot >= CR__SHM_FENCE_SLOTS || !(r[i].gen & 1)) {
             free(r);
             return -EBADMSG;
         }
@@ -240,7 +258,38 @@ int cr__shm_proof_parse(const uint8_t *buf, size_t len, cr__shm_range_t **out, u
     return 0;
 }
 
-int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out, uint32_t *n)
+/* recv that also takes an fd passed with the bytes (SCM_RIGHTS) into
+ * *passed when it holds none yet; any other fd is closed. */
+static ssize_t recv_fd(int fd, uint8_t *buf, size_t len, int *passed)
+{
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+                       .msg_controllen = sizeof ctl.b};
+    ssize_t k = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    if (k < 0)
+        return k;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < nfd; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+            if (*passed < 0)
+                *passed = got;
+            else
+                close(got);
+        }
+    }
+    return k;
+}
+
+int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out, uint32_t *n,
+                        int *fence_fd)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -269,7 +318,8 @@ int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out
         close(fd);
         return rc == -ETIMEDOUT ? rc : -EACCES;
     }
-    /* read to EOF, bounded */
+    /* read to EOF, bounded; the fence table's fd comes with the first bytes */
+    int table = -1;
     size_t cap = 4096, len = 0;
     uint8_t *b = malloc(cap);
     if (!b) {
@@ -278,7 +328,7 @@ int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out
     }
     for (;;) {
         if (len == cap) {
-            if (cap >= 4 + 16ull * PROOF_MAX_RANGES) {
+            if (cap >= 4 + (size_t)PROOF_ENTRY * PROOF_MAX_RANGES) {
                 rc = -EBADMSG;
                 break;
             }
@@ -290,7 +340,7 @@ int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out
             b = nb;
             cap *= 2;
         }
-        ssize_t k = recv(fd, b + len, cap - len, 0);
+        ssize_t k = recv_fd(fd, b + len, cap - len, &table);
         if (k == 0)
             break;
         if (k < 0) {
@@ -302,8 +352,16 @@ int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out
         len += (size_t)k;
     }
     close(fd);
+    if (!rc && table < 0)
+        rc = -EBADMSG; /* a peer whose copies nobody could revoke */
     if (!rc)
         rc = cr__shm_proof_parse(b, len, out, n);
     free(b);
-    return rc == -EBADMSG ? -EACCES : rc;
+    if (rc) {
+        if (table >= 0)
+            close(table);
+        return rc == -EBADMSG ? -EACCES : rc;
+    }
+    *fence_fd = table;
+    return 0;
 }
