@@ -96,6 +96,29 @@ static int scan_cb(void *arg, const char *key, uint32_t kl, uint64_t version, ui
     return 0;
 }
 
+/* The node notices its data file deleted or replaced behind it. */
+static void test_data_file_unlinked_noticed(void **s)
+{
+    (void)s;
+    char err[512];
+    cr__ssd_t *d;
+    assert_int_equal(cr__ssd_open(dir, 8 * MiB, &d, err, sizeof err), 0);
+    const char *path;
+    assert_int_equal(cr__ssd_linked(d, &path), 1);
+    char keep[4200];
+    snprintf(keep, sizeof keep, "%s.moved", path);
+    assert_int_equal(rename(path, keep), 0); /* replaced: another file, same name */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(cr__ssd_linked(d, &path), 0);
+    assert_int_equal(unlink(path), 0); /* deleted */
+    assert_int_equal(cr__ssd_linked(d, &path), 0);
+    assert_int_equal(rename(keep, path), 0); /* back */
+    assert_int_equal(cr__ssd_linked(d, &path), 1);
+    cr__ssd_close(d);
+}
+
 static void test_io_scan_truncate(void **s)
 {
     (void)s;
@@ -807,6 +830,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_encode_check),
+        cmocka_unit_test_setup_teardown(test_data_file_unlinked_noticed, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_io_scan_truncate, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_open_errors, setup_dir, teardown_dir),
         cmocka_unit_test(test_oalloc_reserve),

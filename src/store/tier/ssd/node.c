@@ -884,8 +884,25 @@ static void *sync_main(void *arg)
     task_buf_t *bufs = calloc(CR__RPC_BATCH_MAX, sizeof *bufs);
     cr__ssd_io_t *ios = calloc(CR__RPC_BATCH_MAX, sizeof *ios);
     size_t *map = calloc(CR__RPC_BATCH_MAX, sizeof *map);
-    int idle = 0;
+    int idle = 0, unlinked = 0;
+    uint64_t next_link_check = 0;
     while (bufs && ios && map && !atomic_load(&t->stop)) {
+        /* the data file deleted (or replaced) behind the node: still used
+         * through its descriptor, lost at the next start. Said once, loud. */
+        uint64_t tnow = cr__now_ns();
+        if (tnow >= next_link_check) {
+            const char *path;
+            int linked = cr__ssd_linked(t->ssd, &path);
+            if (!linked && !unlinked)
+                CR_LOG_ERROR(COMP, "disk tier: %s was deleted or replaced while in use: its "
+                                   "objects stay readable until this node stops and are lost "
+                                   "then; restart the node on a directory it owns",
+                             path);
+            else if (linked && unlinked)
+                CR_LOG_WARN(COMP, "disk tier: %s is back", path);
+            unlinked = !linked;
+            next_link_check = tnow + 5000000000ull;
+        }
         cr__rpc_msg_t req = done, rep = {0};
         memset(&done, 0, sizeof done);
         req.type = CR__RPC_TIER_SYNC;

@@ -175,6 +175,15 @@ void cr__ssd_close(cr__ssd_t *s)
 }
 
 uint64_t cr__ssd_capacity(const cr__ssd_t *s) { return s->capacity; }
+
+int cr__ssd_linked(const cr__ssd_t *s, const char **path)
+{
+    struct stat a, b;
+    *path = s->path;
+    if (fstat(s->fd, &a) || a.st_nlink == 0 || stat(s->path, &b))
+        return 0;
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
 int cr__ssd_fd(const cr__ssd_t *s) { return s->fd; }
 
 int cr__ssd_open_readonly(const cr__ssd_t *s)

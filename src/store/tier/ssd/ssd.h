@@ -32,6 +32,9 @@ typedef struct cr__ssd cr__ssd_t;
 int cr__ssd_open(const char *dir, uint64_t capacity, cr__ssd_t **out, char *err, size_t errlen);
 void cr__ssd_close(cr__ssd_t *s);
 uint64_t cr__ssd_capacity(const cr__ssd_t *s);
+/* 1 if the data file is still reachable under its path (not deleted nor
+ * replaced behind the node), 0 if not; its path in *path. */
+int cr__ssd_linked(const cr__ssd_t *s, const char **path);
 int cr__ssd_fd(const cr__ssd_t *s);
 /* A new read-only O_DIRECT descriptor of the data file (the same-host fast
  * path hands it to local clients); the caller closes it. Or -errno. */
