@@ -142,8 +142,11 @@ typedef struct cr_store_params {
  * connects to the master and, if global_segment_size > 0, allocates,
  * pre-faults, registers and mounts the contributed segment, then starts the
  * heartbeat thread. Returns 0 and *out, or CR_E_INVALID_PARAMS (bad
- * parameter), CR_E_RPC_FAIL (master unreachable), -ENOMEM, or a TE error
- * (-EADDRINUSE, -EHOSTUNREACH). Destroy *out with cr_store_destroy(). */
+ * parameter), CR_E_RPC_FAIL (master unreachable), -ENOMEM (also, logged and
+ * before any page is touched, when global_segment_size + local_buffer_size
+ * exceed the host's MemAvailable plus SwapFree; CRESCENT_MEM_CHECK=0 in the
+ * environment skips that check), or a TE error (-EADDRINUSE,
+ * -EHOSTUNREACH). Destroy *out with cr_store_destroy(). */
 CR_API int cr_store_create(const cr_store_params_t *params, cr_store_t **out);
 
 /* Unmounts the contributed segment (its objects become misses), stops the

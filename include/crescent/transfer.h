@@ -159,7 +159,10 @@ CR_API int cr_xfer_mem_register(cr_xfer_engine_t *engine, void *addr, size_t len
  * memory. It is a sealed memfd mapped shared; children forked later do not
  * inherit it. It is mapped at a 2 MiB boundary and made of 2 MiB pages
  * where the kernel can (Linux >= 6.1; CRESCENT_SHM_THP=0: 4 KiB pages).
- * Returns NULL with errno set on failure. Thread-safe. */
+ * A len larger than the host's MemAvailable plus SwapFree is refused
+ * before any page is touched (NULL, errno ENOMEM, logged; the environment's
+ * CRESCENT_MEM_CHECK=0 skips that check). Returns NULL with errno set on
+ * failure. Thread-safe. */
 CR_API void *cr_xfer_mem_alloc_shared(size_t len);
 
 /* Frees memory from cr_xfer_mem_alloc_shared (unregister it first).

@@ -3,13 +3,15 @@ master gone. Calls return error codes (or b"" / None) within the library's
 timeouts; nothing crashes or hangs, and the objects stay usable."""
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
-from conftest import HERE, Daemons, make_store, start_master, start_node
+from conftest import HERE, SANITIZED, Daemons, exe, make_store, start_master, start_node
 from mooncake.engine import TransferEngine
 from mooncake.store import ReplicateConfig
 
@@ -73,3 +75,73 @@ def test_killed_storage_node_and_master():
             assert s.close() == 0
     finally:
         d.stop()
+
+
+def more_than_this_host_has():
+    """MemAvailable + SwapFree + 4 GiB, in bytes, 2 MiB aligned (as segments
+    are): a size that must be refused
+    before any of it is touched (read from /proc/meminfo, never allocated)."""
+    info = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            info[k] = int(v.split()[0]) * 1024
+    return (info["MemAvailable"] + info.get("SwapFree", 0) + (4 << 30)) & ~((2 << 20) - 1)
+
+
+def no_room_for_it():
+    """In the child: an address-space limit far below the size asked, the
+    test's safety net. Were the check gone, the mapping would fail at once
+    (and the test with it, for want of the message) instead of the host's
+    memory filling up for a minute."""
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+
+needs_as_limit = pytest.mark.skipif(
+    SANITIZED, reason="ASan reserves terabytes of address space: no RLIMIT_AS safety net")
+
+
+@needs_as_limit
+def test_node_segment_larger_than_memory_exits_with_the_reason():
+    """A node asked for more memory than the host has exits non-zero at
+    start with a line naming the size, MemAvailable and the option, instead
+    of being OOM-killed after ~40 s of pre-faulting."""
+    d = Daemons()
+    try:
+        master, meta = start_master(d)
+        size = more_than_this_host_has()
+        env = dict(os.environ)
+        env.pop("CRESCENT_MEM_CHECK", None)
+        p = subprocess.run([exe("crescent-node"), "--master_server_address", master,
+                            "--metadata_server", meta, "--local_hostname", "127.0.0.1",
+                            "--global_segment_size", str(size)],
+                           capture_output=True, text=True, timeout=60, env=env,
+                           preexec_fn=no_room_for_it)
+        assert p.returncode != 0, p.stdout + p.stderr
+        assert "ready segment" not in p.stdout
+        assert "global_segment_size %d" % size in p.stderr, p.stderr
+        assert "MemAvailable" in p.stderr and "lower global_segment_size" in p.stderr, p.stderr
+    finally:
+        d.stop()
+
+
+@needs_as_limit
+def test_setup_larger_than_memory_returns_enomem_with_the_reason():
+    """Python setup() with a segment larger than the host's memory returns
+    -ENOMEM (the store's code for memory it cannot have) and logs why,
+    without touching the memory (the child has no address space for it)."""
+    size = more_than_this_host_has()
+    script = ("import sys\n"
+              "from mooncake.store import MooncakeDistributedStore\n"
+              "s = MooncakeDistributedStore()\n"
+              "rc = s.setup('127.0.0.1', 'P2PHANDSHAKE', %d, '16MB', 'tcp', '', '127.0.0.1:1')\n"
+              "print('rc', rc)\n"
+              "s.close()\n" % size)
+    env = dict(os.environ)
+    env.pop("CRESCENT_MEM_CHECK", None)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=60, env=env, preexec_fn=no_room_for_it)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["rc", str(-12)], p.stdout + p.stderr
+    assert "MemAvailable" in p.stderr, p.stderr
+    assert "lower global_segment_size or local_buffer_size" in p.stderr, p.stderr

@@ -17,6 +17,7 @@
 #include "common/config.h"
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "common/mem_avail.h"
 #include "common/net.h"
 #include "common/tls/tls.h"
 #include "store/master/ha/elect.h"
@@ -752,15 +753,25 @@ static int create_engine(cr_store_t *s, const char *transports)
 }
 
 /* Step 4: the staging buffer and the contributed segment, mapped,
- * pre-faulted and registered with the engine. Returns 0 or -ENOMEM / the
+ * pre-faulted and registered with the engine. Returns 0 or -ENOMEM (also
+ * when the host cannot back both: refused before a page is touched) / the
  * registration's error. */
 static int create_memory(cr_store_t *s)
 {
+    char what[128];
+    snprintf(what, sizeof what,
+             "global_segment_size %" PRIu64 " + local_buffer_size %" PRIu64 " bytes", s->seg_size,
+             s->lbuf_size);
+    int rc = cr__mem_prefault_check(s->lbuf_size + s->seg_size, what,
+                                    s->seg_size ? "global_segment_size or local_buffer_size"
+                                                : "local_buffer_size");
+    if (rc)
+        return rc;
     s->lbuf = map_prefaulted(s->lbuf_size);
     if (!s->lbuf)
         return -ENOMEM;
     cr__staging_init(&s->staging, s->lbuf, s->lbuf_size);
-    int rc = cr_xfer_mem_register(s->te, s->lbuf, s->lbuf_size, "cpu:0");
+    rc = cr_xfer_mem_register(s->te, s->lbuf, s->lbuf_size, "cpu:0");
     if (rc || !s->seg_size)
         return rc;
     /* same-host clients map shared memory and copy it in user space
@@ -768,14 +779,16 @@ static int create_memory(cr_store_t *s)
      * better for tcp-only clusters) when CRESCENT_SEGMENT_SHARED=0 or as the
      * fallback */
     const char *sh = getenv("CRESCENT_SEGMENT_SHARED");
+    int nomem = 0;
     if (!(sh && !strcmp(sh, "0"))) {
         s->seg_base = cr_xfer_mem_alloc_shared(s->seg_size);
         s->seg_shared = s->seg_base != NULL;
-        if (!s->seg_base)
+        nomem = !s->seg_base && errno == ENOMEM; /* anonymous memory would not fit either */
+        if (!s->seg_base && !nomem)
             CR_LOG_INFO(COMP, "shared segment memory: %s; anonymous memory instead",
                         strerror(errno));
     }
-    if (!s->seg_base)
+    if (!s->seg_base && !nomem)
         s->seg_base = map_prefaulted(s->seg_size);
     if (!s->seg_base) {
         CR_LOG_ERROR(COMP, "cannot map a %llu-byte segment", (unsigned long long)s->seg_size);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/mem_avail.h"
 #include "common/tsan.h"
 #include "crescent/transfer.h"
 
@@ -301,6 +302,12 @@ void *cr_xfer_mem_alloc_shared(size_t len)
         return NULL;
     }
     len = (len + PAGE - 1) & ~(size_t)(PAGE - 1);
+    /* every page is touched below: a size the host cannot back is refused
+     * now, not by the OOM killer halfway through */
+    if (cr__mem_prefault_check(len, "cr_xfer_mem_alloc_shared", "the size asked")) {
+        errno = ENOMEM;
+        return NULL;
+    }
     shared_alloc_t *a = malloc(sizeof *a);
     if (!a)
         return NULL;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,8 @@
 
 #include "common/clock.h"
 #include "common/crc32c.h"
+#include "common/mem_avail.h"
+#include "crescent/common.h"
 #include "transfer/segment_desc.h"
 #include "transfer/transport/transport.h"
 
@@ -845,6 +848,45 @@ static void test_mem_registered_thp(void **s)
     cr__xfer_shm_ops.destroy(st);
 }
 
+static void keep_line(void *user, int level, const char *component, const char *msg)
+{
+    (void)component;
+    if (level == CR_LOG_LEVEL_ERROR)
+        snprintf(user, 512, "%s", msg);
+}
+
+/* cr_xfer_mem_alloc_shared of more than the host can back is refused
+ * before a page is touched (NULL, errno ENOMEM, a line naming
+ * MemAvailable), not OOM-killed while it pre-faults. RLIMIT_FSIZE is the
+ * test's safety net: were the check gone, the memfd's ftruncate would fail
+ * (EFBIG) instead of the host filling up. */
+static void test_alloc_shared_larger_than_memory_refused(void **s)
+{
+    (void)s;
+    unsetenv("CRESCENT_MEM_CHECK"); /* the switch that turns the check off */
+    cr__mem_avail_t m;
+    assert_int_equal(cr__mem_avail_read(NULL, &m), 0);
+    uint64_t len = m.avail + m.swap_free + (4ull << 30);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old; /* the soft limit only, so it can be put back */
+    if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur > (1ull << 30))
+        lim.rlim_cur = 1ull << 30;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    char line[512] = "";
+    cr_log_set_handler(keep_line, line);
+    errno = 0;
+    void *p = cr_xfer_mem_alloc_shared((size_t)len);
+    int e = errno;
+    cr_log_set_handler(NULL, NULL);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_DFL);
+    if (p || e != ENOMEM || !strstr(line, "MemAvailable"))
+        fail_msg("alloc_shared(%llu): %p, errno %d (%s), line \"%s\"; want NULL, ENOMEM and "
+                 "a line naming MemAvailable", (unsigned long long)len, p, e, strerror(e), line);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -859,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_destroy_in_flight),
         cmocka_unit_test(test_mem_registered_thp),
         cmocka_unit_test(test_access_denied),
+        cmocka_unit_test(test_alloc_shared_larger_than_memory_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
