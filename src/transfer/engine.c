@@ -182,6 +182,8 @@ static void teardown(cr_xfer_engine_t *e, int published)
     if (published && e->meta) {
         char key[CR__META_KEY_MAX];
         snprintf(key, sizeof key, "%s%s", CR__SEG_KEY_PREFIX, e->local.name);
+        if (e->cfg.timeout_ms > CR__XFER_UNPUBLISH_TIMEOUT_MS)
+            cr__meta_set_timeout(e->meta, CR__XFER_UNPUBLISH_TIMEOUT_MS);
         int rc = cr__meta_del(e->meta, key);
         if (rc)
             CR_LOG_WARN(LOGC, "unpublishing %s failed: %s", e->local.name, cr_strerror(rc));

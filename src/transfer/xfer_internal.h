@@ -39,6 +39,11 @@
 #define CR__XFER_MAX_TIMEOUT_MS (24u * 3600 * 1000) /* a day */
 /* a descriptor refetch runs inside submit: a hung peer must not stall it longer */
 #define CR__XFER_REFRESH_TIMEOUT_MS 1000
+/* the unpublish at destroy, per metadata request: a hung metadata service
+ * (e.g. the master that embeds it, stopped) must not hold close() and
+ * atexit for the engine's full timeout; a descriptor left behind only
+ * sends peers to an engine that is gone, which they handle */
+#define CR__XFER_UNPUBLISH_TIMEOUT_MS 2000
 #define CR__XFER_INITIAL_REGS 16 /* registration slots allocated up front (the array doubles) */
 
 /* One registration of local memory. Allocated once and freed only after

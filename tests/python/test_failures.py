@@ -7,11 +7,13 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 
-from conftest import HERE, SANITIZED, Daemons, exe, make_store, start_master, start_node
+from conftest import (HERE, SANITIZED, Daemons, exe, make_store, start_master, start_metadata,
+                      start_node)
 from mooncake.engine import TransferEngine
 from mooncake.store import ReplicateConfig
 
@@ -145,3 +147,47 @@ def test_setup_larger_than_memory_returns_enomem_with_the_reason():
     assert p.stdout.split() == ["rc", str(-12)], p.stdout + p.stderr
     assert "MemAvailable" in p.stderr, p.stderr
     assert "lower global_segment_size or local_buffer_size" in p.stderr, p.stderr
+
+
+def returns_within(call, seconds):
+    """Runs call() in a thread; True if it returned within `seconds` (a hang
+    check: the bound is far above the expected time, far below the hang)."""
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(seconds)
+    return not t.is_alive()
+
+
+def test_close_with_a_stopped_metadata_server_is_not_held_for_the_full_timeout():
+    """close() of a store whose master (and the HTTP metadata server it
+    embeds) is stopped: the unmount RPC times out (5 s), then the engine's
+    unpublish is bounded to 2 s instead of its 30 s metadata timeout (it
+    took ~35 s in all)."""
+    d = Daemons()
+    try:
+        master, meta = start_master(d)
+        s = make_store({"master": master, "metadata": meta}, segment="16MB")
+        d.procs[0].send_signal(signal.SIGSTOP)
+        try:
+            assert returns_within(s.close, 20), "close() still blocked after 20 s"
+        finally:
+            d.procs[0].send_signal(signal.SIGCONT)
+    finally:
+        d.stop()
+
+
+def test_engine_close_with_a_stopped_metadata_server_is_not_held_for_the_full_timeout():
+    """The same for a TransferEngine on crescent-metadata: its close() used to
+    wait the engine's full 30 s metadata timeout to unpublish."""
+    d = Daemons()
+    try:
+        url = start_metadata(d)
+        e = TransferEngine()
+        assert e.initialize("127.0.0.1", url, "tcp", "") == 0
+        d.procs[0].send_signal(signal.SIGSTOP)
+        try:
+            assert returns_within(e.close, 15), "close() still blocked after 15 s"
+        finally:
+            d.procs[0].send_signal(signal.SIGCONT)
+    finally:
+        d.stop()

@@ -132,6 +132,15 @@ void cr__meta_close(cr__meta_t *m)
     free(m);
 }
 
+void cr__meta_set_timeout(cr__meta_t *m, int timeout_ms)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->timeout_ms = timeout_ms > 0 ? timeout_ms : CR__META_DEFAULT_TIMEOUT_MS;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void cr__meta_set_auth(cr__meta_t *m, struct cr__auth *auth)
 {
     if (m)

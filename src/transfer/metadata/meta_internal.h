@@ -23,7 +23,7 @@ struct cr__meta_ops {
 
 struct cr__meta {
     const struct cr__meta_ops *ops;
-    int timeout_ms;
+    int timeout_ms;     /* guarded by mu (cr__meta_set_timeout) */
     pthread_mutex_t mu; /* serializes calls: guards curl and cur_ep */
     CURL *curl;         /* one easy handle, reused for keep-alive */
     /* http: base URL ("http://h:p/path"); etcd: "http://h:p" per endpoint */

@@ -30,6 +30,11 @@ int cr__meta_put(cr__meta_t *m, const char *key, const void *val, size_t len);
 /* Deletes a key. Deleting a missing key is 0. */
 int cr__meta_del(cr__meta_t *m, const char *key);
 
+/* Bounds every later request on m to timeout_ms (> 0; else the default)
+ * instead of cr__meta_open's; an etcd backend spends it on each endpoint
+ * it tries. NULL is a no-op. */
+void cr__meta_set_timeout(cr__meta_t *m, int timeout_ms);
+
 /* Closes; NULL is a no-op. */
 void cr__meta_close(cr__meta_t *m);
 

@@ -266,6 +266,29 @@ static void test_service_down_and_silent(void **state)
     close(fd);
 }
 
+/* cr__meta_set_timeout bounds the requests after it (the engine's unpublish
+ * at destroy: a stopped metadata service must not hold it for the full
+ * timeout). The alarm turns a call that waits the open's 60 s into a
+ * failure, not a slow pass. */
+static void test_set_timeout_bounds_later_calls(void **state)
+{
+    (void)state;
+    uint16_t port;
+    int fd = cr__net_listen("127.0.0.1", 0, 4, &port); /* listening, never answering */
+    assert_true(fd >= 0);
+    char uri[128];
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%u/metadata", port);
+    cr__meta_t *m;
+    assert_int_equal(cr__meta_open(uri, 60000, &m), 0);
+    cr__meta_set_timeout(m, 300);
+    alarm(20);
+    assert_int_equal(cr__meta_del(m, "k"), -ETIMEDOUT);
+    alarm(0);
+    cr__meta_close(m);
+    close(fd);
+    cr__meta_set_timeout(NULL, 300); /* a no-op */
+}
+
 static void test_many_keys_rehash(void **state)
 {
     (void)state;
@@ -376,6 +399,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_binary_and_large_values, setup, teardown),
         cmocka_unit_test(test_server_capacity_bound),
         cmocka_unit_test(test_service_down_and_silent),
+        cmocka_unit_test(test_set_timeout_bounds_later_calls),
         cmocka_unit_test_setup_teardown(test_many_keys_rehash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_client_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_bad_args, setup, teardown),
