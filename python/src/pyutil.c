@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "common/log.h"
 #include "crescent/common.h"
 
 /* ---- argument conversion ------------------------------------------------ */
@@ -406,8 +407,12 @@ int cr__py_resolve_ip(const char *host, char *ip, size_t ipcap)
         return 0;
     }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
+    int gai = getaddrinfo(host, NULL, &hints, &res);
+    if (gai != 0 || !res) {
+        CR_LOG_ERROR("python", "local_hostname \"%s\": host name does not resolve (%s)", host,
+                     gai ? gai_strerror(gai) : "no address");
         return -EHOSTUNREACH;
+    }
     int rc = -EHOSTUNREACH;
     for (struct addrinfo *a = res; a; a = a->ai_next) {
         const void *src = a->ai_family == AF_INET

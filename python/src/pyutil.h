@@ -114,7 +114,8 @@ void cr__py_reg_destroy(cr__py_regtab_t *t);
 int cr__py_split_host(const char *s, char *host, size_t hostcap, uint16_t *port);
 
 /* Resolves a host name to a numeric IPv4/IPv6 address string. "" and
- * "localhost" give 127.0.0.1. Returns 0 or -EHOSTUNREACH. */
+ * "localhost" give 127.0.0.1. Returns 0 or -EHOSTUNREACH (logged: the name
+ * does not resolve). */
 int cr__py_resolve_ip(const char *host, char *ip, size_t ipcap);
 
 /* Maps a Mooncake metadata_server string to a crescent metadata URI:

@@ -185,8 +185,12 @@ static void teardown(cr_xfer_engine_t *e, int published)
         if (e->cfg.timeout_ms > CR__XFER_UNPUBLISH_TIMEOUT_MS)
             cr__meta_set_timeout(e->meta, CR__XFER_UNPUBLISH_TIMEOUT_MS);
         int rc = cr__meta_del(e->meta, key);
-        if (rc)
-            CR_LOG_WARN(LOGC, "unpublishing %s failed: %s", e->local.name, cr_strerror(rc));
+        if (rc) {
+            char why[CR__META_WHY_TEXT];
+            cr__meta_last_error(e->meta, why, sizeof why);
+            CR_LOG_WARN(LOGC, "unpublishing %s failed: %s", e->local.name,
+                        why[0] ? why : cr_strerror(rc));
+        }
     }
     /* the notifier thread sends through the transports: stop it first */
     cr__xfer_notify_fini(e);

@@ -214,9 +214,12 @@ int cr__xfer_publish(cr_xfer_engine_t *e)
             char key[CR__META_KEY_MAX];
             snprintf(key, sizeof key, "%s%s", CR__SEG_KEY_PREFIX, e->local.name);
             rc = cr__meta_put(e->meta, key, json, len);
-            if (rc)
-                CR_LOG_WARN("xfer", "publishing segment %s failed: %s", e->local.name,
-                            cr_strerror(rc));
+            if (rc) {
+                char why[CR__META_WHY_TEXT];
+                cr__meta_last_error(e->meta, why, sizeof why);
+                CR_LOG_WARN("xfer", "publishing segment %s to the metadata service failed: %s",
+                            e->local.name, why[0] ? why : cr_strerror(rc));
+            }
         }
         free(json);
     }

@@ -1,10 +1,12 @@
 """Failures seen from Python: a peer engine killed, a storage node killed, the
 master gone. Calls return error codes (or b"" / None) within the library's
 timeouts; nothing crashes or hangs, and the objects stay usable."""
+import http.server
 import json
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +17,7 @@ import pytest
 from conftest import (HERE, SANITIZED, Daemons, exe, make_store, start_master, start_metadata,
                       start_node)
 from mooncake.engine import TransferEngine
-from mooncake.store import ReplicateConfig
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
 
 def test_transfer_to_a_killed_peer_fails_cleanly():
@@ -191,3 +193,68 @@ def test_engine_close_with_a_stopped_metadata_server_is_not_held_for_the_full_ti
             d.procs[0].send_signal(signal.SIGCONT)
     finally:
         d.stop()
+
+
+# setup()'s codes stay as they were (-113 EHOSTUNREACH for a metadata service
+# it cannot use, -600 for a local_hostname it cannot use); the log line says
+# what happened. Each used to be "transfer engine: No route to host", or
+# nothing at all for the host name.
+METADATA_UNUSABLE = -113
+
+
+def setup_rc_and_log(capfd, metadata, local_hostname="127.0.0.1"):
+    capfd.readouterr()
+    s = MooncakeDistributedStore()
+    rc = s.setup(local_hostname, metadata, 0, "16MB", "tcp", "", "127.0.0.1:1")
+    s.close()
+    return rc, capfd.readouterr().err
+
+
+def closed_port():
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def test_setup_says_the_metadata_connection_was_refused(capfd):
+    url = "http://127.0.0.1:%d/metadata" % closed_port()
+    rc, err = setup_rc_and_log(capfd, url)
+    assert rc == METADATA_UNUSABLE
+    assert "connection refused at %s" % url in err, err
+    assert "No route to host" not in err, err
+
+
+def test_setup_names_the_http_status_of_a_wrong_metadata_path(capfd):
+    d = Daemons()
+    try:
+        wrong = start_metadata(d).replace("/metadata", "/no-such-path")
+        rc, err = setup_rc_and_log(capfd, wrong)
+        assert rc == METADATA_UNUSABLE
+        assert "HTTP 404 from %s (not a metadata service" % wrong in err, err
+    finally:
+        d.stop()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_setup_names_the_http_status_of_a_server_that_is_no_metadata_service(capfd):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = "http://127.0.0.1:%d/metadata" % srv.server_address[1]
+        rc, err = setup_rc_and_log(capfd, url)
+        assert rc == METADATA_UNUSABLE
+        assert "HTTP 501 from %s (not a metadata service" % url in err, err
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_setup_says_the_local_hostname_does_not_resolve(capfd):
+    rc, err = setup_rc_and_log(capfd, "P2PHANDSHAKE", local_hostname="no-such-host.invalid")
+    assert rc == -600
+    assert 'local_hostname "no-such-host.invalid": host name does not resolve' in err, err

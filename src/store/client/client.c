@@ -739,8 +739,12 @@ static int create_engine(cr_store_t *s, const char *transports)
         xp.tls_ca = cr__tls_ca_path(s->tls);
     }
     int rc = cr_xfer_engine_create(&xp, &s->te);
-    if (rc) {
+    if (rc == -EHOSTUNREACH) /* the engine logged what the service answered */
+        CR_LOG_ERROR(COMP, "transfer engine: metadata service %s unusable (the line above says why)",
+                     s->metadata_uri);
+    else if (rc)
         CR_LOG_ERROR(COMP, "transfer engine: %s", cr_strerror(rc));
+    if (rc) {
         return rc == -EINVAL ? CR_E_INVALID_PARAMS : rc;
     }
     snprintf(s->seg_name, sizeof s->seg_name, "%s", cr_xfer_engine_name(s->te));

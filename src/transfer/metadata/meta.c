@@ -132,6 +132,18 @@ void cr__meta_close(cr__meta_t *m)
     free(m);
 }
 
+void cr__meta_last_error(cr__meta_t *m, char *buf, size_t cap)
+{
+    if (!cap)
+        return;
+    buf[0] = '\0';
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    snprintf(buf, cap, "%s", m->why);
+    pthread_mutex_unlock(&m->mu);
+}
+
 void cr__meta_set_timeout(cr__meta_t *m, int timeout_ms)
 {
     if (!m)
@@ -207,6 +219,7 @@ int cr__meta_get(cr__meta_t *m, const char *key, char **val, size_t *len)
     pthread_mutex_lock(&m->mu);
     char *raw = NULL;
     size_t rlen = 0;
+    m->why[0] = '\0';
     int rc = m->ops->get(m, key, &raw, &rlen);
     pthread_mutex_unlock(&m->mu);
     if (rc || !m->auth) {
@@ -245,6 +258,7 @@ int cr__meta_put(cr__meta_t *m, const char *key, const void *val, size_t len)
         val = signed_val;
     }
     pthread_mutex_lock(&m->mu);
+    m->why[0] = '\0';
     int rc = m->ops->put(m, key, val ? val : "", len);
     pthread_mutex_unlock(&m->mu);
     free(signed_val);
@@ -256,6 +270,7 @@ int cr__meta_del(cr__meta_t *m, const char *key)
     if (!m || cr__meta_check_key(key))
         return -EINVAL;
     pthread_mutex_lock(&m->mu);
+    m->why[0] = '\0';
     int rc = m->ops->del(m, key);
     pthread_mutex_unlock(&m->mu);
     return rc;
@@ -297,6 +312,55 @@ static size_t sink_discard(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     (void)ptr, (void)ud;
     return size * nmemb;
+}
+
+/* Fills m->why with what an exchange with url saw: cc, else the HTTP
+ * status. The URL is named without its query (the key, URL-encoded). */
+static void describe(cr__meta_t *m, const char *method, const char *url, CURLcode cc,
+                     long status, int rc, size_t resp_max)
+{
+    int ul = (int)strcspn(url, "?");
+    long os_err = 0;
+    switch (cc) {
+    case CURLE_OK:
+        /* GET 404 is a missing key; to a PUT or DELETE, 404, 405 and 501
+         * mean the URL is not a metadata service's */
+        snprintf(m->why, sizeof m->why, "HTTP %ld from %.*s%s", status, ul, url,
+                 strcmp(method, "GET") && (status == 404 || status == 405 || status == 501)
+                     ? " (not a metadata service, or not its path)"
+                     : "");
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+        snprintf(m->why, sizeof m->why, "host name of %.*s does not resolve", ul, url);
+        break;
+    case CURLE_COULDNT_CONNECT:
+        curl_easy_getinfo(m->curl, CURLINFO_OS_ERRNO, &os_err);
+        if (os_err == ECONNREFUSED)
+            snprintf(m->why, sizeof m->why, "connection refused at %.*s (nothing listens there)",
+                     ul, url);
+        else
+            snprintf(m->why, sizeof m->why, "cannot connect to %.*s: %s", ul, url,
+                     os_err > 0 ? strerror((int)os_err) : curl_easy_strerror(cc));
+        break;
+    case CURLE_OPERATION_TIMEDOUT:
+        snprintf(m->why, sizeof m->why, "no answer from %.*s within %d ms", ul, url,
+                 m->timeout_ms);
+        break;
+    case CURLE_GOT_NOTHING:
+        snprintf(m->why, sizeof m->why, "%.*s closed the connection without an answer", ul,
+                 url);
+        break;
+    case CURLE_WRITE_ERROR:
+        if (rc == -EMSGSIZE)
+            snprintf(m->why, sizeof m->why, "answer from %.*s larger than %zu bytes", ul, url,
+                     resp_max);
+        else
+            snprintf(m->why, sizeof m->why, "no memory for the answer from %.*s", ul, url);
+        break;
+    default:
+        snprintf(m->why, sizeof m->why, "%.*s: %s", ul, url, curl_easy_strerror(cc));
+        break;
+    }
 }
 
 int cr__meta_http_exchange(cr__meta_t *m, const char *method, const char *url,
@@ -369,13 +433,12 @@ int cr__meta_http_exchange(cr__meta_t *m, const char *method, const char *url,
     CURLcode cc = curl_easy_perform(c);
     curl_slist_free_all(hdrs);
     int rc;
+    long status = 0;
     switch (cc) {
-    case CURLE_OK: {
-        long status = 0;
+    case CURLE_OK:
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
         rc = status > 0 ? (int)status : -EHOSTUNREACH;
         break;
-    }
     case CURLE_OPERATION_TIMEDOUT:
         rc = -ETIMEDOUT;
         break;
@@ -386,9 +449,12 @@ int cr__meta_http_exchange(cr__meta_t *m, const char *method, const char *url,
         rc = -ENOMEM;
         break;
     default: /* could not resolve/connect, connection reset, empty reply, ... */
-        CR_LOG_DEBUG("meta", "%s %s: %s", method, url, curl_easy_strerror(cc));
         rc = -EHOSTUNREACH;
         break;
+    }
+    if (cc != CURLE_OK || status >= 300) {
+        describe(m, method, url, cc, status, rc, resp_max);
+        CR_LOG_DEBUG("meta", "%s: %s", method, m->why);
     }
     if (rc > 0 && resp) {
         if (!s.p && !(s.p = calloc(1, 1)))

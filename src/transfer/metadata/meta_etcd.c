@@ -31,8 +31,8 @@ static int etcd_call(cr__meta_t *m, const char *api, const char *json, char **re
         rc = cr__meta_http_exchange(m, "POST", url, json, strlen(json), "application/json",
                                     ETCD_RESP_MAX, &body, &blen);
         if (rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc >= 500) {
-            CR_LOG_RL(CR__LOG_WARN, "meta", "etcd endpoint %s failed (%d), trying next", m->ep[ep],
-                      rc);
+            CR_LOG_RL(CR__LOG_WARN, "meta", "etcd endpoint %s failed: %s; trying the next",
+                      m->ep[ep], m->why);
             free(body);
             if (rc >= 500)
                 rc = -EHOSTUNREACH;
@@ -166,6 +166,7 @@ int cr__meta_etcd_post(cr__meta_t *m, const char *api, const char *json, char **
     if (!m || m->ops != &cr__meta_etcd_ops || !api || !json || !resp)
         return -EINVAL;
     pthread_mutex_lock(&m->mu);
+    m->why[0] = '\0';
     int rc = etcd_call(m, api, json, resp, len);
     pthread_mutex_unlock(&m->mu);
     return rc;

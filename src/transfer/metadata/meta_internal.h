@@ -30,6 +30,10 @@ struct cr__meta {
     unsigned n_ep;
     unsigned cur_ep; /* etcd: endpoint that answered last */
     char ep[CR__META_MAX_ENDPOINTS][CR__META_URL_MAX];
+    /* what the last failed request saw ("connection refused at <url>",
+     * "HTTP 404 from <url>"); "" when it failed without one. Guarded by mu:
+     * cleared at the start of every get/put/del, written by the exchange */
+    char why[CR__META_WHY_TEXT];
     struct cr__auth *auth; /* NULL = security off; set before use */
     const struct cr__tls *tls; /* NULL = plain http; set before use */
 };
@@ -41,8 +45,9 @@ extern const struct cr__meta_ops cr__meta_etcd_ops;
  * "POST", "DELETE"; body may be NULL. The response body is collected up to
  * resp_max bytes into *resp (malloc'd, NUL-terminated; may be NULL if
  * resp is NULL). Returns the HTTP status (> 0), or -EHOSTUNREACH (could not
- * connect / connection broken), -ETIMEDOUT, -EMSGSIZE (response larger than
- * resp_max), -ENOMEM. */
+ * resolve / connect, connection broken), -ETIMEDOUT, -EMSGSIZE (response
+ * larger than resp_max), -ENOMEM. A failure, and a status of 300 or more,
+ * is described in m->why (the URL without its query). */
 int cr__meta_http_exchange(cr__meta_t *m, const char *method, const char *url,
                            const void *body, size_t body_len, const char *content_type,
                            size_t resp_max, char **resp, size_t *resp_len);

@@ -30,6 +30,15 @@ int cr__meta_put(cr__meta_t *m, const char *key, const void *val, size_t len);
 /* Deletes a key. Deleting a missing key is 0. */
 int cr__meta_del(cr__meta_t *m, const char *key);
 
+/* What the last failed get/put/del on m saw, for the caller's log line:
+ * "connection refused at http://h:p/path", "host name of <url> does not
+ * resolve", "no answer from <url> within N ms", "HTTP 404 from <url> ...".
+ * Copies it into buf (cap bytes, NUL-terminated); "" when the failure had
+ * no such detail (a bad argument, a value not signed). With calls on m from
+ * other threads in between it may be theirs. NULL m gives "". */
+void cr__meta_last_error(cr__meta_t *m, char *buf, size_t cap);
+#define CR__META_WHY_TEXT 320 /* a buffer that holds any of them */
+
 /* Bounds every later request on m to timeout_ms (> 0; else the default)
  * instead of cr__meta_open's; an etcd backend spends it on each endpoint
  * it tries. NULL is a no-op. */

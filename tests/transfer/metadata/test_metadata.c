@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -289,6 +290,81 @@ static void test_set_timeout_bounds_later_calls(void **state)
     cr__meta_set_timeout(NULL, 300); /* a no-op */
 }
 
+static void expect_why(cr__meta_t *m, const char *want)
+{
+    char why[CR__META_WHY_TEXT];
+    cr__meta_last_error(m, why, sizeof why);
+    if (!strstr(why, want))
+        fail_msg("last error \"%s\" does not say \"%s\"", why, want);
+}
+
+/* A failed call says what happened, for the engine's log line: a setup
+ * against a wrong metadata URL used to log only "No route to host". */
+static void test_last_error_says_what_happened(void **state)
+{
+    (void)state;
+    char uri[128], want[192];
+    cr__meta_t *m;
+    /* nothing listens */
+    uint16_t port;
+    int fd = cr__net_listen("127.0.0.1", 0, 1, &port);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%u/metadata", port);
+    assert_int_equal(cr__meta_open(uri, 2000, &m), 0);
+    assert_int_equal(cr__meta_put(m, "k", "v", 1), -EHOSTUNREACH); /* the code stays */
+    snprintf(want, sizeof want, "connection refused at %s (nothing listens there)", uri);
+    expect_why(m, want);
+    cr__meta_close(m);
+
+    /* listening, never answering */
+    fd = cr__net_listen("127.0.0.1", 0, 4, &port);
+    assert_true(fd >= 0);
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%u/metadata", port);
+    assert_int_equal(cr__meta_open(uri, 300, &m), 0);
+    assert_int_equal(cr__meta_del(m, "k"), -ETIMEDOUT);
+    snprintf(want, sizeof want, "no answer from %s within 300 ms", uri);
+    expect_why(m, want);
+    cr__meta_close(m);
+    close(fd);
+
+    /* a metadata server, the wrong path: 404 to a PUT; then a success
+     * clears what the failure said */
+    cr__meta_server_t *ms;
+    assert_int_equal(cr__meta_server_start("127.0.0.1", 0, "/metadata", 1u << 20, &ms), 0);
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%u/wrong", cr__meta_server_port(ms));
+    assert_int_equal(cr__meta_open(uri, 2000, &m), 0);
+    assert_true(cr__meta_put(m, "k", "v", 1) < 0);
+    snprintf(want, sizeof want, "HTTP 404 from %s (not a metadata service, or not its path)",
+             uri);
+    expect_why(m, want);
+    cr__meta_close(m);
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%u/metadata", cr__meta_server_port(ms));
+    assert_int_equal(cr__meta_open(uri, 2000, &m), 0);
+    assert_int_equal(cr__meta_put(m, "k", "v", 1), 0);
+    char why[CR__META_WHY_TEXT] = "x";
+    cr__meta_last_error(m, why, sizeof why);
+    assert_string_equal(why, "");
+    cr__meta_close(m);
+    cr__meta_server_stop(ms);
+    cr__meta_last_error(NULL, why, sizeof why); /* NULL: "" */
+    assert_string_equal(why, "");
+
+    /* a host name that does not resolve, where the resolver says so */
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo("no-such-host.invalid", NULL, NULL, &res);
+    if (res)
+        freeaddrinfo(res);
+    if (gai != EAI_NONAME) {
+        print_message("the resolver answers %d for no-such-host.invalid: that case skipped\n", gai);
+        return;
+    }
+    assert_int_equal(cr__meta_open("http://no-such-host.invalid:8080/metadata", 2000, &m), 0);
+    assert_int_equal(cr__meta_put(m, "k", "v", 1), -EHOSTUNREACH);
+    expect_why(m, "host name of http://no-such-host.invalid:8080/metadata does not resolve");
+    cr__meta_close(m);
+}
+
 static void test_many_keys_rehash(void **state)
 {
     (void)state;
@@ -400,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_server_capacity_bound),
         cmocka_unit_test(test_service_down_and_silent),
         cmocka_unit_test(test_set_timeout_bounds_later_calls),
+        cmocka_unit_test(test_last_error_says_what_happened),
         cmocka_unit_test_setup_teardown(test_many_keys_rehash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_client_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_bad_args, setup, teardown),
