@@ -151,13 +151,18 @@ def test_setup_larger_than_memory_returns_enomem_with_the_reason():
     assert "lower global_segment_size or local_buffer_size" in p.stderr, p.stderr
 
 
-def returns_within(call, seconds):
-    """Runs call() in a thread; True if it returned within `seconds` (a hang
-    check: the bound is far above the expected time, far below the hang)."""
-    t = threading.Thread(target=call, daemon=True)
-    t.start()
-    t.join(seconds)
-    return not t.is_alive()
+def closes_while_stopped(proc, close, seconds):
+    """SIGSTOPs proc, runs close() in a thread and continues proc; True if
+    close() returned within `seconds` (a hang check: the bound is far above
+    the expected time, far below the hang)."""
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=close, daemon=True)
+        t.start()
+        t.join(seconds)
+        return not t.is_alive()
+    finally:
+        proc.send_signal(signal.SIGCONT)
 
 
 def test_close_with_a_stopped_metadata_server_is_not_held_for_the_full_timeout():
@@ -169,11 +174,7 @@ def test_close_with_a_stopped_metadata_server_is_not_held_for_the_full_timeout()
     try:
         master, meta = start_master(d)
         s = make_store({"master": master, "metadata": meta}, segment="16MB")
-        d.procs[0].send_signal(signal.SIGSTOP)
-        try:
-            assert returns_within(s.close, 20), "close() still blocked after 20 s"
-        finally:
-            d.procs[0].send_signal(signal.SIGCONT)
+        assert closes_while_stopped(d.procs[0], s.close, 20), "close() still blocked after 20 s"
     finally:
         d.stop()
 
@@ -186,11 +187,7 @@ def test_engine_close_with_a_stopped_metadata_server_is_not_held_for_the_full_ti
         url = start_metadata(d)
         e = TransferEngine()
         assert e.initialize("127.0.0.1", url, "tcp", "") == 0
-        d.procs[0].send_signal(signal.SIGSTOP)
-        try:
-            assert returns_within(e.close, 15), "close() still blocked after 15 s"
-        finally:
-            d.procs[0].send_signal(signal.SIGCONT)
+        assert closes_while_stopped(d.procs[0], e.close, 15), "close() still blocked after 15 s"
     finally:
         d.stop()
 
