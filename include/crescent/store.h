@@ -324,6 +324,24 @@ CR_API int cr_store_batch_get_into(cr_store_t *store, const char *const *keys,
                                    void *const *bufs, const size_t *caps, size_t n,
                                    size_t *lens, int *results);
 
+/* Copying gets of n keys (1..CR_STORE_BATCH_MAX) into buffers the call
+ * allocates, as cr_store_get_alloc() for each key but with one master
+ * round trip for the batch: each buffer is sized from the version the
+ * master located, so a value replaced meanwhile by one of another size is
+ * still read whole (that version's bytes, never a mix). The values are
+ * read through the local buffer, packed into one transfer batch per
+ * quarter of it; a bigger value is read in chunks. A value larger than
+ * max_len (0 = no bound) is not read: CR_E_BUFFER_OVERFLOW (a caller that
+ * copies the values again reads big ones into their final place itself).
+ * results[i] gets each key's status (as cr_store_get_alloc; duplicate
+ * keys are read once per occurrence); where it is 0, outs[i] is a
+ * malloc'd buffer of lens[i] bytes that the caller frees with free(),
+ * elsewhere outs[i] and lens[i] are untouched. Returns 0 if every key
+ * succeeded, else the first failing key's status; CR_E_INVALID_PARAMS
+ * (NULL arrays, n out of range) with results untouched. */
+CR_API int cr_store_batch_get_alloc(cr_store_t *store, const char *const *keys, size_t n,
+                                    size_t max_len, void **outs, size_t *lens, int *results);
+
 /* Existence of n keys: results[i] = 1 (exists), 0 (not), or a negative
  * error for that key. Returns 0, or CR_E_INVALID_PARAMS / CR_E_RPC_FAIL
  * (results untouched). */

@@ -2113,15 +2113,21 @@ static void get_read_disk_done(size_t n, int *results)
             results[i] = 0;
 }
 
+/* The bytes of the staging buffer one read takes at most: a quarter, so
+ * that concurrent copying calls share it. */
+static size_t staged_chunk(const cr_store_t *s)
+{
+    size_t chunk = s->staging.size / 4;
+    return chunk < CR__STAGING_ALIGN ? s->staging.size : chunk;
+}
+
 /* Reads the value of it into dst (any memory) through the staging buffer,
  * each chunk from the first replica in order not in *dead that delivers
  * it. Returns 0 or CR_E_TRANSFER_FAIL / -ENOMEM. */
 static int read_staged_one(cr_store_t *s, const cr__rpc_item_t *it, const uint32_t *order,
                            uint8_t *dst, uint32_t *used, uint32_t *dead)
 {
-    size_t chunk = s->staging.size / 4;
-    if (chunk < CR__STAGING_ALIGN)
-        chunk = s->staging.size;
+    size_t chunk = staged_chunk(s);
     int rc = 0;
     for (uint64_t off = 0; off < it->size && !rc;) {
         size_t c = it->size - off < chunk ? (size_t)(it->size - off) : chunk;
@@ -2137,18 +2143,85 @@ static int read_staged_one(cr_store_t *s, const cr__rpc_item_t *it, const uint32
     return rc;
 }
 
-/* Staged get (any destination memory, one key in practice): chunks read
- * into the staging buffer, each from the first replica that delivers it,
- * then copied out. */
-static void get_read_staged(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
-                            const uint32_t *orders, uint32_t *used, int *results)
+/* One extent of a staged get: keys [k0, k1), whose values fit in one
+ * staging chunk together (total bytes), read as one TE batch from their
+ * first-choice replicas and copied out to dsts. A key whose read failed
+ * is left with results[i] = 0 and used[i] = 0 for get_read_staged to read
+ * again from its other replicas. first: k1 - k0 + 1 entries of scratch. */
+static void read_staged_extent(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts,
+                               size_t k0, size_t k1, size_t total, const uint32_t *orders,
+                               uint32_t *used, size_t *first, int *results)
 {
-    for (size_t i = 0; i < n; i++) {
+    uint8_t *stg = cr__staging_alloc(&s->staging, total, (int)s->xfer_timeout_ms);
+    if (!stg) {
+        for (size_t i = k0; i < k1; i++)
+            if (!results[i])
+                results[i] = CR_E_TRANSFER_FAIL;
+        return;
+    }
+    reqvec_t rv;
+    rv_init(&rv);
+    size_t off = 0;
+    for (size_t i = k0; i < k1; i++) {
+        first[i - k0] = rv.n;
         if (results[i])
             continue;
-        uint32_t dead = 0;
-        results[i] = read_staged_one(s, &rep->items[i], &orders[i * CR__RPC_REPLICA_MAX], dsts[i],
-                                     &used[i], &dead);
+        const cr__rpc_item_t *it = &rep->items[i];
+        uint32_t r = orders[i * CR__RPC_REPLICA_MAX];
+        if (!add_range(s, &rv, &it->replicas[r], 0, it->size, stg + off, CR_XFER_READ))
+            used[i] = 1u << r; /* else 0: read again below */
+        off += (size_t)it->size;
+    }
+    first[k1 - k0] = rv.n;
+    int stack_st[INLINE_REQS];
+    int *st = rv.n <= INLINE_REQS ? stack_st : malloc(rv.n * sizeof *st);
+    if (st && run_batch(s, &rv, st))
+        mark_failed(s, rv.v, st, rv.n);
+    off = 0;
+    for (size_t i = k0; i < k1; i++) {
+        int ok = !results[i] && used[i];
+        for (size_t q = first[i - k0]; ok && q < first[i - k0 + 1]; q++)
+            ok = st && !st[q];
+        if (ok)
+            memcpy(dsts[i], stg + off, (size_t)rep->items[i].size);
+        else
+            used[i] = 0;
+        off += results[i] ? 0 : (size_t)rep->items[i].size;
+    }
+    if (st != stack_st)
+        free(st);
+    rv_free(&rv);
+    cr__staging_free(&s->staging, stg, total);
+}
+
+/* Staged get (any destination memory): the values that fit in a staging
+ * chunk are packed into extents, each read as one TE batch and copied out
+ * (read_staged_extent); a bigger value, or one whose first-choice read
+ * failed, is read alone in chunks, each from the first replica that
+ * delivers it. first: n + 1 entries of scratch. */
+static void get_read_staged(cr_store_t *s, const cr__rpc_msg_t *rep, void *const *dsts, size_t n,
+                            const uint32_t *orders, uint32_t *used, size_t *first, int *results)
+{
+    size_t chunk = staged_chunk(s);
+    for (size_t k0 = 0, k1; k0 < n; k0 = k1) {
+        size_t total = 0;
+        for (k1 = k0; k1 < n; k1++) {
+            uint64_t sz = results[k1] ? 0 : rep->items[k1].size;
+            if (sz > chunk - total)
+                break;
+            total += (size_t)sz;
+        }
+        if (total)
+            read_staged_extent(s, rep, dsts, k0, k1, total, orders, used, first, results);
+        if (k1 == k0)
+            k1++; /* a value bigger than a chunk: read alone below */
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] || used[i])
+            continue;
+        const uint32_t *ord = &orders[i * CR__RPC_REPLICA_MAX];
+        uint32_t dead = rep->items[i].size > chunk ? 0 : 1u << ord[0];
+        results[i] = read_staged_one(s, &rep->items[i], ord, dsts[i], &used[i], &dead);
     }
 }
 
@@ -2541,11 +2614,11 @@ static int call_items_copying(cr_store_t *s, cr__rpc_msg_t *req, cr__rpc_msg_t *
  * the call's). get_chunk_begin sends GetReplicaList, reads what is on
  * disk tiers and starts the direct reads; get_chunk_end finishes them (a
  * staged get's reads run here), checks the checksums, fails over and
- * validates. dsts[i] is registered memory unless staged (then any memory;
- * only n == 1). With alloc (n == 1, staged), the destination is malloc'd
- * at the size the master reported and returned in *alloc on success
- * (dsts/caps unused): the value read is the version located, whatever its
- * size. A chunk must not move between the two calls. */
+ * validates. dsts[i] is registered memory unless staged (then any memory).
+ * With alloc (staged, one chunk), each destination is malloc'd at the size
+ * the master reported and returned in alloc[i] on success (dsts unused;
+ * caps NULL or bounds): the value read is the version located, whatever
+ * its size. A chunk must not move between the two calls. */
 typedef struct get_chunk {
     const char *const *keys;
     void *const *dsts;
@@ -2555,8 +2628,10 @@ typedef struct get_chunk {
     int *results;
     int staged;
     void **alloc;
-    void *abuf;
-    size_t acap;
+    void **abufs;  /* alloc: the buffers (abuf1 for one key, else malloc'd with acaps) */
+    size_t *acaps; /* alloc: their sizes */
+    void *abuf1;
+    size_t acap1;
     int rc; /* GetReplicaList failed (results hold why): nothing to end */
     uint64_t t0;
     cr__rpc_msg_t rep;
@@ -2572,6 +2647,39 @@ typedef struct get_chunk {
     overlap_t ov;
     keyed_t kd;
 } get_chunk_t;
+
+/* An alloc chunk's destinations: a buffer of the located size for each key
+ * found whose value is at most caps[i] (caps NULL: any size); dsts/caps
+ * then point at them. A key whose buffer cannot be had gets that status in
+ * its reply item (get_located reports it). Returns 0, or -ENOMEM when the
+ * arrays themselves cannot be allocated. */
+static int get_chunk_alloc(get_chunk_t *c)
+{
+    size_t n = c->n;
+    if (n == 1) {
+        c->abufs = &c->abuf1;
+        c->acaps = &c->acap1;
+    } else {
+        c->abufs = malloc(n * (sizeof *c->abufs + sizeof *c->acaps));
+        if (!c->abufs)
+            return -ENOMEM;
+        c->acaps = (size_t *)(c->abufs + n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        cr__rpc_item_t *it = &c->rep.items[i];
+        c->abufs[i] = NULL;
+        c->acaps[i] = 0; /* a value over its bound: BUFFER_OVERFLOW (get_located) */
+        if (it->status || (c->caps && it->size > c->caps[i]))
+            continue;
+        c->acaps[i] = it->size;
+        c->abufs[i] = it->size && it->size <= CR_STORE_VALUE_MAX ? malloc(it->size) : NULL;
+        if (!c->abufs[i])
+            it->status = it->size ? -ENOMEM : CR_E_INVALID_REPLICA;
+    }
+    c->dsts = c->abufs;
+    c->caps = c->acaps;
+    return 0;
+}
 
 static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size_t parts)
 {
@@ -2600,20 +2708,12 @@ static void get_chunk_begin(cr_store_t *s, get_chunk_t *c, int first_chunk, size
         return;
     }
     c->rc = 0;
-    c->abuf = NULL;
-    c->acap = 0;
-    if (c->alloc) {
-        if (c->rep.items[0].status == 0) {
-            c->acap = c->rep.items[0].size;
-            c->abuf = c->acap && c->acap <= CR_STORE_VALUE_MAX ? malloc(c->acap) : NULL;
-            if (!c->abuf) {
-                cr__rpc_msg_free(&c->rep);
-                c->rc = results[0] = c->acap ? -ENOMEM : CR_E_INVALID_REPLICA;
-                return;
-            }
-        }
-        c->dsts = &c->abuf;
-        c->caps = &c->acap;
+    if (c->alloc && get_chunk_alloc(c)) {
+        cr__rpc_msg_free(&c->rep);
+        for (size_t i = 0; i < n; i++)
+            results[i] = -ENOMEM;
+        c->rc = -ENOMEM;
+        return;
     }
     if (first_chunk && s->test_hooks.after_get_replicas) /* tests: a reader stuck before its reads */
         s->test_hooks.after_get_replicas(s->test_hooks.user);
@@ -2665,7 +2765,7 @@ static void get_chunk_end(cr_store_t *s, get_chunk_t *c)
             c->sb = NULL;
             get_direct_failover(s, &c->rep, c->dsts, n, c->orders, c->used, results);
         } else {
-            get_read_staged(s, &c->rep, c->dsts, n, c->orders, c->used, results);
+            get_read_staged(s, &c->rep, c->dsts, n, c->orders, c->used, c->first, results);
         }
         rv_free(&c->rv);
         get_read_disk_done(n, results);
@@ -2676,10 +2776,14 @@ static void get_chunk_end(cr_store_t *s, get_chunk_t *c)
     scratch_fini(&c->sc);
     cr__rpc_msg_free(&c->rep);
     if (c->alloc) {
-        if (results[0])
-            free(c->abuf);
-        else
-            *c->alloc = c->abuf;
+        for (size_t i = 0; i < n; i++) {
+            if (results[i])
+                free(c->abufs[i]);
+            else
+                c->alloc[i] = c->abufs[i];
+        }
+        if (c->abufs != &c->abuf1)
+            free(c->abufs);
     }
 }
 
@@ -2902,13 +3006,16 @@ int cr_store_get_alloc(cr_store_t *s, const char *key, void **out, size_t *len)
     return 0;
 }
 
-int cr_store_batch_get_into(cr_store_t *s, const char *const *keys, void *const *bufs,
-                            const size_t *caps, size_t n, size_t *lens, int *results)
+/* The batch gets: the keys that pass the checks (a valid key; with bufs,
+ * a registered destination) as one do_get, direct into bufs or, with
+ * outs, into buffers it allocates (values up to max_len, 0 = any);
+ * results, lens and outs per key. */
+static int batch_get(cr_store_t *s, const char *const *keys, void *const *bufs,
+                     const size_t *caps, size_t n, size_t max_len, size_t *lens, int *results,
+                     void **outs)
 {
-    if (!s || !keys || !bufs || !caps || !lens || !results || n == 0 || n > CR_STORE_BATCH_MAX)
-        return CR_E_INVALID_PARAMS;
     const char **k2 = malloc(n * sizeof *k2);
-    void **b2 = malloc(n * sizeof *b2);
+    void **b2 = malloc(n * sizeof *b2); /* destinations, or the buffers allocated */
     size_t *c2 = malloc(n * sizeof *c2);
     size_t *l2 = malloc(n * sizeof *l2);
     size_t *idx = malloc(n * sizeof *idx);
@@ -2919,23 +3026,26 @@ int cr_store_batch_get_into(cr_store_t *s, const char *const *keys, void *const 
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         int e = cr__sc_check_key(keys[i]);
-        if (!e && (!bufs[i] || caps[i] == 0 || !cr__sc_is_registered(s, bufs[i], caps[i])))
+        if (!e && bufs && (!bufs[i] || caps[i] == 0 || !cr__sc_is_registered(s, bufs[i], caps[i])))
             e = CR_E_INVALID_PARAMS;
         results[i] = e;
         if (e)
             continue;
         k2[m] = keys[i];
-        b2[m] = bufs[i];
-        c2[m] = caps[i];
+        b2[m] = bufs ? bufs[i] : NULL;
+        c2[m] = bufs ? caps[i] : max_len ? max_len : SIZE_MAX;
         idx[m] = i;
         m++;
     }
     if (m)
-        do_get(s, k2, b2, c2, m, l2, 0, r2, NULL);
+        do_get(s, k2, outs ? NULL : b2, c2, m, l2, outs != NULL, r2, outs ? b2 : NULL);
     for (size_t j = 0; j < m; j++) {
         results[idx[j]] = r2[j];
-        if (!r2[j])
-            lens[idx[j]] = l2[j];
+        if (r2[j])
+            continue;
+        lens[idx[j]] = l2[j];
+        if (outs)
+            outs[idx[j]] = b2[j];
     }
     rc = 0;
     for (size_t i = 0; i < n && !rc; i++)
@@ -2948,6 +3058,22 @@ out:
     free(idx);
     free(r2);
     return rc;
+}
+
+int cr_store_batch_get_into(cr_store_t *s, const char *const *keys, void *const *bufs,
+                            const size_t *caps, size_t n, size_t *lens, int *results)
+{
+    if (!s || !keys || !bufs || !caps || !lens || !results || n == 0 || n > CR_STORE_BATCH_MAX)
+        return CR_E_INVALID_PARAMS;
+    return batch_get(s, keys, bufs, caps, n, 0, lens, results, NULL);
+}
+
+int cr_store_batch_get_alloc(cr_store_t *s, const char *const *keys, size_t n, size_t max_len,
+                             void **outs, size_t *lens, int *results)
+{
+    if (!s || !keys || !outs || !lens || !results || n == 0 || n > CR_STORE_BATCH_MAX)
+        return CR_E_INVALID_PARAMS;
+    return batch_get(s, keys, NULL, NULL, n, max_len, lens, results, outs);
 }
 
 /* ---- metadata calls ------------------------------------------------------- */

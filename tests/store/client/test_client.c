@@ -936,6 +936,71 @@ static void test_batch_duplicates(void **state)
     cr_store_remove(g_cli, "dupc", 1);
 }
 
+/* cr_store_batch_get_alloc: a status per key in order (a miss, a bad key,
+ * a duplicate, a value over max_len failing alone), values packed into
+ * several staging extents (g_cli's local buffer is 4 MiB: 1 MiB extents)
+ * and one bigger than an extent read in chunks, every byte right. */
+static void test_batch_get_alloc(void **state)
+{
+    (void)state;
+    enum { N = 48 };
+    char names[N][32];
+    const char *keys[N];
+    size_t sz[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "galloc-%d", i);
+        keys[i] = names[i];
+        sz[i] = i == 7 ? (3u << 20) / 2 : 1 + (size_t)i * 1531 % (64 * 1024);
+        if (i == 11 || i == 20 || i == 21)
+            continue; /* 11: a miss; 20 a bad key, 21 a duplicate of 3 (below) */
+        fill(g_reg, sz[i], 2000 + i);
+        assert_int_equal(cr_store_put(g_cli, keys[i], g_reg, sz[i], NULL), 0);
+    }
+    keys[20] = "";
+    keys[21] = names[3];
+    sz[21] = sz[3];
+    void *outs[N];
+    size_t lens[N];
+    int res[N];
+    for (int i = 0; i < N; i++) {
+        outs[i] = (void *)0x1; /* untouched where the key fails */
+        lens[i] = 7;
+    }
+    assert_int_equal(cr_store_batch_get_alloc(g_cli, keys, N, 0, outs, lens, res),
+                     CR_E_OBJECT_NOT_FOUND);
+    for (int i = 0; i < N; i++) {
+        int want = i == 11 ? CR_E_OBJECT_NOT_FOUND : i == 20 ? CR_E_INVALID_KEY : 0;
+        if (res[i] != want)
+            fprintf(stderr, "key %d: expected %d got %d\n", i, want, res[i]);
+        assert_int_equal(res[i], want);
+        if (want) {
+            assert_ptr_equal(outs[i], (void *)0x1);
+            assert_int_equal(lens[i], 7);
+            continue;
+        }
+        assert_int_equal(lens[i], sz[i]);
+        assert_true(check(outs[i], sz[i], 2000 + (i == 21 ? 3 : i)));
+        free(outs[i]);
+    }
+    /* a bound: the bigger value fails alone, unread */
+    const char *two[2] = {names[7], names[8]};
+    assert_int_equal(cr_store_batch_get_alloc(g_cli, two, 2, 1u << 20, outs, lens, res),
+                     CR_E_BUFFER_OVERFLOW);
+    assert_int_equal(res[0], CR_E_BUFFER_OVERFLOW);
+    assert_int_equal(res[1], 0);
+    assert_true(lens[1] == sz[8] && check(outs[1], sz[8], 2008));
+    free(outs[1]);
+    assert_int_equal(cr_store_batch_get_alloc(g_cli, keys, 0, 0, outs, lens, res),
+                     CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_batch_get_alloc(g_cli, keys, CR_STORE_BATCH_MAX + 1, 0, outs, lens,
+                                              res),
+                     CR_E_INVALID_PARAMS);
+    assert_int_equal(cr_store_batch_get_alloc(g_cli, keys, 1, 0, NULL, lens, res),
+                     CR_E_INVALID_PARAMS);
+    for (int i = 0; i < N; i++)
+        cr_store_remove(g_cli, names[i], 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -953,6 +1018,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_clients),
         cmocka_unit_test(test_tiny_staging),
         cmocka_unit_test(test_batch_duplicates),
+        cmocka_unit_test(test_batch_get_alloc),
         cmocka_unit_test(test_eviction_stream),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_extra_segment),
