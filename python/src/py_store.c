@@ -748,6 +748,19 @@ static PyObject *store_get(PyStore *self, PyObject *args, PyObject *kw)
     return b ? b : PyBytes_FromStringAndSize("", 0); /* Mooncake: b"" on a miss */
 }
 
+/* A BufferHandle owning p (malloc'd, len bytes), or NULL with an
+ * exception (p then still the caller's). */
+static PyObject *buf_handle(void *p, size_t len)
+{
+    PyBufHandle *h = PyObject_New(PyBufHandle, &cr__py_bufhandle_type);
+    if (!h)
+        return NULL;
+    h->ptr = p;
+    h->size = len;
+    h->exports = 0;
+    return (PyObject *)h;
+}
+
 static PyObject *store_get_buffer(PyStore *self, PyObject *args, PyObject *kw)
 {
     const char *key = parse_key_arg(args, kw, "O:get_buffer");
@@ -767,15 +780,10 @@ static PyObject *store_get_buffer(PyStore *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (rc < 0)
         Py_RETURN_NONE;
-    PyBufHandle *h = PyObject_New(PyBufHandle, &cr__py_bufhandle_type);
-    if (!h) {
+    PyObject *h = buf_handle(p, len);
+    if (!h)
         free(p);
-        return NULL;
-    }
-    h->ptr = p;
-    h->size = len;
-    h->exports = 0;
-    return (PyObject *)h;
+    return h;
 }
 
 static PyObject *store_put_from(PyStore *self, PyObject *args, PyObject *kw)
@@ -1493,35 +1501,120 @@ out:
     return ret;
 }
 
-/* get_batch(keys) -> list of bytes (b"" for a missing key). */
+/* The values of a batch of keys, read with cr_store_batch_get_alloc
+ * (one master round trip per CR_STORE_BATCH_MAX keys, values packed into
+ * transfer batches through the local buffer). */
+typedef struct alloc_batch {
+    keys_buf_t kb;
+    void **outs;  /* malloc'd values, NULL where none (or taken) */
+    size_t *lens;
+    int *res;     /* per key: 0 or why there is no value */
+} alloc_batch_t;
+
+static void alloc_batch_done(alloc_batch_t *ab)
+{
+    for (Py_ssize_t i = 0; ab->outs && i < ab->kb.n; i++)
+        free(ab->outs[i]);
+    PyMem_Free(ab->outs);
+    PyMem_Free(ab->lens);
+    PyMem_Free(ab->res);
+    keys_done(&ab->kb);
+}
+
+/* Parses the lone `keys` argument (fmt "O:<method>") and reads them,
+ * values up to max_len (0 = any; a bigger one gets CR_E_BUFFER_OVERFLOW).
+ * Returns 0, or -1 with an exception (ab released). */
+static int alloc_batch_run(PyStore *self, PyObject *args, PyObject *kw, const char *fmt,
+                           size_t max_len, alloc_batch_t *ab)
+{
+    memset(ab, 0, sizeof *ab);
+    if (parse_keys_arg(args, kw, fmt, &ab->kb) < 0)
+        return -1;
+    size_t n = (size_t)ab->kb.n, m = n ? n : 1;
+    ab->outs = PyMem_Calloc(m, sizeof *ab->outs);
+    ab->lens = PyMem_Calloc(m, sizeof *ab->lens);
+    ab->res = PyMem_Calloc(m, sizeof *ab->res);
+    if (!ab->outs || !ab->lens || !ab->res) {
+        alloc_batch_done(ab);
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    for (size_t off = 0; off < n; off += CR_STORE_BATCH_MAX) {
+        size_t c = CHUNK(n, off);
+        for (size_t i = off; i < off + c; i++)
+            ab->res[i] = INT32_MIN;
+        int rc = s ? cr_store_batch_get_alloc(s, ab->kb.k + off, c, max_len, ab->outs + off,
+                                              ab->lens + off, ab->res + off)
+                   : NOT_READY;
+        for (size_t i = off; i < off + c; i++) /* a failed call leaves results untouched */
+            if (ab->res[i] == INT32_MIN)
+                ab->res[i] = rc < 0 ? rc : CR_E_INTERNAL_ERROR;
+    }
+    if (s)
+        st_release(self);
+    Py_END_ALLOW_THREADS
+    return 0;
+}
+
+/* Values up to this size are read by get_batch's batch and copied into
+ * their bytes objects; a bigger one is read by itself straight into its
+ * bytes object (fetch_bytes), where its two master round trips cost less
+ * than a second copy of the value. */
+#define GET_BATCH_COPY_MAX (1u << 20)
+
+/* get_batch(keys) -> list of bytes (b"" for a missing key, or any other
+ * failure of that key, as get()). */
 static PyObject *store_get_batch(PyStore *self, PyObject *args, PyObject *kw)
 {
-    keys_buf_t kb;
-    if (parse_keys_arg(args, kw, "O:get_batch", &kb) < 0)
+    alloc_batch_t ab;
+    if (alloc_batch_run(self, args, kw, "O:get_batch", GET_BATCH_COPY_MAX, &ab) < 0)
         return NULL;
-    PyObject *list = PyList_New(kb.n);
-    if (!list) {
-        keys_done(&kb);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < kb.n; i++) {
+    PyObject *list = PyList_New(ab.kb.n);
+    for (Py_ssize_t i = 0; list && i < ab.kb.n; i++) {
+        PyObject *b = NULL;
         int rc;
-        PyObject *b = fetch_bytes(self, kb.k[i], &rc);
-        if (!b && PyErr_Occurred()) {
-            Py_DECREF(list);
-            keys_done(&kb);
-            return NULL;
-        }
+        if (!ab.res[i])
+            b = PyBytes_FromStringAndSize(ab.outs[i], (Py_ssize_t)ab.lens[i]);
+        else if (ab.res[i] == CR_E_BUFFER_OVERFLOW) /* over GET_BATCH_COPY_MAX */
+            b = fetch_bytes(self, ab.kb.k[i], &rc);
+        if (!b && !PyErr_Occurred())
+            b = PyBytes_FromStringAndSize("", 0); /* Mooncake: b"" on a miss */
+        free(ab.outs[i]); /* copied: give the memory back at once */
+        ab.outs[i] = NULL;
         if (!b)
-            b = PyBytes_FromStringAndSize("", 0);
-        if (!b) {
-            Py_DECREF(list);
-            keys_done(&kb);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, b);
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, b);
     }
-    keys_done(&kb);
+    alloc_batch_done(&ab);
+    return list;
+}
+
+/* batch_get_buffer(keys) -> list of BufferHandle (None for a missing key,
+ * or any other failure of that key, as get_buffer()). */
+static PyObject *store_batch_get_buffer(PyStore *self, PyObject *args, PyObject *kw)
+{
+    alloc_batch_t ab;
+    if (alloc_batch_run(self, args, kw, "O:batch_get_buffer", 0, &ab) < 0)
+        return NULL;
+    PyObject *list = PyList_New(ab.kb.n);
+    for (Py_ssize_t i = 0; list && i < ab.kb.n; i++) {
+        PyObject *h = Py_None;
+        if (!ab.res[i]) {
+            h = buf_handle(ab.outs[i], ab.lens[i]);
+            if (!h) {
+                Py_CLEAR(list);
+                break;
+            }
+            ab.outs[i] = NULL; /* the handle owns it */
+        } else {
+            Py_INCREF(h);
+        }
+        PyList_SET_ITEM(list, i, h);
+    }
+    alloc_batch_done(&ab);
     return list;
 }
 
@@ -1949,6 +2042,8 @@ static PyMethodDef store_methods[] = {
       "batch_get_into(keys, buffer_ptrs, sizes) -> [bytes read or negative]"),
     M("put_batch", store_put_batch, "put_batch(keys, values, config=None) -> int"),
     M("get_batch", store_get_batch, "get_batch(keys) -> [bytes]"),
+    M("batch_get_buffer", store_batch_get_buffer,
+      "batch_get_buffer(keys) -> [BufferHandle or None]"),
     M("batch_remove", store_batch_remove, "batch_remove($self, keys, force=False)\n--\n\nPer key 0 or negative."),
     M("batch_put_from_multi_buffers", store_batch_put_from_multi_buffers,
       "batch_put_from_multi_buffers(keys, all_buffer_ptrs, all_sizes, config=None) -> [int]"),

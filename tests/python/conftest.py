@@ -183,6 +183,37 @@ def mstore(cluster):
     s.close()
 
 
+def upserts_under_readers(store, key, vals, read, rounds, readers=2):
+    """Upserts key with vals in turn, `rounds` times, while `readers`
+    threads call read() (a list of values read) in a loop until it ends.
+    Returns (bad, seen): (length, first bytes) of the first value read that
+    is none of vals in each thread that met one, and the first bytes of the
+    values read."""
+    import threading
+    stop = threading.Event()
+    seen, bad = set(), []
+
+    def reader():
+        while not stop.is_set():
+            for v in read():
+                if v not in vals:
+                    bad.append((len(v), v[:16]))
+                    return
+                seen.add(v[0])
+
+    ts = [threading.Thread(target=reader) for _ in range(readers)]
+    for t in ts:
+        t.start()
+    try:
+        for i in range(rounds):
+            assert store.upsert(key, vals[i % len(vals)]) == 0
+    finally:
+        stop.set()
+        for t in ts:
+            t.join()
+    return bad, seen
+
+
 def run_py(script, *args, env=None, timeout=120):
     """Runs a helper script with the same interpreter and PYTHONPATH."""
     e = dict(os.environ)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import crescent
-from conftest import Daemons, SEG, exe, start_node, wait_line
+from conftest import Daemons, SEG, exe, start_node, upserts_under_readers, wait_line
 import mooncake
 from mooncake import engine as mengine
 from mooncake import store as mstore
@@ -369,34 +369,15 @@ def test_upsert_is_atomic_for_readers(store, cluster):
     """While one client upserts a key over and over with values of changing
     sizes, readers in another client always get one whole value: never a
     miss (b""), never a mix of two versions."""
-    import threading
     k = K("atomic")
     vals = [bytes([i]) * (1000 + 7919 * i) for i in range(1, 9)]
     assert store.upsert(k, vals[0]) == 0
     other = MooncakeDistributedStore()
     assert other.setup("localhost", cluster["metadata"], 0, "16MB", "tcp", "",
                        cluster["master"]) == 0
-    stop = threading.Event()
-    seen, bad = set(), []
-
-    def reader():
-        while not stop.is_set():
-            v = other.get(k)
-            if v not in vals:
-                bad.append(v[:16] + b"..." if v else v)
-                return
-            seen.add(v[0])
-
-    ts = [threading.Thread(target=reader) for _ in range(2)]
-    for t in ts:
-        t.start()
     try:
-        for i in range(120):
-            assert store.upsert(k, vals[i % len(vals)]) == 0
+        bad, seen = upserts_under_readers(store, k, vals, lambda: [other.get(k)], 120)
     finally:
-        stop.set()
-        for t in ts:
-            t.join()
         other.close()
     assert not bad, bad
     assert store.get(k) == vals[119 % len(vals)]
