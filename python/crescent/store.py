@@ -752,8 +752,9 @@ class DistributedStore(_crescent.DistributedStore):
             if not _is_seq(ks):
                 raise TypeError("all_keys must be a list of lists of str")
             wanted += _keys(ks, "all_keys[i]")
+        ready = self._is_setup()
         uniq = list(dict.fromkeys(wanted))
-        handles = dict(zip(uniq, self.batch_get_buffer(uniq))) if uniq else {}
+        handles = dict(zip(uniq, self.batch_get_buffer(uniq))) if uniq and ready else {}
         out = []
         for i in range(nb):
             dst = _int(buffer_ptrs[i], "buffer_ptrs[i]")
@@ -775,6 +776,8 @@ class DistributedStore(_crescent.DistributedStore):
                                   _int(z[k], "size"))
                     if do < 0 or so < 0 or sz < 0:
                         frs.append(INVALID_PARAMS)
+                    elif not ready:  # no registrations either: -1010, not -600
+                        frs.append(UNAVAILABLE_IN_CURRENT_STATUS)
                     elif h is None:
                         frs.append(OBJECT_NOT_FOUND)
                     elif so + sz > h.size() or not self._registered(dst + do, sz):
@@ -797,6 +800,8 @@ class DistributedStore(_crescent.DistributedStore):
         all_offsets = all_src_offsets
         if not all(_is_seq(x) and len(x) == n for x in (all_buffer_ptrs, all_sizes, all_offsets)):
             return [INVALID_PARAMS] * n
+        if not self._is_setup():
+            return [UNAVAILABLE_IN_CURRENT_STATUS] * n
         out = []
         handles = dict(zip(dict.fromkeys(keys), self.batch_get_buffer(list(dict.fromkeys(keys)))))
         for i, key in enumerate(keys):
@@ -857,6 +862,8 @@ class DistributedStore(_crescent.DistributedStore):
         n = len(keys)
         if not all(_is_seq(x) and len(x) == n for x in (all_buffer_ptrs, all_sizes, all_offsets)):
             return [INVALID_PARAMS] * n
+        if not self._is_setup():  # close() dropped the sessions and registrations
+            return [UNAVAILABLE_IN_CURRENT_STATUS] * n
         out = []
         for i, k in enumerate(keys):
             ptrs, sizes, offs = all_buffer_ptrs[i], all_sizes[i], all_offsets[i]
@@ -884,6 +891,8 @@ class DistributedStore(_crescent.DistributedStore):
         """Stores the objects assembled in the keys' put sessions and closes
         them. Returns per key 0 or a negative code."""
         keys = _keys(keys)
+        if not self._is_setup():
+            return [UNAVAILABLE_IN_CURRENT_STATUS] * len(keys)
         out = []
         for k in keys:
             with self._sess_mu:
@@ -895,8 +904,11 @@ class DistributedStore(_crescent.DistributedStore):
 
     def batch_put_session_abort(self, keys):
         """Closes put sessions without storing anything."""
+        keys = _keys(keys)
+        if not self._is_setup():
+            return [UNAVAILABLE_IN_CURRENT_STATUS] * len(keys)
         out = []
-        for k in _keys(keys):
+        for k in keys:
             with self._sess_mu:
                 sess = self._sessions.pop(k, None)
                 if sess is not None:
@@ -1453,25 +1465,31 @@ class DistributedStore(_crescent.DistributedStore):
         return out
 
     def _check_tensor_buf(self, ptr, size):
+        """(tensor, 0) for the serialized tensor in registered memory at
+        ptr, or (None, code): -1010 when the store is not set up or closed
+        (its registrations went with it), -600 for memory not registered
+        here (the only memory read, as Mooncake requires) or bytes that are
+        not a serialized tensor."""
         a, _ = _addr(ptr)
         _int(size, "size")
+        if not self._is_setup():
+            return None, UNAVAILABLE_IN_CURRENT_STATUS
         if size < tc.MIN_HEADER or not a or not self._registered(a, size):
-            return None  # only registered memory is read (as Mooncake requires)
-        return tc.decode_at(a, size)
+            return None, INVALID_PARAMS
+        t = tc.decode_at(a, size)
+        return t, 0 if t is not None else INVALID_PARAMS
 
     def put_tensor_from(self, key, buffer_ptr, size):
         """Stores a serialized tensor ([header][data], e.g. filled by
         get_tensor_into) from registered memory; -600 if it is not one."""
         tc.torch()
-        if self._check_tensor_buf(buffer_ptr, size) is None:
-            return INVALID_PARAMS
-        return self.put_from(key, buffer_ptr, size)
+        rc = self._check_tensor_buf(buffer_ptr, size)[1]
+        return rc or self.put_from(key, buffer_ptr, size)
 
     def upsert_tensor_from(self, key, buffer_ptr, size):
         tc.torch()
-        if self._check_tensor_buf(buffer_ptr, size) is None:
-            return INVALID_PARAMS
-        return self.upsert_from(key, buffer_ptr, size)
+        rc = self._check_tensor_buf(buffer_ptr, size)[1]
+        return rc or self.upsert_from(key, buffer_ptr, size)
 
     def _batch_tensor_from(self, keys, ptrs, sizes, upsert):
         tc.torch()
@@ -1481,9 +1499,11 @@ class DistributedStore(_crescent.DistributedStore):
         # Mooncake's binding parses every buffer before writing any: one that
         # is not a serialized tensor (here also: not in registered memory,
         # the only memory crescent reads) refuses the whole batch, -600 for
-        # every key, nothing stored
-        if not all(self._check_tensor_buf(p, s) is not None for p, s in zip(ptrs, sizes)):
-            return [INVALID_PARAMS] * len(keys)
+        # every key, nothing stored (-1010 when the store is not set up)
+        for p, n in zip(ptrs, sizes):
+            rc = self._check_tensor_buf(p, n)[1]
+            if rc:
+                return [rc] * len(keys)
         if not keys:
             return []
         fn = self.batch_upsert_from if upsert else self.batch_put_from
@@ -1592,10 +1612,8 @@ class DistributedStore(_crescent.DistributedStore):
         tc.torch()
         if tp_size <= 1:
             return (self.upsert_tensor_from if upsert else self.put_tensor_from)(key, ptr, size)
-        t = self._check_tensor_buf(ptr, size)
-        if t is None:
-            return INVALID_PARAMS
-        return self._put_tp(key, t, None, tp_rank, tp_size, split_dim, upsert)
+        t, rc = self._check_tensor_buf(ptr, size)
+        return rc or self._put_tp(key, t, None, tp_rank, tp_size, split_dim, upsert)
 
     # -- one rank's chunk of a tensor-parallel tensor (Mooncake's chunk API):
     # the shard under key_tp_<rank>, its place in key_tp_<rank>_meta (int64
@@ -1656,10 +1674,8 @@ class DistributedStore(_crescent.DistributedStore):
         """put_tensor_chunk_with_tp() of the serialized tensor (header + data,
         as put_tensor stores it) in registered memory at buffer_ptr."""
         tc.torch()
-        t = self._check_tensor_buf(buffer_ptr, size)
-        if t is None:
-            return INVALID_PARAMS
-        return self._put_chunk(key, t, tp_rank, tp_size, split_dim, full_shape)
+        t, rc = self._check_tensor_buf(buffer_ptr, size)
+        return rc or self._put_chunk(key, t, tp_rank, tp_size, split_dim, full_shape)
 
     def batch_put_tensor_chunk_with_tp_from(self, keys, buffer_ptrs, sizes, tp_rank=0,
                                             tp_size=1, split_dim=0, full_shapes=None):
@@ -1798,10 +1814,8 @@ class DistributedStore(_crescent.DistributedStore):
 
     def _par_from(self, key, ptr, size, parallelism, config, writer_partition, upsert):
         tc.torch()
-        t = self._check_tensor_buf(ptr, size)
-        if t is None:
-            return INVALID_PARAMS
-        return self._put_par(key, t, parallelism, config, writer_partition, upsert)
+        t, rc = self._check_tensor_buf(ptr, size)
+        return rc or self._put_par(key, t, parallelism, config, writer_partition, upsert)
 
     def put_tensor_with_parallelism_from(self, key, buffer_ptr, size, parallelism=None,
                                          config=None, writer_partition=None):

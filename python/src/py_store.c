@@ -786,6 +786,17 @@ static PyObject *store_get_buffer(PyStore *self, PyObject *args, PyObject *kw)
     return h;
 }
 
+/* Whether the zero-copy calls may use [addr, addr + len): 0 when it lies
+ * inside a buffer registered through this object, else INVALID_PARAMS
+ * ("pointer not inside a registered buffer"; len 0 too). The caller holds
+ * the client (st_acquire) and checks it first: a store not set up, or
+ * closed, has no registrations and answers NOT_READY for every call, as
+ * register_buffer() does. */
+static int zc_region_rc(PyStore *self, uint64_t addr, uint64_t len)
+{
+    return len && cr__py_reg_covers(&self->regs, addr, len) ? 0 : CR_E_INVALID_PARAMS;
+}
+
 static PyObject *store_put_from(PyStore *self, PyObject *args, PyObject *kw)
 {
     static char *kwl[] = {"key", "buffer_ptr", "size", "config", NULL};
@@ -803,20 +814,18 @@ static PyObject *store_put_from(PyStore *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     int rc;
-    if (size == 0 || !cr__py_reg_covers(&self->regs, addr, size)) {
-        rc = CR_E_INVALID_PARAMS; /* not inside a buffer registered here */
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
     } else {
-        Py_BEGIN_ALLOW_THREADS
-        cr_store_t *s = st_acquire(self);
-        if (!s) {
-            rc = NOT_READY;
-        } else {
+        rc = zc_region_rc(self, addr, size);
+        if (!rc)
             rc = put_rc(cr_store_put_from(s, key, (void *)(uintptr_t)addr, size, cfg_ptr(&cb)),
                         cfg_ptr(&cb));
-            st_release(self);
-        }
-        Py_END_ALLOW_THREADS
+        st_release(self);
     }
+    Py_END_ALLOW_THREADS
     config_done(&cb);
     return PyLong_FromLong(rc);
 }
@@ -832,24 +841,20 @@ static PyObject *store_get_into(PyStore *self, PyObject *args, PyObject *kw)
     uint64_t addr, size;
     if (cr__py_key(ko, &key, &kl) < 0 || cr__py_addr_size(ao, so, "buffer_ptr", 1, &addr, &size) < 0)
         return NULL;
-    long long rc;
-    if (size == 0 || !cr__py_reg_covers(&self->regs, addr, size)) {
-        rc = CR_E_INVALID_PARAMS;
+    size_t len = 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    cr_store_t *s = st_acquire(self);
+    if (!s) {
+        rc = NOT_READY;
     } else {
-        size_t len = 0;
-        int r;
-        Py_BEGIN_ALLOW_THREADS
-        cr_store_t *s = st_acquire(self);
-        if (!s) {
-            r = NOT_READY;
-        } else {
-            r = cr_store_get_into(s, key, (void *)(uintptr_t)addr, size, &len);
-            st_release(self);
-        }
-        Py_END_ALLOW_THREADS
-        rc = r < 0 ? r : (long long)len;
+        rc = zc_region_rc(self, addr, size);
+        if (!rc)
+            rc = cr_store_get_into(s, key, (void *)(uintptr_t)addr, size, &len);
+        st_release(self);
     }
-    return PyLong_FromLongLong(rc);
+    Py_END_ALLOW_THREADS
+    return rc < 0 ? PyLong_FromLong(rc) : PyLong_FromSize_t(len);
 }
 
 static PyObject *store_get_size(PyStore *self, PyObject *args, PyObject *kw)
@@ -1229,8 +1234,7 @@ static void zc_done(zc_batch_t *z)
     PyMem_Free(z->out);
 }
 
-static int zc_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int writable,
-                    zc_batch_t *z)
+static int zc_parse(PyObject *ko, PyObject *po, PyObject *so, int writable, zc_batch_t *z)
 {
     memset(z, 0, sizeof *z);
     if (parse_keys(ko, &z->kb) < 0)
@@ -1257,8 +1261,6 @@ static int zc_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
             goto fail;
         z->bufs[i] = (void *)(uintptr_t)a;
         z->sizes[i] = l;
-        if (l == 0 || !cr__py_reg_covers(&self->regs, a, l))
-            z->out[i] = CR_E_INVALID_PARAMS; /* unregistered memory: never handed to the store */
     }
 done:
     Py_DECREF(sp);
@@ -1296,21 +1298,22 @@ static void zc_run(PyStore *self, zc_batch_t *z, int is_put, const cr_store_repl
                 z->out[i] = -ENOMEM;
         goto out;
     }
+    cr_store_t *s = st_acquire(self);
+    for (size_t i = 0; i < z->n; i++) /* unregistered memory is never handed to the store */
+        if (z->out[i] == 0)
+            z->out[i] = s ? zc_region_rc(self, (uintptr_t)z->bufs[i], z->sizes[i]) : NOT_READY;
     size_t m = zc_valid(z, idx);
     for (size_t j = 0; j < m; j++) {
         k[j] = z->kb.k[idx[j]];
         b[j] = z->bufs[idx[j]];
         sz[j] = z->sizes[idx[j]];
     }
-    cr_store_t *s = st_acquire(self);
     for (size_t off = 0; off < m; off += CR_STORE_BATCH_MAX) {
         size_t c = CHUNK(m, off);
         int rc;
         for (size_t j = off; j < off + c; j++)
             res[j] = INT32_MIN;
-        if (!s)
-            rc = NOT_READY;
-        else if (is_put)
+        if (is_put)
             rc = cr_store_batch_put_from(s, k + off, (const void *const *)(b + off), sz + off, c,
                                          cfg, res + off);
         else
@@ -1342,7 +1345,7 @@ static PyObject *store_batch_put_from(PyStore *self, PyObject *args, PyObject *k
         return NULL;
     zc_batch_t z;
     cfg_buf_t cb;
-    if (zc_parse(self, ko, po, so, 0, &z) < 0)
+    if (zc_parse(ko, po, so, 0, &z) < 0)
         return NULL;
     if (parse_config(cfg_o, &cb) < 0) {
         config_done(&cb);
@@ -1365,7 +1368,7 @@ static PyObject *store_batch_get_into(PyStore *self, PyObject *args, PyObject *k
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:batch_get_into", kwl, &ko, &po, &so))
         return NULL;
     zc_batch_t z;
-    if (zc_parse(self, ko, po, so, 1, &z) < 0)
+    if (zc_parse(ko, po, so, 1, &z) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     zc_run(self, &z, 0, NULL);
@@ -1679,8 +1682,7 @@ static void mb_done(mb_batch_t *m)
     PyMem_Free(m->out);
 }
 
-static int mb_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int writable,
-                    mb_batch_t *m)
+static int mb_parse(PyObject *ko, PyObject *po, PyObject *so, int writable, mb_batch_t *m)
 {
     memset(m, 0, sizeof *m);
     if (parse_keys(ko, &m->kb) < 0)
@@ -1738,7 +1740,6 @@ static int mb_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
             Py_XDECREF(pl);
             goto fail;
         }
-        uint64_t key_total = 0;
         for (size_t j = 0; j < m->nfrag[i]; j++) {
             uint64_t a, l;
             if (cr__py_addr_size(PySequence_Fast_GET_ITEM(pl, j), PySequence_Fast_GET_ITEM(sl, j),
@@ -1749,11 +1750,8 @@ static int mb_parse(PyStore *self, PyObject *ko, PyObject *po, PyObject *so, int
             }
             m->fptr[m->first[i] + j] = a;
             m->fsize[m->first[i] + j] = l;
-            key_total += l;
-            if (l == 0 || !cr__py_reg_covers(&self->regs, a, l))
-                m->out[i] = CR_E_INVALID_PARAMS;
         }
-        if (m->nfrag[i] == 0 || key_total == 0)
+        if (m->nfrag[i] == 0)
             m->out[i] = CR_E_INVALID_PARAMS;
         Py_DECREF(pl);
         Py_DECREF(sl);
@@ -1825,6 +1823,9 @@ static void mb_run(PyStore *self, mb_batch_t *m, int is_put, const cr_store_repl
                 m->out[i] = NOT_READY;
         goto out;
     }
+    for (size_t i = 0; i < m->n; i++) /* unregistered memory is never handed to the store */
+        for (size_t j = 0; m->out[i] == 0 && j < m->nfrag[i]; j++)
+            m->out[i] = zc_region_rc(self, m->fptr[m->first[i] + j], m->fsize[m->first[i] + j]);
     size_t cnt = 0, stage_need = 0;
     for (size_t i = 0; i < m->n; i++) {
         if (m->out[i] != 0)
@@ -1934,7 +1935,7 @@ static PyObject *store_batch_put_from_multi_buffers(PyStore *self, PyObject *arg
         return NULL;
     mb_batch_t m;
     cfg_buf_t cb;
-    if (mb_parse(self, ko, po, so, 0, &m) < 0)
+    if (mb_parse(ko, po, so, 0, &m) < 0)
         return NULL;
     if (parse_config(cfg_o, &cb) < 0) {
         config_done(&cb);
@@ -1959,7 +1960,7 @@ static PyObject *store_batch_get_into_multi_buffers(PyStore *self, PyObject *arg
                                      &so, &pref))
         return NULL;
     mb_batch_t m;
-    if (mb_parse(self, ko, po, so, 1, &m) < 0)
+    if (mb_parse(ko, po, so, 1, &m) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     mb_run(self, &m, 0, NULL);

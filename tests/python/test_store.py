@@ -538,10 +538,106 @@ def test_closed_and_unset_store():
     assert s.remove("k") == NOT_READY and s.remove_all() == NOT_READY
     buf = np.zeros(4096, dtype=np.uint8)
     assert s.register_buffer(buf.ctypes.data, 4096) == NOT_READY
-    assert s.get_into("k", buf.ctypes.data, 4096) == INVALID_PARAMS  # not registered
+    assert s.get_into("k", buf.ctypes.data, 4096) == NOT_READY
     assert s.get_batch(["k", "j"]) == [b"", b""] and s.batch_get_buffer(["k"]) == [None]
     assert s.get_hostname() == ""
     assert s.close() == 0 and s.close() == 0
+
+
+def zero_copy_calls(p):
+    """Every call that reads or writes registered memory, with what it
+    answers on a store that is not set up or closed: -1010, a list of it
+    from a batch (tensor reads: None, as for any failure)."""
+    two = (["k", "j"], [p, p + 4096], [100, 100])
+    calls = [
+        ("register_buffer", lambda s: s.register_buffer(p + 8192, 100), NOT_READY),
+        ("get_into", lambda s: s.get_into("k", p, 100), NOT_READY),
+        ("put_from", lambda s: s.put_from("k", p, 100), NOT_READY),
+        ("upsert_from", lambda s: s.upsert_from("k", p, 100), NOT_READY),
+        ("batch_get_into", lambda s: s.batch_get_into(*two), [NOT_READY] * 2),
+        ("batch_put_from", lambda s: s.batch_put_from(*two), [NOT_READY] * 2),
+        ("batch_upsert_from", lambda s: s.batch_upsert_from(*two), [NOT_READY] * 2),
+        ("batch_put_from_multi_buffers",
+         lambda s: s.batch_put_from_multi_buffers(["k"], [[p, p + 200]], [[100, 100]]),
+         [NOT_READY]),
+        ("batch_get_into_multi_buffers",
+         lambda s: s.batch_get_into_multi_buffers(["k"], [[p, p + 200]], [[100, 100]]),
+         [NOT_READY]),
+        ("put_from_with_metadata", lambda s: s.put_from_with_metadata("k", p, p + 4096, 100, 16),
+         NOT_READY),
+        ("get_into_ranges",
+         lambda s: s.get_into_ranges([p], [["k"]], [[[0, 50]]], [[[0, 50]]], [[[50, 50]]]),
+         [[[NOT_READY, NOT_READY]]]),
+        ("batch_put_from_multi_buffer_ranges",
+         lambda s: s.batch_put_from_multi_buffer_ranges(["k"], [[p]], [[100]], [[0]]),
+         [NOT_READY]),
+        ("batch_get_into_multi_buffer_ranges",
+         lambda s: s.batch_get_into_multi_buffer_ranges(["k"], [[p]], [[100]], [[0]]),
+         [NOT_READY]),
+        ("batch_put_session_end", lambda s: s.batch_put_session_end(["k"]), [NOT_READY]),
+        ("batch_put_session_abort", lambda s: s.batch_put_session_abort(["k"]), [NOT_READY]),
+        ("progressive_get", lambda s: s.progressive_get("k", p, 100, 50).wait_all(), NOT_READY),
+        ("streaming_batch_get_buffer_ranges",
+         lambda s: s.streaming_batch_get_buffer_ranges(["k"], p, [0], [0], [100]).wait_all(),
+         NOT_READY),
+        ("get_tensor_dim_selection_into",
+         lambda s: s.get_tensor_dim_selection_into("k", p, 4096, [4], "float32"), NOT_READY),
+    ]
+    try:
+        import torch  # noqa: F401 - the tensor calls need it
+    except ImportError:
+        return calls
+    return calls + [
+        ("put_tensor_from", lambda s: s.put_tensor_from("k", p, 4096), NOT_READY),
+        ("upsert_tensor_from", lambda s: s.upsert_tensor_from("k", p, 4096), NOT_READY),
+        ("batch_put_tensor_from", lambda s: s.batch_put_tensor_from(["k"], [p], [4096]),
+         [NOT_READY]),
+        ("batch_upsert_tensor_from", lambda s: s.batch_upsert_tensor_from(["k"], [p], [4096]),
+         [NOT_READY]),
+        ("put_tensor_with_tp_from", lambda s: s.put_tensor_with_tp_from("k", p, 4096, 0, 2),
+         NOT_READY),
+        ("batch_put_tensor_with_tp_from",
+         lambda s: s.batch_put_tensor_with_tp_from(["k"], [p], [4096], 0, 2), [NOT_READY]),
+        ("put_tensor_chunk_with_tp_from", lambda s: s.put_tensor_chunk_with_tp_from("k", p, 4096),
+         NOT_READY),
+        ("put_tensor_with_parallelism_from",
+         lambda s: s.put_tensor_with_parallelism_from("k", p, 4096), NOT_READY),
+        ("batch_put_tensor_with_parallelism_from",
+         lambda s: s.batch_put_tensor_with_parallelism_from(["k"], [p], [4096]), [NOT_READY]),
+        ("get_tensor_into", lambda s: s.get_tensor_into("k", p, 4096), None),
+        ("batch_get_tensor_into", lambda s: s.batch_get_tensor_into(["k"], [p], [4096]), [None]),
+    ]
+
+
+@pytest.mark.parametrize("when", ["before setup", "after close"])
+def test_zero_copy_calls_on_a_store_not_set_up_return_1010_not_600(cluster, when):
+    """Regression: the zero-copy calls checked the memory's registration
+    before the store's state, so a store not set up (or closed, which drops
+    its registrations) answered -600 "pointer not inside a registered
+    buffer" instead of -1010 as register_buffer and every other call do."""
+    buf = np.zeros(1 << 20, dtype=np.uint8)
+    s = MooncakeDistributedStore()
+    if when == "after close":
+        assert s.setup("127.0.0.1", cluster["metadata"], 0, "16MB", "tcp", "",
+                       cluster["master"]) == 0
+        assert s.register_buffer(buf.ctypes.data, buf.nbytes) == 0
+        assert s.close() == 0
+    calls = zero_copy_calls(buf.ctypes.data)
+    got = {name: fn(s) for name, fn, _ in calls}
+    assert got == {name: want for name, _, want in calls}
+    # argument errors still come first: lists of different lengths
+    assert s.batch_get_into(["k", "j"], [buf.ctypes.data], [100]) == [INVALID_PARAMS] * 2
+    # and once set up, unregistered memory is -600 again
+    assert s.setup("127.0.0.1", cluster["metadata"], 0, "16MB", "tcp", "",
+                   cluster["master"]) == 0
+    try:
+        assert s.get_into("k", buf.ctypes.data, 100) == INVALID_PARAMS
+        assert s.put_from("k", buf.ctypes.data, 100) == INVALID_PARAMS
+        assert s.batch_get_into(["k"], [buf.ctypes.data], [100]) == [INVALID_PARAMS]
+        assert s.batch_put_from_multi_buffers(["k"], [[buf.ctypes.data]], [[100]]) == \
+            [INVALID_PARAMS]
+    finally:
+        s.close()
 
 
 def test_close_while_other_threads_use_the_store(cluster):
