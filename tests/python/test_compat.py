@@ -124,6 +124,65 @@ def test_mooncake_master_flags_act_or_refuse():
     assert r.returncode == 2 and "shared-filesystem" in r.stderr
 
 
+def test_gflags_no_prefix_and_glog_verbosity_are_accepted():
+    """Regression: --noNAME (gflags: any boolean flag off) and --v=N (glog's
+    verbosity) were passed on as they are, and crescent-master refused them
+    as unknown options. A boolean flag of the daemon turns off; --v >= 1
+    asks for crescent's debug log level, --v 0 (glog's default) leaves it."""
+    env = {}
+    assert cli.master_args(["--noenable_gc", "--v=1", "--nocapabilities", "--rpc_port=1"],
+                           env) == ["--enable_gc=false", "--capabilities=false", "--rpc_port=1"]
+    assert env == {"CRESCENT_LOG": "debug"}
+    env = {}
+    assert cli.master_args(["--v", "0", "-v=-1", "--noenable_http_metadata_server"], env) == \
+        ["--enable_http_metadata_server=false"]
+    assert env == {}
+    # Mooncake's own booleans crescent translates or drops take --no too
+    assert cli.master_args(["--noenable_offload"]) == []
+    with pytest.raises(cli.Refused):
+        cli.master_args(["--noenable_disk_eviction"])
+    # not a boolean flag of the daemon: passed on for the daemon to refuse
+    assert cli.master_args(["--norpc_port", "--nosuch_flag"]) == ["--norpc_port", "--nosuch_flag"]
+    for bad in (["--v=high"], ["--v"]):
+        with pytest.raises(cli.Refused):
+            cli.master_args(bad)
+    env = {}
+    assert cli.client_args(["--v=2", "--noenable_http_server", "--nostart_offload_rpc_server",
+                            "--protocol=tcp"], env) == ["--protocol=tcp"]
+    assert env == {"CRESCENT_LOG": "debug"}
+    with pytest.raises(cli.Refused):
+        cli.client_args(["--v=x"])
+    r = subprocess.run([sys.executable, os.path.join(BIN, "mooncake_client"), "--v=x"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--v=x" in r.stderr, (r.returncode, r.stderr)
+
+
+def test_mooncake_master_and_client_run_with_no_flags_and_v():
+    """The entry points with --noNAME and --v=1 run the daemons, which log
+    at debug level (crescent-master's INFO start line appears)."""
+    m = subprocess.Popen([sys.executable, os.path.join(BIN, "mooncake_master"), "--rpc_port=0",
+                          "--rpc_address=127.0.0.1", "--metrics_port=-1", "--noenable_gc",
+                          "--norpc_enable_tcp_no_delay", "--v=1",
+                          "--enable_http_metadata_server=true",
+                          "--http_metadata_server_host=127.0.0.1",
+                          "--http_metadata_server_port=0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        g = wait_line(m, r"listening rpc=(\d+) .*http_metadata=(\d+)", "mooncake_master")
+        c, cp = _run_entry([os.path.join(BIN, "mooncake_client"), "--host=127.0.0.1",
+                            "--metadata_server=http://127.0.0.1:%s/metadata" % g.group(2),
+                            "--master_server_address=127.0.0.1:%s" % g.group(1),
+                            "--global_segment_size=16MB", "--v", "1",
+                            "--noenable_http_server"], r"ready segment=(\S+)")
+        assert _stop(cp) == 0
+    finally:
+        m.send_signal(signal.SIGTERM)
+        _, err = m.communicate(timeout=10)
+        m.stdout.close()
+    assert m.returncode == 0, err[-2000:]
+    assert b"master: id" in err, err[-2000:]  # an INFO line: CRESCENT_LOG=debug
+
+
 def test_mooncake_master_entry_point():
     """mooncake_master with Mooncake's flags runs crescent-master; a store works against it."""
     m, p = _run_entry([os.path.join(BIN, "mooncake_master"), "--rpc_port=0",

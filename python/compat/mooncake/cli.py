@@ -19,11 +19,14 @@ crescent's master offloads to the disk tier of nodes started with
 --ssd_path) and refused with exit status 2 and the reason where it does not
 (a shared-filesystem tier, quotas, other HA backends, other allocation
 strategies). mooncake_client's dummy-client RPC flags are accepted, dropped
-and named on stderr. Anything else unknown is passed on, so the daemon
-refuses it loudly. The process is replaced (os.execv), so signals and the exit
-status are the daemon's own.
+and named on stderr. As with gflags, --noNAME turns a boolean flag off
+(--NAME=false), and glog's --v=N (verbosity) sets CRESCENT_LOG=debug for the
+daemon when N >= 1. Anything else unknown is passed on, so the daemon
+refuses it loudly. The process is replaced (os.execve), so signals and the
+exit status are the daemon's own.
 """
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -106,7 +109,7 @@ CLIENT_IGNORED = ("port", "threads", "tenant_id", "enable_offload", "start_offlo
                   "config_path", "graceful_unmount_seconds", "local_buffer_size")
 
 
-def _exec(name, args):
+def _exec(name, args, env=None):
     # An installed entry point sits in the same bin/ as crescent's daemons.
     here = os.path.join(os.path.dirname(os.path.realpath(sys.argv[0] or ".")), name)
     path = here if os.path.isfile(here) and os.access(here, os.X_OK) else find_executable(name)
@@ -114,7 +117,7 @@ def _exec(name, args):
         sys.stderr.write("%s: cannot find the crescent executable '%s' (build crescent, or set "
                          "CRESCENT_BIN_DIR or PATH)\n" % (os.path.basename(sys.argv[0]), name))
         return 127
-    os.execv(path, [path] + list(args))
+    os.execve(path, [path] + list(args), os.environ if env is None else env)
     return 127  # not reached
 
 
@@ -165,7 +168,12 @@ def metadata_args(argv):
     return out
 
 
+_HELP_LINE = re.compile(r"^\s*--(\w+)\s.*\((\w+), default: [^()]*\)\s*$")
+
+
 def _daemon_flags(exe_name):
+    """{flag name: type ("bool", "int", ...)} from the daemon's --help, or
+    None when it cannot be run."""
     path = find_executable(exe_name)
     if path is None:
         return None
@@ -173,15 +181,48 @@ def _daemon_flags(exe_name):
         r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return None
-    return {w.lstrip("-") for line in (r.stdout + r.stderr).splitlines()
-            for w in line.split()[:1] if w.startswith("--")}
+    flags = {}
+    for line in (r.stdout + r.stderr).splitlines():
+        m = _HELP_LINE.match(line)
+        if m:
+            flags[m.group(1)] = m.group(2)
+        elif line.split()[:1] and line.split()[0].startswith("--"):
+            flags.setdefault(line.split()[0].lstrip("-"), None)
+    return flags
 
 
-def master_args(argv):
-    """crescent-master's argv for mooncake_master's. Raises Refused for a
-    flag value naming a feature crescent does not have."""
-    known = _daemon_flags("crescent-master") or set()
-    parsed = parse_flags(argv)
+def _glog_gflags(parsed, daemon_flags, env, cmd):
+    """What gflags and glog accept for any program and crescent's daemons
+    spell otherwise: --noNAME for a boolean flag NAME of the daemon becomes
+    --NAME=false; --v=N / --v N (glog verbosity, VLOG levels up to N) sets
+    CRESCENT_LOG=debug in env for N >= 1 (0 or less: the default level).
+    Returns the other flags. Raises Refused for a --v that is not an int."""
+    kept = []
+    for name, val, toks in parsed:
+        bool_off = name and val is None and name.startswith("no") and name not in daemon_flags
+        if bool_off and daemon_flags.get(name[2:]) == "bool":
+            kept.append((name[2:], "false", ["--%s=false" % name[2:]]))
+        elif name == "v" and "v" not in daemon_flags:
+            try:
+                level = int(val)
+            except (TypeError, ValueError):
+                raise Refused("--v%s: glog's verbosity is an integer"
+                              % ("" if val is None else "=" + val)) from None
+            if level >= 1 and env is not None:
+                env["CRESCENT_LOG"] = "debug"
+                sys.stderr.write("%s: --v=%d: crescent logs at debug level (CRESCENT_LOG=debug)\n"
+                                 % (cmd, level))
+        else:
+            kept.append((name, val, toks))
+    return kept
+
+
+def master_args(argv, env=None):
+    """crescent-master's argv for mooncake_master's; env (a dict, optional)
+    gets the environment --v asks for. Raises Refused for a flag value
+    naming a feature crescent does not have."""
+    known = _daemon_flags("crescent-master") or {}
+    parsed = _glog_gflags(parse_flags(argv), known, env, "mooncake_master")
     values = {n: v for n, v, _ in parsed if n}
     out = []
     for name, val, toks in parsed:
@@ -206,10 +247,13 @@ def _local_ip():
         return "127.0.0.1"
 
 
-def client_args(argv):
-    """mooncake_client flags -> crescent-node flags."""
+def client_args(argv, env=None):
+    """mooncake_client flags -> crescent-node flags (env as for
+    master_args). Raises Refused for a --v that is not an int."""
+    parsed = _drop(parse_flags(argv), CLIENT_IGNORED, "mooncake_client")
+    parsed = _glog_gflags(parsed, _daemon_flags("crescent-node") or {}, env, "mooncake_client")
     out = []
-    for name, val, toks in _drop(parse_flags(argv), CLIENT_IGNORED, "mooncake_client"):
+    for name, val, toks in parsed:
         if name == "host" and val is not None:
             host = val.rpartition(":")[0] if val.count(":") == 1 else val
             if host in ("0.0.0.0", ""):
@@ -275,13 +319,20 @@ def bench_args(argv):
     return out
 
 
-def master_main(argv=None):
+def _translate_exec(cmd, exe_name, translate, argv):
+    """Runs crescent's exe_name with translate(argv, env)'s arguments and
+    environment; exit status 2 with the reason for Refused."""
+    env = dict(os.environ)
     try:
-        args = master_args(sys.argv[1:] if argv is None else argv)
+        args = translate(sys.argv[1:] if argv is None else argv, env)
     except Refused as e:
-        sys.stderr.write("mooncake_master: not supported: %s\n" % e)
+        sys.stderr.write("%s: not supported: %s\n" % (cmd, e))
         return 2
-    return _exec("crescent-master", args)
+    return _exec(exe_name, args, env)
+
+
+def master_main(argv=None):
+    return _translate_exec("mooncake_master", "crescent-master", master_args, argv)
 
 
 def http_metadata_server_main(argv=None):
@@ -289,7 +340,7 @@ def http_metadata_server_main(argv=None):
 
 
 def client_main(argv=None):
-    return _exec("crescent-node", client_args(sys.argv[1:] if argv is None else argv))
+    return _translate_exec("mooncake_client", "crescent-node", client_args, argv)
 
 
 def transfer_engine_bench_main(argv=None):
