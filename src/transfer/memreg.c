@@ -142,8 +142,8 @@ int cr_xfer_mem_unregister(cr_xfer_engine_t *e, void *addr)
     memmove(&e->regs[i], &e->regs[i + 1], (e->n_regs - (size_t)i - 1) * sizeof *e->regs);
     e->n_regs--;
     pthread_rwlock_unlock(&e->mem_lock);
-    /* one-sided transports (shm) revoke their peers' access and wait for
-     * their copies in flight */
+    /* one-sided transports (their peers copy by themselves) revoke the
+     * peers' access and wait for their copies in flight */
     for (size_t k = 0; k < e->n_transports; k++)
         if (e->transports[k].ops->mem_unregistered && e->transports[k].state)
             e->transports[k].ops->mem_unregistered(e->transports[k].state, addr, r->len);

@@ -154,7 +154,7 @@ struct cr_xfer_transport_ops {
      * [addr, addr+len) was removed from the registrations (no new request
      * validates against it) and before cr_xfer_mem_unregister returns. A
      * transport whose initiators reach local memory without the serving
-     * side's pins (shm: they copy by themselves) revokes their access here
+     * side's pins (its peers copy by themselves) revokes their access here
      * and returns once none of their copies is in flight in the range. */
     void (*mem_unregistered)(void *state, void *addr, size_t len);
     /* Optional: a thread is about to wait for batch b (cr_xfer_batch_wait).

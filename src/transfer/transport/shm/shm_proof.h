@@ -23,7 +23,7 @@
  *     buffers that lie inside those ranges and checks the range's slot
  *     around every copy. v1 (no slot, no table) is not spoken: a peer of
  *     an older build is not reached over shm (its copies could not be
- *     revoked), it is reached over tcp.
+ *     revoked), it is reached over another transport.
  *
  * The listener serves one connection at a time, each bounded by
  * CR__SHM_PROOF_TIMEOUT_MS, and refuses other uids. */
