@@ -308,8 +308,8 @@ def test_get_batch_and_batch_get_buffer_over_the_store_limit(store):
 def test_get_batch_never_returns_a_mix_while_values_change_size(store, cluster):
     """A key upserted over and over with values of changing sizes (across
     get_batch's 1 MiB copy bound too) while another client reads it with
-    get_batch and batch_get_buffer: every result is one whole value, never
-    a miss or bytes of two versions."""
+    get_batch, batch_get_buffer and get (a one-key batch below the bound):
+    every result is one whole value, never a miss or bytes of two versions."""
     k = K("gb-resize")
     vals = [bytes([i]) * n for i, n in enumerate((100, 70000, 3000, (1 << 20) + 4096, 9), 1)]
     assert store.upsert(k, vals[0]) == 0
@@ -318,7 +318,7 @@ def test_get_batch_never_returns_a_mix_while_values_change_size(store, cluster):
                        cluster["master"]) == 0
     try:
         bad, seen = upserts_under_readers(
-            store, k, vals, lambda: other.get_batch([k, k]) + [
+            store, k, vals, lambda: other.get_batch([k, k]) + [other.get(k)] + [
                 b"" if h is None else bytes(h) for h in other.batch_get_buffer([k])], 100)
     finally:
         other.close()
