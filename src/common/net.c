@@ -229,6 +229,60 @@ int cr__net_write_full(int fd, const void *buf, size_t len, int timeout_ms)
     return 0;
 }
 
+ssize_t cr__net_send_fd(int fd, const void *buf, size_t len, int pass_fd)
+{
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+                       .msg_controllen = sizeof ctl.b};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &pass_fd, sizeof pass_fd);
+    ssize_t k;
+    do
+        k = sendmsg(fd, &m, MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    if (k < 0)
+        return errno == EPIPE ? -ECONNRESET : CR__ERRNO();
+    return k;
+}
+
+ssize_t cr__net_recv_fd(int fd, void *buf, size_t len, int flags, int *passed)
+{
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+                       .msg_controllen = sizeof ctl.b};
+    ssize_t k = recvmsg(fd, &m, flags | MSG_CMSG_CLOEXEC);
+    if (k < 0)
+        return CR__ERRNO();
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < nfd; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+            if (*passed < 0)
+                *passed = got;
+            else
+                close(got);
+        }
+    }
+    if (m.msg_flags & MSG_CTRUNC)
+        return -EPROTO;
+    return k;
+}
+
 int cr__net_set_timeouts(int fd, int timeout_ms)
 {
     struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #define CR__HOST_MAX 256
 
@@ -48,6 +49,18 @@ void cr__net_set_nodelay(int fd);
 
 /* Sets SO_RCVTIMEO/SO_SNDTIMEO (ms, 0 = none). Returns 0 or -errno. */
 int cr__net_set_timeouts(int fd, int timeout_ms);
+
+/* Passing a file descriptor over a Unix stream socket (SCM_RIGHTS).
+ * cr__net_send_fd sends buf in one sendmsg (EINTR retried) with pass_fd
+ * attached to its first byte; returns the bytes sent (possibly fewer than
+ * len: the caller writes the rest) or a negative status.
+ * cr__net_recv_fd is one recvmsg(flags | MSG_CMSG_CLOEXEC) into buf; an fd
+ * that came with the bytes goes to *passed while *passed < 0, any other is
+ * closed. Returns the bytes read (0 at EOF) or a negative status: -EPROTO
+ * when the control data was cut short (a peer that sent too many fds),
+ * -EINTR/-EAGAIN as recvmsg reported them. */
+ssize_t cr__net_send_fd(int fd, const void *buf, size_t len, int pass_fd);
+ssize_t cr__net_recv_fd(int fd, void *buf, size_t len, int flags, int *passed);
 
 /* 1 if a and b are the same source for per-source connection caps: the
  * same IPv4/IPv6 address (ports ignored); any two Unix-socket peers are one

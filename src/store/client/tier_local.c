@@ -67,23 +67,11 @@ static int local_connect(cr_store_t *s, const char *segment, int *ufd, int *dfd,
     if (s->auth && cr__auth_client_fd(s->auth, fd, "tier-local", HELLO_TIMEOUT_MS))
         goto fail;
     uint8_t h[CR__TIER_LOCAL_HELLO];
-    struct iovec iov = {.iov_base = h, .iov_len = sizeof h};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                        .msg_controllen = sizeof u.buf};
-    ssize_t n = recvmsg(fd, &mh, MSG_WAITALL | MSG_CMSG_CLOEXEC);
     int got = -1;
-    struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-    if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-        cm->cmsg_len == CMSG_LEN(sizeof(int)))
-        memcpy(&got, CMSG_DATA(cm), sizeof got);
+    ssize_t n = cr__net_recv_fd(fd, h, sizeof h, MSG_WAITALL, &got);
     uint32_t magic;
     memcpy(&magic, h, 4);
-    if (n != (ssize_t)sizeof h || got < 0 || magic != CR__TIER_LOCAL_MAGIC ||
-        (mh.msg_flags & MSG_CTRUNC)) {
+    if (n != (ssize_t)sizeof h || got < 0 || magic != CR__TIER_LOCAL_MAGIC) {
         if (got >= 0)
             close(got);
         rc = -EPROTO;

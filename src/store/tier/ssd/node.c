@@ -617,20 +617,7 @@ static void *local_main(void *arg)
     uint64_t cap = cr__ssd_capacity(t->ssd);
     memcpy(h, &magic, 4);
     memcpy(h + 8, &cap, 8);
-    struct iovec iov = {.iov_base = h, .iov_len = sizeof h};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    memset(&u, 0, sizeof u);
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                        .msg_controllen = sizeof u.buf};
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &t->ro_fd, sizeof(int));
-    keep = sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof h;
+    keep = cr__net_send_fd(fd, h, sizeof h, t->ro_fd) == (ssize_t)sizeof h;
 done:
     pthread_mutex_lock(&t->mu);
     conn_forget_locked(t, fd);

@@ -81,25 +81,9 @@ static int encode_ranges(uint8_t **out, size_t *len)
  * (SCM_RIGHTS), then the rest. Returns 0 or -errno. */
 static int send_with_fd(int fd, const uint8_t *buf, size_t len, int pass)
 {
-    union {
-        struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-                       .msg_controllen = sizeof ctl.b};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &pass, sizeof pass);
-    ssize_t k;
-    do
-        k = sendmsg(fd, &m, MSG_NOSIGNAL);
-    while (k < 0 && errno == EINTR);
+    ssize_t k = cr__net_send_fd(fd, buf, len, pass);
     if (k < 0)
-        return CR__ERRNO();
+        return (int)k;
     return cr__net_write_full(fd, buf + k, len - (size_t)k, CR__SHM_PROOF_TIMEOUT_MS);
 }
 
@@ -258,36 +242,6 @@ int cr__shm_proof_parse(const uint8_t *buf, size_t len, cr__shm_range_t **out, u
     return 0;
 }
 
-/* recv that also takes an fd passed with the bytes (SCM_RIGHTS) into
- * *passed when it holds none yet; any other fd is closed. */
-static ssize_t recv_fd(int fd, uint8_t *buf, size_t len, int *passed)
-{
-    union {
-        struct cmsghdr h;
-        char b[CMSG_SPACE(4 * sizeof(int))];
-    } ctl;
-    struct iovec iov = {.iov_base = buf, .iov_len = len};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-                       .msg_controllen = sizeof ctl.b};
-    ssize_t k = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
-    if (k < 0)
-        return k;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < nfd; i++) {
-            int got;
-            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
-            if (*passed < 0)
-                *passed = got;
-            else
-                close(got);
-        }
-    }
-    return k;
-}
-
 int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out, uint32_t *n,
                         int *fence_fd)
 {
@@ -340,13 +294,13 @@ int cr__shm_proof_fetch(pid_t pid, const cr__auth_t *auth, cr__shm_range_t **out
             b = nb;
             cap *= 2;
         }
-        ssize_t k = recv_fd(fd, b + len, cap - len, &table);
+        ssize_t k = cr__net_recv_fd(fd, b + len, cap - len, 0, &table);
         if (k == 0)
             break;
         if (k < 0) {
-            if (errno == EINTR)
+            if (k == -EINTR)
                 continue;
-            rc = errno == EAGAIN ? -ETIMEDOUT : CR__ERRNO();
+            rc = k == -EAGAIN ? -ETIMEDOUT : (int)k;
             break;
         }
         len += (size_t)k;
