@@ -117,15 +117,16 @@ def start_metadata(d):
 def start_master(d, rpc_port=0, http_port=0):
     """crescent-master with its embedded HTTP metadata server, started with
     Mooncake's mooncake_master flags (ports 0 = ephemeral). Returns
-    (master_addr, metadata_url)."""
+    (master_addr, metadata_url); d.metrics_port is its metrics port."""
     p = d.start([exe("crescent-master"), "--rpc_port=%d" % rpc_port,
                  "--rpc_address=127.0.0.1",
                  "--enable_http_metadata_server=true",
                  "--http_metadata_server_host=127.0.0.1",
                  "--http_metadata_server_port=%d" % http_port,
                  "--metrics_address=127.0.0.1", "--metrics_port=0"])
-    m = wait_line(p, r"listening rpc=(\d+) .*http_metadata=(\d+)", "crescent-master")
-    return "127.0.0.1:%s" % m.group(1), "http://127.0.0.1:%s/metadata" % m.group(2)
+    m = wait_line(p, r"listening rpc=(\d+) metrics=(\d+) .*http_metadata=(\d+)", "crescent-master")
+    d.metrics_port = int(m.group(2))
+    return "127.0.0.1:%s" % m.group(1), "http://127.0.0.1:%s/metadata" % m.group(3)
 
 
 def start_node(d, master, metadata, size="64MB"):
@@ -146,7 +147,8 @@ def cluster():
         # peer-to-peer handshake instead of the master's HTTP metadata.
         meta = os.environ.get("CRESCENT_TEST_METADATA", meta)
         node = start_node(d, master, "p2p" if meta == "P2PHANDSHAKE" else meta)
-        yield {"master": master, "metadata": meta, "node": node, "daemons": d}
+        yield {"master": master, "metadata": meta, "node": node, "daemons": d,
+               "metrics": d.metrics_port}
     finally:
         d.stop()
 

@@ -3,6 +3,7 @@ with its embedded HTTP metadata server + a crescent-node storage daemon):
 every method, Mooncake's return conventions, misses, bad input, a closed
 store and several threads sharing one client."""
 import threading
+import urllib.request
 import uuid
 
 import numpy as np
@@ -324,6 +325,39 @@ def test_get_batch_never_returns_a_mix_while_values_change_size(store, cluster):
         other.close()
     assert not bad, bad
     assert len(seen) > 1  # the readers saw the versions change
+
+
+def master_counters(cluster):
+    txt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % cluster["metrics"],
+                                 timeout=10).read().decode()
+    out = {}
+    for line in txt.splitlines():
+        if line.startswith("crescent_master_rpc_"):
+            k, v = line.split()
+            out[k[len("crescent_master_"):]] = int(v)
+    return out
+
+
+def test_small_get_is_one_master_lookup(store, cluster):
+    """get() of a value up to 1 MiB asks the master once (a one-key batch
+    lookup with the read), never a GetSize first; a miss too. Above 1 MiB it
+    may ask the size first, and still returns the whole value."""
+    keys = [K("one-rt") for _ in range(8)]
+    vals = [bytes([i + 1]) * n for i, n in enumerate((1, 4096, 65536, 1 << 20) * 2)]
+    for k, v in zip(keys, vals):
+        assert store.put(k, v) == 0
+    before = master_counters(cluster)
+    got = [store.get(k) for k in keys] + [store.get(K("one-rt-miss"))]
+    after = master_counters(cluster)
+    assert got == vals + [b""]
+    d = {k: after[k] - before.get(k, 0) for k in after}
+    assert d["rpc_get_size_total"] == 0, d
+    lookups = d["rpc_get_replica_list_total"] + d["rpc_exist_total"]
+    assert lookups == len(keys) + 1, d
+    big = bytes(range(256)) * ((1 << 20) // 256 + 16)
+    kb = K("one-rt-big")
+    assert store.put(kb, big) == 0
+    assert store.get(kb) == big
 
 
 # ---- zero-copy API ---------------------------------------------------------------
