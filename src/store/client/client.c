@@ -89,6 +89,8 @@ int cr__sc_rpc_shared(void)
 }
 
 #define HA_RETRY_MS 10000 /* a failover (lease expiry + election + takeover) fits in it */
+/* a restored master's nodes remount within two heartbeats of a ping */
+#define RESTORE_RETRY_MS 10000
 
 int cr__sc_resolve(cr_store_t *s)
 {
@@ -146,7 +148,8 @@ static int call_once(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *rep
     return cr__sc_call_during(s, req, reply, NULL, NULL);
 }
 
-int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
+/* One call, and in HA mode its retries at the leader (below). */
+static int call_ha(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
 {
     int rc = call_once(s, req, reply);
     if (!s->ha)
@@ -165,6 +168,25 @@ int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
             nanosleep(&ts, NULL);
         }
         rc = call_once(s, req, reply);
+    }
+    return rc;
+}
+
+int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
+{
+    int rc = call_ha(s, req, reply);
+    uint16_t t = req->type & (uint16_t)~CR__RPC_REPLY;
+    if (t != CR__RPC_PUT_START && t != CR__RPC_BATCH_PUT_START)
+        return rc;
+    /* a master restored from its records (HA takeover, restart) refuses
+     * PutStart as a whole, nothing applied, until a node is back to place
+     * on (dispatch.c): ~1 s, as long as a node's remount takes */
+    for (uint64_t until = cr__now_ms() + RESTORE_RETRY_MS;
+         rc == 0 && reply->status == CR_E_UNAVAILABLE_IN_CURRENT_STATUS && cr__now_ms() < until;) {
+        cr__rpc_msg_free(reply);
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+        rc = call_ha(s, req, reply);
     }
     return rc;
 }

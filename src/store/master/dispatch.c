@@ -1,6 +1,7 @@
 /* Master rpc dispatch: one decoded request, single or batch, served under
  * one lock acquisition and counted in the metrics (master.h). */
 #include "store/master/master_priv.h"
+#include "common/log.h"
 #include "store/tier/tier.h"
 
 #include <errno.h>
@@ -91,6 +92,23 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
         pthread_mutex_lock(&m->mu);
         if (type != bt)
             CNT(m, rpc_batch_requests_total)++;
+        if (bt == CR__RPC_PUT_START && req->n_items && cr__m_restoring_locked(m, now)) {
+            /* right after a takeover or a restart from the journal, before
+             * any node is back: no DRAM segment takes allocations yet, and
+             * nothing may be evicted for a put. The whole request is
+             * refused, nothing applied, with the status a client retries
+             * PutStart on (client.c) instead of answering NO_AVAILABLE_HANDLE */
+            CNT(m, puts_refused_restoring_total)++;
+            CR_LOG_RL(CR__LOG_INFO, "master",
+                      "PutStart refused (retried by the client): restored segments wait for "
+                      "their nodes to mount again");
+            pthread_mutex_unlock(&m->mu);
+            memset(reply->items, 0, req->n_items * sizeof *reply->items);
+            for (uint32_t i = 0; i < req->n_items; i++)
+                reply->items[i].status = CR_E_UNAVAILABLE_IN_CURRENT_STATUS;
+            reply->status = CR_E_UNAVAILABLE_IN_CURRENT_STATUS;
+            return;
+        }
         cr__m_map_prefetch(m, req->items, req->n_items);
         for (uint32_t i = 0; i < req->n_items; i++) {
             cr__rpc_item_t *out = &reply->items[i];

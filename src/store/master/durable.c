@@ -511,3 +511,17 @@ int cr__m_any_detached(const cr__master_t *m)
             return 1;
     return 0;
 }
+
+int cr__m_restoring_locked(const cr__master_t *m, uint64_t now)
+{
+    int detached = 0;
+    for (uint32_t i = 0; i < m->n_segs; i++) {
+        const seg_t *sg = &m->segs[i];
+        if (!sg->live || sg->tier)
+            continue;
+        if (sg->alloc_after_ms <= now)
+            return 0; /* somewhere to place: the usual rules apply */
+        detached |= sg->client == NONE32;
+    }
+    return detached;
+}

@@ -268,6 +268,8 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(rpc_validate_total, counter, "Validate keys")                                            \
     X(rpc_batch_requests_total, counter, "Batch requests (any batch type)")                    \
     X(rpc_errors_total, counter, "Keys or requests failed (a lookup's not-found is none)")     \
+    X(puts_refused_restoring_total, counter,                                                   \
+      "PutStart requests refused while restored segments wait for their nodes")               \
     X(hits_total, counter, "GetReplicaList that found a complete object")                      \
     X(misses_total, counter, "GetReplicaList or GetSize that found nothing")                   \
     X(validate_failures_total, counter, "Validate that reported stale bytes")                  \

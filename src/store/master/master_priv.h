@@ -453,6 +453,10 @@ void cr__m_jr_key(cr__master_t *m, uint8_t type, obj_t *o);
 void cr__m_jr_seg(cr__master_t *m, uint8_t type, seg_t *sg);
 /* 1 if a restored segment still waits for its owner. */
 int cr__m_any_detached(const cr__master_t *m);
+/* 1 while restored DRAM segments wait for their owners and no DRAM
+ * segment takes allocations (a takeover or restart before any node is
+ * back): PutStart is refused then (dispatch.c). */
+int cr__m_restoring_locked(const cr__master_t *m, uint64_t now);
 
 /* ---- eviction.c ---------------------------------------------------------- */
 

@@ -74,11 +74,14 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
         cr__m_quarantine_release(m, now, SIZE_MAX);
         /* not while restored segments wait for their owners: the space is
          * there, only not usable yet (the caller retries) */
-        if (!cr__m_any_detached(m))
+        int detached = cr__m_any_detached(m);
+        if (!detached)
             cr__m_evict_locked(m, size * n_rep, now);
         if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
             CNT(m, alloc_failures_total)++;
-            return CR_E_NO_AVAILABLE_HANDLE;
+            /* "not now", which a client retries a single put on, while
+             * restored segments may still come back (dispatch.c) */
+            return detached ? CR_E_UNAVAILABLE_IN_CURRENT_STATUS : CR_E_NO_AVAILABLE_HANDLE;
         }
     }
     size_t nsh_bytes = (n_rep + 3u) & ~3u;

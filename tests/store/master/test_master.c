@@ -1028,6 +1028,70 @@ static void test_restore_evicts_oldest_first(void **s)
     cr__ha_buf_free(&jb);
 }
 
+/* PutStart through the dispatch, n keys of 64 KiB: the reply's status. */
+static int dispatch_put_start(cr__master_t *m, uint32_t n, uint64_t now, int *item0)
+{
+    cr__rpc_item_t in[2] = {{.key = "p0", .key_len = 2, .size = 64 * KiB, .cfg = {.replica_num = 1}},
+                            {.key = "p1", .key_len = 2, .size = 64 * KiB, .cfg = {.replica_num = 1}}};
+    cr__rpc_msg_t req = {.type = n > 1 ? CR__RPC_BATCH_PUT_START : CR__RPC_PUT_START,
+                         .n_items = n, .items = in};
+    cr__rpc_msg_t rep = {0};
+    cr__master_handle(m, &req, &rep, now);
+    int st = rep.status;
+    *item0 = rep.items[0].status;
+    cr__rpc_msg_free(&rep);
+    return st;
+}
+
+/* A master restored from its records before any node is back has nowhere
+ * to place and may evict nothing: it refuses PutStart as a whole (nothing
+ * applied) with the status clients retry on, not NO_AVAILABLE_HANDLE; once
+ * a segment takes allocations again (its owner back, or another node's),
+ * puts go through. */
+static void test_restored_refuses_puts_until_a_node_is_back(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    cr__ha_buf_t jb = {0};
+    cr__master_set_journal(m, collect, &jb);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    assert_int_equal(put(m, "old", 16 * KiB, 1, 0, 1, NULL, 1), 0);
+    uint64_t n = 0;
+    cr__master_t *m2 = restored(&jb, 100, &n);
+    assert_int_equal(n, 1);
+    int it0 = 0;
+    cr__master_stats_t st0, st1;
+    cr__master_stats(m2, &st0);
+    assert_int_equal(dispatch_put_start(m2, 1, 101, &it0), CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
+    assert_int_equal(dispatch_put_start(m2, 2, 102, &it0), CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
+    assert_int_equal(it0, CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
+    cr__master_stats(m2, &st1);
+    assert_int_equal(st1.counters[CR__MM_puts_refused_restoring_total] -
+                         st0.counters[CR__MM_puts_refused_restoring_total],
+                     2);
+    assert_int_equal(exist(m2, "p0", 103), CR_E_OBJECT_NOT_FOUND); /* nothing applied */
+    assert_int_equal(exist(m2, "old", 103), 0);                    /* nothing evicted */
+    /* another node's fresh segment: placed there, no refusal; a put it
+     * cannot take (two replicas) is "not now" while segA may come back,
+     * not NO_AVAILABLE_HANDLE, and evicts nothing */
+    cr__master_t *m3 = restored(&jb, 100, &n);
+    assert_int_equal(cr__master_mount(m3, CB, "segB", 0x20000000, 1 * MiB, 101), 0);
+    assert_int_equal(dispatch_put_start(m3, 1, 102, &it0), 0);
+    assert_int_equal(put(m3, "two", 1000, 2, 0, 103, NULL, 1), CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
+    assert_int_equal(put(m3, "big", 1 * MiB, 1, 0, 103, NULL, 1),
+                     CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
+    assert_int_equal(exist(m3, "old", 104), 0);
+    cr__master_destroy(m3);
+    /* the owner back: puts go through */
+    assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000000, 1 * MiB, 104), 0);
+    assert_int_equal(dispatch_put_start(m2, 2, 105, &it0), 0);
+    assert_int_equal(it0, 0);
+    assert_int_equal(exist(m2, "old", 106), 0);
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb);
+}
+
 static int count_win(void *u, const cr__ha_win_t *w)
 {
     (void)w;
@@ -1269,7 +1333,7 @@ static void test_restore_from_journal(void **s)
     cr__master_destroy(m3);
     cr__ha_buf_free(&snap);
     /* detached: no new allocation; a stranger cannot take the names */
-    assert_int_equal(put(m2, "new", 1000, 1, 0, 103, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(put(m2, "new", 1000, 1, 0, 103, NULL, 1), CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
     assert_int_equal(cr__master_mount(m2, CC, "segA", 0x10000000, 4 * MiB, 103),
                      CR_E_SEGMENT_ALREADY_EXISTS);
     assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000000, 2 * MiB, 103),
@@ -1314,6 +1378,7 @@ int main(void)
         cmocka_unit_test(test_restore_from_journal),
         cmocka_unit_test(test_crc_journaled),
         cmocka_unit_test(test_restore_evicts_oldest_first),
+        cmocka_unit_test(test_restored_refuses_puts_until_a_node_is_back),
         cmocka_unit_test(test_window_put_start_unwaited),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),
