@@ -284,7 +284,10 @@ CR_API int cr_store_get_into(cr_store_t *store, const char *key, void *buf, size
  * CR_E_INVALID_KEY, CR_E_RPC_FAIL. */
 CR_API int cr_store_get_size(cr_store_t *store, const char *key, uint64_t *size);
 
-/* 1 if key exists (completely written), 0 if not, or a negative error. */
+/* 1 if key exists (completely written), 0 if not, or a negative error.
+ * Like Mooncake's ExistKey, an object found gets a read lease (a get would
+ * give it the same): it is neither evicted nor removed without force for
+ * the lease time, so a read that follows the check finds it. */
 CR_API int cr_store_exist(cr_store_t *store, const char *key);
 
 /* Removes key. Without force, a key with a live read lease is not removed
@@ -343,10 +346,16 @@ CR_API int cr_store_batch_get_alloc(cr_store_t *store, const char *const *keys, 
                                     size_t max_len, void **outs, size_t *lens, int *results);
 
 /* Existence of n keys: results[i] = 1 (exists), 0 (not), or a negative
- * error for that key. Returns 0, or CR_E_INVALID_PARAMS / CR_E_RPC_FAIL
+ * error for that key; every object found is leased (cr_store_exist).
+ * Returns 0, or CR_E_INVALID_PARAMS / CR_E_INVALID_KEY / CR_E_RPC_FAIL
  * (results untouched). */
 CR_API int cr_store_batch_is_exist(cr_store_t *store, const char *const *keys, size_t n,
                                    int *results);
+
+/* cr_store_batch_is_exist without the lease: a point-in-time answer that
+ * leaves eviction and removal free (Mooncake's probe_key). */
+CR_API int cr_store_batch_probe(cr_store_t *store, const char *const *keys, size_t n,
+                                int *results);
 
 /* ---- introspection (Mooncake's replica descriptors) ----------------------- */
 

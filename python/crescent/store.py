@@ -944,13 +944,15 @@ class DistributedStore(_crescent.DistributedStore):
     # ---- point-in-time existence without a read lease ------------------------------
     def probe_key(self, key):
         """1 if the object existed at the call, 0 if not, negative on error.
-        No read lease is granted (crescent's is_exist grants none either),
-        so the object may be evicted before a later get."""
-        return self.is_exist(key)
+        Unlike is_exist, no read lease is granted, so the object may be
+        evicted or removed before a later get."""
+        if not isinstance(key, str):
+            raise TypeError("key must be str")
+        return self._batch_probe([key])[0]
 
     def batch_probe_key(self, keys):
         """probe_key() for several keys: a list of 1, 0 or negative."""
-        return self.batch_is_exist(keys)
+        return self._batch_probe(keys)
 
     # ---- ranged reads through a reusable snapshot -------------------------------------
     def prepare_get_into_ranges_snapshot(self, keys):

@@ -1199,10 +1199,12 @@ static PyObject *store_replica_clear(PyStore *self, PyObject *args)
 /* Runs fn over [0, n) in chunks of CR_STORE_BATCH_MAX (the store's bound). */
 #define CHUNK(n, off) ((n) - (off) < CR_STORE_BATCH_MAX ? (n) - (off) : CR_STORE_BATCH_MAX)
 
-static PyObject *store_batch_is_exist(PyStore *self, PyObject *args, PyObject *kw)
+/* batch_is_exist (leased) and _batch_probe (not): per key 1, 0 or negative */
+static PyObject *exist_list(PyStore *self, PyObject *args, PyObject *kw, const char *fmt,
+                            int probe)
 {
     keys_buf_t kb;
-    if (parse_keys_arg(args, kw, "O:batch_is_exist", &kb) < 0)
+    if (parse_keys_arg(args, kw, fmt, &kb) < 0)
         return NULL;
     size_t n = (size_t)kb.n;
     int *res = PyMem_Calloc(n ? n : 1, sizeof *res);
@@ -1217,7 +1219,9 @@ static PyObject *store_batch_is_exist(PyStore *self, PyObject *args, PyObject *k
     cr_store_t *s = st_acquire(self);
     for (size_t off = 0; off < n; off += CR_STORE_BATCH_MAX) {
         size_t c = CHUNK(n, off);
-        int rc = s ? cr_store_batch_is_exist(s, kb.k + off, c, res + off) : NOT_READY;
+        int rc = !s     ? NOT_READY
+                 : probe ? cr_store_batch_probe(s, kb.k + off, c, res + off)
+                         : cr_store_batch_is_exist(s, kb.k + off, c, res + off);
         for (size_t i = 0; i < c; i++)
             out[off + i] = rc < 0 ? rc : res[off + i];
     }
@@ -1229,6 +1233,16 @@ static PyObject *store_batch_is_exist(PyStore *self, PyObject *args, PyObject *k
     PyMem_Free(out);
     keys_done(&kb);
     return ret;
+}
+
+static PyObject *store_batch_is_exist(PyStore *self, PyObject *args, PyObject *kw)
+{
+    return exist_list(self, args, kw, "O:batch_is_exist", 0);
+}
+
+static PyObject *store_batch_probe(PyStore *self, PyObject *args, PyObject *kw)
+{
+    return exist_list(self, args, kw, "O:_batch_probe", 1);
 }
 
 /* Whether both per-key sequences of a batch call have one entry per key.
@@ -2056,7 +2070,10 @@ static PyMethodDef store_methods[] = {
      "_seg_unmount(name, grace_ms) -> int"},
     {"_replica_clear", (PyCFunction)store_replica_clear, METH_VARARGS,
      "_replica_clear(keys, segment) -> [int] or negative"},
-    M("batch_is_exist", store_batch_is_exist, "batch_is_exist($self, keys)\n--\n\nPer key 1, 0 or negative."),
+    M("batch_is_exist", store_batch_is_exist,
+      "batch_is_exist($self, keys)\n--\n\nPer key 1, 0 or negative; a key found is read-leased."),
+    M("_batch_probe", store_batch_probe,
+      "_batch_probe($self, keys)\n--\n\nbatch_is_exist without the read lease."),
     M("batch_put_from", store_batch_put_from,
       "batch_put_from(keys, buffer_ptrs, sizes, config=None) -> [int]"),
     M("batch_get_into", store_batch_get_into,

@@ -327,6 +327,22 @@ def test_get_batch_never_returns_a_mix_while_values_change_size(store, cluster):
     assert len(seen) > 1  # the readers saw the versions change
 
 
+def test_is_exist_grants_a_read_lease(store):
+    """As Mooncake's ExistKey: an object is_exist / batch_is_exist found is
+    read-leased (the get that follows the check finds it), so a remove
+    without force is refused; probe_key takes no lease."""
+    a, b, c = K("ex-lease"), K("ex-lease"), K("ex-lease")
+    for k in (a, b, c):
+        assert store.put(k, b"v") == 0
+    assert store.is_exist(a) == 1
+    assert store.remove(a) == HAS_LEASE
+    assert store.batch_is_exist([b, K("none")]) == [1, 0]
+    assert store.remove(b) == HAS_LEASE
+    assert store.probe_key(c) == 1 and store.batch_probe_key([c]) == [1]
+    assert store.remove(c) == 0
+    assert store.remove(a, force=True) == 0 and store.remove(b, force=True) == 0
+
+
 def master_counters(cluster):
     txt = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % cluster["metrics"],
                                  timeout=10).read().decode()

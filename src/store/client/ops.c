@@ -3107,17 +3107,16 @@ int cr_store_get_size(cr_store_t *s, const char *key, uint64_t *size)
     return rc;
 }
 
+static int exist_batch(cr_store_t *s, const char *const *keys, size_t n, int *results,
+                       uint32_t hflags);
+
 int cr_store_exist(cr_store_t *s, const char *key)
 {
     if (!s)
         return CR_E_INVALID_PARAMS;
-    cr__rpc_msg_t rep = {0};
-    int rc = single_item(s, CR__RPC_EXIST, key, 0, &rep);
-    if (rc)
-        return rc;
-    rc = rep.items[0].status;
-    cr__rpc_msg_free(&rep);
-    return rc == 0 ? 1 : rc == CR_E_OBJECT_NOT_FOUND ? 0 : rc;
+    int r;
+    int rc = exist_batch(s, &key, 1, &r, CR__RPC_HF_LEASE);
+    return rc ? rc : r;
 }
 
 int cr_store_remove(cr_store_t *s, const char *key, int force)
@@ -3181,10 +3180,11 @@ int cr_store_remove_all(cr_store_t *s, uint64_t *removed)
     return cr_store_remove_all_force(s, 0, removed); /* desc.c */
 }
 
-int cr_store_batch_is_exist(cr_store_t *s, const char *const *keys, size_t n, int *results)
+/* Exist for n keys (checked) with header flags hflags: results[i] = 1, 0
+ * or the key's error. */
+static int exist_batch(cr_store_t *s, const char *const *keys, size_t n, int *results,
+                       uint32_t hflags)
 {
-    if (!s || !keys || !results || n == 0 || n > CR_STORE_BATCH_MAX)
-        return CR_E_INVALID_PARAMS;
     for (size_t i = 0; i < n; i++)
         if (cr__sc_check_key(keys[i]))
             return CR_E_INVALID_KEY;
@@ -3192,6 +3192,7 @@ int cr_store_batch_is_exist(cr_store_t *s, const char *const *keys, size_t n, in
     int rc = build_items(&req, CR__RPC_EXIST, keys, n);
     if (rc)
         return rc;
+    req.hflags = hflags;
     rc = call_items(s, &req, &rep, n);
     if (rc)
         return rc;
@@ -3201,4 +3202,18 @@ int cr_store_batch_is_exist(cr_store_t *s, const char *const *keys, size_t n, in
     }
     cr__rpc_msg_free(&rep);
     return 0;
+}
+
+int cr_store_batch_is_exist(cr_store_t *s, const char *const *keys, size_t n, int *results)
+{
+    if (!s || !keys || !results || n == 0 || n > CR_STORE_BATCH_MAX)
+        return CR_E_INVALID_PARAMS;
+    return exist_batch(s, keys, n, results, CR__RPC_HF_LEASE);
+}
+
+int cr_store_batch_probe(cr_store_t *s, const char *const *keys, size_t n, int *results)
+{
+    if (!s || !keys || !results || n == 0 || n > CR_STORE_BATCH_MAX)
+        return CR_E_INVALID_PARAMS;
+    return exist_batch(s, keys, n, results, 0);
 }

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
-static int item_locked(cr__master_t *m, uint16_t bt, const cr__rpc_item_t *in,
+static int item_locked(cr__master_t *m, uint16_t bt, uint32_t mflags, const cr__rpc_item_t *in,
                        cr__rpc_item_t *out, cr__rpc_msg_t *reply, uint64_t now)
 {
     switch (bt) {
@@ -26,7 +26,7 @@ static int item_locked(cr__master_t *m, uint16_t bt, const cr__rpc_item_t *in,
         return cr__m_get_replicas_locked(m, in->key, in->key_len, now, reply, out);
     case CR__RPC_EXIST:
         CNT(m, rpc_exist_total)++;
-        return cr__m_exist_locked(m, in->key, in->key_len);
+        return cr__m_exist_locked(m, in->key, in->key_len, (mflags & CR__RPC_HF_LEASE) != 0, now);
     case CR__RPC_GET_SIZE: {
         CNT(m, rpc_get_size_total)++;
         /* a client's get() asks the size first: its not-found is the read's
@@ -112,7 +112,7 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
         cr__m_map_prefetch(m, req->items, req->n_items);
         for (uint32_t i = 0; i < req->n_items; i++) {
             cr__rpc_item_t *out = &reply->items[i];
-            int rc = item_locked(m, bt, &req->items[i], out, reply, now);
+            int rc = item_locked(m, bt, req->hflags, &req->items[i], out, reply, now);
             if (rc == -ENOMEM)
                 rc = CR_E_INTERNAL_ERROR;
             if (rc) {

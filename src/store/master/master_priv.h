@@ -429,7 +429,9 @@ int cr__m_put_revoke_locked(cr__master_t *m, const char *key, size_t key_len, ui
                             uint64_t now);
 int cr__m_get_replicas_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t now,
                               cr__rpc_msg_t *msg, cr__rpc_item_t *it);
-int cr__m_exist_locked(cr__master_t *m, const char *key, size_t key_len);
+/* 0 if key is complete (with lease: leased from now and most recent, as by
+ * GetReplicaList), CR_E_OBJECT_NOT_FOUND or CR_E_INVALID_KEY. */
+int cr__m_exist_locked(cr__master_t *m, const char *key, size_t key_len, int lease, uint64_t now);
 int cr__m_get_size_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t *size);
 int cr__m_remove_locked(cr__master_t *m, const char *key, size_t key_len, int force,
                         uint64_t now);

@@ -266,18 +266,31 @@ int cr__master_get_replicas(cr__master_t *m, const char *key, size_t key_len, ui
     return rc;
 }
 
-int cr__m_exist_locked(cr__master_t *m, const char *key, size_t key_len)
+int cr__m_exist_locked(cr__master_t *m, const char *key, size_t key_len, int lease, uint64_t now)
 {
     if (!key_ok(key, key_len))
         return CR_E_INVALID_KEY;
-    return cr__m_lookup_complete(m, key, key_len) ? 0 : CR_E_OBJECT_NOT_FOUND;
+    obj_t *o = cr__m_lookup_complete(m, key, key_len);
+    if (!o)
+        return CR_E_OBJECT_NOT_FOUND;
+    if (lease) {
+        /* the caller will likely read it next: leased and most recent, as
+         * by GetReplicaList (Mooncake's ExistKey grants the same lease) */
+        uint64_t until = now + m->cfg.lease_ttl_ms;
+        if (o->until_ms < until)
+            o->until_ms = until;
+        list_unlink(o);
+        list_push_front(cr__m_obj_list(m, o), o);
+        m->state_seq++;
+    }
+    return 0;
 }
 
 int cr__master_exist(cr__master_t *m, const char *key, size_t key_len, uint64_t now)
 {
     (void)now;
     pthread_mutex_lock(&m->mu);
-    int rc = cr__m_exist_locked(m, key, key_len);
+    int rc = cr__m_exist_locked(m, key, key_len, 0, now);
     pthread_mutex_unlock(&m->mu);
     return rc;
 }

@@ -488,7 +488,7 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
     cr__put_le(h + 8, m->req_id, 8);
     cr__put_le(h + 16, plen, 4);
     cr__put_le(h + 20, (uint32_t)m->status, 4);
-    cr__put_le(h + 24, 0, 4);
+    cr__put_le(h + 24, m->hflags, 4);
     cr__put_le(h + 28, m->epoch, 4);
     return 0;
 }
@@ -806,6 +806,7 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
     m.req_id = h->req_id;
     m.status = h->status;
     m.epoch = h->epoch;
+    m.hflags = h->flags;
     rd_t r = {.p = payload, .left = len, .bad = 0};
     int nomem = 0, rc = 0;
     uint16_t bt = base_type(type);

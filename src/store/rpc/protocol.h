@@ -180,6 +180,10 @@ enum cr__rpc_type {
 #define CR__RPC_F_REPL_RESET 0x1u     /* REPL_APPEND: a snapshot starts; forget the rest */
 #define CR__RPC_F_CRC 0x2u            /* item: `crc` holds the value's crc32c (PUT_END
                                          request, GET_REPLICA_LIST reply) */
+/* header flags (cr__rpc_hdr_t.flags, cr__rpc_msg_t.hflags) */
+#define CR__RPC_HF_LEASE 0x1u         /* EXIST / BATCH_EXIST request: every object
+                                         found gets a read lease, as from
+                                         GET_REPLICA_LIST (Mooncake's ExistKey) */
 #define CR__RPC_CFG_SOFT_PIN 0x1u     /* replicate config flags */
 #define CR__RPC_CFG_HARD_PIN 0x2u
 #define CR__RPC_CFG_UPSERT 0x4u       /* PutStart of an existing key: replace it at
@@ -194,7 +198,7 @@ typedef struct cr__rpc_hdr {
     uint64_t req_id;      /* chosen by the client, echoed in the reply */
     uint32_t payload_len; /* bytes after the header, <= CR__RPC_PAYLOAD_MAX */
     int32_t status;       /* replies: 0 or a CR_E_* code; requests: 0 */
-    uint32_t flags;       /* reserved, 0 */
+    uint32_t flags;       /* CR__RPC_HF_* (request options; unknown bits ignored) */
     uint32_t epoch;       /* HA: replies carry the serving leader's epoch, requests the
                              highest the sender has seen; 0 = none (no HA) */
 } cr__rpc_hdr_t;
@@ -301,6 +305,7 @@ typedef struct cr__rpc_msg {
     uint32_t n_items;
     cr__rpc_item_t *items;
     uint32_t epoch;      /* header epoch (see cr__rpc_hdr_t) */
+    uint32_t hflags;     /* header flags: CR__RPC_HF_* (0 from older senders) */
     const uint8_t *blob; /* REPL_APPEND request: blob_len bytes (in the arena after decode) */
     uint32_t blob_len;
     const char *pattern; /* REMOVE_BY_REGEX: NUL-terminated, 1..CR__RPC_KEY_MAX bytes */

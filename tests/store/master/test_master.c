@@ -1028,6 +1028,42 @@ static void test_restore_evicts_oldest_first(void **s)
     cr__ha_buf_free(&jb);
 }
 
+/* Exist through the dispatch: with the header's LEASE flag an object found
+ * is read-leased (Mooncake's ExistKey), without it not. */
+static void test_exist_lease_flag(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    assert_int_equal(put(m, "a", 1000, 1, 0, 1, NULL, 1), 0);
+    assert_int_equal(put(m, "b", 1000, 1, 0, 1, NULL, 1), 0);
+    cr__rpc_item_t it[2] = {{.key = "a", .key_len = 1}, {.key = "zz", .key_len = 2}};
+    cr__rpc_msg_t req = {.type = CR__RPC_BATCH_EXIST, .n_items = 2, .items = it,
+                         .hflags = CR__RPC_HF_LEASE};
+    cr__rpc_msg_t rep = {0};
+    cr__master_handle(m, &req, &rep, 2);
+    assert_int_equal(rep.items[0].status, 0);
+    assert_int_equal(rep.items[1].status, CR_E_OBJECT_NOT_FOUND);
+    cr__rpc_msg_free(&rep);
+    it[0].key = "b";
+    req = (cr__rpc_msg_t){.type = CR__RPC_EXIST, .n_items = 1, .items = it};
+    cr__master_handle(m, &req, &rep, 2);
+    assert_int_equal(rep.status, 0);
+    cr__rpc_msg_free(&rep);
+    assert_int_equal(cr__master_remove(m, "a", 1, 0, 3), CR_E_OBJECT_HAS_LEASE);
+    assert_int_equal(cr__master_remove(m, "b", 1, 0, 3), 0);
+    /* the header flag round-trips through the codec */
+    req.hflags = CR__RPC_HF_LEASE;
+    cr__rpc_buf_t b;
+    cr__rpc_buf_init(&b);
+    assert_int_equal(cr__rpc_encode(&req, &b), 0);
+    cr__rpc_hdr_t h;
+    assert_int_equal(cr__rpc_decode_hdr(b.data, &h), 0);
+    assert_int_equal(h.flags, CR__RPC_HF_LEASE);
+    cr__rpc_buf_free(&b);
+    cr__master_destroy(m);
+}
+
 /* PutStart through the dispatch, n keys of 64 KiB: the reply's status. */
 static int dispatch_put_start(cr__master_t *m, uint32_t n, uint64_t now, int *item0)
 {
@@ -1379,6 +1415,7 @@ int main(void)
         cmocka_unit_test(test_crc_journaled),
         cmocka_unit_test(test_restore_evicts_oldest_first),
         cmocka_unit_test(test_restored_refuses_puts_until_a_node_is_back),
+        cmocka_unit_test(test_exist_lease_flag),
         cmocka_unit_test(test_window_put_start_unwaited),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),
