@@ -84,7 +84,7 @@ struct cr__rpc_server {
     /* counters: relaxed atomics */
     uint64_t conns_accepted, conns_rejected, conns_open, frames, bad_frames, closed_bad_header,
         closed_timeout, closed_over_budget, buffered, auth_ok, auth_refused, closed_pending,
-        rejected_per_source;
+        rejected_per_source, closed_unauth_frame;
 };
 
 #define INC(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELAXED)
@@ -237,6 +237,16 @@ static int auth_frame(loop_t *l, conn_t *c, const uint8_t *payload)
     return error_reply(c, t, c->h.req_id, CR_E_ILLEGAL_CLIENT);
 }
 
+/* Security on, connection not yet authenticated: 1 if the frame whose
+ * header is c->h may be read, i.e. it is a handshake message of its exact
+ * size. Anything else is refused at the header, before a payload byte is
+ * buffered: a stranger costs the receive buffer, not the request budget. */
+static int auth_hdr_ok(const conn_t *c)
+{
+    return (c->h.type == CR__RPC_AUTH_HELLO && c->h.payload_len == CR__AUTH_HELLO_LEN) ||
+           (c->h.type == CR__RPC_AUTH_PROOF && c->h.payload_len == CR__AUTH_PROOF_LEN);
+}
+
 /* Handles the complete frame in c (header c->h, payload bytes at payload);
  * leaves the reply in c->out. */
 static int handle_frame(loop_t *l, conn_t *c, const uint8_t *payload)
@@ -387,6 +397,20 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
                 return -1;
             }
             c->payload_got = 0;
+            if (s->p.auth && !c->authed && !auth_hdr_ok(c)) {
+                /* answered ILLEGAL_CLIENT (a client without the key learns
+                 * why) and closed; the payload is never read */
+                INC(s->auth_refused);
+                INC(s->closed_unauth_frame);
+                CR_LOG_RL(CR__LOG_WARN, "rpc",
+                          "fd %d: refused an unauthenticated frame (0x%x, %u bytes) at its header",
+                          c->fd, (unsigned)c->h.type, c->h.payload_len);
+                c->hdr_got = 0;
+                if (error_reply(c, c->h.type, c->h.req_id, CR_E_ILLEGAL_CLIENT))
+                    return -1;
+                conn_flush(l, c, now);
+                return -1;
+            }
         }
         const uint8_t *payload = c->payload;
         if (c->payload_got == 0 && avail >= c->h.payload_len) {
@@ -771,6 +795,7 @@ void cr__rpc_server_stats(const cr__rpc_server_t *s, cr__rpc_server_stats_t *o)
     o->auth_refused = LOAD(s->auth_refused);
     o->closed_pending = LOAD(s->closed_pending);
     o->rejected_per_source = LOAD(s->rejected_per_source);
+    o->closed_unauth_frame = LOAD(s->closed_unauth_frame);
 }
 
 void cr__rpc_server_stop(cr__rpc_server_t *s)

@@ -27,7 +27,10 @@
  * Security (auth != NULL): the first frames must be CR__RPC_AUTH_HELLO and
  * CR__RPC_AUTH_PROOF (src/common/auth); any other frame on an
  * unauthenticated connection is answered with CR_E_ILLEGAL_CLIENT and the
- * connection is closed; the handler never sees it.
+ * connection is closed; the handler never sees it. That is decided at the
+ * frame header: until the handshake completes only a HELLO or PROOF of its
+ * exact size (CR__AUTH_HELLO_LEN, CR__AUTH_PROOF_LEN) is read, so a stranger
+ * announcing a big payload is closed before a byte of it is buffered.
  */
 #ifndef CR_STORE_RPC_SERVER_H
 #define CR_STORE_RPC_SERVER_H
@@ -78,6 +81,9 @@ typedef struct cr__rpc_server_stats {
     uint64_t frames, bad_frames, closed_bad_header, closed_timeout, closed_over_budget;
     uint64_t auth_ok, auth_refused;       /* handshakes completed / refused or skipped */
     uint64_t closed_pending, rejected_per_source; /* flood defences */
+    /* security on: frames refused at their header on an unauthenticated
+     * connection (not a handshake message of its size); also in auth_refused */
+    uint64_t closed_unauth_frame;
     uint64_t buffered_bytes; /* request bytes buffered right now */
 } cr__rpc_server_stats_t;
 

@@ -3,7 +3,9 @@
  * connection bound, frame timeouts, client reconnect after a server
  * restart, calls from several threads, frames that arrive split at odd
  * byte boundaries or several in one segment (pipelined), the client's
- * pipelined calls, and all that again with both ends busy-polling. */
+ * pipelined calls, and all that again with both ends busy-polling; the
+ * request budget and, with security on, that a stranger's frame is refused
+ * at its header. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -17,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "common/auth/auth.h"
 #include "common/net.h"
 #include "store/rpc/client.h"
 #include "store/rpc/server.h"
@@ -57,13 +60,14 @@ static void handler(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *rep)
 }
 
 static uint64_t g_budget;
+static const cr__auth_t *g_auth; /* security on for the next start() */
 
 static cr__rpc_server_t *start(uint16_t port, int max_conns, int frame_timeout_ms)
 {
     cr__rpc_server_params_t p = {.host = "127.0.0.1", .port = port, .n_threads = 2,
                                  .max_conns = max_conns, .frame_timeout_ms = frame_timeout_ms,
                                  .max_buffered_bytes = g_budget, .spin_us = g_spin_us,
-                                 .fn = handler};
+                                 .auth = g_auth, .fn = handler};
     cr__rpc_server_t *s = NULL;
     int rc = cr__rpc_server_start(&p, &s);
     if (rc)
@@ -352,6 +356,87 @@ static void test_buffer_budget(void **s)
     cr__rpc_server_stop(srv);
 }
 
+/* a frame header: type, payload_len (the payload is the caller's) */
+static void put_hdr(uint8_t *b, uint16_t type, uint32_t payload_len)
+{
+    memset(b, 0, 32);
+    memcpy(b, "CRSM", 4);
+    b[4] = 1;
+    b[6] = (uint8_t)type;
+    b[7] = (uint8_t)(type >> 8);
+    for (int i = 0; i < 4; i++)
+        b[16 + i] = (uint8_t)(payload_len >> (8 * i));
+}
+
+/* Security on: a stranger announcing a big payload is closed at the frame
+ * header, before any of it is buffered, so unauthenticated connections
+ * cannot take the request budget (audit: 24 of them with 64 MiB frames
+ * pushed the master to 1.1 GB and failed every member's big request). A
+ * member still gets in. */
+static void test_unauth_big_frame_closed_at_header(void **s)
+{
+    (void)s;
+    static const char secret[] = "0123456789abcdef0123456789abcdef";
+    cr__auth_t *a;
+    assert_int_equal(cr__auth_from_secret(secret, 32, &a), 0);
+    g_auth = a;
+    cr__rpc_server_t *srv = start(0, 0, 0);
+    g_auth = NULL;
+    uint8_t hdr[32];
+    /* header alone: answered ILLEGAL_CLIENT without waiting for the payload */
+    put_hdr(hdr, CR__RPC_BATCH_EXIST, 64u << 20);
+    int fd = raw_connect(srv);
+    assert_int_equal(cr__net_write_full(fd, hdr, 32, 3000), 0);
+    cr__rpc_hdr_t h;
+    int rc = read_reply(fd, &h);
+    if (rc != CR_E_ILLEGAL_CLIENT)
+        fail_msg("64 MiB frame header from a stranger: got %d, want %d (ILLEGAL_CLIENT)", rc,
+                 CR_E_ILLEGAL_CLIENT);
+    uint8_t x;
+    assert_int_equal(cr__net_read_full(fd, &x, 1, 5000), -ECONNRESET); /* then closed */
+    close(fd);
+    /* header + 1 MiB of payload, also as handshake types of the wrong size:
+     * closed (the reply may be lost to the reset), nothing buffered */
+    static uint8_t frame[32 + (1 << 20)];
+    const uint16_t types[] = {CR__RPC_BATCH_EXIST, CR__RPC_AUTH_HELLO, CR__RPC_AUTH_PROOF};
+    for (int i = 0; i < 3; i++) {
+        put_hdr(frame, types[i], 64u << 20);
+        fd = raw_connect(srv);
+        cr__net_write_full(fd, frame, sizeof frame, 3000); /* fails once closed */
+        rc = read_reply(fd, &h);
+        if (rc != CR_E_ILLEGAL_CLIENT && rc != -ECONNRESET && rc != -EPIPE)
+            fail_msg("stranger's frame 0x%x with 1 MiB sent of 64 MiB: got %d, want "
+                     "ILLEGAL_CLIENT or closed",
+                     (unsigned)types[i], rc);
+        close(fd);
+    }
+    cr__rpc_server_stats_t st;
+    cr__rpc_server_stats(srv, &st);
+    if (st.buffered_bytes != 0 || st.closed_unauth_frame != 4 || st.closed_over_budget != 0)
+        fail_msg("buffered_bytes %llu (want 0), closed_unauth_frame %llu (want 4), "
+                 "closed_over_budget %llu (want 0)",
+                 (unsigned long long)st.buffered_bytes,
+                 (unsigned long long)st.closed_unauth_frame,
+                 (unsigned long long)st.closed_over_budget);
+    /* a member authenticates and is served */
+    cr__rpc_client_t *c = client_for(srv);
+    cr__rpc_client_set_auth(c, a);
+    assert_int_equal(exist(c, "yes"), 0);
+    cr__rpc_client_destroy(c);
+    /* a client without the key is refused, as before */
+    c = client_for(srv);
+    cr__rpc_msg_t m = {.type = CR__RPC_PING}, r;
+    rc = cr__rpc_client_call(c, &m, &r);
+    if (rc == 0) {
+        rc = r.status;
+        cr__rpc_msg_free(&r);
+    }
+    assert_int_equal(rc, CR_E_ILLEGAL_CLIENT);
+    cr__rpc_client_destroy(c);
+    cr__rpc_server_stop(srv);
+    cr__auth_free(a);
+}
+
 static cr__rpc_server_t *g_srv;
 static void *worker(void *arg)
 {
@@ -574,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_conn_bound_and_frame_timeout),
         cmocka_unit_test(test_reconnect_after_restart),
         cmocka_unit_test(test_buffer_budget),
+        cmocka_unit_test(test_unauth_big_frame_closed_at_header),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_split_and_pipelined_frames),
         cmocka_unit_test(test_pipe),
