@@ -70,6 +70,9 @@ typedef struct loop {
 typedef struct src_slot {
     uint8_t addr[16]; /* IPv4-mapped or IPv6 */
     int count;        /* 0 = free */
+    /* request bytes buffered by this source's connections: atomic, not
+     * under src_mu (the slot cannot be reused while a connection holds it) */
+    uint64_t buffered;
 } src_slot_t;
 
 struct cr__rpc_server {
@@ -145,14 +148,42 @@ static void src_release(struct cr__rpc_server *s, int slot)
     pthread_mutex_unlock(&s->src_mu);
 }
 
+/* Charges grow request bytes to the server-wide budget and to the
+ * connection's source. Returns 0, or -1 (nothing charged) when either bound
+ * would be passed. */
+static int budget_take(struct cr__rpc_server *s, conn_t *c, uint64_t grow)
+{
+    if (__atomic_add_fetch(&s->buffered, grow, __ATOMIC_RELAXED) > s->p.max_buffered_bytes) {
+        __atomic_sub_fetch(&s->buffered, grow, __ATOMIC_RELAXED);
+        return -1;
+    }
+    if (c->src_slot >= 0) {
+        uint64_t *b = &s->src[c->src_slot].buffered;
+        if (__atomic_add_fetch(b, grow, __ATOMIC_RELAXED) > s->p.max_buffered_bytes_per_source) {
+            __atomic_sub_fetch(b, grow, __ATOMIC_RELAXED);
+            __atomic_sub_fetch(&s->buffered, grow, __ATOMIC_RELAXED);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void budget_give(struct cr__rpc_server *s, conn_t *c, uint64_t n)
+{
+    __atomic_sub_fetch(&s->buffered, n, __ATOMIC_RELAXED);
+    if (c->src_slot >= 0)
+        __atomic_sub_fetch(&s->src[c->src_slot].buffered, n, __ATOMIC_RELAXED);
+}
+
 static void conn_close(loop_t *l, conn_t *c)
 {
+    /* give the buffer budget back before the peer can see the close (and
+     * before the source slot may be reused) */
+    budget_give(l->srv, c, c->payload_cap);
+    c->payload_cap = 0;
     src_release(l->srv, c->src_slot);
     if (c->pending)
         l->n_pending--;
-    /* give the buffer budget back before the peer can see the close */
-    __atomic_sub_fetch(&l->srv->buffered, c->payload_cap, __ATOMIC_RELAXED);
-    c->payload_cap = 0;
     DEC(l->srv->conns_open);
     epoll_ctl(l->ep, EPOLL_CTL_DEL, c->fd, NULL);
     cr__tls_conn_free(c->tls);
@@ -428,17 +459,16 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
                 if (cap > c->h.payload_len)
                     cap = c->h.payload_len;
                 uint64_t grow = cap - c->payload_cap;
-                if (__atomic_add_fetch(&s->buffered, grow, __ATOMIC_RELAXED) >
-                    s->p.max_buffered_bytes) {
-                    __atomic_sub_fetch(&s->buffered, grow, __ATOMIC_RELAXED);
+                if (budget_take(s, c, grow)) {
                     INC(s->closed_over_budget);
-                    CR_LOG_RL(CR__LOG_WARN, "rpc", "fd %d: request buffers over budget, closing",
+                    CR_LOG_RL(CR__LOG_WARN, "rpc",
+                              "fd %d: request buffers over budget (server or source), closing",
                               c->fd);
                     return -1;
                 }
                 uint8_t *d = realloc(c->payload, cap);
                 if (!d) {
-                    __atomic_sub_fetch(&s->buffered, grow, __ATOMIC_RELAXED);
+                    budget_give(s, c, grow);
                     return -1;
                 }
                 c->payload = d;
@@ -471,7 +501,7 @@ static int conn_read(loop_t *l, conn_t *c, uint64_t now)
         c->hdr_got = 0;
         c->payload_got = 0;
         if (c->payload_cap > (1u << 20)) {
-            __atomic_sub_fetch(&s->buffered, c->payload_cap, __ATOMIC_RELAXED);
+            budget_give(s, c, c->payload_cap);
             free(c->payload);
             c->payload = NULL;
             c->payload_cap = 0;
@@ -719,6 +749,8 @@ int cr__rpc_server_start(const cr__rpc_server_params_t *p, cr__rpc_server_t **ou
         s->p.frame_timeout_ms = DEFAULT_FRAME_TIMEOUT_MS;
     if (s->p.max_buffered_bytes == 0)
         s->p.max_buffered_bytes = DEFAULT_MAX_BUFFERED_BYTES;
+    if (s->p.max_buffered_bytes_per_source == 0)
+        s->p.max_buffered_bytes_per_source = s->p.max_buffered_bytes / 4;
     if (s->p.first_frame_timeout_ms <= 0)
         s->p.first_frame_timeout_ms = 5000;
     if (s->p.max_pending <= 0)

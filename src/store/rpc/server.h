@@ -18,7 +18,8 @@
  * connections are bounded by max_pending: when a new one would pass the
  * bound, the oldest pending connection is closed (a legitimate client sends
  * its first frame at once, so idle floods displace only each other). One
- * source address may hold at most max_conns_per_source connections.
+ * source address may hold at most max_conns_per_source connections and at
+ * most max_buffered_bytes_per_source bytes of partial requests.
  *
  * TLS (tls != NULL): the handshake runs in the event loop (non-blocking);
  * a peer without a certificate of the CA, or speaking plain TCP, is closed
@@ -59,6 +60,10 @@ typedef struct cr__rpc_server_params {
     /* Bound on request bytes buffered over all connections (default 1 GiB
      * when 0): a connection whose partial frame would pass it is closed. */
     uint64_t max_buffered_bytes;
+    /* The same bound for the connections of one source address (default
+     * max_buffered_bytes / 4 when 0): one source cannot hold the whole
+     * budget and lock everyone else's big requests out. */
+    uint64_t max_buffered_bytes_per_source;
     int first_frame_timeout_ms; /* default 5 s when <= 0 */
     int max_pending;            /* default 128 when <= 0 */
     int max_conns_per_source;   /* default max_conns / 4 (at least 16) when <= 0 */

@@ -4,8 +4,8 @@
  * restart, calls from several threads, frames that arrive split at odd
  * byte boundaries or several in one segment (pipelined), the client's
  * pipelined calls, and all that again with both ends busy-polling; the
- * request budget and, with security on, that a stranger's frame is refused
- * at its header. */
+ * request budget (server-wide and per source) and, with security on, that a
+ * stranger's frame is refused at its header. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -59,15 +59,16 @@ static void handler(void *user, const cr__rpc_msg_t *req, cr__rpc_msg_t *rep)
     }
 }
 
-static uint64_t g_budget;
+static uint64_t g_budget, g_src_budget;
 static const cr__auth_t *g_auth; /* security on for the next start() */
 
 static cr__rpc_server_t *start(uint16_t port, int max_conns, int frame_timeout_ms)
 {
     cr__rpc_server_params_t p = {.host = "127.0.0.1", .port = port, .n_threads = 2,
                                  .max_conns = max_conns, .frame_timeout_ms = frame_timeout_ms,
-                                 .max_buffered_bytes = g_budget, .spin_us = g_spin_us,
-                                 .auth = g_auth, .fn = handler};
+                                 .max_buffered_bytes = g_budget,
+                                 .max_buffered_bytes_per_source = g_src_budget,
+                                 .spin_us = g_spin_us, .auth = g_auth, .fn = handler};
     cr__rpc_server_t *s = NULL;
     int rc = cr__rpc_server_start(&p, &s);
     if (rc)
@@ -319,9 +320,9 @@ static void test_reconnect_after_restart(void **s)
 static void test_buffer_budget(void **s)
 {
     (void)s;
-    g_budget = 256 * 1024;
+    g_budget = g_src_budget = 256 * 1024; /* all from one source here */
     cr__rpc_server_t *srv = start(0, 0, 0);
-    g_budget = 0;
+    g_budget = g_src_budget = 0;
     static uint8_t frame[32 + 300 * 1024];
     memset(frame, 0, sizeof frame);
     memcpy(frame, "CRSM", 4);
@@ -435,6 +436,54 @@ static void test_unauth_big_frame_closed_at_header(void **s)
     cr__rpc_client_destroy(c);
     cr__rpc_server_stop(srv);
     cr__auth_free(a);
+}
+
+/* Security off: one source address holds at most a quarter of the request
+ * budget, so a source pushing big partial frames cannot lock other sources'
+ * big requests out. */
+static void test_source_budget(void **s)
+{
+    (void)s;
+    g_budget = 1 << 20; /* 256 KiB per source */
+    cr__rpc_server_t *srv = start(0, 0, 0);
+    g_budget = 0;
+    uint32_t pl = 200 * 1024;
+    static uint8_t frame[32 + 200 * 1024];
+    memset(frame, 0, sizeof frame);
+    put_hdr(frame, CR__RPC_BATCH_EXIST, pl);
+    /* A: 150 KiB of a 200 KiB frame, held */
+    int fa = raw_connect(srv);
+    assert_int_equal(cr__net_write_full(fa, frame, 32 + 150 * 1024, 3000), 0);
+    cr__rpc_server_stats_t st;
+    for (int i = 0; i < 500; i++) { /* until the server has grown A's buffer */
+        cr__rpc_server_stats(srv, &st);
+        if (st.buffered_bytes >= pl)
+            break;
+        usleep(10000);
+    }
+    assert_int_equal(st.buffered_bytes, pl);
+    /* B, same source: over the source's share, closed */
+    int fb = raw_connect(srv);
+    cr__net_write_full(fb, frame, sizeof frame, 3000); /* fails once closed */
+    cr__rpc_hdr_t h;
+    int rc = read_reply(fb, &h);
+    if (rc != -ECONNRESET)
+        fail_msg("second 200 KiB frame from one source: got %d, want closed (%d)", rc,
+                 -ECONNRESET);
+    close(fb);
+    /* C, another source: served (undecodable payload: error reply) */
+    int fc = cr__net_connect("127.0.0.1", cr__rpc_server_port(srv), "127.0.0.2", 2000);
+    assert_true(fc >= 0);
+    assert_int_equal(cr__net_write_full(fc, frame, sizeof frame, 3000), 0);
+    assert_int_equal(read_reply(fc, &h), CR_E_INVALID_PARAMS);
+    close(fc);
+    /* A finishes its frame and is served */
+    assert_int_equal(cr__net_write_full(fa, frame + 32 + 150 * 1024, 50 * 1024, 3000), 0);
+    assert_int_equal(read_reply(fa, &h), CR_E_INVALID_PARAMS);
+    close(fa);
+    cr__rpc_server_stats(srv, &st);
+    assert_int_equal(st.closed_over_budget, 1);
+    cr__rpc_server_stop(srv);
 }
 
 static cr__rpc_server_t *g_srv;
@@ -660,6 +709,7 @@ int main(void)
         cmocka_unit_test(test_reconnect_after_restart),
         cmocka_unit_test(test_buffer_budget),
         cmocka_unit_test(test_unauth_big_frame_closed_at_header),
+        cmocka_unit_test(test_source_budget),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_split_and_pipelined_frames),
         cmocka_unit_test(test_pipe),
