@@ -156,6 +156,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, CR__AUTH_HTTP_HEADER);
         int arc = cr__auth_http_verify(srv->auth, h, method, st->target ? st->target : url,
                                        st->body ? st->body : "", st->len, (uint64_t)time(NULL));
+        if (arc == -EBUSY) /* genuine, but no room to remember its nonce */
+            return queue_static(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server busy, retry\n");
         if (arc) {
             atomic_fetch_add(&srv->auth_refused, 1);
             CR_LOG_RL(CR__LOG_WARN, "httpd", "refused %s %s: bad or replayed signature", method,

@@ -55,7 +55,8 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
  * auth != NULL turns security on: every request must carry a valid
  * X-Crescent-Auth signature (common/auth/auth.h) over its method, request
  * target and body; others get 401 without calling the handler (a request
- * without the header is refused before its body is read). auth must
+ * without the header is refused before its body is read); a genuine request
+ * whose nonce the replay cache has no room for gets 503 (busy, retry). auth must
  * outlive the server. One source address may hold at most
  * max_conns_per_source connections (default 64); connections idle (or
  * silent from the start) for 30 s are closed. */

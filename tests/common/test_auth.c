@@ -142,6 +142,53 @@ static void test_http_signature(void **st)
     cr__auth_free(b);
 }
 
+/* The replay cache never forgets a live nonce to make room (audit: after
+ * ~20k signed requests in the window a captured one was accepted again):
+ * nonces that collide fill their probe range, then a new one is refused as
+ * busy while every remembered one stays refused as a replay; once the
+ * window passes, room comes back. */
+static void test_http_replay_cache_full_refuses(void **st)
+{
+    (void)st;
+    cr__auth_t *a;
+    assert_int_equal(cr__auth_from_secret(K1, strlen(K1), &a), 0);
+    uint64_t now = (uint64_t)time(NULL);
+    enum { N = 64 };
+    static char h[N][CR__AUTH_HTTP_MAX];
+    int rc[N], accepted = 0, busy = 0;
+    for (int i = 0; i < N; i++) {
+        uint8_t nonce[16] = {0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a}; /* same slot */
+        nonce[15] = (uint8_t)i;
+        assert_int_equal(cr__auth_http_sign_at(a, "GET", "/m?k=1", "", 0, now, nonce, h[i]), 0);
+        rc[i] = cr__auth_http_verify(a, h[i], "GET", "/m?k=1", "", 0, now);
+        if (rc[i] == 0)
+            accepted++;
+        else if (rc[i] == -EBUSY)
+            busy++;
+        else
+            fail_msg("nonce %d: %d, want 0 or -EBUSY", i, rc[i]);
+    }
+    if (accepted == 0 || busy == 0)
+        fail_msg("%d colliding nonces: %d accepted, %d busy; want some of each", N, accepted,
+                 busy);
+    for (int i = 0; i < N; i++) {
+        int r = cr__auth_http_verify(a, h[i], "GET", "/m?k=1", "", 0, now + 1);
+        if (rc[i] == 0 && r != -EACCES)
+            fail_msg("replay of accepted nonce %d with the cache full: %d, want -EACCES", i, r);
+        if (rc[i] == -EBUSY && r != -EBUSY)
+            fail_msg("retry of busy nonce %d: %d, want -EBUSY (still full)", i, r);
+    }
+    /* past the window: the old requests are refused by time, their slots free */
+    uint64_t later = now + CR__AUTH_HTTP_WINDOW_S + 1;
+    assert_int_equal(cr__auth_http_verify(a, h[0], "GET", "/m?k=1", "", 0, later), -EACCES);
+    char fresh[CR__AUTH_HTTP_MAX];
+    uint8_t nonce[16] = {0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 1, 2, 3};
+    assert_int_equal(cr__auth_http_sign_at(a, "GET", "/m?k=1", "", 0, later, nonce, fresh), 0);
+    assert_int_equal(cr__auth_http_verify(a, fresh, "GET", "/m?k=1", "", 0, later), 0);
+    assert_int_equal(cr__auth_http_verify(a, fresh, "GET", "/m?k=1", "", 0, later), -EACCES);
+    cr__auth_free(a);
+}
+
 static void test_key_files(void **st)
 {
     (void)st;
@@ -199,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_context_mismatch_refused),
         cmocka_unit_test(test_forged_proof_refused),
         cmocka_unit_test(test_http_signature),
+        cmocka_unit_test(test_http_replay_cache_full_refuses),
         cmocka_unit_test(test_key_files),
         cmocka_unit_test(test_warn_open),
     };

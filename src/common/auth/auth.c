@@ -23,12 +23,17 @@
 #include "common/status.h"
 #include "common/net.h"
 
-#define REPLAY_SLOTS 8192 /* HTTP nonces remembered (power of two) */
+/* HTTP nonces remembered (power of two): 1.5 MiB of address space, paged in
+ * only by a process that verifies signatures. A nonce is kept until its
+ * request's time leaves the window; when the REPLAY_PROBE slots it may use
+ * all hold live nonces, the request is refused as busy (never is a live
+ * nonce forgotten: that would let its request be replayed). */
+#define REPLAY_SLOTS 65536
 #define REPLAY_PROBE 16
 
 typedef struct replay_slot {
     uint8_t nonce[16];
-    uint64_t ts; /* 0 = free */
+    uint64_t ts; /* the request's signed time; 0 = free */
 } replay_slot_t;
 
 struct cr__auth {
@@ -488,13 +493,21 @@ static int http_mac(const cr__auth_t *a, const char *method, const char *target,
 int cr__auth_http_sign(const cr__auth_t *a, const char *method, const char *target,
                        const void *body, size_t len, char out[CR__AUTH_HTTP_MAX])
 {
+    uint8_t nonce[16];
+    if (cr__auth_random(nonce, sizeof nonce))
+        return -EIO;
+    return cr__auth_http_sign_at(a, method, target, body, len, (uint64_t)time(NULL), nonce, out);
+}
+
+int cr__auth_http_sign_at(const cr__auth_t *a, const char *method, const char *target,
+                          const void *body, size_t len, uint64_t ts, const uint8_t nonce[16],
+                          char out[CR__AUTH_HTTP_MAX])
+{
     if (!a || !method || !target)
         return -EINVAL;
     target = http_target(target);
-    uint8_t nonce[16], mac[CR__AUTH_MAC_LEN];
-    uint64_t ts = (uint64_t)time(NULL);
-    if (cr__auth_random(nonce, sizeof nonce) ||
-        http_mac(a, method, target, body, len, ts, nonce, mac))
+    uint8_t mac[CR__AUTH_MAC_LEN];
+    if (http_mac(a, method, target, body, len, ts, nonce, mac))
         return -EIO;
     char nh[33], mh[65];
     cr__auth_hex(nonce, 16, nh);
@@ -527,35 +540,39 @@ int cr__auth_http_parse(const char *hdr, uint64_t *ts, uint8_t nonce[16],
     return 0;
 }
 
-/* Remembers nonce; returns 1 when it was already seen inside the window. */
-static int replay_seen(cr__auth_t *a, const uint8_t nonce[16], uint64_t now_s)
+/* Remembers the nonce of a request signed at ts (inside the window).
+ * Returns 0 (new, remembered), 1 (seen inside the window: a replay) or
+ * -EBUSY (no room to remember it: refused, the client may retry). A slot is
+ * reused only once its request's time has left the window, when the window
+ * check alone refuses a replay of it. */
+static int replay_seen(cr__auth_t *a, const uint8_t nonce[16], uint64_t ts, uint64_t now_s)
 {
     uint64_t h;
     memcpy(&h, nonce, sizeof h);
     size_t base = (size_t)h & (REPLAY_SLOTS - 1);
-    size_t victim = base;
-    uint64_t oldest = UINT64_MAX;
-    int seen = 0;
+    replay_slot_t *free_slot = NULL;
+    int rc = 0;
     pthread_mutex_lock(&a->replay_mu);
     for (size_t i = 0; i < REPLAY_PROBE; i++) {
         replay_slot_t *s = &a->replay[(base + i) & (REPLAY_SLOTS - 1)];
-        if (s->ts && s->ts + 2 * CR__AUTH_HTTP_WINDOW_S < now_s)
-            s->ts = 0; /* expired */
+        if (s->ts && s->ts + CR__AUTH_HTTP_WINDOW_S < now_s)
+            s->ts = 0; /* expired: its request is refused by the window now */
         if (s->ts && memcmp(s->nonce, nonce, 16) == 0) {
-            seen = 1;
-            break;
+            rc = 1;
+            goto out;
         }
-        if (s->ts < oldest) {
-            oldest = s->ts;
-            victim = (base + i) & (REPLAY_SLOTS - 1);
-        }
+        if (!s->ts && !free_slot)
+            free_slot = s;
     }
-    if (!seen) {
-        memcpy(a->replay[victim].nonce, nonce, 16);
-        a->replay[victim].ts = now_s ? now_s : 1;
+    if (!free_slot) {
+        rc = -EBUSY;
+        goto out;
     }
+    memcpy(free_slot->nonce, nonce, 16);
+    free_slot->ts = ts ? ts : 1;
+out:
     pthread_mutex_unlock(&a->replay_mu);
-    return seen;
+    return rc;
 }
 
 int cr__auth_http_verify(cr__auth_t *a, const char *hdr, const char *method, const char *target,
@@ -573,9 +590,13 @@ int cr__auth_http_verify(cr__auth_t *a, const char *hdr, const char *method, con
         return -EIO;
     if (!cr__auth_mac_eq(want, mac, CR__AUTH_MAC_LEN))
         return -EACCES;
-    if (replay_seen(a, nonce, now_s))
-        return -EACCES;
-    return 0;
+    int seen = replay_seen(a, nonce, ts, now_s);
+    if (seen < 0) {
+        CR_LOG_RL(CR__LOG_WARN, "auth", "HTTP replay cache full: refusing a signed request "
+                  "(busy, retry)");
+        return seen;
+    }
+    return seen ? -EACCES : 0;
 }
 
 /* ---- listeners ---------------------------------------------------------- */

@@ -170,9 +170,15 @@ int cr__auth_server_fd(const cr__auth_t *a, int fd, const char *ctx, int timeout
  * or -EINVAL/-EIO. */
 int cr__auth_http_sign(const cr__auth_t *a, const char *method, const char *target,
                        const void *body, size_t len, char out[CR__AUTH_HTTP_MAX]);
+/* Same with a given time and nonce (tests). */
+int cr__auth_http_sign_at(const cr__auth_t *a, const char *method, const char *target,
+                          const void *body, size_t len, uint64_t ts, const uint8_t nonce[16],
+                          char out[CR__AUTH_HTTP_MAX]);
 /* Verifies a header value (NULL = missing). now_s: unix seconds. Returns 0,
  * -EACCES (missing, bad MAC, outside the window, replayed), -EBADMSG
- * (malformed). Records the nonce (bounded replay cache). */
+ * (malformed) or -EBUSY (genuine, but the bounded replay cache has no room
+ * to remember its nonce: refused rather than forgetting a live one; the
+ * caller answers "busy, retry"). Records the nonce. */
 int cr__auth_http_verify(cr__auth_t *a, const char *hdr, const char *method, const char *target,
                          const void *body, size_t len, uint64_t now_s);
 /* Parses the header value's fields; 0 or -EBADMSG. Fuzzed. */
