@@ -33,7 +33,7 @@
 #define HTTPD_INITIAL_BODY 4096
 #define HTTPD_MIN_BODY_BUDGET (64u << 20) /* bytes of bodies buffered at once, server-wide */
 #define HTTPD_PER_SOURCE 64      /* default connections per source address */
-#define HTTPD_TARGET_MAX 4096    /* request target kept for signature checks */
+#define HTTPD_TARGET_MAX 4096    /* security on: longest request target (414 beyond) */
 
 struct cr__httpd {
     struct MHD_Daemon *mhd;
@@ -55,6 +55,7 @@ struct conn_state {
     int too_big;
     int overloaded; /* the server-wide body budget was exhausted */
     char *target;   /* security on: the request target as received (path?query) */
+    int target_too_long; /* security on: the target passed HTTPD_TARGET_MAX */
 };
 
 static enum MHD_Result queue_static(struct MHD_Connection *c, unsigned status, const char *text)
@@ -122,6 +123,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         st->srv = srv;
         *con_cls = st;
+        /* the signature covers the whole target: without all of it kept
+         * (longer than we keep, or no memory) nothing can be verified, and
+         * checking a part would authorize whatever follows it */
+        if (srv->auth && !st->target) {
+            atomic_fetch_add(&srv->auth_refused, 1);
+            st->too_big = 1; /* discard any body */
+            if (st->target_too_long)
+                return queue_static(conn, MHD_HTTP_URI_TOO_LONG, "request target too long\n");
+            return queue_static(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+        }
         if (srv->auth && !MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                       CR__AUTH_HTTP_HEADER)) {
             atomic_fetch_add(&srv->auth_refused, 1);
@@ -154,7 +165,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return queue_static(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server busy, retry\n");
     if (srv->auth) {
         const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, CR__AUTH_HTTP_HEADER);
-        int arc = cr__auth_http_verify(srv->auth, h, method, st->target ? st->target : url,
+        int arc = cr__auth_http_verify(srv->auth, h, method, st->target,
                                        st->body ? st->body : "", st->len, (uint64_t)time(NULL));
         if (arc == -EBUSY) /* genuine, but no room to remember its nonce */
             return queue_static(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "server busy, retry\n");
@@ -212,7 +223,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 /* MHD's URI log callback: runs first for each request with the request
  * target as received; security on keeps it for the signature check (the
- * handler's url has the query string stripped). */
+ * handler's url has the query string stripped). A target longer than
+ * HTTPD_TARGET_MAX is not kept but flagged (414); without st or target
+ * on_request refuses the request. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)conn;
@@ -220,8 +233,12 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     if (!srv->auth)
         return NULL;
     struct conn_state *st = calloc(1, sizeof *st);
-    if (st && uri)
-        st->target = strndup(uri, HTTPD_TARGET_MAX);
+    if (!st || !uri)
+        return st;
+    if (strnlen(uri, HTTPD_TARGET_MAX + 1) > HTTPD_TARGET_MAX)
+        st->target_too_long = 1;
+    else
+        st->target = strdup(uri);
     return st; /* st->srv stays NULL until on_request's first call */
 }
 

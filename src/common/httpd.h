@@ -56,7 +56,9 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
  * X-Crescent-Auth signature (common/auth/auth.h) over its method, request
  * target and body; others get 401 without calling the handler (a request
  * without the header is refused before its body is read); a genuine request
- * whose nonce the replay cache has no room for gets 503 (busy, retry). auth must
+ * whose nonce the replay cache has no room for gets 503 (busy, retry). A
+ * request target longer than 4096 bytes gets 414 before any of that (the
+ * signature covers the whole target, and no more of it is kept). auth must
  * outlive the server. One source address may hold at most
  * max_conns_per_source connections (default 64); connections idle (or
  * silent from the start) for 30 s are closed. */
