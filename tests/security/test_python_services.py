@@ -133,3 +133,31 @@ def test_bootstrap_server_warns_and_survives_floods(monkeypatch, caplog):
                 x.close()
     finally:
         srv.close()
+
+
+def test_python_replay_cache_full_refuses_instead_of_forgetting(monkeypatch):
+    """The Python services' HTTP signature check (mooncake._listener): with
+    its replay cache full of nonces still inside the time window, a new
+    request is "busy" (503) and every accepted request stays refused when
+    replayed; it used to drop the oldest live nonce, whose request could
+    then be replayed."""
+    import hashlib
+    import time
+    from mooncake import _listener as L
+    monkeypatch.setattr(L, "REPLAY_MAX", 8)
+    key = hashlib.sha256(b"k").digest()
+    auth = L.HttpAuth(key)
+
+    def sig():
+        ts, nonce = int(time.time()), os.urandom(16)
+        return "v1:%d:%s:%s" % (ts, nonce.hex(), L._mac(key, "GET", "/x", ts, nonce, b"").hex())
+
+    first = [sig() for _ in range(8)]
+    assert [auth.check(h, "GET", "/x", b"") for h in first] == ["ok"] * 8
+    assert auth.check(sig(), "GET", "/x", b"") == "busy"
+    assert [auth.check(h, "GET", "/x", b"") for h in first] == ["bad"] * 8
+    assert not auth.verify(first[0], "GET", "/x", b"")
+    # once the window has passed, room comes back (the old nonces are stale)
+    now = time.time()
+    monkeypatch.setattr(L.time, "time", lambda: now + L.SKEW_S + 2)
+    assert auth.check(sig(), "GET", "/x", b"") == "ok"

@@ -10,7 +10,8 @@ KVBootstrapServer), which run on the standard library's http.server:
   without credentials (the C daemons print the same line).
 * ``HttpAuth``: the cluster key's HTTP signature (``X-Crescent-Auth``,
   docs/security.md "HTTP signatures"), checked like the C servers do
-  (±60 s of clock skew, nonces remembered for twice that), and
+  (±60 s of clock skew, nonces remembered while inside it; a full replay
+  cache refuses as busy rather than forget a live nonce), and
   ``auth_header`` to sign a request.
 """
 import collections
@@ -156,21 +157,32 @@ class HttpAuth:
 
     def verify(self, header, method, target, body):
         """True if header is a fresh, genuine signature of this request."""
+        return self.check(header, method, target, body) == "ok"
+
+    def check(self, header, method, target, body):
+        """"ok" for a fresh, genuine signature of this request, "bad" for a
+        missing, wrong, stale or replayed one, "busy" when the replay cache
+        is full of nonces that could still be replayed: such a request is
+        refused (the caller answers 503) rather than a live nonce forgotten,
+        which would let its request be replayed."""
         try:
             v, ts, nonce, mac = (header or "").split(":")
             ts, nonce, mac = int(ts), bytes.fromhex(nonce), bytes.fromhex(mac)
         except ValueError:
-            return False
+            return "bad"
         now = int(time.time())
         if v != "v1" or len(nonce) != 16 or len(mac) != 32 or abs(now - ts) > SKEW_S:
-            return False
+            return "bad"
         if not hmac.compare_digest(mac, _mac(self.key, method, target, ts, nonce, body)):
-            return False
+            return "bad"
         with self._lock:
-            while self._seen and (len(self._seen) >= REPLAY_MAX or
-                                  next(iter(self._seen.values())) < now - 2 * SKEW_S):
+            # a nonce matters while its time is inside the window; the
+            # oldest-inserted ones go first once out of it
+            while self._seen and next(iter(self._seen.values())) < now - SKEW_S:
                 self._seen.popitem(last=False)
             if nonce in self._seen:
-                return False  # a replay
+                return "bad"  # a replay
+            if len(self._seen) >= REPLAY_MAX:
+                return "busy"
             self._seen[nonce] = ts
-        return True
+        return "ok"

@@ -394,7 +394,11 @@ class MooncakeStoreService:
                     self.close_connection = True
                 else:
                     body = self.rfile.read(n) if n else b""
-                    if auth is not None and not auth.verify(sig, self.command, self.path, body):
+                    verdict = "ok" if auth is None else auth.check(sig, self.command,
+                                                                   self.path, body)
+                    if verdict == "busy":
+                        r = _error(503, "server busy (replay cache full), retry")
+                    elif verdict != "ok":
                         service._refusals.warning("REST API: refused a request with a bad "
                                                   "signature from %s", self.client_address[0])
                         r = _error(401, "bad or replayed X-Crescent-Auth")
