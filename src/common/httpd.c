@@ -7,13 +7,25 @@
  * max_body (Content-Length) is refused with 413 before it is read; a body
  * that turns out larger (chunked upload) is drained and answered with 413;
  * in neither case is the handler called. The bodies being collected at
- * once are bounded server-wide (body_budget); past it requests get 503. */
+ * once are bounded server-wide (body_budget); past it requests get 503.
+ *
+ * Connection slots (docs/security.md, "Connection floods"): a connection
+ * must send a request within HTTPD_FIRST_REQUEST_S (MHD's default timeout);
+ * its first request that is not refused outright raises its idle timeout
+ * to HTTPD_CONN_TIMEOUT_S. Plain HTTP: MHD accepts up to HTTPD_CONN_LIMIT +
+ * HTTPD_CONN_SLACK and the table `conns` (filled by MHD's connection
+ * notifications) keeps HTTPD_CONN_LIMIT of them live: a connection beyond
+ * that takes the place of the busiest source's longest-idle one
+ * (cr__net_fair_victim), closed by shutdown() through our dup of its
+ * socket, or is itself closed. TLS on: the TLS front does the same before
+ * the handshake (httpd_tls.c). */
 #include "common/httpd.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,17 +35,30 @@
 #include <unistd.h>
 
 #include "common/auth/auth.h"
+#include "common/clock.h"
 #include "common/httpd_tls.h"
 #include "common/log.h"
 #include "common/net.h"
 
 #define HTTPD_THREADS 2
 #define HTTPD_CONN_LIMIT 256     /* concurrent connections */
-#define HTTPD_CONN_TIMEOUT_S 30  /* idle connection timeout */
+#define HTTPD_CONN_TIMEOUT_S 30  /* idle timeout once a request was taken */
+#define HTTPD_FIRST_REQUEST_S 5  /* a new connection's time to send a request */
+#define HTTPD_CONN_SLACK 64      /* MHD's own limit above ours: room for the closing */
 #define HTTPD_INITIAL_BODY 4096
 #define HTTPD_MIN_BODY_BUDGET (64u << 20) /* bytes of bodies buffered at once, server-wide */
 #define HTTPD_PER_SOURCE 64      /* default connections per source address */
 #define HTTPD_TARGET_MAX 4096    /* security on: longest request target (414 beyond) */
+
+/* One MHD connection (plain HTTP), for the fair share of the slots. */
+typedef struct conn_rec {
+    int dup; /* our dup of its socket (shutdown() evicts it); -1 = free record */
+    int evicted;                 /* closing: not counted */
+    struct sockaddr_storage src;
+    _Atomic uint64_t idle_ms;    /* idle since (ms), CR__NET_BUSY during a request */
+} conn_rec_t;
+
+#define HTTPD_RECS (HTTPD_CONN_LIMIT + HTTPD_CONN_SLACK)
 
 struct cr__httpd {
     struct MHD_Daemon *mhd;
@@ -46,6 +71,9 @@ struct cr__httpd {
     struct cr__auth *auth; /* NULL = security off */
     _Atomic uint64_t auth_refused;
     cr__httpd_tls_t *tls_front; /* TLS on: terminates TLS, feeds MHD */
+    pthread_mutex_t conns_mu;
+    conn_rec_t *conns; /* plain HTTP: HTTPD_RECS records; guarded by conns_mu */
+    _Atomic uint64_t evicted; /* connections closed for a newcomer (or newcomers refused) */
 };
 
 struct conn_state {
@@ -57,6 +85,93 @@ struct conn_state {
     char *target;   /* security on: the request target as received (path?query) */
     int target_too_long; /* security on: the target passed HTTPD_TARGET_MAX */
 };
+
+/* The connection's record (plain HTTP), or NULL. */
+static conn_rec_t *conn_rec_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* MHD's connection notifications (plain HTTP): records each connection
+ * and, past HTTPD_CONN_LIMIT live ones, closes the busiest source's
+ * longest-idle connection or the newcomer (cr__net_fair_victim). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **sctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    cr__httpd_t *srv = cls;
+    if (!srv->conns)
+        return; /* TLS on: the front shares the slots out */
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_rec_t *r = *sctx;
+        if (r) {
+            pthread_mutex_lock(&srv->conns_mu);
+            close(r->dup);
+            r->dup = -1;
+            pthread_mutex_unlock(&srv->conns_mu);
+            *sctx = NULL;
+        }
+        return;
+    }
+    if (code != MHD_CONNECTION_NOTIFY_STARTED)
+        return;
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!fi || !ai || !ai->client_addr)
+        return;
+    int fd = fi->connect_fd;
+    struct sockaddr_storage src = {0};
+    memcpy(&src, ai->client_addr,
+           ai->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                  : sizeof(struct sockaddr_in));
+    cr__net_peer_t peers[HTTPD_RECS];
+    int idx[HTTPD_RECS], n = 0;
+    conn_rec_t *mine = NULL;
+    int refuse = 0;
+    pthread_mutex_lock(&srv->conns_mu);
+    for (int i = 0; i < HTTPD_RECS; i++) {
+        conn_rec_t *r = &srv->conns[i];
+        if (r->dup < 0) {
+            if (!mine)
+                mine = r;
+        } else if (!r->evicted) {
+            peers[n] = (cr__net_peer_t){&r->src, atomic_load(&r->idle_ms)};
+            idx[n++] = i;
+        }
+    }
+    if (mine)
+        mine->dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (!mine || mine->dup < 0) {
+        refuse = 1; /* (cannot happen: MHD admits at most HTTPD_RECS) */
+        mine = NULL;
+    } else {
+        mine->src = src;
+        mine->evicted = 0;
+        atomic_store(&mine->idle_ms, cr__now_ms());
+        if (n >= HTTPD_CONN_LIMIT) {
+            int v = cr__net_fair_victim(peers, n, &src);
+            conn_rec_t *victim = v >= 0 ? &srv->conns[idx[v]] : mine;
+            victim->evicted = 1; /* the newcomer too when refused: it is closing */
+            shutdown(victim->dup, SHUT_RDWR);
+            atomic_fetch_add(&srv->evicted, 1);
+            refuse = v < 0;
+        }
+    }
+    pthread_mutex_unlock(&srv->conns_mu);
+    *sctx = mine;
+    if (refuse) {
+        if (!mine)
+            shutdown(fd, SHUT_RDWR);
+        CR_LOG_RL(CR__LOG_WARN, "httpd", "connection limit (%u) reached and this source is "
+                  "among the busiest: refusing", (unsigned)HTTPD_CONN_LIMIT);
+    } else if (n >= HTTPD_CONN_LIMIT) {
+        CR_LOG_RL(CR__LOG_WARN, "httpd", "connection limit (%u) reached: closed the longest-idle "
+                  "connection of the busiest source for a new one", (unsigned)HTTPD_CONN_LIMIT);
+    }
+}
 
 static enum MHD_Result queue_static(struct MHD_Connection *c, unsigned status, const char *text)
 {
@@ -140,6 +255,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return queue_static(conn, MHD_HTTP_UNAUTHORIZED,
                                 "credentials required: X-Crescent-Auth (docs/security.md)\n");
         }
+        /* a request taken (not refused outright): the connection is a
+         * client's, kept for HTTPD_CONN_TIMEOUT_S of keep-alive from now on */
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  (unsigned)HTTPD_CONN_TIMEOUT_S);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                       MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
@@ -209,7 +328,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)conn, (void)toe;
+    (void)cls, (void)toe;
+    conn_rec_t *rec = conn_rec_of(conn);
+    if (rec)
+        atomic_store(&rec->idle_ms, cr__now_ms()); /* the request is over: idle from now */
     struct conn_state *st = *con_cls;
     if (st) {
         if (st->srv)
@@ -228,8 +350,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
  * on_request refuses the request. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    (void)conn;
     cr__httpd_t *srv = cls;
+    conn_rec_t *rec = conn_rec_of(conn);
+    if (rec)
+        atomic_store(&rec->idle_ms, CR__NET_BUSY); /* a request in progress */
     if (!srv->auth)
         return NULL;
     struct conn_state *st = calloc(1, sizeof *st);
@@ -344,10 +468,23 @@ int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
     srv->fn = fn;
     srv->user = user;
     srv->auth = p->auth;
+    unsigned per_source = p->max_conns_per_source ? p->max_conns_per_source : HTTPD_PER_SOURCE;
+    if (!p->tls) {
+        srv->conns = calloc(HTTPD_RECS, sizeof *srv->conns);
+        if (!srv->conns) {
+            free(srv);
+            return -ENOMEM;
+        }
+        for (int i = 0; i < HTTPD_RECS; i++)
+            srv->conns[i].dup = -1;
+    }
+    pthread_mutex_init(&srv->conns_mu, NULL);
     /* Bind ourselves: gives a precise errno (-EADDRINUSE), host selection
      * and the ephemeral port without relying on MHD's address handling. */
     int fd = cr__net_listen(host, port, 128, &srv->port);
     if (fd < 0) {
+        pthread_mutex_destroy(&srv->conns_mu);
+        free(srv->conns);
         free(srv);
         return fd;
     }
@@ -362,10 +499,15 @@ int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
     srv->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTPD_THREADS,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTPD_CONN_LIMIT,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTPD_CONN_TIMEOUT_S,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)(p->max_conns_per_source ? p->max_conns_per_source : HTTPD_PER_SOURCE),
+        /* MHD's limits sit above ours: plain, on_connection keeps
+         * HTTPD_CONN_LIMIT live and needs room for the ones closing; TLS
+         * on, the front keeps them and its evicted connections may linger
+         * in MHD until their relay notices */
+        MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(p->tls ? 2 * HTTPD_CONN_LIMIT : HTTPD_RECS),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTPD_FIRST_REQUEST_S,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, p->tls ? 2 * per_source : per_source,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
@@ -375,16 +517,17 @@ int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
     if (!srv->mhd) {
         CR_LOG_ERROR("httpd", "MHD_start_daemon failed on port %u", srv->port);
         close(fd);
+        pthread_mutex_destroy(&srv->conns_mu);
+        free(srv->conns);
         free(srv);
         return -ENOMEM;
     }
     if (p->tls) {
-        int rc = cr__httpd_tls_start(
-            p->tls, fd, srv->mhd, HTTPD_CONN_LIMIT,
-            p->max_conns_per_source ? p->max_conns_per_source : HTTPD_PER_SOURCE,
-            &srv->tls_front);
+        int rc = cr__httpd_tls_start(p->tls, fd, srv->mhd, HTTPD_CONN_LIMIT, per_source,
+                                     &srv->tls_front);
         if (rc) { /* fd is closed */
             MHD_stop_daemon(srv->mhd);
+            pthread_mutex_destroy(&srv->conns_mu);
             free(srv);
             return rc;
         }
@@ -409,5 +552,11 @@ void cr__httpd_stop(cr__httpd_t *srv)
         return;
     cr__httpd_tls_stop(srv->tls_front); /* before MHD: its threads use the daemon */
     MHD_stop_daemon(srv->mhd); /* joins the threads and closes the listen socket */
+    if (srv->conns) /* MHD notified every close: all records are free */
+        for (int i = 0; i < HTTPD_RECS; i++)
+            if (srv->conns[i].dup >= 0)
+                close(srv->conns[i].dup);
+    pthread_mutex_destroy(&srv->conns_mu);
+    free(srv->conns);
     free(srv);
 }

@@ -60,8 +60,11 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
  * request target longer than 4096 bytes gets 414 before any of that (the
  * signature covers the whole target, and no more of it is kept). auth must
  * outlive the server. One source address may hold at most
- * max_conns_per_source connections (default 64); connections idle (or
- * silent from the start) for 30 s are closed. */
+ * max_conns_per_source connections (default 64) of 256; when all 256 are
+ * taken, a newcomer from an address holding fewer than the busiest one
+ * replaces that address's longest-idle connection (docs/security.md, fair
+ * share). A connection must send a request within 5 s; once one was taken
+ * it is closed after 30 s idle. */
 typedef struct cr__httpd_params {
     const char *host;
     uint16_t port;

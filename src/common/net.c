@@ -304,3 +304,66 @@ int cr__net_same_source(const struct sockaddr_storage *a, const struct sockaddr_
                        &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
     return 1; /* unix sockets and the like: one source */
 }
+
+/* the key cr__net_same_source compares: family, then the address */
+typedef struct src_key {
+    uint8_t k[17];
+    int i;
+} src_key_t;
+
+static void src_key_make(const struct sockaddr_storage *a, src_key_t *out)
+{
+    memset(out->k, 0, sizeof out->k);
+    out->k[0] = (uint8_t)a->ss_family;
+    if (a->ss_family == AF_INET)
+        memcpy(out->k + 1, &((const struct sockaddr_in *)a)->sin_addr, 4);
+    else if (a->ss_family == AF_INET6)
+        memcpy(out->k + 1, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+}
+
+static int src_key_cmp(const void *a, const void *b)
+{
+    return memcmp(((const src_key_t *)a)->k, ((const src_key_t *)b)->k, sizeof(uint8_t[17]));
+}
+
+int cr__net_fair_victim(const cr__net_peer_t *peers, int n, const struct sockaddr_storage *src)
+{
+    if (n <= 0)
+        return -1;
+    src_key_t *keys = malloc((size_t)n * sizeof *keys), mine;
+    if (!keys)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        src_key_make(peers[i].addr, &keys[i]);
+        keys[i].i = i;
+    }
+    src_key_make(src, &mine);
+    qsort(keys, (size_t)n, sizeof *keys, src_key_cmp);
+    /* runs of one source: the largest, and the newcomer's */
+    int max = 0, own = 0;
+    for (int a = 0, b; a < n; a = b) {
+        for (b = a + 1; b < n && !src_key_cmp(&keys[a], &keys[b]); b++)
+            ;
+        if (b - a > max)
+            max = b - a;
+        if (!src_key_cmp(&keys[a], &mine))
+            own = b - a;
+    }
+    int victim = -1;
+    if (own < max) {
+        for (int a = 0, b; a < n; a = b) {
+            for (b = a + 1; b < n && !src_key_cmp(&keys[a], &keys[b]); b++)
+                ;
+            if (b - a != max)
+                continue;
+            for (int j = a; j < b; j++) {
+                const cr__net_peer_t *p = &peers[keys[j].i];
+                if (p->idle_ms != CR__NET_BUSY &&
+                    (victim < 0 || p->idle_ms < peers[victim].idle_ms))
+                    victim = keys[j].i;
+            }
+        }
+    }
+    free(keys);
+    return victim;
+}

@@ -67,4 +67,25 @@ ssize_t cr__net_recv_fd(int fd, void *buf, size_t len, int flags, int *passed);
  * source; different families are not. */
 int cr__net_same_source(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 
+/* Fair share of a full listener's connection slots (the HTTP servers, their
+ * TLS front, the disk tier's read server; docs/security.md). When the
+ * listener is at its total limit, a newcomer from src takes the place of
+ * the connection idle the longest among those of the busiest source(s)
+ * (the source address holding the most connections), provided src holds
+ * fewer connections than that source: one address, or a few, holding
+ * every slot cannot lock out anyone else, while a source already among
+ * the busiest cannot push others out. peers[i] is live connection i: its
+ * address and since when it is idle (accepted, handshake or first request
+ * pending, or its last reply sent), or CR__NET_BUSY while it has a request
+ * in progress (never chosen). Returns the index in peers of the connection
+ * to close, or -1: refuse the newcomer (src is among the busiest, the
+ * busiest have nothing idle, or no memory). O(n log n), n bounded by the
+ * listener's limit; runs only when the listener is full. */
+#define CR__NET_BUSY UINT64_MAX
+typedef struct cr__net_peer {
+    const struct sockaddr_storage *addr;
+    uint64_t idle_ms; /* since when it is idle (any clock), or CR__NET_BUSY */
+} cr__net_peer_t;
+int cr__net_fair_victim(const cr__net_peer_t *peers, int n, const struct sockaddr_storage *src);
+
 #endif

@@ -11,6 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <cmocka.h>
 #include <curl/curl.h>
 
@@ -440,6 +445,107 @@ static void test_signed_long_target_is_414(void **state)
     assert_int_equal(signed_get(port, "/echo?x=1", NULL), 401);
     cr__httpd_stop(s);
     cr__auth_free(a);
+/* A connection from src (a loopback address: 127.0.0.0/8 is all ours) to
+ * the server, with recv/send bounded by timeout_s; -1 if it failed. */
+static int raw_connect(const char *src, uint16_t port, int timeout_s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct timeval tv = {.tv_sec = timeout_s};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &a.sin_addr);
+    struct sockaddr_in d = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &d.sin_addr);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) ||
+        connect(fd, (struct sockaddr *)&d, sizeof d)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* One keep-alive GET /empty on fd; returns the status, or -1 when the
+ * server closed the connection or gave no answer within fd's timeout. */
+static int raw_get(int fd)
+{
+    static const char req[] = "GET /empty HTTP/1.1\r\nHost: t\r\n\r\n";
+    if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1))
+        return -1;
+    char buf[512];
+    size_t got = 0;
+    while (got < sizeof buf - 1) { /* a header of an empty body: up to its blank line */
+        ssize_t k = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+        buf[got] = '\0';
+        if (strstr(buf, "\r\n\r\n"))
+            break;
+    }
+    int status = -1;
+    return sscanf(buf, "HTTP/1.1 %d", &status) == 1 ? status : -1;
+}
+
+#define FLOOD_SOURCES 4
+#define FLOOD_PER_SOURCE 64 /* HTTPD_PER_SOURCE: 4 x 64 = HTTPD_CONN_LIMIT */
+
+/* Regression: four addresses holding 64 kept-alive idle connections each
+ * (every slot of the server) locked out every other client until their
+ * 30 s idle timeout, and a flooder that reconnects holds them for good.
+ * A newcomer from another address now takes the place of the busiest
+ * source's longest-idle connection; and a source already among the
+ * busiest cannot push the newcomer out in turn. (A liveness bound, not a
+ * speed one: the answer must come long before the flood's idle timeout.) */
+static void test_idle_flood_from_several_sources_leaves_room(void **state)
+{
+    (void)state;
+    uint16_t port = cr__httpd_port(srv);
+    int fds[FLOOD_SOURCES * FLOOD_PER_SOURCE];
+    int n = 0;
+    for (int s = 0; s < FLOOD_SOURCES; s++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%d", 2 + s);
+        for (int i = 0; i < FLOOD_PER_SOURCE; i++) {
+            int fd = raw_connect(src, port, 20);
+            assert_true(fd >= 0);
+            /* a request made it a client's connection: kept alive 30 s */
+            int st = raw_get(fd);
+            if (st != 200)
+                fprintf(stderr, "flood connection %d from %s: status %d\n", i, src, st);
+            assert_int_equal(st, 200);
+            fds[n++] = fd;
+        }
+    }
+    /* the server is full: a client from another address is still served */
+    int legit = raw_connect("127.0.0.6", port, 20);
+    assert_true(legit >= 0);
+    int st = raw_get(legit);
+    if (st != 200)
+        fprintf(stderr, "a new client during the flood: status %d (-1: closed or no answer "
+                "within 20 s)\n", st);
+    assert_int_equal(st, 200);
+    /* the flooders reconnect: they churn among themselves, the newcomer
+     * (not among the busiest sources) keeps its connection */
+    for (int i = 0; i < 2 * FLOOD_SOURCES; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%d", 2 + i % FLOOD_SOURCES);
+        int fd = raw_connect(src, port, 20);
+        if (fd >= 0) {
+            raw_get(fd); /* served or refused: either is fine */
+            close(fd);
+        }
+    }
+    st = raw_get(legit);
+    if (st != 200)
+        fprintf(stderr, "the newcomer's kept-alive connection after the flooders "
+                "reconnected: status %d\n", st);
+    assert_int_equal(st, 200);
+    close(legit);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
 }
 
 int main(void)
@@ -455,6 +561,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_port_in_use_and_bad_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waits_for_running_handler, setup, teardown),
         cmocka_unit_test(test_signed_long_target_is_414),
+        cmocka_unit_test_setup_teardown(test_idle_flood_from_several_sources_leaves_room, setup,
+                                        teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
