@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "crescent/common.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/status.h"
@@ -27,8 +28,13 @@
 typedef struct slot {
     struct cr__httpd_tls *f;
     int fd; /* -1 = free; guarded by f->mu */
+    int evicted; /* closing for a newcomer: not counted; guarded by f->mu */
     struct sockaddr_storage addr;
     socklen_t addrlen;
+    uint64_t accepted_ms;
+    /* written by the connection's thread, read by the acceptor */
+    _Atomic int handshaking;
+    _Atomic uint64_t in_ms, out_ms; /* last bytes relayed client->MHD, MHD->client */
 } slot_t;
 
 struct cr__httpd_tls {
@@ -40,9 +46,12 @@ struct cr__httpd_tls {
     pthread_cond_t cv;
     int stopping;   /* guarded by mu */
     unsigned alive; /* connection threads; guarded by mu */
-    unsigned n, per_source;
+    unsigned n, per_source; /* live connections: all, from one address */
+    unsigned cap;           /* slots: n live + room for evicted ones closing */
     slot_t *slots;
-    atomic_ulong refused;
+    atomic_ulong refused, evicted;
+    cr__net_peer_t *peers; /* the acceptor's scratch for slot_take_locked */
+    unsigned *peer_idx;
 };
 
 static void set_nonblock(int fd)
@@ -65,7 +74,7 @@ static void slot_release(slot_t *s)
 
 /* Relays between the TLS stream and MHD's socketpair end until one side
  * closes or stalls past RELAY_IO_MS. */
-static void relay(cr__tls_conn_t *tc, int tcp, int pair)
+static void relay(slot_t *s, cr__tls_conn_t *tc, int tcp, int pair)
 {
     char buf[RELAY_BUF];
     int tls_eof = 0;
@@ -74,6 +83,7 @@ static void relay(cr__tls_conn_t *tc, int tcp, int pair)
         while (!tls_eof) {
             ssize_t k = cr__tls_conn_read(tc, buf, sizeof buf);
             if (k > 0) {
+                atomic_store_explicit(&s->in_ms, cr__now_ms(), memory_order_relaxed);
                 if (cr__net_write_full(pair, buf, (size_t)k, RELAY_IO_MS))
                     return;
                 continue;
@@ -91,6 +101,7 @@ static void relay(cr__tls_conn_t *tc, int tcp, int pair)
         for (;;) {
             ssize_t k = recv(pair, buf, sizeof buf, MSG_DONTWAIT);
             if (k > 0) {
+                atomic_store_explicit(&s->out_ms, cr__now_ms(), memory_order_relaxed);
                 if (cr__tls_conn_write_full(tc, buf, (size_t)k, RELAY_IO_MS))
                     return;
                 continue;
@@ -152,12 +163,75 @@ static void *conn_main(void *arg)
         close(sp[0]);
         goto out;
     }
-    relay(tc, fd, sp[0]);
+    atomic_store(&s->handshaking, 0);
+    relay(s, tc, fd, sp[0]);
     close(sp[0]);
 out:
     cr__tls_conn_free(tc);
     slot_release(s);
     return NULL;
+}
+
+/* Since when slot s is idle for cr__net_fair_victim: handshaking counts
+ * from the accept; relaying, a request in progress is bytes in after the
+ * last bytes out (the front sees no HTTP), else idle since the last reply. */
+static uint64_t slot_idle_ms(slot_t *s)
+{
+    if (atomic_load(&s->handshaking))
+        return s->accepted_ms;
+    uint64_t in = atomic_load_explicit(&s->in_ms, memory_order_relaxed);
+    uint64_t out = atomic_load_explicit(&s->out_ms, memory_order_relaxed);
+    if (in > out)
+        return CR__NET_BUSY;
+    return out > s->accepted_ms ? out : s->accepted_ms;
+}
+
+/* Takes a slot for a connection from ss (f->mu held): refuses past
+ * per_source live connections from the address; at n live ones closes the
+ * busiest source's longest-idle connection for it, or refuses it
+ * (cr__net_fair_victim). Returns the slot or NULL; *why says why not. */
+static slot_t *slot_take_locked(cr__httpd_tls_t *f, const struct sockaddr_storage *ss,
+                                const char **why)
+{
+    cr__net_peer_t *peers = f->peers;
+    unsigned *idx = f->peer_idx;
+    slot_t *free_slot = NULL;
+    unsigned live = 0, same = 0;
+    for (unsigned i = 0; i < f->cap; i++) {
+        slot_t *s = &f->slots[i];
+        if (s->fd < 0) {
+            if (!free_slot)
+                free_slot = s;
+            continue;
+        }
+        if (s->evicted)
+            continue;
+        same += cr__net_same_source(&s->addr, ss);
+        peers[live] = (cr__net_peer_t){&s->addr, slot_idle_ms(s)};
+        idx[live++] = i;
+    }
+    if (same >= f->per_source) {
+        *why = "per-source TLS connection limit reached";
+        return NULL;
+    }
+    if (!free_slot) {
+        *why = "TLS connection limit reached (connections closing)";
+        return NULL;
+    }
+    if (live >= f->n) {
+        int v = cr__net_fair_victim(peers, (int)live, ss);
+        if (v < 0) {
+            *why = "TLS connection limit reached and this source is among the busiest";
+            return NULL;
+        }
+        slot_t *victim = &f->slots[idx[v]];
+        victim->evicted = 1;
+        shutdown(victim->fd, SHUT_RDWR); /* ends its handshake or relay */
+        atomic_fetch_add(&f->evicted, 1);
+        CR_LOG_RL(CR__LOG_WARN, "httpd", "TLS connection limit (%u) reached: closed the "
+                  "longest-idle connection of the busiest source for a new one", f->n);
+    }
+    return free_slot;
 }
 
 static void *acceptor_main(void *arg)
@@ -178,33 +252,23 @@ static void *acceptor_main(void *arg)
         int fd = accept4(f->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
         if (fd < 0)
             continue;
-        slot_t *s = NULL;
-        unsigned same = 0;
+        const char *why = NULL;
         pthread_mutex_lock(&f->mu);
-        for (unsigned i = 0; i < f->n; i++) {
-            if (f->slots[i].fd < 0) {
-                if (!s)
-                    s = &f->slots[i];
-            } else if (cr__net_same_source(&f->slots[i].addr, &ss)) {
-                same++;
-            }
-        }
-        if (same >= f->per_source) {
-            pthread_mutex_unlock(&f->mu);
-            CR_LOG_RL(CR__LOG_WARN, "httpd", "per-source TLS connection limit (%u) reached, "
-                      "refusing", f->per_source);
-            close(fd);
-            continue;
-        }
+        slot_t *s = slot_take_locked(f, &ss, &why);
         if (s) {
             s->fd = fd;
+            s->evicted = 0;
             s->addr = ss;
             s->addrlen = sl;
+            s->accepted_ms = cr__now_ms();
+            atomic_store(&s->handshaking, 1);
+            atomic_store(&s->in_ms, 0);
+            atomic_store(&s->out_ms, 0);
             f->alive++;
         }
         pthread_mutex_unlock(&f->mu);
         if (!s) {
-            CR_LOG_RL(CR__LOG_WARN, "httpd", "TLS connection limit (%u) reached, refusing", f->n);
+            CR_LOG_RL(CR__LOG_WARN, "httpd", "%s, refusing", why);
             close(fd);
             continue;
         }
@@ -234,14 +298,17 @@ int cr__httpd_tls_start(const cr__tls_t *tls, int lfd, struct MHD_Daemon *mhd,
     f->lfd = lfd;
     f->n = max_conns ? max_conns : 1;
     f->per_source = per_source ? per_source : f->n;
-    f->slots = calloc(f->n, sizeof *f->slots);
+    f->cap = 2 * f->n;
+    f->slots = calloc(f->cap, sizeof *f->slots);
+    f->peers = calloc(f->cap, sizeof *f->peers);
+    f->peer_idx = calloc(f->cap, sizeof *f->peer_idx);
     f->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     int rc = 0;
-    if (!f->slots || f->wake < 0) {
-        rc = f->slots ? CR__ERRNO() : -ENOMEM;
+    if (!f->slots || !f->peers || !f->peer_idx || f->wake < 0) {
+        rc = f->wake < 0 ? CR__ERRNO() : -ENOMEM;
         goto fail;
     }
-    for (unsigned i = 0; i < f->n; i++) {
+    for (unsigned i = 0; i < f->cap; i++) {
         f->slots[i].f = f;
         f->slots[i].fd = -1;
     }
@@ -259,6 +326,8 @@ fail:
     if (f->wake >= 0)
         close(f->wake);
     close(lfd);
+    free(f->peer_idx);
+    free(f->peers);
     free(f->slots);
     free(f);
     return rc;
@@ -275,7 +344,7 @@ void cr__httpd_tls_stop(cr__httpd_tls_t *f)
     pthread_join(f->acceptor, NULL);
     pthread_mutex_lock(&f->mu);
     f->stopping = 1;
-    for (unsigned i = 0; i < f->n; i++)
+    for (unsigned i = 0; i < f->cap; i++)
         if (f->slots[i].fd >= 0)
             shutdown(f->slots[i].fd, SHUT_RDWR); /* ends handshakes and relays */
     while (f->alive)
@@ -285,6 +354,8 @@ void cr__httpd_tls_stop(cr__httpd_tls_t *f)
     pthread_mutex_destroy(&f->mu);
     close(f->wake);
     close(f->lfd);
+    free(f->peer_idx);
+    free(f->peers);
     free(f->slots);
     free(f);
 }

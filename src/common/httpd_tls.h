@@ -10,9 +10,14 @@
  * TLS stream until either side closes. MHD's own idle timeout ends idle
  * connections (it closes its end, the relay then ends).
  *
- * At most max_conns TLS connections exist at once (handshaking or
- * relaying), at most per_source of them from one address; more are closed
- * at accept (so one source stalling handshakes cannot lock others out). */
+ * At most max_conns TLS connections are live at once (handshaking or
+ * relaying), at most per_source of them from one address; past per_source
+ * a newcomer is closed at accept, past max_conns it takes the place of the
+ * busiest source's longest-idle connection (handshaking, or no bytes from
+ * the client since the last to it) if its source holds fewer, else it is
+ * closed (cr__net_fair_victim): sources stalling handshakes cannot lock
+ * others out. Connections so shut down close by themselves (up to
+ * max_conns more slots hold them meanwhile). */
 #ifndef CR_COMMON_HTTPD_TLS_H
 #define CR_COMMON_HTTPD_TLS_H
 

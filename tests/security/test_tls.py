@@ -289,3 +289,32 @@ def test_handshake_flood_from_one_source_leaves_members_served(tls_cluster):
     finally:
         for s in flood:
             s.close()
+
+
+def test_handshake_flood_from_several_sources_leaves_members_served(tls_cluster):
+    """Four addresses holding 64 connections each that never start a
+    handshake fill all 256 TLS slots of the metadata service, none past its
+    per-source cap: a member on another address takes the place of the
+    busiest source's longest-waiting connection. Regression: refused at
+    accept until the handshakes timed out (and for good against a flooder
+    that reconnects)."""
+    c = tls_cluster
+    flood = []
+    try:
+        for i in range(2, 6):
+            for _ in range(64):
+                s = socket.socket()
+                s.bind(("127.0.0.%d" % i, 0))
+                s.settimeout(30)
+                try:
+                    s.connect(("127.0.0.1", c["meta_port"]))
+                except OSError:
+                    s.close()
+                    continue
+                flood.append(s)
+        time.sleep(0.5)  # accepted (setup, not a timing check)
+        ctx = client_ctx(c["pki"])
+        assert http_answered(http_get(c["meta_port"], "/metadata?key=x", ctx))
+    finally:
+        for s in flood:
+            s.close()
