@@ -79,6 +79,38 @@ def test_idle_http_flood_leaves_metadata_usable(secure):
             s.close()
 
 
+def flood_sources(port, n_each, sources):
+    """n_each idle connections from each address; returns them all."""
+    socks = []
+    for src in sources:
+        socks += flood(port, n_each, src)
+    return socks
+
+
+SOURCES4 = ["127.0.0.%d" % i for i in range(2, 6)]
+
+
+def test_idle_http_flood_from_several_sources_leaves_metadata_usable(secure):
+    """Four addresses holding 64 idle connections each (every one of the
+    HTTP metadata server's 256 slots, none past its per-source cap) must
+    not lock out a client from another address: a newcomer takes the place
+    of the busiest source's longest-idle connection. Regression: a new
+    store client waited until the flood's connections timed out (30 s);
+    against a flooder that reconnects, its setup failed (-113)."""
+    socks = flood_sources(secure["http_port"], 64, SOURCES4)
+    try:
+        time.sleep(0.5)  # the server has accepted them (setup, not a timing check)
+        t0 = time.monotonic()
+        legit_roundtrip(secure, "flood-http-sources")
+        # a liveness bound, not a speed one: without the fair share the
+        # client got in only once the flood's connections timed out (30 s)
+        assert time.monotonic() - t0 < 20, "the client waited out the flood (%.0f s)" % (
+            time.monotonic() - t0)
+    finally:
+        for s in socks:
+            s.close()
+
+
 def test_metadata_writer_quota():
     """One writer cannot fill the metadata store: past its quota it gets 507
     while another writer still gets its descriptor in (security off)."""
@@ -155,6 +187,21 @@ def test_idle_flood_leaves_disk_tier_read_server_usable(monkeypatch):
                 "a disk-resident object was not served during the flood"
             assert all(closed_by_peer(x, 30) for x in socks[:10]), \
                 "idle connections were kept past the first-frame deadline"
+        finally:
+            for x in socks:
+                x.close()
+        # two addresses holding 32 idle connections each fill all 64 slots
+        # (none past its per-source cap): a reader on a third address takes
+        # the place of the busiest one's longest-idle connection.
+        # Regression: every reader was locked out while the flood lasted.
+        socks = flood_sources(port, 32, ["127.0.0.3", "127.0.0.4"])
+        try:
+            time.sleep(0.5)  # accepted (setup, not a timing check)
+            s2, rc = store_for(c, None)
+            assert rc == 0
+            assert s2.get("tier-flood-%d" % on_disk[-1]) == val(on_disk[-1]), \
+                "a disk-resident object was not served during a flood from two addresses"
+            s2.close()
         finally:
             for x in socks:
                 x.close()

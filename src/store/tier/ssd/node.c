@@ -34,6 +34,11 @@
  * IDLE_MS (clients reconnect: tier_read.c retries a pooled connection the
  * node closed). */
 #define CONN_PER_SOURCE (CONN_MAX / 2)
+/* At CONN_MAX live connections a newcomer from a source holding fewer
+ * than the busiest one takes the place of that source's longest-idle
+ * connection (cr__net_fair_victim; docs/security.md), which is shut down
+ * and closes by itself: CONN_SLOTS leaves room for those. */
+#define CONN_SLOTS (2 * CONN_MAX)
 #define FIRST_FRAME_MS 5000
 #define IDLE_MS 60000
 #define LOCAL_MAX 256 /* same-host clients holding the data file (watched, no thread) */
@@ -63,9 +68,8 @@ struct cr__tier_node {
     atomic_int stop;
     pthread_mutex_t mu; /* guards conns, n_conns, locals, n_locals, corrupt */
     pthread_cond_t cv;
-    int conns[CONN_MAX];
-    struct sockaddr_storage srcs[CONN_MAX]; /* conns[i]'s peer address */
-    int n_conns;
+    struct tconn *conns[CONN_SLOTS]; /* each freed by its thread once forgotten */
+    int n_conns;                     /* including the evicted ones still closing */
     int locals[LOCAL_MAX]; /* same-host clients served: closed when they hang up */
     int n_locals;
     pend_t corrupt[CORRUPT_MAX];
@@ -95,14 +99,21 @@ static void note_corrupt(cr__tier_node_t *t, const char *key, uint32_t kl, uint6
 
 /* ---- read server ----------------------------------------------------------- */
 
-/* Forgets connection fd (t->mu held). */
+/* One read-server connection (TCP or the same-host socket). */
+typedef struct tconn {
+    int fd;
+    int evicted; /* shut down for a newcomer, closing: not counted; t->mu */
+    struct sockaddr_storage src;
+    _Atomic uint64_t idle_ms; /* idle since (ms), CR__NET_BUSY during a request */
+} tconn_t;
+
+/* Forgets connection fd (t->mu held); the caller frees its record. */
 static void conn_forget_locked(cr__tier_node_t *t, int fd)
 {
     for (int i = 0; i < t->n_conns; i++)
-        if (t->conns[i] == fd) {
+        if (t->conns[i]->fd == fd) {
             t->n_conns--;
             t->conns[i] = t->conns[t->n_conns];
-            t->srcs[i] = t->srcs[t->n_conns];
             break;
         }
 }
@@ -110,6 +121,7 @@ static void conn_forget_locked(cr__tier_node_t *t, int fd)
 typedef struct conn_arg {
     cr__tier_node_t *t;
     int fd;
+    tconn_t *rec; /* the connection's, in t->conns */
 } conn_arg_t;
 
 /* The read server: one thread per connection runs an io_uring event loop
@@ -429,6 +441,7 @@ static void *conn_main(void *arg)
     conn_arg_t *ca = arg;
     cr__tier_node_t *t = ca->t;
     int fd = ca->fd;
+    tconn_t *rec = ca->rec;
     free(ca);
     /* on the heap: leaked with the buffers if I/O could not be drained */
     rconn_t *c = calloc(1, sizeof *c);
@@ -482,6 +495,10 @@ static void *conn_main(void *arg)
         rc_send(c);
         if (c->bad)
             break;
+        /* for the fair share of the slots: busy or since when idle */
+        atomic_store_explicit(&rec->idle_ms,
+                              c->n || c->rpos < c->rlen ? CR__NET_BUSY : c->quiet_t0,
+                              memory_order_relaxed);
         /* wake up for more requests while there is room for them */
         if (!c->polling && c->starved) {
             struct io_uring_sqe *sqe = rc_sqe(c);
@@ -583,6 +600,7 @@ gone:
     close(fd);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    free(rec);
     return NULL;
 }
 
@@ -598,6 +616,7 @@ static void *local_main(void *arg)
     conn_arg_t *ca = arg;
     cr__tier_node_t *t = ca->t;
     int fd = ca->fd;
+    tconn_t *rec = ca->rec;
     free(ca);
     int keep = 0;
     struct ucred cr;
@@ -627,6 +646,7 @@ done:
         close(fd); /* (beyond LOCAL_MAX the client still holds the file) */
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    free(rec);
     return NULL;
 }
 
@@ -679,32 +699,66 @@ static void *acc_main(void *arg)
         if (!local)
             cr__net_set_nodelay(fd); /* request/reply: no Nagle wait after a handshake */
         src.ss_family = local ? AF_UNIX : src.ss_family;
-        pthread_mutex_lock(&t->mu);
-        int same = 0;
-        for (int i = 0; i < t->n_conns; i++)
-            same += cr__net_same_source(&t->srcs[i], &src);
-        if (t->n_conns >= CONN_MAX || same >= CONN_PER_SOURCE || atomic_load(&t->stop)) {
-            pthread_mutex_unlock(&t->mu);
-            CR_LOG_RL(CR__LOG_WARN, COMP, "read server: too many connections%s, refusing one",
-                      same >= CONN_PER_SOURCE ? " from one address" : "");
+        tconn_t *rec = malloc(sizeof *rec);
+        if (!rec) {
             close(fd);
             continue;
         }
-        t->srcs[t->n_conns] = src;
-        t->conns[t->n_conns++] = fd;
+        *rec = (tconn_t){.fd = fd, .src = src};
+        atomic_store(&rec->idle_ms, cr__now_ms());
+        const char *why = NULL;
+        pthread_mutex_lock(&t->mu);
+        int same = 0, live = 0;
+        cr__net_peer_t peers[CONN_SLOTS];
+        int idx[CONN_SLOTS];
+        for (int i = 0; i < t->n_conns; i++) {
+            tconn_t *o = t->conns[i];
+            if (o->evicted)
+                continue;
+            same += cr__net_same_source(&o->src, &src);
+            peers[live] = (cr__net_peer_t){&o->src, atomic_load(&o->idle_ms)};
+            idx[live++] = i;
+        }
+        if (atomic_load(&t->stop))
+            why = "stopping";
+        else if (same >= CONN_PER_SOURCE)
+            why = "too many connections from one address";
+        else if (t->n_conns >= CONN_SLOTS)
+            why = "too many connections (closing ones included)";
+        else if (live >= CONN_MAX) {
+            int v = cr__net_fair_victim(peers, live, &src);
+            if (v < 0) {
+                why = "too many connections, this address among the busiest";
+            } else {
+                tconn_t *victim = t->conns[idx[v]];
+                victim->evicted = 1;
+                shutdown(victim->fd, SHUT_RDWR); /* its thread closes it */
+                CR_LOG_RL(CR__LOG_WARN, COMP, "read server: too many connections: closed the "
+                          "longest-idle one of the busiest address for a new one");
+            }
+        }
+        if (why) {
+            pthread_mutex_unlock(&t->mu);
+            CR_LOG_RL(CR__LOG_WARN, COMP, "read server: %s, refusing one", why);
+            free(rec);
+            close(fd);
+            continue;
+        }
+        t->conns[t->n_conns++] = rec;
         pthread_mutex_unlock(&t->mu);
         conn_arg_t *ca = malloc(sizeof *ca);
         pthread_t th;
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        if (!ca || (ca->t = t, ca->fd = fd,
+        if (!ca || (ca->t = t, ca->fd = fd, ca->rec = rec,
                     pthread_create(&th, &at, local ? local_main : conn_main, ca))) {
             free(ca);
             pthread_mutex_lock(&t->mu);
             conn_forget_locked(t, fd);
             pthread_mutex_unlock(&t->mu);
             close(fd);
+            free(rec);
         }
         pthread_attr_destroy(&at);
     }
@@ -1184,7 +1238,7 @@ void cr__tier_node_stop(cr__tier_node_t *t)
         cr__ssd_ring_fini(&t->sync_ring);
     pthread_mutex_lock(&t->mu);
     for (int i = 0; i < t->n_conns; i++)
-        shutdown(t->conns[i], SHUT_RDWR);
+        shutdown(t->conns[i]->fd, SHUT_RDWR);
     while (t->n_conns)
         pthread_cond_wait(&t->cv, &t->mu);
     for (int i = 0; i < t->n_locals; i++)
