@@ -445,6 +445,8 @@ static void test_signed_long_target_is_414(void **state)
     assert_int_equal(signed_get(port, "/echo?x=1", NULL), 401);
     cr__httpd_stop(s);
     cr__auth_free(a);
+}
+
 /* A connection from src (a loopback address: 127.0.0.0/8 is all ours) to
  * the server, with recv/send bounded by timeout_s; -1 if it failed. */
 static int raw_connect(const char *src, uint16_t port, int timeout_s)
