@@ -1,6 +1,7 @@
 """crescent.engine / mooncake.engine TransferEngine: two engines in two
 processes (this one and engine_peer.py), over P2P handshake and over the HTTP
 metadata service; every method, its return conventions and bad input."""
+import ctypes
 import json
 import os
 import subprocess
@@ -809,11 +810,23 @@ def test_mooncake_training_and_inference_scripts_as_mooncake_runs_them():
     assert got == want
 
 
+def _hugetlb_pool_free():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("HugePages_Free:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def test_shared_segment_cases_of_mooncakes_test():
     """Mooncake's test_shared_segment.py: a THP (hugetlb=False) round trip;
-    HugeTLB needs mmap. HugeTLB and host_register are not supported on this
-    machine (no hugetlbfs / pool, no CUDA): supported() says so and create()
-    raises "Not implemented" instead of faking them."""
+    HugeTLB needs mmap, and supported() says whether the build has the mode
+    (True for mmap=True, hugetlb=True, as Mooncake's) while create() fails
+    when the machine has no HugeTLB pool to hold it. host_register needs
+    CUDA: not supported, create() raises "Not implemented"."""
     from mooncake.engine import SharedSegment
     assert SharedSegment.supported(mmap=True, hugetlb=False)
     seg, blob = SharedSegment.create("py-thp", 2 * 1024 * 1024, 1, 0, mmap=True, hugetlb=False)
@@ -823,11 +836,50 @@ def test_shared_segment_cases_of_mooncakes_test():
     finally:
         seg.close()
     assert not SharedSegment.supported(mmap=False, host_register=False, hugetlb=True)
-    assert not SharedSegment.supported(mmap=True, host_register=False, hugetlb=True)
+    assert SharedSegment.supported(mmap=True, host_register=False, hugetlb=True)
     assert not SharedSegment.supported(mmap=True, host_register=True)
-    for kw in ({"hugetlb": True}, {"host_register": True}):
-        with pytest.raises(RuntimeError, match="Not implemented"):
-            SharedSegment.create("py-x", 2 * 1024 * 1024, 1, 0, mmap=True, **kw)
+    with pytest.raises(RuntimeError, match="Not implemented"):
+        SharedSegment.create("py-x", 2 * 1024 * 1024, 1, 0, mmap=True, host_register=True)
+    if _hugetlb_pool_free() == 0:
+        with pytest.raises(RuntimeError, match="HugeTLB pool"):
+            SharedSegment.create("py-hugetlb", 2 * 1024 * 1024, 1, 0, mmap=True, hugetlb=True)
+    else:
+        seg, blob = SharedSegment.create("py-hugetlb", 2 * 1024 * 1024, 1, 0, mmap=True,
+                                         hugetlb=True)
+        seg.complete([blob])
+        try:
+            assert seg.ready() and seg.base_addr() != 0
+        finally:
+            seg.close()
+
+
+def test_shared_segment_hugetlb_ranks_share_the_owners_memfd(monkeypatch):
+    """The HugeTLB mode's sharing path (owner memfd, other ranks through
+    /proc/<pid>/fd/<fd>), run with MFD_HUGETLB cleared so that it works
+    without a HugeTLB pool; a blob naming another kind of file is refused."""
+    from mooncake import _shared_segment as ss
+    monkeypatch.setattr(os, "MFD_HUGETLB", 0)
+    size = 3 * 4096 + 5
+    owner, blob0 = ss.SharedSegment.create("py-h", size, 2, 0, mmap=True, hugetlb=True)
+    other, blob1 = ss.SharedSegment.create("py-h", size, 2, 1, mmap=True, hugetlb=True)
+    owner.complete([blob0, blob1])
+    other.complete([blob0, blob1])
+    try:
+        ctypes.memmove(owner.base_addr() + size - 5, b"hello", 5)
+        assert ctypes.string_at(other.base_addr() + size - 5, 5) == b"hello"
+        assert other.size() == size
+        with open(__file__, "rb") as f:
+            forged = json.loads(blob0)
+            forged["fd"] = f.fileno()
+            third, blob2 = ss.SharedSegment.create("py-h", size, 2, 1, mmap=True, hugetlb=True)
+            with pytest.raises(RuntimeError, match="not a crescent HugeTLB segment"):
+                third.complete([json.dumps(forged).encode(), blob2])
+        thp, _ = ss.SharedSegment.create("py-h", size, 2, 1, mmap=True, hugetlb=False)
+        with pytest.raises(RuntimeError, match="hugetlb differs"):
+            thp.complete([blob0, blob1])
+    finally:
+        owner.close()
+        other.close()
 
 
 def test_transfer_tensor_between_two_engines():

@@ -11,7 +11,12 @@ ranks of a host, set up in two phases (Mooncake's protocol, crescent's code).
 /dev/shm of ``size`` bytes (mode 0600, a random name) and its blob names it;
 ``complete`` maps the owner's file in every rank. The owner unlinks the file
 when its segment is released (``close()`` or garbage collection); mappings
-made by the other ranks stay valid. ``mmap=False`` is Mooncake's device
+made by the other ranks stay valid. ``hugetlb=True`` (with ``mmap=True``)
+backs the segment with HugeTLB pages instead: the owner creates a memfd with
+MFD_HUGETLB (the size rounded up to the huge page size) and the other ranks
+open it through ``/proc/<owner pid>/fd/<fd>``; ``create`` raises RuntimeError
+when the HugeTLB pool (``vm.nr_hugepages``) cannot hold it, as Mooncake's
+does. ``mmap=False`` is Mooncake's device
 backend (CUDA / Ascend IPC handles): not supported here, ``supported()``
 says False and ``create`` raises RuntimeError as a Mooncake build without
 that backend does.
@@ -39,6 +44,38 @@ def _check_uint(what, v, limit):
     return v
 
 
+def _hugepage_size():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("Hugepagesize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _hugetlb_memfd(name, size):
+    """A memfd of HugeTLB pages holding `size` bytes (rounded up to the huge
+    page size), its pages reserved; RuntimeError when the pool cannot."""
+    hp = _hugepage_size()
+    flag = getattr(os, "MFD_HUGETLB", None)
+    if not hp or flag is None:
+        raise RuntimeError("Not implemented: this kernel offers no HugeTLB pages")
+    length = -(-size // hp) * hp
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64] or "seg"
+    fd = os.memfd_create("crescent-seg-" + tag, os.MFD_CLOEXEC | flag)
+    try:
+        os.ftruncate(fd, length)
+        # The mapping reserves the pages: an empty pool fails here, not later.
+        _mmap.mmap(fd, length, _mmap.MAP_SHARED, _mmap.PROT_READ | _mmap.PROT_WRITE).close()
+    except OSError as e:
+        os.close(fd)
+        raise RuntimeError("Resource exhausted: the HugeTLB pool cannot hold %d bytes (%s); "
+                           "set vm.nr_hugepages, or use hugetlb=False" % (length, e)) from None
+    return fd
+
+
 class SharedSegment:
     """A region shared across the ranks of one host (see the module doc)."""
 
@@ -47,11 +84,12 @@ class SharedSegment:
 
     @staticmethod
     def supported(mmap=False, host_register=False, hugetlb=False):
-        """Whether this build can share memory across processes in that mode:
-        host memory (mmap=True, transparent huge pages advised) only; not
-        device memory, not cudaHostRegister (host_register), not HugeTLB
-        pages (hugetlb: this machine has no hugetlbfs / HugeTLB pool)."""
-        return bool(mmap) and not host_register and not hugetlb
+        """Whether this build can share memory across processes in that mode
+        (a property of the build, as Mooncake's: whether the machine has a
+        HugeTLB pool shows in create()): host memory (mmap=True), with
+        transparent huge pages advised or with HugeTLB pages (hugetlb=True);
+        not device memory, not cudaHostRegister (host_register)."""
+        return bool(mmap) and not host_register
 
     @classmethod
     def create(cls, name, size, world_size, rank_id, owner_rank=0, device_id=0, mmap=False,
@@ -65,10 +103,6 @@ class SharedSegment:
         if host_register:
             raise RuntimeError("Not implemented: host_register needs CUDA (cudaHostRegister); "
                                "no GPUs here")
-        if hugetlb:
-            raise RuntimeError("Not implemented: HugeTLB shared segments need a hugetlbfs "
-                               "mount and a HugeTLB pool, which this machine has not; use "
-                               "hugetlb=False (transparent huge pages are advised)")
         if isinstance(world_size, bool) or not isinstance(world_size, int):
             raise TypeError("SharedSegment: world_size must be an int")
         if world_size < 1 or world_size > _MAX_WORLD:
@@ -88,10 +122,15 @@ class SharedSegment:
             name, size, world_size, rank_id, owner_rank
         seg._map = None
         seg._path = None
+        seg._hfd = None
+        seg._hugetlb = bool(hugetlb)
         seg._lock = threading.Lock()
         info = {"magic": _BLOB_MAGIC, "rank": rank_id, "owner": owner_rank, "size": size,
-                "name": name}
-        if rank_id == owner_rank:
+                "name": name, "hugetlb": seg._hugetlb}
+        if hugetlb and rank_id == owner_rank:
+            seg._hfd = _hugetlb_memfd(name, size)
+            info["pid"], info["fd"] = os.getpid(), seg._hfd
+        elif rank_id == owner_rank:
             tag = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64] or "seg"
             path = os.path.join(_SHM_DIR, "crescent-seg-%s-%s" % (tag, secrets.token_hex(8)))
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -128,18 +167,22 @@ class SharedSegment:
                     or info.get("name") != self._name):
                 raise RuntimeError("Invalid argument: owner blob does not describe this "
                                    "segment (name, size or owner differ)")
-            path = info.get("path")
-            if (not isinstance(path, str) or os.path.dirname(path) != _SHM_DIR
-                    or not os.path.basename(path).startswith("crescent-seg-")):
-                raise RuntimeError("Invalid argument: owner blob names no shared segment file")
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+            if info.get("hugetlb", False) is not self._hugetlb:
+                raise RuntimeError("Invalid argument: owner blob's hugetlb differs from this "
+                                   "rank's")
+            fd = self._open_hugetlb(info) if self._hugetlb else self._open_shm(info)
             try:
                 if os.fstat(fd).st_size < self._size:
                     raise RuntimeError("Invalid argument: shared segment file is shorter "
                                        "than the segment")
-                self._map = _mmap.mmap(fd, self._size, _mmap.MAP_SHARED,
-                                       _mmap.PROT_READ | _mmap.PROT_WRITE)
-                if hasattr(_mmap, "MADV_HUGEPAGE"):
+                try:
+                    self._map = _mmap.mmap(fd, os.fstat(fd).st_size if self._hugetlb
+                                           else self._size, _mmap.MAP_SHARED,
+                                           _mmap.PROT_READ | _mmap.PROT_WRITE)
+                except OSError as e:
+                    raise RuntimeError("Resource exhausted: mapping the shared segment "
+                                       "failed: %s" % e) from None
+                if not self._hugetlb and hasattr(_mmap, "MADV_HUGEPAGE"):
                     try:  # transparent huge pages for /dev/shm, where the kernel allows
                         self._map.madvise(_mmap.MADV_HUGEPAGE)
                     except OSError:
@@ -148,6 +191,32 @@ class SharedSegment:
                 os.close(fd)
             import ctypes
             self._addr = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+
+    @staticmethod
+    def _open_shm(info):
+        path = info.get("path")
+        if (not isinstance(path, str) or os.path.dirname(path) != _SHM_DIR
+                or not os.path.basename(path).startswith("crescent-seg-")):
+            raise RuntimeError("Invalid argument: owner blob names no shared segment file")
+        return os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+
+    def _open_hugetlb(self, info):
+        if self._hfd is not None:  # the owner: its own memfd
+            return os.dup(self._hfd)
+        pid, fd = info.get("pid"), info.get("fd")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                   for v in (pid, fd)):
+            raise RuntimeError("Invalid argument: owner blob names no HugeTLB segment")
+        path = "/proc/%d/fd/%d" % (pid, fd)
+        try:
+            target = os.readlink(path)
+            if not target.startswith("/memfd:crescent-seg-"):
+                raise RuntimeError("Invalid argument: %s is not a crescent HugeTLB segment"
+                                   % path)
+            return os.open(path, os.O_RDWR)
+        except OSError as e:
+            raise RuntimeError("Invalid argument: cannot open the owner's HugeTLB segment "
+                               "(%s): %s" % (path, e)) from None
 
     def ready(self):
         return self._map is not None
@@ -167,6 +236,9 @@ class SharedSegment:
         """Release this rank's side; the owner removes the /dev/shm file.
         (The mapping stays until the object is garbage collected, so
         base_addr() never points at unmapped memory while it is alive.)"""
+        hfd, self._hfd = getattr(self, "_hfd", None), None
+        if hfd is not None:
+            os.close(hfd)
         path, self._path = getattr(self, "_path", None), None
         if path:
             try:
