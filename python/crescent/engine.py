@@ -12,12 +12,15 @@ buffer-protocol object (numpy array, bytearray, memoryview, mmap) is accepted
 as well and its length is used when the length argument is omitted.
 """
 import atexit
+import ctypes
 import enum
+import threading
 import weakref
 
 from crescent import _crescent
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "ScatterTransferCompletionStatus",
+           "allocate_host_buffer", "free_host_buffer",
            "ScatterTransferTicket"]
 
 
@@ -382,3 +385,53 @@ class TransferEngine(_crescent.TransferEngine):
 
 # Mooncake's TransferEngine carries its opcode enum as a class attribute.
 TransferEngine.TransferOpcode = TransferOpcode
+
+
+# ---- host buffers (Mooncake's module functions allocate_host_buffer /
+# free_host_buffer): page-aligned host memory from libc, remembered here so
+# that a pointer this module did not hand out is refused instead of being
+# passed to free().
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.posix_memalign.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+                                 ctypes.c_size_t)
+_libc.posix_memalign.restype = ctypes.c_int
+_libc.free.argtypes = (ctypes.c_void_p,)
+_libc.free.restype = None
+_HOST_ALIGN = 4096
+_host_mu = threading.Lock()
+_host_buffers = {}  # address -> size; guarded by _host_mu
+
+
+def allocate_host_buffer(size):
+    """Page-aligned host memory of `size` bytes (not registered with any
+    engine; register_memory() it to transfer from it): its address, 0 for
+    size 0 or when the memory cannot be had. Release it with
+    free_host_buffer(). TypeError for a non-int or negative size (Mooncake's
+    size is unsigned)."""
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError("size must be int, not %s" % type(size).__name__)
+    if size < 0:
+        raise TypeError("size must be a non-negative int")
+    if size == 0 or size >= 1 << 63:
+        return 0
+    p = ctypes.c_void_p()
+    if _libc.posix_memalign(ctypes.byref(p), _HOST_ALIGN, size) != 0 or not p.value:
+        return 0
+    with _host_mu:
+        _host_buffers[p.value] = size
+    return p.value
+
+
+def free_host_buffer(ptr):
+    """Frees memory from allocate_host_buffer(); 0 is a no-op. ValueError
+    for any other address (one not from allocate_host_buffer, or freed
+    already): nothing is freed then."""
+    if isinstance(ptr, bool) or not isinstance(ptr, int):
+        raise TypeError("ptr must be int, not %s" % type(ptr).__name__)
+    if ptr == 0:
+        return
+    with _host_mu:
+        if _host_buffers.pop(ptr, None) is None:
+            raise ValueError("free_host_buffer: 0x%x was not returned by allocate_host_buffer "
+                             "(or was freed already)" % ptr)
+    _libc.free(ptr)

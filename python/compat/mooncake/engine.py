@@ -1,9 +1,11 @@
 """``mooncake.engine`` on crescent: every public name of Mooncake's module."""
 from crescent.engine import (ScatterTransferCompletionStatus, ScatterTransferTicket,
-                             TransferEngine, TransferNotify, TransferOpcode)
+                             TransferEngine, TransferNotify, TransferOpcode,
+                             allocate_host_buffer, free_host_buffer)
 
 __all__ = ["TransferEngine", "TransferOpcode", "TransferNotify", "Read", "Write",
-           "ScatterTransferCompletionStatus", "ScatterTransferTicket", "InnerTransferEngine"]
+           "ScatterTransferCompletionStatus", "ScatterTransferTicket", "InnerTransferEngine",
+           "allocate_host_buffer", "free_host_buffer"]
 
 # export_values(): the opcodes are module names too, as in Mooncake.
 Read = TransferOpcode.Read
