@@ -10,7 +10,8 @@ import enum
 import socket
 
 __all__ = ["ReplicaStatus", "SoftPinAction", "ObjectDataType", "TaskType", "TaskStatus",
-           "ReplicateConfig", "Descriptor", "MemoryDescriptor", "DiskDescriptor",
+           "ReplicateConfig", "ExistOptions", "Descriptor", "MemoryDescriptor",
+           "DiskDescriptor",
            "ReplicaDescriptor", "QueryTaskResponse", "ParallelAxis", "TensorParallelism",
            "ReadTarget", "AXIS_DP", "AXIS_TP", "AXIS_EP", "AXIS_PP", "READ_MODE_AS_STORED",
            "READ_MODE_SHARD", "READ_MODE_FULL", "segment_name_of"]
@@ -194,6 +195,35 @@ class ReplicateConfig:
                                          self._dfs_replica_num))
 
     __repr__ = __str__
+
+
+class ExistOptions:
+    """Options of is_exist / batch_is_exist (Mooncake's ExistOptions).
+
+    prefetch_to_memory (bool, default False): Mooncake then starts a
+    best-effort promotion of keys held only by its client-side SSD offload
+    tier back to DRAM; the answer (1 / 0 / negative) does not change, and
+    without SSD offload the request does nothing. crescent accepts it with
+    that meaning and nothing to do: its disk tier is crescent-node's, whose
+    objects are read from disk directly and promoted to memory by the reads
+    themselves (crescent-node --tier_promote). Setting an attribute Mooncake
+    does not have raises AttributeError."""
+
+    __slots__ = ("_prefetch_to_memory",)
+
+    def __init__(self, prefetch_to_memory=False):
+        self.prefetch_to_memory = prefetch_to_memory
+
+    @property
+    def prefetch_to_memory(self):
+        return self._prefetch_to_memory
+
+    @prefetch_to_memory.setter
+    def prefetch_to_memory(self, v):
+        self._prefetch_to_memory = _check_bool("prefetch_to_memory", v)
+
+    def __repr__(self):
+        return "ExistOptions(prefetch_to_memory=%s)" % self._prefetch_to_memory
 
 
 def segment_name_of(name):

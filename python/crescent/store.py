@@ -30,7 +30,7 @@ import weakref
 from crescent import _crescent
 from crescent import tensor_codec as tc
 from crescent.unsupported import RangedReadSnapshot
-from crescent.mooncake_types import (Descriptor, MemoryDescriptor, ParallelAxis,
+from crescent.mooncake_types import (Descriptor, ExistOptions, MemoryDescriptor, ParallelAxis,
                                      QueryTaskResponse, ReadTarget, ReplicaDescriptor,
                                      ReplicateConfig, TaskStatus, TaskType, TensorParallelism,
                                      segment_name_of)
@@ -137,6 +137,16 @@ def _int(v, name):
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError("%s must be int, not %s" % (name, type(v).__name__))
     return v
+
+
+# batch_probe_key's policies (Mooncake's BatchProbeKey lease selection).
+_PROBE_POLICIES = ("none", "LastHitOnly")
+
+
+def _exist_options(options):
+    if options is not None and not isinstance(options, ExistOptions):
+        raise TypeError("options must be an ExistOptions or None, not %s"
+                        % type(options).__name__)
 
 
 def _dict_int(d, key, default):
@@ -388,18 +398,30 @@ class DistributedStore(_crescent.DistributedStore):
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
         """Mooncake's dummy client attaches to a real client process through
         shared memory and IPC; crescent has no such daemon. Returns -1010
-        when this store is set up already, else -1011."""
+        when this store is set up already, else -1011 with a RuntimeWarning
+        saying why and what to use instead."""
         _int(mem_pool_size, "mem_pool_size")
         _int(local_buffer_size, "local_buffer_size")
         if not isinstance(server_address, str):
             raise TypeError("server_address must be str")
-        return UNAVAILABLE_IN_CURRENT_STATUS if self._is_setup() else UNAVAILABLE
+        if self._is_setup():
+            return UNAVAILABLE_IN_CURRENT_STATUS
+        import warnings
+        warnings.warn("setup_dummy(%r): crescent has no real-client daemon for a dummy client "
+                      "to attach to over IPC; use setup() (a full client; global_segment_size=0 "
+                      "contributes no memory); setup_dummy returns -1011" % server_address,
+                      RuntimeWarning, stacklevel=2)
+        return UNAVAILABLE
 
     def init_all(self, protocol, device_name, mount_segment_size=16 << 20):
-        """Part of Mooncake's dummy-client setup: -1011 here (see setup_dummy)."""
+        """Part of Mooncake's dummy-client setup: -1011 here with a
+        RuntimeWarning (see setup_dummy)."""
         if not isinstance(protocol, str) or not isinstance(device_name, str):
             raise TypeError("protocol and device_name must be str")
         _int(mount_segment_size, "mount_segment_size")
+        import warnings
+        warnings.warn("init_all: crescent has no dummy client (see setup_dummy); use setup(); "
+                      "init_all returns -1011", RuntimeWarning, stacklevel=2)
         return UNAVAILABLE
 
     # -- streaming reads (Mooncake's progressive_get / scatter read): the
@@ -941,18 +963,82 @@ class DistributedStore(_crescent.DistributedStore):
         _keys(keys)
         return 0 if self._is_setup() else UNAVAILABLE_IN_CURRENT_STATUS
 
+    # ---- existence ---------------------------------------------------------------------
+    def is_exist(self, key, options=None):
+        """1 if the object exists (completely written), 0 if not, negative on
+        error. `options` is an ExistOptions (or None); its
+        prefetch_to_memory is accepted and needs nothing here (see
+        ExistOptions)."""
+        _exist_options(options)
+        return super().is_exist(key)
+
+    def batch_is_exist(self, keys, options=None):
+        """is_exist() for several keys: a list of 1, 0 or negative (every
+        entry negative when the store is not set up)."""
+        _exist_options(options)
+        return super().batch_is_exist(keys)
+
     # ---- point-in-time existence without a read lease ------------------------------
+    # Both probes ask through the extension's lease-free existence call
+    # (cr_store_batch_probe); is_exist / batch_is_exist read-lease what they
+    # find, as Mooncake's ExistKey does.
+    def _probe(self, keys):
+        return self._batch_probe(keys)
+
     def probe_key(self, key):
         """1 if the object existed at the call, 0 if not, negative on error.
         Unlike is_exist, no read lease is granted, so the object may be
         evicted or removed before a later get."""
         if not isinstance(key, str):
             raise TypeError("key must be str")
-        return self._batch_probe([key])[0]
+        return self._probe([key])[0]
 
-    def batch_probe_key(self, keys):
-        """probe_key() for several keys: a list of 1, 0 or negative."""
-        return self._batch_probe(keys)
+    def batch_probe_key(self, keys, policy="none", candidate_size=1):
+        """Existence of several keys without read leases (Mooncake's
+        BatchProbeKey). policy "none" (default): per key 1, 0 or negative;
+        candidate_size is not used. policy "LastHitOnly": the keys are
+        consecutive candidates of candidate_size keys each (one checkpoint's
+        keys); only the keys of the last candidate whose keys all exist are
+        1, every other key 0 (0 = not selected, not necessarily missing);
+        a key whose check failed keeps its negative code and its candidate
+        is not selected. Mooncake grants the selected candidate's keys a
+        read lease; crescent checks them again with batch_is_exist (which
+        takes whatever lease is_exist takes) and selects an earlier
+        candidate if one went missing meanwhile.
+        ValueError for an unknown policy, or, with LastHitOnly and keys, a
+        candidate_size of 0 or one that does not divide len(keys);
+        TypeError for a negative candidate_size (Mooncake's is unsigned).
+        A store not set up answers -1010 for every key, whatever the policy."""
+        keys = _keys(keys)
+        if not isinstance(policy, str):
+            raise TypeError("policy must be str, not %s" % type(policy).__name__)
+        _int(candidate_size, "candidate_size")
+        if candidate_size < 0:
+            raise TypeError("candidate_size must be a non-negative int")
+        if policy not in _PROBE_POLICIES:
+            raise ValueError("unknown batch_probe_key policy %r (expected one of %s)"
+                             % (policy, ", ".join(_PROBE_POLICIES)))
+        if policy == "none" or not keys:
+            return self._probe(keys) if keys else []
+        if candidate_size == 0 or len(keys) % candidate_size:
+            raise ValueError("candidate_size must be > 0 and divide the number of keys "
+                             "(%d keys, candidate_size %d)" % (len(keys), candidate_size))
+        found = self._probe(keys)
+        if all(r < 0 for r in found):
+            return found
+        out = [r if r < 0 else 0 for r in found]
+        for start in range(len(keys) - candidate_size, -1, -candidate_size):
+            end = start + candidate_size
+            if any(r != 1 for r in found[start:end]):
+                continue
+            again = self.batch_is_exist(keys[start:end])
+            if all(r == 1 for r in again):
+                out[start:end] = again
+                break
+            for i, r in enumerate(again):
+                if r < 0:
+                    out[start + i] = r
+        return out
 
     # ---- ranged reads through a reusable snapshot -------------------------------------
     def prepare_get_into_ranges_snapshot(self, keys):

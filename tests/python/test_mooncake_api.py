@@ -2088,6 +2088,110 @@ def test_probe_key_grants_no_lease(store):
     assert store.probe_key(k) == 0
 
 
+def test_batch_probe_key_last_hit_only_marks_only_the_last_complete_candidate(store):
+    a, b, c, gone = K("pa"), K("pb"), K("pc"), K("pgone")
+    for k in (a, b, c):
+        assert store.put(k, b"ckpt") == 0
+    # default policy: plain existence, candidate_size unused (0 allowed)
+    assert store.batch_probe_key([a, b, c, gone]) == [1, 1, 1, 0]
+    assert store.batch_probe_key([a], candidate_size=0) == [1]
+    assert store.batch_probe_key([a, gone], "none", 3) == [1, 0]
+    last = "LastHitOnly"
+    assert store.batch_probe_key([a, b, c, gone], last, 2) == [1, 1, 0, 0]
+    assert store.batch_probe_key([a, b, b, c], last, 2) == [0, 0, 1, 1]
+    assert store.batch_probe_key([a, gone, b, c], last, 2) == [0, 0, 1, 1]
+    assert store.batch_probe_key([a, gone], last, 2) == [0, 0]
+    assert store.batch_probe_key([a, b], last) == [0, 1]  # default size 1
+    assert store.batch_probe_key([a, b, c], last, 3) == [1, 1, 1]
+    assert store.batch_probe_key([], last, 0) == []
+    for size in (0, 3):
+        with pytest.raises(ValueError):
+            store.batch_probe_key([a, b], last, size)
+    with pytest.raises(ValueError):
+        store.batch_probe_key([a], "unknown")
+    with pytest.raises(ValueError):
+        store.batch_probe_key([a], "lasthitonly")
+    with pytest.raises(TypeError):
+        store.batch_probe_key([a], last, -1)
+    with pytest.raises(TypeError):
+        store.batch_probe_key([a], None)
+    # keyword names as Mooncake's binding
+    assert store.batch_probe_key(keys=[a, b], policy=last, candidate_size=1) == [0, 1]
+    # the probes left the objects readable and, with is_exist leasing nothing
+    # here, removable at once
+    assert store.get(c) == b"ckpt"
+    u = MooncakeDistributedStore()
+    for policy in ("none", last):
+        r = u.batch_probe_key([a, b, c, gone], policy, 2)
+        assert len(r) == 4 and all(v < 0 for v in r), r
+    for k in (a, b, c):
+        assert store.remove(k, True) == 0
+
+
+def test_exist_options_accepted_by_is_exist_and_batch_is_exist(store):
+    k = K("eo")
+    assert store.put(k, b"x") == 0
+    o = mstore.ExistOptions()
+    assert o.prefetch_to_memory is False
+    o.prefetch_to_memory = True
+    assert mstore.ExistOptions(prefetch_to_memory=True).prefetch_to_memory is True
+    with pytest.raises(TypeError):
+        o.prefetch_to_memory = "yes"
+    with pytest.raises(AttributeError):
+        o.prefetch_to_disk = True
+    assert store.is_exist(k, o) == 1 and store.is_exist(K("none"), options=o) == 0
+    assert store.is_exist(k, None) == 1 and store.is_exist(key=k) == 1
+    assert store.batch_is_exist([k, K("none")], o) == [1, 0]
+    assert store.batch_is_exist(keys=[k], options=mstore.ExistOptions()) == [1]
+    with pytest.raises(TypeError):
+        store.is_exist(k, {"prefetch_to_memory": True})
+    with pytest.raises(TypeError):
+        store.batch_is_exist([k], 1)
+    assert MooncakeDistributedStore().batch_is_exist([k], o) == [NOT_READY]
+    assert store.remove(k) == 0
+
+
+def test_allocate_host_buffer_and_free_host_buffer():
+    from mooncake.engine import allocate_host_buffer, free_host_buffer
+    p = allocate_host_buffer(4 << 20)
+    assert p != 0 and p % 4096 == 0
+    ctypes.memset(p, 0xAB, 4 << 20)  # the whole range is ours
+    assert ctypes.string_at(p + (4 << 20) - 1, 1) == b"\xab"
+    free_host_buffer(p)
+    with pytest.raises(ValueError):  # freed already: refused, not a double free
+        free_host_buffer(p)
+    with pytest.raises(ValueError):  # never allocated here
+        free_host_buffer(ctypes.addressof(ctypes.c_char()))
+    assert allocate_host_buffer(0) == 0
+    assert free_host_buffer(0) is None
+    with pytest.raises(TypeError):
+        allocate_host_buffer(-1)
+    with pytest.raises(TypeError):
+        allocate_host_buffer("4096")
+    assert allocate_host_buffer(1 << 62) == 0  # cannot be had: 0, nothing leaked
+    ptrs = [allocate_host_buffer(n) for n in (1, 4097, 1 << 16)]
+    assert len(set(ptrs)) == 3 and all(ptrs)
+    for q in ptrs:
+        free_host_buffer(q)
+    assert crescent.engine.allocate_host_buffer is allocate_host_buffer
+
+
+def test_setup_dummy_and_init_all_warn_why_they_are_refused(cluster):
+    s = MooncakeDistributedStore()
+    with pytest.warns(RuntimeWarning, match="no real-client daemon"):
+        assert s.setup_dummy(16 << 20, 16 << 20, "localhost:12345") == UNAVAILABLE
+    with pytest.warns(RuntimeWarning, match="no dummy client"):
+        assert s.init_all("tcp", "") == UNAVAILABLE
+
+
+def test_mooncake_config_parse_segment_size_alias():
+    from mooncake.mooncake_config import _parse_segment_size, _size
+    assert _parse_segment_size is _size
+    assert _parse_segment_size("1.5gb") == int(1.5 * (1 << 30))
+    with pytest.raises(ValueError):
+        _parse_segment_size("gb")
+
+
 def test_get_sessions_and_put_session_revoke(store):
     k = K("gs")
     assert store.put(k, bytes(range(200))) == 0

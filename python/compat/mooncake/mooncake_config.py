@@ -42,6 +42,10 @@ def _size(value):
     return int(float(num) * _UNITS[unit])
 
 
+# Mooncake's name for the size parser (its tests import it).
+_parse_segment_size = _size
+
+
 def _bool(value):
     if isinstance(value, bool):
         return value

@@ -9,7 +9,7 @@ from crescent.buffer_pool import (BufferLease, BufferLeaseView, BufferPool,
                                   RegisteredBufferPool)
 from crescent.mooncake_types import (AXIS_DP, AXIS_EP, AXIS_PP, AXIS_TP, READ_MODE_AS_STORED,
                                      READ_MODE_FULL, READ_MODE_SHARD, Descriptor, DiskDescriptor,
-                                     MemoryDescriptor, ObjectDataType, ParallelAxis,
+                                     ExistOptions, MemoryDescriptor, ObjectDataType, ParallelAxis,
                                      QueryTaskResponse, ReadTarget, ReplicaDescriptor,
                                      ReplicaStatus, ReplicateConfig, SoftPinAction, TaskStatus,
                                      TaskType, TensorParallelism)
@@ -106,7 +106,8 @@ for _e in (ObjectDataType, ReplicaStatus, TaskType, TaskStatus):
 del _e, _m
 
 __all__ = sorted([
-    "RangedReadSnapshot", "ObjectDataType", "SoftPinAction", "ReplicateConfig", "ReplicaStatus",
+    "RangedReadSnapshot", "ObjectDataType", "SoftPinAction", "ReplicateConfig", "ExistOptions",
+    "ReplicaStatus",
     "MemoryDescriptor", "DiskDescriptor", "ReplicaDescriptor", "Descriptor", "TaskType",
     "TaskStatus", "QueryTaskResponse", "BufferHandle", "BufferLeaseView", "BufferLease",
     "BufferPool", "RegisteredBufferPool", "RegisteredBufferLease", "RegisteredBufferLeaseView",
