@@ -25,6 +25,7 @@ from crescent import mooncake_types as mtypes
 INVALID_PARAMS = -600
 NOT_FOUND = -704
 NOT_READY = -1010
+HAS_LEASE = -706
 UNAVAILABLE = -1011
 LEASE_MS = 300
 H = 304  # Mooncake's serialized tensor metadata
@@ -2148,7 +2149,8 @@ def test_exist_options_accepted_by_is_exist_and_batch_is_exist(store):
     with pytest.raises(TypeError):
         store.batch_is_exist([k], 1)
     assert MooncakeDistributedStore().batch_is_exist([k], o) == [NOT_READY]
-    assert store.remove(k) == 0
+    assert store.remove(k) == HAS_LEASE  # is_exist read-leased it (Mooncake's ExistKey)
+    assert store.remove(k, force=True) == 0
 
 
 def test_allocate_host_buffer_and_free_host_buffer():
