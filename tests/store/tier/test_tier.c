@@ -218,6 +218,91 @@ static void test_open_errors(void **s)
     cr__ssd_close(d2);
 }
 
+/* What broke: the lock and data files were opened with O_CREAT through
+ * whatever the names were, mode 0644: a symlink planted in --ssd_path made a
+ * root node truncate (lock: pid written) or fallocate (data) any file, and
+ * every disk-resident object was readable by every local user. */
+static void put_victim(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("victim contents\n", f);
+    fclose(f);
+}
+
+static void assert_victim_unchanged(const char *path)
+{
+    char buf[64] = "";
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    assert_string_equal(buf, "victim contents\n");
+}
+
+static void test_open_refuses_planted_names(void **s)
+{
+    (void)s;
+    char err[1024], victim[300], lock[300], data[300];
+    cr__ssd_t *d;
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    snprintf(lock, sizeof lock, "%s/crescent-ssd.lock", dir);
+    snprintf(data, sizeof data, "%s/crescent-ssd.data", dir);
+    put_victim(victim);
+    /* a symlink under the lock's name */
+    assert_int_equal(symlink(victim, lock), 0);
+    err[0] = 0;
+    assert_int_equal(cr__ssd_open(dir, 8 * MiB, &d, err, sizeof err), -ELOOP);
+    print_message("refused: %s\n", err);
+    assert_non_null(strstr(err, lock));
+    assert_non_null(strstr(err, "symbolic link"));
+    assert_victim_unchanged(victim);
+    assert_int_equal(unlink(lock), 0);
+    /* a symlink under the data file's name */
+    assert_int_equal(symlink(victim, data), 0);
+    assert_int_equal(cr__ssd_open(dir, 8 * MiB, &d, err, sizeof err), -ELOOP);
+    assert_non_null(strstr(err, data));
+    assert_non_null(strstr(err, "symbolic link"));
+    assert_victim_unchanged(victim);
+    assert_int_equal(unlink(data), 0);
+    /* a hard link to the victim */
+    assert_int_equal(link(victim, data), 0);
+    assert_int_equal(cr__ssd_open(dir, 8 * MiB, &d, err, sizeof err), -EMLINK);
+    assert_non_null(strstr(err, data));
+    assert_victim_unchanged(victim);
+    assert_int_equal(unlink(data), 0);
+    /* a FIFO: refused, and the open does not hang */
+    assert_int_equal(mkfifo(data, 0600), 0);
+    assert_int_equal(cr__ssd_open(dir, 8 * MiB, &d, err, sizeof err), -EINVAL);
+    assert_non_null(strstr(err, "not a regular file"));
+    assert_int_equal(unlink(data), 0);
+    /* created files are the node's alone */
+    struct stat st;
+    assert_int_equal(cr__ssd_open(dir, 8 * MiB, &d, err, sizeof err), 0);
+    assert_int_equal(stat(lock, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(stat(data, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    int ro = cr__ssd_open_readonly(d);
+    assert_true(ro >= 0);
+    close(ro);
+    cr__ssd_close(d);
+    /* one left world-readable by an older version is narrowed */
+    assert_int_equal(chmod(data, 0644), 0);
+    assert_int_equal(chmod(lock, 0644), 0);
+    assert_int_equal(cr__ssd_open(dir, 8 * MiB, &d, err, sizeof err), 0);
+    assert_int_equal(stat(data, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal(stat(lock, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    /* the same-host read path reopens by name: not through a symlink swapped in */
+    assert_int_equal(rename(data, victim), 0);
+    assert_int_equal(symlink(victim, data), 0);
+    assert_int_equal(cr__ssd_open_readonly(d), -ELOOP);
+    cr__ssd_close(d);
+}
+
 static void test_oalloc_reserve(void **s)
 {
     (void)s;
@@ -833,6 +918,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_data_file_unlinked_noticed, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_io_scan_truncate, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_open_errors, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_open_refuses_planted_names, setup_dir, teardown_dir),
         cmocka_unit_test(test_oalloc_reserve),
         cmocka_unit_test(test_tier_codec),
         cmocka_unit_test(test_master_offload_demote_and_read),

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/crc32c.h"
+#include "common/file.h"
 #include "common/status.h"
 #include "store/tier/tier.h"
 
@@ -75,11 +76,15 @@ int cr__ssd_open(const char *dir, uint64_t capacity, cr__ssd_t **out, char *err,
     }
     s->fd = -1;
     snprintf(path, sizeof path, "%s/" LOCK_NAME, dir);
-    s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* never through a symlink, only a regular file of ours, mode 0600
+     * (common/file.h): a root node must not truncate a file an attacker
+     * pointed the name at */
+    char why[4352];
+    s->lock_fd = cr__file_open_private(path, O_RDWR, "tier", why, sizeof why);
     if (s->lock_fd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "--ssd_path %s: cannot create %s: %s%s", dir, LOCK_NAME, strerror(e),
-                 e == EROFS || e == EACCES ? " (the directory must be writable)" : "");
+        int e = -s->lock_fd;
+        snprintf(err, errlen, "--ssd_path %s: %s%s", dir, why,
+                 e == EROFS || e == EACCES ? " (the directory must be writable by this user)" : "");
         free(s);
         return -e;
     }
@@ -108,11 +113,13 @@ int cr__ssd_open(const char *dir, uint64_t capacity, cr__ssd_t **out, char *err,
     }
     snprintf(path, sizeof path, "%s/" DATA_NAME, dir);
     snprintf(s->path, sizeof s->path, "%s", path);
-    s->fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);
+    /* mode 0600: the same-host read socket checks the peer's uid, so the
+     * file must not be readable by other users either */
+    s->fd = cr__file_open_private(path, O_RDWR | O_DIRECT, "tier", why, sizeof why);
     if (s->fd < 0) {
-        int e = errno;
-        snprintf(err, errlen, "--ssd_path %s: cannot open %s with O_DIRECT: %s", dir, DATA_NAME,
-                 strerror(e));
+        errno = -s->fd;
+        snprintf(err, errlen, "--ssd_path %s: %s%s", dir, why,
+                 errno == EINVAL && !strstr(why, "regular file") ? " (O_DIRECT needs a file system that supports it)" : "");
         goto fail_e;
     }
     if (fstat(s->fd, &st) != 0) {
@@ -188,8 +195,16 @@ int cr__ssd_fd(const cr__ssd_t *s) { return s->fd; }
 
 int cr__ssd_open_readonly(const cr__ssd_t *s)
 {
-    int fd = open(s->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    return fd < 0 ? CR__ERRNO() : fd;
+    /* by name, so: no symlink, and the very file this node opened */
+    int fd = open(s->path, O_RDONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return CR__ERRNO();
+    struct stat a, b;
+    if (fstat(fd, &a) || fstat(s->fd, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+        close(fd);
+        return -ESTALE;
+    }
+    return fd;
 }
 
 uint64_t cr__ssd_encode(void *buf, const char *key, uint32_t key_len, uint64_t version,

@@ -11,8 +11,11 @@
  * a torn, stale or corrupted object is an error, never bytes.
  *
  * Files in the directory: crescent-ssd.lock (flock'd by the owning process:
- * a second node on the same directory is refused) and crescent-ssd.data.
- * Anything else is left alone. */
+ * a second node on the same directory is refused) and crescent-ssd.data,
+ * both mode 0600 and owned by the node's user. Either name being a symlink,
+ * a hard link or not a regular file refuses the start (a root node would
+ * otherwise truncate whatever the name points at); an existing one readable
+ * by other users is narrowed to 0600. Anything else is left alone. */
 #ifndef CR_STORE_TIER_SSD_SSD_H
 #define CR_STORE_TIER_SSD_SSD_H
 
