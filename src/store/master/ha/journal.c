@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -44,6 +45,22 @@ static int write_all(int fd, const uint8_t *p, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+/* A new journal.tmp: a stale one (or anything planted under the name) is
+ * removed, then created with O_EXCL, never opened through a symlink. */
+static int open_tmp(cr__ha_journal_t *j)
+{
+    char why[PATH_MAX + 256];
+    if (unlink(j->tmp) && errno != ENOENT) {
+        int rc = CR__ERRNO();
+        CR_LOG_ERROR(COMP, "cannot remove %s: %s", j->tmp, strerror(errno));
+        return rc;
+    }
+    int fd = cr__file_open_private(j->tmp, O_WRONLY | O_EXCL, COMP, why, sizeof why);
+    if (fd < 0)
+        CR_LOG_ERROR(COMP, "%s", why);
+    return fd;
 }
 
 /* Reads the file into a shadow; returns the length of the good prefix. */
@@ -86,8 +103,21 @@ int cr__ha_journal_open(const char *dir, int fsync_each, cr__ha_shadow_t **loade
 {
     if (!dir || !*dir || strlen(dir) > PATH_MAX - 32)
         return -EINVAL;
-    if (mkdir(dir, 0755) && errno != EEXIST)
+    /* the journal holds every key and where its bytes live: the master's
+     * user alone (0700 directory, 0600 files) */
+    if (mkdir(dir, 0700) && errno != EEXIST)
         return CR__ERRNO();
+    struct stat dst;
+    if (stat(dir, &dst) != 0)
+        return CR__ERRNO();
+    if (!S_ISDIR(dst.st_mode)) {
+        CR_LOG_ERROR(COMP, "%s is not a directory", dir);
+        return -ENOTDIR;
+    }
+    if ((dst.st_mode & 022) && !(dst.st_mode & S_ISVTX))
+        CR_LOG_WARN(COMP, "%s is writable by other users (mode %03o): they can replace the "
+                          "journal; make it 0700",
+                    dir, (unsigned)(dst.st_mode & 0777));
     cr__ha_journal_t *j = calloc(1, sizeof *j);
     if (!j)
         return -ENOMEM;
@@ -100,9 +130,11 @@ int cr__ha_journal_open(const char *dir, int fsync_each, cr__ha_shadow_t **loade
     int rc = cr__ha_shadow_create(&sh);
     if (rc)
         goto fail;
-    j->fd = open(j->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    char why[PATH_MAX + 256];
+    j->fd = cr__file_open_private(j->path, O_RDWR, COMP, why, sizeof why);
     if (j->fd < 0) {
-        rc = CR__ERRNO();
+        rc = j->fd;
+        CR_LOG_ERROR(COMP, "%s", why);
         goto fail;
     }
     uint64_t good = 0;
@@ -208,8 +240,8 @@ int cr__ha_journal_compact(cr__ha_journal_t *j, cr__master_t *m, int force)
     int rc = cr__master_dump(m, &snap, at_snapshot, j);
     int fd = -1;
     if (!rc) {
-        fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        rc = fd < 0 ? CR__ERRNO() : write_all(fd, snap.p, snap.len);
+        fd = open_tmp(j);
+        rc = fd < 0 ? fd : write_all(fd, snap.p, snap.len);
         if (!rc && fsync(fd))
             rc = CR__ERRNO();
         if (!rc && rename(j->tmp, j->path))
@@ -242,8 +274,8 @@ int cr__ha_journal_compact(cr__ha_journal_t *j, cr__master_t *m, int force)
 
 int cr__ha_journal_rewrite(cr__ha_journal_t *j, const uint8_t *buf, size_t len)
 {
-    int fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    int rc = fd < 0 ? CR__ERRNO() : write_all(fd, buf, len);
+    int fd = open_tmp(j);
+    int rc = fd < 0 ? fd : write_all(fd, buf, len);
     if (!rc && rename(j->tmp, j->path))
         rc = CR__ERRNO();
     pthread_mutex_lock(&j->mu);

@@ -30,8 +30,12 @@ typedef struct cr__ha_journal_stats {
 
 /* Opens (creating) dir/journal and loads what it holds into *loaded (a new
  * shadow index, caller destroys). A torn or corrupt tail is cut off (logged
- * with how many bytes). Returns 0, -EINVAL (dir too long), -ENOMEM or
- * -errno of the file system. */
+ * with how many bytes). dir is created mode 0700, the journal (and its
+ * journal.tmp on a rewrite) 0600; a symlink, hard link or non-regular file
+ * under either name is refused, never followed (common/file.h; the reason
+ * is logged). Returns 0, -EINVAL (dir too long), -ENOMEM, -ELOOP
+ * (symlink), -EMLINK, -EACCES (another user's file), -ENOTDIR or -errno of
+ * the file system. */
 int cr__ha_journal_open(const char *dir, int fsync_each, cr__ha_shadow_t **loaded,
                         cr__ha_journal_t **out);
 
