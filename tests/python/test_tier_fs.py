@@ -293,3 +293,38 @@ def test_read_only_root_fs_dir_gives_a_clear_error(tmp_path):
     finally:
         if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_symlinks_planted_in_tmp_are_never_written_through(d, tmp_path):
+    """tmp/ under --root_fs_dir is shared with the group and its names are
+    predictable (<hash of key>-<version>.tmp, the master's .probe): a
+    symlink planted under such a name used to be opened O_CREAT|O_TRUNC, so
+    the writer truncated and overwrote its target (and the master renamed
+    the link into the tier). Now the name is removed and created O_EXCL: the
+    target is untouched and the tier holds a real file."""
+    root = tmp_path / "shared"
+    (root / "t1" / "tmp").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("victim contents\n")
+    tmpdir = root / "t1" / "tmp"
+    os.symlink(victim, tmpdir / ".probe")  # the master's writability probe at start
+    cl = Cluster(d, str(root))
+    cl.start()
+    assert victim.read_text() == "victim contents\n"
+    s = client(cl.c)
+    assert put_retry(s, "k", value(1, MiB)) == 0
+    wait_attached(cl, 1)
+    (first,) = cl.files()
+    prefix, v = first.split("-")
+    v = int(v, 16)
+    # the next versions of the same key: one of them is the new put's
+    assert s.remove("k") == 0 and cl.files() == []
+    for nv in range(v + 1, v + 65):
+        os.symlink(victim, tmpdir / ("%s-%016x.tmp" % (prefix, nv)))
+    assert put_retry(s, "k", value(2, MiB)) == 0
+    wait_attached(cl, 2)
+    assert victim.read_text() == "victim contents\n"
+    files = cl.files()
+    assert files and all(not os.path.islink(root / "t1" / f) for f in files), files
+    assert s.get("k") == value(2, MiB)
+    s.close()

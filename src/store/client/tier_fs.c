@@ -84,12 +84,17 @@ static void job_free(struct cr__sc_fs_job *j)
     free(j);
 }
 
-/* O_DIRECT where the file system has it (not tmpfs), buffered otherwise. */
+/* O_DIRECT where the file system has it (not tmpfs), buffered otherwise.
+ * A refused O_DIRECT may have created the file already: with O_EXCL it is
+ * removed before the buffered try. */
 static int open_direct(int dirfd, const char *name, int flags)
 {
     int fd = openat(dirfd, name, flags | O_DIRECT | O_CLOEXEC, 0640);
-    if (fd < 0 && errno == EINVAL)
+    if (fd < 0 && errno == EINVAL) {
+        if (flags & O_EXCL)
+            unlinkat(dirfd, name, 0);
         fd = openat(dirfd, name, flags | O_CLOEXEC, 0640);
+    }
     return fd;
 }
 
@@ -100,7 +105,12 @@ static int write_tmp(cr_store_t *s, const char *key, size_t kl, uint64_t version
     char name[CR__TIER_FS_NAME_MAX], tmp[CR__TIER_FS_NAME_MAX + 8];
     cr__tier_fs_name(name, key, kl, version);
     snprintf(tmp, sizeof tmp, "%s.tmp", name);
-    int fd = open_direct(s->fs_tfd, tmp, O_WRONLY | O_CREAT | O_TRUNC);
+    /* the name is predictable and tmp/ is shared with the group: whatever
+     * is there (a stale file of a retry, a planted symlink) goes, and
+     * O_EXCL creates a new file, never opening what is there */
+    if (unlinkat(s->fs_tfd, tmp, 0) && errno != ENOENT)
+        return CR__ERRNO();
+    int fd = open_direct(s->fs_tfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW);
     if (fd < 0)
         return CR__ERRNO();
     int rc = 0;

@@ -90,7 +90,8 @@ int cr__master_fs_open(cr__master_t *m, const char *root, const char *cluster_id
         goto fail;
     }
     /* a read-only file system or directory is found now, not at the first put */
-    int p = openat(tfd, ".probe", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    unlinkat(tfd, ".probe", 0); /* a stale one, or a symlink planted there */
+    int p = openat(tfd, ".probe", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
     if (p < 0) {
         rc = CR__ERRNO();
         snprintf(err, errlen, "--root_fs_dir %s is not writable: %s", root, strerror(errno));
@@ -284,7 +285,8 @@ static int attach(cr__master_t *m, const cr__rpc_item_t *in)
     if (!rc && !already) {
         /* header: this key and version; value crc: the writer's end-to-end
          * checksum when it gave one at PutEnd */
-        int fd = openat(f->tfd, tmp, O_RDONLY | O_CLOEXEC);
+        /* not through a symlink: it would be renamed into the tier */
+        int fd = openat(f->tfd, tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         uint8_t h[2 * CR__TIER_BLOCK + CR__TIER_HDR_FIXED];
         uint64_t v, sz;
         uint32_t vc, kl;
