@@ -54,6 +54,7 @@
 #include "common/clock.h"
 #include "common/auth/auth_opts.h"
 #include "common/config.h"
+#include "common/file.h"
 #include "crescent/transfer.h"
 
 #define TARGET_SEED 0x7461726765740001ull /* "target" */
@@ -227,14 +228,10 @@ static int run_target(const te_cfg_t *c)
            cr_xfer_engine_name(e), cr_xfer_engine_port(e), len);
     fflush(stdout);
     if (c->ready_file[0]) {
-        char tmp[CR__CFG_STR_MAX + 8];
-        snprintf(tmp, sizeof tmp, "%s.tmp", c->ready_file);
-        FILE *f = fopen(tmp, "w");
-        if (f) {
-            fprintf(f, "%s\n", cr_xfer_engine_name(e));
-            fclose(f);
-            rename(tmp, c->ready_file);
-        }
+        char line[CR__CFG_STR_MAX + 2];
+        int n = snprintf(line, sizeof line, "%s\n", cr_xfer_engine_name(e));
+        if (cr__file_write_atomic(c->ready_file, line, (size_t)n, 0, 0644))
+            fprintf(stderr, "crescent-bench: cannot write %s\n", c->ready_file);
     }
     uint64_t end = c->target_seconds > 0 ? cr__now_ns() + (uint64_t)(c->target_seconds * 1e9) : 0;
     while (!atomic_load(&stop_flag) && (!end || cr__now_ns() < end))

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "common/file.h"
 #include "conductor/service/service.h"
 #include "crescent/common.h"
 
@@ -52,16 +53,13 @@ int main(int argc, char **argv)
         return 1;
     }
     unsigned port = cr__csvc_port(svc);
-    if (cfg.port_file[0]) {
-        char tmp[CR__CFG_STR_MAX + 8];
-        snprintf(tmp, sizeof tmp, "%s.tmp", cfg.port_file);
-        FILE *f = fopen(tmp, "w");
-        if (!f || fprintf(f, "%u\n", port) < 0 || fclose(f) || rename(tmp, cfg.port_file)) {
-            fprintf(stderr, "crescent-conductor: cannot write %s: %s\n", cfg.port_file,
-                    strerror(errno));
-            cr__csvc_destroy(svc);
-            return 1;
-        }
+    char pline[16];
+    int pn = snprintf(pline, sizeof pline, "%u\n", port);
+    if (cfg.port_file[0] && (rc = cr__file_write_atomic(cfg.port_file, pline, (size_t)pn, 0, 0644))) {
+        fprintf(stderr, "crescent-conductor: cannot write %s: %s\n", cfg.port_file,
+                cr_strerror(rc));
+        cr__csvc_destroy(svc);
+        return 1;
     }
     printf("crescent-conductor listening on %s:%u\n", cfg.host, port);
     fflush(stdout);

@@ -1,4 +1,5 @@
 /* crescent-master HA mode (ha.h). */
+#include "common/file.h"
 #include "ha.h"
 
 #include <errno.h>
@@ -97,11 +98,12 @@ static int load_id(const char *dir, char *id, size_t cap)
         x = cr__now_ns() ^ ((uint64_t)getpid() << 32);
     snprintf(id, cap, "%016" PRIx64, x);
     if (dir && *dir) {
-        char tmp[4300];
-        snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        FILE *f = fopen(tmp, "w");
-        if (!f || fprintf(f, "%s\n", id) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
-            CR_LOG_ERROR(COMP, "cannot write %s", path);
+        /* next to the journal: private like it (journal.h) */
+        char line[32];
+        int n = snprintf(line, sizeof line, "%s\n", id);
+        int rc = cr__file_write_atomic(path, line, (size_t)n, 0, 0600);
+        if (rc) {
+            CR_LOG_ERROR(COMP, "cannot write %s: %s", path, strerror(-rc));
             return -EIO;
         }
     }
@@ -129,15 +131,12 @@ static uint32_t load_led_epoch(const char *dir)
 /* Written (and synced) before the first request of the epoch is served. */
 static int save_led_epoch(const char *dir, uint32_t epoch)
 {
-    char path[4200], tmp[4300];
+    char path[4200], line[16];
     snprintf(path, sizeof path, "%s/led_epoch", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int ok = f && fprintf(f, "%u\n", epoch) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f && fclose(f) != 0)
-        ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        CR_LOG_ERROR(COMP, "cannot write %s", path);
+    int n = snprintf(line, sizeof line, "%u\n", epoch);
+    int rc = cr__file_write_atomic(path, line, (size_t)n, 1, 0600);
+    if (rc) {
+        CR_LOG_ERROR(COMP, "cannot write %s: %s", path, strerror(-rc));
         return -EIO;
     }
     return 0;

@@ -23,6 +23,7 @@
 #include "common/auth/auth_opts.h"
 #include "common/clock.h"
 #include "common/config.h"
+#include "common/file.h"
 #include "common/httpd.h"
 #include "common/log.h"
 #include "crescent/common.h"
@@ -504,15 +505,11 @@ int main(int argc, char **argv)
     snprintf(line, sizeof line, "listening rpc=%u metrics=%u http_metadata=%u\n",
              cr__rpc_server_port(rpc), admin ? cr__httpd_port(admin) : 0,
              meta ? cr__meta_server_port(meta) : 0);
-    if (o.port_file[0]) {
-        char tmp[CR__CFG_STR_MAX + 8];
-        snprintf(tmp, sizeof tmp, "%s.tmp", o.port_file);
-        FILE *f = fopen(tmp, "w");
-        if (!f || fputs(line, f) < 0 || fclose(f) != 0 || rename(tmp, o.port_file) != 0) {
-            fprintf(stderr, "crescent-master: cannot write --port_file %s: %s\n", o.port_file,
-                    strerror(errno));
-            goto out;
-        }
+    if (o.port_file[0] &&
+        (rc = cr__file_write_atomic(o.port_file, line, strlen(line), 0, 0644))) {
+        fprintf(stderr, "crescent-master: cannot write --port_file %s: %s\n", o.port_file,
+                cr_strerror(rc));
+        goto out;
     }
     fputs(line, stdout);
     fflush(stdout);

@@ -17,6 +17,7 @@
 
 #include "common/auth/auth_opts.h"
 #include "common/config.h"
+#include "common/file.h"
 #include "crescent/store.h"
 #include "store/client/client.h"
 #include "store/tier/ssd/node.h"
@@ -211,14 +212,12 @@ int main(int argc, char **argv)
     }
     const char *name = cr_store_segment_name(st);
     if (cfg.ready_file[0]) {
-        char tmp[CR__CFG_STR_MAX + 8];
-        snprintf(tmp, sizeof tmp, "%s.tmp", cfg.ready_file);
-        FILE *f = fopen(tmp, "w");
-        if (f) {
-            fprintf(f, "%s\n", name);
-            fclose(f);
-            rename(tmp, cfg.ready_file);
-        }
+        char line[CR__CFG_STR_MAX + 2];
+        int n = snprintf(line, sizeof line, "%s\n", name);
+        int wrc = cr__file_write_atomic(cfg.ready_file, line, (size_t)n, 0, 0644);
+        if (wrc)
+            fprintf(stderr, "crescent-node: cannot write --ready_file %s: %s\n", cfg.ready_file,
+                    cr_strerror(wrc));
     }
     printf("crescent-node: ready segment=%s size=%llu master=%s\n", name,
            (unsigned long long)cfg.global_segment_size, cfg.master_server_address);

@@ -1,0 +1,74 @@
+"""What every daemon does at start with the files an operator names
+(docs/security.md "Files on disk").
+
+--port_file / --ready_file are replaced through <path>.tmp: a symlink
+planted under that predictable name used to be followed (fopen "w"), so a
+daemon truncated and overwrote any file its user can write."""
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from secutil import Daemons, exe, wait_line
+
+VICTIM = "victim contents\n"
+
+
+@pytest.fixture
+def d():
+    ds = Daemons()
+    ds.dir = tempfile.mkdtemp(prefix="cr-start-")
+    yield ds
+    ds.stop()
+    shutil.rmtree(ds.dir, ignore_errors=True)
+
+
+def start_master(d, extra=(), err="master.err"):
+    p = d.start([exe("crescent-master"), "--rpc_port=0", "--rpc_address=127.0.0.1",
+                 "--enable_http_metadata_server=true", "--http_metadata_server_port=0",
+                 "--http_metadata_server_host=127.0.0.1", "--metrics_port=0",
+                 "--metrics_address=127.0.0.1"] + list(extra),
+                stderr=open(os.path.join(d.dir, err), "w"))
+    m = wait_line(p, r"listening rpc=(\d+) metrics=(\d+) http_metadata=(\d+)", "crescent-master")
+    return "127.0.0.1:" + m.group(1), "http://127.0.0.1:%s/metadata" % m.group(3)
+
+
+def start_node(d, master, metadata, extra=(), err="node.err"):
+    p = d.start([exe("crescent-node"), "--master_server_address", master, "--metadata_server",
+                 metadata, "--local_hostname", "127.0.0.1", "--global_segment_size", "16MB"] +
+                list(extra), stderr=open(os.path.join(d.dir, err), "w"))
+    wait_line(p, r"ready segment=", "crescent-node")
+
+
+def start_metadata(d, extra=(), err="meta.err"):
+    p = d.start([exe("crescent-metadata"), "--port", "0", "--host", "127.0.0.1"] + list(extra),
+                stderr=open(os.path.join(d.dir, err), "w"))
+    wait_line(p, r"serving ", "crescent-metadata")
+
+
+def start_conductor(d, extra=(), err="cond.err"):
+    p = d.start([exe("crescent-conductor"), "--port", "0", "--host", "127.0.0.1"] + list(extra),
+                stderr=open(os.path.join(d.dir, err), "w"))
+    wait_line(p, r"listening on ", "crescent-conductor")
+
+
+def test_port_and_ready_files_are_not_written_through_a_planted_symlink(d):
+    victim = os.path.join(d.dir, "victim")
+    with open(victim, "w") as f:
+        f.write(VICTIM)
+    files = {n: os.path.join(d.dir, n) for n in ("master.port", "cond.port", "node.ready")}
+    for path in files.values():
+        os.symlink(victim, path + ".tmp")
+    master, metadata = start_master(d, ["--port_file=" + files["master.port"]])
+    start_conductor(d, ["--port_file=" + files["cond.port"]])
+    start_node(d, master, metadata, ["--ready_file=" + files["node.ready"]])
+    with open(victim) as f:
+        assert f.read() == VICTIM, "a daemon wrote through the symlink"
+    for name, path in files.items():
+        assert not os.path.islink(path) and os.path.isfile(path), name
+        with open(path) as f:
+            body = f.read()
+        assert body.endswith("\n") and len(body) > 1, (name, body)
+        assert not os.path.lexists(path + ".tmp"), name
+
