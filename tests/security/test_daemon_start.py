@@ -1,16 +1,24 @@
-"""What every daemon does at start with the files an operator names
-(docs/security.md "Files on disk").
+"""What every daemon does at start with the files an operator names and how
+it states its security mode (docs/security.md "Files on disk", "Configuring
+it").
 
 --port_file / --ready_file are replaced through <path>.tmp: a symlink
 planted under that predictable name used to be followed (fopen "w"), so a
-daemon truncated and overwrote any file its user can write."""
+daemon truncated and overwrote any file its user can write.
+
+crescent-master, crescent-node, crescent-metadata and crescent-conductor
+each print one line "<daemon>: security: ..." saying whether TLS and the
+cluster key are on (crescent-node and crescent-conductor printed nothing,
+crescent-metadata only https://, crescent-master nothing with neither)."""
 import os
+import re
 import shutil
 import tempfile
 
 import pytest
 
-from secutil import Daemons, exe, wait_line
+from secutil import Daemons, exe, new_key_file, wait_line
+from tlsutil import make_pki, tls_flags
 
 VICTIM = "victim contents\n"
 
@@ -72,3 +80,29 @@ def test_port_and_ready_files_are_not_written_through_a_planted_symlink(d):
         assert body.endswith("\n") and len(body) > 1, (name, body)
         assert not os.path.lexists(path + ".tmp"), name
 
+
+MODES = {
+    "none": "security: none (no cluster key, no TLS)",
+    "key": "security: cluster key on, no TLS",
+    "tls": "security: TLS on (mutual certificates), no cluster key",
+    "both": "security: TLS on (mutual certificates), cluster key on",
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_daemon_prints_its_security_mode_once(d, mode):
+    flags = []
+    if mode in ("key", "both"):
+        flags.append("--cluster_key_file=" + new_key_file(d.dir))
+    if mode in ("tls", "both"):
+        flags += tls_flags(make_pki(d.dir))
+    master, metadata = start_master(d, flags)
+    start_node(d, master, metadata, flags)
+    start_metadata(d, flags)
+    start_conductor(d, flags)
+    for daemon, err in (("crescent-master", "master.err"), ("crescent-node", "node.err"),
+                        ("crescent-metadata", "meta.err"), ("crescent-conductor", "cond.err")):
+        with open(os.path.join(d.dir, err)) as f:
+            text = f.read()
+        lines = re.findall(r"^%s: security: .*$" % daemon, text, re.M)
+        assert lines == ["%s: %s" % (daemon, MODES[mode])], (daemon, text)

@@ -61,6 +61,7 @@ int main(int argc, char **argv)
         cr__csvc_destroy(svc);
         return 1;
     }
+    fprintf(stderr, "crescent-conductor: %s\n", cr__csvc_security(svc));
     printf("crescent-conductor listening on %s:%u\n", cfg.host, port);
     fflush(stdout);
     int sig = 0;

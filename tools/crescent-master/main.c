@@ -494,12 +494,7 @@ int main(int argc, char **argv)
     }
     if (!tls)
         cr__auth_warn_open(auth, "master RPC", o.rpc_address);
-    if (tls)
-        fprintf(stderr, "crescent-master: TLS on (mutual certificates): RPC, admin and metadata "
-                        "peers must present a certificate of the CA\n");
-    if (auth)
-        fprintf(stderr, "crescent-master: security on (cluster key): RPC, admin and metadata "
-                        "callers must authenticate\n");
+    fprintf(stderr, "crescent-master: %s\n", cr__auth_mode_line(auth != NULL, tls != NULL));
 
     char line[128];
     snprintf(line, sizeof line, "listening rpc=%u metrics=%u http_metadata=%u\n",

@@ -92,6 +92,7 @@ int main(int argc, char **argv)
                 (long long)cfg.port, cr_strerror(rc));
         return 1;
     }
+    fprintf(stderr, "crescent-metadata: %s\n", cr__auth_mode_line(auth != NULL, tls != NULL));
     int v6 = strchr(cfg.host, ':') != NULL;
     printf("crescent-metadata: serving %s://%s%s%s:%u%s\n", tls ? "https" : "http", v6 ? "[" : "", cfg.host,
            v6 ? "]" : "", cr__meta_server_port(srv), cfg.path);

@@ -162,6 +162,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-node: cannot start: %s (%d)\n", cr_strerror(rc), rc);
         return 1;
     }
+    fprintf(stderr, "crescent-node: %s\n", cr__auth_mode_line(st->auth != NULL, st->tls != NULL));
     cr__tier_node_t *tier = NULL;
     /* Mooncake's client takes the same two settings from its environment */
     /* (used only when --ssd_path is not given) */

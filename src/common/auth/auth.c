@@ -625,3 +625,11 @@ int cr__auth_warn_open(const cr__auth_t *a, const char *what, const char *host)
                  what, host && *host ? host : "all addresses", CR__AUTH_ENV_KEY_FILE);
     return 1;
 }
+
+const char *cr__auth_mode_line(int key, int tls)
+{
+    if (tls)
+        return key ? "security: TLS on (mutual certificates), cluster key on"
+                   : "security: TLS on (mutual certificates), no cluster key";
+    return key ? "security: cluster key on, no TLS" : "security: none (no cluster key, no TLS)";
+}

@@ -194,4 +194,14 @@ int cr__auth_unhex(const char *in, size_t hexlen, uint8_t *out);
  * loopback and a is NULL (no credentials). Returns 1 if it warned. */
 int cr__auth_warn_open(const cr__auth_t *a, const char *what, const char *host);
 
+/* The one line every daemon prints at start (after "<daemon>: ", to
+ * stderr) saying its security mode, from whether a cluster key and TLS
+ * certificates are configured (docs/security.md):
+ *   "security: TLS on (mutual certificates), cluster key on"
+ *   "security: TLS on (mutual certificates), no cluster key"
+ *   "security: cluster key on, no TLS"
+ *   "security: none (no cluster key, no TLS)"
+ * Returns a static string. */
+const char *cr__auth_mode_line(int key, int tls);
+
 #endif

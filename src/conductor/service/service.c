@@ -272,6 +272,11 @@ int cr__csvc_listen(cr__csvc_t *s)
 
 uint16_t cr__csvc_port(const cr__csvc_t *s) { return s->httpd ? cr__httpd_port(s->httpd) : 0; }
 
+const char *cr__csvc_security(const cr__csvc_t *s)
+{
+    return cr__auth_mode_line(s->auth != NULL, s->tls != NULL);
+}
+
 void cr__csvc_destroy(cr__csvc_t *s)
 {
     if (!s)

@@ -76,6 +76,9 @@ int cr__csvc_create(const cr__csvc_config_t *cfg, cr__csvc_t **out, char *err, s
 int cr__csvc_listen(cr__csvc_t *s);
 /* Bound HTTP port (after cr__csvc_listen). */
 uint16_t cr__csvc_port(const cr__csvc_t *s);
+/* The security mode line (common/auth/auth.h cr__auth_mode_line) of the
+ * HTTP API, after cr__csvc_listen. */
+const char *cr__csvc_security(const cr__csvc_t *s);
 
 /* Stops HTTP and ZMQ, frees everything. NULL is a no-op. */
 void cr__csvc_destroy(cr__csvc_t *s);
