@@ -197,10 +197,18 @@ static void task_crc_finish(cr__xfer_task_t *t)
     t->crc_valid = 1;
 }
 
-void cr__xfer_task_done(cr__xfer_task_t *t, int err)
+static void task_done(cr__xfer_task_t *t, int err, int waited);
+
+void cr__xfer_task_done(cr__xfer_task_t *t, int err) { task_done(t, err, 1); }
+
+/* waited: the task went to its transport (a -ETIMEDOUT then is a stall
+ * waited out: cr__xfer_timeouts_waited), else it failed at submit */
+static void task_done(cr__xfer_task_t *t, int err, int waited)
 {
     cr_xfer_batch_t *b = t->batch;
     err = cr__status_from_errno(err); /* one meaning per number (common.h) */
+    if (waited && err == -ETIMEDOUT)
+        atomic_fetch_add(&b->engine->timeouts_waited, 1);
     if (err == 0 && t->want_crc)
         task_crc_finish(t); /* before the state: a reader that sees COMPLETED sees it */
     if (err == 0)
@@ -229,12 +237,27 @@ void cr__xfer_task_done(cr__xfer_task_t *t, int err)
 
 static void fail_now(cr__xfer_task_t *t, int err)
 {
-    cr__xfer_task_done(t, err);
+    task_done(t, err, 0);
+}
+
+/* A peer whose descriptor one submit refetched, and how that went. */
+typedef struct refreshed {
+    cr__xfer_peer_t *peer;
+    int rc;
+} refreshed_t;
+
+/* Whether a failed refresh means the peer itself does not answer: in p2p
+ * mode the descriptor comes from the peer's own control server, so a
+ * timeout or an unreachable host there is the peer's (frozen, dead,
+ * unreachable). With a metadata server the failure is the server's. */
+static int refresh_says_down(const cr_xfer_engine_t *e, int rc)
+{
+    return e->cfg.p2p && (rc == -ETIMEDOUT || rc == -EHOSTUNREACH);
 }
 
 /* Validates one request into task t. Returns 0 or the request's error. */
 static int validate(cr_xfer_engine_t *e, const cr_xfer_request_t *r, cr__xfer_task_t *t,
-                    cr__xfer_peer_t **refreshed, size_t *n_refreshed)
+                    refreshed_t *refreshed, size_t *n_refreshed)
 {
     if (r->opcode != CR_XFER_READ && r->opcode != CR_XFER_WRITE)
         return -EINVAL;
@@ -256,16 +279,24 @@ static int validate(cr_xfer_engine_t *e, const cr_xfer_request_t *r, cr__xfer_ta
         return -ENOENT;
     t->opcode = r->opcode; /* known even if the target check fails (batch notify) */
     t->peer = p;
-    int tried = 0;
+    int tried = 0, rrc = 0;
     for (size_t i = 0; i < *n_refreshed; i++)
-        if (refreshed[i] == p)
+        if (refreshed[i].peer == p) {
             tried = 1;
+            rrc = refreshed[i].rc;
+        }
     if (!tried && atomic_load(&p->stale)) {
-        cr__xfer_peer_refresh(e, p);
+        rrc = cr__xfer_peer_refresh(e, p);
         if (*n_refreshed < 16)
-            refreshed[(*n_refreshed)++] = p;
+            refreshed[(*n_refreshed)++] = (refreshed_t){p, rrc};
         tried = 1;
     }
+    /* a peer that failed a transfer (stale) and then did not answer the
+     * refresh either: its request fails now, with the refresh's error,
+     * instead of waiting out the stall time on it once more (a frozen
+     * node cost every later get of its keys two waits, 2 s, not one) */
+    if (rrc && refresh_says_down(e, rrc))
+        return rrc;
     for (;;) {
         pthread_mutex_lock(&e->peer_lock);
         int ok = cr__seg_desc_contains(&p->desc, r->target_addr, r->length);
@@ -275,9 +306,9 @@ static int validate(cr_xfer_engine_t *e, const cr_xfer_request_t *r, cr__xfer_ta
         if (tried)
             return -EFAULT;
         /* the cached descriptor may be stale: refetch once before failing */
-        cr__xfer_peer_refresh(e, p);
+        rrc = cr__xfer_peer_refresh(e, p);
         if (*n_refreshed < 16)
-            refreshed[(*n_refreshed)++] = p;
+            refreshed[(*n_refreshed)++] = (refreshed_t){p, rrc};
         tried = 1;
     }
     t->opcode = r->opcode;
@@ -322,7 +353,7 @@ static int batch_submit(cr_xfer_batch_t *b, const cr_xfer_request_t *reqs,
     pthread_mutex_unlock(&b->lock);
 
     uint64_t deadline = cr__now_ns() + (uint64_t)e->cfg.timeout_ms * 1000000ull;
-    cr__xfer_peer_t *refreshed[16];
+    refreshed_t refreshed[16];
     size_t n_refreshed = 0;
     size_t nv = 0, runs = 0;
     for (size_t i = 0; i < n; i++) {

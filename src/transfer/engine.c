@@ -330,3 +330,8 @@ const char *cr_xfer_engine_name(const cr_xfer_engine_t *e) { return e ? e->local
 uint16_t cr_xfer_engine_port(const cr_xfer_engine_t *e) { return e ? e->local.rpc_port : 0; }
 
 unsigned cr__xfer_stall_ms(const cr_xfer_engine_t *e) { return e->cfg.stall_ms; }
+
+uint64_t cr__xfer_timeouts_waited(const cr_xfer_engine_t *e)
+{
+    return atomic_load(&((cr_xfer_engine_t *)e)->timeouts_waited);
+}

@@ -11,4 +11,10 @@
  * $CRESCENT_XFER_STALL_MS). */
 unsigned cr__xfer_stall_ms(const cr_xfer_engine_t *e);
 
+/* Timeouts this engine waited out on peers that did not answer: requests
+ * a transport failed with -ETIMEDOUT (a stall) and descriptor refreshes
+ * that timed out. Each is a wait of up to a stall time for the caller, so
+ * tests count them to check how often a frozen node is waited on. */
+uint64_t cr__xfer_timeouts_waited(const cr_xfer_engine_t *e);
+
 #endif

@@ -168,12 +168,16 @@ int cr__xfer_peer_refresh(cr_xfer_engine_t *e, cr__xfer_peer_t *p)
 {
     cr__seg_desc_t d;
     memset(&d, 0, sizeof d);
-    /* called from submit: keep it short, a hung peer must not stall submits */
-    int rc = fetch_desc(e, p->name, &d,
-                        e->cfg.timeout_ms < CR__XFER_REFRESH_TIMEOUT_MS
-                            ? (int)e->cfg.timeout_ms
-                            : CR__XFER_REFRESH_TIMEOUT_MS);
+    /* called from submit: keep it short, a hung peer must not stall submits
+     * (and no longer than the stall time a transfer to it would wait) */
+    unsigned ms = e->cfg.timeout_ms < CR__XFER_REFRESH_TIMEOUT_MS ? e->cfg.timeout_ms
+                                                                 : CR__XFER_REFRESH_TIMEOUT_MS;
+    if (e->cfg.stall_ms && e->cfg.stall_ms < ms)
+        ms = e->cfg.stall_ms;
+    int rc = fetch_desc(e, p->name, &d, (int)ms);
     if (rc) {
+        if (rc == -ETIMEDOUT)
+            atomic_fetch_add(&e->timeouts_waited, 1);
         CR_LOG_INFO("xfer", "segment %s: refresh failed: %s", p->name, cr_strerror(rc));
         return rc;
     }

@@ -117,6 +117,7 @@ struct cr_xfer_engine {
     atomic_uint cap_floor;   /* newest master epoch seen: older capabilities are refused */
     atomic_int cap_on;
     atomic_uint_fast64_t cap_refused; /* requests refused for want of a capability */
+    atomic_uint_fast64_t timeouts_waited; /* cr__xfer_timeouts_waited (engine_info.h) */
     cr__topology_t topo;
     atomic_int destroying;
 

@@ -961,6 +961,11 @@ const char *cr_store_segment_name(const cr_store_t *s)
     return s ? s->seg_name : "";
 }
 
+uint64_t cr__store_test_timeouts_waited(const cr_store_t *s)
+{
+    return s ? cr__xfer_timeouts_waited(s->te) : 0;
+}
+
 void cr__store_set_test_hooks(cr_store_t *s, const cr__store_test_hooks_t *hooks)
 {
     if (!s)

@@ -28,4 +28,9 @@ typedef struct cr__store_test_hooks {
  * used by other threads. */
 void cr__store_set_test_hooks(cr_store_t *s, const cr__store_test_hooks_t *hooks);
 
+/* Timeouts the client's TE waited out on peers that did not answer (a
+ * transfer's stall, a descriptor refresh): how many times a frozen node
+ * was waited on (transfer/engine_info.h, cr__xfer_timeouts_waited). */
+uint64_t cr__store_test_timeouts_waited(const cr_store_t *s);
+
 #endif

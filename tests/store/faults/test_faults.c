@@ -29,7 +29,10 @@
  * Prints the readers' get latency (p50/p99/max) before and during the
  * freeze: bench/faults/run.sh records them (docs/benchmarks.md).
  *
- * usage: test_store_faults off|on|crc <crescent-master> <crescent-node>
+ * Scenario lone: a get of a key whose only replica is on a frozen node
+ * waits on that node once (scenario_lone).
+ *
+ * usage: test_store_faults off|on|crc|lone <crescent-master> <crescent-node>
  *   on: the whole cluster runs with a cluster key (security on).
  * Environment (bench only): FROZEN_FREEZE_S (default 5), FROZEN_READERS.
  */
@@ -47,6 +50,7 @@
 #include "common/clock.h"
 #include "crescent/store.h"
 #include "crescent/transfer.h"
+#include "store/client/test_hooks.h"
 
 #define N_NODES 3
 #define MAX_READERS 8
@@ -61,7 +65,9 @@ static char g_dir[256], g_key_file[300];
 static int g_secure;
 static pid_t g_master_pid = -1, g_node_pid[N_NODES];
 static char g_addr[64], g_meta_uri[128];
+static char g_node_name[N_NODES][300]; /* segment names (the nodes' ready files) */
 static int g_failures;
+static int g_client_ttl_s = CLIENT_TTL_S; /* the master's; longer in scenario lone */
 
 #define FAIL(...)                                                                          \
     do {                                                                                   \
@@ -129,14 +135,20 @@ static void lat_print(const char *what, int phase) { lat_print_of(&g_lat[phase],
 
 /* ---- clients ---------------------------------------------------------------- */
 
-static int make_client(cr_store_t **out)
+static int make_client_meta(cr_store_t **out, const char *meta);
+
+static int make_client(cr_store_t **out) { return make_client_meta(out, g_meta_uri); }
+
+/* A client whose TE finds segments through meta (the metadata server's
+ * URI, or P2PHANDSHAKE: from the peers themselves). */
+static int make_client_meta(cr_store_t **out, const char *meta)
 {
     cr_store_params_t p = {0};
     p.field_mask = CR_STORE_PARAM_MASTER_ADDR | CR_STORE_PARAM_LOCAL_BUFFER_SIZE |
                    CR_STORE_PARAM_HEARTBEAT_MS | CR_STORE_PARAM_METADATA_URI |
                    CR_STORE_PARAM_RPC_TIMEOUT_MS | CR_STORE_PARAM_PROTOCOL;
     p.master_addr = g_addr;
-    p.metadata_uri = g_meta_uri;
+    p.metadata_uri = meta;
     p.protocol = "tcp"; /* shm would read a frozen process's memory without it running */
     p.local_buffer_size = 4u << 20;
     p.heartbeat_ms = 200;
@@ -231,7 +243,7 @@ static int start_master(void)
     char pf[300], log[300], ttl[16], buf[256], karg[320];
     snprintf(pf, sizeof pf, "%s/master.port", g_dir);
     snprintf(log, sizeof log, "%s/master.log", g_dir);
-    snprintf(ttl, sizeof ttl, "%d", CLIENT_TTL_S);
+    snprintf(ttl, sizeof ttl, "%d", g_client_ttl_s);
     snprintf(karg, sizeof karg, "--cluster_key_file=%s", g_key_file);
     char *argv[] = {(char *)g_master_bin, "--rpc_address", "127.0.0.1", "--rpc_port", "0",
                     "--metrics_address", "127.0.0.1", "--metrics_port", "0",
@@ -267,6 +279,8 @@ static int start_node(int i)
         fprintf(stderr, "node %d did not start (see %s)\n", i, log);
         return -1;
     }
+    buf[strcspn(buf, " \r\n")] = 0;
+    snprintf(g_node_name[i], sizeof g_node_name[i], "%s", buf);
     return 0;
 }
 
@@ -528,6 +542,55 @@ out:
     cr_store_destroy(st);
 }
 
+/* ---- scenario lone ----------------------------------------------------------- */
+
+/* Regression: a get of a key whose only replica is on a frozen node cost
+ * two waits (2 s) every time, not one stall time: the first failed read
+ * marked the peer stale, and each later get's submit refetched the peer's
+ * descriptor from the frozen peer itself (p2p: 1 s timeout) and then, that
+ * failing too, sent the read anyway and waited out the stall again.
+ * Counted, not timed: the timeouts the client's TE waited out per get
+ * (cr__store_test_timeouts_waited) must be one. */
+static void scenario_lone(void)
+{
+    cr_store_t *st;
+    if (make_client_meta(&st, "P2PHANDSHAKE")) {
+        FAIL("p2p client did not start");
+        return;
+    }
+    enum { LEN = 8192, GETS = 3 };
+    uint8_t val[LEN], buf[LEN];
+    fill(val, LEN, 777);
+    const char *pref[1] = {g_node_name[0]};
+    cr_store_replicate_config_t cfg = {.field_mask = CR_STORE_REPL_V1, .replica_num = 1,
+                                       .preferred_segments = pref, .n_preferred = 1};
+    int rc = cr_store_put(st, "lone-key", val, LEN, &cfg);
+    cr_store_replica_desc_t d[1];
+    size_t nrep = 0;
+    if (!rc)
+        rc = cr_store_get_replica_desc(st, "lone-key", d, 1, &nrep, NULL);
+    if (rc || nrep != 1 || strcmp(d[0].shards[0].segment, g_node_name[0])) {
+        FAIL("put on node 0 (%s): %s, %zu replicas on %s", g_node_name[0], cr_strerror(rc), nrep,
+             rc || !nrep ? "-" : d[0].shards[0].segment);
+        cr_store_destroy(st);
+        return;
+    }
+    kill(g_node_pid[0], SIGSTOP);
+    for (int i = 0; i < GETS; i++) {
+        uint64_t w0 = cr__store_test_timeouts_waited(st);
+        size_t got = 0;
+        rc = cr_store_get(st, "lone-key", buf, LEN, &got);
+        uint64_t w = cr__store_test_timeouts_waited(st) - w0;
+        if (rc == 0)
+            FAIL("get %d of a key only on the frozen node returned its bytes", i);
+        if (w != 1)
+            FAIL("get %d of a key only on the frozen node waited out %llu timeouts, want 1 "
+                 "(%s)", i, (unsigned long long)w, cr_strerror(rc));
+    }
+    kill(g_node_pid[0], SIGCONT);
+    cr_store_destroy(st);
+}
+
 static int finish(void);
 
 static int env_int(const char *name, int def, int lo, int hi)
@@ -539,8 +602,10 @@ static int env_int(const char *name, int def, int lo, int hi)
 
 int main(int argc, char **argv)
 {
-    if (argc < 4 || (strcmp(argv[1], "on") && strcmp(argv[1], "off") && strcmp(argv[1], "crc"))) {
-        fprintf(stderr, "usage: %s off|on|crc <crescent-master> <crescent-node>\n", argv[0]);
+    if (argc < 4 || (strcmp(argv[1], "on") && strcmp(argv[1], "off") && strcmp(argv[1], "crc") &&
+                     strcmp(argv[1], "lone"))) {
+        fprintf(stderr, "usage: %s off|on|crc|lone <crescent-master> <crescent-node>\n",
+                argv[0]);
         return 2;
     }
     g_secure = !strcmp(argv[1], "on");
@@ -567,6 +632,8 @@ int main(int argc, char **argv)
     }
     if (g_secure && write_key_file())
         return 1;
+    if (!strcmp(argv[1], "lone"))
+        g_client_ttl_s = 30; /* the key stays placed on the frozen node meanwhile */
     if (start_master())
         return 1;
     for (int i = 0; i < N_NODES; i++)
@@ -574,6 +641,10 @@ int main(int argc, char **argv)
             return 1;
     if (!strcmp(argv[1], "crc")) {
         scenario_crc();
+        return finish();
+    }
+    if (!strcmp(argv[1], "lone")) {
+        scenario_lone();
         return finish();
     }
     worker_t readers[MAX_READERS], writer;
