@@ -310,7 +310,11 @@ enum cr_cond_sched_param_field {
     CR_COND_SCHED_PARAM_PIPELINE = 1u << 9,
     CR_COND_SCHED_PARAM_LATE = 1u << 10,
     CR_COND_SCHED_PARAM_PRED_LEARN_RATE = 1u << 11,
+    CR_COND_SCHED_PARAM_LATE_SHED = 1u << 12,
 };
+
+/* late_aging at or above this: FIFO by arrival sequence (see below) */
+#define CR_COND_LATE_AGING_FIFO 1000.0
 
 typedef struct cr_cond_sched_params {
     uint64_t field_mask;
@@ -344,10 +348,16 @@ typedef struct cr_cond_sched_params {
     uint32_t pipeline_reserve;
     /* POLICY_LATE: a waiting request's score is its predicted prefill on
      * the freed instance minus late_aging x its wait (s per s; 0 = shortest
-     * predicted first, large = FIFO). Only the late_window oldest waiting
-     * requests are scored (bounded work per pick). Defaults 0.5 and 64. */
+     * predicted first). late_aging >= CR_COND_LATE_AGING_FIFO is exact FIFO:
+     * the oldest goes first and requests that arrived at the same time go
+     * in queue order (arrival sequence), whatever their predictions. Only
+     * the late_window oldest waiting requests are scored (bounded work per
+     * pick). Defaults 0.5 and 64. */
     double late_aging;
     uint32_t late_window;
+    /* POLICY_LATE with a TTFT SLO: shed a waiting request that can no
+     * longer meet it (1, default) or keep serving it (0). */
+    int late_shed;
     /* learn rate of the scheduler's predictor (cr_cond_pred_params_t). */
     double pred_learn_rate;
 } cr_cond_sched_params_t;
@@ -426,9 +436,11 @@ CR_API cr_cond_pred_t *cr_cond_sched_predictor(cr_cond_sched_t *s);
  * only one waiting, its predicted prefill exceeds pipeline_min_prefill_s
  * and more idle instances than pipeline_reserve remain, it is pipelined
  * over idle instances when that lowers its predicted TTFT. With a TTFT SLO
- * set, a waiting request that can no longer meet it (wait + predicted
- * prefill > SLO) is returned first, with rejected = 1, for the caller to
- * shed. Sets *which (index into queue) and *out. Returns 0, -ENOENT (n 0
+ * set (and late_shed, the default), a waiting request that can no longer
+ * meet it (wait + predicted prefill > SLO) is returned first, with
+ * rejected = 1, for the caller to shed. Equal scores, and with
+ * late_aging >= CR_COND_LATE_AGING_FIFO equal arrival times, go in queue
+ * order: pass the requests in arrival sequence. Sets *which (index into queue) and *out. Returns 0, -ENOENT (n 0
  * or no idle instance), -EINVAL. */
 CR_API int cr_cond_sched_pick(cr_cond_sched_t *s, const cr_cond_request_t *queue, size_t n,
                               double now, uint64_t idle_mask, size_t *which,

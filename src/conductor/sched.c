@@ -22,6 +22,7 @@ struct cr_cond_sched {
     uint32_t pipe_max, pipe_reserve;
     double late_aging;
     uint32_t late_window;
+    int late_shed;
     cr_cond_pred_t *pred;  /* owned: every estimate goes through it */
     uint64_t rng;
     uint32_t rr;
@@ -81,6 +82,7 @@ int cr_cond_sched_create(const cr_cond_sched_params_t *p, cr_cond_index_t *idx,
     s.pipe_max = 4;
     s.late_aging = 0.5;
     s.late_window = 64;
+    s.late_shed = 1;
     double learn = 0.05;
     if (p) {
         uint64_t f = p->field_mask;
@@ -112,6 +114,8 @@ int cr_cond_sched_create(const cr_cond_sched_params_t *p, cr_cond_index_t *idx,
             s.late_aging = p->late_aging;
             s.late_window = p->late_window;
         }
+        if (f & CR_COND_SCHED_PARAM_LATE_SHED)
+            s.late_shed = p->late_shed != 0;
         if (f & CR_COND_SCHED_PARAM_PRED_LEARN_RATE)
             learn = p->pred_learn_rate;
     }
@@ -544,7 +548,7 @@ int cr_cond_sched_pick(cr_cond_sched_t *s, const cr_cond_request_t *queue, size_
         d.fetch_from = -1;
         double t = place_idle(s, r, idle_mask, bl, &d);
         double wait = now > r->now ? now - r->now : 0;
-        if (s->ttft_slo > 0 && wait + t > s->ttft_slo) {
+        if (s->late_shed && s->ttft_slo > 0 && wait + t > s->ttft_slo) {
             /* cannot meet its SLO any more: shed it first */
             d.rejected = 1;
             d.est_queue_s = wait;
@@ -556,7 +560,10 @@ int cr_cond_sched_pick(cr_cond_sched_t *s, const cr_cond_request_t *queue, size_
             *out = d;
             return 0;
         }
-        double score = t - s->late_aging * wait;
+        /* FIFO: the longest wait first, equal waits (trace timestamps are
+         * coarse) in queue order; never by prediction */
+        double score = s->late_aging >= CR_COND_LATE_AGING_FIFO ? -wait
+                                                                : t - s->late_aging * wait;
         if (score < pick_score) {
             pick_score = score;
             pick = j;

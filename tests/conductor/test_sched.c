@@ -393,6 +393,22 @@ static void test_late_pick(void **st)
     assert_int_equal(which, 0);
     teardown(&f);
 
+    /* FIFO aging, ties: A (long) and C (short) arrived at the same time
+     * (coarse trace timestamps): A, first in the queue, goes first; with
+     * aging 0 the shorter C does */
+    cr_cond_request_t tie[2] = {q[0], q[2]};
+    tie[0].now = tie[1].now = 6;
+    p.late_aging = CR_COND_LATE_AGING_FIFO;
+    setup(&f, CR_COND_POLICY_LATE, &p);
+    assert_int_equal(cr_cond_sched_pick(f.s, tie, 2, 8, idle, &which, &d), 0);
+    assert_int_equal(which, 0);
+    teardown(&f);
+    p.late_aging = 0;
+    setup(&f, CR_COND_POLICY_LATE, &p);
+    assert_int_equal(cr_cond_sched_pick(f.s, tie, 2, 8, idle, &which, &d), 0);
+    assert_int_equal(which, 1);
+    teardown(&f);
+
     /* with a 10 s TTFT SLO, A (waiting 12 s) is shed first */
     p.late_aging = 0;
     p.field_mask |= CR_COND_SCHED_PARAM_TTFT_SLO;
@@ -403,6 +419,17 @@ static void test_late_pick(void **st)
     assert_int_equal(d.rejected, 1);
     /* the others (waiting 6-7 s, sub-second prefills) can still make it */
     assert_int_equal(cr_cond_sched_pick(f.s, q + 1, 2, 12, idle, &which, &d), 0);
+    assert_int_equal(d.rejected, 0);
+    teardown(&f);
+
+    /* late_shed off: A is not shed; the shortest predicted goes first (B,
+     * as long as C, whose prefix this fresh index does not hold, and ahead
+     * of it in the queue) */
+    p.field_mask |= CR_COND_SCHED_PARAM_LATE_SHED;
+    p.late_shed = 0;
+    setup(&f, CR_COND_POLICY_LATE, &p);
+    assert_int_equal(cr_cond_sched_pick(f.s, q, 3, 12, idle, &which, &d), 0);
+    assert_int_equal(which, 1);
     assert_int_equal(d.rejected, 0);
     teardown(&f);
 
