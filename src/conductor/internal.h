@@ -51,6 +51,11 @@ void cr__cond_trace_free(cr__cond_trace_t *t);
 
 /* ---- simulator --------------------------------------------------------- */
 
+/* Baseline engine queue order. SPF: lowest predicted remaining fetch +
+ * prefill - late_aging x wait first (late_aging >= CR_COND_LATE_AGING_FIFO
+ * = FIFO); ties in assignment order, which is arrival order. */
+enum { CR__COND_QUEUE_FIFO = 0, CR__COND_QUEUE_SPF = 1 };
+
 typedef struct cr__cond_sim_cfg {
     cr_cond_policy_t policy;
     uint32_t n_prefill, n_decode;
@@ -73,6 +78,14 @@ typedef struct cr__cond_sim_cfg {
     int learn;
     double late_aging;         /* POLICY_LATE score weight of waiting */
     uint32_t late_window;
+    int late_shed;             /* POLICY_LATE sheds a request past its TTFT SLO */
+    /* Baseline engines (every policy but POLICY_LATE): each prefill
+     * instance's queue is served in baseline_queue order; baseline_shed
+     * drops a queued request when it would start, if its wait + predicted
+     * remaining fetch + predicted prefill exceeds reject_ttft (predictions
+     * only, never the truth); it counts as rejected, as late's sheds. */
+    int baseline_queue;        /* CR__COND_QUEUE_FIFO or _SPF */
+    int baseline_shed;
     double slo_ttft, slo_tbt;  /* SLOs for attainment (0 = ignore that one) */
     uint64_t seed;
     double rate_scale;         /* arrival rate multiplier (timestamps / scale) */

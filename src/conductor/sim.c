@@ -108,6 +108,11 @@ typedef struct rstate {
     uint64_t reused;     /* reused tokens */
     uint32_t p, d, gen, stages;
     int rejected, done;
+    /* baseline engines: set on assignment, used when the request starts */
+    double ready;      /* truth: its prefix fetch done */
+    double pred_ready; /* belief: the same, predicted */
+    double exec, tx;   /* truth: prefill and fetch (s) */
+    uint64_t local_first;
 } rstate_t;
 
 typedef struct dinst {
@@ -165,6 +170,9 @@ void cr__cond_sim_cfg_default(cr__cond_sim_cfg_t *c)
     c->learn = 1;
     c->late_aging = 0.1; /* chosen on the first half (docs/scheduling.md) */
     c->late_window = 64;
+    c->late_shed = 1;
+    c->baseline_queue = CR__COND_QUEUE_SPF; /* docs/scheduling.md: real engines reorder */
+    c->baseline_shed = 0;
 }
 
 static uint64_t mix64(uint64_t x)
@@ -228,6 +236,12 @@ typedef struct sim {
     uint32_t *lq;
     size_t lqn;
     cr_cond_request_t *lreq;
+    /* other policies: each prefill engine's own queue, in assignment
+     * order, and what it runs (NONE = idle). A pipelined request sits in
+     * the queue of every stage and starts when it heads all of them. */
+    uint32_t **eq;
+    size_t *eqn;
+    uint32_t *cur;
     uint64_t idle;
     uint64_t dstep; /* decode steps, for their error draws */
     double now;
@@ -399,6 +413,9 @@ static int on_join(sim_t *S, uint32_t r)
 }
 
 static int late_dispatch(sim_t *S);
+static int engine_next(sim_t *S, uint32_t i);
+
+#define NONE UINT32_MAX
 
 static int on_prefill_done(sim_t *S, uint32_t r)
 {
@@ -435,6 +452,15 @@ static int on_prefill_done(sim_t *S, uint32_t r)
     }
     if (S->c->learn)
         cr_cond_pred_observe_prefill(S->pred, q->input_len, st->reused, st->stages, exec);
+    if (S->eq) {
+        for (uint64_t m = st->mask; m; m &= m - 1)
+            S->cur[__builtin_ctzll(m)] = NONE;
+        for (uint64_t m = st->mask; m; m &= m - 1) {
+            int rc = engine_next(S, (uint32_t)__builtin_ctzll(m));
+            if (rc)
+                return rc;
+        }
+    }
     /* the KV streamed to decode while the prefill ran */
     double tx = cr_cond_cost_transfer(&S->c->model, q->input_len);
     double join = start + tx > S->now ? start + tx : S->now;
@@ -522,9 +548,17 @@ static int assign(sim_t *S, uint32_t r, const cr_cond_decision_t *d)
     if (stages > 1)
         S->pipelined++;
     st->pred = d->est_prefill_s;
+    st->ready = S->now + maxtx;
+    st->pred_ready = S->now + d->est_transfer_s;
+    st->exec = exec;
+    st->tx = maxtx;
+    st->local_first = local_first;
     for (uint64_t m = mask; m; m &= m - 1) {
         uint32_t i = (uint32_t)__builtin_ctzll(m);
-        S->busy[i] = start + exec;
+        if (S->eq)
+            S->eq[i][S->eqn[i]++] = r;
+        else
+            S->busy[i] = start + exec;
         /* belief: what the scheduler predicted, on top of what it believed */
         double b = S->belief[i] > S->now ? S->belief[i] : S->now;
         if (S->now + d->est_transfer_s > b)
@@ -540,7 +574,128 @@ static int assign(sim_t *S, uint32_t r, const cr_cond_decision_t *d)
     x->assigned++;
     x->assigned_ctx += q->input_len;
     report_decode(S, d->decode);
-    return heap_push(&S->h, start + exec, EV_PREFILL_DONE, r);
+    if (!S->eq)
+        return heap_push(&S->h, start + exec, EV_PREFILL_DONE, r);
+    for (uint64_t m = mask; m; m &= m - 1) {
+        int rc = engine_next(S, (uint32_t)__builtin_ctzll(m));
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Baseline engine: what it believes request r still needs from now on. */
+static double engine_pred_left(const sim_t *S, const rstate_t *st)
+{
+    return (st->pred_ready > S->now ? st->pred_ready - S->now : 0) + st->pred;
+}
+
+static void engine_remove(sim_t *S, uint32_t i, size_t k)
+{
+    memmove(&S->eq[i][k], &S->eq[i][k + 1], (S->eqn[i] - k - 1) * sizeof **S->eq);
+    S->eqn[i]--;
+}
+
+/* Baseline engine drops queued request r (baseline_shed): undone as if it
+ * had been rejected at arrival; the scheduler hears of the shorter queue. */
+static void engine_drop(sim_t *S, uint32_t r)
+{
+    rstate_t *st = &S->rs[r];
+    const cr__cond_trace_req_t *q = &S->tr->reqs[S->first + r];
+    st->rejected = 1;
+    for (uint64_t m = st->mask; m; m &= m - 1) {
+        uint32_t i = (uint32_t)__builtin_ctzll(m);
+        S->qpred[i] -= st->pred;
+        S->nq[i]--;
+        if (S->nq[i] == 0 || S->qpred[i] < 0)
+            S->qpred[i] = 0;
+        S->belief[i] = S->now + S->qpred[i];
+        cr_cond_sched_set_prefill_load(S->s, i, S->belief[i]);
+    }
+    S->prefill_gpu -= st->exec * st->stages;
+    S->in_tokens -= q->input_len;
+    S->hit_local -= (double)st->local_first;
+    S->hit_remote -= (double)(st->reused - st->local_first);
+    if (st->stages > 1) {
+        S->pipelined--;
+        S->share_fetch -= st->tx;
+    } else {
+        S->transfer -= st->tx;
+    }
+    dinst_t *x = &S->di[st->d];
+    x->assigned--;
+    x->assigned_ctx -= q->input_len;
+    report_decode(S, st->d);
+}
+
+static int engine_shed(const sim_t *S, const rstate_t *st)
+{
+    return S->c->baseline_shed && S->c->reject_ttft > 0 &&
+           S->now - st->arrival + engine_pred_left(S, st) > S->c->reject_ttft;
+}
+
+/* Baseline engine i, if idle, starts the next request of its queue: among
+ * those ahead of the first pipelined one, the first (FIFO) or the lowest
+ * predicted remaining time minus aging (SPF); a pipelined request at the
+ * head starts once it heads every stage's queue and all are idle. */
+static int engine_next(sim_t *S, uint32_t i)
+{
+    const cr__cond_sim_cfg_t *c = S->c;
+    int fifo = c->baseline_queue == CR__COND_QUEUE_FIFO || c->late_aging >= CR_COND_LATE_AGING_FIFO;
+    while (S->cur[i] == NONE && S->eqn[i]) {
+        size_t nb = 0;
+        while (nb < S->eqn[i] && S->rs[S->eq[i][nb]].stages == 1)
+            nb++;
+        if (nb) {
+            size_t k = 0;
+            if (!fifo) {
+                double best = INFINITY;
+                for (size_t j = 0; j < nb; j++) {
+                    const rstate_t *o = &S->rs[S->eq[i][j]];
+                    double sc = engine_pred_left(S, o) - c->late_aging * (S->now - o->arrival);
+                    if (sc < best) {
+                        best = sc;
+                        k = j;
+                    }
+                }
+            }
+            uint32_t r = S->eq[i][k];
+            engine_remove(S, i, k);
+            rstate_t *st = &S->rs[r];
+            if (engine_shed(S, st)) {
+                engine_drop(S, r);
+                continue;
+            }
+            S->cur[i] = r;
+            double start = st->ready > S->now ? st->ready : S->now;
+            return heap_push(&S->h, start + st->exec, EV_PREFILL_DONE, r);
+        }
+        /* a pipelined request heads this queue: gang start */
+        uint32_t r = S->eq[i][0];
+        rstate_t *st = &S->rs[r];
+        for (uint64_t m = st->mask; m; m &= m - 1) {
+            uint32_t k = (uint32_t)__builtin_ctzll(m);
+            if (S->cur[k] != NONE || !S->eqn[k] || S->eq[k][0] != r)
+                return 0; /* i idles until the other stages get to it */
+        }
+        for (uint64_t m = st->mask; m; m &= m - 1)
+            engine_remove(S, (uint32_t)__builtin_ctzll(m), 0);
+        if (engine_shed(S, st)) {
+            engine_drop(S, r);
+            for (uint64_t m = st->mask; m; m &= m - 1) {
+                uint32_t k = (uint32_t)__builtin_ctzll(m);
+                int rc = k == i ? 0 : engine_next(S, k);
+                if (rc)
+                    return rc;
+            }
+            continue;
+        }
+        for (uint64_t m = st->mask; m; m &= m - 1)
+            S->cur[__builtin_ctzll(m)] = r;
+        double start = st->ready > S->now ? st->ready : S->now;
+        return heap_push(&S->h, start + st->exec, EV_PREFILL_DONE, r);
+    }
+    return 0;
 }
 
 static void set_req(sim_t *S, uint32_t r, cr_cond_request_t *req)
@@ -627,7 +782,8 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
         c->block_tokens == 0 || c->max_batch == 0 || c->first > tr->n ||
         !(c->err_sigma >= 0) || !(c->err_sigma <= 3) || !(c->err_bias > 0) ||
         !(c->err_decode_bias > 0) || !isfinite(c->err_bias) || !isfinite(c->err_decode_bias) ||
-        c->late_window == 0)
+        c->late_window == 0 || (c->baseline_queue != CR__COND_QUEUE_FIFO &&
+                                c->baseline_queue != CR__COND_QUEUE_SPF))
         return -EINVAL;
     sim_t S;
     memset(&S, 0, sizeof S);
@@ -652,7 +808,7 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
                       CR_COND_SCHED_PARAM_TTFT_SLO | CR_COND_SCHED_PARAM_TBT_SLO |
                       CR_COND_SCHED_PARAM_SEED | CR_COND_SCHED_PARAM_FETCH_MIN_GAIN |
                       CR_COND_SCHED_PARAM_CHUNK_TOKENS | CR_COND_SCHED_PARAM_PIPELINE |
-                      CR_COND_SCHED_PARAM_LATE,
+                      CR_COND_SCHED_PARAM_LATE | CR_COND_SCHED_PARAM_LATE_SHED,
         .policy = c->policy,
         .model = c->model,
         .block_tokens = c->block_tokens,
@@ -667,7 +823,8 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
         .pipeline_idle_s = c->pipe_idle_s,
         .pipeline_reserve = c->pipe_reserve,
         .late_aging = c->late_aging,
-        .late_window = c->late_window};
+        .late_window = c->late_window,
+        .late_shed = c->late_shed};
     if ((rc = cr_cond_sched_create(&sp, S.idx, c->n_prefill, c->n_decode, &S.s)) != 0)
         goto out;
     S.pred = cr_cond_sched_predictor(S.s);
@@ -682,6 +839,18 @@ int cr__cond_sim_run(const cr__cond_trace_t *tr, const cr__cond_sim_cfg_t *c,
     S.lreq = calloc(c->late_window, sizeof *S.lreq);
     if (!S.rs || !S.busy || !S.belief || !S.qpred || !S.nq || !S.di || !S.lq || !S.lreq)
         goto out;
+    if (c->policy != CR_COND_POLICY_LATE) {
+        S.eq = calloc(c->n_prefill, sizeof *S.eq);
+        S.eqn = calloc(c->n_prefill, sizeof *S.eqn);
+        S.cur = malloc(c->n_prefill * sizeof *S.cur);
+        if (!S.eq || !S.eqn || !S.cur)
+            goto out;
+        for (uint32_t i = 0; i < c->n_prefill; i++) {
+            S.cur[i] = NONE;
+            if (!(S.eq[i] = malloc((S.n ? S.n : 1) * sizeof **S.eq)))
+                goto out;
+        }
+    }
     S.idle = c->n_prefill == 64 ? ~0ull : (1ull << c->n_prefill) - 1;
     for (uint32_t i = 0; i < c->n_decode; i++)
         report_decode(&S, i);
@@ -771,6 +940,12 @@ out:
     free(S.nq);
     free(S.lq);
     free(S.lreq);
+    if (S.eq)
+        for (uint32_t i = 0; i < c->n_prefill; i++)
+            free(S.eq[i]);
+    free(S.eq);
+    free(S.eqn);
+    free(S.cur);
     free(S.sh.v);
     free(S.rs);
     free(S.h.v);

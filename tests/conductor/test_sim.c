@@ -308,6 +308,122 @@ static void test_error_model_is_paired_and_learned(void **st)
     cr__cond_trace_free(&t);
 }
 
+/* Trace of n requests, all arriving at t = 0 (coarse timestamps, as the
+ * Mooncake trace's), request i with blocks[i] unique 512-token blocks. */
+static void synth_tied(cr__cond_trace_t *t, size_t n, const uint32_t *blocks)
+{
+    memset(t, 0, sizeof *t);
+    size_t nh = 0;
+    for (size_t i = 0; i < n; i++)
+        nh += blocks[i];
+    t->reqs = calloc(n, sizeof *t->reqs);
+    t->hashes = calloc(nh, sizeof *t->hashes);
+    assert_non_null(t->reqs);
+    assert_non_null(t->hashes);
+    for (size_t i = 0; i < n; i++) {
+        cr__cond_trace_req_t *r = &t->reqs[i];
+        r->input_len = blocks[i] * 512;
+        r->output_len = 10;
+        r->n_blocks = blocks[i];
+        r->off = t->n_hashes;
+        for (uint32_t b = 0; b < blocks[i]; b++, t->n_hashes++)
+            t->hashes[t->n_hashes] = 5000000 + t->n_hashes;
+    }
+    t->n = n;
+}
+
+/* One prefill instance; request 0 runs first, 1..3 (long, short, medium)
+ * queue behind it with the same arrival time: FIFO serves them in arrival
+ * sequence whatever their predicted lengths (baseline engines with
+ * --baseline_queue=fifo, and late with aging >= CR_COND_LATE_AGING_FIFO);
+ * SPF serves the short one first. */
+static void test_fifo_ties_in_arrival_order(void **st)
+{
+    (void)st;
+    static const uint32_t blocks[4] = {16, 24, 2, 8};
+    cr__cond_trace_t t;
+    synth_tied(&t, 4, blocks);
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 1;
+    c.n_decode = 1;
+    cr__cond_sim_result_t r;
+    double tt[4];
+    static const cr_cond_policy_t pols[2] = {CR_COND_POLICY_GLOBAL_CACHE, CR_COND_POLICY_LATE};
+    for (int k = 0; k < 2; k++) {
+        c.policy = pols[k];
+        /* FIFO: baseline engines by option, late by aging */
+        c.baseline_queue = CR__COND_QUEUE_FIFO;
+        c.late_aging = k ? CR_COND_LATE_AGING_FIFO : 0.1;
+        assert_int_equal(cr__cond_sim_run(&t, &c, &r, tt), 0);
+        assert_int_equal(r.completed, 4);
+        for (int i = 1; i < 4; i++)
+            if (!(tt[i] > tt[i - 1]))
+                fail_msg("%s FIFO: request %d done at %.3f s, not after request %d (%.3f s)",
+                         cr_cond_policy_name(c.policy), i, tt[i], i - 1, tt[i - 1]);
+        /* SPF (aging 0.1): the short one (2) overtakes the long one (1) */
+        c.baseline_queue = CR__COND_QUEUE_SPF;
+        c.late_aging = 0.1;
+        assert_int_equal(cr__cond_sim_run(&t, &c, &r, tt), 0);
+        if (!(tt[2] < tt[3] && tt[3] < tt[1]))
+            fail_msg("%s SPF: TTFTs 1 %.3f 2 %.3f 3 %.3f, want 2 < 3 < 1",
+                     cr_cond_policy_name(c.policy), tt[1], tt[2], tt[3]);
+    }
+    cr__cond_trace_free(&t);
+}
+
+/* One prefill instance; request 0 (32k tokens) runs twice as long as
+ * predicted (err_bias 2, the predictor not learning), request 1 (1k
+ * tokens) queues behind it. At arrival 1's predicted TTFT is under the SLO
+ * (admitted); when it could start, wait + predicted prefill is over it. A
+ * shedding baseline engine drops it (a rejection); one without shedding
+ * serves it late. Late sheds it unless late_shed is off. */
+static void test_shedding_drops_queued_past_slo(void **st)
+{
+    (void)st;
+    static const uint32_t blocks[2] = {64, 2};
+    cr__cond_trace_t t;
+    synth_tied(&t, 2, blocks);
+    cr__cond_sim_cfg_t c;
+    cr__cond_sim_cfg_default(&c);
+    c.n_prefill = 1;
+    c.n_decode = 1;
+    c.pipe_min_s = 0;
+    c.err_bias = 2;
+    c.learn = 0;
+    double e0 = cr_cond_cost_prefill_chunked(&c.model, 64 * 512, 0, c.chunk_tokens, 1);
+    double p1 = cr_cond_cost_prefill_chunked(&c.model, 2 * 512, 0, c.chunk_tokens, 1);
+    c.reject_ttft = c.slo_ttft = e0 + p1 + 0.5 * e0; /* met at arrival, lost at 2 e0 */
+    cr__cond_sim_result_t r;
+    double tt[2];
+    static const cr_cond_policy_t pols[2] = {CR_COND_POLICY_GLOBAL_CACHE, CR_COND_POLICY_LATE};
+    for (int k = 0; k < 2; k++) {
+        c.policy = pols[k];
+        for (int q = 0; q < 2; q++) {
+            c.baseline_queue = q ? CR__COND_QUEUE_SPF : CR__COND_QUEUE_FIFO;
+            /* shedding on */
+            c.baseline_shed = 1;
+            c.late_shed = 1;
+            assert_int_equal(cr__cond_sim_run(&t, &c, &r, tt), 0);
+            if (r.rejected != 1 || tt[1] != -1)
+                fail_msg("%s shedding: %zu rejected, request 1 TTFT %.3f; want it dropped",
+                         cr_cond_policy_name(c.policy), r.rejected, tt[1]);
+            assert_int_equal(r.completed, 1);
+            assert_float_equal(tt[0], 2 * e0, 1e-9);
+            /* a dropped request used no prefill GPU time */
+            assert_float_equal(r.prefill_gpu_s, 2 * e0, 1e-9);
+            /* shedding off: served, and late */
+            c.baseline_shed = 0;
+            c.late_shed = 0;
+            assert_int_equal(cr__cond_sim_run(&t, &c, &r, tt), 0);
+            if (r.rejected != 0 || !(tt[1] > c.reject_ttft))
+                fail_msg("%s without shedding: %zu rejected, request 1 TTFT %.3f (SLO %.3f)",
+                         cr_cond_policy_name(c.policy), r.rejected, tt[1], c.reject_ttft);
+        }
+    }
+    cr__cond_trace_free(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +435,8 @@ int main(void)
         cmocka_unit_test(test_pipelines_when_idle),
         cmocka_unit_test(test_pipelined_kv_placement),
         cmocka_unit_test(test_error_model_is_paired_and_learned),
+        cmocka_unit_test(test_fifo_ties_in_arrival_order),
+        cmocka_unit_test(test_shedding_drops_queued_past_slo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

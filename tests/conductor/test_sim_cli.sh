@@ -73,5 +73,13 @@ grep -Eq '^0.100,[0-9.]+,[0-9.]+$' "$dir/cap/capacity.csv" || { cat "$dir/cap/ca
 "$SIM" --trace="$dir/ok.jsonl" --cache_blocks=-1 >/dev/null 2>&1 && fail "negative cache_blocks accepted"
 "$SIM" --trace="$dir/ok.jsonl" --policies=, >/dev/null 2>"$dir/err" && fail "--policies naming none accepted"
 grep -q 'names no policy' "$dir/err" || { cat "$dir/err"; fail "--policies naming none: no message"; }
+"$SIM" --trace="$dir/ok.jsonl" --baseline_queue=lifo >/dev/null 2>"$dir/err" && fail "--baseline_queue=lifo accepted"
+grep -q 'fifo or spf' "$dir/err" || { cat "$dir/err"; fail "--baseline_queue=lifo: no message"; }
+# the baseline-engine options are real flags: shedding under an SLO rejects, FIFO/SPF both run
+"$SIM" --trace="$dir/ok.jsonl" --n_prefill=1 --n_decode=1 --policies=global_cache --rate_scale=20 \
+  --reject=true --ttft_slo=2 --baseline_shed=true --baseline_queue=fifo --out_dir="$dir/sh" \
+  --progress=false >/dev/null 2>"$dir/err" || { cat "$dir/err"; fail "--baseline_shed run failed"; }
+[ -s "$dir/sh/summary.csv" ] || fail "--baseline_shed: no summary.csv"
+"$SIM" --help | grep -q -- '--baseline_shed' || fail "--help lacks --baseline_shed"
 "$SIM" --help | grep -q -- '--cache_blocks' || fail "--help lists no options"
 echo "PASS"

@@ -37,6 +37,7 @@ typedef struct opts {
     char errs[CR__CFG_STR_MAX];
     char base[CR__CFG_STR_MAX];
     char ours[CR__CFG_STR_MAX];
+    char baseline_queue[CR__CFG_STR_MAX];
     int64_t pipe_max, pipe_reserve, n_prefill, n_decode, block_tokens, chunk_tokens, max_batch, first, count, seed;
     int64_t cache_blocks; /* parsed as an int: checked >= 0 */
     double rate_scale, threshold, min_gain, pipe_min_s, pipe_idle_s, ttft_slo, tbt_slo, slo_target;
@@ -44,7 +45,7 @@ typedef struct opts {
     double err_sigma, err_bias, err_decode_bias, late_aging;
     int64_t err_seed, late_window, late_pipe_max, late_pipe_reserve;
     double late_pipe_min_s;
-    int reject, plot, progress, learn;
+    int reject, plot, progress, learn, late_shed, baseline_shed;
 } opts_t;
 
 #define O(f) offsetof(opts_t, f)
@@ -101,10 +102,21 @@ static const cr__cfg_opt_t table[] = {
     {"err_seed", "7", "estimation error: seed of the per-request draws", CR__CFG_INT,
      O(err_seed)},
     {"learn", "true", "the predictor learns from reported completions", CR__CFG_BOOL, O(learn)},
-    {"late_aging", "0.1", "late: score = predicted prefill - late_aging x wait", CR__CFG_DOUBLE,
+    {"late_aging", "0.1", "late and spf engines: score = predicted prefill - late_aging x wait (>= 1000: FIFO by arrival sequence)", CR__CFG_DOUBLE,
      O(late_aging)},
     {"late_window", "64", "late: oldest waiting requests scored per pick", CR__CFG_INT,
      O(late_window)},
+    {"late_shed", "true",
+     "late: shed a waiting request once wait + predicted prefill > TTFT SLO (with rejection on)",
+     CR__CFG_BOOL, O(late_shed)},
+    {"baseline_queue", "spf",
+     "other policies: each prefill engine's queue order, fifo | spf (shortest predicted "
+     "fetch + prefill first, minus late_aging x wait, as late; ties in arrival order)",
+     CR__CFG_STR, O(baseline_queue)},
+    {"baseline_shed", "false",
+     "other policies: an engine drops a queued request at its start once wait + predicted "
+     "fetch + prefill > TTFT SLO (with rejection on; counted as rejected, as late's sheds)",
+     CR__CFG_BOOL, O(baseline_shed)},
     {"late_pipe_min_s", "5", "late: pipe_min_s of its own (-1 = --pipe_min_s)", CR__CFG_DOUBLE,
      O(late_pipe_min_s)},
     {"late_pipe_max", "2", "late: pipe_max of its own (-1 = --pipe_max)", CR__CFG_INT,
@@ -188,6 +200,9 @@ static void base_cfg(const opts_t *o, cr__cond_sim_cfg_t *c)
     c->learn = o->learn;
     c->late_aging = o->late_aging;
     c->late_window = (uint32_t)o->late_window;
+    c->late_shed = o->late_shed;
+    c->baseline_shed = o->baseline_shed;
+    c->baseline_queue = strcmp(o->baseline_queue, "fifo") ? CR__COND_QUEUE_SPF : CR__COND_QUEUE_FIFO;
     if (o->reject) {
         c->reject_ttft = o->ttft_slo;
         c->reject_tbt = o->tbt_slo;
@@ -625,6 +640,11 @@ int main(int argc, char **argv)
         o.late_pipe_reserve > 64) {
         fprintf(stderr, "crescent-sim: parameter out of range (n_prefill 1..64, n_decode "
                         "1..4096, cache_blocks >= 0, rate_scale > 0, ...)\n");
+        return 2;
+    }
+    if (strcmp(o.baseline_queue, "fifo") && strcmp(o.baseline_queue, "spf")) {
+        fprintf(stderr, "crescent-sim: --baseline_queue is fifo or spf, not \"%s\"\n",
+                o.baseline_queue);
         return 2;
     }
     cr_cond_policy_t pol[16];

@@ -103,3 +103,43 @@ if which in ("all", "tune"):
     print("|---|---|---|---|---|")
     for r in l[:5]:
         print(f"| {r['late_aging']} | {r['pipe_min_s']} | {r['pipe_max']} | {r['pipe_reserve']} | {float(r['mean_avg_ttft']):.3f} |")
+if which in ("all", "fair") and os.path.exists(os.path.join(d, "fair/margin_fifo/margin.csv")):
+    # baseline engines with and without each mechanism (eval.sh step "fair")
+    print("\n| error sigma | load | global, FIFO engines | global, SPF engines (default) | late | late vs FIFO | **late vs SPF** |")
+    print("|---|---|---|---|---|---|---|")
+    fifo = {(r['err_sigma'], r['load']): r for r in rows("fair/margin_fifo/margin.csv")}
+    for r in rows("margin/margin.csv"):
+        k = (r['err_sigma'], r['load'])
+        if k not in fifo:
+            continue
+        fb = float(fifo[k]['base_avg'])
+        print(f"| {float(r['err_sigma']):.1f} | x{float(r['load']):g} | {fb:.3f} | {float(r['base_avg']):.3f} | {float(r['ours_avg']):.3f} | "
+              f"{pct(r['ours_avg'], fb):+.1f} % | **{float(r['margin_pct']):+.1f} %** |")
+    def capcol(p, pol):
+        if not os.path.exists(os.path.join(d, p)):
+            return None
+        return {r['tbt_slo']: r[pol] for r in rows(p)}
+    def f(x):
+        return "unreachable" if x in ("", None) else f"{float(x):.2f}"
+    late = capcol("capacity_err0.3/capacity.csv", "late")
+    nosh = capcol("fair/capacity_late_noshed/capacity.csv", "late")
+    print("\n| TBT threshold | global FIFO | global FIFO + shed | global SPF | global SPF + shed | late (sheds) | late without shedding |")
+    print("|---|---|---|---|---|---|---|")
+    cols = [capcol(f"fair/capacity_{q}_shed_{s}/capacity.csv", "global_cache")
+            for q in ("fifo", "spf") for s in ("false", "true")]
+    for t in late:
+        print(f"| {float(t)*1e3:.0f} ms | " + " | ".join(f(c[t]) if c else "—" for c in cols) +
+              f" | {f(late[t])} | {f(nosh[t]) if nosh else '—'} |")
+    print("\nlate's capacity change against each baseline (30 % error):\n")
+    print("| TBT threshold | vs FIFO | vs FIFO + shed | vs SPF | vs SPF + shed | late without shedding vs FIFO | vs SPF + shed |")
+    print("|---|---|---|---|---|---|---|")
+    def ch(a, b):
+        return "—" if a in ("", None) or b in ("", None) else f"{pct(b, a):+.1f} %"
+    for t in late:
+        print(f"| {float(t)*1e3:.0f} ms | " + " | ".join(ch(c[t], late[t]) if c else "—" for c in cols) +
+              f" | {ch(cols[0][t], nosh[t]) if nosh else '—'} | {ch(cols[3][t], nosh[t]) if nosh else '—'} |")
+    e0 = capcol("fair/capacity_err0_spf_shed_true/capacity.csv", "global_cache")
+    l0 = capcol("capacity_err0/capacity.csv", "late")
+    if e0 and l0:
+        print("\nexact estimates, global SPF + shed vs late: " +
+              ", ".join(f"{float(t)*1e3:.0f} ms {f(e0[t])} -> {f(l0[t])} ({ch(e0[t], l0[t])})" for t in e0))
