@@ -3,10 +3,12 @@
  *
  * What happens and what the scheduler believes are kept apart:
  *   - Truth: request r's prefill takes the chunked cost model x its error
- *     factor (cfg err_*); decode steps likewise. Prefill instances serve
- *     FIFO, so a request's actual start and end are known when it is
- *     assigned. A prefix fetched from another instance overlaps the
- *     queueing: start = max(instance free, arrival + fetch time).
+ *     factor (cfg err_*); decode steps likewise. Each prefill instance of
+ *     a baseline policy has its own queue, served FIFO or shortest-
+ *     predicted-first (cfg baseline_queue), optionally dropping a request
+ *     whose TTFT SLO is predicted lost when it would start (baseline_shed).
+ *     A prefix fetched from another instance overlaps the queueing:
+ *     start = max(instance free, assignment + fetch time).
  *   - Belief: the scheduler only sees its predictor (the cost model times a
  *     correction learned from the completions reported to it) and the
  *     busy-until it derives from it: on assignment, the predicted prefill is
