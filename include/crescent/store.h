@@ -129,12 +129,13 @@ typedef struct cr_store_params {
     const char *tls_key;
     const char *tls_ca;
     /* Nonzero: the segment name must be free to allocate on at once. A
-     * name the master still holds for the readers of a dropped segment of
-     * the same name (a recent client on the same host and port) then fails
-     * cr_store_create with -EADDRINUSE, as a busy port does, so a caller
-     * that picks ports at random tries another. Default 0: the create
-     * succeeds, warns, and nothing is placed on the segment until the hold
-     * ends. */
+     * name the master still holds whole for the readers of a dropped
+     * segment of the same name (a recent client on the same host and port;
+     * the master usually holds only the blocks they may touch, and then the
+     * segment is usable at once) then fails cr_store_create with
+     * -EADDRINUSE, as a busy port does, so a caller that picks ports at
+     * random tries another. Default 0: the create succeeds, warns, and
+     * nothing is placed on the segment until the hold ends. */
     int fresh_name;
 } cr_store_params_t;
 

@@ -58,6 +58,7 @@ int cr__master_create(const cr__master_cfg_t *cfg, cr__master_t **out)
     m->master_id = cr__unix_ms() << 16;
     m->next_version = m->master_id;
     m->resv_on = 1;
+    m->held_ranges_max = HELD_RANGES_MAX;
     list_init(&m->lru);
     list_init(&m->pending);
     list_init(&m->ssd_lru);
@@ -83,6 +84,7 @@ void cr__master_destroy(cr__master_t *m)
     free(m->segs);
     free(m->clients);
     free(m->q);
+    cr__m_held_expire(m, UINT64_MAX);
     free(m->order);
     cr__ha_buf_free(&m->jbuf);
     cr__m_tier_destroy(m);

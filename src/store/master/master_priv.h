@@ -159,20 +159,37 @@ typedef struct seg {
     uint64_t win_start, win_cur, win_end, win_gen;
 } seg_t;
 
+/* Byte ranges of a dropped segment that a reader or writer may still
+ * touch, each until when (held.c). `whole`: the list could not be kept
+ * (too many ranges, no memory, a disk segment): the whole segment waits. */
+typedef struct held_range {
+    uint64_t off, len, until; /* off: from the dropped segment's base */
+} held_range_t;
+typedef struct held_set {
+    held_range_t *v;
+    uint32_t n, cap;
+    int whole;
+} held_set_t;
+/* Ranges kept per held name at most (more: the whole segment waits). */
+#define HELD_RANGES_MAX 65536u
+
 /* A segment name dropped while its space could still be read (live
- * leases) or written (pending puts): if the same memory is mounted again
- * under that name (the same client, or a range overlapping the dropped
- * one), nothing is allocated there before `until`. */
+ * leases) or written (pending puts, reservations, copy targets, its
+ * quarantine): if the same memory is mounted again under that name (the
+ * same client, or a range overlapping the dropped one), the ranges in rg
+ * are reserved in the new allocator and quarantined until their time;
+ * with rg.whole, nothing is allocated there before `until` (held.c). */
 #define HELD_MAX 64
 typedef struct held {
     char name[CR__RPC_SEGMENT_NAME_MAX];
-    uint64_t until;
+    uint64_t until; /* the latest of rg's times (or the whole hold) */
     /* the dropped segment's owner and memory: only the same memory coming
      * back (the same client, or a range that overlaps it) waits for
      * `until`; another client's memory that merely got the same name (its
      * Transfer Engine reused the host:port) is usable at once */
     cr__rpc_client_id_t owner;
     uint64_t base, size;
+    held_set_t rg;
 } held_t;
 
 typedef struct client {
@@ -211,6 +228,7 @@ struct cr__master {
     client_t *clients;
     uint32_t n_clients, cap_clients, live_clients, live_segs;
     held_t held[HELD_MAX];
+    uint32_t held_ranges_max; /* HELD_RANGES_MAX (tests lower it) */
     /* space accounting and the quarantine, a min-heap on release_ms (space.c) */
     qent_t *q;
     size_t q_len, q_cap;
@@ -386,6 +404,26 @@ int cr__m_unmount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *na
 uint64_t cr__m_awake_locked(cr__master_t *m, uint64_t now);
 /* Unmounts every segment of clients silent longer than client_ttl_ms. */
 void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now);
+
+/* ---- held.c: names of dropped segments, remount of the same memory ------ */
+
+/* Adds [off, off+len) of a dropped segment, touched until `until`, to hs
+ * (nothing if until <= now); past m->held_ranges_max ranges or on ENOMEM
+ * hs becomes whole (its ranges are freed). */
+void cr__m_held_add(cr__master_t *m, held_set_t *hs, uint64_t off, uint64_t len,
+                    uint64_t until, uint64_t now);
+/* Remembers dropped segment sg's name until hold with the ranges of hs
+ * (taken over: hs is left empty). */
+void cr__m_held_remember(cr__master_t *m, const seg_t *sg, held_set_t *hs, uint64_t hold,
+                         uint64_t now);
+/* Segment s was just mounted by client id with a fresh allocator: the
+ * held ranges of the same memory are reserved and quarantined until their
+ * time. Returns the time before which nothing may be allocated on s (0, or
+ * the whole hold when a list could not be kept or applied). */
+uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, uint64_t now);
+/* Frees the ranges of entries whose time has passed (all of them: now
+ * UINT64_MAX, at destroy). */
+void cr__m_held_expire(cr__master_t *m, uint64_t now);
 
 /* ---- objects.c: object operations (master.h documents each) ------------- */
 
@@ -563,8 +601,9 @@ void cr__m_resv_reclaim_all(cr__master_t *m, uint64_t now);
 /* Client id's heartbeat lapsed: its open reservations closed. */
 void cr__m_resv_client_gone(cr__master_t *m, cr__rpc_client_id_t id, uint64_t now);
 /* Segment s is being dropped: its reservations end; returns until when
- * their holders may still write (the name's hold), 0 if none. */
-uint64_t cr__m_resv_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now);
+ * their holders may still write (the name's hold), 0 if none; each
+ * reservation's whole range goes into hs with its hold. */
+uint64_t cr__m_resv_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now, held_set_t *hs);
 /* Fills the reservation gauges of the metrics list. */
 void cr__m_resv_stats_locked(cr__master_t *m, uint64_t *counters);
 /* WIN records of every reservation (the snapshot). */
@@ -580,6 +619,10 @@ int cr__m_rtask_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc
 void cr__m_rtask_tick(cr__master_t *m, uint64_t now);
 /* WIN records of the target blocks copy tasks hold (the snapshot). */
 void cr__m_rtask_jr_holds(cr__master_t *m);
+/* Segment s is being dropped: the target blocks tasks hold there go into
+ * hs until a copier can no longer write them; returns that time, 0 if
+ * none. */
+uint64_t cr__m_rtask_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now, held_set_t *hs);
 void cr__m_rtask_destroy(cr__master_t *m);
 
 #endif

@@ -28,10 +28,11 @@
  *    the reservation ends: expiry, its client's heartbeat lapsing, memory
  *    pressure (a placement that failed closes every open reservation),
  *    a newer reservation of the same client past the per-client bound.
- *    A segment unmounted under a reservation holds its name like a pending
- *    put does (segments.c, held[]) until then. Exception: a tail the
- *    holder handed back (resv_hand_back: it writes nothing above its carve
- *    cursor) is free at once, or, with capabilities on, once the WRITE
+ *    A segment unmounted under a reservation holds its range with its name
+ *    like a pending put does (held.c: quarantined if the same memory is
+ *    mounted again) until then. Exception: a tail the holder handed back
+ *    (resv_hand_back: it writes nothing above its carve cursor) is free at
+ *    once, or, with capabilities on, once the WRITE
  *    grant over it expires (a grant cannot be recalled).
  *  - HA: a reservation is a WIN record over its range (waited for before
  *    the RESERVE reply, like a window), and its WINEND is emitted only when
@@ -200,7 +201,7 @@ void cr__m_resv_client_gone(cr__master_t *m, cr__rpc_client_id_t id, uint64_t no
     }
 }
 
-uint64_t cr__m_resv_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now)
+uint64_t cr__m_resv_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now, held_set_t *hs)
 {
     struct cr__mresv *rv = m->resv;
     uint64_t hold = 0;
@@ -215,6 +216,9 @@ uint64_t cr__m_resv_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now)
             m->resv_free -= rest_of(r);
             if (h > now && h > hold)
                 hold = h;
+            /* its whole range until h (objects committed in it come with
+             * their replicas' own times too: overlaps keep the later) */
+            cr__m_held_add(m, hs, r->start, r->jend - r->start, h, now);
             jr_resv(m, CR__HA_WINEND, r);
             resv_remove(rv, i);
             continue;

@@ -112,6 +112,29 @@ void cr__m_rtask_jr_holds(cr__master_t *m)
     }
 }
 
+uint64_t cr__m_rtask_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now, held_set_t *hs)
+{
+    struct cr__mrtask *T = m->rtask;
+    seg_t *sg = &m->segs[s];
+    uint64_t hold = 0;
+    for (size_t k = 0; T && k < T->n; k++) {
+        rtask_t *t = &T->t[k];
+        for (uint32_t i = 0; i < t->n_tgt; i++) {
+            if (t->tgt[i] != s || t->gen[i] != sg->gen || t->blk[i] == NONE32)
+                continue;
+            /* its copier may write until the deadline, and a late transfer
+             * one timeout more (release_targets); the block stays named in
+             * the task, so that its END fails (the segment is gone) */
+            uint64_t until = (t->deadline > now ? t->deadline : now) + RTASK_TIMEOUT_MS;
+            cr__m_held_add(m, hs, cr__oalloc_block_offset(sg->alloc, t->blk[i]),
+                           cr__oalloc_block_size(sg->alloc, t->blk[i]), until, now);
+            if (until > hold)
+                hold = until;
+        }
+    }
+    return hold;
+}
+
 /* Drops the oldest finished tasks beyond RTASK_DONE_MAX. */
 static void prune_done(cr__master_t *m, struct cr__mrtask *T)
 {

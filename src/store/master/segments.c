@@ -182,16 +182,12 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
     sg->live = 1;
     m->live_segs++;
     sg->alloc_after_ms = 0;
-    for (int h = 0; h < HELD_MAX; h++) {
-        const held_t *hd = &m->held[h];
-        if (hd->until > now && !strcmp(hd->name, name) &&
-            (id_eq(hd->owner, id) ||
-             (base < hd->base + hd->size && hd->base < base + size)))
-            sg->alloc_after_ms = hd->until;
-    }
     sg->tier = cr__tier_is_ssd(name) ? 1 : 0;
     if (!sg->tier)
         m->capacity += cr__oalloc_capacity(a);
+    /* the same memory dropped while it could still be touched: those
+     * ranges stay quarantined (held.c) */
+    sg->alloc_after_ms = cr__m_held_apply(m, s, id, now);
     cr__m_jr_seg(m, CR__HA_SEG, sg);
     CR_LOG_INFO("master", "mounted segment %s base 0x%" PRIx64 " size %" PRIu64, name, base, size);
     return 0;
@@ -214,6 +210,10 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
     obj_t **dead = NULL;
     size_t n_dead = 0, cap_dead = 0;
     uint64_t hold = sg->alloc_after_ms;
+    /* the ranges that may still be touched, and until when (held.c); a
+     * segment that was itself held whole does not know its ranges */
+    held_set_t hs = {0};
+    hs.whole = sg->tier || sg->alloc_after_ms > now;
     for (uint64_t i = 0; i < m->cap; i++) {
         obj_t *o = m->slots[i];
         if (!o)
@@ -235,6 +235,9 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
                     for (uint32_t k = 0; k < n; k++)
                         if (sh[k].seg != s)
                             cr__m_block_release(m, sh[k].seg, sh[k].blk, rel, now);
+                        else
+                            cr__m_held_add(m, &hs, cr__oalloc_block_offset(sg->alloc, sh[k].blk),
+                                           cr__oalloc_block_size(sg->alloc, sh[k].blk), rel, now);
                     nsh[r] |= REP_DEAD;
                     CNT(m, replicas_dropped_total)++;
                 } else {
@@ -274,7 +277,11 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
     }
     free(dead);
     /* reservations on it end; their holders may write until their hold */
-    uint64_t rh = cr__m_resv_seg_dropped(m, s, now);
+    uint64_t rh = cr__m_resv_seg_dropped(m, s, now, &hs);
+    if (rh > hold)
+        hold = rh;
+    /* copy tasks' target blocks on it: their copiers may write until then */
+    rh = cr__m_rtask_seg_dropped(m, s, now, &hs);
     if (rh > hold)
         hold = rh;
     /* quarantine entries of this segment die with it */
@@ -283,45 +290,17 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
         if (e->seg == s && e->gen == sg->gen) {
             if (e->release_ms > hold)
                 hold = e->release_ms;
+            cr__m_held_add(m, &hs, cr__oalloc_block_offset(sg->alloc, e->blk), e->bytes,
+                           e->release_ms, now);
             if (!sg->tier)
                 m->quarantine_bytes -= e->bytes;
             e->seg = NONE32;
         }
     }
-    if (hold > now) {
-        /* remember the name: the same memory may come back (a client that
-         * was only partitioned remounts), and must not be reused while a
-         * reader or writer of the dropped replicas may still touch it. One
-         * entry per name, owner and range: another client's memory that
-         * later gets the same name does not wait (cr__m_mount_locked) */
-        cr__rpc_client_id_t owner = sg->client != NONE32 ? m->clients[sg->client].id : sg->owner;
-        int slot = -1, victim = 0;
-        for (int h = 0; h < HELD_MAX && slot < 0; h++) {
-            const held_t *hd = &m->held[h];
-            if (!strcmp(hd->name, sg->name) && id_eq(hd->owner, owner) && hd->base == sg->base &&
-                hd->size == sg->size)
-                slot = h; /* the same memory dropped again */
-        }
-        for (int h = 0; h < HELD_MAX && slot < 0; h++) {
-            if (m->held[h].until <= now) {
-                slot = h;
-                m->held[h].until = 0;
-            } else if (m->held[h].until < m->held[victim].until) {
-                victim = h;
-            }
-        }
-        if (slot < 0) {
-            slot = victim;
-            m->held[slot].until = 0;
-        }
-        held_t *hd = &m->held[slot];
-        snprintf(hd->name, sizeof hd->name, "%s", sg->name);
-        if (hold > hd->until)
-            hd->until = hold;
-        hd->owner = owner;
-        hd->base = sg->base;
-        hd->size = sg->size;
-    }
+    /* remember the name: the same memory may come back (a client that was
+     * only partitioned remounts), and the ranges a reader or writer of the
+     * dropped replicas may still touch must not be reused before then */
+    cr__m_held_remember(m, sg, &hs, hold, now);
     cr__m_jr_seg(m, CR__HA_SEGDROP, sg);
     if (sg->tier) {
         cr__m_tier_seg_dropped(m, s);
@@ -376,6 +355,7 @@ void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now)
         m->live_clients--;
         CNT(m, clients_expired_total)++;
     }
+    cr__m_held_expire(m, now); /* 64 entries */
     /* restored segments whose owner did not come back */
     for (uint32_t s = 0; s < m->n_segs; s++) {
         seg_t *sg = &m->segs[s];

@@ -192,16 +192,16 @@ static int put_here(cr_store_t *c, const char *key, uint64_t seed)
 }
 
 /* A client that left while a reader held a lease on its segment: the
- * master holds its name (nothing placed on the same host:port until the
- * lease ends). The next client on that port is refused with -EADDRINUSE
- * when it asks for a fresh name (the Python layer then picks another
- * port); without it, it joins and its puts go elsewhere until the hold
- * ends, then to its own segment. */
+ * master holds the leased block with its name (held.c), not the whole
+ * name. The next client on that host:port joins at once, also when it
+ * asks for a fresh name (the segment takes allocations at once: nothing
+ * to refuse), and its puts land before and after the lease ends; the
+ * bytes read back are its own. */
 static void test_held_name(void)
 {
     uint16_t port = free_port();
     CHECK(port != 0, "no free port");
-    cr_store_t *a = NULL, *b = NULL, *c = NULL;
+    cr_store_t *a = NULL, *b = NULL;
     uint8_t o[4096];
     size_t got;
     CHECK_RC(make_seg_client(port, 1, &a), 0);
@@ -211,20 +211,20 @@ static void test_held_name(void)
     CHECK_RC(cr_store_get(g_cli, "held-a", o, sizeof o, &got), 0); /* a lease */
     cr_store_destroy(a);
     CHECK_RC(cr_store_exist(g_cli, "held-a"), 0); /* gone with its segment */
-    CHECK_RC(make_seg_client(port, 1, &b), -EADDRINUSE);
-    CHECK(b == NULL, "a refused create returned a client");
-    CHECK_RC(make_seg_client(port, 0, &c), 0);
-    if (!c)
+    CHECK_RC(make_seg_client(port, 1, &b), 0);
+    if (!b)
         return;
-    CHECK_RC(put_here(c, "held-early", 72), 0); /* on a node */
+    CHECK_RC(put_here(b, "held-early", 72), 0);
     usleep((LEASE_MS + 300) * 1000);
-    CHECK_RC(put_here(c, "held-late", 73), 0); /* on c's own segment */
-    cr_store_destroy(c);
-    CHECK_RC(cr_store_get(g_cli, "held-early", o, sizeof o, &got), 0);
+    CHECK_RC(put_here(b, "held-late", 73), 0);
+    /* read back by b: another reader may still have the Transfer Engine
+     * descriptor of the process that left cached for this name */
+    CHECK_RC(cr_store_get(b, "held-early", o, sizeof o, &got), 0);
     CHECK(got == sizeof o && same(o, sizeof o, 72), "held-early: wrong bytes");
-    CHECK_RC(cr_store_exist(g_cli, "held-late"), 0);
-    cr_store_remove(g_cli, "held-early", 1);
-    fprintf(stderr, "ok: a held segment name: refused when fresh, no placement until free\n");
+    CHECK_RC(cr_store_get(b, "held-late", o, sizeof o, &got), 0);
+    CHECK(got == sizeof o && same(o, sizeof o, 73), "held-late: wrong bytes");
+    cr_store_destroy(b);
+    fprintf(stderr, "ok: a held segment name: the next client on its port joins at once\n");
 }
 
 static void test_sizes(void)

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "store/master/master.h"
+#include "store/master/master_priv.h" /* held_ranges_max (the fallback test) */
 
 #define KiB 1024ull
 #define MiB (1024ull * 1024)
@@ -523,49 +524,167 @@ static void test_quarantine_and_validate(void **s)
     cr__master_destroy(m);
 }
 
+/* PutStart (+ PutEnd when end), hard-pinned (never evicted to make room);
+ * *addr: its replica's address. */
+static int put_at(cr__master_t *m, const char *key, uint64_t size, uint64_t now, int end,
+                  uint64_t *addr)
+{
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .flags = CR__RPC_CFG_HARD_PIN};
+    int rc = cr__master_put_start(m, key, strlen(key), size, &cfg, now, &msg, &it);
+    if (rc == 0) {
+        *addr = it.replicas[0].shards[0].addr;
+        if (end)
+            rc = cr__master_put_end(m, key, strlen(key), it.version, now);
+    }
+    cr__rpc_msg_free(&msg);
+    return rc;
+}
+
+/* Puts size-byte hard-pinned objects tag0, tag1, ... until the pool is
+ * full; none may overlap [lo[i], lo[i] + len) for i < n_lo. Returns how
+ * many fit; *first: the address of the first. */
+static int fill_avoiding(cr__master_t *m, const char *tag, uint64_t size, uint64_t now,
+                         const uint64_t *lo, int n_lo, uint64_t len, uint64_t *first)
+{
+    for (int i = 0; i < 4096; i++) {
+        char k[32];
+        uint64_t a = 0;
+        snprintf(k, sizeof k, "%s%d", tag, i);
+        int rc = put_at(m, k, size, now, 1, &a);
+        if (rc) {
+            assert_int_equal(rc, CR_E_NO_AVAILABLE_HANDLE);
+            return i;
+        }
+        if (i == 0 && first)
+            *first = a;
+        for (int j = 0; j < n_lo; j++)
+            if (a + size > lo[j] && a < lo[j] + len)
+                fail_msg("%s at %#llx overlaps a held range [%#llx, +%llu)", k,
+                         (unsigned long long)a, (unsigned long long)lo[j],
+                         (unsigned long long)len);
+    }
+    fail_msg("%s: the pool never filled", tag);
+    return -1;
+}
+
 /* A segment dropped while a reader held a lease on one of its replicas,
  * then mounted again under the same name (same memory: a partitioned
- * client that comes back): nothing is allocated there before the lease
- * expires. Without leases the remounted segment is usable at once. */
+ * client that comes back): the leased block is not reused before the lease
+ * expires, the rest of the segment is usable at once. */
 static void test_remount_hold(void **s)
 {
     (void)s;
     cr__master_t *m = mk(NULL);
+    uint64_t ak = 0, ax = 0;
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 0), 0);
-    assert_int_equal(put(m, "k", 1000, 1, 0, 0, NULL, 1), 0);
+    assert_int_equal(put_at(m, "k", 1000, 0, 1, &ak), 0);
     assert_int_equal(get(m, "k", 100, NULL, NULL, NULL), 0); /* lease until 5100 */
     assert_int_equal(cr__master_unmount(m, CA, "segA", 200), 0);
     assert_int_equal(exist(m, "k", 201), CR_E_OBJECT_NOT_FOUND);
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 300), 0);
-    assert_int_equal(put(m, "x", 1000, 1, 0, 400, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
-    assert_int_equal(put(m, "x", 1000, 1, 0, 5100, NULL, 1), 0);
-    /* no lease at drop time: no hold */
+    assert_int_equal(fill_avoiding(m, "a", 1024, 400, &ak, 1, 1024, NULL), 1023);
+    tick_alive(m, 5100);
+    assert_int_equal(put_at(m, "x", 1000, 5100, 1, &ax), 0);
+    assert_int_equal(ax, ak); /* the lease is over: its block is free again */
+    /* no lease at drop time: nothing held */
     assert_int_equal(cr__master_unmount(m, CA, "segA", 6000), 0);
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 6001), 0);
-    assert_int_equal(put(m, "y", 1000, 1, 0, 6002, NULL, 1), 0);
+    assert_int_equal(fill_avoiding(m, "b", 1024, 6002, NULL, 0, 0, NULL), 1024);
     cr__master_destroy(m);
 }
 
-/* The held name of a dropped segment keeps only the same memory waiting:
+/* The held ranges of a dropped segment keep only the same memory waiting:
  * another client whose segment merely got the same name (its Transfer
- * Engine reused the host:port) and lies elsewhere allocates at once; one
- * whose range overlaps the dropped one waits like the owner. */
+ * Engine reused the host:port) and lies elsewhere allocates anywhere at
+ * once; one whose range overlaps the dropped one gets everything but the
+ * held block, at its address in the new range. */
 static void test_remount_hold_other_client(void **s)
 {
     (void)s;
     cr__master_t *m = mk(NULL);
-    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 0), 0);
-    assert_int_equal(put(m, "k", 1000, 1, 0, 0, NULL, 1), 0);
+    uint64_t ak = 0, ay = 0;
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x100000, 1 * MiB, 0), 0);
+    assert_int_equal(put_at(m, "k", 1000, 0, 1, &ak), 0);
     assert_int_equal(get(m, "k", 100, NULL, NULL, NULL), 0); /* lease until 5100 */
     assert_int_equal(cr__master_unmount(m, CA, "segA", 200), 0);
-    /* another client, disjoint memory: usable at once */
+    /* another client, disjoint memory: all of it usable at once */
     assert_int_equal(cr__master_mount(m, CB, "segA", 0x40000000, 1 * MiB, 300), 0);
-    assert_int_equal(put(m, "x", 1000, 1, 0, 400, NULL, 1), 0);
-    assert_int_equal(cr__master_unmount(m, CB, "segA", 500), 0); /* x had no lease */
-    /* another client over part of the dropped range: waits for the lease */
-    assert_int_equal(cr__master_mount(m, CC, "segA", 0x10000 + 512 * KiB, 1 * MiB, 600), 0);
-    assert_int_equal(put(m, "y", 1000, 1, 0, 700, NULL, 1), CR_E_NO_AVAILABLE_HANDLE);
-    assert_int_equal(put(m, "y", 1000, 1, 0, 5100, NULL, 1), 0);
+    assert_int_equal(fill_avoiding(m, "b", 64 * KiB, 400, NULL, 0, 0, NULL), 16);
+    assert_int_equal(cr__master_unmount(m, CB, "segA", 500), 0); /* nothing leased */
+    /* another client over a range that holds the leased block in its middle */
+    assert_int_equal(cr__master_mount(m, CC, "segA", 0x100000 - 512 * KiB, 1 * MiB, 600), 0);
+    assert_int_equal(fill_avoiding(m, "c", 1024, 700, &ak, 1, 1024, NULL), 1023);
+    tick_alive(m, 5100);
+    assert_int_equal(put_at(m, "y", 1000, 5100, 1, &ay), 0);
+    assert_int_equal(ay, ak);
+    cr__master_destroy(m);
+}
+
+/* An outside drill: a node silent past the client ttl (a 15 s network
+ * cut) comes back with the same memory. Before, its remounted segment
+ * took no allocation for up to two put timeouts (every put of a one-node
+ * cluster got NO_AVAILABLE_HANDLE); now only the blocks a stale reader (a
+ * lease) or writer (a pending put) may still touch wait, each until its
+ * own time. */
+static void test_expired_node_remount_allocates_at_once(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    uint32_t f;
+    uint64_t al = 0, ap = 0, first = 0;
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 0), 0);
+    assert_int_equal(put_at(m, "L", 256 * KiB, 0, 1, &al), 0);
+    assert_int_equal(put_at(m, "P", 256 * KiB, 0, 0, &ap), 0); /* writer until 30000 (+30000) */
+    for (uint64_t t = 100; t <= 10100; t += 100) { /* CA silent */
+        if (t == 9000)
+            assert_int_equal(get(m, "L", t, NULL, NULL, NULL), 0); /* lease until 14000 */
+        cr__master_tick(m, t);
+    }
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.counters[CR__MM_clients_expired_total], 1);
+    assert_int_equal(st.segments, 0);
+    assert_int_equal(exist(m, "L", 10101), CR_E_OBJECT_NOT_FOUND);
+    /* back at once with the same memory */
+    assert_int_equal(cr__master_ping(m, CA, 10200, &f), 0);
+    assert_int_equal(f, CR__RPC_F_NEED_REMOUNT);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 10200), 0);
+    const uint64_t held[2] = {al, ap};
+    assert_int_equal(fill_avoiding(m, "n", 64 * KiB, 10300, held, 2, 256 * KiB, &first), 8);
+    /* the lease is over: L's block is allocatable again, P's is not */
+    tick_alive(m, 14000);
+    assert_int_equal(fill_avoiding(m, "o", 64 * KiB, 14000, &ap, 1, 256 * KiB, &first), 4);
+    assert_int_equal(first, al);
+    /* the pending put's writer can no longer write: all of it is back */
+    tick_alive(m, 59999);
+    assert_int_equal(fill_avoiding(m, "p", 64 * KiB, 59999, NULL, 0, 0, NULL), 0);
+    tick_alive(m, 60000);
+    assert_int_equal(fill_avoiding(m, "q", 64 * KiB, 60000, NULL, 0, 0, &first), 4);
+    assert_int_equal(first, ap);
+    cr__master_destroy(m);
+}
+
+/* When the held ranges cannot be kept (more than the bound), the whole
+ * segment waits for the latest of them, as before ranges were kept. */
+static void test_remount_hold_whole_fallback(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    m->held_ranges_max = 1;
+    uint64_t a = 0;
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 0), 0);
+    assert_int_equal(put_at(m, "L", 1000, 0, 1, &a), 0);
+    assert_int_equal(get(m, "L", 100, NULL, NULL, NULL), 0); /* lease until 5100 */
+    assert_int_equal(put_at(m, "P", 1000, 100, 0, &a), 0);   /* writer until 30100 (+30000) */
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 200), 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 300), 0);
+    assert_int_equal(put_at(m, "x", 1000, 400, 1, &a), CR_E_NO_AVAILABLE_HANDLE);
+    tick_alive(m, 60099);
+    assert_int_equal(put_at(m, "x", 1000, 60099, 1, &a), CR_E_NO_AVAILABLE_HANDLE);
+    tick_alive(m, 60100);
+    assert_int_equal(put_at(m, "x", 1000, 60100, 1, &a), 0);
     cr__master_destroy(m);
 }
 
@@ -1422,6 +1541,8 @@ int main(void)
         cmocka_unit_test(test_quarantine_frees_due_entries_out_of_order),
         cmocka_unit_test(test_remount_hold),
         cmocka_unit_test(test_remount_hold_other_client),
+        cmocka_unit_test(test_expired_node_remount_allocates_at_once),
+        cmocka_unit_test(test_remount_hold_whole_fallback),
         cmocka_unit_test(test_eviction_watermark),
         cmocka_unit_test(test_eviction_skips),
         cmocka_unit_test(test_impossible_put_evicts_nothing),

@@ -499,16 +499,28 @@ static void test_unmount_holds_name(void **s)
     (void)s;
     cr__master_t *m = mk_mounted(1000000);
     resv_t r;
+    uint64_t a = 0;
     assert_int_equal(reserve(m, CB, 1 * MiB, 0, &r), 0);
     assert_int_equal(cr__master_unmount(m, CA, "segA", 1), 0);
     assert_int_equal(commit(m, CB, "u", r.id, r.seg, r.addr, 64, 2, NULL), CR_E_INVALID_WRITE);
-    /* the same memory mounted again: nothing placed there before the
-     * reservation's holder can no longer write */
+    /* the same memory mounted again: the rest of it takes puts at once,
+     * the reservation's range nothing before its holder can no longer
+     * write (expiry + put timeout) */
     assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 16 * MiB, 2), 0);
-    assert_int_equal(put2(m, "early", 4096, 3, NULL), CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(put2(m, "early", 4096, 3, &a), 0);
+    assert_false(a + 4096 > r.addr && a < r.addr + r.len);
+    fill_outside(m, "f", 256, 4, r.addr, r.addr + r.len);
+    assert_int_equal(stats(m).quarantine_bytes, r.len);
+    ping(m, CA, LEASE + PUT_TIMEOUT - 1);
+    ping(m, CB, LEASE + PUT_TIMEOUT - 1);
+    cr__master_tick(m, LEASE + PUT_TIMEOUT - 1);
+    assert_int_equal(stats(m).quarantine_bytes, r.len);
+    fill_outside(m, "g", 256, LEASE + PUT_TIMEOUT - 1, r.addr, r.addr + r.len);
     ping(m, CA, LEASE + PUT_TIMEOUT);
     ping(m, CB, LEASE + PUT_TIMEOUT);
-    assert_int_equal(put2(m, "later", 4096, LEASE + PUT_TIMEOUT, NULL), 0);
+    cr__master_tick(m, LEASE + PUT_TIMEOUT);
+    assert_int_equal(stats(m).quarantine_bytes, 0);
+    assert_int_equal(put2(m, "later", 1 * MiB, LEASE + PUT_TIMEOUT, &a), 0);
     cr__master_destroy(m);
 }
 

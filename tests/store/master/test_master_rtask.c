@@ -231,6 +231,40 @@ static void test_copy_target_held_across_failover(void **s)
     cr__ha_buf_free(&jb);
 }
 
+/* A copy's target segment dropped while the copier may still write the
+ * target block, and the same memory mounted again at once: that block is
+ * quarantined until the copier can no longer write (the task's deadline +
+ * its timeout), not handed to a new object; END then fails. */
+static void test_copy_target_held_when_segment_drops(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk();
+    put(m, "k", 1 * MiB, "segA", 1);
+    const char *tb[] = {"segB"};
+    uint64_t hi, lo;
+    uint32_t n_new;
+    assert_int_equal(create(m, CA, 0, "k", NULL, tb, 1, 2, &hi, &lo), 0);
+    assert_int_equal(start(m, CA, hi, lo, 3, &n_new), 0); /* deadline 60003 */
+    assert_int_equal(n_new, 1);
+    assert_int_equal(cr__master_unmount(m, CB, "segB", 4), 0);
+    assert_int_equal(cr__master_mount(m, CB, "segB", 0x20000000, 4 * MiB, 5), 0);
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 1 * MiB);
+    put(m, "n", 1 * MiB, "segB", 6); /* the rest of segB is usable */
+    assert_int_equal(end(m, CA, hi, lo, 0, 7), 0);
+    int err;
+    assert_int_equal(query(m, hi, lo, 8, &err), 3); /* failed: the target is gone */
+    assert_string_equal(where(m, "k", 9), "segA");
+    cr__master_tick(m, 3 + 2 * 60000 - 1);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 1 * MiB);
+    cr__master_tick(m, 3 + 2 * 60000);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 0);
+    cr__master_destroy(m);
+}
+
 static void test_copy_adds_replicas_at_end_only(void **s)
 {
     (void)s;
@@ -465,6 +499,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copy_adds_replicas_at_end_only),
         cmocka_unit_test(test_copy_target_held_across_failover),
+        cmocka_unit_test(test_copy_target_held_when_segment_drops),
         cmocka_unit_test(test_move_drops_the_source),
         cmocka_unit_test(test_failed_and_timed_out_tasks_change_nothing),
         cmocka_unit_test(test_copy_grant_holds_new_replica),

@@ -1,0 +1,236 @@
+/* Held names of dropped segments (master_priv.h, held_t).
+ *
+ * A segment dropped while its space may still be touched (a reader's
+ * lease, a pending put's writer, a reservation's holder, a copy task's
+ * copier, space in quarantine) remembers, under its name, owner and range,
+ * the byte ranges that may be touched and until when. When the same memory
+ * is mounted again (a client that was only partitioned comes back), those
+ * ranges are reserved in the new allocator and quarantined until their
+ * time: everything else of the segment takes allocations at once, and no
+ * new object is placed where a stale reader or writer may still land.
+ * Ranges are kept by absolute address: a remount over a different but
+ * overlapping range gets the part that falls inside it.
+ *
+ * When the list cannot be kept (more than m->held_ranges_max ranges, no
+ * memory, a disk segment) the whole segment waits for the latest time, as
+ * it did before ranges were kept. Not journaled (a new leader knows none
+ * of it: docs/architecture/store-master.md, "Clients and segments").
+ * Caller holds m->mu. */
+#include "store/master/master_priv.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+
+static void set_clear(held_set_t *hs)
+{
+    free(hs->v);
+    hs->v = NULL;
+    hs->n = hs->cap = 0;
+    hs->whole = 0;
+}
+
+static void set_whole(held_set_t *hs)
+{
+    set_clear(hs);
+    hs->whole = 1;
+}
+
+void cr__m_held_add(cr__master_t *m, held_set_t *hs, uint64_t off, uint64_t len,
+                    uint64_t until, uint64_t now)
+{
+    if (until <= now || hs->whole || !len)
+        return;
+    if (hs->n == hs->cap) {
+        if (hs->n >= m->held_ranges_max) {
+            set_whole(hs);
+            return;
+        }
+        uint32_t nc = hs->cap ? hs->cap * 2 : 16;
+        if (nc > m->held_ranges_max)
+            nc = m->held_ranges_max;
+        held_range_t *v = realloc(hs->v, nc * sizeof *v);
+        if (!v) {
+            set_whole(hs);
+            return;
+        }
+        hs->v = v;
+        hs->cap = nc;
+    }
+    hs->v[hs->n++] = (held_range_t){.off = off, .len = len, .until = until};
+}
+
+static int id_eq(cr__rpc_client_id_t a, cr__rpc_client_id_t b)
+{
+    return a.hi == b.hi && a.lo == b.lo;
+}
+
+/* Drops the ranges of hs that are over. */
+static void set_compact(held_set_t *hs, uint64_t now)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < hs->n; i++)
+        if (hs->v[i].until > now)
+            hs->v[k++] = hs->v[i];
+    hs->n = k;
+}
+
+void cr__m_held_remember(cr__master_t *m, const seg_t *sg, held_set_t *hs, uint64_t hold,
+                         uint64_t now)
+{
+    if (hold <= now) {
+        set_clear(hs);
+        return;
+    }
+    /* one entry per name, owner and range: another client's memory that
+     * later gets the same name does not wait (cr__m_held_apply) */
+    cr__rpc_client_id_t owner = sg->client != NONE32 ? m->clients[sg->client].id : sg->owner;
+    int slot = -1, victim = 0;
+    for (int h = 0; h < HELD_MAX && slot < 0; h++) {
+        const held_t *hd = &m->held[h];
+        if (!strcmp(hd->name, sg->name) && id_eq(hd->owner, owner) && hd->base == sg->base &&
+            hd->size == sg->size)
+            slot = h; /* the same memory dropped again */
+    }
+    for (int h = 0; h < HELD_MAX && slot < 0; h++) {
+        if (m->held[h].until <= now) {
+            slot = h;
+            m->held[h].until = 0;
+        } else if (m->held[h].until < m->held[victim].until) {
+            victim = h;
+        }
+    }
+    if (slot < 0) {
+        slot = victim;
+        m->held[slot].until = 0;
+        CR_LOG_WARN("master", "%d segment names held: the hold of %s ends early", HELD_MAX,
+                    m->held[slot].name);
+    }
+    held_t *hd = &m->held[slot];
+    if (hd->until <= now) { /* a new entry, or one whose hold is over */
+        hd->until = 0;
+        set_clear(&hd->rg);
+    }
+    set_compact(&hd->rg, now);
+    if (hs->whole) {
+        set_whole(&hd->rg);
+    } else if (!hd->rg.n && !hd->rg.whole) {
+        hd->rg = *hs; /* taken over */
+        hs->v = NULL;
+    } else {
+        for (uint32_t i = 0; i < hs->n; i++)
+            cr__m_held_add(m, &hd->rg, hs->v[i].off, hs->v[i].len, hs->v[i].until, now);
+    }
+    set_clear(hs);
+    snprintf(hd->name, sizeof hd->name, "%s", sg->name);
+    if (hold > hd->until)
+        hd->until = hold;
+    hd->owner = owner;
+    hd->base = sg->base;
+    hd->size = sg->size;
+}
+
+static int rg_cmp(const void *a, const void *b)
+{
+    const held_range_t *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, uint64_t now)
+{
+    seg_t *sg = &m->segs[s];
+    uint64_t g = cr__oalloc_granule(sg->alloc), cap = cr__oalloc_capacity(sg->alloc);
+    uint64_t whole_until = 0;
+    held_range_t *t = NULL;
+    size_t n = 0, tcap = 0;
+    int whole = 0;
+    for (int h = 0; h < HELD_MAX; h++) {
+        const held_t *hd = &m->held[h];
+        if (hd->until <= now || strcmp(hd->name, sg->name) ||
+            !(id_eq(hd->owner, id) ||
+              (sg->base < hd->base + hd->size && hd->base < sg->base + sg->size)))
+            continue;
+        if (hd->until > whole_until)
+            whole_until = hd->until;
+        if (hd->rg.whole || sg->tier) {
+            whole = 1;
+            continue;
+        }
+        for (uint32_t i = 0; i < hd->rg.n && !whole; i++) {
+            const held_range_t *r = &hd->rg.v[i];
+            if (r->until <= now)
+                continue;
+            /* by absolute address: the part inside the new memory */
+            uint64_t a = hd->base + r->off, e = a + r->len;
+            if (a < sg->base)
+                a = sg->base;
+            if (e > sg->base + sg->size)
+                e = sg->base + sg->size;
+            if (e <= a)
+                continue;
+            uint64_t o = (a - sg->base) / g * g, oe = (e - sg->base + g - 1) / g * g;
+            if (oe > cap)
+                oe = cap;
+            if (oe <= o)
+                continue;
+            if (n == tcap) {
+                size_t nc = tcap ? tcap * 2 : 16;
+                held_range_t *v = realloc(t, nc * sizeof *v);
+                if (!v) {
+                    whole = 1;
+                    break;
+                }
+                t = v;
+                tcap = nc;
+            }
+            t[n++] = (held_range_t){.off = o, .len = oe - o, .until = r->until};
+        }
+    }
+    if (whole || !n) {
+        free(t);
+        return whole ? whole_until : 0;
+    }
+    /* ascending, overlaps merged (the later time holds) */
+    qsort(t, n, sizeof *t, rg_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k && t[i].off < t[k - 1].off + t[k - 1].len) {
+            held_range_t *p = &t[k - 1];
+            if (t[i].off + t[i].len > p->off + p->len)
+                p->len = t[i].off + t[i].len - p->off;
+            if (t[i].until > p->until)
+                p->until = t[i].until;
+        } else {
+            t[k++] = t[i];
+        }
+    }
+    uint64_t after = 0, bytes = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint32_t b = cr__oalloc_reserve(sg->alloc, t[i].off, t[i].len);
+        if (b == CR__OALLOC_NONE) { /* cannot happen: a fresh allocator */
+            after = whole_until;
+            continue;
+        }
+        uint64_t bs = cr__oalloc_block_size(sg->alloc, b);
+        m->allocated += bs;
+        bytes += bs;
+        cr__m_block_release(m, s, b, t[i].until, now);
+    }
+    free(t);
+    if (k)
+        CR_LOG_INFO("master",
+                    "segment %s: %zu ranges (%" PRIu64 " bytes) of its dropped memory held "
+                    "until their readers and writers are done; the rest is usable now",
+                    sg->name, k, bytes);
+    return after;
+}
+
+void cr__m_held_expire(cr__master_t *m, uint64_t now)
+{
+    for (int h = 0; h < HELD_MAX; h++)
+        if (m->held[h].until <= now && (m->held[h].rg.v || m->held[h].rg.whole))
+            set_clear(&m->held[h].rg);
+}
