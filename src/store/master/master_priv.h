@@ -520,6 +520,10 @@ int cr__m_tier_evict_candidate(cr__master_t *m, obj_t *o, uint64_t now, uint64_t
 void cr__m_tier_block_freed(cr__master_t *m, uint32_t seg, uint32_t blk);
 /* Disk segment s is going away: its tasks die with it. */
 void cr__m_tier_seg_dropped(cr__master_t *m, uint32_t s);
+/* DRAM segment s is being dropped: PROMOTE tasks into it that were not
+ * handed out end; the DRAM blocks of handed ones go into hs until their
+ * node can no longer write them. Returns that time, 0 if none. */
+uint64_t cr__m_tier_dram_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now, held_set_t *hs);
 /* Periodic: offload ahead of eviction, disk watermark, task timeouts. */
 void cr__m_tier_tick(cr__master_t *m, uint64_t now);
 /* The tier rpcs (CR__RPC_TIER_*). Returns the reply status. */

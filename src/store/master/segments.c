@@ -284,6 +284,10 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
     rh = cr__m_rtask_seg_dropped(m, s, now, &hs);
     if (rh > hold)
         hold = rh;
+    /* disk-tier promotions into it: their nodes may write until then */
+    rh = sg->tier ? 0 : cr__m_tier_dram_seg_dropped(m, s, now, &hs);
+    if (rh > hold)
+        hold = rh;
     /* quarantine entries of this segment die with it */
     for (size_t i = 0; i < m->q_len; i++) {
         qent_t *e = &m->q[i];

@@ -420,6 +420,33 @@ static void offload_abandon(cr__master_t *m, task_t *t, uint64_t release_ms, uin
     CNT(m, tier_ssd_offload_failures_total)++;
 }
 
+uint64_t cr__m_tier_dram_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now, held_set_t *hs)
+{
+    seg_t *sg = &m->segs[s];
+    uint64_t hold = 0;
+    for (size_t i = 0; m->tier && i < m->tier->n;) {
+        task_t *t = &m->tier->t[i];
+        if (t->op != CR__TIER_OP_PROMOTE || t->src_seg != s || t->gen2 != sg->gen) {
+            i++;
+            continue;
+        }
+        if (!t->handed) { /* never handed: nothing writes its DRAM block, nor ever will */
+            promote_abandon(m, t, 0, now, 1);
+            task_remove(m, i);
+            continue;
+        }
+        /* its node may write the DRAM block until the task times out, and
+         * a late write one timeout more (cr__m_tier_tick) */
+        uint64_t until = t->handed_ms + 2 * TASK_TIMEOUT_MS + 1;
+        cr__m_held_add(m, hs, cr__oalloc_block_offset(sg->alloc, t->blk2),
+                       cr__oalloc_block_size(sg->alloc, t->blk2), until, now);
+        if (until > hold)
+            hold = until;
+        i++;
+    }
+    return hold;
+}
+
 void cr__m_tier_seg_dropped(cr__master_t *m, uint32_t s)
 {
     if (!m->tier)

@@ -658,6 +658,67 @@ static void test_master_no_promote_keeps_disk_hits_on_disk(void **s)
     cr__master_destroy(m);
 }
 
+/* The node's DRAM segment dropped (unmounted, or its client expired) while
+ * a PROMOTE into it was handed out, and the same memory mounted again at
+ * once: the node may still be writing that block, so it is quarantined
+ * until the task could no longer write (handed + two task timeouts), not
+ * given to a new object; a PROMOTE not handed yet is dropped, never handed
+ * later with its old address. */
+static void test_master_promote_target_held_when_dram_drops(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_master(0);
+    cr__rpc_msg_t rep, t, t2;
+    assert_int_equal(tier_call(m, CR__RPC_TIER_MOUNT, NULL, 0, 64 * MiB, 0, &rep), 0);
+    cr__rpc_msg_free(&rep);
+    assert_int_equal(put(m, "p0", MiB, 1, NULL), 0);
+    assert_int_equal(put(m, "p1", MiB, 1, NULL), 0);
+    assert_int_equal(sync_all(m, 2, 0, NULL, 0, &t), 2);
+    sync_all(m, 3, 0, t.items, t.n_items, &t2);
+    cr__rpc_msg_free(&t);
+    cr__rpc_msg_free(&t2);
+    assert_int_equal(cr__master_evict(m, 16 * MiB, 4), 2); /* both demoted */
+    assert_int_equal(get_tier(m, "p0", 10, NULL, NULL), 1);
+    assert_int_equal(get_tier(m, "p0", 11, NULL, NULL), 1);
+    assert_int_equal(sync_all(m, 12, 0, NULL, 0, &t), 1); /* p0's PROMOTE handed */
+    assert_int_equal(t.items[0].flags, CR__TIER_OP_PROMOTE);
+    uint64_t dst = t.items[0].replicas[1].shards[0].addr;
+    assert_int_equal(get_tier(m, "p1", 13, NULL, NULL), 1);
+    assert_int_equal(get_tier(m, "p1", 14, NULL, NULL), 1); /* p1's queued, not handed */
+    uint32_t fl;
+    assert_int_equal(cr__master_ping(m, NODE, 15, &fl), 0);
+    assert_int_equal(cr__master_unmount(m, NODE, "127.0.0.1:5000", 15), 0);
+    assert_int_equal(cr__master_mount(m, NODE, "127.0.0.1:5000", DRAM_BASE, 16 * MiB, 16), 0);
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, MiB);
+    assert_int_equal(sync_all(m, 17, 0, NULL, 0, &t2), 0); /* p1's never handed */
+    cr__rpc_msg_free(&t2);
+    /* the rest of the segment: 15 MiB, none of it over the promote target */
+    for (int i = 0; i < 15; i++) {
+        char k[16];
+        cr__rpc_msg_t msg = {0};
+        cr__rpc_item_t it = {0};
+        cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .flags = CR__RPC_CFG_HARD_PIN};
+        snprintf(k, sizeof k, "n%d", i);
+        assert_int_equal(cr__master_put_start(m, k, strlen(k), MiB, &cfg, 18, &msg, &it), 0);
+        uint64_t a = it.replicas[0].shards[0].addr;
+        assert_false(a < dst + MiB && dst < a + MiB);
+        cr__rpc_msg_free(&msg);
+    }
+    sync_all(m, 19, 0, t.items, t.n_items, &t2); /* the late completion: not attached */
+    cr__rpc_msg_free(&t);
+    cr__rpc_msg_free(&t2);
+    assert_int_equal(get_tier(m, "p0", 20, NULL, NULL), 1);
+    for (uint64_t now = 1000; now <= 12 + 120000; now += 1000)
+        cr__master_ping(m, NODE, now, &fl), cr__master_tick(m, now);
+    cr__master_ping(m, NODE, 12 + 120001, &fl);
+    cr__master_tick(m, 12 + 120001);
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, 0);
+    cr__master_destroy(m);
+}
+
 static void test_master_promote_second_hit_and_races(void **s)
 {
     (void)s;
@@ -925,6 +986,7 @@ int main(void)
         cmocka_unit_test(test_master_offload_races),
         cmocka_unit_test(test_master_adopt),
         cmocka_unit_test(test_master_promote_second_hit_and_races),
+        cmocka_unit_test(test_master_promote_target_held_when_dram_drops),
         cmocka_unit_test(test_master_no_promote_keeps_disk_hits_on_disk),
         cmocka_unit_test_setup_teardown(test_master_fs_attach_evict_remove_corrupt_scan,
                                         setup_dir, teardown_dir),
