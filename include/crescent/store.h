@@ -128,14 +128,15 @@ typedef struct cr_store_params {
     const char *tls_cert;
     const char *tls_key;
     const char *tls_ca;
-    /* Nonzero: the segment name must be free to allocate on at once. A
-     * name the master still holds whole for the readers of a dropped
-     * segment of the same name (a recent client on the same host and port;
-     * the master usually holds only the blocks they may touch, and then the
-     * segment is usable at once) then fails cr_store_create with
-     * -EADDRINUSE, as a busy port does, so a caller that picks ports at
-     * random tries another. Default 0: the create succeeds, warns, and
-     * nothing is placed on the segment until the hold ends. */
+    /* Nonzero: the segment name must be free. A name the master still
+     * holds for the readers and writers of a dropped segment of the same
+     * name (a recent client on the same host and port), whole or only the
+     * blocks they may touch, then fails cr_store_create with -EADDRINUSE,
+     * as a busy port does, so a caller that picks ports at random tries
+     * another (peers may still know the old process under that name).
+     * Default 0: the create succeeds and warns; the held blocks (usually
+     * all that is held) or, when the master could not keep them apart, the
+     * whole segment take no allocation until the hold ends. */
     int fresh_name;
 } cr_store_params_t;
 

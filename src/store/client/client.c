@@ -911,9 +911,9 @@ static int create_join(cr_store_t *s)
         return -EADDRINUSE; /* the teardown unmounts; the caller picks another port */
     if (held_ms)
         CR_LOG_WARN(COMP,
-                    "segment %s: the master holds this name for %" PRIu64
-                    " ms more (readers of a dropped segment of the same name); nothing is "
-                    "placed on it until then",
+                    "segment %s: the master holds this name (or the parts of its memory that "
+                    "readers and writers of a dropped segment of that name may still touch) "
+                    "for %" PRIu64 " ms more; nothing is placed there until then",
                     s->seg_name, held_ms);
     if (pthread_create(&s->hb_thread, NULL, hb_main, s))
         return -ENOMEM;

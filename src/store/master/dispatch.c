@@ -168,9 +168,14 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
             rc = cr__m_mount_locked(m, req->client_id, req->segment, req->base, req->size, now);
         if (!rc)
             rc = cr__m_caps_mount_reply_locked(m, req->segment, reply);
-        if (!rc) { /* a name still held for a dropped segment's readers */
+        if (!rc) { /* a name still held (whole or in part) for a dropped
+                    * segment's readers and writers: a client that wants a
+                    * fresh name takes another port (its peers may still
+                    * know the old process under this name) */
             uint32_t s = cr__m_seg_find(m, req->segment);
             uint64_t after = s != NONE32 ? m->segs[s].alloc_after_ms : 0;
+            if (s != NONE32 && m->segs[s].held_until > after)
+                after = m->segs[s].held_until;
             reply->count = after > now ? after - now : 0;
         }
         break;

@@ -189,6 +189,7 @@ uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, u
             t[n++] = (held_range_t){.off = o, .len = oe - o, .until = r->until};
         }
     }
+    sg->held_until = whole || n ? whole_until : 0;
     if (whole || !n) {
         free(t);
         return whole ? whole_until : 0;

@@ -147,6 +147,7 @@ typedef struct seg {
     uint32_t gen;    /* bumped at unmount: stale quarantine entries skip */
     int live;
     uint64_t alloc_after_ms; /* no allocation before (remount of a dropped name) */
+    uint64_t held_until;     /* parts of its memory held until then (held.c) */
     /* restored from a journal and not mounted again yet (client ==
      * NONE32): only its owner (same client id, base, size) may attach it,
      * before orphan_awake + client ttl on the awake clock (durable.c) */
@@ -420,6 +421,8 @@ void cr__m_held_remember(cr__master_t *m, const seg_t *sg, held_set_t *hs, uint6
  * held ranges of the same memory are reserved and quarantined until their
  * time. Returns the time before which nothing may be allocated on s (0, or
  * the whole hold when a list could not be kept or applied). */
+/* Sets segs[s].held_until to the end of any hold that matched (whole or
+ * in ranges); returns the time before which nothing is allocated there. */
 uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, uint64_t now);
 /* Frees the ranges of entries whose time has passed (all of them: now
  * UINT64_MAX, at destroy). */

@@ -138,6 +138,7 @@ int cr__m_mount_locked(cr__master_t *m, cr__rpc_client_id_t id, const char *name
             m->clients[c].last_ms = cr__m_awake_locked(m, now);
             sg->client = c;
             sg->alloc_after_ms = 0;
+            sg->held_until = 0;
             CR_LOG_INFO("master", "restored segment %s attached to its owner again", name);
             return 0;
         }
