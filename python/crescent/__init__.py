@@ -26,7 +26,8 @@ __all__ = ["strerror", "__version__", "find_executable"]
 def find_executable(name):
     """Path of a crescent executable (``crescent-master``, ``crescent-metadata``,
     ...): $CRESCENT_BIN_DIR, then the package's bin/ (pip installs), then the
-    build tree this package was built in, then $PATH. Returns None when not found."""
+    prefix's bin/ (`cmake --install`, whatever the prefix), then the build tree
+    this package was built in, then $PATH. Returns None when not found."""
     import os
     import shutil
 
@@ -39,7 +40,10 @@ def find_executable(name):
     try:
         from crescent import _paths
 
-        b = _paths.BUILD_DIR
+        b = getattr(_paths, "BIN_DIR", None)
+        if b:
+            cands.append(os.path.join(b, name))
+        b = getattr(_paths, "BUILD_DIR", None)
         if b:
             cands += [os.path.join(b, "tools", name, name), os.path.join(b, "tools", name),
                       os.path.join(b, "bin", name), os.path.join(b, name)]

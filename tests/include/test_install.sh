@@ -4,7 +4,10 @@
 # builds a C program against it with nothing but pkg-config's answers:
 # linked to libcrescent.so (run with the prefix's lib on LD_LIBRARY_PATH),
 # and to the whole of libcrescent.a with `pkg-config --static` (so every
-# dependency the archive needs must be in crescent.pc).
+# dependency the archive needs must be in crescent.pc). When the Python
+# package is installed too, the prefix's mooncake_master runs with an empty
+# environment, and crescent.find_executable finds the prefix's daemons
+# without PATH.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 BUILD_DIR CONSUMER_C CC" >&2; exit 2; }
 build=$1 src=$2 cc=$3
@@ -32,4 +35,19 @@ privs=$(pkg-config --static --libs-only-l crescent | sed 's/-lcrescent//')
     -Wl,--whole-archive "$libdir/libcrescent.a" -Wl,--no-whole-archive $privs
 "$tmp/static" | grep -q "^libcrescent " || { echo "FAIL: the static consumer's output"; exit 1; }
 ldd "$tmp/static" | grep -q libcrescent && { echo "FAIL: the static consumer loads libcrescent.so"; exit 1; }
+
+# Python: installed wrappers and package, nothing from the source or build tree
+# (the installed prefix lives in a temp dir, far from both)
+mm="$tmp/prefix/bin/mooncake_master"
+if [ -e "$mm" ]; then
+  out=$(cd "$tmp" && env -i HOME="$tmp" "$mm" --help 2>&1) \
+      || { echo "FAIL: installed mooncake_master --help:"; echo "$out"; exit 1; }
+  echo "$out" | grep -q -- "--rpc_port" || { echo "FAIL: installed mooncake_master --help printed:"; echo "$out"; exit 1; }
+  py=$(head -1 "$mm" | sed 's/^#!//')
+  site=$(dirname "$(dirname "$(find "$tmp/prefix" -path '*/crescent/_paths.py')")")
+  got=$(cd "$tmp" && env -i HOME="$tmp" "$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); import crescent
+print(crescent.find_executable("crescent-master"))' "$site")
+  [ "$got" = "$tmp/prefix/bin/crescent-master" ] \
+      || { echo "FAIL: installed crescent.find_executable('crescent-master') = $got, not $tmp/prefix/bin/crescent-master"; exit 1; }
+fi
 echo PASS
