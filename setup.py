@@ -3,8 +3,10 @@
 The C extension crescent._crescent and the daemons (crescent-master,
 crescent-node, crescent-metadata, crescent-bench) are built by crescent's
 own CMake project, for the interpreter running pip, in a build directory of
-their own (.pybuild/, never the developer's build/). The daemons are shipped
-inside the package (crescent/bin/) and reached through console scripts.
+their own (.pybuild/, never the developer's build/), without the tests
+(-DBUILD_TESTING=OFF: an sdist carries no tests/, see MANIFEST.in). The
+daemons are shipped inside the package (crescent/bin/) and reached through
+console scripts.
 
 CRESCENT_PREBUILT_DIR=<cmake build dir> takes the extension and daemons from
 an existing build tree instead of building (used by the packaging test).
@@ -42,7 +44,8 @@ class CMakeBuild(build_ext):
             bdir = os.path.join(ROOT, ".pybuild", "cmake-%s" % sysconfig.get_config_var("SOABI"))
             os.makedirs(bdir, exist_ok=True)
             subprocess.check_call(["cmake", "-S", ROOT, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release",
-                                   "-DCRESCENT_PYTHON=%s" % sys.executable])
+                                   "-DCRESCENT_PYTHON=%s" % sys.executable,
+                                   "-DBUILD_TESTING=OFF"])
             jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
             subprocess.check_call(["cmake", "--build", bdir, "-j", jobs, "--target",
                                    "crescent_python", *DAEMONS])
