@@ -8,7 +8,8 @@ PKGS=(build-essential cmake pkg-config git iproute2 procps psmisc
       etcd-server redis-server redis-tools iperf3
       python3-dev python3-pytest python3-numpy python3-zmq python3-msgpack python3-xxhash
       clang libclang-rt-14-dev gnuplot-nox valgrind
-      libssl-dev openssl etcd-client fio python3-torch libopenblas0-pthread python3-setuptools python3-wheel)
+      libssl-dev openssl etcd-client fio python3-torch libopenblas0-pthread python3-setuptools python3-wheel
+      python3-pip python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
