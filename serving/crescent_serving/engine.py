@@ -32,13 +32,20 @@ def check_tokens(cfg, tokens, max_new=0):
     """Refuses a prompt the model cannot take, before anything is touched."""
     if not isinstance(tokens, (list, tuple)) or not tokens:
         raise ValueError("tokens: a non-empty list of ints is required")
-    if len(tokens) + max_new > cfg.max_seq:
-        raise ValueError("tokens: %d + %d new exceed max_seq %d" % (len(tokens), max_new, cfg.max_seq))
+    if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 0:
+        raise ValueError("max_new: %.64r is not an int >= 0" % (max_new,))
+    check_length(cfg, len(tokens), max_new)
     for i, t in enumerate(tokens):
         if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < cfg.vocab:
-            raise ValueError("tokens[%d] = %r: not a token id in [0, %d)" % (i, t, cfg.vocab))
-    if not isinstance(max_new, int) or max_new < 0:
-        raise ValueError("max_new: %r is not an int >= 0" % (max_new,))
+            raise ValueError("tokens[%d] = %.64r: not a token id in [0, %d)" % (i, t, cfg.vocab))
+
+
+def check_length(cfg, n_prompt, max_new):
+    """A request's KV needs n_prompt + max_new positions (the router and
+    both workers check this at admission, before any compute)."""
+    if n_prompt + max_new > cfg.max_seq:
+        raise ValueError("tokens: %d prompt + %d new = %d exceed max_seq %d"
+                         % (n_prompt, max_new, n_prompt + max_new, cfg.max_seq))
 
 
 def _blocks_for(n_tokens, bs):
@@ -50,6 +57,7 @@ class PrefillEngine:
         self.cfg = cfg
         self.model = GPT(cfg)
         self.pool = KVPool(cfg, num_blocks)
+        self.prefills_run = 0     # prefills admitted to compute (stats RPC)
         self.sched = CrescentConnectorV1(cfg, CrescentConnectorV1.SCHEDULER, kvstore, layer_wise)
         self.conn = CrescentConnectorV1(cfg, CrescentConnectorV1.WORKER, kvstore, layer_wise)
         self.conn.register_kv_caches({layer_name(l): self.pool.t[l] for l in range(cfg.n_layer)},
@@ -96,12 +104,15 @@ class PrefillEngine:
             raise RuntimeError("TE write of %d KV pages to %s: %d" % (pages, push["segment"], rc))
         return len(src) * cfg.block_bytes()
 
-    def prefill(self, req_id, tokens, reuse=True, push=None):
+    def prefill(self, req_id, tokens, reuse=True, push=None, max_new=0):
         """Returns {first_token, logits (bytes), kv_transfer_params, events,
         timings}. The pool blocks are released before returning: the decode
-        side reads the KV from the store."""
+        side reads the KV from the store. max_new: the tokens the request
+        will generate, so that one that cannot fit max_seq is refused here,
+        before any compute."""
         cfg = self.cfg
-        check_tokens(cfg, tokens)
+        check_tokens(cfg, tokens, max_new)
+        self.prefills_run += 1
         t0 = time.perf_counter()
         req = Request(req_id, list(tokens))
         # -- scheduler step (vLLM: Scheduler.schedule) --

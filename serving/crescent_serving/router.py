@@ -86,17 +86,31 @@ class Router:
             raise RuntimeError("conductor /schedule: %s %s" % (st, rep))
         return rep["prefill"]["instance_id"], rep["decode"]["instance_id"], rep
 
+    def admit(self, tokens, max_new):
+        """Refuses a request the model cannot hold (prompt + max_new >
+        max_seq) or that cannot produce a token, before the conductor is
+        asked and before any worker computes."""
+        if not isinstance(tokens, (list, tuple)) or not tokens:
+            raise ValueError("tokens: a non-empty list of ints is required")
+        if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
+            raise ValueError("max_new: %.64r is not an int >= 1" % (max_new,))
+        max_seq = (self.shape or {}).get("max_seq")
+        if max_seq is not None and len(tokens) + max_new > max_seq:
+            raise ValueError("tokens: %d prompt + %d new = %d exceed max_seq %d"
+                             % (len(tokens), max_new, len(tokens) + max_new, max_seq))
+
     def generate(self, req_id, tokens, max_new, reuse=True, layer_wise=None, p2p=False):
         """p2p: Mooncake's P2P handoff — the decode worker reserves blocks, the
         prefill worker writes the KV into them through the Transfer Engine
         and notifies; otherwise the decode worker reads the store."""
+        self.admit(tokens, max_new)
         if p2p:
             return self._generate_p2p(req_id, tokens, max_new, reuse, layer_wise)
         t0 = time.perf_counter()
         p_id, d_id, sched = self.schedule(tokens)
         t_sched = time.perf_counter() - t0
         for attempt in range(2):
-            pre = self._prefill(req_id, tokens, reuse, layer_wise, p_id)
+            pre = self._prefill(req_id, tokens, reuse, layer_wise, p_id, max_new)
             p_id = pre["worker"]
             ttft = time.perf_counter() - t0
             try:
@@ -120,7 +134,7 @@ class Router:
         d_ep = self.workers[d_id]["endpoint"]
         push = call(d_ep, "reserve", self.timeout, req_id=req_id, n_tokens=len(tokens), max_new=max_new)
         p_id, pre = self._call_role("prefill", p_id, "prefill", req_id=req_id, tokens=tokens,
-                                    reuse=reuse, layer_wise=layer_wise, push=push)
+                                    reuse=reuse, layer_wise=layer_wise, push=push, max_new=max_new)
         self._idle(p_id, pre, len(tokens))
         ttft = time.perf_counter() - t0
         dec = call(d_ep, "decode", self.timeout, req_id=req_id, tokens=tokens,
@@ -151,9 +165,9 @@ class Router:
                 self._lost(wid)
         raise last
 
-    def _prefill(self, req_id, tokens, reuse, layer_wise, p_id):
+    def _prefill(self, req_id, tokens, reuse, layer_wise, p_id, max_new):
         wid, pre = self._call_role("prefill", p_id, "prefill", req_id=req_id, tokens=tokens,
-                                   reuse=reuse, layer_wise=layer_wise)
+                                   reuse=reuse, layer_wise=layer_wise, max_new=max_new)
         pre["worker"] = wid
         self._idle(wid, pre, len(tokens))
         return pre

@@ -55,12 +55,16 @@ def main(argv=None):
         return {"id": a.id, "role": a.role, "fp": cfg.fingerprint(), "shape": cfg.shape(),
                 "events": pub.endpoint if pub else None}
 
-    def prefill(req_id, tokens, reuse=True, layer_wise=None, push=None):
+    def stats():
+        """Counters a test (or an operator) reads: prefills run so far."""
+        return {"prefills": getattr(eng, "prefills_run", 0)}
+
+    def prefill(req_id, tokens, reuse=True, layer_wise=None, push=None, max_new=0):
         if a.role != "prefill":
             raise RuntimeError("worker %s is a decode worker" % a.id)
         if layer_wise is not None:
             eng.set_layer_wise(layer_wise)
-        r = eng.prefill(req_id, tokens, reuse, push)
+        r = eng.prefill(req_id, tokens, reuse, push, max_new=max_new)
         pub.block_stored(r.pop("events"))
         return r
 
@@ -85,7 +89,7 @@ def main(argv=None):
     def ready(ep):
         print("READY id=%s rpc=%s events=%s" % (a.id, ep, pub.endpoint if pub else "-"), flush=True)
 
-    serve(a.host, {"hello": hello, "prefill": prefill, "decode": decode, "reserve": reserve,
+    serve(a.host, {"hello": hello, "stats": stats, "prefill": prefill, "decode": decode, "reserve": reserve,
            "wait_subscribed": wait_subscribed,
            "shutdown": shutdown}, ready)
     if pub:

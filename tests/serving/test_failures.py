@@ -233,3 +233,33 @@ def test_failed_step_commits_nothing(bare, store):
     _, lr = Reference(CFG).run(p, 0, 1)
     _same_logits([r["logits"]], lr)
     eng.close()
+
+
+def test_over_length_refused_before_prefill(bare):
+    """Regression: prompt + max_new > max_seq was refused by the decode
+    worker only after the prefill had run (seconds of compute, KV stored
+    for nothing), with a message saying "+ 0 new". Now the router and the
+    prefill worker refuse it at admission: no prefill runs, and the message
+    names the prompt length, max_new and max_seq."""
+    p_ep = bare.start_worker("prefill", "pl")
+    d_ep = bare.start_worker("decode", "dl")
+    r = Router(bare.conductor, CFG.name, rpc_timeout_s=120.0)
+    r.attach([p_ep, d_ep])
+    n = CFG.max_seq - 2
+    toks = prompt(91, n)
+    want = r"%d prompt \+ 4 new = %d exceed max_seq %d" % (n, n + 4, CFG.max_seq)
+    with pytest.raises(ValueError, match=want):
+        r.generate("long", toks, 4)
+    with pytest.raises(ValueError, match=want):
+        r.generate("long-p2p", toks, 4, p2p=True)
+    assert call(p_ep, "stats", 30) == {"prefills": 0}
+    # a caller going straight to the worker gets the same refusal
+    with pytest.raises(RpcError, match=want):
+        call(p_ep, "prefill", 60, req_id="long", tokens=toks, max_new=4)
+    assert call(p_ep, "stats", 30) == {"prefills": 0}
+    # prompt + max_new == max_seq fits
+    g = r.generate("fits", prompt(92, CFG.max_seq - 4), 4)
+    assert len(g["tokens"]) == 4
+    assert call(p_ep, "stats", 30) == {"prefills": 1}
+    for ep in (p_ep, d_ep):
+        call(ep, "shutdown")
