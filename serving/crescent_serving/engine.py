@@ -48,6 +48,19 @@ def check_length(cfg, n_prompt, max_new):
                          % (n_prompt, max_new, n_prompt + max_new, cfg.max_seq))
 
 
+def _check_push(push):
+    """The P2P target a decode worker's reserve() answered, checked before
+    the forward (not after it, when the compute is already spent)."""
+    if not isinstance(push, dict):
+        raise ValueError("push: a map from reserve() is required")
+    for k, t in (("rid", str), ("segment", str), ("addrs", list)):
+        if not isinstance(push.get(k), t):
+            raise ValueError("push: %s must be %s" % (k, t.__name__))
+    for a in push["addrs"]:
+        if not isinstance(a, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in a):
+            raise ValueError("push: addrs must be lists of int addresses")
+
+
 def _blocks_for(n_tokens, bs):
     return (n_tokens + bs - 1) // bs
 
@@ -112,6 +125,8 @@ class PrefillEngine:
         before any compute."""
         cfg = self.cfg
         check_tokens(cfg, tokens, max_new)
+        if push is not None:
+            _check_push(push)
         self.prefills_run += 1
         t0 = time.perf_counter()
         req = Request(req_id, list(tokens))
@@ -231,10 +246,11 @@ class DecodeEngine:
         """The KV was written into the reserved blocks by the prefill worker;
         waits for its notification, then generates."""
         rid = params.get("p2p_rid") if params else None
-        if rid not in self.reserved:
-            raise KVMissing("request %s: no P2P reservation %s" % (req_id, rid))
+        if not isinstance(rid, str) or rid not in self.reserved:
+            raise KVMissing("request %s: no P2P reservation %.80r" % (req_id, rid))
         blocks, n, mx, _ = self.reserved.pop(rid)
         try:
+            check_tokens(self.cfg, tokens, max_new)
             if n != len(tokens) or max_new > mx:
                 raise ValueError("request %s: reservation for %d tokens + %d, got %d + %d"
                                  % (req_id, n, mx, len(tokens), max_new))
@@ -273,10 +289,13 @@ class DecodeEngine:
             cfg.check_same(params.get("shape") or {}, "the prefill worker")
             raise ModelMismatch("request %s: prefill fingerprint %s, ours %s"
                                 % (req_id, params.get("fp"), cfg.fingerprint()))
-        n = int(params["num_tokens"])
-        if n != len(tokens):
-            raise ValueError("request %s: %d prompt tokens, KV for %d" % (req_id, len(tokens), n))
-        pages = params["pages"]
+        n = params.get("num_tokens")
+        if not isinstance(n, int) or n != len(tokens):
+            raise ValueError("request %s: %d prompt tokens, KV for %r" % (req_id, len(tokens), n))
+        pages = params.get("pages")
+        if pages is not None and (not isinstance(pages, list)
+                                  or not all(isinstance(p, str) for p in pages)):
+            raise ValueError("request %s: params.pages must be a list of page keys" % req_id)
         if pages is None or len(pages) != _blocks_for(n, cfg.block_size):
             raise KVMissing("request %s: prefill could not store all KV pages" % req_id)
         t0 = time.perf_counter()

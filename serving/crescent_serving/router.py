@@ -22,15 +22,31 @@ from .model import ModelMismatch
 from .rpc import RpcError, call
 
 
+MAX_ANSWER = 16 << 20       # bytes of a conductor answer read
+
+
+def _json_body(f):
+    """The answer's JSON, read up to MAX_ANSWER bytes; a body that is not
+    JSON (a proxy's HTML error page, a truncated answer) comes back as
+    {"error": ...} instead of raising out of the request."""
+    raw = f.read(MAX_ANSWER + 1)
+    if len(raw) > MAX_ANSWER:
+        return {"error": "answer larger than %d bytes" % MAX_ANSWER}
+    try:
+        return json.loads(raw or b"{}")
+    except ValueError as e:
+        return {"error": "answer is not JSON (%s): %r" % (e, raw[:200])}
+
+
 def http_post(url, body, timeout=10.0):
     req = urllib.request.Request(url, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"{}")
+            return r.status, _json_body(r)
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+        return e.code, _json_body(e)
 
 
 class Router:
@@ -84,7 +100,11 @@ class Router:
         st, rep = http_post(self.conductor + "/schedule", {"model": self.model, "token_ids": tokens})
         if st != 200:
             raise RuntimeError("conductor /schedule: %s %s" % (st, rep))
-        return rep["prefill"]["instance_id"], rep["decode"]["instance_id"], rep
+        try:
+            return rep["prefill"]["instance_id"], rep["decode"]["instance_id"], rep
+        except (KeyError, TypeError):
+            raise RuntimeError("conductor /schedule: answer without prefill/decode instance_id: %.300r"
+                               % (rep,)) from None
 
     def admit(self, tokens, max_new):
         """Refuses a request the model cannot hold (prompt + max_new >

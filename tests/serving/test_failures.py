@@ -6,8 +6,10 @@ import re
 import signal
 import threading
 
+import msgpack
 import pytest
 import torch
+import zmq
 
 from conftest import CFG, prompt, wait_indexed
 from crescent_serving.cluster import Cluster, _wait_line
@@ -16,7 +18,7 @@ from crescent_serving.hashing import prefix_hashes
 from crescent_serving.kvstore import KVStore, block_page, layer_key, marker_key, open_store
 from crescent_serving.model import ModelConfig, ModelMismatch
 from crescent_serving.router import Router
-from crescent_serving.rpc import RpcError, call
+from crescent_serving.rpc import MAX_REQUEST, RpcError, call
 
 
 def _t(b):
@@ -233,6 +235,94 @@ def test_failed_step_commits_nothing(bare, store):
     _, lr = Reference(CFG).run(p, 0, 1)
     _same_logits([r["logits"]], lr)
     eng.close()
+
+
+def _raw(ep, payload, timeout_ms=20000):
+    """Sends raw bytes on a fresh REQ socket; returns the decoded answer, or
+    None if none came within timeout_ms."""
+    s = zmq.Context.instance().socket(zmq.REQ)
+    s.setsockopt(zmq.LINGER, 0)
+    try:
+        s.connect(ep)
+        s.send(payload)
+        if not s.poll(timeout_ms, zmq.POLLIN):
+            return None
+        return msgpack.unpackb(s.recv(), raw=False)
+    finally:
+        s.close()
+
+
+def test_malformed_rpc_refused_worker_keeps_serving(bare):
+    """Regression: a valid msgpack value that is not a map (b"\\x93\\x01\\x02\\x03")
+    got an error answer and then killed the worker (msg.get on a list).
+    Every malformed request (not msgpack, not a map, no method, unknown
+    method, wrong parameter types or names, oversized) gets a BadRequest
+    answer or, past the size limit, is dropped; no prefill runs, the worker
+    stays up and serves a good request after them, and a per-request
+    setting of a refused request does not stick."""
+    p_ep = bare.start_worker("prefill", "pm")
+    d_ep = bare.start_worker("decode", "dm")
+    pack = lambda m: msgpack.packb(m, use_bin_type=True)   # noqa: E731
+    ok_args = {"req_id": "m", "tokens": [1, 2, 3]}
+    cases = [
+        (p_ep, b"\x93\x01\x02\x03", "a request is a map"),
+        (p_ep, b"\xc1", "not a msgpack message"),
+        (p_ep, b"", "not a msgpack message"),
+        (p_ep, pack("prefill"), "a request is a map"),
+        (p_ep, pack({"args": {}}), "method: a string is required"),
+        (p_ep, pack({"method": 7}), "method: a string is required"),
+        (p_ep, pack({"method": "format_disk"}), "unknown method 'format_disk'"),
+        (p_ep, pack({"method": "prefill", "args": [1, 2]}), "args must be a map"),
+        (p_ep, pack({"method": "prefill", "args": {1: 2}}), "args must be a map"),
+        (p_ep, pack({"method": "prefill", "args": {"req_id": 1, "tokens": [1]}}),
+         "parameter req_id must be str, got int"),
+        (p_ep, pack({"method": "prefill", "args": {"req_id": "m", "tokens": "abc"}}),
+         "parameter tokens must be list, got str"),
+        (p_ep, pack({"method": "prefill", "args": dict(ok_args, layer_wise="no")}),
+         "parameter layer_wise must be bool or nil"),
+        (p_ep, pack({"method": "prefill", "args": dict(ok_args, max_new=True)}),
+         "parameter max_new must be int, got bool"),
+        (p_ep, pack({"method": "prefill", "args": dict(ok_args, rm_rf=1)}),
+         "unknown parameter 'rm_rf'"),
+        (p_ep, pack({"method": "prefill", "args": {"tokens": [1]}}), "missing parameter req_id"),
+        (p_ep, pack({"method": "prefill", "args": dict(ok_args, push=[1])}),
+         "parameter push must be dict or nil"),
+        (p_ep, pack({"method": "prefill", "args": dict(ok_args, push={"rid": "r"})}),
+         "push: segment must be str"),
+        (p_ep, pack({"method": "prefill", "args": dict(ok_args, req_id="")}), "req_id: 1 to 256"),
+        (d_ep, pack({"method": "decode", "args": dict(ok_args, first_token=1, max_new=2,
+                                                      params={"fp": CFG.fingerprint(), "num_tokens": "3", "pages": 5})}),
+         "KV for '3'"),
+        (d_ep, pack({"method": "decode", "args": dict(ok_args, first_token=1, max_new=2,
+                                                      params={"fp": CFG.fingerprint(), "num_tokens": 3, "pages": 5})}),
+         "params.pages must be a list"),
+        (d_ep, pack({"method": "reserve", "args": {"req_id": "m", "n_tokens": "9", "max_new": 1}}),
+         "parameter n_tokens must be int"),
+    ]
+    for ep, payload, why in cases:
+        rep = _raw(ep, payload)
+        assert isinstance(rep, dict) and "error" in rep, "%r: answer %r" % (payload[:40], rep)
+        assert why in rep["error"], "%r: want %r in %r" % (payload[:40], why, rep["error"])
+    # past the server's size limit: ZMQ drops the connection unread, no answer
+    assert _raw(p_ep, b"\x00" * (MAX_REQUEST + 1), timeout_ms=2000) is None
+    # the client refuses one itself (a dropped connection would look like a
+    # dead worker to the router)
+    with pytest.raises(RpcError, match="BadRequest.*exceeds"):
+        call(p_ep, "prefill", 60, req_id="m" * (MAX_REQUEST + 1), tokens=[1])
+    for wid in ("pm", "dm"):
+        assert bare.workers[wid][0].poll() is None, "worker %s died" % wid
+    assert call(p_ep, "stats", 30) == {"prefills": 0}
+    # a refused request's layer_wise does not stick; a good one's does not either
+    toks = prompt(90, 40)
+    pre = call(p_ep, "prefill", 60, req_id="good", tokens=toks, max_new=3, layer_wise=False)
+    assert pre["kv_transfer_params"]["hit_tokens"] == 0
+    assert call(p_ep, "stats", 30) == {"prefills": 1}
+    dec = call(d_ep, "decode", 60, req_id="good", tokens=toks, first_token=pre["first_token"],
+               params=pre["kv_transfer_params"], max_new=3)
+    t, _ = Reference(CFG).run(toks, 0, 3)
+    assert dec["tokens"] == t, "%r vs reference %r" % (dec["tokens"], t)
+    for ep in (p_ep, d_ep):
+        call(ep, "shutdown")
 
 
 def test_over_length_refused_before_prefill(bare):
