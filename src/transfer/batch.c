@@ -248,11 +248,11 @@ typedef struct refreshed {
 
 /* Whether a failed refresh means the peer itself does not answer: in p2p
  * mode the descriptor comes from the peer's own control server, so a
- * timeout or an unreachable host there is the peer's (frozen, dead,
- * unreachable). With a metadata server the failure is the server's. */
+ * timeout, an unreachable host or a refused connection there is the
+ * peer's (frozen, dead, unreachable). With a metadata server the failure is the server's. */
 static int refresh_says_down(const cr_xfer_engine_t *e, int rc)
 {
-    return e->cfg.p2p && (rc == -ETIMEDOUT || rc == -EHOSTUNREACH);
+    return e->cfg.p2p && (rc == -ETIMEDOUT || rc == -EHOSTUNREACH || rc == -ECONNREFUSED);
 }
 
 /* Validates one request into task t. Returns 0 or the request's error. */

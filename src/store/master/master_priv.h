@@ -522,7 +522,7 @@ int cr__m_tier_evict_candidate(cr__master_t *m, obj_t *o, uint64_t now, uint64_t
 /* A block of a disk segment is being freed for good: queue its erase. */
 void cr__m_tier_block_freed(cr__master_t *m, uint32_t seg, uint32_t blk);
 /* Disk segment s is going away: its tasks die with it. */
-void cr__m_tier_seg_dropped(cr__master_t *m, uint32_t s);
+void cr__m_tier_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now);
 /* DRAM segment s is being dropped: PROMOTE tasks into it that were not
  * handed out end; the DRAM blocks of handed ones go into hs until their
  * node can no longer write them. Returns that time, 0 if none. */

@@ -210,11 +210,14 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
     seg_t *sg = &m->segs[s];
     obj_t **dead = NULL;
     size_t n_dead = 0, cap_dead = 0;
-    uint64_t hold = sg->alloc_after_ms;
+    /* a restored segment whose owner never came back took no allocation
+     * (alloc_after_ms UINT64_MAX): not a hold, its objects' ranges say
+     * what may still be touched */
+    uint64_t hold = sg->alloc_after_ms == UINT64_MAX ? 0 : sg->alloc_after_ms;
     /* the ranges that may still be touched, and until when (held.c); a
      * segment that was itself held whole does not know its ranges */
     held_set_t hs = {0};
-    hs.whole = sg->tier || sg->alloc_after_ms > now;
+    hs.whole = sg->tier || hold > now;
     for (uint64_t i = 0; i < m->cap; i++) {
         obj_t *o = m->slots[i];
         if (!o)
@@ -308,7 +311,7 @@ static void seg_drop_locked(cr__master_t *m, uint32_t s, uint64_t now)
     cr__m_held_remember(m, sg, &hs, hold, now);
     cr__m_jr_seg(m, CR__HA_SEGDROP, sg);
     if (sg->tier) {
-        cr__m_tier_seg_dropped(m, s);
+        cr__m_tier_seg_dropped(m, s, now);
     } else {
         m->capacity -= cr__oalloc_capacity(sg->alloc);
         m->allocated -= cr__oalloc_used(sg->alloc);

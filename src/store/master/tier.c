@@ -447,7 +447,7 @@ uint64_t cr__m_tier_dram_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now, 
     return hold;
 }
 
-void cr__m_tier_seg_dropped(cr__master_t *m, uint32_t s)
+void cr__m_tier_seg_dropped(cr__master_t *m, uint32_t s, uint64_t now)
 {
     if (!m->tier)
         return;
@@ -459,8 +459,12 @@ void cr__m_tier_seg_dropped(cr__master_t *m, uint32_t s)
                 if (o && o->version == t->version)
                     o->flags &= (uint8_t)~OF_OFFLOADING;
             } else if (t->op == CR__TIER_OP_PROMOTE) {
-                /* its node is gone: nothing writes the DRAM block any more */
-                promote_abandon(m, t, 0, 0, 1);
+                /* a handed one's node may still write the DRAM block (it may
+                 * only be partitioned) until the task times out, and a late
+                 * write one timeout more (as cr__m_tier_dram_seg_dropped):
+                 * quarantined until then; one never handed, freed now */
+                promote_abandon(m, t, t->handed ? t->handed_ms + 2 * TASK_TIMEOUT_MS + 1 : 0,
+                                now, 1);
             }
             task_remove(m, i);
         } else {

@@ -1147,6 +1147,32 @@ static void test_restore_evicts_oldest_first(void **s)
     cr__ha_buf_free(&jb);
 }
 
+/* A restored segment whose owner did not come back within its grace is
+ * dropped; the same owner coming back later gets a segment that takes
+ * allocations (the restored segment's "no allocation until its owner is
+ * back" was taken for a hold until forever: the name never took another
+ * allocation, and a fresh-name client was refused for good). */
+static void test_dropped_restored_segment_not_held_forever(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    cr__ha_buf_t jb = {0};
+    cr__master_set_journal(m, collect, &jb);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    assert_int_equal(put(m, "old", 16 * KiB, 1, 0, 1, NULL, 1), 0);
+    uint64_t n = 0;
+    cr__master_t *m2 = restored(&jb, 100, &n);
+    uint64_t t = 100;
+    for (; t < 100 + 3 * 10000; t += 100) /* past two client ttls on the awake clock */
+        cr__master_tick(m2, t);
+    assert_int_equal(exist(m2, "old", t), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000000, 1 * MiB, t), 0);
+    assert_int_equal(put(m2, "new", 16 * KiB, 1, 0, t + 1, NULL, 1), 0);
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb);
+}
+
 /* Exist through the dispatch: with the header's LEASE flag an object found
  * is read-leased (Mooncake's ExistKey), without it not. */
 static void test_exist_lease_flag(void **s)
@@ -1535,6 +1561,7 @@ int main(void)
         cmocka_unit_test(test_restore_evicts_oldest_first),
         cmocka_unit_test(test_restored_refuses_puts_until_a_node_is_back),
         cmocka_unit_test(test_exist_lease_flag),
+        cmocka_unit_test(test_dropped_restored_segment_not_held_forever),
         cmocka_unit_test(test_window_put_start_unwaited),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),

@@ -719,6 +719,51 @@ static void test_master_promote_target_held_when_dram_drops(void **s)
     cr__master_destroy(m);
 }
 
+/* The node's disk segment dropped (its client expired: DRAM and disk go
+ * in slot order, the disk one may be first) while a PROMOTE into its live
+ * DRAM segment was handed out: the node may still be writing that DRAM
+ * block (it may only be partitioned), so the block is quarantined until
+ * the task could no longer write, never freed at once for a new object. */
+static void test_master_promote_target_held_when_disk_drops(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_master(0);
+    cr__rpc_msg_t rep, t, t2;
+    assert_int_equal(tier_call(m, CR__RPC_TIER_MOUNT, NULL, 0, 64 * MiB, 0, &rep), 0);
+    cr__rpc_msg_free(&rep);
+    assert_int_equal(put(m, "p0", MiB, 1, NULL), 0);
+    assert_int_equal(sync_all(m, 2, 0, NULL, 0, &t), 1);
+    sync_all(m, 3, 0, t.items, t.n_items, &t2);
+    cr__rpc_msg_free(&t);
+    cr__rpc_msg_free(&t2);
+    assert_int_equal(cr__master_evict(m, 16 * MiB, 4), 1); /* demoted */
+    assert_int_equal(get_tier(m, "p0", 10, NULL, NULL), 1);
+    assert_int_equal(get_tier(m, "p0", 11, NULL, NULL), 1);
+    assert_int_equal(sync_all(m, 12, 0, NULL, 0, &t), 1); /* p0's PROMOTE handed */
+    assert_int_equal(t.items[0].flags, CR__TIER_OP_PROMOTE);
+    uint64_t dst = t.items[0].replicas[1].shards[0].addr;
+    cr__rpc_msg_free(&t);
+    uint32_t fl;
+    assert_int_equal(cr__master_ping(m, NODE, 15, &fl), 0);
+    assert_int_equal(cr__master_unmount(m, NODE, SSD, 15), 0);
+    cr__master_stats_t st;
+    cr__master_stats(m, &st);
+    assert_int_equal(st.quarantine_bytes, MiB);
+    /* the rest of the DRAM segment: 15 MiB, none of it over the target */
+    for (int i = 0; i < 15; i++) {
+        char k[16];
+        cr__rpc_msg_t msg = {0};
+        cr__rpc_item_t it = {0};
+        cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .flags = CR__RPC_CFG_HARD_PIN};
+        snprintf(k, sizeof k, "n%d", i);
+        assert_int_equal(cr__master_put_start(m, k, strlen(k), MiB, &cfg, 16, &msg, &it), 0);
+        uint64_t a = it.replicas[0].shards[0].addr;
+        assert_false(a < dst + MiB && dst < a + MiB);
+        cr__rpc_msg_free(&msg);
+    }
+    cr__master_destroy(m);
+}
+
 static void test_master_promote_second_hit_and_races(void **s)
 {
     (void)s;
@@ -985,6 +1030,7 @@ int main(void)
         cmocka_unit_test(test_master_offload_demote_and_read),
         cmocka_unit_test(test_master_offload_races),
         cmocka_unit_test(test_master_adopt),
+        cmocka_unit_test(test_master_promote_target_held_when_disk_drops),
         cmocka_unit_test(test_master_promote_second_hit_and_races),
         cmocka_unit_test(test_master_promote_target_held_when_dram_drops),
         cmocka_unit_test(test_master_no_promote_keeps_disk_hits_on_disk),
