@@ -14,6 +14,7 @@ as well and its length is used when the length argument is omitted.
 import atexit
 import ctypes
 import enum
+import os
 import threading
 import weakref
 
@@ -402,18 +403,28 @@ _host_mu = threading.Lock()
 _host_buffers = {}  # address -> size; guarded by _host_mu
 
 
+def _host_memory_bytes():
+    """The host's physical memory (a request above it is refused up front:
+    the allocator would fail it anyway, or abort under a sanitizer)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return (1 << 63) - 1
+
+
 def allocate_host_buffer(size):
     """Page-aligned host memory of `size` bytes (not registered with any
     engine; register_memory() it to transfer from it): its address, 0 for
-    size 0 or when the memory cannot be had. Release it with
+    size 0 or when the memory cannot be had (more than the host's physical
+    memory, or an allocation failure). Release it with
     free_host_buffer(). TypeError for a non-int or negative size (Mooncake's
     size is unsigned)."""
     if isinstance(size, bool) or not isinstance(size, int):
         raise TypeError("size must be int, not %s" % type(size).__name__)
     if size < 0:
         raise TypeError("size must be a non-negative int")
-    if size == 0 or size >= 1 << 63:
-        return 0
+    if size == 0 or size > _host_memory_bytes():
+        return 0  # none, or more than the host has: it could never be resident
     p = ctypes.c_void_p()
     if _libc.posix_memalign(ctypes.byref(p), _HOST_ALIGN, size) != 0 or not p.value:
         return 0
