@@ -15,6 +15,10 @@
  *   PutEnd(version) -> COMPLETE (visible, on the LRU list)
  *   PutRevoke(version) or put deadline passed -> gone, space freed
  *   Remove / eviction / last replica's segment gone -> gone
+ *   COMPLETE but unreachable (every replica on a segment restored from a
+ *   journal or a takeover that its node has not mounted again) -> Exist
+ *   sees OBJECT_NOT_FOUND and a PutStart/PutCommit of the key replaces it
+ *   (a Get still lists the replicas: the node may be back any moment)
  * Freed space whose object may still be read (live lease) or written (a
  * put reclaimed at its deadline) is quarantined, not reused, until the
  * lease expires / for another put timeout.
@@ -111,7 +115,8 @@ int cr__master_unmount(cr__master_t *m, cr__rpc_client_id_t id, const char *name
  * into *it (an rpc item: version, size, lease_ms, replicas) with arrays
  * allocated in msg's arena (cr__rpc_msg_alloc). */
 
-/* Returns 0 (it: version, lease_ms = put deadline, replicas),
+/* Returns 0 (it: version, lease_ms = put deadline, replicas; also when it
+ * replaces an unreachable complete object of the key),
  * CR_E_OBJECT_ALREADY_EXISTS, CR_E_INVALID_KEY, CR_E_INVALID_PARAMS (size 0
  * or > CR__RPC_VALUE_MAX, replica_num > CR__RPC_REPLICA_MAX),
  * CR_E_NO_AVAILABLE_HANDLE (not enough space / distinct segments even after
@@ -132,7 +137,8 @@ int cr__master_put_revoke(cr__master_t *m, const char *key, size_t key_len, uint
  * CR_E_INVALID_KEY, -ENOMEM. */
 int cr__master_get_replicas(cr__master_t *m, const char *key, size_t key_len, uint64_t now_ms,
                             cr__rpc_msg_t *msg, cr__rpc_item_t *it);
-/* 0 if complete, else CR_E_OBJECT_NOT_FOUND / CR_E_INVALID_KEY. */
+/* 0 if complete and reachable (see the lifecycle above), else
+ * CR_E_OBJECT_NOT_FOUND / CR_E_INVALID_KEY. */
 int cr__master_exist(cr__master_t *m, const char *key, size_t key_len, uint64_t now_ms);
 int cr__master_get_size(cr__master_t *m, const char *key, size_t key_len, uint64_t now_ms,
                         uint64_t *size);
@@ -343,7 +349,9 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(reservations_returned_total, counter,                                                     \
       "Reservations given back by their client (done, or idle for a heartbeat)")               \
     X(reservations, gauge, "Client reservations open or waiting out their quarantine")         \
-    X(reserved_bytes, gauge, "Bytes held free in open client reservations")
+    X(reserved_bytes, gauge, "Bytes held free in open client reservations")                    \
+    X(puts_replaced_unreachable_total, counter,                                                 \
+      "Puts that replaced an object no reader could reach (restored, its node not back)")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

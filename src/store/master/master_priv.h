@@ -438,10 +438,29 @@ int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uin
  * limited) naming what was refused. */
 int cr__m_meta_full_locked(cr__master_t *m, size_t key_len, const char *what);
 /* Creates a pending object (placement, index, journal, reply replicas)
- * under key[0..key_len) whose hash is h; the caller checked the key. */
+ * under key[0..key_len) whose hash is h; the caller checked the key.
+ * replace: key's object is unreachable (cr__m_put_over_locked returned 1)
+ * and is replaced once the new one is placed (kept if placing fails). */
 int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
-                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, uint64_t now,
-                                cr__rpc_msg_t *msg, cr__rpc_item_t *it);
+                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, int replace,
+                                uint64_t now, cr__rpc_msg_t *msg, cr__rpc_item_t *it);
+/* 1 if a reader can reach o now: a pending put, a complete object with a
+ * live replica whose every shard is on an attached segment, or with its
+ * shared-FS file; 0 for a complete object whose replicas all wait on
+ * segments restored from a journal (or a takeover) that their node has
+ * not mounted again (docs/architecture/store-ha.md, "Puts of keys whose
+ * bytes are unreachable"). */
+int cr__m_obj_reachable(const cr__master_t *m, obj_t *o);
+/* A new put (PutStart, PutCommit) of key finds o: 0 when o was a put past
+ * its deadline,
+ * reclaimed now; 1 when o is complete and unreachable, replaced by the new
+ * object (cr__m_put_replace_locked once that is placed); else
+ * CR_E_OBJECT_ALREADY_EXISTS. */
+int cr__m_put_over_locked(cr__master_t *m, obj_t *o, uint64_t now);
+/* Deletes key's (hash h) unreachable object for the new put replacing it,
+ * its space released as by a Remove (quarantined until its lease ends). */
+void cr__m_put_replace_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
+                              uint64_t now);
 
 /* ---- upsert.c: replacing a complete object ------------------------------- */
 
@@ -470,8 +489,8 @@ int cr__m_put_revoke_locked(cr__master_t *m, const char *key, size_t key_len, ui
                             uint64_t now);
 int cr__m_get_replicas_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t now,
                               cr__rpc_msg_t *msg, cr__rpc_item_t *it);
-/* 0 if key is complete (with lease: leased from now and most recent, as by
- * GetReplicaList), CR_E_OBJECT_NOT_FOUND or CR_E_INVALID_KEY. */
+/* 0 if key is complete and reachable (with lease: leased from now and most
+ * recent, as by GetReplicaList), CR_E_OBJECT_NOT_FOUND or CR_E_INVALID_KEY. */
 int cr__m_exist_locked(cr__master_t *m, const char *key, size_t key_len, int lease, uint64_t now);
 int cr__m_get_size_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t *size);
 int cr__m_remove_locked(cr__master_t *m, const char *key, size_t key_len, int force,

@@ -1,6 +1,8 @@
 /* Master object operations: two-phase put (start, end, revoke), get
  * (replica list + lease), exist, size, remove, validate; each a *_locked
- * operation plus its public locking wrapper (master.h). */
+ * operation plus its public locking wrapper (master.h). A put of a key
+ * whose object no reader can reach (restored, its node not back) replaces
+ * it (cr__m_obj_reachable). */
 #include "common/log.h"
 #include "store/master/master_priv.h"
 
@@ -19,17 +21,66 @@ int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uin
         return CR_E_INVALID_PARAMS;
     uint64_t h = key_hash(key, key_len);
     int64_t i = cr__m_map_find(m, key, key_len, h);
+    int replace = 0;
     if (i >= 0) {
         obj_t *o = m->slots[i];
-        if ((o->flags & OF_COMPLETE) && cfg && (cfg->flags & CR__RPC_CFG_UPSERT))
+        /* an upsert of an object no reader can reach is a plain replace */
+        if ((o->flags & OF_COMPLETE) && cfg && (cfg->flags & CR__RPC_CFG_UPSERT) &&
+            cr__m_obj_reachable(m, o))
             return cr__m_upsert_start_locked(m, key, key_len, size, cfg, now, msg, it);
-        if ((o->flags & OF_COMPLETE) || o->until_ms > now)
-            return CR_E_OBJECT_ALREADY_EXISTS;
+        replace = cr__m_put_over_locked(m, o, now);
+        if (replace < 0)
+            return replace;
+    }
+    return cr__m_pending_create_locked(m, key, key_len, h, size, cfg, replace, now, msg, it);
+}
+
+int cr__m_obj_reachable(const cr__master_t *m, obj_t *o)
+{
+    if (!(o->flags & OF_COMPLETE) || (o->flags & OF_FS))
+        return 1; /* a pending put's writer, or its shared-FS file (fs.c) */
+    uint8_t *nsh = obj_nsh(o);
+    shard_t *sh = obj_shards(o);
+    for (uint32_t r = 0; r < o->n_rep; r++) {
+        uint32_t n = nsh[r] & 0x7f;
+        int attached = !(nsh[r] & REP_DEAD);
+        for (uint32_t k = 0; k < n && attached; k++)
+            attached = m->segs[sh[k].seg].client != NONE32;
+        if (attached)
+            return 1;
+        sh += n;
+    }
+    return 0;
+}
+
+int cr__m_put_over_locked(cr__master_t *m, obj_t *o, uint64_t now)
+{
+    if (!(o->flags & OF_COMPLETE) && o->until_ms <= now) {
         /* a dead writer's put past its deadline: reclaim it now */
         CNT(m, puts_timed_out_total)++;
         cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
+        return 0;
     }
-    return cr__m_pending_create_locked(m, key, key_len, h, size, cfg, now, msg, it);
+    return cr__m_obj_reachable(m, o) ? CR_E_OBJECT_ALREADY_EXISTS : 1;
+}
+
+void cr__m_put_replace_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
+                              uint64_t now)
+{
+    int64_t i = cr__m_map_find(m, key, key_len, h);
+    if (i < 0) /* evicted meanwhile (a record with no replica left at all) */
+        return;
+    obj_t *o = m->slots[i];
+    /* as a Remove would: a reader of the old master may still be reading
+     * it (restored lease), so its space waits out that lease; a node that
+     * mounts that memory again later finds the old blocks freed and the
+     * key naming the new version */
+    CNT(m, puts_replaced_unreachable_total)++;
+    CR_LOG_RL(CR__LOG_INFO, "master",
+              "put of '%.*s' replaces an object whose replicas are all on segments not "
+              "mounted again since the restart",
+              o->key_len > 64 ? 64 : (int)o->key_len, obj_key(o));
+    cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
 }
 
 int cr__m_meta_full_locked(cr__master_t *m, size_t key_len, const char *what)
@@ -49,10 +100,11 @@ int cr__m_meta_full_locked(cr__master_t *m, size_t key_len, const char *what)
 }
 
 int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
-                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, uint64_t now,
-                                cr__rpc_msg_t *msg, cr__rpc_item_t *it)
+                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, int replace,
+                                uint64_t now, cr__rpc_msg_t *msg, cr__rpc_item_t *it)
 {
-    int full = cr__m_meta_full_locked(m, key_len, "PutStart");
+    /* a replacement takes its key's place: no new key */
+    int full = replace ? 0 : cr__m_meta_full_locked(m, key_len, "PutStart");
     if (full)
         return full;
     uint32_t n_rep = cfg && cfg->replica_num ? cfg->replica_num : 1;
@@ -109,6 +161,10 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
     memcpy(obj_nsh(o), p.nsh, n_rep);
     memcpy(obj_shards(o), p.sh, p.n_sh * sizeof(shard_t));
     memcpy(obj_key(o), key, key_len);
+    /* placed: only now does the unreachable object give way (a put that
+     * fails leaves it, its node may still come back) */
+    if (replace)
+        cr__m_put_replace_locked(m, key, key_len, h, now);
     if (cr__m_map_insert(m, o, h)) {
         cr__m_placing_rollback(m, &p);
         free(o);
@@ -271,7 +327,9 @@ int cr__m_exist_locked(cr__master_t *m, const char *key, size_t key_len, int lea
     if (!key_ok(key, key_len))
         return CR_E_INVALID_KEY;
     obj_t *o = cr__m_lookup_complete(m, key, key_len);
-    if (!o)
+    /* no reader can reach it now (restored, its node not back): a miss,
+     * which is also what a put of the key goes by (it replaces it) */
+    if (!o || !cr__m_obj_reachable(m, o))
         return CR_E_OBJECT_NOT_FOUND;
     if (lease) {
         /* the caller will likely read it next: leased and most recent, as

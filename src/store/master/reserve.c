@@ -424,8 +424,8 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
         in->replicas[0].shards[0].len != size || !in->replicas[0].shards[0].segment)
         return CR_E_INVALID_PARAMS;
     const cr__rpc_shard_t *sh = &in->replicas[0].shards[0];
-    /* one lookup of the key serves the whole commit: nothing below
-     * changes the key index before the object is inserted */
+    /* one lookup of the key serves the checks: nothing below changes the
+     * key index before they are done */
     uint64_t h = key_hash(in->key, in->key_len);
     int64_t k = cr__m_map_find(m, in->key, in->key_len, h);
     /* a commit retried after its reply was lost (HA: at the new leader):
@@ -462,14 +462,11 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
      * committed (every committed block lies below cur) */
     if (a % g || a < r->cur || a > r->end || rl > r->end - a || r->blk == NONE32)
         return CR_E_INVALID_WRITE;
-    if (k >= 0) {
-        obj_t *o = m->slots[k];
-        if ((o->flags & OF_COMPLETE) || o->until_ms > now)
-            return CR_E_OBJECT_ALREADY_EXISTS;
-        CNT(m, puts_timed_out_total)++;
-        cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
-    }
-    int full = cr__m_meta_full_locked(m, in->key_len, "PutCommit");
+    /* replace: the key's object no reader can reach (objects.c) */
+    int replace = k >= 0 ? cr__m_put_over_locked(m, m->slots[k], now) : 0;
+    if (replace < 0)
+        return replace;
+    int full = replace ? 0 : cr__m_meta_full_locked(m, in->key_len, "PutCommit");
     if (full)
         return full;
     /* everything that can fail before the space changes hands */
@@ -478,6 +475,8 @@ static int commit_one(cr__master_t *m, cr__rpc_client_id_t id, const cr__rpc_ite
     obj_t *o = malloc(sizeof *o + 4 + sizeof(shard_t) + in->key_len);
     if (!o)
         return -ENOMEM;
+    if (replace)
+        cr__m_put_replace_locked(m, in->key, in->key_len, h, now);
     cr__oalloc_t *al = sg->alloc;
     m->resv_free -= rest_of(r); /* back below once the rest is reserved again */
     cr__oalloc_free(al, r->blk);

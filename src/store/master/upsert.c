@@ -49,7 +49,7 @@ int cr__m_upsert_start_locked(cr__master_t *m, const char *key, size_t key_len, 
         CNT(m, puts_timed_out_total)++;
         cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
     }
-    return cr__m_pending_create_locked(m, sh, sl, h, size, cfg, now, msg, it);
+    return cr__m_pending_create_locked(m, sh, sl, h, size, cfg, 0, now, msg, it);
 }
 
 obj_t *cr__m_upsert_shadow_find(cr__master_t *m, const char *key, size_t key_len,

@@ -1251,7 +1251,7 @@ static void test_restored_refuses_puts_until_a_node_is_back(void **s)
                          st0.counters[CR__MM_puts_refused_restoring_total],
                      2);
     assert_int_equal(exist(m2, "p0", 103), CR_E_OBJECT_NOT_FOUND); /* nothing applied */
-    assert_int_equal(exist(m2, "old", 103), 0);                    /* nothing evicted */
+    assert_int_equal(get(m2, "old", 103, NULL, NULL, NULL), 0);    /* nothing evicted */
     /* another node's fresh segment: placed there, no refusal; a put it
      * cannot take (two replicas) is "not now" while segA may come back,
      * not NO_AVAILABLE_HANDLE, and evicts nothing */
@@ -1261,13 +1261,163 @@ static void test_restored_refuses_puts_until_a_node_is_back(void **s)
     assert_int_equal(put(m3, "two", 1000, 2, 0, 103, NULL, 1), CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
     assert_int_equal(put(m3, "big", 1 * MiB, 1, 0, 103, NULL, 1),
                      CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
-    assert_int_equal(exist(m3, "old", 104), 0);
+    assert_int_equal(get(m3, "old", 104, NULL, NULL, NULL), 0);
     cr__master_destroy(m3);
     /* the owner back: puts go through */
     assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000000, 1 * MiB, 104), 0);
     assert_int_equal(dispatch_put_start(m2, 2, 105, &it0), 0);
     assert_int_equal(it0, 0);
     assert_int_equal(exist(m2, "old", 106), 0);
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb);
+}
+
+/* PutStart + PutEnd of keys[0..n) (64 KiB each) in one batch through the
+ * dispatch: 0 or the first failing status (request or item). */
+static int batch_put(cr__master_t *m, const char *const *keys, uint32_t n, uint64_t now)
+{
+    cr__rpc_item_t in[4] = {{0}};
+    for (uint32_t i = 0; i < n; i++)
+        in[i] = (cr__rpc_item_t){.key = keys[i], .key_len = (uint32_t)strlen(keys[i]),
+                                 .size = 64 * KiB, .cfg = {.replica_num = 1}};
+    cr__rpc_msg_t req = {.type = CR__RPC_BATCH_PUT_START, .n_items = n, .items = in};
+    cr__rpc_msg_t rep = {0};
+    cr__master_handle(m, &req, &rep, now);
+    int rc = rep.status;
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        rc = rep.items[i].status;
+        in[i].version = rep.items[i].version;
+    }
+    cr__rpc_msg_free(&rep);
+    if (rc)
+        return rc;
+    req.type = CR__RPC_BATCH_PUT_END;
+    cr__master_handle(m, &req, &rep, now);
+    rc = rep.status;
+    for (uint32_t i = 0; i < n && !rc; i++)
+        rc = rep.items[i].status;
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+/* Regression: a master restarted on its journal without the nodes that held
+ * some keys answered a put of those keys "exists" (the client's 0), though
+ * no reader could reach their bytes: a later get missed and the new bytes
+ * were never stored. A put (single, batch, upsert) of a key whose every
+ * replica waits on a segment not mounted again now replaces it; Exist says
+ * what a put goes by (not found); a key with a reachable replica still
+ * exists; and the old node coming back with the old memory does not bring
+ * the old version back, nor does a restart from the new records. */
+static void test_reput_after_restart_replaces_unreachable(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    cr__ha_buf_t jb = {0};
+    cr__master_set_journal(m, collect, &jb);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    const char *keys[] = {"k0", "k1", "b0", "b1", "up"};
+    uint64_t vold[5];
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(put(m, keys[i], 16 * KiB, 1, 0, 1, &vold[i], 1), 0);
+    /* one key kept by a node that comes back (segC) */
+    assert_int_equal(cr__master_mount(m, CC, "segC", 0x30000000, 1 * MiB, 1), 0);
+    const char *pc[] = {"segC"};
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .n_preferred = 1, .preferred = pc};
+    cr__rpc_msg_t msg = {0};
+    cr__rpc_item_t it = {0};
+    assert_int_equal(cr__master_put_start(m, "onC", 3, 1000, &cfg, 2, &msg, &it), 0);
+    assert_int_equal(cr__master_put_end(m, "onC", 3, it.version, 2), 0);
+    cr__rpc_msg_free(&msg);
+    uint64_t aold = 0;
+    assert_int_equal(get(m, "k0", 3, &aold, NULL, NULL), 0);
+
+    /* restart on the records: segA's node never comes back for now, a new
+     * node (segB) takes the puts, segC's node is back */
+    uint64_t n = 0;
+    cr__master_t *m2 = restored(&jb, 100, &n);
+    assert_int_equal(n, 6);
+    /* its journal: a snapshot of the restored state, then its records */
+    cr__ha_buf_t jb2 = {0};
+    assert_int_equal(cr__master_dump(m2, &jb2, NULL, NULL), 0);
+    cr__master_set_journal(m2, collect, &jb2);
+    assert_int_equal(cr__master_mount(m2, CB, "segB", 0x20000000, 1 * MiB, 101), 0);
+    assert_int_equal(cr__master_mount(m2, CC, "segC", 0x30000000, 1 * MiB, 101), 0);
+    assert_int_equal(exist(m2, "k0", 102), CR_E_OBJECT_NOT_FOUND);
+    assert_int_equal(exist(m2, "onC", 102), 0);
+    uint64_t v = 0, a = 0, gv = 0;
+    assert_int_equal(put(m2, "k0", 20 * KiB, 1, 0, 103, &v, 1), 0);
+    assert_int_equal(put(m2, "k1", 20 * KiB, 1, 0, 103, NULL, 1), 0);
+    const char *batch[] = {"b0", "b1"};
+    assert_int_equal(batch_put(m2, batch, 2, 104), 0);
+    assert_int_equal(put(m2, "up", 20 * KiB, 1, CR__RPC_CFG_UPSERT, 104, NULL, 1), 0);
+    uint64_t vnew[5], anew[5];
+    for (int i = 0; i < 5; i++) {
+        /* the new bytes, on a node that is there (segB or segC) */
+        assert_int_equal(get(m2, keys[i], 105, &a, &vnew[i], NULL), 0);
+        assert_true(vnew[i] > vold[i]);
+        anew[i] = a;
+        assert_true(a >= 0x20000000);
+        assert_int_equal(exist(m2, keys[i], 105), 0);
+    }
+    assert_int_equal(vnew[0], v);
+    /* reachable: today's answer, nothing changed */
+    assert_int_equal(put(m2, "onC", 1000, 1, 0, 105, NULL, 1), CR_E_OBJECT_ALREADY_EXISTS);
+    cr__master_stats_t st;
+    cr__master_stats(m2, &st);
+    assert_int_equal(st.counters[CR__MM_puts_replaced_unreachable_total], 5);
+    assert_int_equal(st.keys, 6);
+
+    /* segA's node comes back with the old memory: the key keeps the new
+     * version, and the old blocks are free space once their lease is over */
+    assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000000, 1 * MiB, 106), 0);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(get(m2, keys[i], 107, &a, &gv, NULL), 0);
+        assert_int_equal(gv, vnew[i]);
+        assert_int_equal(a, anew[i]);
+    }
+    uint32_t f;
+    cr__master_ping(m2, CA, 6000, &f);
+    cr__master_tick(m2, 6000); /* past the restored objects' lease */
+    const char *pa[] = {"segA"};
+    cr__rpc_repl_cfg_t cfga = {.replica_num = 1, .n_preferred = 1, .preferred = pa};
+    assert_int_equal(cr__master_put_start(m2, "onA", 3, 16 * KiB, &cfga, 6001, &msg, &it), 0);
+    assert_int_equal(it.replicas[0].shards[0].addr, aold); /* the old k0 space, reused */
+    cr__rpc_msg_free(&msg);
+
+    /* a restart on the restarted master's journal: the new versions */
+    cr__master_t *m3 = restored(&jb2, 7000, &n);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(get(m3, keys[i], 7001, NULL, &gv, NULL), 0);
+        assert_int_equal(gv, vnew[i]);
+    }
+    cr__master_destroy(m3);
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb2);
+    cr__ha_buf_free(&jb);
+}
+
+/* A put that cannot be placed leaves the unreachable object as it was (its
+ * node may still come back): a failed call has no side effects. */
+static void test_reput_not_placed_keeps_the_old_object(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(NULL);
+    cr__ha_buf_t jb = {0};
+    cr__master_set_journal(m, collect, &jb);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    uint64_t vold = 0, gv = 0;
+    assert_int_equal(put(m, "k", 16 * KiB, 1, 0, 1, &vold, 1), 0);
+    uint64_t n = 0;
+    cr__master_t *m2 = restored(&jb, 100, &n);
+    assert_int_equal(cr__master_mount(m2, CB, "segB", 0x20000000, 1 * MiB, 101), 0);
+    /* two replicas: one node takes allocations, so "not now" */
+    assert_int_equal(put(m2, "k", 16 * KiB, 2, 0, 102, NULL, 1), CR_E_UNAVAILABLE_IN_CURRENT_STATUS);
+    assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000000, 1 * MiB, 103), 0);
+    assert_int_equal(get(m2, "k", 104, NULL, &gv, NULL), 0);
+    assert_int_equal(gv, vold);
+    assert_int_equal(put(m2, "k", 16 * KiB, 1, 0, 104, NULL, 1), CR_E_OBJECT_ALREADY_EXISTS);
     cr__master_destroy(m2);
     cr__master_destroy(m);
     cr__ha_buf_free(&jb);
@@ -1503,7 +1653,10 @@ static void test_restore_from_journal(void **s)
     assert_int_equal(nrep, 2);
     assert_int_equal(exist(m2, "z", 101), CR_E_OBJECT_NOT_FOUND);
     assert_int_equal(exist(m2, "c1", 101), CR_E_OBJECT_NOT_FOUND);
-    assert_int_equal(exist(m2, "c3", 101), 0);
+    assert_int_equal(get(m2, "c3", 101, NULL, NULL, NULL), 0);
+    /* its node not back yet: not reachable, so not there for Exist (a put
+     * of it would replace it) */
+    assert_int_equal(exist(m2, "c3", 101), CR_E_OBJECT_NOT_FOUND);
     assert_int_equal(cr__master_put_end(m2, "y", 1, vy, 102), 0); /* the put in flight ends */
     /* the same as a dump: the snapshot path gives the same state */
     cr__ha_buf_t snap = {0};
@@ -1560,6 +1713,8 @@ int main(void)
         cmocka_unit_test(test_crc_journaled),
         cmocka_unit_test(test_restore_evicts_oldest_first),
         cmocka_unit_test(test_restored_refuses_puts_until_a_node_is_back),
+        cmocka_unit_test(test_reput_after_restart_replaces_unreachable),
+        cmocka_unit_test(test_reput_not_placed_keeps_the_old_object),
         cmocka_unit_test(test_exist_lease_flag),
         cmocka_unit_test(test_dropped_restored_segment_not_held_forever),
         cmocka_unit_test(test_window_put_start_unwaited),

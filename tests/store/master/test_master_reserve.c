@@ -4,7 +4,8 @@
  * caller's live reservation and refuses (CR_E_INVALID_WRITE, nothing
  * visible) a range out of it, overlapping a committed one, of another
  * client, or of an expired / reclaimed reservation; an existing key gets
- * OBJECT_ALREADY_EXISTS as from PutStart. Space a reservation held and no
+ * OBJECT_ALREADY_EXISTS as from PutStart (unless no reader can reach it
+ * after a restart: replaced). Space a reservation held and no
  * object took is not reused before expiry + put timeout, whatever ended it
  * (expiry, client expiry, memory pressure, per-client bound); a journal /
  * new leader restores it quarantined; the per-client bounds hold. */
@@ -623,6 +624,50 @@ static void test_ha_journal_and_restore(void **s)
     cr__ha_buf_free(&jb);
 }
 
+/* Regression: after a restart on the journal, a PUT_COMMIT of a key whose
+ * only replica waits on a segment its node has not mounted again was
+ * answered OBJECT_ALREADY_EXISTS (the client's 0) and the new bytes were
+ * never stored; it now replaces the object, as a PutStart does
+ * (test_store_master's test_reput_after_restart_replaces_unreachable). */
+static void test_commit_replaces_unreachable_after_restart(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk(1000000);
+    cr__ha_buf_t jb = {0};
+    cr__master_set_journal(m, collect, &jb);
+    ping(m, CA, 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 16 * MiB, 0), 0);
+    uint64_t vold = 0, v = 0, gv = 0, ga = 0;
+    assert_int_equal(put2(m, "k", 4096, 1, NULL), 0);
+    assert_int_equal(get(m, "k", 2, &vold, NULL, NULL), 0);
+    uint64_t n = 0;
+    cr__master_t *m2 = restored(&jb, 100, &n);
+    assert_int_equal(n, 1);
+    ping(m2, CB, 101);
+    assert_int_equal(cr__master_mount(m2, CB, "segB", 2 * SEG_BASE, 16 * MiB, 101), 0);
+    resv_t r;
+    assert_int_equal(reserve(m2, CB, 1 * MiB, 102, &r), 0);
+    assert_string_equal(r.seg, "segB");
+    assert_int_equal(commit(m2, CB, "k", r.id, r.seg, r.addr, 4096, 103, &v), 0);
+    assert_true(v > vold);
+    assert_int_equal(get(m2, "k", 104, &gv, &ga, NULL), 0);
+    assert_int_equal(gv, v);
+    assert_int_equal(ga, r.addr);
+    assert_int_equal(counter(m2, CR__MM_puts_replaced_unreachable_total), 1);
+    /* segA's node back: the key keeps the committed version */
+    ping(m2, CA, 105);
+    assert_int_equal(cr__master_mount(m2, CA, "segA", SEG_BASE, 16 * MiB, 105), 0);
+    assert_int_equal(get(m2, "k", 106, &gv, &ga, NULL), 0);
+    assert_int_equal(gv, v);
+    assert_int_equal(ga, r.addr);
+    /* reachable now: a second commit of it is refused as before */
+    assert_int_equal(commit(m2, CB, "k", r.id, r.seg, r.addr + 8192, 4096, 107, NULL),
+                     CR_E_OBJECT_ALREADY_EXISTS);
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb);
+}
+
 /* A client leaving a reservation hands back its tail above its carve
  * cursor with the next RESERVE: free at once (capabilities on: once the
  * grant over it expires), nothing above the cursor commits any more, a
@@ -798,6 +843,7 @@ int main(void)
         cmocka_unit_test(test_unmount_holds_name),
         cmocka_unit_test(test_release_when_done),
         cmocka_unit_test(test_ha_journal_and_restore),
+        cmocka_unit_test(test_commit_replaces_unreachable_after_restart),
         cmocka_unit_test(test_hand_back_tail),
         cmocka_unit_test(test_caps_grant_covers_reservation),
         cmocka_unit_test(test_caps_grant_outlives_object),
