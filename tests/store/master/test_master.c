@@ -38,22 +38,32 @@ static cr__master_t *mk(void (*tweak)(cr__master_cfg_t *))
     return m;
 }
 
-/* put_start + put_end; returns status; *ver gets the version */
-static int put(cr__master_t *m, const char *key, uint64_t size, uint32_t nrep, uint32_t flags,
-               uint64_t now, uint64_t *ver, int end)
+/* put_start (+ put_end when end) with cfg; returns status; *ver gets the
+ * version, *addr the address of its first replica's first shard */
+static int put_cfg(cr__master_t *m, const char *key, uint64_t size, const cr__rpc_repl_cfg_t *cfg,
+                   uint64_t now, int end, uint64_t *ver, uint64_t *addr)
 {
     cr__rpc_msg_t msg = {0};
     cr__rpc_item_t it = {0};
-    cr__rpc_repl_cfg_t cfg = {.replica_num = nrep, .flags = flags};
-    int rc = cr__master_put_start(m, key, strlen(key), size, &cfg, now, &msg, &it);
+    int rc = cr__master_put_start(m, key, strlen(key), size, cfg, now, &msg, &it);
     if (rc == 0) {
         if (ver)
             *ver = it.version;
+        if (addr)
+            *addr = it.replicas[0].shards[0].addr;
         if (end)
             rc = cr__master_put_end(m, key, strlen(key), it.version, now);
     }
     cr__rpc_msg_free(&msg);
     return rc;
+}
+
+/* put_start + put_end; returns status; *ver gets the version */
+static int put(cr__master_t *m, const char *key, uint64_t size, uint32_t nrep, uint32_t flags,
+               uint64_t now, uint64_t *ver, int end)
+{
+    cr__rpc_repl_cfg_t cfg = {.replica_num = nrep, .flags = flags};
+    return put_cfg(m, key, size, &cfg, now, end, ver, NULL);
 }
 
 /* tick with every test client alive */
@@ -529,17 +539,8 @@ static void test_quarantine_and_validate(void **s)
 static int put_at(cr__master_t *m, const char *key, uint64_t size, uint64_t now, int end,
                   uint64_t *addr)
 {
-    cr__rpc_msg_t msg = {0};
-    cr__rpc_item_t it = {0};
     cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .flags = CR__RPC_CFG_HARD_PIN};
-    int rc = cr__master_put_start(m, key, strlen(key), size, &cfg, now, &msg, &it);
-    if (rc == 0) {
-        *addr = it.replicas[0].shards[0].addr;
-        if (end)
-            rc = cr__master_put_end(m, key, strlen(key), it.version, now);
-    }
-    cr__rpc_msg_free(&msg);
-    return rc;
+    return put_cfg(m, key, size, &cfg, now, end, NULL, addr);
 }
 
 /* Puts size-byte hard-pinned objects tag0, tag1, ... until the pool is
@@ -1273,6 +1274,23 @@ static void test_restored_refuses_puts_until_a_node_is_back(void **s)
     cr__ha_buf_free(&jb);
 }
 
+/* A master journaling into jb, with CA's 1 MiB segA mounted. */
+static cr__master_t *journaled(cr__ha_buf_t *jb)
+{
+    cr__master_t *m = mk(NULL);
+    cr__master_set_journal(m, collect, jb);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    return m;
+}
+
+/* PutStart (one replica, seg preferred) + PutEnd; *addr: where it went. */
+static int put_on(cr__master_t *m, const char *key, uint64_t size, const char *seg, uint64_t now,
+                  uint64_t *addr)
+{
+    cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .n_preferred = 1, .preferred = &seg};
+    return put_cfg(m, key, size, &cfg, now, 1, NULL, addr);
+}
+
 /* PutStart + PutEnd of keys[0..n) (64 KiB each) in one batch through the
  * dispatch: 0 or the first failing status (request or item). */
 static int batch_put(cr__master_t *m, const char *const *keys, uint32_t n, uint64_t now)
@@ -1312,23 +1330,15 @@ static int batch_put(cr__master_t *m, const char *const *keys, uint32_t n, uint6
 static void test_reput_after_restart_replaces_unreachable(void **s)
 {
     (void)s;
-    cr__master_t *m = mk(NULL);
     cr__ha_buf_t jb = {0};
-    cr__master_set_journal(m, collect, &jb);
-    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    cr__master_t *m = journaled(&jb);
     const char *keys[] = {"k0", "k1", "b0", "b1", "up"};
     uint64_t vold[5];
     for (int i = 0; i < 5; i++)
         assert_int_equal(put(m, keys[i], 16 * KiB, 1, 0, 1, &vold[i], 1), 0);
     /* one key kept by a node that comes back (segC) */
     assert_int_equal(cr__master_mount(m, CC, "segC", 0x30000000, 1 * MiB, 1), 0);
-    const char *pc[] = {"segC"};
-    cr__rpc_repl_cfg_t cfg = {.replica_num = 1, .n_preferred = 1, .preferred = pc};
-    cr__rpc_msg_t msg = {0};
-    cr__rpc_item_t it = {0};
-    assert_int_equal(cr__master_put_start(m, "onC", 3, 1000, &cfg, 2, &msg, &it), 0);
-    assert_int_equal(cr__master_put_end(m, "onC", 3, it.version, 2), 0);
-    cr__rpc_msg_free(&msg);
+    assert_int_equal(put_on(m, "onC", 1000, "segC", 2, NULL), 0);
     uint64_t aold = 0;
     assert_int_equal(get(m, "k0", 3, &aold, NULL, NULL), 0);
 
@@ -1379,11 +1389,8 @@ static void test_reput_after_restart_replaces_unreachable(void **s)
     uint32_t f;
     cr__master_ping(m2, CA, 6000, &f);
     cr__master_tick(m2, 6000); /* past the restored objects' lease */
-    const char *pa[] = {"segA"};
-    cr__rpc_repl_cfg_t cfga = {.replica_num = 1, .n_preferred = 1, .preferred = pa};
-    assert_int_equal(cr__master_put_start(m2, "onA", 3, 16 * KiB, &cfga, 6001, &msg, &it), 0);
-    assert_int_equal(it.replicas[0].shards[0].addr, aold); /* the old k0 space, reused */
-    cr__rpc_msg_free(&msg);
+    assert_int_equal(put_on(m2, "onA", 16 * KiB, "segA", 6001, &a), 0);
+    assert_int_equal(a, aold); /* the old k0 space, reused */
 
     /* a restart on the restarted master's journal: the new versions */
     cr__master_t *m3 = restored(&jb2, 7000, &n);
@@ -1403,10 +1410,8 @@ static void test_reput_after_restart_replaces_unreachable(void **s)
 static void test_reput_not_placed_keeps_the_old_object(void **s)
 {
     (void)s;
-    cr__master_t *m = mk(NULL);
     cr__ha_buf_t jb = {0};
-    cr__master_set_journal(m, collect, &jb);
-    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    cr__master_t *m = journaled(&jb);
     uint64_t vold = 0, gv = 0;
     assert_int_equal(put(m, "k", 16 * KiB, 1, 0, 1, &vold, 1), 0);
     uint64_t n = 0;

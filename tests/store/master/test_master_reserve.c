@@ -538,6 +538,16 @@ static cr__master_t *restored(const cr__ha_buf_t *b, uint64_t now, uint64_t *n)
     return m2;
 }
 
+/* A master journaling into jb, with CA's 16 MiB segA mounted. */
+static cr__master_t *journaled(cr__ha_buf_t *jb)
+{
+    cr__master_t *m = mk(1000000);
+    cr__master_set_journal(m, collect, jb);
+    ping(m, CA, 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 16 * MiB, 0), 0);
+    return m;
+}
+
 static int count_win(void *u, const cr__ha_win_t *w)
 {
     (void)w;
@@ -548,11 +558,8 @@ static int count_win(void *u, const cr__ha_win_t *w)
 static void test_ha_journal_and_restore(void **s)
 {
     (void)s;
-    cr__master_t *m = mk(1000000);
     cr__ha_buf_t jb = {0};
-    cr__master_set_journal(m, collect, &jb);
-    ping(m, CA, 0);
-    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 16 * MiB, 0), 0);
+    cr__master_t *m = journaled(&jb);
     resv_t r;
     /* the reservation is a change the standbys must have before the reply */
     cr__master_wait_reset();
@@ -632,11 +639,8 @@ static void test_ha_journal_and_restore(void **s)
 static void test_commit_replaces_unreachable_after_restart(void **s)
 {
     (void)s;
-    cr__master_t *m = mk(1000000);
     cr__ha_buf_t jb = {0};
-    cr__master_set_journal(m, collect, &jb);
-    ping(m, CA, 0);
-    assert_int_equal(cr__master_mount(m, CA, "segA", SEG_BASE, 16 * MiB, 0), 0);
+    cr__master_t *m = journaled(&jb);
     uint64_t vold = 0, v = 0, gv = 0, ga = 0;
     assert_int_equal(put2(m, "k", 4096, 1, NULL), 0);
     assert_int_equal(get(m, "k", 2, &vold, NULL, NULL), 0);
