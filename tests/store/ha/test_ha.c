@@ -9,6 +9,10 @@
  *   restart  a non-HA master with --journal_dir SIGKILLed under load and
  *            restarted: every object whose put returned success before the
  *            kill reads back with the right bytes.
+ *   reput    the journaling master and every node SIGKILLed, the master
+ *            restarted with fresh nodes: every completed key put again
+ *            (single and batch) succeeds and reads back (its old bytes died
+ *            with the nodes).
  *   failover three HA masters on a real etcd (private ports); the leader is
  *            SIGKILLed 5 times in a row (restarted as a standby each time);
  *            prints each failover time (kill -> first put completed).
@@ -74,6 +78,8 @@
 #define N_WRITERS 2
 #define MAX_KEYS 40000 /* ~100 MiB with replicas: the 192 MiB pool never evicts */
 #define CLIENT_TTL_S 2
+/* --client_ttl of the next master started (start_master) */
+static int g_client_ttl_s = CLIENT_TTL_S;
 
 static const char *g_master_bin, *g_node_bin;
 static char g_dir[256];
@@ -210,7 +216,7 @@ static int start_master(int with_journal)
     unlink(pf);
     snprintf(portarg, sizeof portarg, "%u", g_rpc_port);
     snprintf(metaarg, sizeof metaarg, "%u", g_meta_port);
-    snprintf(ttl, sizeof ttl, "%d", CLIENT_TTL_S);
+    snprintf(ttl, sizeof ttl, "%d", g_client_ttl_s);
     snprintf(jarg, sizeof jarg, "--journal_dir=%s", g_journal);
     char *argv[] = {(char *)g_master_bin, "--rpc_address", "127.0.0.1", "--rpc_port", portarg,
                     "--metrics_address", "127.0.0.1", "--metrics_port", "0",
@@ -317,9 +323,11 @@ static int start_load(void)
 
 static void stop_load(void)
 {
+    static int joined; /* a scenario may stop it early */
     atomic_store(&g_stop_load, 1);
-    for (int i = 0; i < N_WRITERS; i++)
+    for (int i = 0; i < N_WRITERS && !joined; i++)
         pthread_join(g_w[i].th, NULL);
+    joined = 1;
 }
 
 static void wait_puts(unsigned more, int timeout_ms)
@@ -375,6 +383,90 @@ static void scenario_restart(void)
             FAIL("nodes did not remount after the restart");
     }
     wait_puts(300, 30000);
+}
+
+/* Regression: a cold restart on the journal whose nodes never come back
+ * (SIGKILLed with the master: their memory is gone), fresh nodes instead.
+ * Putting the same keys again (a KV cache re-saving its prefixes: the
+ * same bytes) was answered "exists" (OBJECT_ALREADY_EXISTS; 0 in Python)
+ * while their bytes were on the dead nodes: every get then missed. Each
+ * completed key is put again, half one by one, half in batches; the final
+ * check reads every one back. The restarted master's client ttl is long,
+ * so the restored segments are still waiting for their nodes meanwhile:
+ * the puts meet the restored objects instead of finding them dropped. */
+static void scenario_reput(void)
+{
+    wait_puts(300, 30000);
+    stop_load();
+    unsigned n = atomic_load(&g_n_done);
+    if (n > MAX_KEYS)
+        n = MAX_KEYS;
+    fprintf(stderr, "SIGKILL master and every node with %u objects completed\n", n);
+    cu_stop(g_master_pid, SIGKILL, 5000);
+    for (int i = 0; i < N_NODES; i++)
+        cu_stop(g_node_pid[i], SIGKILL, 5000);
+    g_client_ttl_s = 60;
+    if (start_master(1)) {
+        FAIL("restart failed");
+        return;
+    }
+    for (int i = 0; i < N_NODES; i++)
+        if (start_node(i)) {
+            FAIL("node %d did not start after the restart", i);
+            return;
+        }
+    cr_store_t *st = NULL;
+    enum { B = 64, VMAX = 20000 };
+    uint8_t *buf = malloc(B * VMAX);
+    if (!buf || make_client(&st) || cr_store_register_buffer(st, buf, B * VMAX)) {
+        FAIL("client did not start");
+        goto out;
+    }
+    long long replaced0 = metric("puts_replaced_unreachable_total");
+    unsigned failed = 0;
+    for (unsigned i = 0; i < n / 2; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "ha-%llu", (unsigned long long)g_done[i]);
+        size_t len = value_len(g_done[i]);
+        fill(buf, len, g_done[i]);
+        cr_store_replicate_config_t cfg = {.replica_num = 1};
+        int rc = cr_store_put(st, key, buf, len, &cfg);
+        if (rc && failed++ < 5)
+            fprintf(stderr, "put %s again: %d (%s)\n", key, rc, cr_strerror(rc));
+    }
+    for (unsigned i = n / 2; i < n; i += B) {
+        char keys[B][64];
+        const char *kp[B];
+        const void *bp[B];
+        size_t lens[B];
+        int res[B];
+        unsigned k = n - i < B ? n - i : B;
+        for (unsigned j = 0; j < k; j++) {
+            uint64_t num = g_done[i + j];
+            snprintf(keys[j], sizeof keys[j], "ha-%llu", (unsigned long long)num);
+            kp[j] = keys[j];
+            lens[j] = value_len(num);
+            bp[j] = buf + (size_t)j * VMAX;
+            fill(buf + (size_t)j * VMAX, lens[j], num);
+        }
+        cr_store_replicate_config_t cfg = {.replica_num = 1};
+        if (cr_store_batch_put_from(st, kp, bp, lens, k, &cfg, res))
+            for (unsigned j = 0; j < k; j++)
+                if (res[j] && failed++ < 5)
+                    fprintf(stderr, "batch put %s again: %d (%s)\n", keys[j], res[j],
+                            cr_strerror(res[j]));
+    }
+    long long replaced = metric("puts_replaced_unreachable_total") - replaced0;
+    fprintf(stderr, "%u keys put again: %u failed, %lld replaced unreachable objects\n", n,
+            failed, replaced);
+    if (failed)
+        FAIL("%u of %u puts of keys restored without their nodes failed", failed, n);
+    if (replaced != (long long)n)
+        FAIL("%lld restored objects replaced by the puts, want %u", replaced, n);
+out:
+    if (st)
+        cr_store_destroy(st);
+    free(buf);
 }
 
 /* ---- HA: a real etcd and three masters ------------------------------------------- */
@@ -1078,7 +1170,7 @@ int main(int argc, char **argv)
         setenv("CRESCENT_CLUSTER_KEY_FILE", kf, 1);
         fprintf(stderr, "security on: cluster key %s\n", kf);
     }
-    int journal = !strcmp(scenario, "restart");
+    int journal = !strcmp(scenario, "restart") || !strcmp(scenario, "reput");
     g_ha = !strcmp(scenario, "failover") || !strcmp(scenario, "pause") ||
            !strcmp(scenario, "allstop") || !strcmp(scenario, "badetcd") ||
            !strcmp(scenario, "behind") || !strcmp(scenario, "etcdlate") ||
@@ -1157,6 +1249,8 @@ int main(int argc, char **argv)
         scenario_stall();
     else if (!strcmp(scenario, "restart"))
         scenario_restart();
+    else if (!strcmp(scenario, "reput"))
+        scenario_reput();
     else if (!strcmp(scenario, "failover"))
         scenario_failover();
     else if (!strcmp(scenario, "pause"))
