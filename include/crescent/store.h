@@ -289,7 +289,10 @@ CR_API int cr_store_get_size(cr_store_t *store, const char *key, uint64_t *size)
 /* 1 if key exists (completely written), 0 if not, or a negative error.
  * Like Mooncake's ExistKey, an object found gets a read lease (a get would
  * give it the same): it is neither evicted nor removed without force for
- * the lease time, so a read that follows the check finds it. */
+ * the lease time, so a read that follows the check finds it. A key a
+ * restarted master restored (journal, takeover) with every replica on a
+ * node that has not mounted again is 0, like Mooncake's inaccessible
+ * object: a put of the key then stores the new value. */
 CR_API int cr_store_exist(cr_store_t *store, const char *key);
 
 /* Removes key. Without force, a key with a live read lease is not removed
