@@ -78,10 +78,95 @@ static void set_compact(held_set_t *hs, uint64_t now)
     hs->n = k;
 }
 
+/* An absolute byte range held until `until`. */
+typedef struct abs_rg {
+    uint64_t a, e, until;
+} abs_rg_t;
+
+static int abs_cmp(const void *x, const void *y)
+{
+    const abs_rg_t *p = x, *q = y;
+    return p->a < q->a ? -1 : p->a > q->a;
+}
+
+/* Is [a, e) inside one of the n disjoint ascending ranges v, held at
+ * least until `until`? */
+static int covered(const abs_rg_t *v, size_t n, uint64_t a, uint64_t e, uint64_t until)
+{
+    size_t lo = 0, hi = n; /* the last range starting at or before a */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid].a <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo && v[lo - 1].e >= e && v[lo - 1].until >= until;
+}
+
+/* Drops from hs (the ranges of dropped segment sg; whole: all of it until
+ * hold) what the live entries of its name already hold, by absolute
+ * address, at least as long. Memory mounted over held ranges and dropped
+ * again before they were free (a refused fresh-name mount; a client
+ * partitioned twice) gives them back in hs as quarantine: without this,
+ * each such drop added them once more (an entry per refused client, 64 at
+ * most, evicting real holds). Overlapping held ranges count with the
+ * earlier time (only ever keeps too much). On ENOMEM hs stays as it is. */
+static void set_drop_covered(cr__master_t *m, const seg_t *sg, held_set_t *hs, uint64_t hold,
+                             uint64_t now)
+{
+    size_t n = 0;
+    for (int h = 0; h < HELD_MAX; h++)
+        if (m->held[h].until > now && !strcmp(m->held[h].name, sg->name))
+            n += m->held[h].rg.whole ? 1 : m->held[h].rg.n;
+    abs_rg_t *v = n ? malloc(n * sizeof *v) : NULL;
+    if (!v)
+        return;
+    n = 0;
+    for (int h = 0; h < HELD_MAX; h++) {
+        const held_t *hd = &m->held[h];
+        if (hd->until <= now || strcmp(hd->name, sg->name))
+            continue;
+        if (hd->rg.whole)
+            v[n++] = (abs_rg_t){hd->base, hd->base + hd->size, hd->until};
+        for (uint32_t i = 0; !hd->rg.whole && i < hd->rg.n; i++)
+            if (hd->rg.v[i].until > now)
+                v[n++] = (abs_rg_t){hd->base + hd->rg.v[i].off,
+                                    hd->base + hd->rg.v[i].off + hd->rg.v[i].len,
+                                    hd->rg.v[i].until};
+    }
+    qsort(v, n, sizeof *v, abs_cmp);
+    size_t k = 0; /* disjoint: touching or overlapping ranges merged */
+    for (size_t i = 0; i < n; i++) {
+        if (k && v[i].a <= v[k - 1].e) {
+            if (v[i].e > v[k - 1].e)
+                v[k - 1].e = v[i].e;
+            if (v[i].until < v[k - 1].until)
+                v[k - 1].until = v[i].until;
+        } else {
+            v[k++] = v[i];
+        }
+    }
+    if (hs->whole) {
+        if (covered(v, k, sg->base, sg->base + sg->size, hold))
+            set_clear(hs);
+    } else {
+        uint32_t j = 0;
+        for (uint32_t i = 0; i < hs->n; i++)
+            if (!covered(v, k, sg->base + hs->v[i].off, sg->base + hs->v[i].off + hs->v[i].len,
+                         hs->v[i].until))
+                hs->v[j++] = hs->v[i];
+        hs->n = j;
+    }
+    free(v);
+}
+
 void cr__m_held_remember(cr__master_t *m, const seg_t *sg, held_set_t *hs, uint64_t hold,
                          uint64_t now)
 {
-    if (hold <= now) {
+    if (hold > now)
+        set_drop_covered(m, sg, hs, hold, now);
+    if (hold <= now || (!hs->whole && !hs->n)) { /* nothing (more) to hold */
         set_clear(hs);
         return;
     }

@@ -414,7 +414,8 @@ void cr__m_expire_clients_locked(cr__master_t *m, uint64_t now);
 void cr__m_held_add(cr__master_t *m, held_set_t *hs, uint64_t off, uint64_t len,
                     uint64_t until, uint64_t now);
 /* Remembers dropped segment sg's name until hold with the ranges of hs
- * (taken over: hs is left empty). */
+ * (taken over: hs is left empty), but for what a live entry of that name
+ * already holds as long. */
 void cr__m_held_remember(cr__master_t *m, const seg_t *sg, held_set_t *hs, uint64_t hold,
                          uint64_t now);
 /* Segment s was just mounted by client id with a fresh allocator: the

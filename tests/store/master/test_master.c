@@ -1174,6 +1174,78 @@ static void test_dropped_restored_segment_not_held_forever(void **s)
     cr__ha_buf_free(&jb);
 }
 
+/* Mounts name [base, base+size) for client id through the RPC dispatch, as
+ * a client asking for a fresh name does: the reply's count, the ms the name
+ * is still held (whole or in part; such a client takes another port). */
+static uint64_t mount_held_ms(cr__master_t *m, cr__rpc_client_id_t id, const char *name,
+                              uint64_t base, uint64_t size, uint64_t now)
+{
+    cr__rpc_msg_t req = {.type = CR__RPC_MOUNT_SEGMENT, .client_id = id, .segment = (char *)name,
+                         .base = base, .size = size};
+    cr__rpc_msg_t rep = {.type = CR__RPC_MOUNT_SEGMENT | CR__RPC_REPLY};
+    cr__master_handle(m, &req, &rep, now);
+    assert_int_equal(rep.status, 0);
+    uint64_t held = rep.count;
+    cr__rpc_msg_free(&rep);
+    return held;
+}
+
+/* Held entries of name, live at now. */
+static int held_entries(const cr__master_t *m, const char *name, uint64_t now)
+{
+    int n = 0;
+    for (int h = 0; h < HELD_MAX; h++)
+        n += m->held[h].until > now && !strcmp(m->held[h].name, name);
+    return n;
+}
+
+/* A client asking for a fresh name mounts a held name, is told so, and
+ * unmounts (its create fails, it retries on another port; Python clients
+ * retry up to 24 times). Each such drop gave the held ranges (in its
+ * quarantine) back as a new held entry under the refused client's id: 64
+ * refusals filled the table and ended other names' holds early ("segment
+ * names held: the hold of ... ends early"), here segB's, whose leased
+ * block then went to a new put. Now the drop adds nothing another entry
+ * already holds; the owner dropping the same memory twice keeps one range. */
+static void test_fresh_name_retry_adds_no_held_entry(void **s)
+{
+    (void)s;
+    uint64_t ak = 0, ab = 0, ax = 0;
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CB, "segB", 0x40000000, 64 * KiB, 0), 0);
+    assert_int_equal(put_at(m, "b", 1000, 0, 1, &ab), 0);
+    assert_int_equal(get(m, "b", 0, NULL, NULL, NULL), 0); /* lease until 5000 */
+    assert_int_equal(cr__master_unmount(m, CB, "segB", 10), 0);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 20), 0);
+    assert_int_equal(put_at(m, "k", 1000, 20, 1, &ak), 0);
+    assert_int_equal(get(m, "k", 100, NULL, NULL, NULL), 0); /* lease until 5100 */
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 200), 0);
+    for (uint64_t i = 0; i < 2 * HELD_MAX; i++) {
+        cr__rpc_client_id_t id = {100 + i, 7};
+        assert_int_equal(mount_held_ms(m, id, "segA", 0x10000, 1 * MiB, 300 + i), 5100 - 300 - i);
+        assert_int_equal(cr__master_unmount(m, id, "segA", 300 + i), 0);
+    }
+    assert_int_equal(held_entries(m, "segA", 500), 1);
+    assert_int_equal(held_entries(m, "segB", 500), 1);
+    /* segB's owner back: its leased block is still held */
+    assert_int_equal(cr__master_mount(m, CB, "segB", 0x40000000, 64 * KiB, 500), 0);
+    assert_int_equal(fill_avoiding(m, "b", 1024, 600, &ab, 1, 1024, NULL), 63);
+    assert_int_equal(cr__master_unmount(m, CB, "segB", 650), 0);
+    /* the owner of segA partitioned twice: still one range */
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 700), 0);
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 800), 0);
+    assert_int_equal(held_entries(m, "segA", 800), 1);
+    for (int h = 0; h < HELD_MAX; h++)
+        if (m->held[h].until > 800 && !strcmp(m->held[h].name, "segA"))
+            assert_int_equal(m->held[h].rg.n, 1);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 900), 0);
+    assert_int_equal(fill_avoiding(m, "a", 1024, 1000, &ak, 1, 1024, NULL), 1023);
+    tick_alive(m, 5100);
+    assert_int_equal(put_at(m, "x", 1000, 5100, 1, &ax), 0);
+    assert_int_equal(ax, ak);
+    cr__master_destroy(m);
+}
+
 /* Exist through the dispatch: with the header's LEASE flag an object found
  * is read-leased (Mooncake's ExistKey), without it not. */
 static void test_exist_lease_flag(void **s)
@@ -1722,6 +1794,7 @@ int main(void)
         cmocka_unit_test(test_reput_not_placed_keeps_the_old_object),
         cmocka_unit_test(test_exist_lease_flag),
         cmocka_unit_test(test_dropped_restored_segment_not_held_forever),
+        cmocka_unit_test(test_fresh_name_retry_adds_no_held_entry),
         cmocka_unit_test(test_window_put_start_unwaited),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),
