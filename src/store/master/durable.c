@@ -112,6 +112,49 @@ void cr__m_jr_seg(cr__master_t *m, uint8_t type, seg_t *sg)
     cr__m_jr_emit(m);
 }
 
+/* The name, owner and memory of hd, in a record of that type. */
+static void jr_held_id(cr__master_t *m, uint8_t type, const held_t *hd)
+{
+    jr_clear(m, type);
+    snprintf(m->jrec.name, sizeof m->jrec.name, "%s", hd->name);
+    m->jrec.client = hd->owner;
+    m->jrec.base = hd->base;
+    m->jrec.seg_size = hd->size;
+}
+
+void cr__m_jr_held(cr__master_t *m, const held_t *hd, uint64_t now)
+{
+    if (!m->jfn || hd->until <= now)
+        return;
+    cr__ha_rec_t *r = &m->jrec;
+    jr_held_id(m, CR__HA_HELD, hd);
+    uint64_t until = hd->until;
+    for (uint32_t i = 0; i < hd->rg.n; i++)
+        if (hd->rg.v[i].until > until)
+            until = hd->rg.v[i].until;
+    r->hold_ms = until - now;
+    r->flags = hd->rg.whole ? CR__HA_HELD_WHOLE : 0;
+    uint32_t i = 0;
+    do { /* one record at least; CR__HA_HELD_RG_MAX ranges each */
+        r->n_hrg = 0;
+        for (; i < hd->rg.n && r->n_hrg < CR__HA_HELD_RG_MAX; i++) {
+            const held_range_t *g = &hd->rg.v[i];
+            if (g->until > now)
+                r->hrg[r->n_hrg++] = (cr__ha_held_rg_t){g->off, g->len, g->until - now};
+        }
+        cr__m_jr_emit(m);
+        r->flags |= CR__HA_HELD_MORE;
+    } while (i < hd->rg.n);
+}
+
+void cr__m_jr_heldend(cr__master_t *m, const held_t *hd)
+{
+    if (!m->jfn)
+        return;
+    jr_held_id(m, CR__HA_HELDEND, hd);
+    cr__m_jr_emit(m);
+}
+
 void cr__master_set_journal(cr__master_t *m, cr__master_journal_fn fn, void *user)
 {
     pthread_mutex_lock(&m->mu);
@@ -155,19 +198,14 @@ static int rs_win(void *u, const cr__ha_win_t *w)
     return 0;
 }
 
-/* Quarantines the free part of window w on restored segment s (rg: that
- * segment's object ranges, sorted): a writer of a PutStart carved from it
- * that the index never heard of may write there until its deadline, and
- * late transfers one more put timeout. */
-static void rs_win_hold(rs_ctx_t *x, uint32_t s, const rs_range_t *rg, size_t n,
-                        const cr__ha_win_t *w)
+/* Quarantines until `until` the free part of [off, off+len) on restored
+ * segment s (rg: that segment's object ranges, sorted). */
+static void rs_hold(rs_ctx_t *x, uint32_t s, const rs_range_t *rg, size_t n, uint64_t off,
+                    uint64_t len, uint64_t until)
 {
     cr__master_t *m = x->m;
     seg_t *sg = &m->segs[s];
-    uint64_t hold = 2 * m->cfg.put_timeout_ms;
-    if (hold < CR__M_RTASK_TIMEOUT_MS) /* a copy task's target block (rtask.c) */
-        hold = CR__M_RTASK_TIMEOUT_MS;
-    uint64_t cur = w->off, end = w->off + w->len, until = x->now + hold;
+    uint64_t cur = off, end = off + len;
     if (end < cur)
         return;
     for (size_t k = 0; k <= n && cur < end; k++) {
@@ -187,6 +225,34 @@ static void rs_win_hold(rs_ctx_t *x, uint32_t s, const rs_range_t *rg, size_t n,
         if (e > cur)
             cur = e;
     }
+}
+
+/* The free part of window w on restored segment s: a writer of a PutStart
+ * carved from it that the index never heard of may write there until its
+ * deadline, and late transfers one more put timeout. */
+static void rs_win_hold(rs_ctx_t *x, uint32_t s, const rs_range_t *rg, size_t n,
+                        const cr__ha_win_t *w)
+{
+    uint64_t hold = 2 * x->m->cfg.put_timeout_ms;
+    if (hold < CR__M_RTASK_TIMEOUT_MS) /* a copy task's target block (rtask.c) */
+        hold = CR__M_RTASK_TIMEOUT_MS;
+    rs_hold(x, s, rg, n, w->off, w->len, x->now + hold);
+}
+
+/* The held ranges of restored segment s's memory (held.c: it was mounted
+ * again over a dropped segment's memory before the records were made):
+ * their free part waits as it did, the whole free space for a whole hold. */
+static void rs_held_hold(rs_ctx_t *x, uint32_t s, const rs_range_t *rg, size_t n)
+{
+    held_range_t *t;
+    size_t k;
+    int whole;
+    uint64_t until = cr__m_held_ranges(x->m, s, x->m->segs[s].owner, x->now, &t, &k, &whole);
+    if (whole)
+        rs_hold(x, s, rg, n, 0, cr__oalloc_capacity(x->m->segs[s].alloc), until);
+    for (size_t i = 0; !whole && i < k; i++)
+        rs_hold(x, s, rg, n, t[i].off, t[i].len, t[i].until);
+    free(t);
 }
 
 static int rs_seg(void *u, const cr__ha_seg_t *g)
@@ -365,6 +431,8 @@ static int rs_build(rs_ctx_t *x)
         for (size_t w = 0; !rc && w < x->n_wins; w++)
             if (rs_seg_of(x, x->wins[w]->name) == x->seg0 + i)
                 rs_win_hold(x, x->seg0 + i, rg, n, x->wins[w]);
+        if (!rc)
+            rs_held_hold(x, x->seg0 + i, rg, n);
     }
     return rc;
 }
@@ -441,6 +509,8 @@ int cr__master_restore(cr__master_t *m, const cr__ha_shadow_t *sh, uint64_t now,
     pthread_mutex_lock(&m->mu);
     rs_ctx_t x = {.m = m, .now = now, .awake = cr__m_awake_locked(m, now), .seg0 = m->n_segs};
     int rc = cr__ha_shadow_foreach_seg(sh, rs_seg, &x);
+    for (uint32_t i = 0; !rc && i < cr__ha_shadow_n_held(sh); i++)
+        cr__m_held_restore(m, cr__ha_shadow_held(sh, i), now);
     x.n_new = m->n_segs - x.seg0;
     x.rg = calloc(x.n_new + 1, sizeof *x.rg);
     x.n_rg = calloc(x.n_new + 1, sizeof *x.n_rg);
@@ -490,6 +560,8 @@ int cr__master_dump(cr__master_t *m, cr__ha_buf_t *b, void (*at)(void *), void *
         if (m->segs[s].live)
             cr__m_jr_seg(m, CR__HA_SEG, &m->segs[s]);
     cr__m_jr_wins(m);
+    for (int h = 0; h < HELD_MAX; h++) /* remaining times: from the last clock reading */
+        cr__m_jr_held(m, &m->held[h], m->seen_ms);
     for (uint64_t i = 0; i < m->cap; i++)
         if (m->slots[i])
             cr__m_jr_obj(m, m->slots[i]);

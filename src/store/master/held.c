@@ -13,8 +13,10 @@
  *
  * When the list cannot be kept (more than m->held_ranges_max ranges, no
  * memory, a disk segment) the whole segment waits for the latest time, as
- * it did before ranges were kept. Not journaled (a new leader knows none
- * of it: docs/architecture/store-master.md, "Clients and segments").
+ * it did before ranges were kept. Every entry is journaled (HELD when it
+ * changes, HELDEND when it is over: durable.c, ha/record.h) with its
+ * times as milliseconds remaining, so a new leader or a restarted master
+ * holds the same ranges at least as long (cr__m_held_restore).
  * Caller holds m->mu. */
 #include "store/master/master_priv.h"
 
@@ -76,6 +78,69 @@ static void set_compact(held_set_t *hs, uint64_t now)
         if (hs->v[i].until > now)
             hs->v[k++] = hs->v[i];
     hs->n = k;
+}
+
+/* The slot of the entry of that name, owner and memory: the same entry,
+ * else one whose hold is over, else the one that ends first (its hold
+ * ends early). An entry it replaces ends in the journal too. */
+static held_t *slot_for(cr__master_t *m, const char *name, cr__rpc_client_id_t owner,
+                        uint64_t base, uint64_t size, uint64_t now)
+{
+    int slot = -1, victim = 0;
+    for (int h = 0; h < HELD_MAX; h++) {
+        const held_t *hd = &m->held[h];
+        if (!strcmp(hd->name, name) && id_eq(hd->owner, owner) && hd->base == base &&
+            hd->size == size)
+            return &m->held[h]; /* the same memory dropped again */
+    }
+    for (int h = 0; h < HELD_MAX && slot < 0; h++) {
+        if (m->held[h].until <= now)
+            slot = h;
+        else if (m->held[h].until < m->held[victim].until)
+            victim = h;
+    }
+    if (slot < 0) {
+        slot = victim;
+        CR_LOG_WARN("master", "%d segment names held: the hold of %s ends early", HELD_MAX,
+                    m->held[slot].name);
+    }
+    held_t *hd = &m->held[slot];
+    if (hd->name[0])
+        cr__m_jr_heldend(m, hd);
+    hd->name[0] = 0;
+    hd->until = 0;
+    return hd;
+}
+
+/* Puts the ranges of hs (taken over) and the hold into the entry of that
+ * name, owner and memory. */
+static held_t *held_put(cr__master_t *m, const char *name, cr__rpc_client_id_t owner,
+                        uint64_t base, uint64_t size, held_set_t *hs, uint64_t hold,
+                        uint64_t now)
+{
+    held_t *hd = slot_for(m, name, owner, base, size, now);
+    if (hd->until <= now) { /* a new entry, or one whose hold is over */
+        hd->until = 0;
+        set_clear(&hd->rg);
+    }
+    set_compact(&hd->rg, now);
+    if (hs->whole) {
+        set_whole(&hd->rg);
+    } else if (!hd->rg.n && !hd->rg.whole) {
+        hd->rg = *hs; /* taken over */
+        hs->v = NULL;
+    } else {
+        for (uint32_t i = 0; i < hs->n; i++)
+            cr__m_held_add(m, &hd->rg, hs->v[i].off, hs->v[i].len, hs->v[i].until, now);
+    }
+    set_clear(hs);
+    snprintf(hd->name, sizeof hd->name, "%s", name);
+    if (hold > hd->until)
+        hd->until = hold;
+    hd->owner = owner;
+    hd->base = base;
+    hd->size = size;
+    return hd;
 }
 
 /* An absolute byte range held until `until`. */
@@ -173,49 +238,21 @@ void cr__m_held_remember(cr__master_t *m, const seg_t *sg, held_set_t *hs, uint6
     /* one entry per name, owner and range: another client's memory that
      * later gets the same name does not wait (cr__m_held_apply) */
     cr__rpc_client_id_t owner = sg->client != NONE32 ? m->clients[sg->client].id : sg->owner;
-    int slot = -1, victim = 0;
-    for (int h = 0; h < HELD_MAX && slot < 0; h++) {
-        const held_t *hd = &m->held[h];
-        if (!strcmp(hd->name, sg->name) && id_eq(hd->owner, owner) && hd->base == sg->base &&
-            hd->size == sg->size)
-            slot = h; /* the same memory dropped again */
-    }
-    for (int h = 0; h < HELD_MAX && slot < 0; h++) {
-        if (m->held[h].until <= now) {
-            slot = h;
-            m->held[h].until = 0;
-        } else if (m->held[h].until < m->held[victim].until) {
-            victim = h;
-        }
-    }
-    if (slot < 0) {
-        slot = victim;
-        m->held[slot].until = 0;
-        CR_LOG_WARN("master", "%d segment names held: the hold of %s ends early", HELD_MAX,
-                    m->held[slot].name);
-    }
-    held_t *hd = &m->held[slot];
-    if (hd->until <= now) { /* a new entry, or one whose hold is over */
-        hd->until = 0;
-        set_clear(&hd->rg);
-    }
-    set_compact(&hd->rg, now);
-    if (hs->whole) {
-        set_whole(&hd->rg);
-    } else if (!hd->rg.n && !hd->rg.whole) {
-        hd->rg = *hs; /* taken over */
-        hs->v = NULL;
-    } else {
-        for (uint32_t i = 0; i < hs->n; i++)
-            cr__m_held_add(m, &hd->rg, hs->v[i].off, hs->v[i].len, hs->v[i].until, now);
-    }
-    set_clear(hs);
-    snprintf(hd->name, sizeof hd->name, "%s", sg->name);
-    if (hold > hd->until)
-        hd->until = hold;
-    hd->owner = owner;
-    hd->base = sg->base;
-    hd->size = sg->size;
+    held_t *hd = held_put(m, sg->name, owner, sg->base, sg->size, hs, hold, now);
+    cr__m_jr_held(m, hd, now);
+}
+
+void cr__m_held_restore(cr__master_t *m, const cr__ha_held_t *h, uint64_t now)
+{
+    if (!h->hold_ms)
+        return;
+    held_set_t hs = {0};
+    hs.whole = h->whole;
+    for (uint32_t i = 0; i < h->n_rg && !hs.whole; i++)
+        cr__m_held_add(m, &hs, h->rg[i].off, h->rg[i].len, now + h->rg[i].ms, now);
+    if (!hs.whole && !hs.n)
+        return;
+    held_put(m, h->name, h->client, h->base, h->size, &hs, now + h->hold_ms, now);
 }
 
 static int rg_cmp(const void *a, const void *b)
@@ -224,9 +261,10 @@ static int rg_cmp(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, uint64_t now)
+uint64_t cr__m_held_ranges(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, uint64_t now,
+                           held_range_t **out, size_t *n_out, int *whole_out)
 {
-    seg_t *sg = &m->segs[s];
+    const seg_t *sg = &m->segs[s];
     uint64_t g = cr__oalloc_granule(sg->alloc), cap = cr__oalloc_capacity(sg->alloc);
     uint64_t whole_until = 0;
     held_range_t *t = NULL;
@@ -274,13 +312,8 @@ uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, u
             t[n++] = (held_range_t){.off = o, .len = oe - o, .until = r->until};
         }
     }
-    sg->held_until = whole || n ? whole_until : 0;
-    if (whole || !n) {
-        free(t);
-        return whole ? whole_until : 0;
-    }
-    /* ascending, overlaps merged (the later time holds) */
-    qsort(t, n, sizeof *t, rg_cmp);
+    if (n) /* ascending, overlaps merged (the later time holds) */
+        qsort(t, n, sizeof *t, rg_cmp);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (k && t[i].off < t[k - 1].off + t[k - 1].len) {
@@ -292,6 +325,24 @@ uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, u
         } else {
             t[k++] = t[i];
         }
+    }
+    *out = t;
+    *n_out = k;
+    *whole_out = whole;
+    return whole_until;
+}
+
+uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, uint64_t now)
+{
+    seg_t *sg = &m->segs[s];
+    held_range_t *t;
+    size_t k;
+    int whole;
+    uint64_t whole_until = cr__m_held_ranges(m, s, id, now, &t, &k, &whole);
+    sg->held_until = whole || k ? whole_until : 0;
+    if (whole || !k) {
+        free(t);
+        return whole ? whole_until : 0;
     }
     uint64_t after = 0, bytes = 0;
     for (size_t i = 0; i < k; i++) {
@@ -316,7 +367,20 @@ uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, u
 
 void cr__m_held_expire(cr__master_t *m, uint64_t now)
 {
+    for (int h = 0; h < HELD_MAX; h++) {
+        held_t *hd = &m->held[h];
+        if (hd->until > now)
+            continue;
+        if (hd->name[0])
+            cr__m_jr_heldend(m, hd);
+        hd->name[0] = 0;
+        if (hd->rg.v || hd->rg.whole)
+            set_clear(&hd->rg);
+    }
+}
+
+void cr__m_held_free(cr__master_t *m)
+{
     for (int h = 0; h < HELD_MAX; h++)
-        if (m->held[h].until <= now && (m->held[h].rg.v || m->held[h].rg.whole))
-            set_clear(&m->held[h].rg);
+        set_clear(&m->held[h].rg);
 }

@@ -84,7 +84,7 @@ void cr__master_destroy(cr__master_t *m)
     free(m->segs);
     free(m->clients);
     free(m->q);
-    cr__m_held_expire(m, UINT64_MAX);
+    cr__m_held_free(m);
     free(m->order);
     cr__ha_buf_free(&m->jbuf);
     cr__m_tier_destroy(m);

@@ -42,6 +42,7 @@
 #include "store/allocator/offset_alloc.h"
 #include "store/eviction/policy.h"
 #include "store/master/ha/record.h"
+#include "store/master/ha/shadow.h"
 #include "store/master/master.h"
 
 /* ---- records ------------------------------------------------------------ */
@@ -181,6 +182,7 @@ typedef struct held_set {
  * are reserved in the new allocator and quarantined until their time;
  * with rg.whole, nothing is allocated there before `until` (held.c). */
 #define HELD_MAX 64
+_Static_assert(HELD_MAX <= CR__HA_HELDS_MAX, "a standby's shadow keeps every held name");
 typedef struct held {
     char name[CR__RPC_SEGMENT_NAME_MAX];
     uint64_t until; /* the latest of rg's times (or the whole hold) */
@@ -415,9 +417,19 @@ void cr__m_held_add(cr__master_t *m, held_set_t *hs, uint64_t off, uint64_t len,
                     uint64_t until, uint64_t now);
 /* Remembers dropped segment sg's name until hold with the ranges of hs
  * (taken over: hs is left empty), but for what a live entry of that name
- * already holds as long. */
+ * already holds as long; journals the entry (HELD). */
 void cr__m_held_remember(cr__master_t *m, const seg_t *sg, held_set_t *hs, uint64_t hold,
                          uint64_t now);
+/* Takes a held name of a shadow index (a journal, a former leader) as
+ * held from now for the times it had left; not journaled. */
+void cr__m_held_restore(cr__master_t *m, const cr__ha_held_t *h, uint64_t now);
+/* The held ranges of segment s's memory for a mount by id: clipped to it,
+ * rounded out to granules, ascending, overlaps merged (the later time
+ * holds), in *out (malloc'd, the caller frees it; may be NULL when none)
+ * and *n. Returns the latest hold that matched (0: none); *whole: a list
+ * that was not kept or could not be built (all of s waits until then). */
+uint64_t cr__m_held_ranges(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, uint64_t now,
+                           held_range_t **out, size_t *n, int *whole);
 /* Segment s was just mounted by client id with a fresh allocator: the
  * held ranges of the same memory are reserved and quarantined until their
  * time. Returns the time before which nothing may be allocated on s (0, or
@@ -425,9 +437,10 @@ void cr__m_held_remember(cr__master_t *m, const seg_t *sg, held_set_t *hs, uint6
 /* Sets segs[s].held_until to the end of any hold that matched (whole or
  * in ranges); returns the time before which nothing is allocated there. */
 uint64_t cr__m_held_apply(cr__master_t *m, uint32_t s, cr__rpc_client_id_t id, uint64_t now);
-/* Frees the ranges of entries whose time has passed (all of them: now
- * UINT64_MAX, at destroy). */
+/* Ends the entries whose time has passed (HELDEND) and frees their ranges. */
 void cr__m_held_expire(cr__master_t *m, uint64_t now);
+/* Frees every entry's ranges (destroy). */
+void cr__m_held_free(cr__master_t *m);
 
 /* ---- objects.c: object operations (master.h documents each) ------------- */
 
@@ -514,6 +527,10 @@ void cr__m_jr_emit(cr__master_t *m);
 void cr__m_jr_wait_prior(void);
 void cr__m_jr_key(cr__master_t *m, uint8_t type, obj_t *o);
 void cr__m_jr_seg(cr__master_t *m, uint8_t type, seg_t *sg);
+/* HELD: held name hd as it is at now (its ranges over several records
+ * when they do not fit one); HELDEND: hd is over. */
+void cr__m_jr_held(cr__master_t *m, const held_t *hd, uint64_t now);
+void cr__m_jr_heldend(cr__master_t *m, const held_t *hd);
 /* 1 if a restored segment still waits for its owner. */
 int cr__m_any_detached(const cr__master_t *m);
 /* 1 while restored DRAM segments wait for their owners and no DRAM

@@ -1190,6 +1190,90 @@ static uint64_t mount_held_ms(cr__master_t *m, cr__rpc_client_id_t id, const cha
     return held;
 }
 
+/* The 1 MiB segment just mounted again takes 1 KiB objects everywhere
+ * but the held block at a until end, and hands that block out at end. */
+static void assert_held_until(cr__master_t *m, uint64_t a, uint64_t now, uint64_t end)
+{
+    uint64_t got = 0;
+    assert_int_equal(fill_avoiding(m, "h", 1024, now, &a, 1, 1024, NULL), 1023);
+    tick_alive(m, end - 1);
+    assert_int_equal(put_at(m, "late", 1000, end - 1, 1, &got), CR_E_NO_AVAILABLE_HANDLE);
+    tick_alive(m, end);
+    assert_int_equal(put_at(m, "late", 1000, end, 1, &got), 0);
+    assert_int_equal(got, a); /* the hold is over: the block is free again */
+}
+
+/* segA (CA, 1 MiB at 0x10000) with object "k" leased until 5100 and
+ * dropped at 200: its block (*ak) is held, the rest of the memory not. */
+static cr__master_t *held_after_drop(cr__ha_buf_t *jb, uint64_t *ak)
+{
+    cr__master_t *m = mk(NULL);
+    if (jb)
+        cr__master_set_journal(m, collect, jb);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 0), 0);
+    assert_int_equal(put_at(m, "k", 1000, 0, 1, ak), 0);
+    assert_int_equal(get(m, "k", 100, NULL, NULL, NULL), 0); /* lease until 5100 */
+    assert_int_equal(cr__master_unmount(m, CA, "segA", 200), 0);
+    return m;
+}
+
+/* A segment dropped while a reader held a lease on a replica, then a new
+ * leader (the records a standby got) or a master restarted on its journal
+ * (the records, or the snapshot it rewrote): the same memory mounted again
+ * gets everything but the leased block until the hold ends, counted from
+ * the restore (4900 ms were left at the drop), and a client asking for a
+ * fresh name is still told the name is held. Before, held names were not
+ * journaled: the new master handed the block to a new put while the stale
+ * reader could still read it. */
+static void test_held_range_survives_takeover_and_restart(void **s)
+{
+    (void)s;
+    cr__ha_buf_t jb = {0}, snap = {0};
+    uint64_t ak = 0;
+    cr__master_t *m = held_after_drop(&jb, &ak);
+    assert_int_equal(cr__master_dump(m, &snap, NULL, NULL), 0);
+    const cr__ha_buf_t *srcs[2] = {&jb, &snap};
+    for (int i = 0; i < 2; i++) {
+        cr__master_t *m2 = restored(srcs[i], 1000, NULL); /* the hold ends at 5900 */
+        /* a fresh-name client over the same memory is refused */
+        uint64_t held = mount_held_ms(m2, CC, "segA", 0x10000, 1 * MiB, 1000);
+        if (held != 4900)
+            fail_msg("source %d: a fresh mount of the held name: held %llu ms, want 4900", i,
+                     (unsigned long long)held);
+        assert_int_equal(cr__master_unmount(m2, CC, "segA", 1000), 0);
+        /* the owner back with the same memory: all but the leased block */
+        assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000, 1 * MiB, 1100), 0);
+        assert_held_until(m2, ak, 1200, 5900);
+        cr__master_destroy(m2);
+    }
+    /* its end is journaled too: a master restored after it holds nothing */
+    tick_alive(m, 5100);
+    cr__master_t *m3 = restored(&jb, 6000, NULL);
+    assert_int_equal(mount_held_ms(m3, CC, "segA", 0x10000, 1 * MiB, 6000), 0);
+    cr__master_destroy(m3);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&snap);
+    cr__ha_buf_free(&jb);
+}
+
+/* The same, but the memory was mounted again before the takeover (its
+ * held block in the old leader's quarantine, which is not journaled): the
+ * restored segment keeps the block held once its owner attaches it. */
+static void test_held_range_of_remounted_segment_survives_takeover(void **s)
+{
+    (void)s;
+    cr__ha_buf_t jb = {0};
+    uint64_t ak = 0;
+    cr__master_t *m = held_after_drop(&jb, &ak);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 300), 0);
+    cr__master_t *m2 = restored(&jb, 1000, NULL);
+    assert_int_equal(cr__master_mount(m2, CA, "segA", 0x10000, 1 * MiB, 1100), 0); /* attach */
+    assert_held_until(m2, ak, 1200, 5900);
+    cr__master_destroy(m2);
+    cr__master_destroy(m);
+    cr__ha_buf_free(&jb);
+}
+
 /* Held entries of name, live at now. */
 static int held_entries(const cr__master_t *m, const char *name, uint64_t now)
 {
@@ -1210,7 +1294,7 @@ static int held_entries(const cr__master_t *m, const char *name, uint64_t now)
 static void test_fresh_name_retry_adds_no_held_entry(void **s)
 {
     (void)s;
-    uint64_t ak = 0, ab = 0, ax = 0;
+    uint64_t ak = 0, ab = 0;
     cr__master_t *m = mk(NULL);
     assert_int_equal(cr__master_mount(m, CB, "segB", 0x40000000, 64 * KiB, 0), 0);
     assert_int_equal(put_at(m, "b", 1000, 0, 1, &ab), 0);
@@ -1239,11 +1323,76 @@ static void test_fresh_name_retry_adds_no_held_entry(void **s)
         if (m->held[h].until > 800 && !strcmp(m->held[h].name, "segA"))
             assert_int_equal(m->held[h].rg.n, 1);
     assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000, 1 * MiB, 900), 0);
-    assert_int_equal(fill_avoiding(m, "a", 1024, 1000, &ak, 1, 1024, NULL), 1023);
-    tick_alive(m, 5100);
-    assert_int_equal(put_at(m, "x", 1000, 5100, 1, &ax), 0);
-    assert_int_equal(ax, ak);
+    assert_held_until(m, ak, 1000, 5100);
     cr__master_destroy(m);
+}
+
+/* HELD records: a list longer than one record goes over several (MORE) and
+ * comes back whole in the shadow; bounds are refused when written (nothing
+ * is written) and when read (a hostile stream). */
+static void test_held_record_bounds(void **s)
+{
+    (void)s;
+    cr__ha_rec_t *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    cr__ha_buf_t b = {0};
+    r->type = CR__HA_HELD;
+    snprintf(r->name, sizeof r->name, "segA");
+    r->client = CA;
+    r->base = 0x10000;
+    r->seg_size = 1 * MiB;
+    r->hold_ms = 5000;
+    r->n_hrg = CR__HA_HELD_RG_MAX;
+    for (uint32_t i = 0; i < r->n_hrg; i++)
+        r->hrg[i] = (cr__ha_held_rg_t){.off = i * 1024ull, .len = 1024, .ms = 100 + i};
+    assert_int_equal(cr__ha_rec_put(&b, r), 0);
+    r->flags = CR__HA_HELD_MORE;
+    r->n_hrg = 2;
+    assert_int_equal(cr__ha_rec_put(&b, r), 0);
+    size_t good = b.len;
+    cr__ha_shadow_t *sh;
+    assert_int_equal(cr__ha_shadow_create(&sh), 0);
+    assert_int_equal(cr__ha_shadow_load(sh, b.p, b.len), (long)b.len);
+    assert_int_equal(cr__ha_shadow_n_held(sh), 1);
+    const cr__ha_held_t *h = cr__ha_shadow_held(sh, 0);
+    assert_int_equal(h->n_rg, CR__HA_HELD_RG_MAX + 2);
+    assert_int_equal(h->rg[CR__HA_HELD_RG_MAX - 1].ms, 100 + CR__HA_HELD_RG_MAX - 1);
+    assert_int_equal(h->hold_ms, 5000);
+    /* refused when written: nothing appended */
+    r->flags = 0;
+    r->hrg[1].off = 1 * MiB - 512; /* past the memory */
+    assert_int_equal(cr__ha_rec_put(&b, r), -EINVAL);
+    r->hrg[1] = (cr__ha_held_rg_t){.off = 0, .len = 1024, .ms = 5001}; /* past the hold */
+    assert_int_equal(cr__ha_rec_put(&b, r), -EINVAL);
+    r->hrg[1].ms = 1;
+    r->hold_ms = CR__HA_HELD_MS_MAX + 1;
+    assert_int_equal(cr__ha_rec_put(&b, r), -EINVAL);
+    r->hold_ms = 5000;
+    r->n_hrg = CR__HA_HELD_RG_MAX + 1;
+    assert_int_equal(cr__ha_rec_put(&b, r), -EINVAL);
+    r->n_hrg = 1;
+    r->flags = CR__HA_HELD_WHOLE; /* whole, with ranges */
+    assert_int_equal(cr__ha_rec_put(&b, r), -EINVAL);
+    assert_int_equal(b.len, good);
+    /* refused when read: a range past the memory, its check recomputed */
+    r->flags = 0;
+    assert_int_equal(cr__ha_rec_put(&b, r), 0);
+    uint8_t *body = b.p + good + CR__HA_FRAME_HDR;
+    size_t blen = b.len - good - CR__HA_FRAME_HDR;
+    body[blen - 24 + 15] = 0xff; /* the last range's len: past the memory */
+    uint32_t ck = (uint32_t)XXH3_64bits(body, blen);
+    memcpy(b.p + good + 4, &ck, 4);
+    assert_int_equal(cr__ha_rec_get(b.p + good, b.len - good, r), -EBADMSG);
+    /* HELDEND ends it */
+    b.len = good;
+    r->type = CR__HA_HELDEND;
+    assert_int_equal(cr__ha_rec_put(&b, r), 0);
+    cr__ha_shadow_reset(sh);
+    assert_int_equal(cr__ha_shadow_load(sh, b.p, b.len), (long)b.len);
+    assert_int_equal(cr__ha_shadow_n_held(sh), 0);
+    cr__ha_shadow_destroy(sh);
+    cr__ha_buf_free(&b);
+    free(r);
 }
 
 /* Exist through the dispatch: with the header's LEASE flag an object found
@@ -1794,7 +1943,10 @@ int main(void)
         cmocka_unit_test(test_reput_not_placed_keeps_the_old_object),
         cmocka_unit_test(test_exist_lease_flag),
         cmocka_unit_test(test_dropped_restored_segment_not_held_forever),
+        cmocka_unit_test(test_held_range_survives_takeover_and_restart),
+        cmocka_unit_test(test_held_range_of_remounted_segment_survives_takeover),
         cmocka_unit_test(test_fresh_name_retry_adds_no_held_entry),
+        cmocka_unit_test(test_held_record_bounds),
         cmocka_unit_test(test_window_put_start_unwaited),
         cmocka_unit_test(test_put_timeout_reclaim),
         cmocka_unit_test(test_quarantine_and_validate),

@@ -77,6 +77,23 @@ static int wkey(cr__ha_buf_t *b, const char *k, size_t l)
     return 0;
 }
 
+/* A HELD record's bounds, written and read alike: every range inside the
+ * memory, every time within the entry's. */
+static int held_ok(const cr__ha_rec_t *r)
+{
+    if (r->hold_ms > CR__HA_HELD_MS_MAX || r->n_hrg > CR__HA_HELD_RG_MAX ||
+        (r->flags & ~(CR__HA_HELD_WHOLE | CR__HA_HELD_MORE)) ||
+        ((r->flags & CR__HA_HELD_WHOLE) && r->n_hrg) || r->base + r->seg_size < r->base)
+        return 0;
+    for (uint32_t i = 0; i < r->n_hrg; i++) {
+        const cr__ha_held_rg_t *g = &r->hrg[i];
+        if (!g->len || g->off > r->seg_size || g->len > r->seg_size - g->off ||
+            g->ms > r->hold_ms)
+            return 0;
+    }
+    return 1;
+}
+
 int cr__ha_rec_put(cr__ha_buf_t *b, const cr__ha_rec_t *r)
 {
     size_t start = b->len;
@@ -140,6 +157,28 @@ int cr__ha_rec_put(cr__ha_buf_t *b, const cr__ha_rec_t *r)
         rc = wstr(b, r->name);
         w(b, r->base, 8);
         w(b, r->seg_size, 8);
+        break;
+    case CR__HA_HELD:
+    case CR__HA_HELDEND:
+        rc = wstr(b, r->name);
+        w(b, r->client.hi, 8);
+        w(b, r->client.lo, 8);
+        w(b, r->base, 8);
+        w(b, r->seg_size, 8);
+        if (r->type == CR__HA_HELDEND)
+            break;
+        if (!held_ok(r)) {
+            rc = -EINVAL;
+            break;
+        }
+        w(b, r->hold_ms, 8);
+        w(b, r->flags, 1);
+        w(b, r->n_hrg, 2);
+        for (uint32_t i = 0; i < r->n_hrg; i++) {
+            w(b, r->hrg[i].off, 8);
+            w(b, r->hrg[i].len, 8);
+            w(b, r->hrg[i].ms, 8);
+        }
         break;
     default:
         rc = -EINVAL;
@@ -215,6 +254,23 @@ static void rkey(rd_t *d, cr__ha_rec_t *rec)
         d->bad = 1;
 }
 
+/* The rest of a HELD body. */
+static void rheld(rd_t *d, cr__ha_rec_t *rec)
+{
+    rec->hold_ms = r(d, 8);
+    rec->flags = (uint8_t)r(d, 1);
+    rec->n_hrg = (uint16_t)r(d, 2);
+    if (rec->n_hrg > CR__HA_HELD_RG_MAX) {
+        d->bad = 1;
+        return;
+    }
+    for (uint32_t i = 0; i < rec->n_hrg; i++) {
+        rec->hrg[i].off = r(d, 8);
+        rec->hrg[i].len = r(d, 8);
+        rec->hrg[i].ms = r(d, 8);
+    }
+}
+
 long cr__ha_rec_get(const uint8_t *p, size_t avail, cr__ha_rec_t *rec)
 {
     if (avail < CR__HA_FRAME_HDR)
@@ -288,6 +344,18 @@ long cr__ha_rec_get(const uint8_t *p, size_t avail, cr__ha_rec_t *rec)
         rstr(&d, rec->name);
         rec->base = r(&d, 8);
         rec->seg_size = r(&d, 8);
+        break;
+    case CR__HA_HELD:
+    case CR__HA_HELDEND:
+        rstr(&d, rec->name);
+        rec->client.hi = r(&d, 8);
+        rec->client.lo = r(&d, 8);
+        rec->base = r(&d, 8);
+        rec->seg_size = r(&d, 8);
+        if (rec->type == CR__HA_HELD) {
+            rheld(&d, rec);
+            d.bad |= !held_ok(rec);
+        }
         break;
     default:
         d.bad = 1;

@@ -74,7 +74,7 @@ struct cr__ha_repl {
     uint64_t applied;
     uint32_t floor;
     int snap_first; /* the next snapshot chunk rewrites the local journal */
-    cr__ha_rec_t *rec; /* decode scratch of cr__ha_repl_apply (33 KiB: once, not per append) */
+    cr__ha_rec_t *rec; /* decode scratch of cr__ha_repl_apply (~57 KiB: once, not per append) */
     int need_reset; /* the state came from elsewhere (journal, nothing): the next
                        stream must start with a snapshot (RESET), never append
                        a leader's log to it */
@@ -276,7 +276,7 @@ static int send_snapshot(cr__ha_repl_t *r, follower_t *f, cr__rpc_client_t *c)
     size_t off = 0;
     uint32_t flags = CR__RPC_F_REPL_RESET | FLAG_SNAP;
     uint64_t acked = 0;
-    cr__ha_rec_t *rec = malloc(sizeof *rec); /* 33 KiB: not in TLS nor on the stack */
+    cr__ha_rec_t *rec = malloc(sizeof *rec); /* ~57 KiB: not in TLS nor on the stack */
     if (!rec) {
         cr__ha_buf_free(&snap);
         return -EIO;

@@ -28,6 +28,8 @@ struct cr__ha_shadow {
     uint64_t next_version;
     cr__ha_win_t *wins; /* open allocation windows */
     uint32_t n_wins, cap_wins;
+    cr__ha_held_t held[CR__HA_HELDS_MAX]; /* held names: the first n_held */
+    uint32_t n_held;
 };
 
 int cr__ha_shadow_create(cr__ha_shadow_t **out)
@@ -68,6 +70,9 @@ void cr__ha_shadow_reset(cr__ha_shadow_t *s)
     s->n_segs = 0;
     s->n_wins = 0;
     s->next_version = 0;
+    for (uint32_t i = 0; i < s->n_held; i++)
+        free(s->held[i].rg);
+    s->n_held = 0;
 }
 
 void cr__ha_shadow_destroy(cr__ha_shadow_t *s)
@@ -121,6 +126,65 @@ static int seg_index(const cr__ha_shadow_t *s, const char *name)
         if (!strcmp(s->segs[i].name, name))
             return (int)i;
     return -1;
+}
+
+/* The held entry of r's name, owner and memory, or -1. */
+static int held_index(const cr__ha_shadow_t *s, const cr__ha_rec_t *r)
+{
+    for (uint32_t i = 0; i < s->n_held; i++) {
+        const cr__ha_held_t *h = &s->held[i];
+        if (!strcmp(h->name, r->name) && h->client.hi == r->client.hi &&
+            h->client.lo == r->client.lo && h->base == r->base && h->size == r->seg_size)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* HELD: a new entry or the entry replaced (more ranges with _MORE). */
+static int held_apply(cr__ha_shadow_t *s, const cr__ha_rec_t *r)
+{
+    int i = held_index(s, r);
+    cr__ha_held_t *h;
+    if (r->flags & CR__HA_HELD_MORE) {
+        if (i < 0)
+            return 0; /* its first record was not seen: as the master would */
+        h = &s->held[i];
+    } else {
+        if (i < 0) {
+            if (s->n_held == CR__HA_HELDS_MAX)
+                return -ENOMEM;
+            i = (int)s->n_held++;
+            memset(&s->held[i], 0, sizeof s->held[i]);
+        }
+        h = &s->held[i];
+        memcpy(h->name, r->name, sizeof h->name);
+        h->client = r->client;
+        h->base = r->base;
+        h->size = r->seg_size;
+        h->hold_ms = r->hold_ms;
+        h->whole = (r->flags & CR__HA_HELD_WHOLE) != 0;
+        h->n_rg = 0;
+    }
+    if (h->whole || !r->n_hrg)
+        return 0;
+    if (h->n_rg + r->n_hrg > CR__HA_HELD_RANGES_MAX) {
+        h->whole = 1; /* as the master does past its bound */
+        h->n_rg = 0;
+        return 0;
+    }
+    if (h->n_rg + r->n_hrg > h->cap_rg) {
+        uint32_t nc = h->cap_rg ? h->cap_rg : CR__HA_HELD_RG_MAX;
+        while (nc < h->n_rg + r->n_hrg)
+            nc *= 2;
+        cr__ha_held_rg_t *n = realloc(h->rg, nc * sizeof *n);
+        if (!n)
+            return -ENOMEM;
+        h->rg = n;
+        h->cap_rg = nc;
+    }
+    memcpy(h->rg + h->n_rg, r->hrg, r->n_hrg * sizeof *r->hrg);
+    h->n_rg += r->n_hrg;
+    return 0;
 }
 
 int cr__ha_shadow_apply(cr__ha_shadow_t *s, const uint8_t *frame, size_t len,
@@ -238,13 +302,23 @@ int cr__ha_shadow_apply(cr__ha_shadow_t *s, const uint8_t *frame, size_t len,
         if (r->version > s->next_version)
             s->next_version = r->version;
         return 0;
+    case CR__HA_HELD:
+        return held_apply(s, r);
+    case CR__HA_HELDEND: {
+        int i = held_index(s, r);
+        if (i >= 0) {
+            free(s->held[i].rg);
+            s->held[i] = s->held[--s->n_held];
+        }
+        return 0;
+    }
     }
     return 0;
 }
 
 long cr__ha_shadow_load(cr__ha_shadow_t *s, const uint8_t *buf, size_t len)
 {
-    /* 33 KiB: on the heap, neither on a (small) thread stack nor in TLS,
+    /* ~57 KiB: on the heap, neither on a (small) thread stack nor in TLS,
      * which glibc carves out of every thread's stack */
     cr__ha_rec_t *rec = malloc(sizeof *rec);
     if (!rec)
@@ -290,6 +364,12 @@ int cr__ha_shadow_foreach_win(const cr__ha_shadow_t *s, int (*fn)(void *, const 
             return rc;
     }
     return 0;
+}
+
+uint32_t cr__ha_shadow_n_held(const cr__ha_shadow_t *s) { return s->n_held; }
+const cr__ha_held_t *cr__ha_shadow_held(const cr__ha_shadow_t *s, uint32_t i)
+{
+    return i < s->n_held ? &s->held[i] : NULL;
 }
 
 int cr__ha_shadow_foreach_obj(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_rec_t *),

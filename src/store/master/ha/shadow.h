@@ -28,6 +28,19 @@ typedef struct cr__ha_win {
 } cr__ha_win_t;
 #define CR__HA_WINS_MAX 4096 /* open windows kept; more is a corrupt stream */
 
+/* A held name (record.h HELD) not over yet; times in ms remaining at its
+ * last record. */
+typedef struct cr__ha_held {
+    char name[CR__RPC_SEGMENT_NAME_MAX];
+    cr__rpc_client_id_t client;
+    uint64_t base, size, hold_ms;
+    int whole; /* the whole memory (no ranges, or more than CR__HA_HELD_RANGES_MAX) */
+    cr__ha_held_rg_t *rg;
+    uint32_t n_rg, cap_rg;
+} cr__ha_held_t;
+#define CR__HA_HELDS_MAX 64 /* held names kept (the master's HELD_MAX); more is a corrupt stream */
+#define CR__HA_HELD_RANGES_MAX 65536u /* ranges per name (the master's HELD_RANGES_MAX) */
+
 /* Returns 0 and *out or -ENOMEM. */
 int cr__ha_shadow_create(cr__ha_shadow_t **out);
 void cr__ha_shadow_destroy(cr__ha_shadow_t *s);
@@ -53,6 +66,9 @@ int cr__ha_shadow_foreach_seg(const cr__ha_shadow_t *s, int (*fn)(void *, const 
                               void *user);
 int cr__ha_shadow_foreach_win(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_win_t *),
                               void *user);
+/* Held names: how many, and the i-th (NULL past the last). */
+uint32_t cr__ha_shadow_n_held(const cr__ha_shadow_t *s);
+const cr__ha_held_t *cr__ha_shadow_held(const cr__ha_shadow_t *s, uint32_t i);
 /* fn gets the object's OBJ record decoded (r->flags has COMPLETE). */
 int cr__ha_shadow_foreach_obj(const cr__ha_shadow_t *s, int (*fn)(void *, const cr__ha_rec_t *),
                               void *user);
