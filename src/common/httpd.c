@@ -18,7 +18,18 @@
  * that takes the place of the busiest source's longest-idle one
  * (cr__net_fair_victim), closed by shutdown() through our dup of its
  * socket, or is itself closed. TLS on: the TLS front does the same before
- * the handshake (httpd_tls.c). */
+ * the handshake (httpd_tls.c).
+ *
+ * Deadlines (docs/security.md, "Request deadlines"): MHD's timeouts are idle
+ * timeouts that every byte resets, so each connection also has an absolute
+ * deadline (conn_rec_t.deadline_ms, plain and TLS-fed alike), and the
+ * reaper thread closes a connection past it the way the fair share does:
+ * a request's line and headers must be in HTTPD_HEADERS_S after the
+ * connection may send one (its MHD idle timeout plus HTTPD_HEADERS_S from
+ * the accept or the end of the previous response, so an idle keep-alive
+ * connection is closed by MHD first), its body HTTPD_BODY_S after the
+ * headers plus 1 s per HTTPD_BODY_RATE bytes received; a request being
+ * handled or answered has none. */
 #include "common/httpd.h"
 
 #include <arpa/inet.h>
@@ -49,6 +60,10 @@
 #define HTTPD_MIN_BODY_BUDGET (64u << 20) /* bytes of bodies buffered at once, server-wide */
 #define HTTPD_PER_SOURCE 64      /* default connections per source address */
 #define HTTPD_TARGET_MAX 4096    /* security on: longest request target (414 beyond) */
+#define HTTPD_HEADERS_S 10       /* a request's line and headers, once it may be sent */
+#define HTTPD_BODY_S 10          /* a body: this, plus 1 s per HTTPD_BODY_RATE bytes in */
+#define HTTPD_BODY_RATE (64u << 10)
+#define HTTPD_REAP_MS 500        /* how often deadlines are checked */
 
 /* One MHD connection (plain HTTP), for the fair share of the slots. */
 typedef struct conn_rec {
@@ -56,9 +71,11 @@ typedef struct conn_rec {
     int evicted;                 /* closing: not counted */
     struct sockaddr_storage src;
     _Atomic uint64_t idle_ms;    /* idle since (ms), CR__NET_BUSY during a request */
+    _Atomic uint64_t deadline_ms; /* closed at this time (ms) by the reaper, 0 = none */
 } conn_rec_t;
 
 #define HTTPD_RECS (HTTPD_CONN_LIMIT + HTTPD_CONN_SLACK)
+#define HTTPD_TLS_RECS (2 * HTTPD_CONN_LIMIT) /* MHD's limit when the TLS front feeds it */
 
 struct cr__httpd {
     struct MHD_Daemon *mhd;
@@ -72,8 +89,15 @@ struct cr__httpd {
     _Atomic uint64_t auth_refused;
     cr__httpd_tls_t *tls_front; /* TLS on: terminates TLS, feeds MHD */
     pthread_mutex_t conns_mu;
-    conn_rec_t *conns; /* plain HTTP: HTTPD_RECS records; guarded by conns_mu */
+    conn_rec_t *conns; /* nrecs records (one per MHD connection); guarded by conns_mu */
+    int nrecs;         /* MHD's connection limit; immutable */
+    int fair;          /* plain HTTP: on_connection shares the slots out; immutable */
     _Atomic uint64_t evicted; /* connections closed for a newcomer (or newcomers refused) */
+    pthread_t reaper;
+    pthread_cond_t reaper_cv; /* wakes the reaper to stop */
+    int reaper_on;            /* the reaper thread was started */
+    int stopping;             /* guarded by conns_mu */
+    _Atomic uint64_t overdue; /* connections closed past their deadline */
 };
 
 struct conn_state {
@@ -84,6 +108,8 @@ struct conn_state {
     int overloaded; /* the server-wide body budget was exhausted */
     char *target;   /* security on: the request target as received (path?query) */
     int target_too_long; /* security on: the target passed HTTPD_TARGET_MAX */
+    uint64_t headers_ms; /* when the headers were in (the body's deadline counts from it) */
+    uint64_t body_in;    /* body bytes received, kept or not */
 };
 
 /* The connection's record (plain HTTP), or NULL. */
@@ -94,15 +120,57 @@ static conn_rec_t *conn_rec_of(struct MHD_Connection *conn)
     return ci ? ci->socket_context : NULL;
 }
 
-/* MHD's connection notifications (plain HTTP): records each connection
- * and, past HTTPD_CONN_LIMIT live ones, closes the busiest source's
- * longest-idle connection or the newcomer (cr__net_fair_victim). */
+/* Sets the connection's absolute deadline (ms, 0 = none). */
+static void conn_deadline(struct MHD_Connection *conn, uint64_t at_ms)
+{
+    conn_rec_t *rec = conn_rec_of(conn);
+    if (rec)
+        atomic_store(&rec->deadline_ms, at_ms);
+}
+
+/* The reaper: closes connections past their deadline (shutdown() through
+ * our dup; MHD then notices and closes them, and a TLS front's relay with
+ * them), every HTTPD_REAP_MS until the server stops. */
+static void *reaper_main(void *arg)
+{
+    cr__httpd_t *srv = arg;
+    pthread_mutex_lock(&srv->conns_mu);
+    while (!srv->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += (long)HTTPD_REAP_MS * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&srv->reaper_cv, &srv->conns_mu, &ts);
+        uint64_t now = cr__now_ms();
+        unsigned closed = 0;
+        for (int i = 0; i < srv->nrecs; i++) {
+            conn_rec_t *r = &srv->conns[i];
+            uint64_t d = atomic_load(&r->deadline_ms);
+            if (r->dup < 0 || r->evicted || !d || now < d)
+                continue;
+            r->evicted = 1; /* closing: not counted by the fair share */
+            shutdown(r->dup, SHUT_RDWR);
+            closed++;
+        }
+        if (closed) {
+            atomic_fetch_add(&srv->overdue, closed);
+            CR_LOG_RL(CR__LOG_WARN, "httpd", "closed %u connection(s) whose request was not in "
+                      "by its deadline (a trickled request?)", closed);
+        }
+    }
+    pthread_mutex_unlock(&srv->conns_mu);
+    return NULL;
+}
+
+/* MHD's connection notifications: records each connection with its first
+ * deadline and, plain HTTP, past HTTPD_CONN_LIMIT live ones closes the
+ * busiest source's longest-idle connection or the newcomer
+ * (cr__net_fair_victim). */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **sctx,
                           enum MHD_ConnectionNotificationCode code)
 {
     cr__httpd_t *srv = cls;
-    if (!srv->conns)
-        return; /* TLS on: the front shares the slots out */
     if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         conn_rec_t *r = *sctx;
         if (r) {
@@ -132,12 +200,12 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **sctx,
     conn_rec_t *mine = NULL;
     int refuse = 0;
     pthread_mutex_lock(&srv->conns_mu);
-    for (int i = 0; i < HTTPD_RECS; i++) {
+    for (int i = 0; i < srv->nrecs; i++) {
         conn_rec_t *r = &srv->conns[i];
         if (r->dup < 0) {
             if (!mine)
                 mine = r;
-        } else if (!r->evicted) {
+        } else if (srv->fair && !r->evicted) { /* TLS on: the front shares the slots out */
             peers[n] = (cr__net_peer_t){&r->src, atomic_load(&r->idle_ms)};
             idx[n++] = i;
         }
@@ -145,12 +213,14 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **sctx,
     if (mine)
         mine->dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (!mine || mine->dup < 0) {
-        refuse = 1; /* (cannot happen: MHD admits at most HTTPD_RECS) */
+        refuse = 1; /* (cannot happen: MHD admits at most nrecs) */
         mine = NULL;
     } else {
         mine->src = src;
         mine->evicted = 0;
-        atomic_store(&mine->idle_ms, cr__now_ms());
+        uint64_t now = cr__now_ms();
+        atomic_store(&mine->idle_ms, now);
+        atomic_store(&mine->deadline_ms, now + (HTTPD_FIRST_REQUEST_S + HTTPD_HEADERS_S) * 1000ull);
         if (n >= HTTPD_CONN_LIMIT) {
             int v = cr__net_fair_victim(peers, n, &src);
             conn_rec_t *victim = v >= 0 ? &srv->conns[idx[v]] : mine;
@@ -238,6 +308,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         st->srv = srv;
         *con_cls = st;
+        /* the headers are in: a body (or a refusal's answer) has its own time */
+        st->headers_ms = cr__now_ms();
+        conn_deadline(conn, st->headers_ms + HTTPD_BODY_S * 1000ull);
         /* the signature covers the whole target: without all of it kept
          * (longer than we keep, or no memory) nothing can be verified, and
          * checking a part would authorize whatever follows it */
@@ -273,11 +346,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size) {
+        st->body_in += *upload_data_size;
+        conn_deadline(conn, st->headers_ms + HTTPD_BODY_S * 1000ull +
+                                st->body_in * 1000 / HTTPD_BODY_RATE);
         if (body_append(st, upload_data, *upload_data_size, srv->max_body))
             return MHD_NO; /* out of memory: drop the connection */
         *upload_data_size = 0;
         return MHD_YES;
     }
+    conn_deadline(conn, 0); /* the request is in: handling and answering it are not bounded */
     if (st->too_big)
         return queue_static(conn, MHD_HTTP_CONTENT_TOO_LARGE, "request body too large\n");
     if (st->overloaded)
@@ -330,8 +407,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     (void)cls, (void)toe;
     conn_rec_t *rec = conn_rec_of(conn);
-    if (rec)
-        atomic_store(&rec->idle_ms, cr__now_ms()); /* the request is over: idle from now */
+    if (rec) { /* the request is over: idle from now; the next one may start until MHD's
+                * idle timeout (at most HTTPD_CONN_TIMEOUT_S) closes the connection */
+        uint64_t now = cr__now_ms();
+        atomic_store(&rec->idle_ms, now);
+        atomic_store(&rec->deadline_ms, now + (HTTPD_CONN_TIMEOUT_S + HTTPD_HEADERS_S) * 1000ull);
+    }
     struct conn_state *st = *con_cls;
     if (st) {
         if (st->srv)
@@ -469,20 +550,26 @@ int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
     srv->user = user;
     srv->auth = p->auth;
     unsigned per_source = p->max_conns_per_source ? p->max_conns_per_source : HTTPD_PER_SOURCE;
-    if (!p->tls) {
-        srv->conns = calloc(HTTPD_RECS, sizeof *srv->conns);
-        if (!srv->conns) {
-            free(srv);
-            return -ENOMEM;
-        }
-        for (int i = 0; i < HTTPD_RECS; i++)
-            srv->conns[i].dup = -1;
+    srv->fair = !p->tls;
+    srv->nrecs = p->tls ? HTTPD_TLS_RECS : HTTPD_RECS;
+    srv->conns = calloc((size_t)srv->nrecs, sizeof *srv->conns);
+    if (!srv->conns) {
+        free(srv);
+        return -ENOMEM;
     }
+    for (int i = 0; i < srv->nrecs; i++)
+        srv->conns[i].dup = -1;
     pthread_mutex_init(&srv->conns_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->reaper_cv, &ca);
+    pthread_condattr_destroy(&ca);
     /* Bind ourselves: gives a precise errno (-EADDRINUSE), host selection
      * and the ephemeral port without relying on MHD's address handling. */
     int fd = cr__net_listen(host, port, 128, &srv->port);
     if (fd < 0) {
+        pthread_cond_destroy(&srv->reaper_cv);
         pthread_mutex_destroy(&srv->conns_mu);
         free(srv->conns);
         free(srv);
@@ -503,8 +590,7 @@ int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
          * HTTPD_CONN_LIMIT live and needs room for the ones closing; TLS
          * on, the front keeps them and its evicted connections may linger
          * in MHD until their relay notices */
-        MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(p->tls ? 2 * HTTPD_CONN_LIMIT : HTTPD_RECS),
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)srv->nrecs,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTPD_FIRST_REQUEST_S,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, p->tls ? 2 * per_source : per_source,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
@@ -517,20 +603,22 @@ int cr__httpd_start_ex(const cr__httpd_params_t *p, cr__httpd_t **out)
     if (!srv->mhd) {
         CR_LOG_ERROR("httpd", "MHD_start_daemon failed on port %u", srv->port);
         close(fd);
+        pthread_cond_destroy(&srv->reaper_cv);
         pthread_mutex_destroy(&srv->conns_mu);
         free(srv->conns);
         free(srv);
         return -ENOMEM;
     }
-    if (p->tls) {
-        int rc = cr__httpd_tls_start(p->tls, fd, srv->mhd, HTTPD_CONN_LIMIT, per_source,
-                                     &srv->tls_front);
-        if (rc) { /* fd is closed */
-            MHD_stop_daemon(srv->mhd);
-            pthread_mutex_destroy(&srv->conns_mu);
-            free(srv);
-            return rc;
-        }
+    int rc = -pthread_create(&srv->reaper, NULL, reaper_main, srv);
+    srv->reaper_on = !rc;
+    if (p->tls && rc) /* (plain HTTP: MHD owns fd) */
+        close(fd);
+    else if (p->tls) /* closes fd on failure */
+        rc = cr__httpd_tls_start(p->tls, fd, srv->mhd, HTTPD_CONN_LIMIT, per_source,
+                                 &srv->tls_front);
+    if (rc) {
+        cr__httpd_stop(srv);
+        return rc;
     }
     if (p->name && !p->tls)
         cr__auth_warn_open(p->auth, p->name, host);
@@ -550,12 +638,19 @@ void cr__httpd_stop(cr__httpd_t *srv)
 {
     if (!srv)
         return;
+    if (srv->reaper_on) {
+        pthread_mutex_lock(&srv->conns_mu);
+        srv->stopping = 1;
+        pthread_cond_signal(&srv->reaper_cv);
+        pthread_mutex_unlock(&srv->conns_mu);
+        pthread_join(srv->reaper, NULL);
+    }
     cr__httpd_tls_stop(srv->tls_front); /* before MHD: its threads use the daemon */
     MHD_stop_daemon(srv->mhd); /* joins the threads and closes the listen socket */
-    if (srv->conns) /* MHD notified every close: all records are free */
-        for (int i = 0; i < HTTPD_RECS; i++)
-            if (srv->conns[i].dup >= 0)
-                close(srv->conns[i].dup);
+    for (int i = 0; i < srv->nrecs; i++) /* MHD notified every close: all records are free */
+        if (srv->conns[i].dup >= 0)
+            close(srv->conns[i].dup);
+    pthread_cond_destroy(&srv->reaper_cv);
     pthread_mutex_destroy(&srv->conns_mu);
     free(srv->conns);
     free(srv);

@@ -64,7 +64,10 @@ int cr__httpd_start(const char *host, uint16_t port, size_t max_body, cr__http_h
  * taken, a newcomer from an address holding fewer than the busiest one
  * replaces that address's longest-idle connection (docs/security.md, fair
  * share). A connection must send a request within 5 s; once one was taken
- * it is closed after 30 s idle. */
+ * it is closed after 30 s idle. Those are idle timeouts; a request also has
+ * absolute deadlines: its line and headers 10 s after it may start (15 s
+ * from the accept, 40 s from the end of the previous response), its body
+ * 10 s after them plus 1 s per 64 KiB; past them the connection is closed. */
 typedef struct cr__httpd_params {
     const char *host;
     uint16_t port;
