@@ -164,3 +164,73 @@ def store_for(c, key_file=None, segment="0", env_key=True):
         else:
             os.environ["CRESCENT_CLUSTER_KEY_FILE"] = old
     return s, rc
+
+
+# ---- trickled requests (slowloris) ---------------------------------------------
+
+class Trickler:
+    """Sockets that have sent a request's start (a request line, maybe headers)
+    and then trickle one more byte each every period_s, never finishing it.
+    A thread does the sending and notices when the server closed one (a send
+    fails, or a read sees the end): closed() counts those."""
+
+    def __init__(self, socks, period_s=1.5):
+        import threading
+        self.socks, self.period_s = list(socks), period_s
+        self.gone = set()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _dead(self, s):
+        import select
+        import ssl
+        try:
+            if select.select([s], [], [], 0)[0]:
+                return s.recv(1) == b""
+            s.send(b"a")
+        except ssl.SSLWantReadError:
+            return False
+        except (OSError, ValueError):
+            return True
+        return False
+
+    def _run(self):
+        while not self._stop.wait(self.period_s):
+            for s in self.socks:
+                if s not in self.gone and self._dead(s):
+                    self.gone.add(s)
+
+    def closed(self):
+        return len(self.gone)
+
+    def wait_all_closed(self, bound_s):
+        """True once the server closed every socket; False after bound_s
+        (a guard against a hang, not a timing check)."""
+        deadline = time.monotonic() + bound_s
+        while len(self.gone) < len(self.socks) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return len(self.gone) == len(self.socks)
+
+    def stop(self):
+        self._stop.set()
+        self._t.join()
+        for s in self.socks:
+            s.close()
+
+
+def trickle_start(port, src, start=b"GET /metadata?key=x HTTP/1.1\r\nX-Slow: ", wrap=None):
+    """A connection from src to 127.0.0.1:port (TLS when wrap, a function of
+    the socket) that has sent start; None if the server refused it."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(10)
+    try:
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", port))
+        if wrap:
+            s = wrap(s)
+        s.sendall(start)
+        return s
+    except OSError:
+        s.close()
+        return None

@@ -246,3 +246,74 @@ def test_master_metadata_cap_refuses_new_keys_clearly(cap):
         assert "metadata full" in f.read()
     import shutil
     shutil.rmtree(d.dir, ignore_errors=True)
+
+
+def http_served(port, key, src="127.0.0.1"):
+    """A signed GET from src answered with an HTTP status (not refused)."""
+    from secutil import http_auth_header
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(src, 0))
+        target = "/metadata?key=trickle-probe"
+        c.request("GET", target, headers={"X-Crescent-Auth": http_auth_header(key, "GET", target)})
+        status = c.getresponse().status
+        c.close()
+        return status in (200, 404)
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+def test_trickled_request_is_closed_at_its_deadline(secure):
+    """A client that trickles its headers (or its body) one byte every 1.5 s
+    resets libmicrohttpd's idle timeout with every byte; the absolute
+    deadline closes it anyway, while a keep-alive client idle for longer
+    than that deadline between two requests is still served. Regression:
+    the trickled connections were kept as long as they trickled."""
+    from secutil import Trickler, http_auth_header, trickle_start
+    port, key = secure["http_port"], secure["key"]
+    body_target = "/metadata?key=trickle-body"
+    body_start = ("PUT %s HTTP/1.1\r\nHost: x\r\nX-Crescent-Auth: %s\r\nContent-Length: 1000\r\n"
+                  "\r\n" % (body_target, http_auth_header(key, "PUT", body_target, b"b" * 1000)))
+    socks = [trickle_start(port, FLOOD_SRC), trickle_start(port, FLOOD_SRC, body_start.encode())]
+    assert all(socks), "the server refused a connection while nearly empty"
+    t = Trickler(socks)
+    keep = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        for i in range(2):  # the second request after 20 s idle on the same connection
+            target = "/metadata?key=keepalive-%d" % i
+            keep.request("GET", target, headers={"X-Crescent-Auth":
+                                                 http_auth_header(key, "GET", target)})
+            r = keep.getresponse()
+            r.read()
+            assert r.status == 404 and not r.will_close, (r.status, r.will_close)
+            if i == 0:
+                sock = keep.sock
+                time.sleep(20)
+        assert keep.sock is sock, "the keep-alive connection was not kept"
+        assert t.wait_all_closed(60), "%d of 2 trickled requests still open after 60 s" % (
+            2 - t.closed())
+    finally:
+        keep.close()
+        t.stop()
+
+
+def test_trickled_requests_from_several_sources_do_not_lock_clients_out(secure):
+    """Four addresses holding 64 connections each, every one trickling its
+    headers (so none is idle and the fair share evicts none), fill the HTTP
+    metadata server: the deadline closes them, and a client from another
+    address is served. Regression: it was refused for as long as they
+    trickled."""
+    from secutil import Trickler, trickle_start
+    port = secure["http_port"]
+    socks = [s for src in SOURCES4 for s in (trickle_start(port, src) for _ in range(64)) if s]
+    t = Trickler(socks)
+    try:
+        time.sleep(1)  # their request lines are in (setup, not a timing check)
+        bound = time.monotonic() + 60  # a guard against a hang, not a timing check
+        while not http_served(port, secure["key"]) and time.monotonic() < bound:
+            time.sleep(0.5)
+        assert time.monotonic() < bound, "a client on another address was never served"
+        assert t.wait_all_closed(30), "%d of %d trickling connections still open" % (
+            len(socks) - t.closed(), len(socks))
+        legit_roundtrip(secure, "trickle-sources")
+    finally:
+        t.stop()

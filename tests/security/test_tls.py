@@ -318,3 +318,31 @@ def test_handshake_flood_from_several_sources_leaves_members_served(tls_cluster)
     finally:
         for s in flood:
             s.close()
+
+
+def test_trickled_requests_over_tls_are_closed_and_do_not_lock_members_out(tls_cluster):
+    """Behind the TLS front too: four addresses holding 64 connections each
+    to the metadata service, each through its handshake and then trickling
+    its headers one byte every 1.5 s, fill every slot with requests in
+    progress (none evictable); the deadline closes them all, and a member on
+    another address is served. Regression: they held the slots for as long
+    as they trickled."""
+    from secutil import Trickler, trickle_start
+    c = tls_cluster
+    ctx = client_ctx(c["pki"])
+    port = c["meta_port"]
+    socks = [s for i in range(2, 6)
+             for s in (trickle_start(port, "127.0.0.%d" % i, wrap=ctx.wrap_socket)
+                       for _ in range(64)) if s]
+    t = Trickler(socks)
+    try:
+        time.sleep(1)  # their request lines are in (setup, not a timing check)
+        bound = time.monotonic() + 60  # a guard against a hang, not a timing check
+        while (not http_answered(http_get(port, "/metadata?key=x", ctx)) and
+               time.monotonic() < bound):
+            time.sleep(0.5)
+        assert time.monotonic() < bound, "a member on another address was never served"
+        assert t.wait_all_closed(30), "%d of %d trickling TLS connections still open" % (
+            len(socks) - t.closed(), len(socks))
+    finally:
+        t.stop()
