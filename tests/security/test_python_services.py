@@ -161,3 +161,40 @@ def test_python_replay_cache_full_refuses_instead_of_forgetting(monkeypatch):
     now = time.time()
     monkeypatch.setattr(L.time, "time", lambda: now + L.SKEW_S + 2)
     assert auth.check(sig(), "GET", "/x", b"") == "ok"
+
+
+def test_bootstrap_server_closes_trickled_requests_at_their_deadline(monkeypatch):
+    """A request trickled one byte every 1.5 s resets the idle timeout with
+    every byte; the absolute deadlines (here shortened to 3 s for the line
+    and headers, 3 s for a body) close it anyway. Four addresses trickling
+    on 64 connections each fill all 256 slots, and once they are closed a
+    client on another address is served. Regression: they were kept as
+    long as they trickled, and the client was refused."""
+    import time
+    import mooncake.http_metadata_server as hms
+    from mooncake import _listener
+    from secutil import Trickler, trickle_start
+    monkeypatch.setattr(_listener, "HEADERS_S", 3)
+    monkeypatch.setattr(_listener, "BODY_S", 3)
+    srv = hms.KVBootstrapServer(0, host="127.0.0.1")
+    srv.run()
+    body = b"PUT /metadata?key=slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+    socks = [trickle_start(srv.port, "127.0.0.%d" % i) for i in range(2, 6) for _ in range(63)]
+    socks += [trickle_start(srv.port, "127.0.0.%d" % i, body) for i in range(2, 6)]
+    t = Trickler([x for x in socks if x])
+    try:
+        assert all(socks), "the server refused a connection within its limits"
+        time.sleep(0.5)  # accepted (setup, not a timing check)
+        bound = time.monotonic() + 60  # a guard against a hang, not a timing check
+        while time.monotonic() < bound:
+            try:
+                if req(srv.port, "GET", "/metadata?key=none")[0] == 404:
+                    break
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.5)
+        assert time.monotonic() < bound, "a client on another address was never served"
+        assert t.wait_all_closed(30), "%d of %d trickled requests still open" % (
+            len(socks) - t.closed(), len(socks))
+    finally:
+        t.stop()
+        srv.close()

@@ -6,6 +6,10 @@ KVBootstrapServer), which run on the standard library's http.server:
   source address (one source cannot take the slots of others); a connection
   that sends nothing (first byte, idle keep-alive, a trickled request) for
   IDLE_S seconds is closed; refused connections are logged rate-limited.
+  With ``BoundedRequestHandler``, a request also has absolute deadlines
+  (IDLE_S is reset by every byte): its line and headers HEADERS_S after its
+  first byte, its body BODY_S after the headers plus 1 s per BODY_RATE
+  bytes received; a thread closes a connection past them.
 * ``warn_if_open``: the loud start-up warning of a listener beyond loopback
   without credentials (the C daemons print the same line).
 * ``HttpAuth``: the cluster key's HTTP signature (``X-Crescent-Auth``,
@@ -22,14 +26,19 @@ import os
 import stat
 import struct
 import threading
+import socket
 import time
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 logger = logging.getLogger("mooncake.security")
 
 MAX_CONNS = 256
 MAX_PER_SOURCE = 64
 IDLE_S = 30
+HEADERS_S = 10  # a request's line and headers, from its first byte
+BODY_S = 10  # a body: this, plus 1 s per BODY_RATE bytes received
+BODY_RATE = 64 << 10
+REAP_S = 0.5  # how often the deadlines are checked
 KEY_ENV = "CRESCENT_CLUSTER_KEY_FILE"
 SKEW_S = 60
 REPLAY_MAX = 8192
@@ -75,9 +84,9 @@ def warn_if_open(what, host, credentials=False):
 
 class BoundedHTTPServer(ThreadingHTTPServer):
     """ThreadingHTTPServer with crescent's listener limits (module doc).
-    Handlers must set ``timeout = IDLE_S`` (BaseHTTPRequestHandler applies
-    it to the connection's socket)."""
+    Its handlers derive from BoundedRequestHandler."""
     daemon_threads = True
+    request_queue_size = 128  # the C listeners' backlog (socketserver's 5 drops SYNs in a burst)
     max_conns = MAX_CONNS
     max_per_source = MAX_PER_SOURCE
 
@@ -86,7 +95,45 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         self._open = {}  # accepted socket -> source address
         self._by_source = collections.Counter()
         self._refusals = _RateLimited()
+        self._deadlines = {}  # socket -> time.monotonic() past which it is closed
+        self._overdue = set()  # sockets closed past their deadline
+        self._closing = threading.Event()
         super().__init__(*args, **kw)
+        threading.Thread(target=self._reap, daemon=True, name="http-deadlines").start()
+
+    def set_deadline(self, request, at):
+        """Closes request's connection at time.monotonic() `at` (None: never)."""
+        with self._conn_lock:
+            if at is None:
+                self._deadlines.pop(request, None)
+            elif request in self._open:
+                self._deadlines[request] = at
+
+    def overdue(self, request):
+        """True if request's connection was closed past its deadline."""
+        with self._conn_lock:
+            return request in self._overdue
+
+    def _reap(self):
+        while not self._closing.wait(REAP_S):
+            now = time.monotonic()
+            with self._conn_lock:
+                overdue = [r for r, at in self._deadlines.items() if at <= now]
+                for r in overdue:
+                    del self._deadlines[r]
+                    self._overdue.add(r)
+            for r in overdue:
+                try:
+                    r.shutdown(socket.SHUT_RDWR)  # the handler's read or write ends
+                except OSError:
+                    pass
+            if overdue:
+                self._refusals.warning("%s: closed %d connection(s) whose request was not in "
+                                       "by its deadline", type(self).__name__, len(overdue))
+
+    def server_close(self):
+        self._closing.set()
+        super().server_close()
 
     def verify_request(self, request, client_address):
         src = client_address[0] if isinstance(client_address, tuple) else ""
@@ -106,11 +153,63 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     def shutdown_request(self, request):
         with self._conn_lock:
             src = self._open.pop(request, None)
+            self._deadlines.pop(request, None)
+            self._overdue.discard(request)
             if src is not None:
                 self._by_source[src] -= 1
                 if not self._by_source[src]:
                     del self._by_source[src]
         super().shutdown_request(request)
+
+
+class BoundedRequestHandler(BaseHTTPRequestHandler):
+    """A handler for BoundedHTTPServer: the IDLE_S idle timeout, and the
+    request deadlines (module doc). Read a body with read_body. A request
+    cut short (a closed connection, a deadline) is dropped silently."""
+    timeout = IDLE_S
+
+    def handle_one_request(self):
+        try:  # the idle timeout governs the wait for a request's first byte
+            started = bool(self.rfile.peek(1))
+        except (TimeoutError, OSError):
+            started = False
+        if not started:
+            self.close_connection = True
+            return
+        self.server.set_deadline(self.connection, time.monotonic() + HEADERS_S)
+        try:
+            super().handle_one_request()
+        except ConnectionError:
+            self.close_connection = True
+        finally:
+            self.server.set_deadline(self.connection, None)
+
+    def parse_request(self):
+        ok = super().parse_request()  # the line and headers are in, or cut short:
+        if self.server.overdue(self.connection):  # the end seen was the deadline's
+            raise ConnectionError("request headers not in by their deadline")
+        self._body_from = time.monotonic()
+        self.server.set_deadline(self.connection, self._body_from + BODY_S)
+        return ok
+
+    def read_body(self, n):
+        """The n bytes of body, read within the body's deadline (handling
+        the request has none). Raises ConnectionError when they do not all
+        come (the client closed, or the deadline did): a request whose body
+        was cut short is never handled."""
+        parts, got = [], 0
+        while got < n:
+            b = self.rfile.read1(min(n - got, BODY_RATE))
+            if not b:
+                break
+            parts.append(b)
+            got += len(b)
+            self.server.set_deadline(self.connection,
+                                     self._body_from + BODY_S + got / BODY_RATE)
+        if got < n:
+            raise ConnectionError("request body cut short (%d of %d bytes)" % (got, n))
+        self.server.set_deadline(self.connection, None)
+        return b"".join(parts)
 
 
 def read_key_file(path):

@@ -21,10 +21,9 @@ import enum
 import logging
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
-from mooncake._listener import IDLE_S, BoundedHTTPServer, warn_if_open
+from mooncake._listener import IDLE_S, BoundedHTTPServer, BoundedRequestHandler, warn_if_open
 from mooncake.cli import http_metadata_server_main as main
 
 __all__ = ["main", "KVBootstrapServer", "KVPoll"]
@@ -96,8 +95,8 @@ class KVBootstrapServer:
     def _handler(self):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = IDLE_S  # idle, first byte, trickled request: closed after
+        class Handler(BoundedRequestHandler):  # and its request deadlines
+            timeout = IDLE_S  # idle, first byte: closed after
 
             def _serve(self):
                 url = urlparse(self.path)
@@ -108,7 +107,7 @@ class KVBootstrapServer:
                 n = int(self.headers.get("Content-Length") or 0)
                 if n < 0 or n > MAX_VALUE:
                     return self._reply(_Response(413, b"value too large"))
-                body = self.rfile.read(n) if n else b""
+                body = self.read_body(n)
                 q = {k: v[0] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
 
                 class Req:

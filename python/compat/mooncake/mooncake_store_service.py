@@ -38,11 +38,10 @@ import logging
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlparse
 
-from mooncake._listener import (IDLE_S, BoundedHTTPServer, HttpAuth, _RateLimited,
-                                warn_if_open)
+from mooncake._listener import (IDLE_S, BoundedHTTPServer, BoundedRequestHandler, HttpAuth,
+                                _RateLimited, warn_if_open)
 from mooncake.http_metadata_server import _Response
 from mooncake.mooncake_config import MooncakeConfig
 
@@ -379,8 +378,8 @@ class MooncakeStoreService:
     def _handler(self):
         service = self
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = IDLE_S  # idle, first byte, trickled request: closed after
+        class Handler(BoundedRequestHandler):  # and its request deadlines
+            timeout = IDLE_S  # idle, first byte: closed after
 
             def _serve(self):
                 n = int(self.headers.get("Content-Length") or 0)
@@ -393,7 +392,7 @@ class MooncakeStoreService:
                     r = _error(413, "body too large")
                     self.close_connection = True
                 else:
-                    body = self.rfile.read(n) if n else b""
+                    body = self.read_body(n)
                     verdict = "ok" if auth is None else auth.check(sig, self.command,
                                                                    self.path, body)
                     if verdict == "busy":
