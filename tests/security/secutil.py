@@ -168,6 +168,17 @@ def store_for(c, key_file=None, segment="0", env_key=True):
 
 # ---- trickled requests (slowloris) ---------------------------------------------
 
+def eventually(probe, bound_s):
+    """True once probe() is (tried every 0.5 s); False after bound_s, a
+    guard against a hang, not a timing check."""
+    deadline = time.monotonic() + bound_s
+    while not probe():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
 class Trickler:
     """Sockets that have sent a request's start (a request line, maybe headers)
     and then trickle one more byte each every period_s, never finishing it.
@@ -205,12 +216,8 @@ class Trickler:
         return len(self.gone)
 
     def wait_all_closed(self, bound_s):
-        """True once the server closed every socket; False after bound_s
-        (a guard against a hang, not a timing check)."""
-        deadline = time.monotonic() + bound_s
-        while len(self.gone) < len(self.socks) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        return len(self.gone) == len(self.socks)
+        """True once the server closed every socket; False after bound_s."""
+        return eventually(lambda: len(self.gone) == len(self.socks), bound_s)
 
     def stop(self):
         self._stop.set()

@@ -302,16 +302,14 @@ def test_trickled_requests_from_several_sources_do_not_lock_clients_out(secure):
     metadata server: the deadline closes them, and a client from another
     address is served. Regression: it was refused for as long as they
     trickled."""
-    from secutil import Trickler, trickle_start
+    from secutil import Trickler, eventually, trickle_start
     port = secure["http_port"]
     socks = [s for src in SOURCES4 for s in (trickle_start(port, src) for _ in range(64)) if s]
     t = Trickler(socks)
     try:
         time.sleep(1)  # their request lines are in (setup, not a timing check)
-        bound = time.monotonic() + 60  # a guard against a hang, not a timing check
-        while not http_served(port, secure["key"]) and time.monotonic() < bound:
-            time.sleep(0.5)
-        assert time.monotonic() < bound, "a client on another address was never served"
+        assert eventually(lambda: http_served(port, secure["key"]), 60), \
+            "a client on another address was never served"
         assert t.wait_all_closed(30), "%d of %d trickling connections still open" % (
             len(socks) - t.closed(), len(socks))
         legit_roundtrip(secure, "trickle-sources")

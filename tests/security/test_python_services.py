@@ -163,6 +163,13 @@ def test_python_replay_cache_full_refuses_instead_of_forgetting(monkeypatch):
     assert auth.check(sig(), "GET", "/x", b"") == "ok"
 
 
+def served(port):
+    try:
+        return req(port, "GET", "/metadata?key=none")[0] == 404
+    except (OSError, http.client.HTTPException):
+        return False
+
+
 def test_bootstrap_server_closes_trickled_requests_at_their_deadline(monkeypatch):
     """A request trickled one byte every 1.5 s resets the idle timeout with
     every byte; the absolute deadlines (here shortened to 3 s for the line
@@ -173,7 +180,7 @@ def test_bootstrap_server_closes_trickled_requests_at_their_deadline(monkeypatch
     import time
     import mooncake.http_metadata_server as hms
     from mooncake import _listener
-    from secutil import Trickler, trickle_start
+    from secutil import Trickler, eventually, trickle_start
     monkeypatch.setattr(_listener, "HEADERS_S", 3)
     monkeypatch.setattr(_listener, "BODY_S", 3)
     srv = hms.KVBootstrapServer(0, host="127.0.0.1")
@@ -185,14 +192,8 @@ def test_bootstrap_server_closes_trickled_requests_at_their_deadline(monkeypatch
     try:
         assert all(socks), "the server refused a connection within its limits"
         time.sleep(0.5)  # accepted (setup, not a timing check)
-        bound = time.monotonic() + 60  # a guard against a hang, not a timing check
-        while time.monotonic() < bound:
-            try:
-                if req(srv.port, "GET", "/metadata?key=none")[0] == 404:
-                    break
-            except (OSError, http.client.HTTPException):
-                time.sleep(0.5)
-        assert time.monotonic() < bound, "a client on another address was never served"
+        assert eventually(lambda: served(srv.port), 60), \
+            "a client on another address was never served"
         assert t.wait_all_closed(30), "%d of %d trickled requests still open" % (
             len(socks) - t.closed(), len(socks))
     finally:

@@ -327,7 +327,7 @@ def test_trickled_requests_over_tls_are_closed_and_do_not_lock_members_out(tls_c
     progress (none evictable); the deadline closes them all, and a member on
     another address is served. Regression: they held the slots for as long
     as they trickled."""
-    from secutil import Trickler, trickle_start
+    from secutil import Trickler, eventually, trickle_start
     c = tls_cluster
     ctx = client_ctx(c["pki"])
     port = c["meta_port"]
@@ -337,11 +337,8 @@ def test_trickled_requests_over_tls_are_closed_and_do_not_lock_members_out(tls_c
     t = Trickler(socks)
     try:
         time.sleep(1)  # their request lines are in (setup, not a timing check)
-        bound = time.monotonic() + 60  # a guard against a hang, not a timing check
-        while (not http_answered(http_get(port, "/metadata?key=x", ctx)) and
-               time.monotonic() < bound):
-            time.sleep(0.5)
-        assert time.monotonic() < bound, "a member on another address was never served"
+        assert eventually(lambda: http_answered(http_get(port, "/metadata?key=x", ctx)), 60), \
+            "a member on another address was never served"
         assert t.wait_all_closed(30), "%d of %d trickling TLS connections still open" % (
             len(socks) - t.closed(), len(socks))
     finally:
