@@ -1,7 +1,7 @@
 /* HTTP server wrapper over libmicrohttpd (see httpd.h).
  *
  * Threads: MHD's internal polling threads (a small pool); the handler runs
- * on them. Each connection carries a struct conn_state (allocated on the
+ * on them. The reaper thread closes connections past their deadline. Each connection carries a struct conn_state (allocated on the
  * first callback of a request, freed by MHD's request-completed callback)
  * that accumulates the body up to max_body. A body announced larger than
  * max_body (Content-Length) is refused with 413 before it is read; a body
