@@ -550,6 +550,47 @@ static void test_idle_flood_from_several_sources_leaves_room(void **state)
         close(fds[i]);
 }
 
+/* Regression: libmicrohttpd's timeouts are idle timeouts that every byte
+ * resets, so a request whose headers (or body) came one byte a second
+ * held its connection, never evictable, for as long as it trickled. The
+ * absolute deadlines close both (the headers' 15 s after the accept, the
+ * body's 10 s after the headers); neither reaches the handler. */
+static void test_trickled_request_is_closed_at_its_deadline(void **state)
+{
+    (void)state;
+    uint16_t port = cr__httpd_port(srv);
+    static const char *const starts[] = {
+        "GET /empty HTTP/1.1\r\nHost: t\r\nX-Slow: ",
+        "PUT /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n",
+    };
+    int fds[2], open_n = 2, before = calls();
+    for (int i = 0; i < 2; i++) {
+        fds[i] = raw_connect("127.0.0.2", port, 5);
+        assert_true(fds[i] >= 0);
+        assert_true(send(fds[i], starts[i], strlen(starts[i]), MSG_NOSIGNAL) > 0);
+    }
+    for (int t = 0; t < 60 && open_n; t++) { /* a bound against a hang, not a timing check */
+        sleep(1);
+        for (int i = 0; i < 2; i++) {
+            char c;
+            if (fds[i] < 0)
+                continue;
+            ssize_t k = recv(fds[i], &c, 1, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+                send(fds[i], "a", 1, MSG_NOSIGNAL) != 1) {
+                close(fds[i]);
+                fds[i] = -1;
+                open_n--;
+            }
+        }
+    }
+    if (open_n)
+        fprintf(stderr, "%d trickled request(s) still open after 60 s (header: %s, body: %s)\n",
+                open_n, fds[0] >= 0 ? "open" : "closed", fds[1] >= 0 ? "open" : "closed");
+    assert_int_equal(open_n, 0);
+    assert_int_equal(calls(), before);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -564,6 +605,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_waits_for_running_handler, setup, teardown),
         cmocka_unit_test(test_signed_long_target_is_414),
         cmocka_unit_test_setup_teardown(test_idle_flood_from_several_sources_leaves_room, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_trickled_request_is_closed_at_its_deadline, setup,
                                         teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
