@@ -1,8 +1,9 @@
 /* HTTP server wrapper over libmicrohttpd (see httpd.h).
  *
  * Threads: MHD's internal polling threads (a small pool); the handler runs
- * on them. The reaper thread closes connections past their deadline. Each connection carries a struct conn_state (allocated on the
- * first callback of a request, freed by MHD's request-completed callback)
+ * on them; the reaper thread closes connections past their deadline. Each
+ * connection carries a struct conn_state (allocated on the first callback
+ * of a request, freed by MHD's request-completed callback)
  * that accumulates the body up to max_body. A body announced larger than
  * max_body (Content-Length) is refused with 413 before it is read; a body
  * that turns out larger (chunked upload) is drained and answered with 413;
@@ -65,7 +66,7 @@
 #define HTTPD_BODY_RATE (64u << 10)
 #define HTTPD_REAP_MS 500        /* how often deadlines are checked */
 
-/* One MHD connection (plain HTTP), for the fair share of the slots. */
+/* One MHD connection: its deadline and, plain HTTP, its part in the fair share. */
 typedef struct conn_rec {
     int dup; /* our dup of its socket (shutdown() evicts it); -1 = free record */
     int evicted;                 /* closing: not counted */
@@ -112,7 +113,7 @@ struct conn_state {
     uint64_t body_in;    /* body bytes received, kept or not */
 };
 
-/* The connection's record (plain HTTP), or NULL. */
+/* The connection's record, or NULL. */
 static conn_rec_t *conn_rec_of(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci =
