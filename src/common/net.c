@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -366,4 +367,23 @@ int cr__net_fair_victim(const cr__net_peer_t *peers, int n, const struct sockadd
     }
     free(keys);
     return victim;
+}
+
+long cr__net_raise_nofile(const char *prog)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return -errno;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl))
+            rl.rlim_cur = was;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < CR__NET_NOFILE_WANT)
+        fprintf(stderr,
+                "%s: open files limited to %llu (ulimit -n); connection caps can be reached "
+                "early, raise it to %d or more\n",
+                prog, (unsigned long long)rl.rlim_cur, CR__NET_NOFILE_WANT);
+    return rl.rlim_cur == RLIM_INFINITY ? (long)CR__NET_NOFILE_WANT : (long)rl.rlim_cur;
 }

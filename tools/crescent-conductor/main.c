@@ -11,6 +11,7 @@
 
 #include "common/config.h"
 #include "common/file.h"
+#include "common/net.h"
 #include "conductor/service/service.h"
 #include "crescent/common.h"
 
@@ -33,6 +34,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-conductor: %s\n", err);
         return 2;
     }
+    cr__net_raise_nofile("crescent-conductor");
     /* block the signals before any thread starts so sigwait() gets them */
     sigset_t set;
     sigemptyset(&set);

@@ -26,6 +26,7 @@
 #include "common/file.h"
 #include "common/httpd.h"
 #include "common/log.h"
+#include "common/net.h"
 #include "crescent/common.h"
 #include "store/master/admin.h"
 #include "ha.h"
@@ -275,6 +276,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-master: %s\n", err);
         return 2;
     }
+    cr__net_raise_nofile("crescent-master");
     if (o.enable_ha && (!o.etcd_endpoints[0] || !o.rpc_address[0] ||
                         !strcmp(o.rpc_address, "0.0.0.0") || !strcmp(o.rpc_address, "::") ||
                         o.ha_lease_ttl < 1 || o.ha_lease_ttl > 60 || o.ha_sync_timeout_ms < 1)) {

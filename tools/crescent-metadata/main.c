@@ -16,6 +16,7 @@
 
 #include "common/auth/auth_opts.h"
 #include "common/config.h"
+#include "common/net.h"
 #include "crescent/common.h"
 #include "transfer/metadata/metadata.h"
 
@@ -57,6 +58,7 @@ int main(int argc, char **argv)
                       "HTTP metadata service (GET/PUT/DELETE <path>?key=K)", opts, N_OPTS);
         return 2;
     }
+    cr__net_raise_nofile("crescent-metadata");
     if (cfg.port < 0 || cfg.port > 65535 || cfg.path[0] != '/' || cfg.max_bytes == 0) {
         fprintf(stderr, "crescent-metadata: need 0 <= --port <= 65535, --path starting with '/', "
                         "--max_bytes > 0\n");

@@ -18,6 +18,7 @@
 #include "common/auth/auth_opts.h"
 #include "common/config.h"
 #include "common/file.h"
+#include "common/net.h"
 #include "crescent/store.h"
 #include "store/client/client.h"
 #include "store/tier/ssd/node.h"
@@ -86,6 +87,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "crescent-node: %s\n", err);
         return 2;
     }
+    cr__net_raise_nofile("crescent-node");
     if (cfg.global_segment_size == 0) {
         fprintf(stderr, "crescent-node: --global_segment_size must be > 0\n");
         return 2;
