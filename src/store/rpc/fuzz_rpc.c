@@ -3,7 +3,9 @@
  *
  * Input layout: the first 32 bytes go through cr__rpc_decode_hdr(); then
  * bytes [0..2) choose a message type and the rest is decoded as that
- * type's payload (so the payload decoder is reached whatever the header).
+ * type's payload (so the payload decoder is reached whatever the header);
+ * a PutStart's payload also with the EXCLUDE header flag (its exclusion
+ * list after the items).
  * A decoded message must re-encode and decode to the same encoding
  * (round-trip property); a decoded request is also served by a master
  * state (with two mounted segments) and its reply must encode. */
@@ -54,26 +56,15 @@ static void roundtrip(const cr__rpc_msg_t *m)
     cr__rpc_buf_free(&b);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* Decodes payload as type with header flags hflags; a message that
+ * decodes must round-trip, and a request is served by the master. */
+static void serve(uint16_t type, uint32_t hflags, const uint8_t *payload, size_t len)
 {
-    if (size >= CR__RPC_HDR_SIZE) {
-        cr__rpc_hdr_t h;
-        if (cr__rpc_decode_hdr(data, &h) == 0 && h.payload_len == size - CR__RPC_HDR_SIZE) {
-            cr__rpc_msg_t m;
-            if (cr__rpc_decode(&h, data + CR__RPC_HDR_SIZE, h.payload_len, &m) == 0) {
-                roundtrip(&m);
-                cr__rpc_msg_free(&m);
-            }
-        }
-    }
-    if (size < 2)
-        return 0;
-    uint16_t type = (uint16_t)(data[0] | (data[1] << 8));
     cr__rpc_hdr_t h = {.magic = CR__RPC_MAGIC, .version = CR__RPC_VERSION, .type = type,
-                       .payload_len = (uint32_t)(size - 2)};
+                       .payload_len = (uint32_t)len, .flags = hflags};
     cr__rpc_msg_t m;
-    if (cr__rpc_decode(&h, data + 2, size - 2, &m) != 0)
-        return 0;
+    if (cr__rpc_decode(&h, payload, len, &m) != 0)
+        return;
     roundtrip(&m);
     if (!(type & CR__RPC_REPLY)) {
         if (!g_master || (g_runs++ % 4096) == 0)
@@ -93,5 +84,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cr__rpc_msg_free(&rep);
     }
     cr__rpc_msg_free(&m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size >= CR__RPC_HDR_SIZE) {
+        cr__rpc_hdr_t h;
+        if (cr__rpc_decode_hdr(data, &h) == 0 && h.payload_len == size - CR__RPC_HDR_SIZE) {
+            cr__rpc_msg_t m;
+            if (cr__rpc_decode(&h, data + CR__RPC_HDR_SIZE, h.payload_len, &m) == 0) {
+                roundtrip(&m);
+                cr__rpc_msg_free(&m);
+            }
+        }
+    }
+    if (size < 2)
+        return 0;
+    uint16_t type = (uint16_t)(data[0] | (data[1] << 8));
+    serve(type, 0, data + 2, size - 2);
+    uint16_t bt = type & (uint16_t)~CR__RPC_REPLY;
+    if (bt == CR__RPC_PUT_START || bt == CR__RPC_BATCH_PUT_START)
+        serve(type, CR__RPC_HF_EXCLUDE, data + 2, size - 2); /* an exclusion list after the items */
     return 0;
 }

@@ -396,6 +396,9 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
         return b->err;
     int rc = 0;
     uint16_t bt = base_type(type);
+    /* the exclusion bit says what the payload holds: the encoder's alone */
+    uint32_t hflags = !reply && bt == CR__RPC_PUT_START ? m->hflags & ~CR__RPC_HF_EXCLUDE
+                                                        : m->hflags;
     if (CR__RPC_IS_TIER(type) || CR__RPC_IS_RTASK(type) || CR__RPC_IS_RESV(type)) {
         if (!(reply && m->status != 0))
             rc = w_tier(b, m);
@@ -409,6 +412,15 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
         w_u32(b, m->n_items);
         for (uint32_t i = 0; i < m->n_items && !rc; i++)
             rc = w_item(b, bt, reply, &m->items[i]);
+        if (!rc && !reply && bt == CR__RPC_PUT_START && m->n_exclude) {
+            /* the exclusion list (u32 n + n seg), announced by the header */
+            if (m->n_exclude > CR__RPC_EXCLUDE_MAX || !m->exclude)
+                return -EINVAL;
+            hflags |= CR__RPC_HF_EXCLUDE;
+            w_u32(b, m->n_exclude);
+            for (uint32_t i = 0; i < m->n_exclude && !rc; i++)
+                rc = w_seg(b, m->exclude[i]);
+        }
     } else {
         switch (bt) {
         case CR__RPC_PING:
@@ -488,7 +500,7 @@ int cr__rpc_encode(const cr__rpc_msg_t *m, cr__rpc_buf_t *b)
     cr__put_le(h + 8, m->req_id, 8);
     cr__put_le(h + 16, plen, 4);
     cr__put_le(h + 20, (uint32_t)m->status, 4);
-    cr__put_le(h + 24, m->hflags, 4);
+    cr__put_le(h + 24, hflags, 4);
     cr__put_le(h + 28, m->epoch, 4);
     return 0;
 }
@@ -744,6 +756,25 @@ static int r_item(rd_t *r, cr__rpc_msg_t *m, uint16_t bt, int reply, cr__rpc_ite
     return r->bad ? -1 : 0;
 }
 
+/* PutStart's exclusion list (after the items): u32 n (1..CR__RPC_EXCLUDE_MAX: the
+ * encoder sends none rather than an empty one), n seg. */
+static int r_exclude(rd_t *r, cr__rpc_msg_t *m, int *nomem)
+{
+    uint32_t n = r_u32(r);
+    if (r->bad || n < 1 || n > CR__RPC_EXCLUDE_MAX || (size_t)n * 2 > r->left)
+        return -1;
+    m->n_exclude = n;
+    m->exclude = cr__rpc_msg_alloc(m, n * sizeof *m->exclude);
+    if (!m->exclude) {
+        *nomem = 1;
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (!(m->exclude[i] = r_seg(r, m, nomem)))
+            return -1;
+    return 0;
+}
+
 static int r_tier(rd_t *r, cr__rpc_msg_t *m, int *nomem)
 {
     m->client_id.hi = r_u64(r);
@@ -827,6 +858,8 @@ int cr__rpc_decode(const cr__rpc_hdr_t *h, const void *payload, size_t len, cr__
                 nomem = 1, rc = -1;
             for (uint32_t i = 0; i < n && !rc; i++)
                 rc = r_item(&r, &m, bt, reply, &m.items[i], &nomem);
+            if (!rc && !reply && bt == CR__RPC_PUT_START && (h->flags & CR__RPC_HF_EXCLUDE))
+                rc = r_exclude(&r, &m, &nomem);
         }
     } else if (reply && h->status != 0) {
         rc = -1; /* an error reply of a non-item type carries no payload */

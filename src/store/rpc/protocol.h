@@ -75,6 +75,7 @@
 #define CR__RPC_REPLICA_MAX 8           /* replicas of one object */
 #define CR__RPC_SHARD_MAX 16            /* shards (stripes) of one replica */
 #define CR__RPC_PREFERRED_MAX 8         /* preferred segments in one config */
+#define CR__RPC_EXCLUDE_MAX 16          /* segments in one PutStart's exclusion list */
 #define CR__RPC_SEGMENT_NAME_MAX 256    /* segment name incl. NUL (= CR_XFER_NAME_MAX) */
 #define CR__RPC_VALUE_MAX (1ull << 36)  /* bytes in one object (64 GiB) */
 
@@ -177,6 +178,9 @@ enum cr__rpc_type {
                                          client or dropped its segments: remount all */
 #define CR__RPC_F_CAPS 0x2u          /* PING reply: this master grants per-object
                                          capabilities (store/master/caps.c) */
+#define CR__RPC_F_EXCLUDE 0x4u       /* PING reply: this master reads PutStart's
+                                         exclusion list (CR__RPC_HF_EXCLUDE); a client
+                                         sends one only to a master that said so */
 #define CR__RPC_F_REPL_RESET 0x1u     /* REPL_APPEND: a snapshot starts; forget the rest */
 #define CR__RPC_F_CRC 0x2u            /* item: `crc` holds the value's crc32c (PUT_END
                                          request, GET_REPLICA_LIST reply) */
@@ -184,6 +188,9 @@ enum cr__rpc_type {
 #define CR__RPC_HF_LEASE 0x1u         /* EXIST / BATCH_EXIST request: every object
                                          found gets a read lease, as from
                                          GET_REPLICA_LIST (Mooncake's ExistKey) */
+#define CR__RPC_HF_EXCLUDE 0x2u       /* PUT_START / BATCH_PUT_START request: the
+                                         payload ends with the exclusion list
+                                         (cr__rpc_msg_t.exclude); set by the encoder */
 #define CR__RPC_CFG_SOFT_PIN 0x1u     /* replicate config flags */
 #define CR__RPC_CFG_HARD_PIN 0x2u
 #define CR__RPC_CFG_UPSERT 0x4u       /* PutStart of an existing key: replace it at
@@ -309,6 +316,13 @@ typedef struct cr__rpc_msg {
     const uint8_t *blob; /* REPL_APPEND request: blob_len bytes (in the arena after decode) */
     uint32_t blob_len;
     const char *pattern; /* REMOVE_BY_REGEX: NUL-terminated, 1..CR__RPC_KEY_MAX bytes */
+    /* PUT_START / BATCH_PUT_START request: segments the master places on
+     * only when nothing fits elsewhere even after eviction (the client's
+     * suspect segments); 0..CR__RPC_EXCLUDE_MAX names, one list for every
+     * item. On the wire only when n_exclude > 0: after the items, with
+     * the header flag CR__RPC_HF_EXCLUDE (an older decoder refuses it). */
+    uint32_t n_exclude;
+    const char **exclude;
     void *arena; /* private: decode allocations */
 } cr__rpc_msg_t;
 

@@ -217,6 +217,103 @@ static void test_roundtrip_put_start(void **s)
     cr__rpc_buf_free(&b);
 }
 
+/* PutStart's exclusion list: after the items, announced by the header
+ * flag EXCLUDE (set by the encoder, only when there is a list), bounded;
+ * a PutStart without one is byte for byte what it was before the list. */
+static void test_put_start_exclusion_list(void **s)
+{
+    (void)s;
+    const char *ex[CR__RPC_EXCLUDE_MAX + 1];
+    char names[CR__RPC_EXCLUDE_MAX + 1][16];
+    for (int i = 0; i <= CR__RPC_EXCLUDE_MAX; i++) {
+        snprintf(names[i], sizeof names[i], "node-%d", i);
+        ex[i] = names[i];
+    }
+    cr__rpc_item_t items[2] = {{.key = "k0", .key_len = 2, .size = 10, .cfg = {.replica_num = 2}},
+                               {.key = "k1", .key_len = 2, .size = 20}};
+    cr__rpc_msg_t m = {.type = CR__RPC_BATCH_PUT_START, .n_items = 2, .items = items,
+                       .hflags = CR__RPC_HF_EXCLUDE}; /* a stray bit: the encoder's own */
+    cr__rpc_buf_t plain, b;
+    cr__rpc_msg_t d;
+    assert_int_equal(encode(&m, &plain), 0);
+    cr__rpc_hdr_t h;
+    assert_int_equal(cr__rpc_decode_hdr(plain.data, &h), 0);
+    assert_int_equal(h.flags, 0);
+    assert_int_equal(decode(&plain, &d), 0);
+    assert_int_equal(d.n_exclude, 0);
+    assert_null(d.exclude);
+    cr__rpc_msg_free(&d);
+    /* with a list: the same bytes, then u32 n + n seg */
+    m.n_exclude = 2;
+    m.exclude = ex;
+    assert_int_equal(encode(&m, &b), 0);
+    assert_int_equal(cr__rpc_decode_hdr(b.data, &h), 0);
+    assert_int_equal(h.flags, CR__RPC_HF_EXCLUDE);
+    assert_int_equal(b.len, plain.len + 4 + 2 * (2 + 6));
+    assert_memory_equal(b.data + CR__RPC_HDR_SIZE, plain.data + CR__RPC_HDR_SIZE,
+                        plain.len - CR__RPC_HDR_SIZE);
+    assert_int_equal(decode(&b, &d), 0);
+    assert_int_equal(d.n_items, 2);
+    assert_int_equal(d.items[1].size, 20);
+    assert_int_equal(d.n_exclude, 2);
+    assert_string_equal(d.exclude[0], "node-0");
+    assert_string_equal(d.exclude[1], "node-1");
+    cr__rpc_msg_free(&d);
+    /* a decoder that does not know the flag (an older master) sees
+     * trailing bytes: why a client sends the list only to a master whose
+     * PING reply says CR__RPC_F_EXCLUDE */
+    h.flags = 0;
+    assert_int_equal(cr__rpc_decode(&h, b.data + CR__RPC_HDR_SIZE, h.payload_len, &d), -EBADMSG);
+    /* the flag without its list: truncated */
+    h = (cr__rpc_hdr_t){.magic = CR__RPC_MAGIC, .version = 1, .type = CR__RPC_BATCH_PUT_START,
+                        .payload_len = (uint32_t)(plain.len - CR__RPC_HDR_SIZE),
+                        .flags = CR__RPC_HF_EXCLUDE};
+    assert_int_equal(cr__rpc_decode(&h, plain.data + CR__RPC_HDR_SIZE, h.payload_len, &d),
+                     -EBADMSG);
+    cr__rpc_buf_free(&b);
+    /* bounds: 1..CR__RPC_EXCLUDE_MAX names (decoder and encoder), no empty list */
+    for (uint32_t n = 0; n <= CR__RPC_EXCLUDE_MAX + 1; n++) {
+        size_t base = plain.len - CR__RPC_HDR_SIZE;
+        uint8_t *p = malloc(base + 4 + n * (2 + 7));
+        memcpy(p, plain.data + CR__RPC_HDR_SIZE, base);
+        size_t len = base;
+        put_u32(p + len, n);
+        len += 4;
+        for (uint32_t i = 0; i < n; i++) {
+            size_t l = strlen(ex[i]);
+            p[len++] = (uint8_t)l;
+            p[len++] = 0;
+            memcpy(p + len, ex[i], l);
+            len += l;
+        }
+        h.payload_len = (uint32_t)len;
+        int rc = cr__rpc_decode(&h, p, len, &d);
+        if (rc != (n >= 1 && n <= CR__RPC_EXCLUDE_MAX ? 0 : -EBADMSG))
+            fail_msg("exclusion list of %u names: decode %d", n, rc);
+        if (!rc) {
+            assert_int_equal(d.n_exclude, n);
+            assert_string_equal(d.exclude[n - 1], ex[n - 1]);
+            cr__rpc_msg_free(&d);
+        }
+        m.n_exclude = n;
+        rc = encode(&m, &b);
+        if (rc != (n <= CR__RPC_EXCLUDE_MAX ? 0 : -EINVAL))
+            fail_msg("exclusion list of %u names: encode %d", n, rc);
+        cr__rpc_buf_free(&b);
+        free(p);
+    }
+    /* only a request carries it: a reply's encoding ignores the list */
+    cr__rpc_item_t ri = {.status = CR_E_OBJECT_ALREADY_EXISTS};
+    cr__rpc_msg_t r = {.type = CR__RPC_PUT_START | CR__RPC_REPLY, .n_items = 1, .items = &ri,
+                       .n_exclude = 1, .exclude = ex};
+    assert_int_equal(encode(&r, &b), 0);
+    assert_int_equal(decode(&b, &d), 0);
+    assert_int_equal(d.n_exclude, 0);
+    cr__rpc_msg_free(&d);
+    cr__rpc_buf_free(&b);
+    cr__rpc_buf_free(&plain);
+}
+
 static void test_roundtrip_other_items(void **s)
 {
     (void)s;
@@ -305,8 +402,11 @@ static void test_truncation_everywhere(void **s)
         {.key = "key22", .key_len = 5, .size = 20}};
     cr__rpc_item_t rep_items[2] = {{.n_replicas = 1, .replicas = &rp, .version = 1},
                                    {.status = -705}};
+    const char *ex[] = {"node-a", "node-b"};
     cr__rpc_msg_t msgs[] = {
         {.type = CR__RPC_BATCH_PUT_START, .n_items = 2, .items = req_items},
+        {.type = CR__RPC_BATCH_PUT_START, .n_items = 2, .items = req_items, .n_exclude = 2,
+         .exclude = ex},
         {.type = CR__RPC_BATCH_PUT_START | CR__RPC_REPLY, .n_items = 2, .items = rep_items},
         {.type = CR__RPC_BATCH_GET_REPLICA_LIST | CR__RPC_REPLY, .n_items = 2, .items = rep_items},
         {.type = CR__RPC_MOUNT_SEGMENT, .segment = "seg", .size = 5},
@@ -539,7 +639,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_layout),        cmocka_unit_test(test_roundtrip_control),
-        cmocka_unit_test(test_roundtrip_put_start),  cmocka_unit_test(test_roundtrip_other_items),
+        cmocka_unit_test(test_roundtrip_put_start),
+        cmocka_unit_test(test_put_start_exclusion_list),
+        cmocka_unit_test(test_roundtrip_other_items),
         cmocka_unit_test(test_error_reply),          cmocka_unit_test(test_truncation_everywhere),
         cmocka_unit_test(test_bounds),               cmocka_unit_test(test_encoder_bounds),
     };
