@@ -7,13 +7,15 @@
 #include <errno.h>
 #include <string.h>
 
-static int item_locked(cr__master_t *m, uint16_t bt, uint32_t mflags, const cr__rpc_item_t *in,
-                       cr__rpc_item_t *out, cr__rpc_msg_t *reply, uint64_t now)
+static int item_locked(cr__master_t *m, uint16_t bt, uint32_t mflags, const excl_t *ex,
+                       const cr__rpc_item_t *in, cr__rpc_item_t *out, cr__rpc_msg_t *reply,
+                       uint64_t now)
 {
     switch (bt) {
     case CR__RPC_PUT_START:
         CNT(m, rpc_put_start_total)++;
-        return cr__m_put_start_locked(m, in->key, in->key_len, in->size, &in->cfg, now, reply, out);
+        return cr__m_put_start_locked(m, in->key, in->key_len, in->size, &in->cfg, ex, now, reply,
+                                      out);
     case CR__RPC_PUT_END:
         CNT(m, rpc_put_end_total)++;
         cr__m_put_end_crc_locked(m, in);
@@ -110,9 +112,13 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
             return;
         }
         cr__m_map_prefetch(m, req->items, req->n_items);
+        /* PutStart's exclusion list: resolved once for every item */
+        excl_t ex = {.n = 0};
+        if (bt == CR__RPC_PUT_START && req->n_exclude)
+            cr__m_excl_resolve(m, req->exclude, req->n_exclude, &ex);
         for (uint32_t i = 0; i < req->n_items; i++) {
             cr__rpc_item_t *out = &reply->items[i];
-            int rc = item_locked(m, bt, req->hflags, &req->items[i], out, reply, now);
+            int rc = item_locked(m, bt, req->hflags, &ex, &req->items[i], out, reply, now);
             if (rc == -ENOMEM)
                 rc = CR_E_INTERNAL_ERROR;
             if (rc) {
@@ -157,6 +163,7 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
         }
         if (m->caps)
             reply->flags |= CR__RPC_F_CAPS;
+        reply->flags |= CR__RPC_F_EXCLUDE; /* PutStart's exclusion list is read */
         reply->master_id = m->master_id;
         reply->count = m->cfg.client_ttl_ms;
         break;

@@ -21,12 +21,50 @@ static cr__evict_verdict_t verdict(cr__master_t *m, obj_t *o, uint64_t now)
     return cr__evict_classify(&v, now);
 }
 
-uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, uint64_t now)
+/* Evicts o: its DRAM copies dropped (a shared-FS file or the disk tier
+ * keeps it) or the object deleted. Returns 1 if done, with *bytes the DRAM
+ * bytes freed; 0 if o is skipped for now (being offloaded). */
+static int evict_one(cr__master_t *m, obj_t *o, uint64_t now, uint64_t *bytes)
 {
+    *bytes = 0;
+    if (o->flags & OF_FS) {
+        /* its shared-FS file keeps it: drop the DRAM copies only (fs.c) */
+        *bytes = cr__m_fs_drop(m, o, NONE32, now);
+        CNT(m, evicted_bytes_total) += *bytes;
+        return 1;
+    }
+    if (m->tier) {
+        /* a disk tier: demote objects it holds, skip the ones being
+         * offloaded (puts wait for it), evict the rest */
+        int t = cr__m_tier_evict_candidate(m, o, now, bytes);
+        if (t)
+            return t == 1;
+    }
+    *bytes = cr__m_obj_bytes(m, o);
+    cr__m_obj_delete(m, o, 0, now);
+    CNT(m, evicted_bytes_total) += *bytes;
+    return 1;
+}
+
+/* A step that evicted nothing for room outside ex stays futile like one
+ * without (struct cr__master), for the same segments only. */
+static uint64_t excl_key(const excl_t *ex)
+{
+    return XXH3_64bits(ex->seg, ex->n * sizeof ex->seg[0]);
+}
+
+uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, const excl_t *ex, uint64_t now)
+{
+    if (ex && !ex->n)
+        ex = NULL;
     uint64_t target = cr__evict_target(&m->ev, m->allocated - m->resv_free, m->capacity, need);
     if (!target)
         return 0;
     if (m->futile && m->futile_now == now && m->futile_seq == m->state_seq)
+        return 0;
+    uint64_t xkey = ex ? excl_key(ex) : 0;
+    if (ex && m->futile_x && m->futile_x_now == now && m->futile_x_seq == m->state_seq &&
+        m->futile_x_key == xkey)
         return 0;
     CNT(m, eviction_steps_total)++;
     uint64_t freed = 0, n = 0;
@@ -37,49 +75,37 @@ uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, uint64_t now)
         obj_t *o = m->lru.prev;
         while (o != &m->lru && freed < target && visited++ < m->ev.max_visit) {
             obj_t *prev = o->prev;
-            if (verdict(m, o, now) == want) {
-                if (o->flags & OF_FS) {
-                    /* its shared-FS file keeps it: drop the DRAM copies only (fs.c) */
-                    uint64_t b = cr__m_fs_drop(m, o, NONE32, now);
-                    freed += b;
-                    n++;
-                    CNT(m, evicted_bytes_total) += b;
-                    o = prev;
-                    continue;
-                }
-                if (m->tier) {
-                    /* a disk tier: demote objects it holds, skip the ones
-                     * being offloaded (puts wait for it), evict the rest */
-                    int t = cr__m_tier_evict_candidate(m, o, now, &freed);
-                    if (t) {
-                        n += t == 1;
-                        o = prev;
-                        continue;
-                    }
-                }
-                uint64_t b = cr__m_obj_bytes(m, o);
-                cr__m_obj_delete(m, o, 0, now);
-                freed += b;
+            /* with ex: the room o would make outside it (none: skipped) */
+            uint64_t room = 0, b;
+            if (verdict(m, o, now) == want && (!ex || (room = cr__m_obj_bytes_outside(m, o, ex))) &&
+                evict_one(m, o, now, &b)) {
+                freed += ex ? room : b;
                 n++;
-                CNT(m, evicted_bytes_total) += b;
             }
             o = prev;
         }
     }
     CNT(m, evictions_total) += n;
-    m->futile = n == 0;
-    m->futile_now = now;
-    m->futile_seq = m->state_seq;
+    if (ex) {
+        m->futile_x = n == 0;
+        m->futile_x_now = now;
+        m->futile_x_seq = m->state_seq;
+        m->futile_x_key = xkey;
+    } else {
+        m->futile = n == 0;
+        m->futile_now = now;
+        m->futile_seq = m->state_seq;
+    }
     if (n)
         CR_LOG_INFO("master", "evicted %" PRIu64 " objects, %" PRIu64 " bytes (target %" PRIu64
-                    ")", n, freed, target);
+                    "%s)", n, freed, target, ex ? ", outside suspect segments" : "");
     return n;
 }
 
 uint64_t cr__master_evict(cr__master_t *m, uint64_t need, uint64_t now)
 {
     pthread_mutex_lock(&m->mu);
-    uint64_t n = cr__m_evict_locked(m, need, now);
+    uint64_t n = cr__m_evict_locked(m, need, NULL, now);
     pthread_mutex_unlock(&m->mu);
     return n;
 }

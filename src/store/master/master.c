@@ -116,6 +116,6 @@ void cr__master_tick(cr__master_t *m, uint64_t now)
     cr__m_rtask_tick(m, now);
     cr__m_resv_tick(m, now);
     if (cr__evict_over_watermark(&m->ev, m_used(m), m->capacity))
-        cr__m_evict_locked(m, 0, now);
+        cr__m_evict_locked(m, 0, NULL, now);
     pthread_mutex_unlock(&m->mu);
 }

@@ -351,7 +351,10 @@ void cr__master_handle(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t 
     X(reservations, gauge, "Client reservations open or waiting out their quarantine")         \
     X(reserved_bytes, gauge, "Bytes held free in open client reservations")                    \
     X(puts_replaced_unreachable_total, counter,                                                 \
-      "Puts that replaced an object no reader could reach (restored, its node not back)")
+      "Puts that replaced an object no reader could reach (restored, its node not back)")     \
+    X(puts_excluding_total, counter, "PutStart keys that named segments to avoid (suspect)")   \
+    X(puts_placed_excluded_total, counter,                                                      \
+      "PutStart keys placed on a segment they asked to avoid: nothing else fit after eviction")
 
 #define CR__MASTER_METRIC_ENUM(name, type, help) CR__MM_##name,
 enum { CR__MASTER_METRICS(CR__MASTER_METRIC_ENUM) CR__MM_COUNT };

@@ -243,6 +243,10 @@ struct cr__master {
      * pinned-full pool would otherwise walk the LRU 4096 times). */
     uint64_t state_seq, futile_seq, futile_now;
     int futile;
+    /* the same for a step making room outside a PutStart's exclusion
+     * list, whose segment indices hash to futile_x_key */
+    uint64_t futile_x_seq, futile_x_now, futile_x_key;
+    int futile_x;
     /* placement scratch (placement.c): candidate segments of one placement */
     uint32_t *order;
     uint32_t cap_order;
@@ -336,6 +340,25 @@ obj_t *cr__m_lookup(cr__master_t *m, const char *key, size_t len);
 /* The record of key if complete, or NULL. */
 obj_t *cr__m_lookup_complete(cr__master_t *m, const char *key, size_t key_len);
 
+/* ---- exclusion lists (placement.c resolves them) ----------------------- */
+
+/* The segments a placement avoids: a PutStart's exclusion list (the
+ * client's suspect segments), resolved to segment indices once per
+ * request; names the master does not have mounted are left out. NULL or
+ * n == 0: none. */
+typedef struct excl {
+    uint32_t n;
+    uint32_t seg[CR__RPC_EXCLUDE_MAX];
+} excl_t;
+
+static inline int excl_has(const excl_t *ex, uint32_t s)
+{
+    for (uint32_t i = 0; ex && i < ex->n; i++)
+        if (ex->seg[i] == s)
+            return 1;
+    return 0;
+}
+
 /* ---- space.c: freeing and quarantine ------------------------------------ */
 
 /* Frees a block without marking the state changed (undoing a placement
@@ -349,13 +372,18 @@ void cr__m_quarantine_release(cr__master_t *m, uint64_t now, size_t max);
 /* Until when the space of o may still be accessed (lease, or put deadline
  * plus one more put timeout). */
 uint64_t cr__m_obj_release_ms(cr__master_t *m, obj_t *o, uint64_t now);
-/* Bytes held by o's live replicas. */
+/* DRAM bytes held by o's live replicas; _outside: those on segments not
+ * in ex only (NULL: all). */
 uint64_t cr__m_obj_bytes(cr__master_t *m, obj_t *o);
+uint64_t cr__m_obj_bytes_outside(cr__master_t *m, obj_t *o, const excl_t *ex);
 /* Releases o's space (quarantined until release_ms), unlinks it from its
  * list and the index, and frees it. */
 void cr__m_obj_delete(cr__master_t *m, obj_t *o, uint64_t release_ms, uint64_t now);
 
 /* ---- placement.c: where replicas go ------------------------------------- */
+
+/* ex = the live segments among names[0..n) (at most CR__RPC_EXCLUDE_MAX). */
+void cr__m_excl_resolve(cr__master_t *m, const char *const *names, uint32_t n, excl_t *ex);
 
 /* The shards of one object being placed (on the stack of put_start). */
 typedef struct placing {
@@ -370,13 +398,14 @@ typedef struct placing {
 } placing_t;
 
 /* Places n_rep replicas of size bytes, each on segments no other replica
- * uses. Returns 0, or -1 with nothing allocated. */
+ * uses, none on a segment of ex. Returns 0, or -1 with nothing allocated. */
 int cr__m_place_all(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep,
-                    const cr__rpc_repl_cfg_t *cfg, uint64_t now);
+                    const cr__rpc_repl_cfg_t *cfg, const excl_t *ex, uint64_t now);
 /* 1 if n_rep replicas of size bytes could be placed were every live DRAM
- * segment empty and allocatable (enough distinct segments, enough capacity
- * in all); 0 if not, when evicting would free space for nothing. */
-int cr__m_place_possible(const cr__master_t *m, uint64_t size, uint32_t n_rep);
+ * segment outside ex empty and allocatable (enough distinct segments,
+ * enough capacity in all); 0 if not, when evicting would free space for
+ * nothing. */
+int cr__m_place_possible(const cr__master_t *m, uint64_t size, uint32_t n_rep, const excl_t *ex);
 /* Frees every block of p (a placement not turned into an object). */
 void cr__m_placing_rollback(cr__master_t *m, placing_t *p);
 /* Fills it->replicas with the live replicas of o (names copied into the
@@ -444,9 +473,12 @@ void cr__m_held_free(cr__master_t *m);
 
 /* ---- objects.c: object operations (master.h documents each) ------------- */
 
+/* cr__master_put_start, placing around the segments of ex (NULL: none):
+ * on them only if nothing fits elsewhere even after eviction there
+ * (cr__m_pending_create_locked). */
 int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
-                           const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
-                           cr__rpc_item_t *it);
+                           const cr__rpc_repl_cfg_t *cfg, const excl_t *ex, uint64_t now,
+                           cr__rpc_msg_t *msg, cr__rpc_item_t *it);
 /* The metadata cap (--max_objects, --max_key_bytes) before a new key of
  * key_len bytes: 0, or CR_E_KEYS_ULTRA_LIMIT counted and logged (rate
  * limited) naming what was refused. */
@@ -457,7 +489,8 @@ int cr__m_meta_full_locked(cr__master_t *m, size_t key_len, const char *what);
  * and is replaced once the new one is placed (kept if placing fails). */
 int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
                                 uint64_t size, const cr__rpc_repl_cfg_t *cfg, int replace,
-                                uint64_t now, cr__rpc_msg_t *msg, cr__rpc_item_t *it);
+                                const excl_t *ex, uint64_t now, cr__rpc_msg_t *msg,
+                                cr__rpc_item_t *it);
 /* 1 if a reader can reach o now: a pending put, a complete object with a
  * live replica whose every shard is on an attached segment, or with its
  * shared-FS file; 0 for a complete object whose replicas all wait on
@@ -482,8 +515,8 @@ void cr__m_put_replace_locked(cr__master_t *m, const char *key, size_t key_len, 
  * new version is written as a pending object under a shadow name no user
  * key can have; readers keep seeing the old version. */
 int cr__m_upsert_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
-                              const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
-                              cr__rpc_item_t *it);
+                              const cr__rpc_repl_cfg_t *cfg, const excl_t *ex, uint64_t now,
+                              cr__rpc_msg_t *msg, cr__rpc_item_t *it);
 /* checksum.c: records item's crc (PutEnd request) on the pending object
  * (key, version) it is about to complete, plain or upsert shadow. */
 void cr__m_put_end_crc_locked(cr__master_t *m, const cr__rpc_item_t *item);
@@ -541,8 +574,10 @@ int cr__m_restoring_locked(const cr__master_t *m, uint64_t now);
 /* ---- eviction.c ---------------------------------------------------------- */
 
 /* One eviction step freeing at least need bytes (or the policy's step);
- * returns objects evicted. */
-uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, uint64_t now);
+ * returns objects evicted. With ex (not NULL, n > 0), room outside ex:
+ * only bytes on other segments count, and an object with none there is
+ * skipped (evicting it would make no room there). */
+uint64_t cr__m_evict_locked(cr__master_t *m, uint64_t need, const excl_t *ex, uint64_t now);
 
 /* ---- tier.c: disk tier (docs/architecture/store-tiers.md) ---------------- */
 
@@ -634,8 +669,9 @@ void cr__m_jr_range(cr__master_t *m, uint8_t type, const seg_t *sg, uint64_t off
 /* RESERVE and PUT_COMMIT (protocol.h). Returns the reply status. */
 int cr__m_resv_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply,
                              uint64_t now);
-int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
-                         cr__rpc_msg_t *reply);
+/* RESERVE of want bytes, on no segment of ex (NULL: none). */
+int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, const excl_t *ex,
+                         uint64_t now, cr__rpc_msg_t *reply);
 /* A reservation's lease: min(10 s, put timeout). */
 uint64_t cr__m_resv_lease_ms(const cr__master_t *m);
 /* Periodic: expired reservations closed, quarantined ones ended (WINEND). */

@@ -11,8 +11,8 @@
 #include <string.h>
 
 int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
-                           const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
-                           cr__rpc_item_t *it)
+                           const cr__rpc_repl_cfg_t *cfg, const excl_t *ex, uint64_t now,
+                           cr__rpc_msg_t *msg, cr__rpc_item_t *it)
 {
     if (!key_ok(key, key_len))
         return CR_E_INVALID_KEY;
@@ -27,12 +27,13 @@ int cr__m_put_start_locked(cr__master_t *m, const char *key, size_t key_len, uin
         /* an upsert of an object no reader can reach is a plain replace */
         if ((o->flags & OF_COMPLETE) && cfg && (cfg->flags & CR__RPC_CFG_UPSERT) &&
             cr__m_obj_reachable(m, o))
-            return cr__m_upsert_start_locked(m, key, key_len, size, cfg, now, msg, it);
+            return cr__m_upsert_start_locked(m, key, key_len, size, cfg, ex, now, msg, it);
         replace = cr__m_put_over_locked(m, o, now);
         if (replace < 0)
             return replace;
     }
-    return cr__m_pending_create_locked(m, key, key_len, h, size, cfg, replace, now, msg, it);
+    return cr__m_pending_create_locked(m, key, key_len, h, size, cfg, replace, ex, now, msg,
+                                       it);
 }
 
 int cr__m_obj_reachable(const cr__master_t *m, obj_t *o)
@@ -99,20 +100,45 @@ int cr__m_meta_full_locked(cr__master_t *m, size_t key_len, const char *what)
     return 0;
 }
 
-int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
-                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, int replace,
-                                uint64_t now, cr__rpc_msg_t *msg, cr__rpc_item_t *it)
+/* A placement failed: what can be freed at once is, client reservations'
+ * rest (it comes back after their quarantine, reserve.c) and the due
+ * quarantine, then one eviction step for need bytes (outside ex) unless
+ * restored segments wait for their owners: the space is there, only not
+ * usable yet. Returns 1 in that case (nothing evicted). */
+static int make_room(cr__master_t *m, uint64_t need, const excl_t *ex, uint64_t now)
 {
-    /* a replacement takes its key's place: no new key */
-    int full = replace ? 0 : cr__m_meta_full_locked(m, key_len, "PutStart");
-    if (full)
-        return full;
-    uint32_t n_rep = cfg && cfg->replica_num ? cfg->replica_num : 1;
-    placing_t p;
-    if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
+    cr__m_resv_reclaim_all(m, now);
+    cr__m_quarantine_release(m, now, SIZE_MAX);
+    int detached = cr__m_any_detached(m);
+    if (!detached)
+        cr__m_evict_locked(m, need, ex, now);
+    return detached;
+}
+
+/* Places the replicas of a new object into p. With an exclusion list (a
+ * client's suspect segments), on the other segments first, evicting there
+ * as when nothing fits; only when they cannot take it even so, on any
+ * segment as without one (a soft exclusion: a lone segment that is suspect
+ * still takes puts, and a node that recovered serves again). Returns 0 or
+ * the put's status (nothing allocated). */
+static int place(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep,
+                 const cr__rpc_repl_cfg_t *cfg, const excl_t *ex, uint64_t now)
+{
+    if (ex && ex->n) {
+        CNT(m, puts_excluding_total)++;
+        if (!cr__m_place_all(m, p, size, n_rep, cfg, ex, now))
+            return 0;
+        /* evicting is for nothing when the others could not hold it even empty */
+        if (cr__m_place_possible(m, size, n_rep, ex)) {
+            make_room(m, size * n_rep, ex, now);
+            if (!cr__m_place_all(m, p, size, n_rep, cfg, ex, now))
+                return 0;
+        }
+    }
+    if (cr__m_place_all(m, p, size, n_rep, cfg, NULL, now)) {
         /* more than the cluster could ever hold (too few segments, too
          * little capacity): refused without evicting anything for it */
-        if (!cr__m_place_possible(m, size, n_rep)) {
+        if (!cr__m_place_possible(m, size, n_rep, NULL)) {
             CNT(m, alloc_failures_total)++;
             CR_LOG_RL(CR__LOG_WARN, "master",
                       "put of %llu bytes x %u replicas refused: more than all mounted "
@@ -120,22 +146,36 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
                       (unsigned long long)size, n_rep);
             return CR_E_NO_AVAILABLE_HANDLE;
         }
-        /* memory pressure: client reservations give their rest up (it
-         * comes back after their quarantine, reserve.c) */
-        cr__m_resv_reclaim_all(m, now);
-        cr__m_quarantine_release(m, now, SIZE_MAX);
-        /* not while restored segments wait for their owners: the space is
-         * there, only not usable yet (the caller retries) */
-        int detached = cr__m_any_detached(m);
-        if (!detached)
-            cr__m_evict_locked(m, size * n_rep, now);
-        if (cr__m_place_all(m, &p, size, n_rep, cfg, now)) {
+        int detached = make_room(m, size * n_rep, NULL, now);
+        if (cr__m_place_all(m, p, size, n_rep, cfg, NULL, now)) {
             CNT(m, alloc_failures_total)++;
             /* "not now", which a client retries a single put on, while
              * restored segments may still come back (dispatch.c) */
             return detached ? CR_E_UNAVAILABLE_IN_CURRENT_STATUS : CR_E_NO_AVAILABLE_HANDLE;
         }
     }
+    for (uint32_t i = 0; ex && i < p->n_used; i++)
+        if (excl_has(ex, p->used_segs[i])) {
+            CNT(m, puts_placed_excluded_total)++;
+            break;
+        }
+    return 0;
+}
+
+int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t h,
+                                uint64_t size, const cr__rpc_repl_cfg_t *cfg, int replace,
+                                const excl_t *ex, uint64_t now, cr__rpc_msg_t *msg,
+                                cr__rpc_item_t *it)
+{
+    /* a replacement takes its key's place: no new key */
+    int full = replace ? 0 : cr__m_meta_full_locked(m, key_len, "PutStart");
+    if (full)
+        return full;
+    uint32_t n_rep = cfg && cfg->replica_num ? cfg->replica_num : 1;
+    placing_t p;
+    int rc = place(m, &p, size, n_rep, cfg, ex, now);
+    if (rc)
+        return rc;
     size_t nsh_bytes = (n_rep + 3u) & ~3u;
     obj_t *o = malloc(sizeof *o + nsh_bytes + p.n_sh * sizeof(shard_t) + key_len);
     if (!o) {
@@ -181,13 +221,13 @@ int cr__m_pending_create_locked(cr__master_t *m, const char *key, size_t key_len
     it->size = size;
     it->lease_ms = (uint32_t)(m->cfg.put_timeout_ms > UINT32_MAX ? UINT32_MAX
                                                                  : m->cfg.put_timeout_ms);
-    int rc = cr__m_fill_replicas(m, o, msg, it);
+    rc = cr__m_fill_replicas(m, o, msg, it);
     if (rc) {
         cr__m_obj_delete(m, o, 0, now);
         return rc;
     }
     if (cr__evict_over_watermark(&m->ev, m_used(m), m->capacity))
-        cr__m_evict_locked(m, 0, now);
+        cr__m_evict_locked(m, 0, NULL, now);
     return 0;
 }
 
@@ -196,7 +236,7 @@ int cr__master_put_start(cr__master_t *m, const char *key, size_t key_len, uint6
                          cr__rpc_item_t *it)
 {
     pthread_mutex_lock(&m->mu);
-    int rc = cr__m_put_start_locked(m, key, key_len, size, cfg, now, msg, it);
+    int rc = cr__m_put_start_locked(m, key, key_len, size, cfg, NULL, now, msg, it);
     pthread_mutex_unlock(&m->mu);
     return rc;
 }

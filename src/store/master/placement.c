@@ -24,9 +24,20 @@ void cr__m_placing_rollback(cr__master_t *m, placing_t *p)
     p->n_used = 0;
 }
 
+void cr__m_excl_resolve(cr__master_t *m, const char *const *names, uint32_t n, excl_t *ex)
+{
+    ex->n = 0;
+    for (uint32_t i = 0; names && i < n && ex->n < CR__RPC_EXCLUDE_MAX; i++) {
+        uint32_t s = names[i] ? cr__m_seg_find(m, names[i]) : NONE32;
+        if (s != NONE32 && !excl_has(ex, s))
+            ex->seg[ex->n++] = s;
+    }
+}
+
 /* Candidate order into m->order: preferred (mounted) names, then every
- * live segment from a rotating cursor. Returns the count. */
-static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg, uint64_t now)
+ * live segment from a rotating cursor; none of ex. Returns the count. */
+static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg, const excl_t *ex,
+                           uint64_t now)
 {
     uint32_t need = m->n_segs + CR__RPC_PREFERRED_MAX;
     if (need > m->cap_order) {
@@ -40,7 +51,7 @@ static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg, uint6
     for (uint32_t i = 0; cfg && cfg->preferred && i < cfg->n_preferred && i < CR__RPC_PREFERRED_MAX;
          i++) {
         uint32_t s = cfg->preferred[i] ? cr__m_seg_find(m, cfg->preferred[i]) : NONE32;
-        if (s != NONE32 && (m->segs[s].alloc_after_ms > now || m->segs[s].tier))
+        if (s != NONE32 && (m->segs[s].alloc_after_ms > now || m->segs[s].tier || excl_has(ex, s)))
             continue;
         int dup = 0;
         for (uint32_t k = 0; k < n; k++)
@@ -52,7 +63,8 @@ static uint32_t candidates(cr__master_t *m, const cr__rpc_repl_cfg_t *cfg, uint6
     uint32_t start = m->n_segs ? m->seg_cursor++ % m->n_segs : 0;
     for (uint32_t k = 0; k < m->n_segs; k++) {
         uint32_t s = (start + k) % m->n_segs;
-        if (!m->segs[s].live || m->segs[s].tier || m->segs[s].alloc_after_ms > now)
+        if (!m->segs[s].live || m->segs[s].tier || m->segs[s].alloc_after_ms > now ||
+            excl_has(ex, s))
             continue;
         int dup = 0;
         for (uint32_t j = 0; j < n_pref; j++)
@@ -125,11 +137,11 @@ static int place_replica(cr__master_t *m, placing_t *p, uint64_t size, uint32_t 
 }
 
 int cr__m_place_all(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep,
-                    const cr__rpc_repl_cfg_t *cfg, uint64_t now)
+                    const cr__rpc_repl_cfg_t *cfg, const excl_t *ex, uint64_t now)
 {
     memset(p, 0, offsetof(placing_t, sh));
     p->n_sh = p->n_used = 0;
-    uint32_t n_cand = candidates(m, cfg, now);
+    uint32_t n_cand = candidates(m, cfg, ex, now);
     if (n_cand < n_rep)
         return -1;
     for (uint32_t r = 0; r < n_rep; r++)
@@ -140,7 +152,7 @@ int cr__m_place_all(cr__master_t *m, placing_t *p, uint64_t size, uint32_t n_rep
     return 0;
 }
 
-int cr__m_place_possible(const cr__master_t *m, uint64_t size, uint32_t n_rep)
+int cr__m_place_possible(const cr__master_t *m, uint64_t size, uint32_t n_rep, const excl_t *ex)
 {
     /* every live DRAM segment counts, also one not allocatable yet (a name
      * held after a drop, one restored after a failover that waits for its
@@ -149,7 +161,7 @@ int cr__m_place_possible(const cr__master_t *m, uint64_t size, uint32_t n_rep)
     uint32_t n = 0;
     uint64_t cap = 0;
     for (uint32_t s = 0; s < m->n_segs; s++) {
-        if (!m->segs[s].live || m->segs[s].tier)
+        if (!m->segs[s].live || m->segs[s].tier || excl_has(ex, s))
             continue;
         uint64_t c = cr__oalloc_capacity(m->segs[s].alloc);
         cap = cap > UINT64_MAX - c ? UINT64_MAX : cap + c;

@@ -262,15 +262,16 @@ static uint64_t resv_len(const seg_t *sg)
     return l < RESV_LEN_MAX ? l : RESV_LEN_MAX;
 }
 
-/* A block of about want bytes on some DRAM segment (rotating like
- * placement). Returns the segment or NONE32. */
-static uint32_t resv_alloc(cr__master_t *m, uint64_t want, uint64_t now, uint32_t *blk,
-                           uint64_t *off)
+/* A block of about want bytes on some DRAM segment not in ex (rotating
+ * like placement). Returns the segment or NONE32. */
+static uint32_t resv_alloc(cr__master_t *m, uint64_t want, const excl_t *ex, uint64_t now,
+                           uint32_t *blk, uint64_t *off)
 {
     for (uint32_t k = 0; k < m->n_segs; k++) {
         uint32_t s = (m->seg_cursor + k) % m->n_segs;
         seg_t *sg = &m->segs[s];
-        if (!sg->live || sg->tier || !sg->alloc || sg->client == NONE32 || sg->alloc_after_ms > now)
+        if (!sg->live || sg->tier || !sg->alloc || sg->client == NONE32 ||
+            sg->alloc_after_ms > now || excl_has(ex, s))
             continue;
         uint64_t len = want < resv_len(sg) ? want : resv_len(sg);
         if (len < cr__oalloc_granule(sg->alloc))
@@ -286,8 +287,8 @@ static uint32_t resv_alloc(cr__master_t *m, uint64_t want, uint64_t now, uint32_
     return NONE32;
 }
 
-int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
-                         cr__rpc_msg_t *reply)
+int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, const excl_t *ex,
+                         uint64_t now, cr__rpc_msg_t *reply)
 {
     if (!m->resv_on)
         return CR_E_UNAVAILABLE_IN_CURRENT_MODE;
@@ -352,10 +353,12 @@ int cr__m_reserve_locked(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want,
         want = RESV_LEN_MAX;
     uint32_t blk;
     uint64_t off;
-    uint32_t s = resv_alloc(m, want, now, &blk, &off);
-    if (s == NONE32) { /* never evicts objects for a reservation: puts go two-phase */
+    /* never evicts objects for a reservation, nor places one on a segment
+     * the client avoids (it would not carve there): puts go two-phase */
+    uint32_t s = resv_alloc(m, want, ex, now, &blk, &off);
+    if (s == NONE32) {
         cr__m_quarantine_release(m, now, SIZE_MAX);
-        s = resv_alloc(m, want, now, &blk, &off);
+        s = resv_alloc(m, want, ex, now, &blk, &off);
     }
     if (s == NONE32) {
         CNT(m, reservations_refused_total)++;
@@ -603,7 +606,15 @@ int cr__m_resv_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_
         CNT(m, rpc_reserve_total)++;
         if (req->count) /* first, so that the tail may serve this very RESERVE */
             resv_hand_back(m, req->client_id, req->count, req->base, now);
-        return cr__m_reserve_locked(m, req->client_id, req->size, now, reply);
+        /* items[].key: the segments the client avoids (its suspect ones;
+         * an older master ignores a RESERVE's items) */
+        const char *names[CR__RPC_EXCLUDE_MAX];
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < req->n_items && n < CR__RPC_EXCLUDE_MAX; i++)
+            names[n++] = req->items[i].key;
+        excl_t ex;
+        cr__m_excl_resolve(m, names, n, &ex);
+        return cr__m_reserve_locked(m, req->client_id, req->size, &ex, now, reply);
     }
     if (type != CR__RPC_PUT_COMMIT || !req->n_items)
         return CR_E_INVALID_PARAMS;
@@ -627,7 +638,7 @@ int cr__m_resv_handle_locked(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_
         out->status = rc;
     }
     if (m->resv_on && cr__evict_over_watermark(&m->ev, m_used(m), m->capacity))
-        cr__m_evict_locked(m, 0, now);
+        cr__m_evict_locked(m, 0, NULL, now);
     return 0;
 }
 

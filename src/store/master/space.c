@@ -140,7 +140,9 @@ static void obj_release_space(cr__master_t *m, obj_t *o, uint64_t release_ms, ui
     }
 }
 
-uint64_t cr__m_obj_bytes(cr__master_t *m, obj_t *o)
+uint64_t cr__m_obj_bytes(cr__master_t *m, obj_t *o) { return cr__m_obj_bytes_outside(m, o, NULL); }
+
+uint64_t cr__m_obj_bytes_outside(cr__master_t *m, obj_t *o, const excl_t *ex)
 {
     uint64_t b = 0;
     uint8_t *nsh = obj_nsh(o);
@@ -149,7 +151,7 @@ uint64_t cr__m_obj_bytes(cr__master_t *m, obj_t *o)
         uint32_t n = nsh[r] & 0x7f;
         if (!(nsh[r] & REP_DEAD))
             for (uint32_t s = 0; s < n; s++)
-                if (!m->segs[sh[s].seg].tier) /* DRAM bytes only */
+                if (!m->segs[sh[s].seg].tier && !excl_has(ex, sh[s].seg)) /* DRAM bytes only */
                     b += cr__oalloc_block_size(m->segs[sh[s].seg].alloc, sh[s].blk);
         sh += n;
     }

@@ -35,8 +35,8 @@ static size_t shadow_name(char *buf, const char *key, size_t key_len)
 }
 
 int cr__m_upsert_start_locked(cr__master_t *m, const char *key, size_t key_len, uint64_t size,
-                              const cr__rpc_repl_cfg_t *cfg, uint64_t now, cr__rpc_msg_t *msg,
-                              cr__rpc_item_t *it)
+                              const cr__rpc_repl_cfg_t *cfg, const excl_t *ex, uint64_t now,
+                              cr__rpc_msg_t *msg, cr__rpc_item_t *it)
 {
     char sh[CR__RPC_KEY_MAX + SHADOW_SUFFIX_LEN];
     size_t sl = shadow_name(sh, key, key_len);
@@ -49,7 +49,7 @@ int cr__m_upsert_start_locked(cr__master_t *m, const char *key, size_t key_len, 
         CNT(m, puts_timed_out_total)++;
         cr__m_obj_delete(m, o, cr__m_obj_release_ms(m, o, now), now);
     }
-    return cr__m_pending_create_locked(m, sh, sl, h, size, cfg, 0, now, msg, it);
+    return cr__m_pending_create_locked(m, sh, sl, h, size, cfg, 0, ex, now, msg, it);
 }
 
 obj_t *cr__m_upsert_shadow_find(cr__master_t *m, const char *key, size_t key_len,

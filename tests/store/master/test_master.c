@@ -869,6 +869,94 @@ static void test_eviction_on_alloc_failure(void **s)
     cr__master_destroy(m);
 }
 
+/* PutStart of one key of size bytes through the dispatch with an exclusion
+ * list; returns its status, *seg gets its first replica's segment. */
+static int put_excluding(cr__master_t *m, const char *key, uint64_t size, uint32_t nrep,
+                         const char **ex, uint32_t n_ex, uint64_t now, char *seg, size_t seg_cap)
+{
+    cr__rpc_item_t in = {.key = key, .key_len = (uint32_t)strlen(key), .size = size,
+                         .cfg = {.replica_num = nrep}};
+    cr__rpc_msg_t req = {.type = CR__RPC_PUT_START, .n_items = 1, .items = &in,
+                         .n_exclude = n_ex, .exclude = ex};
+    cr__rpc_msg_t rep = {.type = CR__RPC_PUT_START | CR__RPC_REPLY};
+    cr__master_handle(m, &req, &rep, now);
+    int rc = rep.status;
+    if (!rc) {
+        snprintf(seg, seg_cap, "%s", rep.items[0].replicas[0].shards[0].segment);
+        rc = cr__master_put_end(m, key, strlen(key), rep.items[0].version, now);
+    }
+    cr__rpc_msg_free(&rep);
+    return rc;
+}
+
+/* A client's suspect segments (a frozen node) sent with PutStart: the
+ * master places on the others, evicting there when they are full, rather
+ * than on the suspect one that has free space (the outside drill of
+ * 2026-12-03: every attempt of a put landed on the frozen node, and the
+ * put failed with TRANSFER_FAIL). Only when nothing fits elsewhere even
+ * after eviction is a suspect segment used (a soft exclusion). */
+/* Counter `name` of m now, through a cr__master_stats_t st in scope. */
+#define COUNTER(m, name) (cr__master_stats((m), &st), st.counters[CR__MM_##name])
+
+static void test_put_start_exclusion_list(void **s)
+{
+    (void)s;
+    const char *exB[] = {"segB"}, *exBoth[] = {"gone", "segB", "segA"}, *exA[] = {"segA"};
+    char seg[64];
+    cr__master_stats_t st; /* COUNTER's */
+    for (int pinned = 0; pinned < 2; pinned++) {
+        cr__master_t *m = mk(full_tweak);
+        assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+        /* segA full of objects (hard-pinned ones: nothing to evict there) */
+        for (int i = 0; i < 32; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "a%02d", i);
+            assert_int_equal(put(m, key, 32 * KiB, 1, pinned ? CR__RPC_CFG_HARD_PIN : 0,
+                                 (uint64_t)i, NULL, 1),
+                             0);
+        }
+        assert_int_equal(cr__master_mount(m, CB, "segB", 0x20000000, 1 * MiB, 0), 0);
+        uint64_t ev0 = COUNTER(m, evictions_total);
+        assert_int_equal(put_excluding(m, "new", 32 * KiB, 1, exB, 1, 100, seg, sizeof seg), 0);
+        if (!pinned) {
+            /* segB, empty, is suspect: room is made on segA */
+            if (strcmp(seg, "segA"))
+                fail_msg("excluded segB, segA full of evictable objects: placed on %s, want segA",
+                         seg);
+            assert_int_equal(exist(m, "a00", 101), CR_E_OBJECT_NOT_FOUND); /* the oldest */
+            assert_int_equal(COUNTER(m, puts_placed_excluded_total), 0);
+        } else {
+            /* nothing to evict elsewhere: the suspect segment takes it */
+            assert_string_equal(seg, "segB");
+            assert_int_equal(COUNTER(m, evictions_total), ev0);
+            assert_int_equal(COUNTER(m, puts_placed_excluded_total), 1);
+        }
+        assert_int_equal(COUNTER(m, puts_excluding_total), 1);
+        /* every segment excluded (an unknown name is skipped): placed as
+         * without a list */
+        uint64_t x0 = COUNTER(m, puts_placed_excluded_total);
+        assert_int_equal(put_excluding(m, "all", 8 * KiB, 1, exBoth, 3, 300, seg, sizeof seg), 0);
+        assert_int_equal(COUNTER(m, puts_placed_excluded_total), x0 + 1);
+        if (!pinned) {
+            /* two replicas, one segment outside the list: it cannot hold
+             * both, so nothing is evicted for nothing; both segments used */
+            ev0 = COUNTER(m, evictions_total);
+            assert_int_equal(put_excluding(m, "two", 16 * KiB, 2, exB, 1, 400, seg, sizeof seg),
+                             0);
+            assert_int_equal(COUNTER(m, evictions_total), ev0);
+        }
+        cr__master_destroy(m);
+    }
+    /* a lone segment that is suspect still takes puts */
+    cr__master_t *m = mk(NULL);
+    assert_int_equal(cr__master_mount(m, CA, "segA", 0x10000000, 1 * MiB, 0), 0);
+    assert_int_equal(put_excluding(m, "lone", 32 * KiB, 1, exA, 1, 1, seg, sizeof seg), 0);
+    assert_string_equal(seg, "segA");
+    assert_int_equal(COUNTER(m, puts_placed_excluded_total), 1);
+    cr__master_destroy(m);
+}
+#undef COUNTER
+
 static void test_bad_input(void **s)
 {
     (void)s;
@@ -1022,7 +1110,7 @@ static void test_dispatch_batch(void **s)
     req = (cr__rpc_msg_t){.type = CR__RPC_PING, .client_id = CA};
     cr__master_handle(m, &req, &rep, 5);
     assert_int_equal(rep.status, 0);
-    assert_int_equal(rep.flags, 0);
+    assert_int_equal(rep.flags, CR__RPC_F_EXCLUDE); /* PutStart's exclusion list is read */
     assert_int_equal(rep.master_id, cr__master_id(m));
     assert_int_equal(rep.count, 10000);
     cr__rpc_msg_free(&rep);
@@ -1960,6 +2048,7 @@ int main(void)
         cmocka_unit_test(test_impossible_put_evicts_nothing),
         cmocka_unit_test(test_eviction_on_alloc_failure),
         cmocka_unit_test(test_eviction_soft_pin_protected),
+        cmocka_unit_test(test_put_start_exclusion_list),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_dispatch_batch),

@@ -452,9 +452,9 @@ static void test_client_ttl_and_put_timeout(cr__rpc_client_t *c)
               1);
     uint32_t f;
     EXPECT_EQ(ping(c, other, &f), 0);
-    EXPECT_EQ(f, CR__RPC_F_NEED_REMOUNT);
+    EXPECT_EQ(f, CR__RPC_F_NEED_REMOUNT | CR__RPC_F_EXCLUDE);
     EXPECT_EQ(ping(c, ME, &f), 0);
-    EXPECT_EQ(f, 0);
+    EXPECT_EQ(f, CR__RPC_F_EXCLUDE); /* it reads PutStart's exclusion list */
 }
 
 int main(int argc, char **argv)

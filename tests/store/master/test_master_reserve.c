@@ -76,16 +76,24 @@ static void roundtrip(cr__master_t *m, const cr__rpc_msg_t *req, cr__rpc_msg_t *
     cr__rpc_buf_free(&b);
 }
 
-/* RESERVE, handing back reservation back_id's tail at back_cur (0: none). */
-static int reserve_back(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
-                        uint64_t back_id, uint64_t back_cur, resv_t *r)
+/* RESERVE, handing back reservation back_id's tail at back_cur (0: none),
+ * avoiding the segments avoid[0..n_avoid) (items[].key). */
+static int reserve_avoiding(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
+                            uint64_t back_id, uint64_t back_cur, const char **avoid,
+                            uint32_t n_avoid, resv_t *r)
 {
     cr__rpc_msg_t req = {0}, rep;
+    cr__rpc_item_t items[4] = {{0}};
+    assert_true(n_avoid <= 4);
+    for (uint32_t i = 0; i < n_avoid; i++)
+        items[i] = (cr__rpc_item_t){.key = avoid[i], .key_len = (uint32_t)strlen(avoid[i])};
     req.type = CR__RPC_RESERVE;
     req.client_id = id;
     req.size = want;
     req.count = back_id;
     req.base = back_cur;
+    req.n_items = n_avoid;
+    req.items = n_avoid ? items : NULL;
     roundtrip(m, &req, &rep, now);
     int rc = rep.status;
     if (rc == 0 && want == 0)
@@ -106,6 +114,12 @@ static int reserve_back(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, 
     }
     cr__rpc_msg_free(&rep);
     return rc;
+}
+
+static int reserve_back(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
+                        uint64_t back_id, uint64_t back_cur, resv_t *r)
+{
+    return reserve_avoiding(m, id, want, now, back_id, back_cur, NULL, 0, r);
 }
 
 static int reserve(cr__master_t *m, cr__rpc_client_id_t id, uint64_t want, uint64_t now,
@@ -254,6 +268,28 @@ static void test_commit_makes_complete_object(void **s)
     assert_int_equal(stats(m).allocated_bytes, 1 * MiB - 4096);
     assert_int_equal(counter(m, CR__MM_put_commits_total), 3);
     assert_int_equal(counter(m, CR__MM_reservations_granted_total), 1);
+    cr__master_destroy(m);
+}
+
+/* A RESERVE names the client's suspect segments (items[].key): no
+ * reservation there (the client would not carve from it), and none at
+ * all when only those have room (its puts go two-phase, where the master
+ * may evict elsewhere). */
+static void test_reserve_avoids_suspect_segments(void **s)
+{
+    (void)s;
+    cr__master_t *m = mk_mounted(1000000);
+    assert_int_equal(cr__master_mount(m, CB, "segB", SEG_BASE + 64 * MiB, 16 * MiB, 0), 0);
+    const char *avoid[] = {"segA", "no-such-segment", "segB"};
+    resv_t r;
+    for (int i = 0; i < 4; i++) { /* the rotating cursor would alternate */
+        assert_int_equal(reserve_avoiding(m, CA, 1 * MiB, 1, 0, 0, avoid, 2, &r), 0);
+        assert_string_equal(r.seg, "segB");
+    }
+    assert_int_equal(reserve_avoiding(m, CA, 1 * MiB, 1, 0, 0, avoid, 3, &r),
+                     CR_E_NO_AVAILABLE_HANDLE);
+    assert_int_equal(reserve_avoiding(m, CA, 1 * MiB, 1, 0, 0, avoid + 2, 1, &r), 0);
+    assert_string_equal(r.seg, "segA");
     cr__master_destroy(m);
 }
 
@@ -839,6 +875,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_makes_complete_object),
+        cmocka_unit_test(test_reserve_avoids_suspect_segments),
         cmocka_unit_test(test_commit_refused_leaves_nothing),
         cmocka_unit_test(test_quarantine_after_expiry),
         cmocka_unit_test(test_quarantine_after_client_expiry),
