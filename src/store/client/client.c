@@ -178,6 +178,18 @@ int cr__sc_call(cr_store_t *s, const cr__rpc_msg_t *req, cr__rpc_msg_t *reply)
     uint16_t t = req->type & (uint16_t)~CR__RPC_REPLY;
     if (t != CR__RPC_PUT_START && t != CR__RPC_BATCH_PUT_START)
         return rc;
+    if (rc == 0 && req->n_exclude && reply->status == CR_E_INVALID_PARAMS && !reply->n_items) {
+        /* refused undecoded: a master that does not read exclusion lists
+         * (an older leader took over since its PING said otherwise) */
+        CR_LOG_WARN(COMP, "master %s refused PutStart's exclusion list: sent without it",
+                    s->master_addr);
+        atomic_store(&s->master_excl, 0);
+        cr__rpc_msg_free(reply);
+        cr__rpc_msg_t plain = *req;
+        plain.n_exclude = 0;
+        plain.exclude = NULL;
+        return cr__sc_call(s, &plain, reply);
+    }
     /* a master restored from its records (HA takeover, restart) refuses
      * PutStart as a whole, nothing applied, until a node is back to place
      * on (dispatch.c): ~1 s, as long as a node's remount takes */
@@ -382,6 +394,8 @@ static int ping(cr_store_t *s, cr__rpc_client_t *c, uint32_t *flags)
         return rc == -ENOMEM ? rc : CR_E_RPC_FAIL;
     rc = rep.status;
     *flags = rep.flags;
+    if (!rc) /* a master that takes PutStart's exclusion list says so (each leader anew) */
+        atomic_store(&s->master_excl, (rep.flags & CR__RPC_F_EXCLUDE) != 0);
     if (!rc && s->auth) {
         int caps = (rep.flags & CR__RPC_F_CAPS) != 0;
         if (!caps && cr__xfer_cap_enforced(s->te)) {

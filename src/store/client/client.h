@@ -10,7 +10,8 @@
  * Locks (never nested except as noted):
  *   reg_lock (rwlock)  guards regs/n_regs (user registrations)
  *   seg_mu             guards the segment handle cache
- *   sus_mu             guards suspects[] (suspect.c; never held with seg_mu)
+ *   sus_mu             guards suspects[] (suspect.c; never held with seg_mu; taken
+ *                      last: under resv_mu by ops.c's reserved put)
  *   hb_mu              guards hb_stop, mounted (heartbeat thread state)
  *   extra_mu           guards the extra segments (mount.c); never taken with hb_mu
  *   each cr__rpc_client_t serialises its own calls internally
@@ -176,6 +177,9 @@ struct cr_store {
         char name[CR_XFER_NAME_MAX];
         uint64_t until_ms;
     } suspects[CR__SC_SUSPECT_MAX]; /* guarded by sus_mu */
+    /* the master reads PutStart's exclusion list (its PING reply says
+     * CR__RPC_F_EXCLUDE): the suspect segments go with every PutStart */
+    atomic_int master_excl;
 
     /* extra segments (mount.c): memory the caller mounted besides seg_base */
     pthread_mutex_t extra_mu; /* guards extra[], n_extra, extra_seq; held across their
@@ -270,6 +274,11 @@ void cr__sc_suspect_mark_name(cr_store_t *s, const char *segment, int err);
 int cr__sc_suspect(cr_store_t *s, const char *segment);
 /* 1 if any segment is suspect now (one atomic load). */
 int cr__sc_any_suspect(cr_store_t *s);
+/* The segments suspect now (at most CR__SC_SUSPECT_MAX = CR__RPC_EXCLUDE_MAX),
+ * copied into m's arena: *names gets the array. Returns how many: 0 (with
+ * nothing allocated: an atomic load and a clock read) when none is suspect,
+ * or on -ENOMEM. */
+uint32_t cr__sc_suspect_names(cr_store_t *s, cr__rpc_msg_t *m, const char ***names);
 
 /* 1 if [p, p+len) lies in one user registration. */
 int cr__sc_is_registered(cr_store_t *s, const void *p, size_t len);

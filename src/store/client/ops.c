@@ -757,6 +757,10 @@ static int put_start(cr_store_t *s, const char *const *keys, const size_t *lens,
         req.items[i].size = lens[i];
         req.items[i].cfg = rcfg;
     }
+    /* the suspect segments, for the master to place elsewhere (suspect.c;
+     * a master that reads them said so in its PING reply) */
+    if (atomic_load_explicit(&s->master_excl, memory_order_relaxed))
+        req.n_exclude = cr__sc_suspect_names(s, &req, &req.exclude);
     rc = call_items(s, &req, rep, n);
     if (rc)
         for (size_t i = 0; i < n; i++)
@@ -1033,10 +1037,21 @@ static int resv_get_locked(cr_store_t *s)
     }
     req.count = s->resv_back_id;
     req.base = s->resv_back_cur;
+    /* items[].key: the suspect segments, where this client would not
+     * carve (an older master ignores a RESERVE's items) */
+    const char **sus = NULL;
+    uint32_t n_sus = cr__sc_suspect_names(s, &req, &sus);
+    req.items = n_sus ? cr__rpc_msg_alloc(&req, n_sus * sizeof *req.items) : NULL;
+    for (uint32_t i = 0; req.items && i < n_sus; i++) {
+        req.items[i].key = sus[i];
+        req.items[i].key_len = (uint32_t)strlen(sus[i]);
+    }
+    req.n_items = req.items ? n_sus : 0;
     s->resv_back_id = 0; /* once: a lost hand-back only leaves the tail to the quarantine */
     uint64_t t0 = now;
     s->resv.id = 0;
     int rc = cr__sc_call(s, &req, &rep);
+    cr__rpc_msg_free(&req);
     if (!rc) {
         const cr__rpc_item_t *it = rep.n_items == 1 ? &rep.items[0] : NULL;
         const cr__rpc_shard_t *sh =
@@ -1145,13 +1160,17 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
      * start (put_chunk_begin's t0, earlier still), so it ends no later
      * than the reservation's last moment for a write */
     uint64_t now = cr__now_ms();
+    /* no write into a reservation on a segment that failed a transfer
+     * lately (it would wait out a stall): it is left like an expired one,
+     * handed back with the next RESERVE, which names the suspect segments */
+    int sus = s->resv.id && cr__sc_suspect(s, s->resv.seg);
     for (size_t i = 0; i < n; i++) {
         cr__rpc_item_t *it = &rep->items[i];
         it->status = CR_E_INVALID_WRITE;
         if (c->lens[i] > RESV_VALUE_MAX)
             continue;
         for (;;) {
-            if (s->resv.id && now < s->resv.write_until_ms) {
+            if (s->resv.id && !sus && now < s->resv.write_until_ms) {
                 uint64_t rl = rl_of(s, c->lens[i]);
                 if (rl <= s->resv.end - s->resv.cur) {
                     if (seg_id != s->resv.id) { /* this reservation's name and grant */
@@ -1188,6 +1207,7 @@ static int resv_start(cr_store_t *s, put_chunk_t *c)
                 break;
             fetched = 1;
             now = cr__now_ms();
+            sus = cr__sc_suspect(s, s->resv.seg);
         }
     }
     pthread_mutex_unlock(&s->resv_mu);

@@ -7,7 +7,8 @@
  * visits their replicas last (ops.c, replica_order): other replicas serve
  * the reads, the suspect one is still tried when nothing else is left.
  * A node's disk-tier read server that gave up (tier_read.c) is remembered
- * the same way, by its segment name.
+ * the same way, by its segment name. Puts name them to the master as an
+ * exclusion list (cr__sc_suspect_names; ops.c put_start and RESERVE).
  * Bounded (CR__SC_SUSPECT_MAX entries, the oldest is replaced); lock-free
  * when nothing is suspect (one atomic load per get). */
 #include <errno.h>
@@ -85,4 +86,24 @@ int cr__sc_suspect(cr_store_t *s, const char *segment)
         hit = s->suspects[i].until_ms > now && !strcmp(s->suspects[i].name, segment);
     pthread_mutex_unlock(&s->sus_mu);
     return hit;
+}
+
+uint32_t cr__sc_suspect_names(cr_store_t *s, cr__rpc_msg_t *m, const char ***names)
+{
+    _Static_assert(CR__SC_SUSPECT_MAX <= CR__RPC_EXCLUDE_MAX, "every suspect fits a PutStart");
+    if (!cr__sc_any_suspect(s))
+        return 0;
+    const char **v = cr__rpc_msg_alloc(m, CR__SC_SUSPECT_MAX * sizeof *v);
+    if (!v)
+        return 0;
+    uint32_t n = 0;
+    uint64_t now = cr__now_ms();
+    pthread_mutex_lock(&s->sus_mu);
+    for (size_t i = 0; i < CR__SC_SUSPECT_MAX; i++)
+        if (s->suspects[i].until_ms > now &&
+            (v[n] = cr__rpc_msg_strdup(m, s->suspects[i].name, strlen(s->suspects[i].name))))
+            n++;
+    pthread_mutex_unlock(&s->sus_mu);
+    *names = v;
+    return n;
 }

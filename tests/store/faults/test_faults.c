@@ -32,7 +32,10 @@
  * Scenario lone: a get of a key whose only replica is on a frozen node
  * waits on that node once (scenario_lone).
  *
- * usage: test_store_faults off|on|crc|lone <crescent-master> <crescent-node>
+ * Scenario full: with the live nodes full and the frozen node the only one
+ * with free space, puts succeed on the live nodes (scenario_full).
+ *
+ * usage: test_store_faults off|on|crc|lone|full <crescent-master> <crescent-node>
  *   on: the whole cluster runs with a cluster key (security on).
  * Environment (bench only): FROZEN_FREEZE_S (default 5), FROZEN_READERS.
  */
@@ -44,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../cluster/cluster_util.h"
@@ -68,6 +72,7 @@ static char g_addr[64], g_meta_uri[128];
 static char g_node_name[N_NODES][300]; /* segment names (the nodes' ready files) */
 static int g_failures;
 static int g_client_ttl_s = CLIENT_TTL_S; /* the master's; longer in scenario lone */
+static const char *g_lease_ms = "5000";    /* the master's read lease; shorter in scenario full */
 
 #define FAIL(...)                                                                          \
     do {                                                                                   \
@@ -249,8 +254,8 @@ static int start_master(void)
                     "--metrics_address", "127.0.0.1", "--metrics_port", "0",
                     "--enable_http_metadata_server", "--http_metadata_server_host", "127.0.0.1",
                     "--http_metadata_server_port", "0", "--client_ttl", ttl,
-                    "--put_start_timeout", "5", "--port_file", pf, g_secure ? karg : NULL,
-                    NULL};
+                    "--put_start_timeout", "5", "--default_kv_lease_ttl", (char *)g_lease_ms,
+                    "--port_file", pf, g_secure ? karg : NULL, NULL};
     g_master_pid = cu_spawn(argv, log, NULL);
     if (g_master_pid < 0 || cu_wait_file(pf, 20000, buf, sizeof buf)) {
         fprintf(stderr, "master did not start (see %s)\n", log);
@@ -591,6 +596,108 @@ static void scenario_lone(void)
     cr_store_destroy(st);
 }
 
+/* ---- scenario full ------------------------------------------------------------ */
+
+/* Regression (an outside drill, 2026-12-03): with the live nodes full and
+ * the frozen node the only one with free space, the master placed every
+ * attempt of a put on the frozen node (it evicts only when nothing fits),
+ * the client revoked them unwritten while attempts remained, and the last
+ * attempt failed with TRANSFER_FAIL after a stall. The client now names
+ * its suspect segments with PutStart (and RESERVE): the master places on
+ * the live nodes, evicting there. Counted, not timed: every put succeeds,
+ * none lands on the frozen node, and the client's TE waits out one stall
+ * in all (the write that found the node frozen). */
+static void scenario_full(void)
+{
+    enum { LEN = 1 << 20, PUTS = 6, FILL_MAX = 100 };
+    cr_store_t *st;
+    if (make_client(&st)) {
+        FAIL("client did not start");
+        return;
+    }
+    uint8_t *val = malloc(LEN);
+    char key[64];
+    /* nodes 1 and 2 full of 1 MiB objects (until one goes elsewhere) */
+    for (int i = 1; i < N_NODES; i++) {
+        const char *pref[1] = {g_node_name[i]};
+        cr_store_replicate_config_t cfg = {.field_mask = CR_STORE_REPL_V1, .replica_num = 1,
+                                           .preferred_segments = pref, .n_preferred = 1};
+        int k = 0, full = 0;
+        for (; k < FILL_MAX && !full; k++) {
+            snprintf(key, sizeof key, "fill-%d-%d", i, k);
+            fill(val, LEN, (uint64_t)(i * 1000 + k));
+            int rc = cr_store_put(st, key, val, LEN, &cfg);
+            cr_store_replica_desc_t d[1];
+            size_t nrep = 0;
+            if (!rc)
+                rc = cr_store_get_replica_desc(st, key, d, 1, &nrep, NULL);
+            if (rc || nrep != 1) {
+                FAIL("fill put %s: %s", key, cr_strerror(rc));
+                goto out;
+            }
+            full = strcmp(d[0].shards[0].segment, g_node_name[i]) != 0;
+            if (full)
+                cr_store_remove(st, key, 1);
+        }
+        if (!full) {
+            FAIL("node %d took %d objects of 1 MiB without filling", i, FILL_MAX);
+            goto out;
+        }
+        fprintf(stderr, "node %d full after %d objects\n", i, k - 1);
+    }
+    /* stopped before the first put: a stop takes effect at the node's
+     * next return to user space, which a loaded machine may delay */
+    kill(g_node_pid[0], SIGSTOP);
+    int wst = 0;
+    if (waitpid(g_node_pid[0], &wst, WUNTRACED) != g_node_pid[0] || !WIFSTOPPED(wst)) {
+        FAIL("node 0 did not stop");
+        kill(g_node_pid[0], SIGCONT);
+        goto out;
+    }
+    uint64_t w0 = cr__store_test_timeouts_waited(st);
+    int failed = 0;
+    for (int k = 0; k < PUTS; k++) {
+        snprintf(key, sizeof key, "after-%d", k);
+        fill(val, LEN, (uint64_t)(5000 + k));
+        int rc = cr_store_put(st, key, val, LEN, NULL);
+        cr_store_replica_desc_t d[1];
+        size_t nrep = 0;
+        if (!rc)
+            rc = cr_store_get_replica_desc(st, key, d, 1, &nrep, NULL);
+        if (rc || nrep != 1) {
+            FAIL("put %s with node 0 frozen and the only one with free space: %s (%d)", key,
+                 cr_strerror(rc), rc);
+            failed++;
+        } else if (!strcmp(d[0].shards[0].segment, g_node_name[0])) {
+            FAIL("put %s placed on the frozen node", key);
+        }
+    }
+    uint64_t waited = cr__store_test_timeouts_waited(st) - w0;
+    fprintf(stderr, "%d puts with node 0 frozen: %d failed, %llu timeouts waited out\n", PUTS,
+            failed, (unsigned long long)waited);
+    if (waited > 1)
+        FAIL("%d puts waited out %llu timeouts, want at most 1 (the write that found node 0 "
+             "frozen)", PUTS, (unsigned long long)waited);
+    kill(g_node_pid[0], SIGCONT);
+    /* what was put reads back */
+    uint8_t *buf = malloc(LEN);
+    for (int k = 0; k < PUTS && buf; k++) {
+        snprintf(key, sizeof key, "after-%d", k);
+        fill(val, LEN, (uint64_t)(5000 + k));
+        size_t got = 0, at = 0;
+        int rc = cr_store_get(st, key, buf, LEN, &got);
+        while (!rc && at < got && at < LEN && buf[at] == val[at])
+            at++;
+        if (!rc && (got != LEN || at != LEN))
+            FAIL("%s read back %zu bytes (want %d), the first wrong at offset %zu", key, got,
+                 LEN, at);
+    }
+    free(buf);
+out:
+    free(val);
+    cr_store_destroy(st);
+}
+
 static int finish(void);
 
 static int env_int(const char *name, int def, int lo, int hi)
@@ -603,8 +710,8 @@ static int env_int(const char *name, int def, int lo, int hi)
 int main(int argc, char **argv)
 {
     if (argc < 4 || (strcmp(argv[1], "on") && strcmp(argv[1], "off") && strcmp(argv[1], "crc") &&
-                     strcmp(argv[1], "lone"))) {
-        fprintf(stderr, "usage: %s off|on|crc|lone <crescent-master> <crescent-node>\n",
+                     strcmp(argv[1], "lone") && strcmp(argv[1], "full"))) {
+        fprintf(stderr, "usage: %s off|on|crc|lone|full <crescent-master> <crescent-node>\n",
                 argv[0]);
         return 2;
     }
@@ -632,8 +739,11 @@ int main(int argc, char **argv)
     }
     if (g_secure && write_key_file())
         return 1;
-    if (!strcmp(argv[1], "lone"))
-        g_client_ttl_s = 30; /* the key stays placed on the frozen node meanwhile */
+    if (!strcmp(argv[1], "lone") || !strcmp(argv[1], "full"))
+        g_client_ttl_s = 30; /* the frozen node stays mounted meanwhile */
+    if (!strcmp(argv[1], "full"))
+        g_lease_ms = "100"; /* the objects filling the live nodes (each looked up) are
+                               evictable again at once, as in a pool written over */
     if (start_master())
         return 1;
     for (int i = 0; i < N_NODES; i++)
@@ -645,6 +755,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "lone")) {
         scenario_lone();
+        return finish();
+    }
+    if (!strcmp(argv[1], "full")) {
+        scenario_full();
         return finish();
     }
     worker_t readers[MAX_READERS], writer;
