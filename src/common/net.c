@@ -373,7 +373,7 @@ long cr__net_raise_nofile(const char *prog)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl))
-        return -errno;
+        return CR__ERRNO();
     if (rl.rlim_cur < rl.rlim_max) {
         rlim_t was = rl.rlim_cur;
         rl.rlim_cur = rl.rlim_max;

@@ -92,7 +92,7 @@ int cr__net_fair_victim(const cr__net_peer_t *peers, int n, const struct sockadd
  * (the usual soft 1024 is below what the connection caps can use: the master
  * RPC alone admits 1024 connections, a TLS-fed HTTP connection takes 4 fds).
  * If the limit in force is still below CR__NET_NOFILE_WANT, says so on stderr
- * under prog's name. Returns the soft limit in force, or -errno. */
+ * under prog's name. Returns the soft limit in force, or a negative CR_E_* status. */
 #define CR__NET_NOFILE_WANT 4096
 long cr__net_raise_nofile(const char *prog);
 
